@@ -1,0 +1,124 @@
+"""Type stubs for the compiled grading core (grader_rs, built by maturin).
+
+Everything SQL runs here, with the GIL released. The Python package re-exports these
+names from `t2sql`; import them from there.
+"""
+
+from typing import Literal, Sequence
+
+Semantics = Literal["multiset", "ordered", "set", "auto"]
+Outcome = Literal[
+    "match", "mismatch", "pred_error", "pred_timeout", "unsafe", "gold_error", "gold_timeout"
+]
+Value = int | float | str | bytes | None
+
+class T2sqlError(Exception):
+    """Base class of every error the grading core raises."""
+
+class UnsafeQuery(T2sqlError):
+    """The SQL is not one read-only SELECT/WITH/VALUES statement (or the authorizer denied it)."""
+
+class SqlError(T2sqlError):
+    """SQLite rejected or failed the query; the message is SQLite's."""
+
+class QueryTimeout(T2sqlError):
+    """The query ran past its deadline and was interrupted."""
+
+class QueryCancelled(T2sqlError):
+    """The query was interrupted through its Cancel token."""
+
+class DatabaseError(T2sqlError):
+    """The database file is missing, unreadable, corrupt or not SQLite."""
+
+class Cancel:
+    """A cancellation token: `cancel()` from any thread interrupts the query that holds it."""
+    def __init__(self) -> None: ...
+    def cancel(self) -> None: ...
+    @property
+    def cancelled(self) -> bool: ...
+
+class ToolResult:
+    """What the model sees for one `execute_sql_query` call."""
+    columns: list[str]
+    rows: list[tuple[Value, ...]]  # the preview rows, at most max_rows
+    row_count: int  # true row count, counted up to count_cap
+    row_count_capped: bool  # counting stopped at count_cap: the count is "row_count+"
+    truncated: bool  # the preview (rows, cells or text) was cut
+    elapsed_s: float
+    text: str  # the rendered text sent back to the model
+
+class Digest:
+    """A result's streaming digest: counts plus a 128-bit keyed hash (never rows)."""
+    semantics: Literal["multiset", "ordered", "set"]
+    float_digits: int | None
+    rows: int  # rows for multiset/ordered; distinct rows for set
+    columns: int
+    elapsed_s: float
+    secret_id: str  # which hash secret made it; digests of different secrets never compare
+    def to_bytes(self) -> bytes: ...
+    @staticmethod
+    def from_bytes(data: bytes) -> Digest: ...
+
+class Verdict:
+    outcome: Outcome
+    detail: str
+    semantics: Literal["multiset", "ordered", "set"]
+    pred_rows: int | None
+    gold_rows: int | None
+    elapsed_s: float
+    @property
+    def matched(self) -> bool: ...
+
+class Database:
+    """A hardened read-only connection to one SQLite file (see grader.md §3).
+
+    Not for sharing between threads at once: calls on one Database are serialized.
+    Open one per thread (t2sql.Grader does this for you).
+    """
+    path: str
+    def __init__(self, path: str, *, immutable: bool = True) -> None: ...
+    def run_tool(
+        self,
+        sql: str,
+        timeout_s: float = 10.0,
+        *,
+        max_rows: int = 20,
+        max_cell_chars: int = 120,
+        max_chars: int = 4000,
+        count_cap: int = 10000,
+        cancel: Cancel | None = None,
+    ) -> ToolResult: ...
+    def digest(
+        self,
+        sql: str,
+        semantics: Semantics = "multiset",
+        float_digits: int | None = 12,
+        timeout_s: float = 30.0,
+        *,
+        cancel: Cancel | None = None,
+    ) -> Digest: ...
+    def grade_against(
+        self,
+        pred_sql: str,
+        gold: Digest,
+        timeout_s: float = 30.0,
+        *,
+        cancel: Cancel | None = None,
+    ) -> Verdict: ...
+    def grade(
+        self,
+        pred_sql: str,
+        gold_sql: str,
+        semantics: Semantics = "multiset",
+        float_digits: int | None = 12,
+        timeout_s: float = 30.0,
+        *,
+        cancel: Cancel | None = None,
+    ) -> Verdict: ...
+    def schema(self) -> list[tuple[str, str, str]]: ...  # (type, name, sql) from sqlite_master
+
+def resolve_semantics(gold_sql: str, semantics: Semantics) -> Literal["multiset", "ordered", "set"]: ...
+def sqlite_version() -> str: ...
+def set_hash_secret(secret: bytes) -> None: ...
+def hash_secret_id() -> str: ...
+def set_heap_limit(bytes: int) -> int: ...

@@ -1,0 +1,68 @@
+"""The `t2sql` command: grade, eval, gold, convert, bench.
+
+Each subcommand lives in the module named after its domain; that module exposes
+`add_arguments(parser)` and `run(args) -> int`. Modules are imported only when their
+subcommand runs, so `t2sql grade` never pays for the eval client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "grade": ("t2sql.grading", "compare predicted SQL with gold SQL on a database"),
+    "eval": ("t2sql.evaluate", "run episodes against a model endpoint (or the oracle policy)"),
+    "gold": ("t2sql.gold", "run every gold query of a split, fill the gold cache, report"),
+    "convert": ("t2sql.data", "convert a BIRD-layout data release into miles jsonl"),
+    "bench": ("t2sql.bench", "benchmarks of the grading core against its peers"),
+}
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="t2sql", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = _wanted_command(argv)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        # Only the chosen subcommand's module is imported (and `--help` of the bare command).
+        if wanted == name:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def _wanted_command(argv: list[str] | None) -> str | None:
+    args = sys.argv[1:] if argv is None else argv
+    for a in args:
+        if a in COMMANDS:
+            return a
+    return None
+
+
+def _version() -> str:
+    from t2sql import __version__, sqlite_version
+
+    return f"t2sql {__version__} (SQLite {sqlite_version()})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
