@@ -1,0 +1,244 @@
+"""The outcome table, the shaping terms, the floor, the evidence token rule and the presets."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from t2sql import reward
+from t2sql.reward import (
+    OUTCOMES,
+    PRESETS,
+    RESERVED_SWITCHES,
+    Preset,
+    PresetError,
+    RewardTerm,
+    Trajectory,
+    content_tokens,
+    coverage,
+    get_preset,
+    register_term,
+    score,
+    unregister_term,
+)
+
+RECIPE = get_preset("qwen3.6-35b-a3b")
+BARE = get_preset("bare")
+EVIDENCE = "female superheroes refers to gender = 'Female'; published by Dark Horse Comics refers to publisher_name = 'Dark Horse Comics'"
+RESTATING = "The evidence says female means gender = 'Female' and the publisher_name is 'Dark Horse Comics'."
+
+
+def traj(outcome: str, *, prose=("",), invalid=0, evidence="", answer_turn=None) -> Trajectory:
+    prose = tuple(prose)
+    return Trajectory(
+        outcome=outcome,
+        evidence=evidence,
+        visible=prose,
+        prose=prose,
+        answer_turn=answer_turn,
+        invalid_tool_calls=invalid,
+    )
+
+
+def total(t: Trajectory, preset: Preset = RECIPE) -> float:
+    return asyncio.run(score(t, preset)).total
+
+
+# -- the outcome table, one row at a time (no evidence, no invalid calls: terms are zero)
+
+@pytest.mark.parametrize(
+    "outcome, expected",
+    [
+        ("correct", 1.0),
+        ("incorrect", 0.0),
+        ("pred_error", 0.0),
+        ("pred_timeout", 0.0),
+        ("no_solution", -1.0),
+        ("turn_cut", -1.0),
+        ("context_cut", -1.0),
+        ("unsafe", -1.0),
+        ("gold_error", 0.0),
+    ],
+)
+@pytest.mark.parametrize("preset", [RECIPE, BARE], ids=["recipe", "bare"])
+def test_outcome_table(outcome, expected, preset):
+    assert total(traj(outcome, answer_turn=0), preset) == expected
+
+
+def test_every_outcome_has_a_row_and_unknown_outcomes_are_errors():
+    assert {o for o, _ in reward.outcome_table(RECIPE)} == set(OUTCOMES)
+    with pytest.raises(PresetError, match="unknown outcome 'wrong'"):
+        RECIPE.outcome_reward("wrong")
+
+
+def test_gold_error_is_never_rewarded_as_correct_and_gets_no_terms():
+    b = asyncio.run(score(traj("gold_error", invalid=4, evidence=EVIDENCE), RECIPE))
+    assert b.total == 0.0 and b.total < RECIPE.reward_correct
+    assert b.terms == {}
+    with pytest.raises(PresetError, match="reward_gold_error"):
+        RECIPE.replace(reward_gold_error=1.0)
+
+
+# -- invalid tool calls: 0.05 each, capped at 0.2
+
+@pytest.mark.parametrize("invalid, expected", [(0, 1.0), (1, 0.95), (3, 0.85), (4, 0.8), (9, 0.8)])
+def test_invalid_tool_penalty_and_cap(invalid, expected):
+    assert total(traj("correct", invalid=invalid, answer_turn=0)) == pytest.approx(expected)
+
+
+def test_bare_has_no_shaping():
+    t = traj("correct", invalid=3, evidence=EVIDENCE, answer_turn=0)
+    b = asyncio.run(score(t, BARE))
+    assert b.total == 1.0 and b.terms == {}
+
+
+# -- evidence rules
+
+def test_evidence_both_rules_met():
+    t = traj("correct", prose=(RESTATING, "checking: " + RESTATING), evidence=EVIDENCE, answer_turn=1)
+    b = asyncio.run(score(t, RECIPE))
+    assert b.evidence.restated and b.evidence.checked
+    assert b.total == 1.0
+
+
+def test_evidence_restated_only():
+    t = traj("correct", prose=(RESTATING, "done"), evidence=EVIDENCE, answer_turn=1)
+    b = asyncio.run(score(t, RECIPE))
+    assert b.evidence.restated and not b.evidence.checked
+    assert b.total == pytest.approx(0.9)
+
+
+def test_evidence_both_skipped_on_incorrect_goes_negative_but_not_below_floor():
+    t = traj("incorrect", prose=("hmm", "answer"), invalid=4, evidence=EVIDENCE, answer_turn=1)
+    assert total(t) == pytest.approx(0.0 - 0.2 - 0.2)
+
+
+def test_restating_in_turn_three_is_too_late():
+    t = traj("correct", prose=("", "", RESTATING), evidence=EVIDENCE, answer_turn=2)
+    b = asyncio.run(score(t, RECIPE))
+    assert not b.evidence.restated and b.evidence.checked  # the answer turn still checks it
+
+
+def test_restating_may_be_spread_over_turns_one_and_two():
+    half = len(RESTATING) // 2
+    cut = RESTATING.rfind(" ", 0, half)
+    t = traj("correct", prose=(RESTATING[:cut], RESTATING[cut:], ""), evidence=EVIDENCE, answer_turn=2)
+    assert asyncio.run(score(t, RECIPE)).evidence.restated
+
+
+def test_no_evidence_means_no_evidence_rules():
+    for ev in ("", "   ", "refers to the"):  # empty, blank, stop words only
+        b = asyncio.run(score(traj("correct", evidence=ev, answer_turn=0), RECIPE))
+        assert not b.evidence.has_evidence and b.total == 1.0
+
+
+def test_checked_needs_an_answer_turn():
+    t = traj("no_solution", prose=(RESTATING,), evidence=EVIDENCE, answer_turn=None)
+    assert not asyncio.run(score(t, RECIPE)).evidence.checked
+
+
+def test_verbatim_quote_always_counts_as_checked():
+    ev = "cost > 50 and cost < 100 where type is 'Pizza'"
+    strict = RECIPE.replace(evidence_share=1.0)
+    t = traj("correct", prose=("", "as required: " + ev.upper()), evidence=ev, answer_turn=1)
+    assert asyncio.run(score(t, strict)).evidence.checked
+    t = traj("correct", prose=("", "as required: cost > 50 and type is 'Pizza'"), evidence=ev, answer_turn=1)
+    assert not asyncio.run(score(t, strict)).evidence.checked  # "100" is missing
+
+
+# -- the token rule and its edges
+
+def test_content_tokens_rule():
+    assert content_tokens("Refers to MAX(COUNT(bond_type)); T1.name = 'Dark Horse' and 2.5%") == {
+        "max", "count", "bond_type", "t1", "name", "dark", "horse", "2.5"
+    }
+    # punctuation-only literals carry no token; case does not matter
+    assert content_tokens("bond_type = '-'") == {"bond_type"}
+    assert content_tokens("GENDER") == content_tokens("gender")
+
+
+def test_identifier_is_one_token_so_spaced_words_do_not_cover_it():
+    assert coverage("bond_type", "the bond type") == 0.0
+    assert coverage("bond_type", "column bond_type") == 1.0
+
+
+def test_share_threshold_is_inclusive():
+    ev = "alpha beta gamma delta epsilon"  # 5 tokens, 60% = 3
+    assert coverage(ev, "alpha beta gamma") == pytest.approx(0.6)
+    t3 = traj("correct", prose=("alpha beta gamma",), evidence=ev, answer_turn=0)
+    t2 = traj("correct", prose=("alpha beta",), evidence=ev, answer_turn=0)
+    assert asyncio.run(score(t3, RECIPE)).evidence.restated
+    assert not asyncio.run(score(t2, RECIPE)).evidence.restated
+
+
+def test_sql_in_tool_calls_counts_only_when_the_preset_says_so():
+    t = Trajectory(
+        outcome="correct",
+        evidence=EVIDENCE,
+        visible=("SELECT * FROM x WHERE gender = 'Female' AND publisher_name = 'Dark Horse Comics' -- superheroes published",),
+        prose=("let me look",),
+        answer_turn=0,
+        invalid_tool_calls=0,
+    )
+    assert not t.check_evidence(RECIPE).restated
+    assert t.check_evidence(RECIPE.replace(evidence_counts_sql=True)).restated
+
+
+# -- the floor
+
+def test_penalties_never_push_below_minus_one_unless_the_preset_says_so():
+    t = traj("unsafe", prose=("",), invalid=4, evidence=EVIDENCE)
+    assert total(t, RECIPE) == -1.0
+    assert total(t, RECIPE.replace(penalties_below_floor=True)) == pytest.approx(-1.0 - 0.2 - 0.2)
+    assert total(traj("turn_cut", invalid=2), RECIPE.replace(penalties_below_floor=True)) == pytest.approx(-1.1)
+
+
+# -- terms hook for the recipe extras
+
+def test_registered_term_is_applied_only_when_its_switch_is_on():
+    async def equivalence(t, preset):
+        await asyncio.sleep(0)  # terms may be async (they may run SQL)
+        return -preset.equivalence_penalty if t.outcome == "correct" else 0.0
+
+    register_term(RewardTerm("equivalence", equivalence, switch="equivalence_penalty"))
+    try:
+        b = asyncio.run(score(traj("correct", answer_turn=0), RECIPE))
+        assert b.total == pytest.approx(0.8) and b.unapplied == ()
+        assert asyncio.run(score(traj("correct", answer_turn=0), BARE)).total == 1.0
+    finally:
+        unregister_term("equivalence")
+    b = asyncio.run(score(traj("correct", answer_turn=0), RECIPE))
+    assert b.unapplied == ("equivalence_penalty",) and b.total == 1.0
+
+
+def test_register_term_rejects_unknown_switch():
+    with pytest.raises(PresetError, match="not a preset field"):
+        register_term(RewardTerm("x", lambda t, p: 0.0, switch="no_such_field"))
+
+
+# -- presets
+
+def test_presets_are_complete_frozen_data():
+    assert set(PRESETS) == {"qwen3.6-35b-a3b", "bare"}
+    assert get_preset() is RECIPE
+    d = RECIPE.to_dict()
+    assert d["max_tool_calls"] == 5 and d["max_turn_tokens"] == 3072
+    assert Preset(**d) == RECIPE  # to_dict holds every field
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RECIPE.max_tool_calls = 6  # type: ignore[misc]
+    for s in RESERVED_SWITCHES:
+        assert getattr(BARE, s) == 0
+    assert RECIPE.equivalence_penalty == 0.2
+
+
+def test_preset_errors_say_what_to_do():
+    with pytest.raises(PresetError, match="choose one of: bare, qwen3.6-35b-a3b"):
+        get_preset("qwen3")
+    with pytest.raises(PresetError, match="unknown preset field.*max_tool_call\\b"):
+        RECIPE.replace(max_tool_call=3)
+    with pytest.raises(PresetError, match="evidence_share"):
+        RECIPE.replace(evidence_share=1.5)
+    with pytest.raises(PresetError, match="invalid_tool_penalty is an amount taken off"):
+        RECIPE.replace(invalid_tool_penalty=-0.05)
