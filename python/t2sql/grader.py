@@ -1,0 +1,621 @@
+"""The Grader: tool calls and grades at training scale, over the Rust core.
+
+During RL hundreds of trajectories share one asyncio loop; each makes up to five tool calls
+and one grade, and every task's gold result is needed again and again. One Grader owns:
+
+- the SQL workers (threads by default; worker processes or Ray actors, see t2sql.pool), whose
+  size is the one concurrency limit shared by tool calls, golds and predictions;
+- connections cached per worker thread per database file;
+- the gold digest cache: in memory, and on disk under `cache_dir` when given, keyed by the
+  database's identity, the gold SQL, the semantics, float_digits and the SQLite version;
+- timeouts and the single retry of a grade whose prediction or gold timed out;
+- the database manifest check (a file that changed since prepare is refused).
+
+`await grader.run_tool(...)` / `await grader.grade(...)` never block the event loop: SQL runs
+on the workers with the GIL released, and cancelling the awaiting task interrupts SQLite at
+once through the query's Cancel token. `run_tool_sync` / `grade_sync` are the same calls for
+scripts (they run on a private event loop thread owned by the Grader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import errno
+import hashlib
+import json
+import logging
+import os
+import struct
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import t2sql
+from t2sql import (
+    DatabaseError,
+    Digest,
+    QueryTimeout,
+    SqlError,
+    T2sqlError,
+    UnsafeQuery,
+    hash_secret_id,
+    resolve_semantics,
+    set_hash_secret,
+    sqlite_version,
+)
+from t2sql.manifest import Manifest
+from t2sql.pool import (
+    Job,
+    ProcessBackend,
+    RayBackend,
+    ThreadBackend,
+    VerdictData,
+    WorkerLost,
+    next_job_id,
+)
+
+log = logging.getLogger("t2sql.grader")
+
+BACKENDS = ("thread", "process", "ray")
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """One prediction graded against one gold query.
+
+    outcome: match | mismatch | pred_error | pred_timeout | unsafe | gold_error | gold_timeout.
+    retried: the first attempt timed out (prediction or gold) and this is the second.
+    gold_cached: the gold digest came from the cache (memory or disk), not a fresh run.
+    elapsed_s: wall time of the whole call, queueing included.
+    """
+
+    outcome: str
+    detail: str
+    retried: bool
+    pred_rows: int | None
+    gold_rows: int | None
+    elapsed_s: float
+    semantics: str
+    gold_cached: bool = False
+
+    @property
+    def matched(self) -> bool:
+        return self.outcome == "match"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GoldResult:
+    """A gold query's digest (or its failure), as `Grader.gold` returns it."""
+
+    outcome: str  # "ok" | "gold_error" | "gold_timeout"
+    detail: str
+    rows: int | None
+    columns: int | None
+    elapsed_s: float  # SQLite's time for the gold query; 0 when it came from the cache
+    source: str  # "memory" | "disk" | "computed" | "failed"
+    digest: bytes | None = None  # Digest.to_bytes(), for grading against
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+@dataclass(frozen=True)
+class _DbIdentity:
+    stat: tuple[int, int]  # (size, mtime_ns) when first seen
+    cache_id: str  # what the gold cache keys on: manifest sha256, or path + size + mtime
+
+
+class GoldCacheError(T2sqlError):
+    """The gold cache directory cannot be used (unreadable secret, not a directory, ...)."""
+
+
+# Which cache's hash secret this process runs with (set_hash_secret is process-wide).
+_installed_secret: tuple[bytes, str] | None = None
+_secret_lock = threading.Lock()
+
+
+def _install_process_secret(secret: bytes, owner: str) -> None:
+    global _installed_secret
+    with _secret_lock:
+        if _installed_secret is None:
+            set_hash_secret(secret)
+            _installed_secret = (secret, owner)
+        elif _installed_secret[0] != secret:
+            raise GoldCacheError(
+                f"this process already grades with the hash secret of {_installed_secret[1]}; "
+                f"a second gold cache ({owner}) with another secret cannot be used in the same "
+                "process: share one cache_dir per process"
+            )
+
+
+class Grader:
+    def __init__(
+        self,
+        *,
+        concurrency: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        tool_timeout_s: float = 10.0,
+        grade_timeout_s: float = 30.0,
+        backend: str = "thread",
+        manifest: Manifest | str | os.PathLike | None = None,
+        worker_heap_limit: int | None = None,
+    ):
+        """
+        concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
+        cache_dir: keep gold digests on disk here too (shared safely by several processes).
+        backend: "thread" | "process" | "ray" (Ray must already be initialised).
+        manifest: a Manifest or the path of one; databases not matching it are refused.
+        worker_heap_limit: bytes of SQLite heap per worker process/actor (process and ray only).
+        """
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if tool_timeout_s <= 0 or grade_timeout_s <= 0:
+            raise ValueError("tool_timeout_s and grade_timeout_s must be positive")
+        self.tool_timeout_s = float(tool_timeout_s)
+        self.grade_timeout_s = float(grade_timeout_s)
+        self.backend_name = backend
+        if manifest is not None and not isinstance(manifest, Manifest):
+            manifest = Manifest.load(manifest)
+        self.manifest: Manifest | None = manifest
+        self._sqlite_version = sqlite_version()
+
+        self._disk: _DiskGoldCache | None = None
+        secret: bytes | None = None
+        if cache_dir is not None:
+            self._disk = _DiskGoldCache(Path(cache_dir))
+            secret = self._disk.secret
+            _install_process_secret(secret, str(self._disk.root))
+
+        if backend == "thread":
+            self._backend = ThreadBackend(concurrency or os.cpu_count() or 1)
+            self._secret_tag = None  # the process secret, read per call (hash_secret_id)
+        else:
+            if secret is None:
+                secret = os.urandom(32)  # workers share it, so a digest made by one grades on any
+            self._secret_tag = hashlib.sha256(secret).hexdigest()[:16]
+            if backend == "process":
+                self._backend = ProcessBackend(
+                    concurrency or os.cpu_count() or 1, secret=secret, heap_limit=worker_heap_limit
+                )
+            else:
+                self._backend = RayBackend(concurrency, secret=secret, heap_limit=worker_heap_limit)
+        self.concurrency = self._backend.size
+
+        self._lock = threading.Lock()
+        self._identities: dict[str, _DbIdentity] = {}
+        self._memory: dict[tuple, GoldResult] = {}
+        self._inflight: dict[tuple, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._io = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="t2sql-cache-io")
+        self._sync_loop: asyncio.AbstractEventLoop | None = None
+        self._sync_thread: threading.Thread | None = None
+        self._closed = False
+        self._counters = {
+            "tool_calls": 0,
+            "grades": 0,
+            "retries": 0,
+            "gold_memory_hits": 0,
+            "gold_disk_hits": 0,
+            "gold_computed": 0,
+            "gold_failures": 0,
+        }
+
+    # ------------------------------------------------------------------ public asyncio API
+
+    async def run_tool(
+        self,
+        db_path: str,
+        sql: str,
+        *,
+        timeout_s: float | None = None,
+        max_rows: int = 20,
+        max_cell_chars: int = 120,
+        max_chars: int = 4000,
+        count_cap: int = 10000,
+    ):
+        """One `execute_sql_query` call. Raises UnsafeQuery / SqlError / QueryTimeout /
+        DatabaseError exactly like Database.run_tool."""
+        self._check_open()
+        identity = await self._identity(db_path)
+        options = {
+            "timeout_s": float(timeout_s or self.tool_timeout_s),
+            "max_rows": max_rows,
+            "max_cell_chars": max_cell_chars,
+            "max_chars": max_chars,
+            "count_cap": count_cap,
+        }
+        self._count("tool_calls")
+        return await self._submit(Job("tool", db_path, identity.stat, sql, options, job_id=next_job_id()))
+
+    async def grade(
+        self,
+        db_path: str,
+        pred_sql: str,
+        gold_sql: str,
+        *,
+        semantics: str = "multiset",
+        float_digits: int | None = 12,
+        timeout_s: float | None = None,
+    ) -> GradeResult:
+        """Grade `pred_sql` against `gold_sql`. SQL problems are outcomes, never exceptions;
+        a missing or changed database raises DatabaseError."""
+        self._check_open()
+        started = time.perf_counter()
+        timeout = float(timeout_s or self.grade_timeout_s)
+        resolved = resolve_semantics(gold_sql, semantics)
+        self._count("grades")
+        retried = False
+        for attempt in (0, 1):
+            gold = await self.gold(
+                db_path, gold_sql, semantics=resolved, float_digits=float_digits, timeout_s=timeout
+            )
+            if not gold.ok:
+                if gold.outcome == "gold_timeout" and attempt == 0:
+                    retried = True
+                    self._count("retries")
+                    continue
+                return GradeResult(gold.outcome, gold.detail, retried, None, None,
+                                   time.perf_counter() - started, resolved, False)
+            verdict = await self._grade_prediction(db_path, pred_sql, gold, timeout)
+            if verdict.outcome == "pred_timeout" and attempt == 0:
+                retried = True
+                self._count("retries")
+                continue
+            return GradeResult(
+                verdict.outcome, verdict.detail, retried, verdict.pred_rows,
+                verdict.gold_rows if verdict.gold_rows is not None else gold.rows,
+                time.perf_counter() - started, verdict.semantics or resolved, gold.source != "computed",
+            )
+        raise AssertionError("unreachable: the second attempt always returns")
+
+    async def gold(
+        self,
+        db_path: str,
+        gold_sql: str,
+        *,
+        semantics: str = "multiset",
+        float_digits: int | None = 12,
+        timeout_s: float | None = None,
+    ) -> GoldResult:
+        """The gold query's digest, from the cache or run now (and cached if it succeeded).
+
+        Concurrent requests for the same gold share one run. A failed or timed-out gold is
+        not cached: the next request runs it again."""
+        self._check_open()
+        identity = await self._identity(db_path)
+        resolved = resolve_semantics(gold_sql, semantics)
+        key = _gold_key(identity.cache_id, gold_sql, resolved, float_digits, self._sqlite_version)
+        memory_key = (key, self._secret_id())
+        hit = self._memory.get(memory_key)
+        if hit is not None:
+            self._count("gold_memory_hits")
+            return GoldResult(hit.outcome, hit.detail, hit.rows, hit.columns, 0.0, "memory", hit.digest)
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._inflight.get(memory_key)
+            if entry is None or entry[0] is not loop:
+                task = loop.create_task(self._load_or_run_gold(
+                    memory_key, key, db_path, identity, gold_sql, resolved, float_digits,
+                    float(timeout_s or self.grade_timeout_s),
+                ))
+                self._inflight[memory_key] = (loop, task)
+            else:
+                task = entry[1]
+        # Shielded: one waiter's cancellation must not fail the others waiting on this gold.
+        return await asyncio.shield(task)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    # ------------------------------------------------------------------ blocking API
+
+    def run_tool_sync(self, db_path: str, sql: str, **kwargs):
+        return self._run_sync(self.run_tool(db_path, sql, **kwargs))
+
+    def grade_sync(self, db_path: str, pred_sql: str, gold_sql: str, **kwargs) -> GradeResult:
+        return self._run_sync(self.grade(db_path, pred_sql, gold_sql, **kwargs))
+
+    def gold_sync(self, db_path: str, gold_sql: str, **kwargs) -> GoldResult:
+        return self._run_sync(self.gold(db_path, gold_sql, **kwargs))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._backend.close()
+        self._io.shutdown(wait=True)
+        if self._sync_loop is not None:
+            self._sync_loop.call_soon_threadsafe(self._sync_loop.stop)
+            self._sync_thread.join(timeout=10)
+            self._sync_loop.close()
+
+    def __enter__(self) -> Grader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Grader:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    def stats(self) -> dict[str, int]:
+        """Counters since creation: calls, retries, gold cache hits/misses, cache faults."""
+        with self._lock:
+            out = dict(self._counters)
+        if self._disk is not None:
+            out.update(self._disk.counters())
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Grader is closed; create a new one")
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counters[name] += n
+
+    def _secret_id(self) -> str:
+        return self._secret_tag or hash_secret_id()
+
+    async def _submit(self, job: Job):
+        fut = self._backend.submit(job)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.cancel()  # still queued: never runs
+            self._backend.cancel(job)  # running: SQLite stops at its next progress check
+            raise
+
+    async def _identity(self, db_path: str) -> _DbIdentity:
+        """The file's identity; checked against the manifest at first use and after any
+        change of size or mtime. A stat costs microseconds, so it runs on the loop; the
+        sha256 a manifest may need runs in a thread."""
+        try:
+            st = os.stat(db_path)
+        except FileNotFoundError:
+            raise DatabaseError(
+                f"database file not found: {db_path}; check --db-root and the task's db_id"
+            ) from None
+        except OSError as e:
+            raise DatabaseError(f"cannot read database file {db_path}: {e}") from None
+        stat = (st.st_size, st.st_mtime_ns)
+        known = self._identities.get(db_path)
+        if known is not None and known.stat == stat:
+            return known
+        if self.manifest is not None:
+            entry = await asyncio.get_running_loop().run_in_executor(
+                self._io, self.manifest.verify, db_path, st
+            )
+            cache_id = "sha256:" + entry.sha256
+        else:
+            cache_id = f"file:{os.path.realpath(db_path)}:{stat[0]}:{stat[1]}"
+        identity = _DbIdentity(stat, cache_id)
+        with self._lock:
+            self._identities[db_path] = identity
+        return identity
+
+    async def _load_or_run_gold(self, memory_key, key, db_path, identity, gold_sql, semantics,
+                                float_digits, timeout_s) -> GoldResult:
+        loop = asyncio.get_running_loop()
+        try:
+            result = None
+            if self._disk is not None:
+                data = await loop.run_in_executor(self._io, self._disk.load, key, semantics, float_digits)
+                if data is not None:
+                    d = Digest.from_bytes(data)
+                    result = GoldResult("ok", "", d.rows, d.columns, 0.0, "disk", data)
+                    self._count("gold_disk_hits")
+            if result is None:
+                result = await self._run_gold(db_path, identity, gold_sql, semantics, float_digits, timeout_s)
+                if result.ok and self._disk is not None:
+                    await loop.run_in_executor(self._io, self._disk.store, key, result.digest)
+            if result.ok:
+                with self._lock:
+                    self._memory[memory_key] = result
+            return result
+        finally:
+            with self._lock:
+                entry = self._inflight.get(memory_key)
+                if entry is not None and entry[1] is asyncio.current_task():
+                    del self._inflight[memory_key]
+
+    async def _run_gold(self, db_path, identity, gold_sql, semantics, float_digits, timeout_s) -> GoldResult:
+        options = {"semantics": semantics, "float_digits": float_digits, "timeout_s": timeout_s}
+        job = Job("digest", db_path, identity.stat, gold_sql, options, job_id=next_job_id())
+        started = time.perf_counter()
+        try:
+            data = await self._submit(job)
+        except QueryTimeout as e:
+            self._count("gold_failures")
+            return GoldResult("gold_timeout", f"gold query timed out: {e}", None, None,
+                              time.perf_counter() - started, "failed")
+        except (UnsafeQuery, SqlError) as e:  # WorkerLost is an SqlError
+            self._count("gold_failures")
+            kind = "unsafe" if isinstance(e, UnsafeQuery) else "error"
+            return GoldResult("gold_error", f"gold query {kind}: {e}", None, None,
+                              time.perf_counter() - started, "failed")
+        d = Digest.from_bytes(data)
+        self._count("gold_computed")
+        return GoldResult("ok", "", d.rows, d.columns, d.elapsed_s, "computed", data)
+
+    async def _grade_prediction(self, db_path, pred_sql, gold: GoldResult, timeout_s) -> VerdictData:
+        identity = await self._identity(db_path)
+        job = Job("grade", db_path, identity.stat, pred_sql, {"timeout_s": timeout_s}, gold.digest,
+                  job_id=next_job_id())
+        try:
+            return await self._submit(job)
+        except UnsafeQuery as e:
+            return VerdictData("unsafe", str(e), "", None, gold.rows, 0.0)
+        except QueryTimeout as e:
+            return VerdictData("pred_timeout", str(e), "", None, gold.rows, 0.0)
+        except WorkerLost as e:
+            return VerdictData("pred_error", str(e), "", None, gold.rows, 0.0)
+        except DatabaseError:
+            raise
+        except SqlError as e:
+            return VerdictData("pred_error", str(e), "", None, gold.rows, 0.0)
+
+    def _run_sync(self, coro):
+        self._check_open()
+        with self._lock:
+            if self._sync_loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="t2sql-grader-sync", daemon=True)
+                thread.start()
+                self._sync_loop, self._sync_thread = loop, thread
+        return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
+
+
+def _gold_key(cache_id: str, gold_sql: str, semantics: str, float_digits: int | None, version: str) -> str:
+    text = json.dumps([cache_id, gold_sql, semantics, float_digits, version], ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------- the disk cache
+
+_MAGIC = b"t2sql-gold-digest-v1\n"
+_os_write = os.write  # the cache's only write path (tests make it fail with ENOSPC)
+
+
+class _DiskGoldCache:
+    """Gold digests on disk: `<root>/gold/<k[:2]>/<k>.digest`, one file per key.
+
+    A file is MAGIC + u32 header length + header JSON (key, semantics, float_digits, secret
+    id) + Digest.to_bytes() + sha256 of everything before it. Written to a temp file, fsynced
+    and renamed, so a reader (in any process) sees a whole entry or none; a file that fails
+    any check is reported, deleted and recomputed. `<root>/secret` holds the 32-byte hash
+    secret every process using this cache installs, so their digests compare.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root.resolve()
+        try:
+            (self.root / "gold").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise GoldCacheError(f"cannot create the gold cache under {self.root}: {e}") from e
+        self.secret = self._read_or_create_secret()
+        self._lock = threading.Lock()
+        self._counters = {"cache_corrupt": 0, "cache_write_errors": 0, "cache_writes": 0}
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counters)
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counters[name] += 1
+
+    def _read_or_create_secret(self) -> bytes:
+        path = self.root / "secret"
+        if not path.exists():
+            # Create under a private name, then link: os.link never overwrites, so when two
+            # processes race, exactly one secret wins and both read it.
+            tmp = self.root / f".secret.{os.getpid()}.{threading.get_ident()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, os.urandom(32))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        try:
+            secret = path.read_bytes()
+        except OSError as e:
+            raise GoldCacheError(f"cannot read the gold cache secret {path}: {e}") from e
+        if len(secret) != 32:
+            raise GoldCacheError(
+                f"{path} holds {len(secret)} bytes, not a 32-byte hash secret; delete {path} and "
+                f"{self.root / 'gold'} to start a fresh cache"
+            )
+        return secret
+
+    def path_for(self, key: str) -> Path:
+        return self.root / "gold" / key[:2] / f"{key}.digest"
+
+    def load(self, key: str, semantics: str, float_digits: int | None) -> bytes | None:
+        path = self.path_for(key)
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return self._reject(path, f"unreadable ({e})")
+        try:
+            if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 4 + 32:
+                raise ValueError("not a t2sql gold digest file")
+            body, checksum = blob[:-32], blob[-32:]
+            if hashlib.sha256(body).digest() != checksum:
+                raise ValueError("checksum mismatch (torn or altered file)")
+            (header_len,) = struct.unpack_from(">I", body, len(_MAGIC))
+            start = len(_MAGIC) + 4
+            header = json.loads(body[start:start + header_len])
+            data = body[start + header_len:]
+            if header.get("key") != key:
+                raise ValueError("entry belongs to another key")
+            digest = Digest.from_bytes(data)
+            if digest.secret_id != hash_secret_id():
+                raise ValueError("made with another hash secret")
+            if digest.semantics != semantics or digest.float_digits != float_digits:
+                raise ValueError("semantics or float_digits differ from the key")
+        except (ValueError, KeyError, TypeError, struct.error, T2sqlError) as e:
+            return self._reject(path, str(e))
+        return data
+
+    def _reject(self, path: Path, why: str) -> None:
+        log.warning("gold cache entry %s is unusable (%s): deleted, the gold runs again", path, why)
+        self._count("cache_corrupt")
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+
+    def store(self, key: str, data: bytes) -> bool:
+        """Write one entry; a failure (full disk, read-only) is reported and the grader goes
+        on without it: the digest stays in memory."""
+        path = self.path_for(key)
+        header = json.dumps({"key": key, "secret_id": hash_secret_id()}).encode()
+        body = _MAGIC + struct.pack(">I", len(header)) + header + data
+        blob = body + hashlib.sha256(body).digest()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(blob)
+                while view:
+                    n = _os_write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            what = "the disk is full" if e.errno == errno.ENOSPC else str(e)
+            log.warning("could not write gold cache entry %s (%s); continuing without it", path, what)
+            self._count("cache_write_errors")
+            return False
+        self._count("cache_writes")
+        return True

@@ -1,0 +1,498 @@
+"""Where the SQL of a `t2sql.Grader` runs: threads, worker processes, or Ray actors.
+
+Every backend runs the same three jobs (`tool`, `digest`, `grade`) through `run_job`, with
+connections cached per thread per database file, and exposes `submit(job) ->
+concurrent.futures.Future` plus `cancel(job)`. At most `size` jobs run at once: the pool
+itself is the Grader's one concurrency limit, shared by tool calls, golds and predictions.
+
+- thread: a ThreadPoolExecutor; the Rust core releases the GIL, so threads run SQLite in
+  parallel. Cheapest, one heap for everything.
+- process: one worker process per slot, each with its own SQLite heap (and an optional
+  heap limit), so a memory bomb in one query cannot starve the others; a dead worker is
+  replaced and its job fails with a typed error.
+- ray: one Ray actor per slot, so SQL spreads over the CPU cores of a whole cluster.
+
+Results that cross a process boundary are plain tuples (`ToolPreview` for tool results);
+errors cross as (class name, message) and are re-raised as the same t2sql exception.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import multiprocessing
+import os
+import queue
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import t2sql
+from t2sql import Cancel, Database, Digest
+
+# Connections kept per thread; an RL run touches a few dozen databases, BIRD train ~70.
+MAX_CONNECTIONS_PER_THREAD = 128
+
+_local = threading.local()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of SQL work. `identity` is the file's (size, mtime_ns) seen by the Grader:
+    a cached connection opened on another identity is reopened (the file was replaced)."""
+
+    kind: str  # "tool" | "digest" | "grade"
+    db_path: str
+    identity: tuple[int, int]
+    sql: str
+    options: dict[str, Any]
+    gold: bytes | None = None  # the gold digest, for "grade"
+    job_id: int = 0
+
+
+@dataclass(frozen=True)
+class ToolPreview:
+    """A tool result that crossed a process boundary: the same fields as t2sql.ToolResult."""
+
+    columns: list[str]
+    rows: list[tuple]
+    row_count: int
+    row_count_capped: bool
+    truncated: bool
+    elapsed_s: float
+    text: str
+
+
+@dataclass(frozen=True)
+class VerdictData:
+    """The fields of a t2sql.Verdict, picklable."""
+
+    outcome: str
+    detail: str
+    semantics: str
+    pred_rows: int | None
+    gold_rows: int | None
+    elapsed_s: float
+
+
+class WorkerLost(t2sql.SqlError):
+    """The worker process or actor running a query died (killed, out of memory, crashed).
+
+    A subclass of SqlError: for a tool call it reads like any failed query, and a grade
+    reports it as the prediction's (or gold's) error; the worker is replaced."""
+
+
+def connection(db_path: str, identity: tuple[int, int]) -> Database:
+    """This thread's open connection to `db_path`, reopened if the file's identity changed."""
+    cache: OrderedDict | None = getattr(_local, "connections", None)
+    if cache is None:
+        cache = _local.connections = OrderedDict()
+    entry = cache.get(db_path)
+    if entry is not None and entry[0] == identity:
+        cache.move_to_end(db_path)
+        return entry[1]
+    db = Database(db_path)
+    cache[db_path] = (identity, db)
+    cache.move_to_end(db_path)
+    while len(cache) > MAX_CONNECTIONS_PER_THREAD:
+        cache.popitem(last=False)
+    return db
+
+
+def run_job(job: Job, cancel: Cancel | None):
+    """Run one job on this thread's connection. Raises the core's exceptions unchanged."""
+    db = connection(job.db_path, job.identity)
+    o = job.options
+    if job.kind == "tool":
+        return db.run_tool(
+            job.sql,
+            o["timeout_s"],
+            max_rows=o["max_rows"],
+            max_cell_chars=o["max_cell_chars"],
+            max_chars=o["max_chars"],
+            count_cap=o["count_cap"],
+            cancel=cancel,
+        )
+    if job.kind == "digest":
+        digest = db.digest(job.sql, o["semantics"], o["float_digits"], o["timeout_s"], cancel=cancel)
+        return digest.to_bytes()
+    if job.kind == "grade":
+        gold = Digest.from_bytes(job.gold)
+        v = db.grade_against(job.sql, gold, o["timeout_s"], cancel=cancel)
+        return VerdictData(v.outcome, v.detail, v.semantics, v.pred_rows, v.gold_rows, v.elapsed_s)
+    raise ValueError(f"unknown job kind {job.kind!r}")
+
+
+def run_job_portable(job: Job, cancel: Cancel | None):
+    """run_job for another process: ("ok", value) or ("error", class name, message)."""
+    try:
+        value = run_job(job, cancel)
+    except t2sql.T2sqlError as e:
+        return ("error", type(e).__name__, str(e))
+    except Exception as e:  # a bug or an unexpected failure: report it, keep the worker alive
+        return ("error", "RuntimeError", f"{type(e).__name__}: {e}")
+    if job.kind == "tool":
+        value = ToolPreview(
+            list(value.columns), [tuple(r) for r in value.rows], value.row_count,
+            value.row_count_capped, value.truncated, value.elapsed_s, value.text,
+        )
+    return ("ok", value)
+
+
+def unpack(reply):
+    """The value of a run_job_portable reply, or its exception raised as the same type."""
+    if reply[0] == "ok":
+        return reply[1]
+    _, name, message = reply
+    cls = getattr(t2sql, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        cls = RuntimeError
+    raise cls(message)
+
+
+class ThreadBackend:
+    """Jobs on a pool of `size` threads of this process."""
+
+    name = "thread"
+
+    def __init__(self, size: int):
+        self.size = size
+        self._executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="t2sql-sql")
+        self._tokens: dict[int, Cancel] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, job: Job) -> concurrent.futures.Future:
+        cancel = Cancel()
+        with self._lock:
+            self._tokens[job.job_id] = cancel
+        fut = self._executor.submit(run_job, job, cancel)
+        fut.add_done_callback(lambda _f, j=job.job_id: self._forget(j))
+        return fut
+
+    def _forget(self, job_id: int) -> None:
+        with self._lock:
+            self._tokens.pop(job_id, None)
+
+    def cancel(self, job: Job) -> None:
+        with self._lock:
+            token = self._tokens.get(job.job_id)
+        if token is not None:
+            token.cancel()
+
+    def close(self) -> None:
+        with self._lock:
+            for token in self._tokens.values():
+                token.cancel()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class _DispatchedBackend:
+    """Jobs on `size` remote workers; one dispatcher thread per worker sends it one job at a
+    time and waits for the reply, so at most `size` jobs run and a slow job blocks nobody
+    else's worker."""
+
+    name = "remote"
+
+    def __init__(self, size: int):
+        self.size = size
+        self._queue: queue.Queue = queue.Queue()
+        self._running: dict[int, int] = {}  # job_id -> worker index
+        self._lock = threading.Lock()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+
+    def _start_dispatchers(self) -> None:
+        for index in range(self.size):
+            t = threading.Thread(target=self._dispatch, args=(index,), name=f"t2sql-{self.name}-{index}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def submit(self, job: Job) -> concurrent.futures.Future:
+        if self._closed:
+            raise RuntimeError("the Grader is closed")
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((job, fut))
+        return fut
+
+    def cancel(self, job: Job) -> None:
+        with self._lock:
+            index = self._running.get(job.job_id)
+        if index is not None:
+            try:
+                self._cancel_on(index, job.job_id)
+            except Exception:  # the worker is gone; its reply (or death) settles the job
+                pass
+
+    def _dispatch(self, index: int) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            job, fut = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            with self._lock:
+                self._running[job.job_id] = index
+            try:
+                reply = self._call_on(index, job)
+            except WorkerLost as e:
+                fut.set_exception(e)
+                self._restart(index)
+                continue
+            except BaseException as e:  # noqa: BLE001 - the caller gets every failure
+                fut.set_exception(e)
+                continue
+            finally:
+                with self._lock:
+                    self._running.pop(job.job_id, None)
+            try:
+                fut.set_result(unpack(reply))
+            except BaseException as e:  # noqa: BLE001
+                fut.set_exception(e)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Fail what is still queued, then stop each dispatcher.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[1].cancel()
+        with self._lock:
+            running = dict(self._running)
+        for job_id, index in running.items():
+            try:
+                self._cancel_on(index, job_id)
+            except Exception:
+                pass
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout=30)
+        self._close_workers()
+
+    # Implemented by each backend.
+    def _call_on(self, index: int, job: Job):
+        raise NotImplementedError
+
+    def _cancel_on(self, index: int, job_id: int) -> None:
+        raise NotImplementedError
+
+    def _restart(self, index: int) -> None:
+        raise NotImplementedError
+
+    def _close_workers(self) -> None:
+        raise NotImplementedError
+
+
+def _worker_main(job_conn, cancel_conn, secret: bytes | None, heap_limit: int | None) -> None:
+    """A worker process: run jobs from job_conn; a side thread reads job ids to cancel."""
+    if secret is not None:
+        t2sql.set_hash_secret(secret)
+    if heap_limit:
+        t2sql.set_heap_limit(heap_limit)
+    current: list = [None, None]  # [job_id, Cancel]
+    lock = threading.Lock()
+
+    def listen_for_cancels() -> None:
+        while True:
+            try:
+                job_id = cancel_conn.recv()
+            except (EOFError, OSError):
+                return
+            with lock:
+                if current[0] == job_id and current[1] is not None:
+                    current[1].cancel()
+
+    threading.Thread(target=listen_for_cancels, daemon=True).start()
+    while True:
+        try:
+            job = job_conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if job is None:
+            return
+        cancel = Cancel()
+        with lock:
+            current[0], current[1] = job.job_id, cancel
+        reply = run_job_portable(job, cancel)
+        with lock:
+            current[0], current[1] = None, None
+        try:
+            job_conn.send(reply)
+        except (OSError, BrokenPipeError):
+            return
+
+
+class ProcessBackend(_DispatchedBackend):
+    """Jobs on `size` worker processes, each with its own SQLite heap.
+
+    `heap_limit` (bytes) caps each worker's SQLite heap (sqlite3_hard_heap_limit64), so one
+    query's sort or huge string fails with an SQL error instead of eating the machine.
+    Workers use the 'spawn' start method: no fork of a process that holds threads and locks.
+    """
+
+    name = "process"
+
+    def __init__(self, size: int, *, secret: bytes, heap_limit: int | None = None):
+        super().__init__(size)
+        self._secret = secret
+        self._heap_limit = heap_limit
+        self._ctx = multiprocessing.get_context("spawn")
+        self._workers: list = [None] * size
+        self._cancel_locks = [threading.Lock() for _ in range(size)]
+        for index in range(size):
+            self._spawn(index)
+        self._start_dispatchers()
+
+    def _spawn(self, index: int) -> None:
+        job_parent, job_child = self._ctx.Pipe()
+        cancel_parent, cancel_child = self._ctx.Pipe()
+        proc = self._ctx.Process(
+            target=_worker_main, args=(job_child, cancel_child, self._secret, self._heap_limit),
+            name=f"t2sql-worker-{index}", daemon=True,
+        )
+        proc.start()
+        job_child.close()
+        cancel_child.close()
+        self._workers[index] = (proc, job_parent, cancel_parent)
+
+    def worker_pids(self) -> list[int]:
+        return [w[0].pid for w in self._workers if w is not None]
+
+    def _call_on(self, index: int, job: Job):
+        proc, job_conn, _ = self._workers[index]
+        try:
+            job_conn.send(job)
+            return job_conn.recv()
+        except (EOFError, OSError, BrokenPipeError) as e:
+            proc.join(timeout=1)
+            code = proc.exitcode
+            raise WorkerLost(
+                f"the worker process running this query died (exit code {code}); "
+                "a query that needs more memory than the worker's limit, or a crash, does this"
+            ) from e
+
+    def _cancel_on(self, index: int, job_id: int) -> None:
+        _, _, cancel_conn = self._workers[index]
+        with self._cancel_locks[index]:
+            cancel_conn.send(job_id)
+
+    def _restart(self, index: int) -> None:
+        proc, job_conn, cancel_conn = self._workers[index]
+        for conn in (job_conn, cancel_conn):
+            conn.close()
+        if proc.is_alive():
+            proc.kill()
+        proc.join(timeout=5)
+        if not self._closed:
+            self._spawn(index)
+
+    def _close_workers(self) -> None:
+        for proc, job_conn, cancel_conn in self._workers:
+            try:
+                job_conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for proc, job_conn, cancel_conn in self._workers:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+            job_conn.close()
+            cancel_conn.close()
+
+
+class _RayWorker:
+    """The body of one Ray actor: runs one job at a time; `cancel` arrives on a second
+    thread of the actor (max_concurrency=2)."""
+
+    def __init__(self, secret: bytes, heap_limit: int | None):
+        t2sql.set_hash_secret(secret)
+        if heap_limit:
+            t2sql.set_heap_limit(heap_limit)
+        self._lock = threading.Lock()
+        self._current: tuple[int, Cancel] | None = None
+
+    def run(self, job: Job):
+        cancel = Cancel()
+        with self._lock:
+            self._current = (job.job_id, cancel)
+        try:
+            return run_job_portable(job, cancel)
+        finally:
+            with self._lock:
+                self._current = None
+
+    def cancel(self, job_id: int) -> None:
+        with self._lock:
+            if self._current is not None and self._current[0] == job_id:
+                self._current[1].cancel()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayBackend(_DispatchedBackend):
+    """Jobs on `size` Ray actors (num_cpus=1 each). Ray must be initialised by the caller
+    (`ray.init(...)`, or inside a Ray job); database paths must exist on every node."""
+
+    name = "ray"
+
+    def __init__(self, size: int | None, *, secret: bytes, heap_limit: int | None = None):
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError(
+                "backend='ray' needs a running Ray: call ray.init() (or run inside a Ray job) "
+                "before creating the Grader"
+            )
+        if size is None:
+            size = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        super().__init__(size)
+        self._ray = ray
+        self._actor_cls = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=-1)(_RayWorker)
+        self._secret = secret
+        self._heap_limit = heap_limit
+        self._actors = [self._actor_cls.remote(secret, heap_limit) for _ in range(size)]
+        ray.get([a.pid.remote() for a in self._actors])  # fail here, not at the first query
+        self._start_dispatchers()
+
+    def _call_on(self, index: int, job: Job):
+        ray = self._ray
+        try:
+            return ray.get(self._actors[index].run.remote(job))
+        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:
+            raise WorkerLost(f"the Ray actor running this query died: {e}") from e
+
+    def _cancel_on(self, index: int, job_id: int) -> None:
+        self._actors[index].cancel.remote(job_id)
+
+    def _restart(self, index: int) -> None:
+        # max_restarts=-1 lets Ray restart the actor; a fresh handle is cheap insurance.
+        try:
+            self._ray.kill(self._actors[index], no_restart=True)
+        except Exception:
+            pass
+        if not self._closed:
+            self._actors[index] = self._actor_cls.remote(self._secret, self._heap_limit)
+
+    def _close_workers(self) -> None:
+        for actor in self._actors:
+            try:
+                self._ray.kill(actor)
+            except Exception:
+                pass
+
+
+_job_ids = itertools.count(1)
+
+
+def next_job_id() -> int:
+    return next(_job_ids)
