@@ -1,0 +1,246 @@
+"""Re-draft and repetition / collapse guards: pure functions over an episode's turns.
+
+Four behaviours that RL on long multi-turn episodes tends to reward by accident, each detected by a
+plain function, counted, named in the episode's metrics, and (when its preset switch is on) turned
+into a reward term by `reward_terms()`:
+
+- repeated tool query (`repeated_tool_queries`): a tool query equal to an earlier one of the same
+  episode after `normalize_sql` (whitespace collapsed, keywords/identifiers lower-cased, trailing
+  semicolons dropped; the text inside '...' string literals is kept as written, because
+  `name = 'Bob'` and `name = 'bob'` are different queries in SQLite). It spends a tool call to
+  learn nothing new. Count = calls that repeat an earlier one.
+- solution re-draft (`solution_redrafts`): in the visible text (outside <think>), a `<solution>`
+  opened after a complete `<solution>...</solution>` block of the same turn. The episode grades the
+  last block; re-drafting in the open is hedging. Count = `<solution>` openings after the first
+  complete block, summed over turns.
+- n-gram repetition inside a turn (`ngram_repetition`): over a turn's raw text (<think> included,
+  where collapse loops happen), the share of its word n-grams that repeat an earlier n-gram of the
+  same turn: 1 - distinct/total. A turn is "repetitive" when the share is >= the preset's threshold
+  and it has at least `min_ngrams` n-grams (short turns are never judged). Tokens are lower-cased
+  runs of word characters and single punctuation marks. A turn that says everything twice scores
+  about 0.5; a loop of k copies about (k-1)/k. Count = repetitive turns.
+- a turn that repeats an earlier turn (`repeated_turns`): Jaccard similarity of the two turns' sets
+  of word trigrams (raw text, same tokens as above) >= the preset's threshold; turns too short to
+  have a trigram are compared token for token. Count = turns similar to some earlier turn.
+
+The thresholds and penalties are preset fields (t2sql.reward): `repetition_ngram_n`,
+`repetition_ngram_share`, `repetition_min_ngrams`, `repeated_turn_similarity`, and the penalties
+`repeated_tool_query_penalty`, `redraft_penalty`, `ngram_repetition_penalty`, `repeated_turn_penalty`
+(each taken off once per counted event). Nothing here imports torch, miles or the grader.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Trigrams for turn-to-turn similarity: long enough that two different turns on the same schema
+# rarely share most of them, short enough that small edits do not hide a copy.
+TURN_SHINGLE_N = 3
+
+_WORD_OR_MARK = re.compile(r"\w+|[^\w\s]")
+_SOLUTION_TAG = re.compile(r"<(/?)solution>", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------- tool queries
+
+
+def normalize_sql(query: str) -> str:
+    """The form two tool queries are compared in (see the module doc)."""
+    out: list[str] = []
+    i, n = 0, len(query)
+    pending_space = False
+    while i < n:
+        ch = query[i]
+        if ch == "'":  # string literal: copied verbatim, '' is an escaped quote
+            j = i + 1
+            while j < n:
+                if query[j] == "'":
+                    if j + 1 < n and query[j + 1] == "'":
+                        j += 2
+                        continue
+                    break
+                j += 1
+            token = query[i : j + 1]
+            i = j + 1
+        elif ch.isspace():
+            pending_space = True
+            i += 1
+            continue
+        else:
+            token = ch.lower()
+            i += 1
+        if pending_space and out:
+            out.append(" ")
+        pending_space = False
+        out.append(token)
+    return "".join(out).rstrip("; ").strip()
+
+
+def repeated_tool_queries(queries: Iterable[str]) -> int:
+    """How many tool queries repeat an earlier query of the same episode (after normalize_sql)."""
+    seen: set[str] = set()
+    repeats = 0
+    for q in queries:
+        key = normalize_sql(q or "")
+        if not key:
+            continue
+        if key in seen:
+            repeats += 1
+        seen.add(key)
+    return repeats
+
+
+# ---------------------------------------------------------------- solution re-drafts
+
+
+def solution_redrafts(visible_turns: Iterable[str]) -> int:
+    """`<solution>` openings after the first complete block of the same turn, summed over turns."""
+    total = 0
+    for text in visible_turns:
+        complete = False
+        opened = False
+        for m in _SOLUTION_TAG.finditer(text or ""):
+            closing = m.group(1) == "/"
+            if not closing:
+                if complete:
+                    total += 1
+                opened = True
+            elif opened:
+                complete = True
+    return total
+
+
+# ---------------------------------------------------------------- repetition inside a turn
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word runs and single punctuation marks, the tokens every guard counts in."""
+    return _WORD_OR_MARK.findall((text or "").lower())
+
+
+def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    if n < 1:
+        raise ValueError(f"n-gram size must be >= 1, got {n}")
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def ngram_repetition(text: str, n: int) -> tuple[float, int]:
+    """(share of the turn's n-grams that repeat an earlier one, number of n-grams)."""
+    grams = ngrams(words(text), n)
+    if not grams:
+        return 0.0, 0
+    return 1.0 - len(set(grams)) / len(grams), len(grams)
+
+
+# ---------------------------------------------------------------- repetition across turns
+
+
+def turn_similarity(a: str, b: str, n: int = TURN_SHINGLE_N) -> float:
+    """Jaccard similarity of two turns' word n-gram sets (token equality when either is too short)."""
+    ta, tb = words(a), words(b)
+    if len(ta) < n or len(tb) < n:
+        return 1.0 if ta == tb and ta else 0.0
+    sa, sb = set(ngrams(ta, n)), set(ngrams(tb, n))
+    return len(sa & sb) / len(sa | sb)
+
+
+def repeated_turns(turns: Sequence[str], threshold: float, n: int = TURN_SHINGLE_N) -> tuple[int, float]:
+    """(turns whose similarity to some earlier turn is >= threshold, highest similarity seen)."""
+    count, highest = 0, 0.0
+    for i in range(1, len(turns)):
+        best = max(turn_similarity(turns[i], turns[j], n) for j in range(i))
+        highest = max(highest, best)
+        if best >= threshold:
+            count += 1
+    return count, highest
+
+
+# ---------------------------------------------------------------- one report per episode
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    repeated_tool_queries: int
+    solution_redrafts: int
+    repetitive_turns: int
+    max_ngram_repetition: float
+    repeated_turns: int
+    max_turn_similarity: float
+
+    def to_metrics(self) -> dict[str, float]:
+        """The named counts for the episode's metrics (prefixed so they group in a dashboard)."""
+        return {f"guard_{k}": float(v) for k, v in asdict(self).items()}
+
+
+def check_turns(
+    texts: Sequence[str],
+    visible: Sequence[str],
+    tool_queries: Sequence[str],
+    *,
+    ngram_n: int,
+    ngram_share: float,
+    min_ngrams: int,
+    turn_similarity_threshold: float,
+) -> GuardReport:
+    """Every guard over one episode: raw turn texts (<think> included), visible texts, tool queries."""
+    if not 0.0 < ngram_share <= 1.0:
+        raise ValueError(f"ngram_share must be in (0, 1], got {ngram_share}")
+    if not 0.0 < turn_similarity_threshold <= 1.0:
+        raise ValueError(f"turn_similarity_threshold must be in (0, 1], got {turn_similarity_threshold}")
+    repetitive, worst = 0, 0.0
+    for text in texts:
+        share, count = ngram_repetition(text, ngram_n)
+        if count >= min_ngrams:
+            worst = max(worst, share)
+            if share >= ngram_share:
+                repetitive += 1
+    similar, highest = repeated_turns(list(texts), turn_similarity_threshold)
+    return GuardReport(
+        repeated_tool_queries=repeated_tool_queries(tool_queries),
+        solution_redrafts=solution_redrafts(visible),
+        repetitive_turns=repetitive,
+        max_ngram_repetition=round(worst, 6),
+        repeated_turns=similar,
+        max_turn_similarity=round(highest, 6),
+    )
+
+
+def guard_report(trajectory: Any, preset: Any) -> GuardReport:
+    """The report for a t2sql.reward.Trajectory under a preset's thresholds."""
+    texts = trajectory.texts or trajectory.visible  # raw text when the episode kept it
+    return check_turns(
+        texts,
+        trajectory.visible,
+        trajectory.tool_queries,
+        ngram_n=preset.repetition_ngram_n,
+        ngram_share=preset.repetition_ngram_share,
+        min_ngrams=preset.repetition_min_ngrams,
+        turn_similarity_threshold=preset.repeated_turn_similarity,
+    )
+
+
+# ---------------------------------------------------------------- reward terms
+
+# term name -> (preset switch holding the penalty per event, GuardReport field counting the events)
+GUARD_TERMS: dict[str, tuple[str, str]] = {
+    "repeated_tool_queries": ("repeated_tool_query_penalty", "repeated_tool_queries"),
+    "solution_redrafts": ("redraft_penalty", "solution_redrafts"),
+    "ngram_repetition": ("ngram_repetition_penalty", "repetitive_turns"),
+    "repeated_turns": ("repeated_turn_penalty", "repeated_turns"),
+}
+
+
+def reward_terms() -> list[Any]:
+    """One t2sql.reward.RewardTerm per guard: minus the preset's penalty per counted event."""
+    from t2sql.reward import RewardTerm
+
+    def make(switch: str, field: str):
+        def term(trajectory: Any, preset: Any) -> float:
+            return -getattr(preset, switch) * getattr(guard_report(trajectory, preset), field)
+
+        return term
+
+    return [RewardTerm(name, make(switch, field), switch=switch) for name, (switch, field) in GUARD_TERMS.items()]

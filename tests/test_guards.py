@@ -1,0 +1,174 @@
+"""Re-draft and repetition guards: each detector on the cases it must catch and the ones it must let pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from t2sql.guards import (
+    GuardReport,
+    check_turns,
+    ngram_repetition,
+    normalize_sql,
+    repeated_tool_queries,
+    repeated_turns,
+    solution_redrafts,
+    turn_similarity,
+)
+
+THRESHOLDS = dict(ngram_n=4, ngram_share=0.5, min_ngrams=32, turn_similarity_threshold=0.9)
+
+
+# ------------------------------------------------------------------ repeated tool queries
+
+
+def test_normalize_sql_collapses_whitespace_and_case_but_keeps_literals():
+    assert normalize_sql("SELECT  name\n FROM   Hero WHERE id = 1;") == "select name from hero where id = 1"
+    assert normalize_sql("select name from hero where id = 1") == "select name from hero where id = 1"
+    assert normalize_sql("SELECT * FROM t WHERE n = 'Bob  O''Neil'") == "select * from t where n = 'Bob  O''Neil'"
+    assert normalize_sql("  select 1 ;  ") == "select 1"
+
+
+def test_same_query_twice_counts_once_per_repeat():
+    queries = [
+        "SELECT COUNT(*) FROM superhero",
+        "select count(*)\nfrom   superhero;",  # same after normalisation
+        "SELECT COUNT(*) FROM superhero",  # and again
+        "SELECT COUNT(*) FROM colour",
+    ]
+    assert repeated_tool_queries(queries) == 2
+
+
+def test_queries_differing_only_in_literal_case_are_different():
+    assert repeated_tool_queries(["SELECT 1 FROM t WHERE n = 'Bob'", "SELECT 1 FROM t WHERE n = 'bob'"]) == 0
+
+
+def test_empty_queries_are_not_repeats():
+    assert repeated_tool_queries(["", "  ", ""]) == 0
+
+
+# ------------------------------------------------------------------ solution re-drafts
+
+
+def test_single_solution_is_not_a_redraft():
+    assert solution_redrafts(["Checked.\n<solution>SELECT 1</solution>"]) == 0
+
+
+def test_second_solution_after_a_complete_one_is_a_redraft():
+    turn = "<solution>SELECT 1</solution>\nWait, better:\n<solution>SELECT 2</solution>"
+    assert solution_redrafts([turn]) == 1
+    assert solution_redrafts([turn + "\n<solution>SELECT 3"]) == 2  # an unclosed third draft counts too
+
+
+def test_reopened_unclosed_solution_before_completion_is_not_a_redraft():
+    # The first block never closed, so the second is the first complete one.
+    assert solution_redrafts(["<solution>SELECT 1 <solution>SELECT 2</solution>"]) == 0
+
+
+def test_redrafts_are_counted_per_turn_and_summed():
+    a = "<SOLUTION>x</SOLUTION><solution>y</solution>"
+    assert solution_redrafts([a, "no solution here", a]) == 2
+
+
+# ------------------------------------------------------------------ n-gram repetition inside a turn
+
+
+PARAGRAPH = (
+    "The question asks for the number of heroes whose eye colour is blue. The evidence says blue eyes "
+    "refers to colour = 'Blue'. I will join superhero with colour on eye_colour_id and count rows."
+)
+
+
+def test_ordinary_prose_has_low_repetition():
+    share, count = ngram_repetition(PARAGRAPH, 4)
+    assert count > 32
+    assert share < 0.1
+
+
+def test_a_loop_has_high_repetition():
+    share, _ = ngram_repetition(" ".join([PARAGRAPH] * 5), 4)
+    assert share == pytest.approx(0.8, abs=0.02)  # k copies -> about (k-1)/k
+
+
+def test_empty_and_short_text():
+    assert ngram_repetition("", 4) == (0.0, 0)
+    assert ngram_repetition("one two", 4) == (0.0, 0)
+    with pytest.raises(ValueError):
+        ngram_repetition("x", 0)
+
+
+def test_short_turns_are_never_judged_repetitive():
+    # "ok ok ok ok ok ok" repeats itself fully but has fewer than min_ngrams 4-grams.
+    report = check_turns(["ok " * 10], [""], [], **THRESHOLDS)
+    assert report.repetitive_turns == 0
+    report = check_turns(["ok " * 200], [""], [], **THRESHOLDS)
+    assert report.repetitive_turns == 1
+    assert report.max_ngram_repetition > 0.9
+
+
+# ------------------------------------------------------------------ turn repeating an earlier turn
+
+
+def test_identical_turns_have_similarity_one_and_different_turns_low():
+    assert turn_similarity(PARAGRAPH, PARAGRAPH) == 1.0
+    other = "Let me look at the publisher table first and list the distinct publisher names it holds."
+    assert turn_similarity(PARAGRAPH, other) < 0.1
+
+
+def test_short_turns_compare_token_for_token():
+    assert turn_similarity("ok", "OK") == 1.0
+    assert turn_similarity("ok", "no") == 0.0
+    assert turn_similarity("", "") == 0.0
+
+
+def test_repeated_turn_counted_against_any_earlier_turn():
+    other = "Let me look at the publisher table first and list the distinct publisher names it holds."
+    turns = [PARAGRAPH, other, PARAGRAPH + " ", other.upper()]
+    count, highest = repeated_turns(turns, 0.9)
+    assert count == 2
+    assert highest == 1.0
+    # A near copy with a small edit still counts at 0.8, not at 0.99.
+    edited = PARAGRAPH.replace("count rows", "count the rows")
+    count_low, sim = repeated_turns([PARAGRAPH, edited], 0.8)
+    assert count_low == 1 and 0.8 <= sim < 0.99
+    assert repeated_turns([PARAGRAPH, edited], 0.99)[0] == 0
+
+
+# ------------------------------------------------------------------ the report
+
+
+def test_clean_episode_reports_zero_everywhere():
+    texts = [
+        "<think>restate</think>The evidence says blue eyes refers to colour = 'Blue'.<tool_call>...</tool_call>",
+        "<think>ok</think>Blue is colour id 7. <solution>SELECT COUNT(*) FROM superhero WHERE eye_colour_id = 7</solution>",
+    ]
+    visible = [t.split("</think>", 1)[1] for t in texts]
+    report = check_turns(texts, visible, ["SELECT id FROM colour WHERE colour = 'Blue'"], **THRESHOLDS)
+    assert report == GuardReport(0, 0, 0, report.max_ngram_repetition, 0, report.max_turn_similarity)
+    metrics = report.to_metrics()
+    assert set(metrics) == {
+        "guard_repeated_tool_queries",
+        "guard_solution_redrafts",
+        "guard_repetitive_turns",
+        "guard_max_ngram_repetition",
+        "guard_repeated_turns",
+        "guard_max_turn_similarity",
+    }
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_collapsed_episode_trips_every_guard():
+    loop = " ".join([PARAGRAPH] * 4)
+    texts = [loop, loop, "<solution>SELECT 1</solution><solution>SELECT 2</solution>"]
+    visible = ["", "", texts[2]]
+    report = check_turns(texts, visible, ["SELECT 1", "select 1"], **THRESHOLDS)
+    assert report.repeated_tool_queries == 1
+    assert report.solution_redrafts == 1
+    assert report.repetitive_turns == 2
+    assert report.repeated_turns == 1
+
+
+def test_bad_thresholds_are_rejected():
+    with pytest.raises(ValueError, match="ngram_share"):
+        check_turns([], [], [], **{**THRESHOLDS, "ngram_share": 0.0})
+    with pytest.raises(ValueError, match="turn_similarity_threshold"):
+        check_turns([], [], [], **{**THRESHOLDS, "turn_similarity_threshold": 1.5})
