@@ -1,0 +1,382 @@
+"""HTTP clients for the model endpoints `t2sql eval` talks to.
+
+Two wire formats, both plain JSON over HTTP:
+
+- `OpenAIChatClient`: an OpenAI-compatible `/v1/chat/completions` server (sglang, vLLM,
+  llama.cpp, ...). One call = one assistant turn; the server applies the chat template.
+- `SglangGenerateClient`: sglang's token-level `/generate`, the call miles makes in training:
+  `input_ids` in, `text`, `meta_info.finish_reason.type` and `meta_info.output_token_logprobs`
+  out. The caller owns the token ids (see `t2sql.evaluate.SglangPolicy`).
+
+Both retry what may heal (connection errors, timeouts, HTTP 408/429/5xx, a garbled body) with
+exponential backoff and raise `EndpointError` once the retries are spent, or at once for what will
+not heal (another 4xx, a reply without the fields the format promises). Nothing here knows about
+episodes, SQL or rewards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+# HTTP statuses worth another try: the server is busy, restarting or overloaded.
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class EndpointError(Exception):
+    """The model endpoint failed (after its retries, or in a way a retry cannot fix)."""
+
+    def __init__(self, message: str, *, url: str, attempts: int, retryable: bool):
+        super().__init__(message)
+        self.url = url
+        self.attempts = attempts
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one request may take and how often it is tried again."""
+
+    timeout_s: float = 600.0  # one HTTP request (a long thinking turn can take minutes)
+    retries: int = 3  # extra attempts after the first
+    backoff_s: float = 1.0  # wait before retry k is backoff_s * 2**k, with jitter
+    max_backoff_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")
+        if self.backoff_s < 0:
+            raise ValueError(f"retry backoff must be >= 0 seconds, got {self.backoff_s}")
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.max_backoff_s, self.backoff_s * (2**attempt))
+        return base * random.uniform(0.5, 1.0)  # jitter: concurrent episodes do not retry in step
+
+
+@dataclass
+class CallStats:
+    """What the endpoint cost one episode: requests, retries, tokens, time."""
+
+    requests: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    elapsed_s: float = 0.0
+    errors: list[str] = field(default_factory=list)  # the messages of retried failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "errors": self.errors[-5:],
+        }
+
+
+def join_url(base: str, path: str) -> str:
+    """`base` may already end with `path` (or with `/v1` for chat completions)."""
+    if not base.startswith(("http://", "https://")):
+        raise ValueError(f"endpoint {base!r} must be an http:// or https:// URL, e.g. http://127.0.0.1:30000")
+    base = base.rstrip("/")
+    if base.endswith(path):
+        return base
+    if path.startswith("/v1/") and base.endswith("/v1"):
+        return base + path[len("/v1") :]
+    return base + path
+
+
+class JsonHttpClient:
+    """POST JSON, get JSON, with timeouts, retries and backoff. One per endpoint, shared by episodes."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        retry: RetryPolicy,
+        headers: dict[str, str] | None = None,
+        max_connections: int = 64,
+    ):
+        self.url = url
+        self.retry = retry
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(retry.timeout_s, connect=min(10.0, retry.timeout_s)),
+            headers=headers or {},
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            trust_env=False,  # a proxy from the environment must not capture a loopback endpoint
+        )
+
+    async def post(self, payload: dict[str, Any], stats: CallStats | None = None) -> dict[str, Any]:
+        stats = stats if stats is not None else CallStats()
+        loop = asyncio.get_running_loop()
+        last_error = ""
+        attempts = self.retry.retries + 1
+        for attempt in range(attempts):
+            if attempt:
+                stats.retries += 1
+                await asyncio.sleep(self.retry.delay(attempt - 1))
+            stats.requests += 1
+            started = loop.time()
+            try:
+                response = await self._client.post(self.url, json=payload)
+            except httpx.TimeoutException:
+                last_error = f"no answer within {self.retry.timeout_s:g}s (raise --timeout if turns are long)"
+            except httpx.TransportError as exc:
+                last_error = f"connection failed: {type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    try:
+                        body = response.json()
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        last_error = f"HTTP 200 but the body is not JSON: {response.text[:200]!r}"
+                    else:
+                        if isinstance(body, dict):
+                            stats.elapsed_s += loop.time() - started
+                            return body
+                        last_error = f"HTTP 200 but the body is {type(body).__name__}, not a JSON object"
+                elif response.status_code in RETRYABLE_STATUS:
+                    last_error = f"HTTP {response.status_code}: {response.text[:300]}"
+                else:
+                    stats.elapsed_s += loop.time() - started
+                    raise EndpointError(
+                        f"{self.url} answered HTTP {response.status_code}: {response.text[:500]} "
+                        "(check --endpoint, --model and --api; this is not retried)",
+                        url=self.url,
+                        attempts=attempt + 1,
+                        retryable=False,
+                    )
+            stats.elapsed_s += loop.time() - started
+            stats.errors.append(last_error)
+        raise EndpointError(
+            f"{self.url} failed {attempts} time(s); last error: {last_error} "
+            "(is the server up? raise --retries/--timeout for a slow server)",
+            url=self.url,
+            attempts=attempts,
+            retryable=True,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    """One assistant turn from a chat-completions endpoint."""
+
+    text: str  # the full turn, reasoning included as <think>...</think> when the server split it off
+    finish_reason: str  # "stop", "tool_calls", "length", ...
+    tool_calls: list[dict[str, Any]] | None  # structured OpenAI tool_calls, when the server parsed them
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+class OpenAIChatClient:
+    """An OpenAI-compatible chat-completions endpoint."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str,
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        sampling: dict[str, Any] | None = None,
+        api_key: str | None = None,
+        extra_body: dict[str, Any] | None = None,
+        max_connections: int = 64,
+    ):
+        if not model:
+            raise ValueError("--model is required with --api openai (the name the server serves)")
+        self.model = model
+        self.sampling = dict(sampling or {})
+        self.extra_body = dict(extra_body or {})
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = JsonHttpClient(
+            join_url(endpoint, "/v1/chat/completions"), retry=retry, headers=headers, max_connections=max_connections
+        )
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        stats: CallStats | None = None,
+    ) -> ChatTurn:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [wire_message(m) for m in messages],
+            "tools": tools,
+            "max_tokens": max_tokens,
+            **self.sampling,
+            **self.extra_body,
+        }
+        body = await self.http.post(payload, stats)
+        turn = parse_chat_completion(body, url=self.http.url)
+        if stats is not None:
+            stats.prompt_tokens += turn.prompt_tokens or 0
+            stats.completion_tokens += turn.completion_tokens or 0
+        return turn
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+# The keys of a chat message the OpenAI wire format knows; episode bookkeeping stays home.
+_WIRE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
+
+
+def wire_message(message: dict[str, Any]) -> dict[str, Any]:
+    out = {k: message[k] for k in _WIRE_KEYS if k in message and message[k] is not None}
+    calls = out.get("tool_calls")
+    if calls:
+        # The wire wants arguments as a JSON string; an episode may hold them as a dict.
+        out["tool_calls"] = [_wire_tool_call(c, i) for i, c in enumerate(calls)]
+    if out.get("role") == "assistant" and "content" not in out:
+        out["content"] = ""
+    return out
+
+
+def _wire_tool_call(call: dict[str, Any], index: int) -> dict[str, Any]:
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments", "")
+    if not isinstance(arguments, str):
+        function["arguments"] = json.dumps(arguments, ensure_ascii=False)
+    return {"id": call.get("id") or f"call_{index}", "type": call.get("type", "function"), "function": function}
+
+
+def parse_chat_completion(body: dict[str, Any], *, url: str = "") -> ChatTurn:
+    """Read one chat-completions reply; a reply without a message is an EndpointError."""
+    try:
+        choice = body["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise EndpointError(
+            f"{url} answered without choices[0].message: {json.dumps(body)[:300]} "
+            "(is it an OpenAI-compatible chat endpoint? for sglang's /generate use --api sglang)",
+            url=url,
+            attempts=1,
+            retryable=False,
+        ) from None
+    content = message.get("content") or ""
+    # Servers run with a reasoning parser return the thinking separately; the episode reads whole turns.
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    text = f"<think>{reasoning}</think>\n\n{content}" if reasoning and "<think>" not in content else content
+    tool_calls = message.get("tool_calls") or None
+    usage = body.get("usage") or {}
+    return ChatTurn(
+        text=text,
+        finish_reason=str(choice.get("finish_reason") or "stop"),
+        tool_calls=list(tool_calls) if tool_calls else None,
+        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+        completion_tokens=_int_or_none(usage.get("completion_tokens")),
+    )
+
+
+@dataclass(frozen=True)
+class GenerateTurn:
+    """One reply from sglang's /generate."""
+
+    text: str
+    finish_reason: str  # "stop" | "length" | "abort"
+    output_ids: list[int] | None  # from meta_info.output_token_logprobs, when the server sent them
+    output_logprobs: list[float] | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+class SglangGenerateClient:
+    """sglang's token-level /generate, called the way miles calls it in training."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        sampling: dict[str, Any] | None = None,
+        max_connections: int = 64,
+    ):
+        self.sampling = dict(sampling or {})
+        self.http = JsonHttpClient(join_url(endpoint, "/generate"), retry=retry, max_connections=max_connections)
+
+    async def generate(
+        self, input_ids: list[int], *, max_new_tokens: int, stats: CallStats | None = None
+    ) -> GenerateTurn:
+        payload = {
+            "input_ids": list(input_ids),
+            "sampling_params": {**self.sampling, "max_new_tokens": max_new_tokens},
+            "return_logprob": True,
+        }
+        body = await self.http.post(payload, stats)
+        turn = parse_generate(body, url=self.http.url)
+        if turn.finish_reason == "abort":
+            # miles marks these ABORTED; for an eval the server dropped the request: try it again.
+            turn = await self._retry_aborted(payload, stats)
+        if stats is not None:
+            stats.prompt_tokens += turn.prompt_tokens or 0
+            stats.completion_tokens += turn.completion_tokens or 0
+        return turn
+
+    async def _retry_aborted(self, payload: dict[str, Any], stats: CallStats | None) -> GenerateTurn:
+        for attempt in range(self.http.retry.retries):
+            await asyncio.sleep(self.http.retry.delay(attempt))
+            if stats is not None:
+                stats.retries += 1
+            turn = parse_generate(await self.http.post(payload, stats), url=self.http.url)
+            if turn.finish_reason != "abort":
+                return turn
+        raise EndpointError(
+            f"{self.http.url} aborted the request {self.http.retry.retries + 1} time(s) "
+            "(the server is shedding load or restarting)",
+            url=self.http.url,
+            attempts=self.http.retry.retries + 1,
+            retryable=True,
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+def parse_generate(body: dict[str, Any], *, url: str = "") -> GenerateTurn:
+    meta = body.get("meta_info")
+    if "text" not in body or not isinstance(meta, dict):
+        raise EndpointError(
+            f"{url} answered without text/meta_info: {json.dumps(body)[:300]} "
+            "(is it sglang's /generate? for a chat-completions server use --api openai)",
+            url=url,
+            attempts=1,
+            retryable=False,
+        )
+    finish = meta.get("finish_reason")
+    finish_type = finish.get("type") if isinstance(finish, dict) else finish
+    output_ids: list[int] | None = None
+    output_logprobs: list[float] | None = None
+    entries = meta.get("output_token_logprobs")
+    if isinstance(entries, list):
+        try:
+            output_logprobs = [float(e[0]) for e in entries]
+            output_ids = [int(e[1]) for e in entries]
+        except (TypeError, ValueError, IndexError):
+            output_ids = output_logprobs = None  # malformed: fall back to re-encoding the text
+    return GenerateTurn(
+        text=str(body.get("text") or ""),
+        finish_reason=str(finish_type or "stop"),
+        output_ids=output_ids,
+        output_logprobs=output_logprobs,
+        prompt_tokens=_int_or_none(meta.get("prompt_tokens")),
+        completion_tokens=_int_or_none(meta.get("completion_tokens")),
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
