@@ -97,7 +97,7 @@ class GoldResult:
     detail: str
     rows: int | None
     columns: int | None
-    elapsed_s: float  # SQLite's time for the gold query; 0 when it came from the cache
+    elapsed_s: float  # SQLite's time for the gold query when it ran (kept in the digest)
     source: str  # "memory" | "disk" | "computed" | "failed"
     digest: bytes | None = None  # Digest.to_bytes(), for grading against
 
@@ -297,7 +297,7 @@ class Grader:
         hit = self._memory.get(memory_key)
         if hit is not None:
             self._count("gold_memory_hits")
-            return GoldResult(hit.outcome, hit.detail, hit.rows, hit.columns, 0.0, "memory", hit.digest)
+            return GoldResult(hit.outcome, hit.detail, hit.rows, hit.columns, hit.elapsed_s, "memory", hit.digest)
         loop = asyncio.get_running_loop()
         with self._lock:
             entry = self._inflight.get(memory_key)
@@ -416,7 +416,7 @@ class Grader:
                 data = await loop.run_in_executor(self._io, self._disk.load, key, semantics, float_digits)
                 if data is not None:
                     d = Digest.from_bytes(data)
-                    result = GoldResult("ok", "", d.rows, d.columns, 0.0, "disk", data)
+                    result = GoldResult("ok", "", d.rows, d.columns, d.elapsed_s, "disk", data)
                     self._count("gold_disk_hits")
             if result is None:
                 result = await self._run_gold(db_path, identity, gold_sql, semantics, float_digits, timeout_s)

@@ -98,6 +98,21 @@ class Manifest:
         return cls(root, entries)
 
     @classmethod
+    def record(cls, paths_by_id: dict[str, str | os.PathLike]) -> Manifest:
+        """Hash the given files (db_id -> path); the root is their common ancestor."""
+        if not paths_by_id:
+            raise ValueError("no databases to record")
+        absolute = {db_id: Path(p).resolve() for db_id, p in paths_by_id.items()}
+        root = Path(os.path.commonpath([str(p.parent.parent) for p in absolute.values()]))
+        entries = {}
+        for db_id, path in sorted(absolute.items()):
+            st = path.stat()
+            entries[db_id] = ManifestEntry(
+                db_id, str(path.relative_to(root)), st.st_size, st.st_mtime_ns, sha256_file(path)
+            )
+        return cls(root, entries)
+
+    @classmethod
     def load(cls, path: str | os.PathLike, db_root: str | os.PathLike | None = None) -> Manifest:
         try:
             data = json.loads(Path(path).read_text())

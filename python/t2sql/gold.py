@@ -1,0 +1,246 @@
+"""`t2sql gold`: run every gold query of a split before training.
+
+It validates the data (every gold must run), fills the gold cache so training never waits
+on a gold query, records the database manifest (size, mtime, sha256 of each file) and finds
+the slow golds:
+
+    t2sql gold --data train.jsonl --db-root DIR --cache-dir OUT/gold-cache [--workers N]
+               [--report FILE] [--allow-failures] [--json]
+
+Input: BIRD's question file (JSON array or JSON lines with question_id, db_id, SQL) or the
+converted miles jsonl (label {"gold_sql" or "sql", "db_id", "question_id"}, metadata).
+A row that cannot be read (bad JSON, no gold SQL, unknown db_id) is reported as a failure
+and skipped. The report (JSON, written atomically) lists per query: question_id, db_id,
+seconds, rows, columns, source (computed/disk/memory) and error. Exit status 1 if any gold
+failed, unless --allow-failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from t2sql.manifest import Manifest, UnknownDatabase, database_path, write_atomic
+
+
+@dataclass(frozen=True)
+class GoldTask:
+    row: int  # line (jsonl) or position (JSON array), 1-based
+    question_id: str
+    db_id: str
+    gold_sql: str
+    db_path: str | None  # None when the db_id is unknown (then `problem` says why)
+    problem: str | None = None
+
+
+@dataclass
+class GoldRecord:
+    """One line of the report."""
+
+    question_id: str
+    db_id: str
+    row: int
+    seconds: float | None
+    rows: int | None
+    columns: int | None
+    source: str  # computed | disk | memory | failed | skipped
+    error: str | None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+def extract_task(row: int, obj: dict[str, Any], db_root: str | None) -> GoldTask:
+    """A BIRD question or a converted miles row -> the gold to run."""
+    label = obj.get("label") if isinstance(obj.get("label"), dict) else None
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    source = label if label is not None else obj
+    gold_sql = source.get("gold_sql") or source.get("SQL") or source.get("sql") or ""
+    db_id = str(source.get("db_id") or metadata.get("db_id") or "")
+    qid = source.get("question_id", metadata.get("question_id"))
+    question_id = str(qid) if qid is not None else f"row-{row}"
+    if not isinstance(gold_sql, str) or not gold_sql.strip():
+        return GoldTask(row, question_id, db_id, "", None, "the row has no gold SQL (label.gold_sql or SQL)")
+    if not db_id:
+        return GoldTask(row, question_id, db_id, gold_sql, None, "the row has no db_id")
+    if db_root is not None:
+        try:
+            return GoldTask(row, question_id, db_id, gold_sql, database_path(db_root, db_id))
+        except UnknownDatabase as e:
+            return GoldTask(row, question_id, db_id, gold_sql, None, str(e))
+    path = metadata.get("db_path")
+    if path and os.path.isfile(path):
+        return GoldTask(row, question_id, db_id, gold_sql, str(path))
+    return GoldTask(row, question_id, db_id, gold_sql, None,
+                    f"no --db-root given and the row's metadata.db_path ({path!r}) does not exist")
+
+
+def load_tasks(data: str | os.PathLike, db_root: str | None) -> tuple[list[GoldTask], list[GoldRecord]]:
+    """Every readable row's gold, plus a failure record for each unreadable line."""
+    from t2sql.data import load_questions
+
+    raw, problems = load_questions(data)
+    bad = [GoldRecord("", "", p.row, None, None, None, "skipped", f"line {p.row}: {p.message}")
+           for p in problems]
+    return [extract_task(row, obj, db_root) for row, obj in raw], bad
+
+
+async def run_golds(tasks: list[GoldTask], grader, *, semantics: str, float_digits: int | None,
+                    timeout_s: float, on_done=None) -> list[GoldRecord]:
+    """Each task's gold through `grader.gold` (cache first); records in input order."""
+
+    async def one(task: GoldTask) -> GoldRecord:
+        try:
+            if task.problem is not None:
+                return GoldRecord(task.question_id, task.db_id, task.row, None, None, None, "skipped", task.problem)
+            try:
+                g = await grader.gold(task.db_path, task.gold_sql, semantics=semantics,
+                                      float_digits=float_digits, timeout_s=timeout_s)
+            except Exception as e:  # a database error: this row fails, the others go on
+                return GoldRecord(task.question_id, task.db_id, task.row, None, None, None, "failed",
+                                  f"{type(e).__name__}: {e}")
+            return GoldRecord(task.question_id, task.db_id, task.row, g.elapsed_s, g.rows, g.columns,
+                              g.source, None if g.ok else g.detail)
+        finally:
+            if on_done is not None:
+                on_done()
+
+    return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="split: BIRD question json/jsonl or converted miles jsonl")
+    parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite "
+                        "(default: each row's metadata.db_path)")
+    parser.add_argument("--workers", type=int, default=None, help="SQL workers (default: all cores)")
+    parser.add_argument("--cache-dir", help="gold cache directory to fill (and the manifest's home)")
+    parser.add_argument("--manifest", help="database manifest to write (default: CACHE_DIR/manifest.json)")
+    parser.add_argument("--report", help="write the per-query report (JSON) here")
+    parser.add_argument("--allow-failures", action="store_true", help="exit 0 even if some golds fail")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    parser.add_argument("--recipe", default=None, help="preset whose semantics/float_digits/grade timeout "
+                        "to use (default: the recipe's default preset)")
+    parser.add_argument("--semantics", choices=["multiset", "ordered", "set", "auto"], default=None)
+    parser.add_argument("--float-digits", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per gold query")
+    parser.add_argument("--backend", choices=["thread", "process"], default="thread")
+
+
+def _grading_settings(args) -> tuple[str, int | None, float]:
+    from t2sql.reward import DEFAULT_PRESET, get_preset
+
+    preset = get_preset(args.recipe or DEFAULT_PRESET)
+    semantics = args.semantics or preset.semantics
+    float_digits = args.float_digits if args.float_digits is not None else preset.float_digits
+    timeout = args.timeout if args.timeout is not None else preset.grade_timeout_s
+    return semantics, float_digits, timeout
+
+
+def run(args) -> int:
+    from t2sql.data import DataError, Progress
+    from t2sql.grader import Grader
+
+    if args.workers is not None and args.workers < 1:
+        print("error: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.db_root is not None and not os.path.isdir(args.db_root):
+        print(f"error: --db-root {args.db_root} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        semantics, float_digits, timeout = _grading_settings(args)
+        tasks, bad_lines = load_tasks(args.data, args.db_root)
+    except (DataError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    manifest_path = args.manifest or (os.path.join(args.cache_dir, "manifest.json") if args.cache_dir else None)
+    paths_by_id = {t.db_id: t.db_path for t in tasks if t.db_path is not None}
+    manifest = _record_manifest(paths_by_id, manifest_path)
+
+    started = time.perf_counter()
+    with Progress(len(tasks), "gold") as bar:
+        with Grader(concurrency=args.workers, cache_dir=args.cache_dir, grade_timeout_s=timeout,
+                    backend=args.backend, manifest=manifest) as grader:
+            records = asyncio.run(run_golds(tasks, grader, semantics=semantics, float_digits=float_digits,
+                                            timeout_s=timeout, on_done=bar.advance))
+            stats = grader.stats()
+    wall = time.perf_counter() - started
+    records = bad_lines + records
+
+    summary = _summary(records, wall, stats, semantics, float_digits)
+    if args.report:
+        report = {"summary": summary, "queries": [asdict(r) for r in records]}
+        write_atomic(Path(args.report), (json.dumps(report, indent=1) + "\n").encode())
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        _print_human(summary, records)
+    if summary["failed"] and not args.allow_failures:
+        return 1
+    return 0
+
+
+def _record_manifest(paths_by_id: dict[str, str], manifest_path: str | None) -> Manifest | None:
+    """Hash the databases this split uses and write the manifest (atomically).
+
+    The manifest is written before any gold runs, so the gold cache's keys (which include
+    each file's sha256) and the manifest always describe the same files."""
+    if not paths_by_id:
+        return None
+    manifest = Manifest.record(paths_by_id)
+    if manifest_path is not None:
+        manifest.save(manifest_path)
+    return manifest
+
+
+def _summary(records: list[GoldRecord], wall: float, stats: dict, semantics: str,
+             float_digits: int | None) -> dict[str, Any]:
+    ran = [r for r in records if r.seconds is not None and not r.failed]
+    slowest = sorted(ran, key=lambda r: r.seconds, reverse=True)[:10]
+    failures = [r for r in records if r.failed]
+    return {
+        "queries": len(records),
+        "ok": len(records) - len(failures),
+        "failed": len(failures),
+        "computed": sum(r.source == "computed" for r in records),
+        "from_cache": sum(r.source in ("disk", "memory") for r in records),
+        "sqlite_seconds": round(sum(r.seconds for r in ran if r.source == "computed"), 4),
+        "wall_seconds": round(wall, 4),
+        "semantics": semantics,
+        "float_digits": float_digits,
+        "cache_corrupt": stats.get("cache_corrupt", 0),
+        "cache_write_errors": stats.get("cache_write_errors", 0),
+        "slowest": [{"question_id": r.question_id, "db_id": r.db_id, "seconds": round(r.seconds, 4),
+                     "rows": r.rows} for r in slowest],
+        "failures": [{"question_id": r.question_id, "db_id": r.db_id, "row": r.row, "error": r.error}
+                     for r in failures],
+    }
+
+
+def _print_human(summary: dict[str, Any], records: list[GoldRecord]) -> None:
+    print(f"{'golds':<22}{summary['queries']:>10}")
+    for key in ("ok", "failed", "computed", "from_cache"):
+        print(f"{key:<22}{summary[key]:>10}")
+    print(f"{'sqlite seconds':<22}{summary['sqlite_seconds']:>10.3f}")
+    print(f"{'wall seconds':<22}{summary['wall_seconds']:>10.3f}")
+    if summary["cache_corrupt"] or summary["cache_write_errors"]:
+        print(f"{'cache entries dropped':<22}{summary['cache_corrupt']:>10}")
+        print(f"{'cache write errors':<22}{summary['cache_write_errors']:>10}")
+    if summary["slowest"]:
+        print("\nslowest golds (seconds of SQLite time, when they ran)")
+        print(f"  {'question_id':<14}{'db_id':<24}{'seconds':>10}{'rows':>10}")
+        for s in summary["slowest"]:
+            print(f"  {s['question_id']:<14}{s['db_id']:<24}{s['seconds']:>10.4f}{s['rows']:>10}")
+    if summary["failures"]:
+        print(f"\nfailures ({summary['failed']})")
+        for f in summary["failures"]:
+            where = f"{f['question_id'] or 'row ' + str(f['row'])} ({f['db_id'] or '?'})"
+            print(f"  {where}: {f['error']}")
