@@ -123,6 +123,11 @@ class Preset:
     repeated_tool_query_penalty: float
     ngram_repetition_penalty: float
     repeated_turn_penalty: float
+    # -- thresholds of the repetition guards (t2sql.guards reads them)
+    repetition_ngram_n: int  # word n-grams compared inside one turn
+    repetition_ngram_share: float  # a turn is repetitive at this share of repeated n-grams
+    repetition_min_ngrams: int  # shorter turns are never judged
+    repeated_turn_similarity: float  # trigram Jaccard at which a turn repeats an earlier one
 
     def __post_init__(self) -> None:
         problems = []
@@ -133,6 +138,11 @@ class Preset:
                   "tool_count_cap", "example_value_chars", "description_max_chars"):
             if getattr(self, f) < 1:
                 problems.append(f"{f} must be >= 1")
+        if self.repetition_ngram_n < 1 or self.repetition_min_ngrams < 1:
+            problems.append("repetition_ngram_n and repetition_min_ngrams must be >= 1")
+        for f in ("repetition_ngram_share", "repeated_turn_similarity"):
+            if not 0.0 < getattr(self, f) <= 1.0:
+                problems.append(f"{f} must be in (0, 1]")
         if self.example_values < 0:
             problems.append("example_values must be >= 0")
         for f in ("tool_timeout_s", "grade_timeout_s"):
@@ -226,6 +236,10 @@ _RECIPE = Preset(
     repeated_tool_query_penalty=0.0,
     ngram_repetition_penalty=0.0,
     repeated_turn_penalty=0.0,
+    repetition_ngram_n=4,
+    repetition_ngram_share=0.5,  # about "says everything twice"
+    repetition_min_ngrams=40,
+    repeated_turn_similarity=0.9,
 )
 
 PRESETS: dict[str, Preset] = {
