@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Multi-turn text-to-SQL RL for Qwen3.6-35B-A3B on one 8xH200 node (miles).
 
 Thin over `t2sql.train` (the `t2sql-train` command), where every setting lives in named blocks:
