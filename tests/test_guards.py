@@ -172,3 +172,62 @@ def test_bad_thresholds_are_rejected():
         check_turns([], [], [], **{**THRESHOLDS, "ngram_share": 0.0})
     with pytest.raises(ValueError, match="turn_similarity_threshold"):
         check_turns([], [], [], **{**THRESHOLDS, "turn_similarity_threshold": 1.5})
+
+
+# ------------------------------------------------------------------ as reward terms of the presets
+
+
+def _trajectory(texts, tool_queries, outcome="correct"):
+    from t2sql.reward import Trajectory
+
+    visible = tuple(t.split("</think>", 1)[-1] for t in texts)
+    answer = next((i for i, v in enumerate(visible) if "<solution>" in v), None)
+    return Trajectory(
+        outcome=outcome,
+        evidence="",
+        visible=visible,
+        prose=visible,
+        answer_turn=answer,
+        invalid_tool_calls=0,
+        tool_queries=tuple(tool_queries),
+        texts=tuple(texts),
+    )
+
+
+def test_guard_terms_are_registered_and_scored_from_the_recipe_preset():
+    import asyncio
+
+    from t2sql.guards import GUARD_TERMS
+    from t2sql.reward import get_preset, registered_terms, score
+
+    assert set(GUARD_TERMS) <= {t.name for t in registered_terms()}
+    preset = get_preset("qwen3.6-35b-a3b")
+    loop = " ".join([PARAGRAPH] * 4)
+    traj = _trajectory(
+        [loop, loop, "<think>x</think><solution>SELECT 1</solution><solution>SELECT 2</solution>"],
+        ["SELECT 1", "select 1"],
+    )
+    breakdown = asyncio.run(score(traj, preset))
+    assert breakdown.terms["repeated_tool_queries"] == pytest.approx(-preset.repeated_tool_query_penalty * 1)
+    assert breakdown.terms["solution_redrafts"] == pytest.approx(-preset.redraft_penalty * 1)
+    assert breakdown.terms["ngram_repetition"] == pytest.approx(-preset.ngram_repetition_penalty * 2)
+    assert breakdown.terms["repeated_turns"] == pytest.approx(-preset.repeated_turn_penalty * 1)
+    assert all(getattr(preset, switch) > 0 for switch, _ in GUARD_TERMS.values())  # on in the recipe
+    expected = preset.reward_correct + sum(breakdown.terms.values())
+    assert breakdown.total == pytest.approx(expected)
+    assert not set(breakdown.unapplied) & {s for s, _ in GUARD_TERMS.values()}
+
+
+def test_guard_terms_are_off_in_bare_and_never_push_below_the_floor():
+    import asyncio
+
+    from t2sql.reward import get_preset, score
+
+    loop = " ".join([PARAGRAPH] * 4)
+    traj = _trajectory([loop, loop, loop], ["SELECT 1", "select 1", "SELECT 1"], outcome="no_solution")
+    bare = asyncio.run(score(traj, get_preset("bare")))
+    assert not {"repeated_tool_queries", "ngram_repetition", "repeated_turns"} & set(bare.terms)
+    recipe = get_preset("qwen3.6-35b-a3b")
+    scored = asyncio.run(score(traj, recipe))
+    assert scored.terms["repeated_turns"] < 0
+    assert scored.total == recipe.reward_floor  # -1 stays the worst, whatever the guards add

@@ -232,10 +232,11 @@ _RECIPE = Preset(
     invalid_tool_penalty_cap=0.2,
     penalties_below_floor=False,
     equivalence_penalty=0.2,  # the recipe's number; applied once a module registers the term
-    redraft_penalty=0.0,
-    repeated_tool_query_penalty=0.0,
-    ngram_repetition_penalty=0.0,
-    repeated_turn_penalty=0.0,
+    # The repetition guards (t2sql.guards), off per counted event; our numbers, not the recipe's.
+    redraft_penalty=0.1,
+    repeated_tool_query_penalty=0.05,  # like an invalid call: a call spent to learn nothing
+    ngram_repetition_penalty=0.1,
+    repeated_turn_penalty=0.1,
     repetition_ngram_n=4,
     repetition_ngram_share=0.5,  # about "says everything twice"
     repetition_min_ngrams=40,
@@ -251,6 +252,10 @@ PRESETS: dict[str, Preset] = {
         invalid_tool_penalty=0.0,
         invalid_tool_penalty_cap=0.0,
         equivalence_penalty=0.0,
+        redraft_penalty=0.0,
+        repeated_tool_query_penalty=0.0,
+        ngram_repetition_penalty=0.0,
+        repeated_turn_penalty=0.0,
     ),
 }
 
@@ -463,3 +468,11 @@ async def score(traj: Trajectory, preset: Preset, terms: Iterable[RewardTerm] | 
 def outcome_table(preset: Preset) -> Sequence[tuple[str, float]]:
     """(outcome, reward) for every outcome category, for printing."""
     return [(o, preset.outcome_reward(o)) for o in OUTCOMES]
+
+
+# The recipe extras' terms, registered here so every importer of t2sql.reward scores with them.
+# (t2sql.guards imports this module only inside reward_terms(), after RewardTerm exists.)
+from t2sql import guards as _guards  # noqa: E402
+
+for _term in _guards.reward_terms():
+    register_term(_term)
