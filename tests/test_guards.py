@@ -65,8 +65,10 @@ def test_reopened_unclosed_solution_before_completion_is_not_a_redraft():
 
 
 def test_redrafts_are_counted_per_turn_and_summed():
-    a = "<SOLUTION>x</SOLUTION><solution>y</solution>"
+    a = "<solution>x</solution><solution>y</solution>"
     assert solution_redrafts([a, "no solution here", a]) == 2
+    # Upper-case tags are not solution blocks to the parser (t2sql.prompt), so not re-drafts either.
+    assert solution_redrafts(["<SOLUTION>x</SOLUTION><SOLUTION>y</SOLUTION>"]) == 0
 
 
 # ------------------------------------------------------------------ n-gram repetition inside a turn

@@ -41,7 +41,8 @@ from typing import Any
 TURN_SHINGLE_N = 3
 
 _WORD_OR_MARK = re.compile(r"\w+|[^\w\s]")
-_SOLUTION_TAG = re.compile(r"<(/?)solution>", re.IGNORECASE)
+# Case-sensitive, like t2sql.prompt.parse_solution: only what the parser treats as a block counts.
+_SOLUTION_TAG = re.compile(r"<(/?)solution>")
 
 
 # ---------------------------------------------------------------- tool queries
