@@ -1,0 +1,961 @@
+"""`t2sql eval`: run the training episode against any model endpoint, or the oracle policy.
+
+    t2sql eval --endpoint URL --model NAME [--api openai|sglang] --data FILE --db-root DIR \\
+               --out results.jsonl [--concurrency N] [--preset NAME] [--limit N]
+    t2sql eval --policy oracle --out oracle.jsonl          # no model: checks data + pipeline
+
+Every episode is the same `t2sql.episode.Episode` that training runs: this module only moves
+turns between it and a model (a *policy*):
+
+    episode = Episode(task, preset, grader)
+    loop: turn = await session.next_turn()            # model writes one assistant turn
+          outcome = await episode.on_turn(turn.text, cut=turn.cut, tool_calls=turn.tool_calls)
+          done? -> episode.result ; else session.observe(outcome.tool_messages)
+
+Policies:
+- `openai`: `/v1/chat/completions` with the tool spec; tool calls come back structured
+  (`tool_calls`) or written in the text, the episode takes either. finish_reason "length" is a
+  per-turn cut (a context cut when the context budget, not the turn limit, capped max_tokens). The
+  context is counted from the server's `usage`; before the first reply it is estimated at
+  4 characters per token.
+- `sglang`: token-level `/generate` as in training: the prompt is the tokenizer's chat template
+  (with the tool spec), the model's own output ids are appended, tool results are appended as the
+  template's suffix for them, `max_new_tokens` = min(per-turn limit, context budget left).
+- `oracle`: no model. Turn 1 restates the evidence and runs the gold query once as a real tool
+  call; turn 2 quotes the evidence and answers with the gold query. Its accuracy is the share of
+  gold queries that run and match themselves (1.0 on clean data).
+
+Output: one JSON line per episode, appended (and flushed) as each finishes. Rerunning with the
+same --out skips the question ids already finished; a truncated last line (a crash mid-write) is
+reported and dropped; an episode whose endpoint kept failing is written with outcome
+"endpoint_error", which does not count as finished, so the next run retries it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
+
+from t2sql.endpoint import (
+    CallStats,
+    EndpointError,
+    OpenAIChatClient,
+    RetryPolicy,
+    SglangGenerateClient,
+)
+
+if TYPE_CHECKING:
+    from t2sql.episode import Episode, Task
+    from t2sql.reward import Preset
+
+# The episode's outcome categories (episode.md), in the order the summary lists them.
+OUTCOMES = (
+    "correct",
+    "incorrect",
+    "pred_error",
+    "pred_timeout",
+    "no_solution",
+    "turn_cut",
+    "context_cut",
+    "unsafe",
+    "gold_error",
+)
+ENDPOINT_ERROR = "endpoint_error"  # not an episode outcome: the model never finished the episode
+DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
+OPENAI_CHARS_PER_TOKEN = 4  # only for the first turn, before the server reported usage
+# A turn loop longer than this is a bug in the episode, not a model behaviour; stop it loudly.
+MAX_TURNS_GUARD = 64
+
+
+class EvalError(Exception):
+    """A usage or data problem that stops the run before it starts; the message says what to do."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Sample and data
+
+
+def sample_dir() -> Path:
+    """The embedded BIRD sample (superhero + its 129 dev questions), also inside an installed wheel."""
+    try:
+        from importlib.resources import files
+
+        return Path(str(files("t2sql") / "sample"))
+    except (ModuleNotFoundError, TypeError):  # pragma: no cover - odd loaders
+        return Path(__file__).resolve().parent / "sample"
+
+
+def sample_questions() -> Path:
+    return sample_dir() / "dev.json"
+
+
+@dataclass
+class LoadedTasks:
+    tasks: list[Task]
+    skipped: list[str]  # one message per row that could not become a task
+
+
+def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, limit: int | None = None) -> LoadedTasks:
+    """A BIRD question json (list) or converted miles jsonl -> tasks. Bad rows are reported and skipped.
+
+    Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
+    miles rows use the db_path recorded at conversion.
+    """
+    from t2sql.data import DataError, load_questions
+    from t2sql.episode import Task
+
+    path = Path(data)
+    try:
+        raw, problems = load_questions(path)
+    except DataError as e:
+        raise EvalError(f"--data {path}: {e}") from None
+    if db_root is not None and not Path(db_root).is_dir():
+        raise EvalError(f"--db-root {db_root} is not a directory (it must hold <db_id>/<db_id>.sqlite)")
+    skipped = [f"{path}: {p}" for p in problems]
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for row_number, row in raw:
+        root = db_root
+        if root is None and not isinstance(row.get("metadata"), dict):
+            root = path.parent
+        try:
+            task = Task.from_row(row, root)
+        except Exception as e:  # noqa: BLE001 - one bad row must not stop the run; it is reported
+            skipped.append(f"{path}: row {row_number}: {type(e).__name__}: {e}; row skipped")
+            continue
+        if task.question_id in seen:
+            skipped.append(f"{path}: row {row_number}: duplicate question_id {task.question_id}; row skipped")
+            continue
+        if not Path(task.db_path).is_file():
+            skipped.append(
+                f"{path}: row {row_number} (question_id {task.question_id}): database {task.db_path} not found "
+                "(pass --db-root DIR holding <db_id>/<db_id>.sqlite); row skipped"
+            )
+            continue
+        seen.add(task.question_id)
+        tasks.append(task)
+        if limit is not None and len(tasks) >= limit:
+            break
+    if not tasks:
+        detail = ("\n  " + "\n  ".join(skipped[:10])) if skipped else ""
+        raise EvalError(f"--data {path}: no usable task{detail}")
+    return LoadedTasks(tasks, skipped)
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies: who writes the assistant turns
+
+
+@dataclass(frozen=True)
+class PolicyTurn:
+    text: str
+    cut: str | None = None  # None | "turn" | "context"
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class Session(Protocol):
+    stats: CallStats
+
+    async def next_turn(self) -> PolicyTurn: ...
+
+    def observe(self, tool_messages: list[dict[str, Any]]) -> None: ...
+
+
+class Policy(Protocol):
+    name: str
+
+    def session(self, episode: Episode) -> Session: ...
+
+    async def aclose(self) -> None: ...
+
+
+class OraclePolicy:
+    """Explores once with the gold query (a real tool call), then answers with it.
+
+    The text restates the evidence in turn 1 and quotes it in the answer turn, so a clean task
+    scores the preset's full reward. The tool call is written in the qwen3_coder XML form.
+    """
+
+    name = "oracle"
+
+    def session(self, episode: Episode) -> Session:
+        return _OracleSession(episode)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _OracleSession:
+    def __init__(self, episode: Episode):
+        self.episode = episode
+        self.turn = 0
+        self.stats = CallStats()
+
+    async def next_turn(self) -> PolicyTurn:
+        task = self.episode.task
+        self.turn += 1
+        evidence = task.evidence.strip()
+        if self.turn == 1:
+            restate = f"The evidence says: {evidence}\n" if evidence else ""
+            return PolicyTurn(
+                "<think>Run the query once and look at its result.</think>\n"
+                f"{restate}Let me run the query.\n"
+                "<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n"
+                f"{task.gold_sql}\n"
+                "</parameter>\n</function>\n</tool_call>"
+            )
+        check = f"Checked against the evidence: {evidence}\n" if evidence else ""
+        return PolicyTurn(
+            "<think>The result answers the question.</think>\n"
+            f"{check}<solution>\n{task.gold_sql}\n</solution>"
+        )
+
+    def observe(self, tool_messages: list[dict[str, Any]]) -> None:
+        return None
+
+
+class OpenAIPolicy:
+    """An OpenAI-compatible chat-completions endpoint writes the turns."""
+
+    name = "openai"
+
+    def __init__(self, client: OpenAIChatClient, preset: Preset):
+        self.client = client
+        self.preset = preset
+
+    def session(self, episode: Episode) -> Session:
+        return _OpenAISession(self, episode)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class _OpenAISession:
+    def __init__(self, policy: OpenAIPolicy, episode: Episode):
+        self.policy = policy
+        self.episode = episode
+        self.stats = CallStats()
+        self.known_tokens: int | None = None  # prompt + completion of the last reply, from usage
+        self.unseen_chars = sum(_message_chars(m) for m in episode.messages)  # not yet counted by the server
+
+    def context_estimate(self) -> int:
+        return (self.known_tokens or 0) + math.ceil(self.unseen_chars / OPENAI_CHARS_PER_TOKEN)
+
+    async def next_turn(self) -> PolicyTurn:
+        preset = self.policy.preset
+        turn_limit = int(preset.max_turn_tokens)
+        context_limit = int(preset.max_context_tokens)
+        max_tokens = self.episode.turn_token_budget(self.context_estimate())
+        if max_tokens <= 0:
+            return PolicyTurn("", cut="context")
+        reply = await self.policy.client.complete(
+            self.episode.messages, self.episode.tools, max_tokens=max_tokens, stats=self.stats
+        )
+        if reply.prompt_tokens is not None and reply.completion_tokens is not None:
+            self.known_tokens = reply.prompt_tokens + reply.completion_tokens
+            self.unseen_chars = 0
+        else:
+            self.unseen_chars += len(reply.text)
+        cut = None
+        if reply.finish_reason == "length":
+            cut = "context" if max_tokens < turn_limit else "turn"
+        elif self.known_tokens is not None and self.known_tokens > context_limit:
+            cut = "context"  # the estimate was short and the turn went past the budget
+        return PolicyTurn(reply.text, cut=cut, tool_calls=reply.tool_calls)
+
+    def observe(self, tool_messages: list[dict[str, Any]]) -> None:
+        self.unseen_chars += sum(_message_chars(m) for m in tool_messages)
+
+
+def _message_chars(message: dict[str, Any]) -> int:
+    content = message.get("content")
+    return len(content) if isinstance(content, str) else len(json.dumps(content or ""))
+
+
+class SglangPolicy:
+    """sglang's token-level /generate writes the turns; this side owns the token ids, as in training.
+
+    `tokenizer` is a Hugging Face tokenizer (or anything with `apply_chat_template(messages,
+    tools=..., tokenize=False, add_generation_prompt=...)`, `encode(text, add_special_tokens=False)`
+    and `decode(ids)`).
+    """
+
+    name = "sglang"
+
+    def __init__(
+        self,
+        client: SglangGenerateClient,
+        tokenizer: Any,
+        preset: Preset,
+        *,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ):
+        self.client = client
+        self.tokenizer = tokenizer
+        self.preset = preset
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._turn_close: str | None = None
+
+    def session(self, episode: Episode) -> Session:
+        return _SglangSession(self, episode)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, generation: bool) -> str:
+        # Template kwargs (e.g. enable_thinking) go into every render, not only the first.
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=generation, **self.chat_template_kwargs
+        )
+
+    def encode(self, text: str) -> list[int]:
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return list(ids)
+
+    def turn_close(self) -> str:
+        """What the template writes after an assistant message's content (Qwen: "<|im_end|>\\n")."""
+        if self._turn_close is None:
+            marker = "T2SQL_CONTENT_END"
+            text = self.render(
+                [{"role": "user", "content": "u"}, {"role": "assistant", "content": marker}], None, generation=False
+            )
+            at = text.rfind(marker)
+            self._turn_close = text[at + len(marker) :] if at >= 0 else ""
+        return self._turn_close
+
+    def tool_suffix(self, tool_messages: list[dict[str, Any]]) -> str:
+        """The template's text for tool messages after an assistant turn, up to the next generation prompt.
+
+        Rendered after a stand-in conversation (as miles does), so it never depends on how the template
+        re-renders the model's own earlier turns (Qwen3 drops old <think> blocks).
+        """
+        calls = [
+            {
+                "id": m.get("tool_call_id") or f"call_{i}",
+                "type": "function",
+                "function": {"name": m.get("name") or "execute_sql_query", "arguments": {}},
+            }
+            for i, m in enumerate(tool_messages)
+        ]
+        base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+        without = self.render(base, None, generation=False)
+        with_tools = self.render(base + list(tool_messages), None, generation=True)
+        if not with_tools.startswith(without):
+            raise EvalError(
+                "the chat template is not append-only for tool messages (rendering them changes the text before "
+                "them), so token-level evaluation cannot extend the sequence; use --api openai for this model"
+            )
+        return with_tools[len(without) :]
+
+
+class _SglangSession:
+    def __init__(self, policy: SglangPolicy, episode: Episode):
+        self.policy = policy
+        self.episode = episode
+        self.stats = CallStats()
+        prompt_text = policy.render(episode.messages, episode.tools, generation=True)
+        self.ids: list[int] = policy.encode(prompt_text)
+        self.prompt_length = len(self.ids)
+        self.last_output_text = ""  # the model's last turn as decoded ids (special tokens included)
+
+    async def next_turn(self) -> PolicyTurn:
+        preset = self.policy.preset
+        turn_limit = int(preset.max_turn_tokens)
+        # Like miles: len(input_ids) + max_new_tokens never passes the context budget.
+        max_new = self.episode.turn_token_budget(len(self.ids))
+        if max_new <= 0:
+            return PolicyTurn("", cut="context")
+        reply = await self.policy.client.generate(self.ids, max_new_tokens=max_new, stats=self.stats)
+        output_ids = reply.output_ids if reply.output_ids is not None else self.policy.encode(reply.text)
+        self.ids.extend(output_ids)
+        self.last_output_text = self.policy.tokenizer.decode(output_ids) if output_ids else ""
+        cut = None
+        if reply.finish_reason == "length":
+            cut = "context" if max_new < turn_limit else "turn"
+        return PolicyTurn(reply.text, cut=cut)
+
+    def observe(self, tool_messages: list[dict[str, Any]]) -> None:
+        if not tool_messages:
+            return
+        close = self.policy.turn_close()
+        # The model stops at its end-of-turn token and never writes the template's newline after it;
+        # add whatever of the template's closing the model did not write, then the tool suffix.
+        stripped = close.rstrip()
+        if stripped and self.last_output_text.rstrip().endswith(stripped):
+            missing = close[len(stripped) :]
+        else:
+            missing = close
+        self.ids.extend(self.policy.encode(missing + self.policy.tool_suffix(tool_messages)))
+
+
+def load_tokenizer(path: str) -> Any:
+    """A Hugging Face tokenizer, loaded only for --api sglang."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise EvalError("--api sglang needs transformers to load --tokenizer: pip install transformers") from None
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear message
+        raise EvalError(f"--tokenizer {path}: cannot load a tokenizer: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Results file: append-only jsonl, resumable
+
+
+@dataclass
+class ResultsFile:
+    """The --out jsonl: what is already finished, and an appender for new lines."""
+
+    path: Path
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # question_id -> last finished line
+    errored: dict[str, dict[str, Any]] = field(default_factory=dict)  # question_id -> last endpoint_error line
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> ResultsFile:
+        results = cls(Path(path))
+        if results.path.exists():
+            results._read()
+        else:
+            results.path.parent.mkdir(parents=True, exist_ok=True)
+        return results
+
+    def _read(self) -> None:
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        complete, tail = lines[:-1], lines[-1]
+        if tail.strip():
+            # A line without its newline is a write a crash cut short: drop it, keep the rest intact.
+            self.warnings.append(
+                f"{self.path}: the last line is truncated ({len(tail)} bytes, from an interrupted run); "
+                "it is dropped and that episode runs again"
+            )
+            self._rewrite(b"".join(line + b"\n" for line in complete))
+        for number, raw in enumerate(complete, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+                qid = str(record["question_id"])
+                outcome = record["outcome"]
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+                self.warnings.append(f"{self.path}: line {number} is not a result line; ignored")
+                continue
+            if outcome == ENDPOINT_ERROR:
+                self.errored[qid] = record
+            else:
+                self.finished[qid] = record
+                self.errored.pop(qid, None)
+
+    def _rewrite(self, content: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def check_compatible(self, run_info: dict[str, Any]) -> None:
+        """Resuming must not mix results of another model, policy or preset into one file."""
+        for record in self.finished.values():
+            old = record.get("run") or {}
+            clash = {k: (old.get(k), v) for k, v in run_info.items() if k in old and old[k] != v}
+            if clash:
+                what = ", ".join(f"{k} {a!r} (file) vs {b!r} (now)" for k, (a, b) in clash.items())
+                raise EvalError(
+                    f"--out {self.path} holds results of another run: {what}; "
+                    "pass a new --out, or the same settings to resume"
+                )
+            return
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
+        # One write of one whole line, flushed: a crash leaves at most a truncated last line.
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+        qid = str(record["question_id"])
+        if record["outcome"] == ENDPOINT_ERROR:
+            self.errored[qid] = record
+        else:
+            self.finished[qid] = record
+            self.errored.pop(qid, None)
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running episodes
+
+
+def _result_dict(result: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.asdict(result)
+    if isinstance(result, dict):
+        return dict(result)
+    return {k: v for k, v in vars(result).items() if not k.startswith("_")}
+
+
+def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats: CallStats, elapsed_s: float) -> dict[str, Any]:
+    result = _result_dict(episode.result)
+    # A task without evidence has no evidence rules: None, so rates count only tasks that have them.
+    has_evidence = result.get("has_evidence", True)
+    restated = result.get("evidence_restated") if has_evidence else None
+    checked = result.get("evidence_checked") if has_evidence else None
+    metrics = result.get("metrics") or {}
+    record: dict[str, Any] = {
+        "question_id": task.question_id,
+        "db_id": task.db_id,
+        "difficulty": task.difficulty,
+        "outcome": result.get("outcome"),
+        "reward": result.get("reward"),
+        "correct": bool(result.get("correct")),
+        "turns": result.get("turns"),
+        "tool_calls": result.get("tool_calls"),
+        "invalid_tool_calls": result.get("invalid_tool_calls"),
+        "evidence_restated": restated,
+        "evidence_checked": checked,
+        "evidence_rules_met": metrics.get("evidence_rules_met", sum(1 for v in (restated, checked) if v is True)),
+        "solution": result.get("solution"),
+        "detail": result.get("detail"),
+        "reward_terms": result.get("reward_terms"),
+        "grade": result.get("grade"),
+        "metrics": metrics,
+        "endpoint": stats.to_dict(),
+        "elapsed_s": round(elapsed_s, 3),
+        "run": run_info,
+        "messages": list(episode.messages),
+    }
+    return record
+
+
+def error_record(
+    task: Task, episode: Episode | None, run_info: dict[str, Any], stats: CallStats, elapsed_s: float, error: str
+) -> dict[str, Any]:
+    return {
+        "question_id": task.question_id,
+        "db_id": task.db_id,
+        "difficulty": task.difficulty,
+        "outcome": ENDPOINT_ERROR,
+        "reward": None,
+        "correct": False,
+        "error": error,
+        "endpoint": stats.to_dict(),
+        "elapsed_s": round(elapsed_s, 3),
+        "run": run_info,
+        "messages": list(episode.messages) if episode is not None else [],
+    }
+
+
+async def run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, run_info: dict[str, Any]) -> dict[str, Any]:
+    """One episode, start to finish; an endpoint failure becomes an endpoint_error record."""
+    from t2sql.episode import Episode
+    from t2sql.prompt import build_prompt_async
+
+    started = time.monotonic()
+    # The first episode of a database runs SQL for the schema's example values: off the loop.
+    episode = Episode(task, preset, grader, prompt=await build_prompt_async(task, preset))
+    session = policy.session(episode)
+    try:
+        for _ in range(MAX_TURNS_GUARD):
+            turn = await session.next_turn()
+            outcome = await episode.on_turn(turn.text, cut=turn.cut, tool_calls=turn.tool_calls)
+            if outcome.done:
+                break
+            session.observe(list(outcome.tool_messages))
+        else:
+            raise RuntimeError(f"episode {task.question_id} did not end after {MAX_TURNS_GUARD} turns")
+    except EndpointError as e:
+        return error_record(task, episode, run_info, session.stats, time.monotonic() - started, str(e))
+    return episode_record(task, episode, run_info, session.stats, time.monotonic() - started)
+
+
+class Progress:
+    """A one-line progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total: int, enabled: bool | None = None):
+        self.total = total
+        self.done = self.correct = self.errors = 0
+        self.enabled = (sys.stderr.isatty() if enabled is None else enabled) and total > 0
+        self.started = time.monotonic()
+
+    def update(self, record: dict[str, Any]) -> None:
+        self.done += 1
+        self.correct += bool(record.get("correct"))
+        self.errors += record.get("outcome") == ENDPOINT_ERROR
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / self.total)
+        finished = self.done - self.errors
+        accuracy = f"{self.correct / finished:.3f}" if finished else "-"
+        rate = self.done / max(1e-9, time.monotonic() - self.started)
+        errors = f" endpoint errors {self.errors}" if self.errors else ""
+        sys.stderr.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+            f"acc {accuracy} {rate:.2f} ep/s{errors} "
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+@dataclass
+class EvalRun:
+    """What one call of `evaluate` did; `summary` covers every selected task the file has finished."""
+
+    ran: int
+    skipped_finished: int
+    endpoint_errors: int
+    aborted: str | None
+    summary: dict[str, Any]
+
+
+async def evaluate(
+    tasks: list[Task],
+    policy: Policy,
+    preset: Preset,
+    out: str | os.PathLike,
+    *,
+    concurrency: int = 8,
+    grader: Any = None,
+    run_info: dict[str, Any] | None = None,
+    progress: bool | None = None,
+    log: Any = None,
+) -> EvalRun:
+    """Run every unfinished task of `tasks` through `policy`, appending to `out`; summarize."""
+    if concurrency < 1:
+        raise EvalError(f"--concurrency must be >= 1, got {concurrency}")
+    log = log or (lambda message: print(message, file=sys.stderr))
+    run_info = dict(run_info or {"policy": policy.name, "preset": getattr(preset, "name", None)})
+    results = ResultsFile.open(out)
+    for warning in results.warnings:
+        log(f"warning: {warning}")
+    results.check_compatible(run_info)
+    todo = [t for t in tasks if t.question_id not in results.finished]
+    skipped = len(tasks) - len(todo)
+    if skipped:
+        log(f"resuming {results.path}: {skipped} of {len(tasks)} episodes already finished, {len(todo)} to run")
+
+    own_grader = grader is None
+    if own_grader:
+        from t2sql.grader import Grader
+
+        grader = Grader(tool_timeout_s=preset.tool_timeout_s, grade_timeout_s=preset.grade_timeout_s)
+
+    queue: asyncio.Queue[Task] = asyncio.Queue()
+    for task in todo:
+        queue.put_nowait(task)
+    bar = Progress(len(todo), progress)
+    counts = {"ran": 0, "errors": 0, "finished": 0, "fatal_streak": 0}
+    aborted: list[str] = []
+    # Stop early when the endpoint refuses every request for a reason a retry cannot fix
+    # (wrong model name, wrong API): no point sending the remaining thousands of episodes.
+    fatal_limit = max(4, concurrency)
+
+    async def worker() -> None:
+        while not aborted:
+            try:
+                task = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            record = await run_episode(task, policy, preset, grader, run_info)
+            results.append(record)
+            counts["ran"] += 1
+            if record["outcome"] == ENDPOINT_ERROR:
+                counts["errors"] += 1
+                if counts["finished"] == 0 and "not retried" in (record.get("error") or ""):
+                    counts["fatal_streak"] += 1
+                    if counts["fatal_streak"] >= fatal_limit and not aborted:
+                        aborted.append(record["error"])
+            else:
+                counts["finished"] += 1
+            bar.update(record)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(todo))))))
+    finally:
+        bar.close()
+        if own_grader:
+            await grader.aclose()
+    if aborted:
+        log(f"error: stopped after {counts['ran']} episodes; the endpoint refuses every request: {aborted[0]}")
+    selected = [t.question_id for t in tasks]
+    summary = summarize(
+        [results.finished[q] for q in selected if q in results.finished],
+        pending=[q for q in selected if q not in results.finished],
+        errored=[results.errored[q] for q in selected if q in results.errored and q not in results.finished],
+    )
+    return EvalRun(counts["ran"], skipped, counts["errors"], aborted[0] if aborted else None, summary)
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary
+
+
+def summarize(
+    records: Iterable[dict[str, Any]], *, pending: Iterable[str] = (), errored: Iterable[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """Accuracy (correct only), outcome breakdown, means, accuracy by difficulty, over finished episodes."""
+    records = list(records)
+    pending = list(pending)
+    errored = list(errored)
+    n = len(records)
+    outcomes = Counter(str(r.get("outcome")) for r in records)
+    by_difficulty: dict[str, dict[str, Any]] = {}
+    for r in records:
+        d = str(r.get("difficulty") or "unknown")
+        slot = by_difficulty.setdefault(d, {"episodes": 0, "correct": 0})
+        slot["episodes"] += 1
+        slot["correct"] += bool(r.get("correct"))
+    for slot in by_difficulty.values():
+        slot["accuracy"] = slot["correct"] / slot["episodes"]
+    order = {d: i for i, d in enumerate(DIFFICULTY_ORDER)}
+    by_difficulty = dict(sorted(by_difficulty.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+    def mean(key: str) -> float | None:
+        values = [float(r[key]) for r in records if isinstance(r.get(key), (int, float))]
+        return sum(values) / len(values) if values else None
+
+    def rate(key: str) -> float | None:
+        values = [r.get(key) for r in records if isinstance(r.get(key), bool)]  # None: task has no evidence
+        return sum(values) / len(values) if values else None
+
+    breakdown = {k: outcomes.get(k, 0) for k in OUTCOMES}
+    for k, v in outcomes.items():
+        if k not in breakdown:
+            breakdown[k] = v
+    correct = sum(1 for r in records if r.get("correct"))
+    return {
+        "episodes": n,
+        "correct": correct,
+        "accuracy": correct / n if n else None,
+        "mean_reward": mean("reward"),
+        "outcomes": breakdown,
+        "mean_turns": mean("turns"),
+        "mean_tool_calls": mean("tool_calls"),
+        "mean_invalid_tool_calls": mean("invalid_tool_calls"),
+        "evidence_restated_rate": rate("evidence_restated"),
+        "evidence_checked_rate": rate("evidence_checked"),
+        "by_difficulty": by_difficulty,
+        "unfinished": len(pending),
+        "endpoint_errors": len(errored),
+        "last_endpoint_error": errored[-1].get("error") if errored else None,
+        "completion_tokens": sum(int((r.get("endpoint") or {}).get("completion_tokens") or 0) for r in records),
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    def num(value: Any, digits: int = 3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    n = summary["episodes"]
+    lines = [
+        f"{'episodes finished':<26}{n:>8}",
+        f"{'accuracy (correct only)':<26}{num(summary['accuracy']):>8}   {summary['correct']}/{n}",
+        f"{'mean reward':<26}{num(summary['mean_reward']):>8}",
+        f"{'mean turns':<26}{num(summary['mean_turns'], 2):>8}",
+        f"{'mean tool calls':<26}{num(summary['mean_tool_calls'], 2):>8}",
+        f"{'mean invalid tool calls':<26}{num(summary['mean_invalid_tool_calls'], 2):>8}",
+        f"{'evidence restated':<26}{num(summary['evidence_restated_rate']):>8}",
+        f"{'evidence checked':<26}{num(summary['evidence_checked_rate']):>8}",
+        "",
+        f"{'outcome':<26}{'count':>8}{'share':>9}",
+    ]
+    for outcome, count in summary["outcomes"].items():
+        share = count / n if n else 0.0
+        lines.append(f"  {outcome:<24}{count:>8}{share:>9.3f}")
+    lines += ["", f"{'difficulty':<26}{'episodes':>8}{'accuracy':>9}"]
+    for difficulty, slot in summary["by_difficulty"].items():
+        lines.append(f"  {difficulty:<24}{slot['episodes']:>8}{slot['accuracy']:>9.3f}")
+    if summary["unfinished"]:
+        lines += [
+            "",
+            f"unfinished: {summary['unfinished']} episode(s) ({summary['endpoint_errors']} endpoint errors); "
+            "rerun the same command to retry them",
+        ]
+        if summary["last_endpoint_error"]:
+            lines.append(f"last endpoint error: {summary['last_endpoint_error']}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_argument_group("what to evaluate")
+    what.add_argument("--policy", choices=("model", "oracle"), default="model",
+                      help="model: an endpoint writes the turns; oracle: scripted gold answers, no endpoint")
+    what.add_argument("--data", default=None,
+                      help="BIRD question json (list) or converted miles jsonl (default: the embedded superhero sample)")
+    what.add_argument("--db-root", default=None,
+                      help="directory holding <db_id>/<db_id>.sqlite (default: beside --data, or the embedded sample)")
+    what.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    what.add_argument("--preset", default=None,
+                      help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
+
+    model = parser.add_argument_group("model endpoint")
+    model.add_argument("--endpoint", default=None, help="server URL, e.g. http://127.0.0.1:30000")
+    model.add_argument("--model", default=None, help="model name the server serves (--api openai)")
+    model.add_argument("--api", choices=("openai", "sglang"), default="openai",
+                       help="openai: /v1/chat/completions; sglang: token-level /generate as in training")
+    model.add_argument("--tokenizer", default=None, help="tokenizer path or hub name for --api sglang")
+    model.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                       help='chat template kwargs, e.g. \'{"enable_thinking": true}\' (sglang: every render; '
+                            "openai: sent as chat_template_kwargs)")
+    model.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the server's)")
+    model.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
+    model.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                       help="environment variable holding a bearer token for --api openai, if set")
+    model.add_argument("--timeout", type=float, default=600.0, help="seconds one request may take")
+    model.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff")
+    model.add_argument("--retry-backoff", type=float, default=1.0, help="first backoff in seconds (doubles)")
+
+    run_group = parser.add_argument_group("run")
+    run_group.add_argument("--out", required=True, help="results jsonl (appended; rerun to resume)")
+    run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
+    run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+
+
+def _sampling(args: argparse.Namespace) -> dict[str, Any]:
+    sampling: dict[str, Any] = {}
+    if args.temperature is not None:
+        sampling["temperature"] = args.temperature
+    if args.top_p is not None:
+        sampling["top_p"] = args.top_p
+    return sampling
+
+
+def _chat_template_kwargs(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise EvalError(f"--chat-template-kwargs is not JSON ({e.msg}); e.g. '{{\"enable_thinking\": true}}'") from None
+    if not isinstance(value, dict):
+        raise EvalError("--chat-template-kwargs must be a JSON object, e.g. '{\"enable_thinking\": true}'")
+    return value
+
+
+def build_policy(args: argparse.Namespace, preset: Preset, *, tokenizer: Any = None) -> Policy:
+    if args.policy == "oracle":
+        return OraclePolicy()
+    if not args.endpoint:
+        raise EvalError("--endpoint URL is required with --policy model (or use --policy oracle)")
+    try:
+        retry = RetryPolicy(timeout_s=args.timeout, retries=args.retries, backoff_s=args.retry_backoff)
+    except ValueError as e:
+        raise EvalError(str(e)) from None
+    kwargs = _chat_template_kwargs(args.chat_template_kwargs)
+    try:
+        if args.api == "openai":
+            if not args.model:
+                raise EvalError("--model NAME is required with --api openai (the name the server serves)")
+            extra = {"chat_template_kwargs": kwargs} if kwargs else {}
+            client = OpenAIChatClient(
+                args.endpoint, args.model, retry=retry, sampling=_sampling(args),
+                api_key=os.environ.get(args.api_key_env) if args.api_key_env else None,
+                extra_body=extra, max_connections=args.concurrency,
+            )
+            return OpenAIPolicy(client, preset)
+        if tokenizer is None:
+            if not args.tokenizer:
+                raise EvalError("--tokenizer PATH is required with --api sglang (the served model's tokenizer)")
+            tokenizer = load_tokenizer(args.tokenizer)
+        client = SglangGenerateClient(
+            args.endpoint, retry=retry, sampling=_sampling(args), max_connections=args.concurrency
+        )
+        return SglangPolicy(client, tokenizer, preset, chat_template_kwargs=kwargs)
+    except ValueError as e:
+        raise EvalError(str(e)) from None
+
+
+def _preset_dict(preset: Preset) -> dict[str, Any]:
+    to_dict = getattr(preset, "to_dict", None)
+    return to_dict() if callable(to_dict) else _result_dict(preset)
+
+
+def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
+    from t2sql.reward import get_preset
+
+    log = lambda message: print(message, file=sys.stderr)  # noqa: E731
+    try:
+        if args.limit is not None and args.limit < 1:
+            raise EvalError(f"--limit must be >= 1, got {args.limit}")
+        if args.data is None and args.db_root is not None:
+            raise EvalError("--db-root needs --data (the embedded sample brings its own database)")
+        data, db_root = (args.data, args.db_root) if args.data else (sample_questions(), sample_dir())
+        try:
+            preset = get_preset(args.preset)  # None: the recipe's default
+        except ValueError as e:
+            raise EvalError(str(e)) from None
+        loaded = load_tasks(data, db_root, limit=args.limit)
+        for message in loaded.skipped:
+            log(f"skipped: {message}")
+        policy = build_policy(args, preset, tokenizer=tokenizer)
+    except EvalError as e:
+        log(f"t2sql eval: {e}")
+        return 2
+
+    preset_name = getattr(preset, "name", args.preset)
+    run_info = {
+        "policy": policy.name,
+        "model": args.model if args.policy == "model" else None,
+        "preset": preset_name,
+    }
+    log(f"t2sql eval: {len(loaded.tasks)} tasks from {data} | policy {policy.name}"
+        + (f" | model {args.model} at {args.endpoint}" if args.policy == "model" else ""))
+    log("preset " + json.dumps(_preset_dict(preset), default=str, sort_keys=True))
+
+    async def main() -> EvalRun:
+        try:
+            return await evaluate(
+                loaded.tasks, policy, preset, args.out, concurrency=args.concurrency, run_info=run_info, log=log
+            )
+        finally:
+            await policy.aclose()
+
+    try:
+        outcome = asyncio.run(main())
+    except EvalError as e:
+        log(f"t2sql eval: {e}")
+        return 2
+    summary = {**outcome.summary, "ran": outcome.ran, "resumed_skipped": outcome.skipped_finished,
+               "aborted": outcome.aborted, "out": str(args.out), "run": run_info}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_summary(outcome.summary))
+        print(f"results: {args.out}")
+    return 1 if (outcome.aborted or outcome.summary["unfinished"]) else 0
+

@@ -1,0 +1,534 @@
+"""`t2sql eval` end to end: real SQLite, a real HTTP model on 127.0.0.1, real subprocesses.
+
+The scripted model (tests/loopback_model.py) finds its task by the question in the prompt and
+answers per turn; each test states the plan it scripts and checks what came back through the
+episode, the results file and the summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loopback_model import (
+    ByteTokenizer,
+    Conversation,
+    LoopbackModel,
+    Reply,
+    TaskScript,
+    json_tool_call,
+    structured_tool_call,
+    xml_tool_call,
+)
+from t2sql.endpoint import EndpointError, OpenAIChatClient, RetryPolicy, SglangGenerateClient, join_url
+from t2sql.evaluate import (
+    ENDPOINT_ERROR,
+    EvalError,
+    OpenAIPolicy,
+    OraclePolicy,
+    ResultsFile,
+    SglangPolicy,
+    evaluate,
+    format_summary,
+    load_tasks,
+    sample_dir,
+    sample_questions,
+    summarize,
+)
+from t2sql.reward import get_preset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bird_dir() -> Path | None:
+    for candidate in (REPO.parent / "shared" / "data" / "bird", Path("/work/shared/data/bird")):
+        if (candidate / "dev.json").is_file():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def preset():
+    return get_preset()
+
+
+@pytest.fixture(scope="module")
+def sample_tasks():
+    return load_tasks(sample_questions(), sample_dir()).tasks
+
+
+def first_cell(task) -> str:
+    with sqlite3.connect(f"file:{task.db_path}?mode=ro", uri=True) as conn:
+        return str(conn.execute(task.gold_sql).fetchone()[0])
+
+
+def retry(timeout_s: float = 5.0, retries: int = 2) -> RetryPolicy:
+    return RetryPolicy(timeout_s=timeout_s, retries=retries, backoff_s=0.01, max_backoff_s=0.05)
+
+
+def openai_policy(model: LoopbackModel, preset, **kw) -> OpenAIPolicy:
+    return OpenAIPolicy(OpenAIChatClient(model.url, "loopback-model", retry=kw.pop("retry", retry()), **kw), preset)
+
+
+def run(tasks, policy, preset, out, **kw):
+    async def go():
+        try:
+            return await evaluate(tasks, policy, preset, out, log=kw.pop("log", lambda m: None), **kw)
+        finally:
+            await policy.aclose()
+
+    return asyncio.run(go())
+
+
+def read_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def explore_then_answer(tool_form):
+    """Turn 1 restates the evidence and runs the gold query; turn 2 quotes it and answers."""
+
+    def plan(task, conv: Conversation) -> Reply:
+        if conv.turn == 1:
+            return Reply(text=f"<think>look first</think>\nThe evidence says: {task.evidence}\n{tool_form(task.gold_sql)}")
+        return Reply(text=f"<think>done</think>\nChecked against the evidence: {task.evidence}\n"
+                          f"<solution>\n{task.gold_sql}\n</solution>")
+
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI-compatible endpoint
+
+
+@pytest.mark.parametrize("form", [xml_tool_call, json_tool_call], ids=["qwen3_coder_xml", "json_in_tool_call"])
+def test_openai_tool_call_written_in_text_runs_and_answer_is_graded(tmp_path, preset, sample_tasks, form):
+    tasks = sample_tasks[:4]
+    script = TaskScript(tasks, explore_then_answer(form))
+    out = tmp_path / "results.jsonl"
+    with LoopbackModel(script) as model:
+        result = run(tasks, openai_policy(model, preset), preset, out, concurrency=2)
+        requests = model.chat_requests()
+    records = {r["question_id"]: r for r in read_lines(out)}
+    assert set(records) == {t.question_id for t in tasks}
+    for task in tasks:
+        r = records[task.question_id]
+        assert (r["outcome"], r["correct"], r["turns"], r["tool_calls"], r["invalid_tool_calls"]) == (
+            "correct", True, 2, 1, 0)
+        assert r["reward"] == pytest.approx(preset.reward_correct)
+        assert r["db_id"] == task.db_id and r["difficulty"] == task.difficulty
+        tool_messages = [m for m in r["messages"] if m["role"] == "tool"]
+        assert len(tool_messages) == 1 and first_cell(task) in tool_messages[0]["content"]
+    # Every request carried the tool spec and the preset's per-turn limit.
+    assert len(requests) == 2 * len(tasks)
+    assert all(q.body["tools"][0]["function"]["name"] == "execute_sql_query" for q in requests)
+    assert all(q.body["max_tokens"] <= preset.max_turn_tokens for q in requests)
+    assert result.summary["accuracy"] == 1.0 and result.summary["episodes"] == 4
+
+
+def test_openai_structured_tool_calls_round_trip_with_ids(tmp_path, preset, sample_tasks):
+    task = sample_tasks[5]
+
+    def plan(task, conv):
+        if conv.turn == 1:
+            return Reply(text="", reasoning=f"I should check. {task.evidence}",
+                         tool_calls=[structured_tool_call(task.gold_sql, "call_abc")])
+        return Reply(text=f"Checked: {task.evidence}\n<solution>{task.gold_sql}</solution>")
+
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript([task], plan)) as model:
+        run([task], openai_policy(model, preset), preset, out)
+        second = model.chat_requests()[1].body["messages"]
+    [r] = read_lines(out)
+    assert (r["outcome"], r["tool_calls"], r["invalid_tool_calls"]) == ("correct", 1, 0)
+    assistant = [m for m in second if m["role"] == "assistant"][0]
+    tool = [m for m in second if m["role"] == "tool"][0]
+    # The second request replays the structured call and answers it under the same id.
+    assert [c["id"] for c in assistant["tool_calls"]] == ["call_abc"]
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"query": task.gold_sql}
+    assert tool["tool_call_id"] == "call_abc"
+    assert first_cell(task) in tool["content"]
+
+
+def test_openai_wrong_answer_is_incorrect_and_rewarded_by_preset(tmp_path, preset, sample_tasks):
+    task = sample_tasks[0]
+
+    def plan(task, conv):
+        return Reply(text=f"Checked against the evidence: {task.evidence}\n<solution>SELECT 12345</solution>")
+
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript([task], plan)) as model:
+        result = run([task], openai_policy(model, preset), preset, out)
+    [r] = read_lines(out)
+    assert (r["outcome"], r["correct"], r["turns"], r["tool_calls"]) == ("incorrect", False, 1, 0)
+    assert r["reward"] == pytest.approx(preset.reward_incorrect)
+    assert result.summary["accuracy"] == 0.0 and result.summary["outcomes"]["incorrect"] == 1
+
+
+def test_openai_finish_length_is_a_turn_cut(tmp_path, preset, sample_tasks):
+    task = sample_tasks[1]
+
+    def plan(task, conv):  # thinks past the per-turn limit; the server cuts at max_tokens
+        return Reply(text="<think>" + "hmm " * preset.max_turn_tokens)
+
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript([task], plan)) as model:
+        run([task], openai_policy(model, preset), preset, out)
+        [request] = model.chat_requests()
+    [r] = read_lines(out)
+    assert request.body["max_tokens"] == preset.max_turn_tokens
+    assert (r["outcome"], r["correct"], r["turns"]) == ("turn_cut", False, 1)
+    assert r["reward"] == pytest.approx(preset.reward_no_solution)
+
+
+def test_openai_turn_past_context_budget_is_a_context_cut_never_graded(tmp_path, preset, sample_tasks):
+    task = sample_tasks[2]
+    # The first request's estimate (4 chars/token) leaves room, but the byte-level server counts
+    # one token per byte: its usage shows the turn ran past the budget, even though it answered.
+
+    def plan(task, conv):
+        return Reply(text=f"<solution>{task.gold_sql}</solution>")
+
+    with LoopbackModel(TaskScript([task], plan)) as model:
+        probe = tmp_path / "probe.jsonl"
+        run([task], openai_policy(model, preset), preset, probe)
+        [probe_record] = read_lines(probe)
+        assert probe_record["outcome"] == "correct"
+        prompt_tokens = probe_record["endpoint"]["prompt_tokens"]
+        tight = preset.replace(max_context_tokens=prompt_tokens + 5)
+        out = tmp_path / "r.jsonl"
+        run([task], openai_policy(model, tight), tight, out)
+    [r] = read_lines(out)
+    assert r["outcome"] == "context_cut" and r["correct"] is False
+    assert r["reward"] == pytest.approx(tight.reward_no_solution)
+
+
+# ---------------------------------------------------------------------------------------------
+# Endpoint failures: retried, recorded, never losing other results
+
+
+def test_endpoint_500_is_retried_with_backoff(tmp_path, preset, sample_tasks):
+    tasks = sample_tasks[:2]
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tasks, explore_then_answer(xml_tool_call))) as model:
+        model.fail_next(2, 500)
+        result = run(tasks, openai_policy(model, preset, retry=retry(retries=3)), preset, out, concurrency=1)
+        statuses = [q.status for q in model.requests]
+    assert statuses[:2] == [500, 500] and statuses[2:] == [200] * 4
+    records = read_lines(out)
+    assert [r["outcome"] for r in records] == ["correct", "correct"]
+    assert records[0]["endpoint"]["retries"] == 2 and "HTTP 500" in records[0]["endpoint"]["errors"][0]
+    assert result.endpoint_errors == 0
+
+
+def test_endpoint_that_keeps_failing_is_recorded_and_retried_by_the_next_run(tmp_path, preset, sample_tasks):
+    tasks = sample_tasks[:3]
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tasks, explore_then_answer(xml_tool_call))) as model:
+        model.fail_next(2, 503)  # both attempts of the first episode's first turn
+        first = run(tasks, openai_policy(model, preset, retry=retry(retries=1)), preset, out, concurrency=1)
+        lines = read_lines(out)
+        assert [r["outcome"] for r in lines] == [ENDPOINT_ERROR, "correct", "correct"]
+        assert "HTTP 503" in lines[0]["error"] and "failed 2 time(s)" in lines[0]["error"]
+        assert first.summary["unfinished"] == 1 and first.summary["episodes"] == 2
+        assert "rerun the same command" in format_summary(first.summary)
+
+        second = run(tasks, openai_policy(model, preset), preset, out, concurrency=2)
+    assert (second.ran, second.skipped_finished) == (1, 2)
+    lines = read_lines(out)
+    assert [r["outcome"] for r in lines] == [ENDPOINT_ERROR, "correct", "correct", "correct"]
+    assert lines[3]["question_id"] == tasks[0].question_id
+    assert second.summary["unfinished"] == 0 and second.summary["accuracy"] == 1.0
+
+
+def test_endpoint_that_hangs_times_out_then_retries(tmp_path, preset, sample_tasks):
+    tasks = sample_tasks[:2]
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tasks, explore_then_answer(xml_tool_call))) as model:
+        model.hang_next(1, 30.0)  # first request hangs; the retry gets an answer
+        started = time.monotonic()
+        result = run(tasks, openai_policy(model, preset, retry=retry(timeout_s=0.5, retries=2)), preset, out,
+                     concurrency=1)
+        healed = time.monotonic() - started
+        model.hang_next(2, 30.0)  # now both attempts hang: recorded, not fatal
+        out2 = tmp_path / "r2.jsonl"
+        started = time.monotonic()
+        stuck = run(tasks, openai_policy(model, preset, retry=retry(timeout_s=0.5, retries=1)), preset, out2,
+                    concurrency=1)
+        gave_up = time.monotonic() - started
+    assert result.summary["accuracy"] == 1.0 and read_lines(out)[0]["endpoint"]["retries"] == 1
+    assert healed < 10
+    lines = read_lines(out2)
+    assert [r["outcome"] for r in lines] == [ENDPOINT_ERROR, "correct"]
+    assert "no answer within 0.5s" in lines[0]["error"]
+    assert stuck.endpoint_errors == 1 and gave_up < 10
+
+
+def test_endpoint_refusing_every_request_stops_the_run(tmp_path, preset, sample_tasks):
+    tasks = sample_tasks[:10]
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tasks, explore_then_answer(xml_tool_call))) as model:
+        model.fail_next(1000, 404)
+        result = run(tasks, openai_policy(model, preset), preset, out, concurrency=1)
+        requests = len(model.requests)
+    assert result.aborted and "404" in result.aborted and "not retried" in result.aborted
+    assert result.ran == 4 and requests == 4  # a 404 is not retried, and the run stopped early
+    assert all(r["outcome"] == ENDPOINT_ERROR for r in read_lines(out))
+
+
+def test_endpoint_client_errors_are_typed(tmp_path):
+    with pytest.raises(ValueError, match="http://"):
+        join_url("localhost:8000", "/generate")
+    assert join_url("http://h:1/v1", "/v1/chat/completions") == "http://h:1/v1/chat/completions"
+    assert join_url("http://h:1/", "/generate") == "http://h:1/generate"
+
+    async def call_dead_port():
+        client = SglangGenerateClient("http://127.0.0.1:9", retry=retry(timeout_s=1, retries=1))
+        try:
+            await client.generate([1, 2], max_new_tokens=4)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(EndpointError, match="connection failed") as info:
+        asyncio.run(call_dead_port())
+    assert info.value.attempts == 2 and info.value.retryable
+
+
+# ---------------------------------------------------------------------------------------------
+# sglang /generate: token ids as in training
+
+
+def test_sglang_generate_appends_model_ids_and_tool_suffix(tmp_path, preset, sample_tasks):
+    tasks = sample_tasks[:3]
+    tokenizer = ByteTokenizer()
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tasks, explore_then_answer(xml_tool_call)), tokenizer) as model:
+        client = SglangGenerateClient(model.url, retry=retry(), sampling={"temperature": 0.0})
+        policy = SglangPolicy(client, tokenizer, preset, chat_template_kwargs={"enable_thinking": True})
+        result = run(tasks, policy, preset, out, concurrency=3)
+        requests = [q.body for q in model.requests]
+    assert result.summary["accuracy"] == 1.0
+    records = {r["question_id"]: r for r in read_lines(out)}
+    assert all(r["tool_calls"] == 1 and r["turns"] == 2 for r in records.values())
+    assert len(requests) == 6
+    # Every render got the template kwargs (not only the first).
+    assert tokenizer.render_kwargs and all(k == {"enable_thinking": True} for k in tokenizer.render_kwargs)
+    by_question = {}
+    for body in requests:
+        text = tokenizer.decode(body["input_ids"])
+        task = max((t for t in tasks if t.question in text), key=lambda t: len(t.question))
+        by_question.setdefault(task.question_id, []).append(body)
+    for task in tasks:
+        first, second = by_question[task.question_id]
+        assert first["return_logprob"] is True
+        assert first["sampling_params"] == {"temperature": 0.0, "max_new_tokens": preset.max_turn_tokens}
+        first_text = tokenizer.decode(first["input_ids"])
+        assert first_text.endswith("<|im_start|>assistant\n") and "# Tools" in first_text
+        # Append-only: turn 2's ids = turn 1's ids + the model's own ids + the template's tool suffix,
+        # with the newline the model never writes after <|im_end|>.
+        assert second["input_ids"][: len(first["input_ids"])] == first["input_ids"]
+        added = tokenizer.decode(second["input_ids"][len(first["input_ids"]):])
+        assert added.startswith("<think>look first</think>")
+        assert "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n" in added
+        assert first_cell(task) in added and added.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
+        assert second["sampling_params"]["max_new_tokens"] == preset.max_turn_tokens
+
+
+def test_sglang_caps_max_new_tokens_by_context_budget(tmp_path, preset, sample_tasks):
+    task = sample_tasks[3]
+    tokenizer = ByteTokenizer()
+
+    def plan(task, conv):  # a long answer: cut by whichever budget is smaller
+        return Reply(text="<think>" + "x" * 5000 + f"</think><solution>{task.gold_sql}</solution>")
+
+    with LoopbackModel(TaskScript([task], plan), tokenizer) as model:
+        policy = SglangPolicy(SglangGenerateClient(model.url, retry=retry()), tokenizer, preset)
+        run([task], policy, preset, tmp_path / "turn.jsonl")
+        prompt_len = len(model.requests[0].body["input_ids"])
+        tight = preset.replace(max_context_tokens=prompt_len + 100)
+        policy = SglangPolicy(SglangGenerateClient(model.url, retry=retry()), tokenizer, tight)
+        run([task], policy, tight, tmp_path / "ctx.jsonl")
+        capped = model.requests[1].body["sampling_params"]["max_new_tokens"]
+    [turn_cut] = read_lines(tmp_path / "turn.jsonl")
+    [context_cut] = read_lines(tmp_path / "ctx.jsonl")
+    assert turn_cut["outcome"] == "turn_cut"
+    assert capped == 100  # len(input_ids) + max_new_tokens == the context budget
+    assert context_cut["outcome"] == "context_cut" and context_cut["reward"] == pytest.approx(tight.reward_no_solution)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resuming
+
+
+def test_resume_skips_finished_and_drops_a_truncated_last_line(tmp_path, preset, sample_tasks):
+    tasks = sample_tasks[:5]
+    out = tmp_path / "r.jsonl"
+    run(tasks[:3], OraclePolicy(), preset, out, concurrency=2)
+    full = read_lines(out)
+    # A crash mid-write: half of the 4th episode's line, no newline.
+    other = tmp_path / "other.jsonl"
+    run(tasks[3:4], OraclePolicy(), preset, other)
+    with open(out, "a") as f:
+        f.write(other.read_text()[:100])
+    messages: list[str] = []
+    result = run(tasks, OraclePolicy(), preset, out, concurrency=2, log=messages.append)
+    assert any("truncated" in m for m in messages)
+    assert (result.ran, result.skipped_finished) == (2, 3)
+    lines = read_lines(out)  # every line parses: the truncated one is gone
+    assert [r["question_id"] for r in lines[:3]] == [r["question_id"] for r in full]
+    assert sorted(r["question_id"] for r in lines) == sorted(t.question_id for t in tasks)
+    assert result.summary["episodes"] == 5 and result.summary["accuracy"] == 1.0
+
+
+def test_resume_refuses_results_of_another_run(tmp_path, preset, sample_tasks):
+    out = tmp_path / "r.jsonl"
+    run(sample_tasks[:1], OraclePolicy(), preset, out, run_info={"policy": "oracle", "preset": preset.name})
+    with pytest.raises(EvalError, match="holds results of another run"):
+        run(sample_tasks[:2], OraclePolicy(), preset, out, run_info={"policy": "openai", "preset": preset.name})
+
+
+def eval_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "t2sql.cli", "eval", *args]
+
+
+def test_resume_after_killing_a_running_eval(tmp_path, sample_tasks):
+    tasks = sample_tasks[:8]
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tasks, explore_then_answer(xml_tool_call))) as model:
+        model.slow(0.25)
+        cmd = eval_cmd("--endpoint", model.url, "--model", "m", "--out", str(out), "--limit", "8",
+                       "--concurrency", "2", "--json")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or len(read_lines(out)) < 2):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        done_before = {r["question_id"] for r in read_lines(out)}
+        assert 2 <= len(done_before) < 8, "the kill came too late to test resuming"
+        model.slow(0.0)
+        finished = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    summary = json.loads(finished.stdout)
+    assert summary["resumed_skipped"] == len(done_before) and summary["ran"] == 8 - len(done_before)
+    ids = [r["question_id"] for r in read_lines(out)]
+    assert sorted(ids) == sorted(t.question_id for t in tasks)  # each exactly once
+    assert summary["accuracy"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Oracle policy, data, summary, CLI
+
+
+def test_oracle_over_all_bird_dev_questions(tmp_path, preset):
+    bird = bird_dir()
+    if bird is None:
+        pytest.skip("the shared BIRD data (../shared/data/bird) is not beside this checkout")
+    loaded = load_tasks(bird / "dev.json", None)
+    assert len(loaded.tasks) == 432 and not loaded.skipped
+    out = tmp_path / "oracle.jsonl"
+    result = run(loaded.tasks, OraclePolicy(), preset, out, concurrency=4)
+    records = read_lines(out)
+    assert len(records) == 432
+    assert result.summary["accuracy"] == 1.0, [r for r in records if not r["correct"]][:3]
+    assert all(r["tool_calls"] == 1 and r["turns"] == 2 for r in records)
+    assert all(r["reward"] == pytest.approx(preset.reward_correct) for r in records)
+    assert set(result.summary["by_difficulty"]) == {"simple", "moderate", "challenging"}
+
+
+def test_cli_oracle_on_the_embedded_sample(tmp_path):
+    out = tmp_path / "oracle.jsonl"
+    proc = subprocess.run(eval_cmd("--policy", "oracle", "--out", str(out), "--json"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["episodes"] == 129 and summary["accuracy"] == 1.0 and summary["ran"] == 129
+    assert summary["outcomes"]["correct"] == 129
+    assert "preset {" in proc.stderr  # the preset is printed in full at the start
+    assert len(read_lines(out)) == 129
+    again = subprocess.run(eval_cmd("--policy", "oracle", "--out", str(out)), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "129 of 129 episodes already finished" in again.stderr
+    assert "accuracy (correct only)" in again.stdout and "1.000" in again.stdout
+
+
+def test_cli_usage_errors_are_clear(tmp_path):
+    def eval_err(*args):
+        proc = subprocess.run(eval_cmd(*args, "--out", str(tmp_path / "x.jsonl")), capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2
+        return proc.stderr
+
+    assert "--endpoint URL is required" in eval_err("--limit", "1")
+    assert "qwen3.6-35b-a3b" in eval_err("--policy", "oracle", "--preset", "nope")
+    assert "--tokenizer PATH is required" in eval_err("--endpoint", "http://127.0.0.1:9", "--api", "sglang")
+    assert "not found" in eval_err("--policy", "oracle", "--data", str(tmp_path / "missing.json"))
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_load_tasks_reports_and_skips_bad_rows(tmp_path, sample_tasks):
+    rows = json.loads(sample_questions().read_text())[:3]
+    data = tmp_path / "q.jsonl"
+    with open(data, "w") as f:
+        f.write(json.dumps(rows[0]) + "\n")
+        f.write("{not json\n")
+        f.write(json.dumps({**rows[1], "db_id": "no_such_db"}) + "\n")
+        f.write(json.dumps(rows[2]) + "\n")
+    loaded = load_tasks(data, sample_dir())
+    assert [t.question_id for t in loaded.tasks] == [str(rows[0]["question_id"]), str(rows[2]["question_id"])]
+    assert len(loaded.skipped) == 2
+    assert any("line 2" in s for s in loaded.skipped) and any("no_such_db" in s for s in loaded.skipped)
+    with pytest.raises(EvalError, match="no usable task"):
+        load_tasks(data, tmp_path)  # no database under this root
+    assert len(load_tasks(sample_questions(), sample_dir(), limit=7).tasks) == 7
+
+
+def test_summary_counts_by_outcome_and_difficulty():
+    records = [
+        {"outcome": "correct", "correct": True, "reward": 1.0, "difficulty": "simple", "turns": 2, "tool_calls": 1,
+         "invalid_tool_calls": 0, "evidence_restated": True, "evidence_checked": True},
+        {"outcome": "incorrect", "correct": False, "reward": 0.0, "difficulty": "simple", "turns": 3,
+         "tool_calls": 2, "invalid_tool_calls": 1, "evidence_restated": False, "evidence_checked": None},
+        {"outcome": "turn_cut", "correct": False, "reward": -1.0, "difficulty": "challenging", "turns": 1,
+         "tool_calls": 0, "invalid_tool_calls": 0, "evidence_restated": None, "evidence_checked": None},
+    ]
+    s = summarize(records, pending=["9"], errored=[{"error": "boom"}])
+    assert s["accuracy"] == pytest.approx(1 / 3) and s["mean_turns"] == pytest.approx(2.0)
+    assert s["outcomes"]["correct"] == 1 and s["outcomes"]["turn_cut"] == 1 and s["outcomes"]["unsafe"] == 0
+    assert s["by_difficulty"]["simple"] == {"episodes": 2, "correct": 1, "accuracy": 0.5}
+    assert list(s["by_difficulty"]) == ["simple", "challenging"]
+    assert s["evidence_restated_rate"] == 0.5 and s["evidence_checked_rate"] == 1.0
+    assert s["unfinished"] == 1 and s["last_endpoint_error"] == "boom"
+    text = format_summary(s)
+    assert "accuracy (correct only)" in text and "0.333" in text and "boom" in text
+
+
+def test_results_file_keeps_the_last_line_per_question(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        json.dumps({"question_id": 1, "outcome": ENDPOINT_ERROR}) + "\n"
+        + "garbage line\n"
+        + json.dumps({"question_id": 1, "outcome": "correct"}) + "\n"
+        + json.dumps({"question_id": 2, "outcome": ENDPOINT_ERROR}) + "\n"
+    )
+    results = ResultsFile.open(path)
+    assert set(results.finished) == {"1"} and set(results.errored) == {"2"}
+    assert any("line 2" in w for w in results.warnings)
+
+
+def test_sample_is_packaged_with_its_notice():
+    root = sample_dir()
+    assert (root / "superhero" / "superhero.sqlite").is_file()
+    assert len(list((root / "superhero" / "database_description").glob("*.csv"))) == 10
+    assert len(json.loads((root / "dev.json").read_text())) == 129
+    notice = (root / "NOTICE.md").read_text()
+    assert "CC BY-SA 4.0" in notice and "BIRD" in notice
