@@ -97,7 +97,8 @@ def test_bare_has_no_shaping():
 # -- evidence rules
 
 def test_evidence_both_rules_met():
-    t = traj("correct", prose=(RESTATING, "checking: " + RESTATING), evidence=EVIDENCE, answer_turn=1)
+    check = "Check: my query keeps gender = 'Female' and publisher_name = 'Dark Horse Comics', as the evidence says."
+    t = traj("correct", prose=(RESTATING, check), evidence=EVIDENCE, answer_turn=1)
     b = asyncio.run(score(t, RECIPE))
     assert b.evidence.restated and b.evidence.checked
     assert b.total == 1.0

@@ -1,0 +1,373 @@
+"""The episode state machine: one assistant turn in, the next action out.
+
+It knows nothing about miles, tokens or HTTP. An adapter (the eval's endpoint client, the miles
+generate function) renders `episode.messages` + `episode.tools`, gets one assistant turn from the
+model, and calls `await episode.on_turn(text, cut=..., tool_calls=...)`. It appends the returned
+tool messages to what it renders next, and repeats until `done`; then `episode.result` holds the
+outcome, the reward and the metrics. The rules, in the order they are applied to a turn
+(docs/episode.md has them for users):
+
+1. cut="context" (the context budget cut the turn): the episode ends as `context_cut`, never graded,
+   even if the turn holds a solution. cut="turn" (the per-turn limit cut it): `turn_cut`.
+2. A `<solution>` in the visible text (outside <think>): the episode ends; the LAST block is the
+   answer; it is graded through the grader with the preset's semantics, float_digits and timeout.
+   Tool calls in the same turn are ignored.
+3. Tool calls (structured `tool_calls` when the endpoint returned any, else parsed from the text),
+   in order. Every call, well-formed or not, takes the next number: calls 1..max_tool_calls run
+   (a malformed one is not run: it counts as a call and as an invalid call, and its tool message says
+   what was wrong and shows the expected form); a call past the budget is not run, is an invalid
+   call, and its tool message says the budget is spent and an answer is due. An unsafe query ends
+   the episode at once (`unsafe`); SQL errors and timeouts are shown to the model as `Error: ...`.
+4. Neither: the episode ends as `no_solution`. So does a turn that reaches `preset.max_turns`
+   without a solution (a safety stop for a model that keeps calling past the budget).
+
+When `done` is True no tool message is returned or appended: a trajectory never ends on tool text.
+A database that is missing or broken (DatabaseError) is the data's fault: `gold_error`, reward 0.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import t2sql
+from t2sql import prompt as prompts
+from t2sql import reward as rewards
+from t2sql.reward import Preset
+
+if TYPE_CHECKING:
+    from t2sql.grader import Grader
+
+CUTS = (None, "turn", "context")
+
+# The grader's verdict outcome -> the episode's outcome category.
+VERDICT_OUTCOMES: dict[str, str] = {
+    "match": "correct",
+    "mismatch": "incorrect",
+    "pred_error": "pred_error",
+    "pred_timeout": "pred_timeout",
+    "unsafe": "unsafe",
+    "gold_error": "gold_error",
+    "gold_timeout": "gold_error",
+}
+
+
+class TaskError(ValueError):
+    """A data row cannot become a Task (a field is missing or the database cannot be located)."""
+
+
+class EpisodeFinished(RuntimeError):
+    """on_turn was called after the episode ended."""
+
+
+@dataclass(frozen=True)
+class Task:
+    question_id: str
+    db_id: str
+    db_path: str
+    question: str
+    evidence: str
+    gold_sql: str
+    difficulty: str = ""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], db_root: str | Path | None = None) -> "Task":
+        """A task from a BIRD question (question_id, db_id, question, evidence, SQL, difficulty) or
+        a converted miles row ({"label": {...}, "metadata": {...}}, see t2sql.data).
+
+        With `db_root`, the database is `<db_root>/<db_id>/<db_id>.sqlite` (BIRD's layout);
+        without it, the row's `db_path` (miles rows carry one).
+        """
+        if not isinstance(row, Mapping):
+            raise TaskError(f"a task row must be a JSON object, got {type(row).__name__}")
+        fields: dict[str, Any] = {k: v for k, v in row.items() if k not in ("metadata", "label", "prompt")}
+        if isinstance(row.get("metadata"), Mapping):
+            fields.update(row["metadata"])
+        label = row.get("label")
+        if isinstance(label, Mapping):
+            fields.update(label)
+        elif isinstance(label, str):
+            fields["gold_sql"] = label
+        gold = next((fields[k] for k in ("gold_sql", "SQL", "sql", "query") if isinstance(fields.get(k), str)), None)
+        qid = fields.get("question_id")
+        missing = [name for name, value in (("question_id", qid), ("db_id", fields.get("db_id")),
+                                             ("question", fields.get("question")), ("gold SQL", gold))
+                   if value is None or (isinstance(value, str) and not value.strip())]
+        if missing:
+            raise TaskError(
+                f"task row {qid!r} lacks {', '.join(missing)}; expected BIRD fields (question_id, db_id, "
+                "question, evidence, SQL) or a row written by `t2sql convert`"
+            )
+        db_id = str(fields["db_id"])
+        if db_root is not None:
+            db_path = str(Path(db_root) / db_id / f"{db_id}.sqlite")
+        elif isinstance(fields.get("db_path"), str) and fields["db_path"]:
+            db_path = fields["db_path"]
+        else:
+            raise TaskError(f"task {qid!r} has no db_path; pass the database root (<root>/<db_id>/<db_id>.sqlite)")
+        return cls(
+            question_id=str(qid),
+            db_id=db_id,
+            db_path=db_path,
+            question=str(fields["question"]),
+            evidence=str(fields.get("evidence") or ""),
+            gold_sql=gold,  # type: ignore[arg-type]
+            difficulty=str(fields.get("difficulty") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    done: bool
+    tool_messages: list[dict[str, Any]]  # appended to episode.messages; [] when done
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    outcome: str  # one of t2sql.reward.OUTCOMES
+    reward: float
+    correct: bool  # what evaluation scores
+    solution: str | None
+    turns: int
+    tool_calls: int  # every call the model made, past the budget and malformed ones included
+    invalid_tool_calls: int
+    has_evidence: bool
+    evidence_restated: bool
+    evidence_checked: bool
+    detail: str  # why the episode ended (grader detail, error text, cut)
+    reward_terms: dict[str, float]  # every enabled shaping term's signed amount
+    grade: dict[str, Any] | None  # the grader's GradeResult, when graded
+    metrics: dict[str, Any]
+
+
+@dataclass
+class _Turn:
+    text: str
+    think: str
+    visible: str
+    prose: str
+    think_tokens: int
+
+
+def whitespace_tokens(text: str) -> int:
+    """The default token count for metrics: whitespace-separated words (a tokenizer can be hooked)."""
+    return len(text.split())
+
+
+class Episode:
+    def __init__(
+        self,
+        task: Task,
+        preset: Preset,
+        grader: Grader,
+        *,
+        prompt: Sequence[Mapping[str, Any]] | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+    ):
+        """`prompt`: the [system, user] messages if already built (a converted data row carries
+        them); otherwise built here (the first episode of a database runs SQL for example values:
+        from async code build it with `t2sql.prompt.build_prompt_async` and pass it in)."""
+        self.task = task
+        self.preset = preset
+        self.grader = grader
+        self.count_tokens = count_tokens or whitespace_tokens
+        built = prompt if prompt is not None else prompts.build_prompt(task, preset)
+        self.messages: list[dict[str, Any]] = [dict(m) for m in built]
+        self.tools: list[dict[str, Any]] = prompts.tool_specs()
+        self.result: EpisodeResult | None = None
+        self._turns: list[_Turn] = []
+        self._tool_calls = 0
+        self._invalid = 0
+        self._executed = 0
+        self._tool_queries: list[str] = []
+        self._tool_errors = 0
+        self._tool_elapsed = 0.0
+        self._started = time.monotonic()
+
+    # -- budgets the adapters ask for
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    @property
+    def tool_calls_left(self) -> int:
+        return max(0, self.preset.max_tool_calls - self._tool_calls)
+
+    def turn_token_budget(self, context_tokens_used: int = 0) -> int:
+        """Tokens the next turn may generate: the per-turn limit, never past the context budget.
+        <= 0 means the context is full: end the episode with `on_turn("", cut="context")`."""
+        return min(self.preset.max_turn_tokens, self.preset.max_context_tokens - context_tokens_used)
+
+    # -- the state machine
+
+    async def on_turn(
+        self, text: str, *, cut: str | None = None, tool_calls: Sequence[Any] | None = None
+    ) -> TurnOutcome:
+        """Take one assistant turn (the full text, <think> included) and act on it."""
+        if self.result is not None:
+            raise EpisodeFinished(
+                f"episode {self.task.question_id} already ended ({self.result.outcome}); start a new Episode"
+            )
+        if cut not in CUTS:
+            raise ValueError(f"cut must be None, 'turn' or 'context', got {cut!r}")
+        text = text or ""
+        think, visible = prompts.split_think(text)
+        self._turns.append(_Turn(text, think, visible, prompts.prose(visible), self.count_tokens(think)))
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["tool_calls"] = [dict(c) if isinstance(c, Mapping) else c for c in tool_calls]
+        self.messages.append(message)
+
+        if cut == "context":
+            return await self._finish("context_cut", "the context budget cut the turn (never graded)")
+        if cut == "turn":
+            return await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.max_turn_tokens}")
+
+        solution = prompts.parse_solution(visible)
+        if solution is not None:
+            return await self._grade(solution)
+
+        calls = (prompts.parse_structured_tool_calls(tool_calls) if tool_calls
+                 else prompts.parse_tool_calls(visible))
+        if not calls:
+            return await self._finish("no_solution", "the turn has neither a tool call nor a <solution>")
+
+        tool_messages: list[dict[str, Any]] = []
+        for call in calls:
+            content = await self._run_call(call)
+            if self.result is not None:  # an unsafe query ended the episode
+                return TurnOutcome(True, [])
+            tool_message: dict[str, Any] = {"role": "tool", "name": prompts.TOOL_NAME, "content": content}
+            if call.id:
+                tool_message["tool_call_id"] = call.id
+            tool_messages.append(tool_message)
+
+        if len(self._turns) >= self.preset.max_turns:
+            return await self._finish("no_solution", f"no <solution> within max_turns={self.preset.max_turns} turns")
+        self.messages.extend(tool_messages)
+        return TurnOutcome(False, tool_messages)
+
+    async def _run_call(self, call: prompts.ToolCall) -> str:
+        self._tool_calls += 1
+        number, budget = self._tool_calls, self.preset.max_tool_calls
+        if call.query is not None:
+            self._tool_queries.append(call.query)
+        if number > budget:
+            self._invalid += 1
+            return (f"Error: the tool budget is spent ({budget} calls); this call was not run. "
+                    "Give your final answer now: one SQLite query inside <solution>...</solution>.")
+        if not call.valid:
+            self._invalid += 1
+            return (f"Error: invalid tool call ({call.error}); it was not run but counts as one of your "
+                    f"{budget} calls. Call the tool like this:\n{prompts.EXPECTED_FORM}")
+        p = self.preset
+        started = time.monotonic()
+        try:
+            result = await self.grader.run_tool(
+                self.task.db_path, call.query, timeout_s=p.tool_timeout_s, max_rows=p.tool_max_rows,
+                max_cell_chars=p.tool_max_cell_chars, max_chars=p.tool_max_chars, count_cap=p.tool_count_cap,
+            )
+            content = result.text
+        except t2sql.UnsafeQuery as e:
+            self._executed += 1
+            await self._finish("unsafe", f"unsafe query in tool call {number}: {e}")
+            return ""
+        except t2sql.QueryTimeout:
+            self._tool_errors += 1
+            content = f"Error: query timed out after {p.tool_timeout_s:g}s"
+        except t2sql.SqlError as e:
+            self._tool_errors += 1
+            content = f"Error: {e}"
+        except t2sql.DatabaseError as e:
+            await self._finish("gold_error", f"the task's database failed in tool call {number}: {e}")
+            return ""
+        finally:
+            self._tool_elapsed += time.monotonic() - started
+        self._executed += 1
+        if number == budget:
+            content += (f"\n\n(That was your last tool call: {budget} of {budget} used. "
+                        "Answer next with <solution>...</solution>.)")
+        return content
+
+    async def _grade(self, solution: str) -> TurnOutcome:
+        p = self.preset
+        try:
+            graded = await self.grader.grade(
+                self.task.db_path, solution, self.task.gold_sql,
+                semantics=p.semantics, float_digits=p.float_digits, timeout_s=p.grade_timeout_s,
+            )
+        except t2sql.DatabaseError as e:
+            return await self._finish("gold_error", f"the task's database failed at grading: {e}",
+                                      solution=solution)
+        outcome = VERDICT_OUTCOMES.get(graded.outcome)
+        if outcome is None:
+            raise RuntimeError(f"the grader returned an unknown outcome {graded.outcome!r}")
+        grade = graded.to_dict() if hasattr(graded, "to_dict") else dict(vars(graded))
+        return await self._finish(outcome, graded.detail or graded.outcome, solution=solution, grade=grade,
+                                  graded=graded)
+
+    async def _finish(self, outcome: str, detail: str, *, solution: str | None = None,
+                      grade: dict[str, Any] | None = None, graded: Any = None) -> TurnOutcome:
+        answer_turn = len(self._turns) - 1 if solution is not None else None
+        trajectory = rewards.Trajectory(
+            outcome=outcome,
+            evidence=self.task.evidence,
+            visible=tuple(t.visible for t in self._turns),
+            prose=tuple(t.prose for t in self._turns),
+            answer_turn=answer_turn,
+            invalid_tool_calls=self._invalid,
+            tool_queries=tuple(self._tool_queries),
+            solution=solution,
+            texts=tuple(t.text for t in self._turns),
+            task=self.task,
+            grade=graded,
+            grader=self.grader,
+        )
+        breakdown = await rewards.score(trajectory, self.preset)
+        evidence = breakdown.evidence
+        metrics: dict[str, Any] = {
+            "turns": len(self._turns),
+            "tool_calls": self._tool_calls,
+            "executed_tool_calls": self._executed,
+            "invalid_tool_calls": self._invalid,
+            "tool_errors": self._tool_errors,
+            "think_tokens": [t.think_tokens for t in self._turns],
+            "think_tokens_total": sum(t.think_tokens for t in self._turns),
+            "visible_tokens": [self.count_tokens(t.visible) for t in self._turns],
+            "evidence_rules_met": evidence.met,
+            "evidence_restated_coverage": round(evidence.restated_coverage, 4),
+            "evidence_checked_coverage": round(evidence.checked_coverage, 4),
+            "tool_elapsed_s": round(self._tool_elapsed, 4),
+            "episode_elapsed_s": round(time.monotonic() - self._started, 4),
+            "outcome_reward": breakdown.outcome_reward,
+        }
+        if breakdown.unapplied:
+            metrics["unapplied_switches"] = list(breakdown.unapplied)
+        metrics.update(_guard_metrics(trajectory, self.preset))
+        self.result = EpisodeResult(
+            outcome=outcome,
+            reward=breakdown.total,
+            correct=outcome == "correct",
+            solution=solution,
+            turns=len(self._turns),
+            tool_calls=self._tool_calls,
+            invalid_tool_calls=self._invalid,
+            has_evidence=evidence.has_evidence,
+            evidence_restated=evidence.restated,
+            evidence_checked=evidence.checked,
+            detail=detail,
+            reward_terms=dict(breakdown.terms),
+            grade=grade,
+            metrics=metrics,
+        )
+        return TurnOutcome(True, [])
+
+
+def _guard_metrics(trajectory: rewards.Trajectory, preset: Preset) -> dict[str, float]:
+    # The repetition guards' named counts (t2sql.guards), logged for every episode.
+    from t2sql import guards
+
+    return guards.guard_report(trajectory, preset).to_metrics()
