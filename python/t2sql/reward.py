@@ -128,6 +128,12 @@ class Preset:
     repetition_ngram_share: float  # a turn is repetitive at this share of repeated n-grams
     repetition_min_ngrams: int  # shorter turns are never judged
     repeated_turn_similarity: float  # trigram Jaccard at which a turn repeats an earlier one
+    # -- the curriculum (t2sql.curriculum reads them; a miles data source, not a reward term)
+    curriculum: bool  # hints after a 0/N group, learnability-weighted draws
+    curriculum_max_hint_level: int  # 0..3: evidence, + FROM/JOIN skeleton, + SELECT list
+    curriculum_release_share: float  # a hinted group at least this correct gives a level back (0 = never)
+    curriculum_weight_floor: float  # draw weight max(p(1-p), floor): no task vanishes
+    curriculum_weighted_from_epoch: int  # 1-based; earlier epochs are plain seeded shuffles
 
     def __post_init__(self) -> None:
         problems = []
@@ -241,6 +247,11 @@ _RECIPE = Preset(
     repetition_ngram_share=0.5,  # about "says everything twice"
     repetition_min_ngrams=40,
     repeated_turn_similarity=0.9,
+    curriculum=True,
+    curriculum_max_hint_level=3,
+    curriculum_release_share=0.5,
+    curriculum_weight_floor=0.01,  # 1/25 of the largest weight (0.25)
+    curriculum_weighted_from_epoch=2,
 )
 
 PRESETS: dict[str, Preset] = {
@@ -256,6 +267,7 @@ PRESETS: dict[str, Preset] = {
         repeated_tool_query_penalty=0.0,
         ngram_repetition_penalty=0.0,
         repeated_turn_penalty=0.0,
+        curriculum=False,
     ),
 }
 
