@@ -130,8 +130,8 @@ def _install_process_secret(secret: bytes, owner: str) -> None:
         elif _installed_secret[0] != secret:
             raise GoldCacheError(
                 f"this process already grades with the hash secret of {_installed_secret[1]}; "
-                f"a second gold cache ({owner}) with another secret cannot be used in the same "
-                "process: share one cache_dir per process"
+                f"the gold cache {owner} was made with another secret and cannot be used in the "
+                "same process: use one cache directory per process (or delete that cache)"
             )
 
 
@@ -171,7 +171,9 @@ class Grader:
         self._disk: _DiskGoldCache | None = None
         secret: bytes | None = None
         if cache_dir is not None:
-            self._disk = _DiskGoldCache(Path(cache_dir))
+            # A new cache adopts the secret this process already grades with, so one process
+            # can use several cache directories; an existing cache keeps its own secret.
+            self._disk = _DiskGoldCache(Path(cache_dir), _installed_secret[0] if _installed_secret else None)
             secret = self._disk.secret
             _install_process_secret(secret, str(self._disk.root))
 
@@ -500,8 +502,9 @@ class _DiskGoldCache:
     secret every process using this cache installs, so their digests compare.
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, new_secret: bytes | None = None):
         self.root = root.resolve()
+        self._new_secret = new_secret
         try:
             (self.root / "gold").mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -526,7 +529,7 @@ class _DiskGoldCache:
             tmp = self.root / f".secret.{os.getpid()}.{threading.get_ident()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                os.write(fd, os.urandom(32))
+                os.write(fd, self._new_secret or os.urandom(32))
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -575,8 +578,8 @@ class _DiskGoldCache:
                 raise ValueError("made with another hash secret")
             if digest.semantics != semantics or digest.float_digits != float_digits:
                 raise ValueError("semantics or float_digits differ from the key")
-        except (ValueError, KeyError, TypeError, struct.error, T2sqlError) as e:
-            return self._reject(path, str(e))
+        except Exception as e:  # any fault in a cache file means: drop it and run the gold
+            return self._reject(path, f"{type(e).__name__}: {e}")
         return data
 
     def _reject(self, path: Path, why: str) -> None:

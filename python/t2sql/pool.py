@@ -238,8 +238,8 @@ class _DispatchedBackend:
             try:
                 reply = self._call_on(index, job)
             except WorkerLost as e:
+                self._restart(index)  # before failing the job: the caller's next job has a worker
                 fut.set_exception(e)
-                self._restart(index)
                 continue
             except BaseException as e:  # noqa: BLE001 - the caller gets every failure
                 fut.set_exception(e)

@@ -1,0 +1,114 @@
+"""`t2sql gold` as a user runs it: a real subprocess over the real BIRD dev split."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import t2sql
+
+SAMPLE_ROOT = Path(t2sql.__file__).parent / "sample"
+BIRD_ROOT = Path(os.environ.get("T2SQL_BIRD_ROOT", "/work/shared/data/bird"))
+DATA_ROOT = BIRD_ROOT if (BIRD_ROOT / "dev.json").is_file() else SAMPLE_ROOT
+DEV = DATA_ROOT / "dev.json"
+
+
+def t2sql_gold(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "t2sql.cli", "gold", *args],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def sqlite_row_count(db_id: str, sql: str) -> int:
+    con = sqlite3.connect(f"file:{DATA_ROOT / db_id / (db_id + '.sqlite')}?mode=ro", uri=True)
+    try:
+        return len(con.execute(sql).fetchall())
+    finally:
+        con.close()
+
+
+def test_gold_runs_the_split_fills_the_cache_and_reports(tmp_path):
+    questions = json.loads(DEV.read_text())
+    cache, report = tmp_path / "cache", tmp_path / "report.json"
+    cold = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--cache-dir", str(cache),
+                      "--report", str(report), "--json", "--workers", "2")
+    assert cold.returncode == 0, cold.stderr
+    summary = json.loads(cold.stdout)
+    assert summary["queries"] == len(questions) and summary["failed"] == 0
+    assert summary["computed"] == len(questions)
+    assert len(summary["slowest"]) == min(10, len(questions))
+    seconds = [s["seconds"] for s in summary["slowest"]]
+    assert seconds == sorted(seconds, reverse=True)
+
+    records = json.loads(report.read_text())["queries"]
+    assert [str(q["question_id"]) for q in questions] == [r["question_id"] for r in records]
+    for q, r in list(zip(questions, records))[::25]:  # every 25th, checked against sqlite3
+        assert r["rows"] == sqlite_row_count(q["db_id"], q["SQL"]), q["question_id"]
+        assert r["error"] is None and r["columns"] >= 1
+
+    manifest = json.loads((cache / "manifest.json").read_text())
+    for db_id, entry in manifest["databases"].items():
+        path = Path(manifest["db_root"]) / entry["path"]
+        assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert entry["size"] == path.stat().st_size
+
+    warm = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--cache-dir", str(cache), "--json")
+    assert warm.returncode == 0, warm.stderr
+    warm_summary = json.loads(warm.stdout)
+    assert warm_summary["computed"] == 0 and warm_summary["from_cache"] == len(questions)
+
+
+def test_gold_reports_every_failure_and_exits_non_zero(tmp_path):
+    good = {"label": {"gold_sql": "SELECT COUNT(*) FROM superhero", "db_id": "superhero", "question_id": "ok-1"},
+            "metadata": {"db_id": "superhero"}}
+    bird_style = {"question_id": 7, "db_id": "superhero", "SQL": "SELECT superhero_name FROM superhero LIMIT 3"}
+    broken_sql = {"label": {"gold_sql": "SELECT nope FROM superhero", "db_id": "superhero", "question_id": "bad-sql"}}
+    unknown_db = {"label": {"sql": "SELECT 1", "db_id": "atlantis", "question_id": "bad-db"}}
+    no_sql = {"label": {"db_id": "superhero", "question_id": "no-sql"}}
+    data = tmp_path / "split.jsonl"
+    lines = [json.dumps(good), json.dumps(bird_style), "{this is not json", json.dumps(broken_sql),
+             json.dumps(unknown_db), json.dumps(no_sql)]
+    data.write_text("\n".join(lines) + "\n")
+    report = tmp_path / "report.json"
+
+    strict = t2sql_gold("--data", str(data), "--db-root", str(DATA_ROOT), "--report", str(report))
+    assert strict.returncode == 1
+    for needle in ("bad-sql", "no such column", "bad-db", "atlantis", "no-sql", "line 3"):
+        assert needle in strict.stdout, needle
+    records = {r["question_id"] or f"line{r['row']}": r for r in json.loads(report.read_text())["queries"]}
+    assert records["ok-1"]["rows"] == 1 and records["ok-1"]["error"] is None
+    assert records["7"]["rows"] == 3
+    assert set(k for k, r in records.items() if r["error"]) == {"bad-sql", "bad-db", "no-sql", "line3"}
+
+    lenient = t2sql_gold("--data", str(data), "--db-root", str(DATA_ROOT), "--allow-failures", "--json")
+    assert lenient.returncode == 0
+    assert json.loads(lenient.stdout)["failed"] == 4
+
+
+def test_gold_notices_a_damaged_cache_entry(tmp_path):
+    data = tmp_path / "one.jsonl"
+    data.write_text(json.dumps({"question_id": 1, "db_id": "superhero",
+                                "SQL": "SELECT COUNT(*) FROM superhero WHERE height_cm > 200"}) + "\n")
+    cache = tmp_path / "cache"
+    args = ("--data", str(data), "--db-root", str(DATA_ROOT), "--cache-dir", str(cache), "--json")
+    assert t2sql_gold(*args).returncode == 0
+    (entry,) = (cache / "gold").rglob("*.digest")
+    entry.write_bytes(entry.read_bytes()[:-7])
+    again = t2sql_gold(*args)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["cache_corrupt"] == 1 and summary["computed"] == 1
+    assert "unusable" in again.stderr
+
+
+def test_gold_refuses_bad_arguments(tmp_path):
+    missing = t2sql_gold("--data", str(tmp_path / "nope.json"), "--db-root", str(DATA_ROOT))
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    bad_root = t2sql_gold("--data", str(DEV), "--db-root", str(tmp_path / "nowhere"))
+    assert bad_root.returncode == 2 and "not a directory" in bad_root.stderr

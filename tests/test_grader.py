@@ -1,0 +1,336 @@
+"""The Grader (thread backend): tool calls, grades, the gold cache, retries, cancellation,
+the manifest, and bad input — on real BIRD databases, checked against Python's sqlite3."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+import t2sql
+import t2sql.grader as grader_module
+from t2sql.grader import Grader, GradeResult
+from t2sql.manifest import DatabaseChanged, Manifest
+
+SAMPLE_ROOT = Path(t2sql.__file__).parent / "sample"
+BIRD_ROOT = Path(os.environ.get("T2SQL_BIRD_ROOT", "/work/shared/data/bird"))
+DATA_ROOT = BIRD_ROOT if (BIRD_ROOT / "dev.json").is_file() else SAMPLE_ROOT
+SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")
+
+COUNT_HEROES = "SELECT COUNT(*) FROM superhero"
+# Runs until interrupted: only a deadline or a cancel stops it.
+ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
+
+
+def sqlite_rows(path: str, sql: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def grader():
+    g = Grader(concurrency=2)
+    yield g
+    g.close()
+
+
+def test_tool_call_shows_what_sqlite_returns(grader):
+    sql = "SELECT superhero_name, height_cm FROM superhero ORDER BY id LIMIT 7"
+    result = grader.run_tool_sync(SUPERHERO, sql, max_rows=5)
+    expected = sqlite_rows(SUPERHERO, sql)
+    assert result.columns == ["superhero_name", "height_cm"]
+    assert [tuple(r) for r in result.rows] == expected[:5]
+    assert result.row_count == 7 and result.truncated
+    assert expected[0][0] in result.text
+
+
+def test_tool_errors_are_typed(grader):
+    with pytest.raises(t2sql.SqlError, match="no such table"):
+        grader.run_tool_sync(SUPERHERO, "SELECT * FROM no_such_table")
+    with pytest.raises(t2sql.UnsafeQuery):
+        grader.run_tool_sync(SUPERHERO, "DELETE FROM superhero")
+    with pytest.raises(t2sql.QueryTimeout):
+        grader.run_tool_sync(SUPERHERO, ENDLESS, timeout_s=0.2)
+    # ...and the grader keeps serving.
+    assert grader.run_tool_sync(SUPERHERO, COUNT_HEROES).rows == sqlite_rows(SUPERHERO, COUNT_HEROES)
+
+
+def test_grade_outcomes(grader):
+    (count,), = sqlite_rows(SUPERHERO, COUNT_HEROES)
+    cases = {
+        "match": COUNT_HEROES,
+        "mismatch": f"SELECT {count + 1}",
+        "pred_error": "SELECT * FROM no_such_table",
+        "unsafe": "DROP TABLE superhero",
+    }
+    for expected, pred in cases.items():
+        r = grader.grade_sync(SUPERHERO, pred, COUNT_HEROES)
+        assert isinstance(r, GradeResult)
+        assert r.outcome == expected, (pred, r)
+        assert r.gold_rows == 1 and not r.retried
+    bad_gold = grader.grade_sync(SUPERHERO, COUNT_HEROES, "SELECT * FROM no_such_table")
+    assert bad_gold.outcome == "gold_error" and "no such table" in bad_gold.detail
+    unsafe_gold = grader.grade_sync(SUPERHERO, COUNT_HEROES, "DELETE FROM superhero")
+    assert unsafe_gold.outcome == "gold_error"
+
+
+def test_gold_runs_once_for_many_concurrent_grades(grader):
+    gold = "SELECT superhero_name FROM superhero WHERE height_cm > 180"
+    n_rows = len(sqlite_rows(SUPERHERO, gold))
+
+    async def main():
+        return await asyncio.gather(*(grader.grade(SUPERHERO, gold, gold) for _ in range(64)))
+
+    results = asyncio.run(main())
+    assert all(r.outcome == "match" and r.gold_rows == n_rows for r in results)
+    stats = grader.stats()
+    assert stats["gold_computed"] == 1, stats
+    assert grader.grade_sync(SUPERHERO, gold, gold).gold_cached
+
+
+def test_cache_key_includes_semantics_and_float_digits(grader):
+    gold = "SELECT gender_id FROM superhero"  # duplicates: multiset and set differ
+    multiset = grader.gold_sync(SUPERHERO, gold, semantics="multiset")
+    as_set = grader.gold_sync(SUPERHERO, gold, semantics="set")
+    rows = sqlite_rows(SUPERHERO, gold)
+    assert multiset.rows == len(rows)
+    assert as_set.rows == len(set(rows))
+    grader.gold_sync(SUPERHERO, gold, semantics="multiset", float_digits=None)
+    assert grader.stats()["gold_computed"] == 3
+    # A prediction with the same distinct rows matches only under set semantics.
+    pred = "SELECT DISTINCT gender_id FROM superhero"
+    assert grader.grade_sync(SUPERHERO, pred, gold, semantics="set").outcome == "match"
+    assert grader.grade_sync(SUPERHERO, pred, gold, semantics="multiset").outcome == "mismatch"
+
+
+def test_failed_gold_is_not_cached(grader):
+    for _ in range(2):
+        r = grader.grade_sync(SUPERHERO, COUNT_HEROES, "SELECT nope FROM superhero")
+        assert r.outcome == "gold_error"
+    assert grader.stats()["gold_failures"] == 2
+
+
+def test_prediction_timeout_is_retried_once(grader):
+    started = time.perf_counter()
+    r = grader.grade_sync(SUPERHERO, ENDLESS, COUNT_HEROES, timeout_s=0.3)
+    assert r.outcome == "pred_timeout" and r.retried
+    assert time.perf_counter() - started >= 0.55  # two attempts of 0.3 s each
+    assert grader.stats()["retries"] == 1
+    ok = grader.grade_sync(SUPERHERO, COUNT_HEROES, COUNT_HEROES)
+    assert ok.outcome == "match" and not ok.retried
+
+
+def test_gold_timeout_is_retried_and_not_cached(grader):
+    r = grader.grade_sync(SUPERHERO, COUNT_HEROES, ENDLESS, timeout_s=0.2)
+    assert r.outcome == "gold_timeout" and r.retried
+    stats = grader.stats()
+    assert stats["gold_failures"] == 2 and stats["gold_computed"] == 0
+
+
+def test_cancelling_the_task_stops_sqlite_at_once():
+    async def main(g):
+        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, timeout_s=60))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # One worker only: this query runs only once the endless one has really stopped.
+        started = time.perf_counter()
+        result = await g.run_tool(SUPERHERO, COUNT_HEROES)
+        return result, time.perf_counter() - started
+
+    with Grader(concurrency=1) as g:
+        result, waited = asyncio.run(main(g))
+    assert result.rows == sqlite_rows(SUPERHERO, COUNT_HEROES)
+    assert waited < 2.0
+
+
+def test_event_loop_keeps_ticking_while_sql_runs(grader):
+    async def main():
+        lateness = []
+        stop = asyncio.Event()
+
+        async def ticker():
+            while not stop.is_set():
+                t = time.perf_counter()
+                await asyncio.sleep(0.005)
+                lateness.append(time.perf_counter() - t - 0.005)
+
+        tick = asyncio.create_task(ticker())
+        with pytest.raises(t2sql.QueryTimeout):
+            await grader.run_tool(SUPERHERO, ENDLESS, timeout_s=1.0)
+        stop.set()
+        await tick
+        return lateness
+
+    lateness = asyncio.run(main())
+    assert len(lateness) > 50
+    assert max(lateness) < 0.1, max(lateness)
+
+
+def test_missing_database_is_a_typed_error(grader, tmp_path):
+    missing = str(tmp_path / "nope" / "nope.sqlite")
+    with pytest.raises(t2sql.DatabaseError, match="not found"):
+        grader.run_tool_sync(missing, "SELECT 1")
+    with pytest.raises(t2sql.DatabaseError, match="not found"):
+        grader.grade_sync(missing, "SELECT 1", "SELECT 1")
+    not_sqlite = tmp_path / "junk.sqlite"
+    not_sqlite.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(t2sql.DatabaseError):
+        grader.run_tool_sync(str(not_sqlite), "SELECT * FROM sqlite_master")
+    assert grader.grade_sync(SUPERHERO, COUNT_HEROES, COUNT_HEROES).outcome == "match"
+
+
+def test_manifest_refuses_a_changed_database(tmp_path):
+    db_dir = tmp_path / "superhero"
+    db_dir.mkdir()
+    db = db_dir / "superhero.sqlite"
+    shutil.copyfile(SUPERHERO, db)
+    manifest = Manifest.build(tmp_path)
+    manifest.save(tmp_path / "manifest.json")
+    with Grader(concurrency=1, manifest=tmp_path / "manifest.json") as g:
+        assert g.grade_sync(str(db), COUNT_HEROES, COUNT_HEROES).outcome == "match"
+        # Same bytes, new mtime (a copy): re-hashed and accepted.
+        os.utime(db, ns=(time.time_ns(), time.time_ns() + 10**9))
+        assert g.run_tool_sync(str(db), COUNT_HEROES).row_count == 1
+        # Different bytes: refused with a typed error, for tools and grades alike.
+        with open(db, "ab") as f:
+            f.write(b"\0" * 4096)
+        with pytest.raises(DatabaseChanged, match="changed since the manifest"):
+            g.run_tool_sync(str(db), COUNT_HEROES)
+        with pytest.raises(t2sql.DatabaseError):
+            g.grade_sync(str(db), COUNT_HEROES, COUNT_HEROES)
+        # A database the manifest never recorded is refused too.
+        with pytest.raises(t2sql.DatabaseError, match="not in the database manifest"):
+            g.run_tool_sync(SUPERHERO, COUNT_HEROES)
+
+
+def test_disk_cache_is_shared_by_graders(tmp_path):
+    gold = "SELECT full_name FROM superhero WHERE eye_colour_id = 7"
+    with Grader(concurrency=1, cache_dir=tmp_path) as first:
+        assert first.grade_sync(SUPERHERO, gold, gold).outcome == "match"
+    secret = tmp_path / "secret"
+    assert len(secret.read_bytes()) == 32
+    assert (secret.stat().st_mode & 0o777) == 0o600
+    entries = list((tmp_path / "gold").rglob("*.digest"))
+    assert len(entries) == 1
+    with Grader(concurrency=1, cache_dir=tmp_path) as second:
+        r = second.grade_sync(SUPERHERO, gold, gold)
+        assert r.outcome == "match" and r.gold_cached
+        assert r.gold_rows == len(sqlite_rows(SUPERHERO, gold))
+        assert second.stats()["gold_disk_hits"] == 1
+        assert second.stats()["gold_computed"] == 0
+        # A wrong prediction still mismatches against the cached digest.
+        assert second.grade_sync(SUPERHERO, "SELECT full_name FROM superhero", gold).outcome == "mismatch"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty"])
+def test_damaged_cache_entry_is_reported_deleted_and_recomputed(tmp_path, damage, caplog):
+    gold = "SELECT COUNT(*) FROM superhero WHERE gender_id = 1"
+    with Grader(concurrency=1, cache_dir=tmp_path) as g:
+        g.gold_sync(SUPERHERO, gold)
+    (entry,) = (tmp_path / "gold").rglob("*.digest")
+    blob = entry.read_bytes()
+    damaged = {
+        "truncate": blob[: len(blob) // 2],
+        "flip": blob[:40] + bytes([blob[40] ^ 1]) + blob[41:],
+        "garbage": os.urandom(len(blob)),
+        "empty": b"",
+    }[damage]
+    entry.write_bytes(damaged)
+    with Grader(concurrency=1, cache_dir=tmp_path) as g:
+        r = g.grade_sync(SUPERHERO, gold, gold)
+        stats = g.stats()
+    assert r.outcome == "match" and not r.gold_cached
+    assert stats["cache_corrupt"] == 1 and stats["gold_computed"] == 1
+    assert "unusable" in caplog.text
+    with Grader(concurrency=1, cache_dir=tmp_path) as g:  # the rewritten entry is whole again
+        assert g.gold_sync(SUPERHERO, gold).source == "disk"
+
+
+def test_full_disk_when_writing_the_cache(tmp_path, monkeypatch):
+    def disk_full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(grader_module, "_os_write", disk_full)
+    gold = "SELECT COUNT(*) FROM hero_power"
+    with Grader(concurrency=1, cache_dir=tmp_path) as g:
+        r = g.grade_sync(SUPERHERO, gold, gold)
+        assert r.outcome == "match"
+        assert g.stats()["cache_write_errors"] == 1
+        assert g.grade_sync(SUPERHERO, gold, gold).gold_cached  # still cached in memory
+    leftovers = [p for p in (tmp_path / "gold").rglob("*") if p.is_file()]
+    assert leftovers == []  # no entry, no temp file
+    monkeypatch.undo()
+    with Grader(concurrency=1, cache_dir=tmp_path) as g:
+        assert g.grade_sync(SUPERHERO, gold, gold).outcome == "match"
+        assert g.stats()["gold_computed"] == 1 and g.stats()["cache_writes"] == 1
+
+
+def test_thousands_of_concurrent_requests(grader):
+    heroes = sqlite_rows(SUPERHERO, "SELECT id, superhero_name FROM superhero ORDER BY id LIMIT 40")
+    golds = [f"SELECT superhero_name FROM superhero WHERE id = {i}" for i, _ in heroes]
+
+    async def main():
+        jobs = []
+        for k in range(2000):
+            gold = golds[k % len(golds)]
+            if k % 4 == 0:
+                jobs.append(grader.run_tool(SUPERHERO, gold))
+            elif k % 4 == 1:
+                jobs.append(grader.grade(SUPERHERO, gold, gold))
+            elif k % 4 == 2:
+                jobs.append(grader.grade(SUPERHERO, "SELECT 'not a hero'", gold))
+            else:
+                jobs.append(grader.grade(SUPERHERO, "SELECT * FROM nowhere", gold))
+        return await asyncio.gather(*jobs)
+
+    results = asyncio.run(main())
+    for k, r in enumerate(results):
+        expected_name = heroes[k % len(heroes)][1]
+        if k % 4 == 0:
+            assert [tuple(x) for x in r.rows] == [(expected_name,)]
+        else:
+            assert r.outcome == ["match", "mismatch", "pred_error"][k % 4 - 1], (k, r)
+    graded_golds = {k % len(golds) for k in range(2000) if k % 4}
+    assert grader.stats()["gold_computed"] == len(graded_golds)
+    assert grader.grade_sync(SUPERHERO, COUNT_HEROES, COUNT_HEROES).outcome == "match"
+
+
+def test_every_bird_gold_matches_itself():
+    questions = json.loads((DATA_ROOT / "dev.json").read_text())
+    with Grader() as g:
+
+        async def main():
+            return await asyncio.gather(*(
+                g.grade(str(DATA_ROOT / q["db_id"] / f"{q['db_id']}.sqlite"), q["SQL"], q["SQL"])
+                for q in questions
+            ))
+
+        results = asyncio.run(main())
+    bad = [(q["question_id"], r.outcome, r.detail) for q, r in zip(questions, results) if not r.matched]
+    assert bad == []
+
+
+def test_bad_arguments_say_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="thread, process, ray"):
+        Grader(backend="gpu")
+    with pytest.raises(ValueError, match="at least 1"):
+        Grader(concurrency=0)
+    g = Grader(concurrency=1)
+    g.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        g.run_tool_sync(SUPERHERO, COUNT_HEROES)
+    (tmp_path / "secret").write_bytes(b"short")
+    with pytest.raises(grader_module.GoldCacheError, match="32-byte"):
+        Grader(cache_dir=tmp_path)
