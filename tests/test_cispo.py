@@ -156,7 +156,7 @@ def test_torch_objective_value_and_gradient_match_reference():
         assert log_probs.grad.tolist() == pytest.approx(_flat(want_grads))
     # Per-token reduction (the last loop): two active tokens were clipped, A.t2 (1.5 -> 1.28) and
     # B.t0 (0.5 -> 0.8), so the masked sum of the clip indicator is 2.
-    assert metrics["cispo_clipfrac"].item() == pytest.approx(2.0)
+    assert metrics["pg_clipfrac"].item() == pytest.approx(2.0)
 
 
 def test_torch_gradient_does_not_flow_through_the_weight():

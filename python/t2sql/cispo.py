@@ -159,7 +159,7 @@ def cispo_objective(
     approx_kl = torch.where(active, (old_log_probs - log_probs).detach(), 0.0)
     metrics = {
         "pg_loss": loss.detach().clone(),
-        "cispo_clipfrac": reduce(clipped).detach(),
+        "pg_clipfrac": reduce(clipped).detach(),
         "cispo_weight": reduce(weight).detach(),
         "ppo_kl": reduce(approx_kl).detach(),
     }
