@@ -512,3 +512,51 @@ def test_import_does_not_load_miles():
 
     code = "import sys, t2sql.curriculum; assert not any(m.startswith('miles') for m in sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------ `t2sql curriculum` (inspect a state)
+
+
+def _cli(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cur.add_arguments(parser)
+    return cur.run(parser.parse_args(argv))
+
+
+def test_inspect_command_reports_hinted_tasks_with_their_hint(tmp_path, capsys):
+    policy = Curriculum(["1", "2", "3"], seed=2)
+    policy.next_tasks(3)
+    policy.observe("1", [False] * 16)
+    policy.observe("1", [False] * 16)
+    policy.observe("2", [True, False])
+    state = tmp_path / "t2sql_curriculum_7.json"
+    policy.save(state)
+    data = tmp_path / "train.jsonl"
+    row = {"prompt": [], "label": {"gold_sql": JOIN_SQL, "question_id": "1"},
+           "metadata": {"question_id": "1", "evidence": EVIDENCE}}
+    data.write_text(json.dumps(row) + "\n{broken line\n")
+
+    assert _cli([str(state), "--data", str(data), "--json"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["summary"]["hinted"] == 1 and report["summary"]["hint_level_2"] == 1
+    assert [r["task"] for r in report["hinted"]] == ["1"]
+    assert report["hinted"][0]["hint"] == build_hint(EVIDENCE, JOIN_SQL, 2)
+    assert "train.jsonl:2: skipped" in err
+
+    assert _cli([str(state)]) == 0
+    table = capsys.readouterr().out
+    assert "hint_level_2  1" in table and "task" in table
+
+
+def test_inspect_command_rejects_a_file_that_is_not_a_state(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"format": "something else"}')
+    assert _cli([str(bad)]) == 2
+    assert "not a curriculum state" in capsys.readouterr().err
+    bad.write_text("{nope")
+    assert _cli([str(bad)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert _cli([str(tmp_path / "missing.json")]) == 2

@@ -6,6 +6,10 @@ miles. The miles glue is two entry points:
     --data-source-path t2sql.curriculum.CurriculumDataSource
     --rollout-all-samples-process-path t2sql.curriculum.record_rollout
 
+To look at a saved state (hint levels, weights, the hint each hinted task now gets):
+
+    python -m t2sql.curriculum <save>/rollout/t2sql_curriculum_<id>.json [--data train.jsonl] [--json]
+
 `CurriculumDataSource` is a subclass of miles' `RolloutDataSourceWithBuffer`, created on first
 access (miles is imported only then); `record_rollout(args, all_samples, data_source)` runs after
 every rollout and feeds each group's results to the policy. The policy's state is saved beside
@@ -44,6 +48,7 @@ import os
 import random
 import re
 import tempfile
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -564,3 +569,92 @@ def __getattr__(name: str) -> Any:
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---------------------------------------------------------------- `t2sql curriculum`: inspect a saved state
+
+
+def read_task_rows(path: str | os.PathLike) -> dict[str, dict[str, str]]:
+    """question_id -> {"evidence", "gold_sql"} from a t2sql jsonl; bad lines are reported and skipped."""
+    import sys
+
+    rows: dict[str, dict[str, str]] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                meta = row.get("metadata") or {}
+                label = row.get("label") or {}
+                key = str(meta.get("question_id") or label.get("question_id"))
+                rows[key] = {"evidence": meta.get("evidence", ""), "gold_sql": label.get("gold_sql", "")}
+            except (json.JSONDecodeError, AttributeError) as e:
+                print(f"{path}:{n}: skipped, not a t2sql row ({e})", file=sys.stderr)
+    return rows
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("state", help="a saved state: <save>/rollout/t2sql_curriculum_<rollout_id>.json")
+    parser.add_argument("--data", help="the training jsonl, to print the hint each hinted task now gets")
+    parser.add_argument("--top", type=int, default=10, help="hinted tasks to list (most 0/N groups first)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+
+
+def run(args: Any) -> int:
+    import sys
+
+    try:
+        try:
+            state = json.loads(Path(args.state).read_text())
+        except json.JSONDecodeError as e:
+            raise CurriculumError(f"{args.state}: not valid JSON ({e})") from e
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise CurriculumError(f"{args.state}: not a curriculum state (expected format {STATE_FORMAT!r})")
+        policy = Curriculum(list(state.get("tasks") or {}), config=CurriculumConfig(**state.get("config", {})))
+        policy.load_state_dict(state)
+        rows = read_task_rows(args.data) if args.data else {}
+    except (OSError, CurriculumError, TypeError) as e:
+        print(f"t2sql curriculum: {e}", file=sys.stderr)
+        return 2
+    hinted = sorted(
+        (t for t, s in policy.tasks.items() if s.level > 0),
+        key=lambda t: (-policy.tasks[t].zero_groups, -policy.tasks[t].level, t),
+    )[: max(args.top, 0)]
+    report = {
+        "summary": policy.summary(),
+        "hinted": [
+            {
+                "task": t,
+                **asdict(policy.tasks[t]),
+                "weight": policy.weight(t),
+                **({"hint": build_hint(rows[t]["evidence"], rows[t]["gold_sql"], policy.tasks[t].level)}
+                   if t in rows else {}),
+            }
+            for t in hinted
+        ],
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    summary = report["summary"]
+    width = max(len(k) for k in summary)
+    for k, v in summary.items():
+        print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if report["hinted"]:
+        print(f"\n{'task':<12} {'level':>5} {'groups':>6} {'0/N':>4} {'last_p':>6} {'weight':>6}")
+        for r in report["hinted"]:
+            p = "-" if r["last_p"] is None else f"{r['last_p']:.2f}"
+            print(f"{r['task']:<12} {r['level']:>5} {r['groups']:>6} {r['zero_groups']:>4} {p:>6} {r['weight']:>6.3f}")
+            if "hint" in r:
+                print(textwrap.indent(r["hint"], "    "))
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    _parser = argparse.ArgumentParser(prog="python -m t2sql.curriculum", description="inspect a saved curriculum state")
+    add_arguments(_parser)
+    sys.exit(run(_parser.parse_args()))
