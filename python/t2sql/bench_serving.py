@@ -1,0 +1,273 @@
+"""`t2sql bench serving`: the Grader under training-like load, side by side.
+
+- tool-call latency p50/p99 of small queries on a warm connection: Python's sqlite3 on an
+  open connection (SQLite's own work plus a thin binding), t2sql.Database.run_tool (the core),
+  and `await Grader.run_tool` (the asyncio path: thread hop included);
+- grades per second of the BIRD dev pairs (pred = gold, cold gold cache: each grade runs the
+  gold and the prediction) with 1 worker and with every core, and through the asyncio API
+  with 256 concurrent tasks (cold and warm gold cache);
+- the asyncio loop's largest stall while those grades run (a ticker task measures lateness);
+- gold precompute of every dev gold: cold cache, then warm (a new Grader reading the disk).
+
+Numbers depend on the machine and on whatever else runs on it; ratios are what hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import t2sql
+
+DEFAULT_BIRD = Path("/work/shared/data/bird")
+SAMPLE = Path(t2sql.__file__).parent / "sample"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", help="BIRD question json (default: ../shared BIRD dev, else the bundled sample)")
+    parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: beside --data)")
+    parser.add_argument("--tool-calls", type=int, default=2000, help="small queries timed per path")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers for 'all cores'")
+    parser.add_argument("--tasks", type=int, default=256, help="concurrent asyncio tasks")
+    parser.add_argument("--backend", choices=["thread", "process"], default="thread")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def _say(message: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\033[K{message}")
+        sys.stderr.flush()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _small_queries(db_path: str, n: int) -> list[str]:
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    table = con.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+    ).fetchone()[0]
+    ids = [r[0] for r in con.execute(f'SELECT rowid FROM "{table}" LIMIT 200')]
+    con.close()
+    return [f'SELECT * FROM "{table}" WHERE rowid = {ids[i % len(ids)]}' for i in range(n)]
+
+
+def bench_tool_latency(db_path: str, n: int) -> dict[str, Any]:
+    from t2sql.grader import Grader
+
+    queries = _small_queries(db_path, n)
+    out: dict[str, Any] = {"queries": n, "query": queries[0]}
+
+    con = sqlite3.connect(f"file:{db_path}?mode=ro&immutable=1", uri=True)
+    for q in queries[:100]:
+        con.execute(q).fetchall()
+    times = []
+    for q in queries:
+        t = time.perf_counter()
+        con.execute(q).fetchall()
+        times.append(time.perf_counter() - t)
+    con.close()
+    out["python_sqlite3"] = times
+
+    db = t2sql.Database(db_path)
+    for q in queries[:100]:
+        db.run_tool(q)
+    times = []
+    for q in queries:
+        t = time.perf_counter()
+        db.run_tool(q)
+        times.append(time.perf_counter() - t)
+    out["core_run_tool"] = times
+
+    async def through_grader(g: Grader) -> list[float]:
+        for q in queries[:100]:
+            await g.run_tool(db_path, q)
+        times = []
+        for q in queries:
+            t = time.perf_counter()
+            await g.run_tool(db_path, q)
+            times.append(time.perf_counter() - t)
+        return times
+
+    with Grader(concurrency=1) as g:
+        out["grader_async"] = asyncio.run(through_grader(g))
+    base = statistics.median(out["python_sqlite3"])
+    summary = {"queries": n, "query": out["query"]}
+    for path in ("python_sqlite3", "core_run_tool", "grader_async"):
+        summary[path] = {
+            "p50_us": round(statistics.median(out[path]) * 1e6, 1),
+            "p99_us": round(_percentile(out[path], 0.99) * 1e6, 1),
+            "p50_overhead_us": round((statistics.median(out[path]) - base) * 1e6, 1),
+        }
+    return summary
+
+
+class _StallMeter:
+    """A ticker on the loop: how late does a 1 ms sleep wake up? The worst lateness is the
+    longest time the loop was blocked."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._stop = False
+        self._task: asyncio.Task | None = None
+
+    async def _tick(self) -> None:
+        while not self._stop:
+            t = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.worst = max(self.worst, time.perf_counter() - t - 0.001)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> float:
+        self._stop = True
+        await self._task
+        return self.worst
+
+
+async def _grade_all(grader, pairs, tasks: int | None) -> tuple[float, float, list[str]]:
+    """Grade every (db_path, sql) pair as pred = gold; `tasks` concurrent tasks pull from the
+    list (None: one task per pair). Returns (seconds, worst loop stall, outcomes)."""
+    meter = _StallMeter()
+    meter.start()
+    outcomes: list[str] = [""] * len(pairs)
+    started = time.perf_counter()
+    if tasks is None:
+        results = await asyncio.gather(*(grader.grade(p, sql, sql) for p, sql in pairs))
+        outcomes = [r.outcome for r in results]
+    else:
+        index = iter(range(len(pairs)))
+
+        async def worker() -> None:
+            for i in index:
+                p, sql = pairs[i]
+                outcomes[i] = (await grader.grade(p, sql, sql)).outcome
+
+        await asyncio.gather(*(worker() for _ in range(tasks)))
+    seconds = time.perf_counter() - started
+    return seconds, await meter.stop(), outcomes
+
+
+def bench_grades(pairs, workers: int, tasks: int, backend: str) -> dict[str, Any]:
+    from t2sql.grader import Grader
+
+    rows = {}
+
+    def run(label: str, concurrency: int, n_tasks: int | None, warm: bool) -> None:
+        _say(f"grades: {label}")
+        with Grader(concurrency=concurrency, backend=backend) as g:
+            if warm:
+                asyncio.run(_grade_all(g, pairs, None))
+            seconds, stall, outcomes = asyncio.run(_grade_all(g, pairs, n_tasks))
+        rows[label] = {
+            "workers": concurrency,
+            "tasks": n_tasks or len(pairs),
+            "gold_cache": "warm" if warm else "cold",
+            "seconds": round(seconds, 3),
+            "grades_per_s": round(len(pairs) / seconds, 1),
+            "loop_max_stall_ms": round(stall * 1e3, 2),
+            "not_matched": sum(o != "match" for o in outcomes),
+        }
+
+    run("1 worker", 1, None, False)
+    run(f"{workers} workers", workers, None, False)
+    run(f"{workers} workers, {tasks} tasks", workers, tasks, False)
+    run(f"{workers} workers, {tasks} tasks, warm golds", workers, tasks, True)
+    one = rows["1 worker"]["grades_per_s"]
+    rows[f"{workers} workers"]["speedup"] = round(rows[f"{workers} workers"]["grades_per_s"] / one, 2)
+    return rows
+
+
+def bench_gold_precompute(pairs, workers: int, backend: str) -> dict[str, Any]:
+    from t2sql.grader import Grader
+
+    async def all_golds(g) -> int:
+        results = await asyncio.gather(*(g.gold(p, sql) for p, sql in pairs))
+        return sum(not r.ok for r in results)
+
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="t2sql-bench-gold-") as cache:
+        for label in ("cold", "warm"):
+            _say(f"gold precompute: {label}")
+            with Grader(concurrency=workers, cache_dir=cache, backend=backend) as g:
+                started = time.perf_counter()
+                failed = asyncio.run(all_golds(g))
+                seconds = time.perf_counter() - started
+                stats = g.stats()
+            out[label] = {"seconds": round(seconds, 3), "failed": failed,
+                          "computed": stats["gold_computed"], "from_disk": stats["gold_disk_hits"]}
+    return out
+
+
+def _load_pairs(args) -> list[tuple[str, str]]:
+    data = Path(args.data) if args.data else (DEFAULT_BIRD / "dev.json" if (DEFAULT_BIRD / "dev.json").is_file()
+                                             else SAMPLE / "dev.json")
+    root = Path(args.db_root) if args.db_root else data.parent
+    questions = json.loads(data.read_text())
+    return [(str(root / q["db_id"] / f"{q['db_id']}.sqlite"), q["SQL"]) for q in questions]
+
+
+def run(args) -> int:
+    try:
+        pairs = _load_pairs(args)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: cannot read the question file: {e}", file=sys.stderr)
+        return 2
+    if args.workers < 1 or args.tasks < 1 or args.tool_calls < 1:
+        print("error: --workers, --tasks and --tool-calls must be at least 1", file=sys.stderr)
+        return 2
+    _say("tool-call latency")
+    result = {
+        "sqlite": t2sql.sqlite_version(),
+        "cores": os.cpu_count(),
+        "pairs": len(pairs),
+        "backend": args.backend,
+        "tool_latency": bench_tool_latency(pairs[0][0], args.tool_calls),
+        "grades": bench_grades(pairs, args.workers, args.tasks, args.backend),
+        "gold_precompute": bench_gold_precompute(pairs, args.workers, args.backend),
+    }
+    _say("")
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_table(result)
+    return 0
+
+
+def print_table(r: dict[str, Any]) -> None:
+    print(f"t2sql bench serving — SQLite {r['sqlite']}, {r['cores']} cores, {r['pairs']} BIRD dev pairs, "
+          f"backend {r['backend']}\n")
+    t = r["tool_latency"]
+    print(f"tool call, small query on a warm connection ({t['queries']} calls: {t['query']})")
+    print(f"  {'path':<34}{'p50 µs':>10}{'p99 µs':>10}{'p50 overhead µs':>18}")
+    names = {"python_sqlite3": "Python sqlite3 (open connection)", "core_run_tool": "t2sql Database.run_tool",
+             "grader_async": "await Grader.run_tool"}
+    for key, name in names.items():
+        row = t[key]
+        print(f"  {name:<34}{row['p50_us']:>10.1f}{row['p99_us']:>10.1f}{row['p50_overhead_us']:>18.1f}")
+    print("\ngrades, pred = gold")
+    print(f"  {'run':<34}{'golds':>7}{'seconds':>10}{'grades/s':>10}{'speedup':>9}{'max stall ms':>14}")
+    for name, row in r["grades"].items():
+        speed = f"{row['speedup']:.2f}x" if "speedup" in row else ""
+        print(f"  {name:<34}{row['gold_cache']:>7}{row['seconds']:>10.3f}{row['grades_per_s']:>10.1f}"
+              f"{speed:>9}{row['loop_max_stall_ms']:>14.2f}")
+        if row["not_matched"]:
+            print(f"    !! {row['not_matched']} pairs did not match")
+    g = r["gold_precompute"]
+    print("\ngold precompute (disk cache)")
+    for label in ("cold", "warm"):
+        row = g[label]
+        print(f"  {label:<34}{row['seconds']:>10.3f} s  computed {row['computed']}, from disk "
+              f"{row['from_disk']}, failed {row['failed']}")
