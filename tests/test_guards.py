@@ -135,6 +135,20 @@ def test_repeated_turn_counted_against_any_earlier_turn():
     assert repeated_turns([PARAGRAPH, edited], 0.99)[0] == 0
 
 
+def test_bare_tool_call_turns_are_left_to_the_tool_query_guard():
+    call = "<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n{}\n</parameter>\n</function>\n</tool_call>"
+    a = call.format("SELECT COUNT(*) FROM superhero AS T1 JOIN colour AS T2 ON T1.eye_colour_id = T2.id WHERE T2.colour = 'Blue'")
+    b = call.format("SELECT COUNT(*) FROM superhero AS T1 JOIN colour AS T2 ON T1.eye_colour_id = T2.id WHERE T2.colour = 'blue'")
+    queries = [a.split("\n")[3], b.split("\n")[3]]
+    probing = check_turns([a, b], [a, b], queries, **THRESHOLDS)
+    assert probing.repeated_turns == 0 and probing.repeated_tool_queries == 0  # probing case is exploration
+    same = check_turns([a, a], [a, a], [queries[0], queries[0]], **THRESHOLDS)
+    assert same.repeated_turns == 0 and same.repeated_tool_queries == 1  # counted once, by the query guard
+    # The same thinking around two calls is still a repeated turn.
+    think = f"<think>{PARAGRAPH}</think>"
+    assert check_turns([think + a, think + b], [a, b], queries, **THRESHOLDS).repeated_turns == 1
+
+
 # ------------------------------------------------------------------ the report
 
 

@@ -20,8 +20,11 @@ into a reward term by `reward_terms()`:
   runs of word characters and single punctuation marks. A turn that says everything twice scores
   about 0.5; a loop of k copies about (k-1)/k. Count = repetitive turns.
 - a turn that repeats an earlier turn (`repeated_turns`): Jaccard similarity of the two turns' sets
-  of word trigrams (raw text, same tokens as above) >= the preset's threshold; turns too short to
-  have a trigram are compared token for token. Count = turns similar to some earlier turn.
+  of word trigrams >= the preset's threshold, over the raw text (same tokens as above) with its
+  `<tool_call>` blocks removed: the calls are judged by the tool-query guard, and two bare calls
+  that differ in one literal are exploration, not a repeat. Turns too short to have a trigram are
+  compared token for token; an empty remainder never matches. Count = turns similar to some
+  earlier turn.
 
 The thresholds and penalties are preset fields (t2sql.reward): `repetition_ngram_n`,
 `repetition_ngram_share`, `repetition_min_ngrams`, `repeated_turn_similarity`, and the penalties
@@ -43,6 +46,8 @@ TURN_SHINGLE_N = 3
 _WORD_OR_MARK = re.compile(r"\w+|[^\w\s]")
 # Case-sensitive, like t2sql.prompt.parse_solution: only what the parser treats as a block counts.
 _SOLUTION_TAG = re.compile(r"<(/?)solution>")
+# A tool-call block as t2sql.prompt parses it (an unclosed one runs to the end of the turn).
+_TOOL_CALL_BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|$)", re.S)
 
 
 # ---------------------------------------------------------------- tool queries
@@ -148,6 +153,10 @@ def turn_similarity(a: str, b: str, n: int = TURN_SHINGLE_N) -> float:
     return len(sa & sb) / len(sa | sb)
 
 
+def without_tool_calls(text: str) -> str:
+    return _TOOL_CALL_BLOCK.sub(" ", text or "")
+
+
 def repeated_turns(turns: Sequence[str], threshold: float, n: int = TURN_SHINGLE_N) -> tuple[int, float]:
     """(turns whose similarity to some earlier turn is >= threshold, highest similarity seen)."""
     count, highest = 0, 0.0
@@ -198,7 +207,7 @@ def check_turns(
             worst = max(worst, share)
             if share >= ngram_share:
                 repetitive += 1
-    similar, highest = repeated_turns(list(texts), turn_similarity_threshold)
+    similar, highest = repeated_turns([without_tool_calls(t) for t in texts], turn_similarity_threshold)
     return GuardReport(
         repeated_tool_queries=repeated_tool_queries(tool_queries),
         solution_redrafts=solution_redrafts(visible),
