@@ -1,0 +1,194 @@
+"""t2sql convert: BIRD's dev sample (432 tasks) in, miles jsonl out; every validation error provoked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from t2sql import data
+
+BIRD = Path("/work/shared/data/bird")
+pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").is_file(), reason="BIRD sample data not present")
+
+
+@pytest.fixture(scope="module")
+def dev_rows() -> list[dict]:
+    return json.loads((BIRD / "dev.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> tuple[data.SplitReport, list[dict], Path]:
+    out = tmp_path_factory.mktemp("convert") / "validation.jsonl"
+    report, _ = data.convert_split(BIRD / "dev.json", BIRD, out, split="validation")
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return report, rows, out
+
+
+def _small_db_root(tmp_path: Path, db_ids=("superhero",)) -> Path:
+    root = tmp_path / "dbs"
+    for db_id in db_ids:
+        (root / db_id).mkdir(parents=True)
+        os.symlink(BIRD / db_id / f"{db_id}.sqlite", root / db_id / f"{db_id}.sqlite")
+    return root
+
+
+def _questions(tmp_path: Path, rows: list[dict], name="q.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def test_converts_all_432_tasks_with_the_row_format(converted, dev_rows):
+    report, rows, _ = converted
+    assert report.rows_in == report.rows_written == len(rows) == 432
+    assert report.gold_checked == 432 and not report.problems
+    assert Counter(r["metadata"]["db_id"] for r in rows) == {"superhero": 129, "student_club": 158, "toxicology": 145}
+    by_id = {str(r["question_id"]): r for r in dev_rows}
+    for row in rows:
+        assert set(row) == {"prompt", "label", "metadata", "tools"}
+        label, meta = row["label"], row["metadata"]
+        src = by_id[label["question_id"]]
+        assert isinstance(label["question_id"], str) and label["question_id"] == meta["question_id"]
+        assert label["gold_sql"] == src["SQL"].strip() and label["db_id"] == src["db_id"] == meta["db_id"]
+        assert meta["question"] == src["question"].strip() and meta["evidence"] == src["evidence"].strip()
+        assert meta["difficulty"] == src["difficulty"] and meta["split"] == "validation"
+        assert Path(meta["db_path"]).is_absolute() and Path(meta["db_path"]).is_file()
+        assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+        assert src["question"].strip() in row["prompt"][1]["content"]
+        assert [t["function"]["name"] for t in row["tools"]] == ["execute_sql_query"]
+
+
+def test_prompt_is_the_episode_prompt(converted):
+    """Training rows carry exactly what t2sql.prompt builds for the task (eval sees the same)."""
+    from t2sql import Database
+    from t2sql.episode import Task
+    from t2sql.prompt import build_prompt
+    from t2sql.reward import get_preset
+
+    _, rows, _ = converted
+    row = rows[7]
+    task = Task.from_row(row, BIRD)
+    assert task.gold_sql == row["label"]["gold_sql"] and task.question_id == row["label"]["question_id"]
+    assert build_prompt(task, get_preset("qwen3.6-35b-a3b"), Database(task.db_path)) == row["prompt"]
+
+
+def test_release_split_counts_are_documented():
+    assert data.RELEASE_SPLITS == {"train": 2033, "validation": 398, "arcwise": 498}
+
+
+def test_missing_database_names_the_row_and_writes_nothing(tmp_path, dev_rows):
+    rows = [r for r in dev_rows if r["db_id"] == "superhero"][:3] + [dict(dev_rows[0], question_id=99999,
+                                                                         db_id="no_such_db")]
+    out = tmp_path / "out" / "x.jsonl"
+    with pytest.raises(data.DataError) as e:
+        data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), out, split="x")
+    assert [p.kind for p in e.value.problems] == ["missing_database"]
+    assert e.value.problems[0].row == 4 and e.value.problems[0].question_id == "99999"
+    assert "no_such_db" in str(e.value) and "nothing written" in str(e.value)
+    assert not out.exists() and not (tmp_path / "out").exists()
+
+
+def test_duplicate_ids_empty_gold_and_missing_fields(tmp_path, dev_rows):
+    hero = [r for r in dev_rows if r["db_id"] == "superhero"][:4]
+    rows = [hero[0], dict(hero[1], question_id=hero[0]["question_id"]), dict(hero[2], SQL="   "),
+            {k: v for k, v in hero[3].items() if k != "question"}]
+    with pytest.raises(data.DataError) as e:
+        data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), tmp_path / "o.jsonl", split="x")
+    kinds = {(p.kind, p.row) for p in e.value.problems}
+    assert kinds == {("duplicate_id", 2), ("empty_gold", 3), ("missing_field", 4)}
+    assert "already used by row 1" in str(e.value)
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_gold_that_fails_to_run_is_reported(tmp_path, dev_rows):
+    hero = [r for r in dev_rows if r["db_id"] == "superhero"][:3]
+    rows = [hero[0], dict(hero[1], SQL="SELECT no_such_column FROM superhero"), dict(hero[2], SQL="DELETE FROM colour")]
+    with pytest.raises(data.DataError) as e:
+        data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), tmp_path / "o.jsonl", split="x")
+    problems = {p.row: p for p in e.value.problems}
+    assert set(problems) == {2, 3} and {p.kind for p in problems.values()} == {"gold_error"}
+    assert "no_such_column" in problems[2].message and "UnsafeQuery" in problems[3].message
+
+
+def test_failure_leaves_an_existing_output_untouched(tmp_path, dev_rows):
+    out = tmp_path / "v.jsonl"
+    out.write_text("previous content\n")
+    rows = [dict(r, SQL="") for r in dev_rows if r["db_id"] == "superhero"][:2]
+    with pytest.raises(data.DataError):
+        data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), out, split="v")
+    assert out.read_text() == "previous content\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".v.jsonl")] == []  # no temp file left
+
+
+def test_drop_invalid_writes_the_valid_rows(tmp_path, dev_rows):
+    hero = [r for r in dev_rows if r["db_id"] == "superhero"][:5]
+    rows = hero[:4] + [dict(hero[4], SQL="SELECT nope FROM superhero")]
+    report, built = data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), tmp_path / "o.jsonl",
+                                       split="x", drop_invalid=True)
+    assert report.rows_written == 4 and report.dropped == 1
+    assert [r["label"]["question_id"] for r in built] == [str(r["question_id"]) for r in hero[:4]]
+    assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 4
+
+
+def test_jsonl_bad_lines_are_reported_and_skipped(tmp_path, dev_rows):
+    hero = [r for r in dev_rows if r["db_id"] == "superhero"][:3]
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(hero[0]) + "\n{not json\n" + json.dumps(hero[1]) + "\n[1, 2]\n" + json.dumps(hero[2]) + "\n")
+    report, built = data.convert_split(path, _small_db_root(tmp_path), tmp_path / "o.jsonl", split="x")
+    assert report.rows_written == 3 and len(built) == 3
+    assert [(p.kind, p.row) for p in report.problems] == [("bad_line", 2), ("bad_line", 4)]
+
+
+def test_field_map_and_ids_synthesized_when_absent(tmp_path, dev_rows):
+    # BIRD's train.json style: no question_id, and here the gold under another name.
+    hero = [r for r in dev_rows if r["db_id"] == "superhero"][:3]
+    rows = [{"db_id": r["db_id"], "question": r["question"], "hint": r["evidence"], "query": r["SQL"]} for r in hero]
+    fields = data.parse_field_map(["gold_sql=query", "evidence=hint"])
+    _, built = data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), None, split="train",
+                                  fields=fields)
+    assert [r["label"]["question_id"] for r in built] == ["train-1", "train-2", "train-3"]
+    assert [r["label"]["gold_sql"] for r in built] == [r["SQL"].strip() for r in hero]
+    assert built[0]["metadata"]["evidence"] == hero[0]["evidence"].strip()
+    with pytest.raises(data.DataError, match="unknown field"):
+        data.parse_field_map(["sql=query"])
+    with pytest.raises(data.DataError, match="CANONICAL=SOURCE"):
+        data.parse_field_map(["gold_sql"])
+
+
+def test_release_layout(tmp_path):
+    (tmp_path / "databases").mkdir()
+    (tmp_path / "train_databases").mkdir()
+    for name in ("train.json", "validation.jsonl", "arcwise.json", "extra.json"):
+        (tmp_path / name).write_text("[]")
+    found = {s: (q.name, r.name) for s, q, r in data.release_splits(tmp_path)}
+    assert found == {"train": ("train.json", "train_databases"), "validation": ("validation.jsonl", "databases"),
+                     "arcwise": ("arcwise.json", "databases"), "extra": ("extra.json", "databases")}
+    with pytest.raises(data.DataError, match="no split found"):
+        data.release_splits(tmp_path / "databases")
+
+
+def test_cli_convert_json_report(tmp_path, dev_rows):
+    hero = [r for r in dev_rows if r["db_id"] == "superhero"][:6]
+    q = _questions(tmp_path, hero, "dev_hero.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(q), "--db-root", str(BIRD),
+         "--out-dir", str(tmp_path / "out"), "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["split"] == "dev_hero" and report["rows_written"] == 6 and report["gold_checked"] == 6
+    assert len((tmp_path / "out" / "dev_hero.jsonl").read_text().splitlines()) == 6
+    bad = subprocess.run(
+        [sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(q), "--db-root", str(tmp_path / "nowhere"),
+         "--out-dir", str(tmp_path / "out2")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert bad.returncode == 1 and "database root not found" in bad.stderr
+    assert not (tmp_path / "out2").exists()
