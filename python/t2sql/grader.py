@@ -373,12 +373,11 @@ class Grader:
         return self._secret_tag or hash_secret_id()
 
     async def _submit(self, job: Job):
-        fut = self._backend.submit(job)
+        fut, cancel = self._backend.submit_async(job, asyncio.get_running_loop())
         try:
-            return await asyncio.wrap_future(fut)
+            return await fut
         except asyncio.CancelledError:
-            fut.cancel()  # still queued: never runs
-            self._backend.cancel(job)  # running: SQLite stops at its next progress check
+            cancel()  # queued: never runs; running: SQLite stops at its next progress check
             raise
 
     async def _identity(self, db_path: str) -> _DbIdentity:

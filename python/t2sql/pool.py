@@ -1,11 +1,11 @@
 """Where the SQL of a `t2sql.Grader` runs: threads, worker processes, or Ray actors.
 
 Every backend runs the same three jobs (`tool`, `digest`, `grade`) through `run_job`, with
-connections cached per thread per database file, and exposes `submit(job) ->
-concurrent.futures.Future` plus `cancel(job)`. At most `size` jobs run at once: the pool
+connections cached per thread per database file, and exposes `submit_async(job, loop) ->
+(asyncio future, cancel function)` and `submit(job) -> concurrent.futures.Future`. At most `size` jobs run at once: the pool
 itself is the Grader's one concurrency limit, shared by tool calls, golds and predictions.
 
-- thread: a ThreadPoolExecutor; the Rust core releases the GIL, so threads run SQLite in
+- thread: `size` threads of this process; the Rust core releases the GIL, so threads run SQLite in
   parallel. Cheapest, one heap for everything.
 - process: one worker process per slot, each with its own SQLite heap (and an optional
   heap limit), so a memory bomb in one query cannot starve the others; a dead worker is
@@ -18,6 +18,7 @@ errors cross as (class name, message) and are re-raised as the same t2sql except
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import itertools
 import multiprocessing
@@ -152,39 +153,93 @@ def unpack(reply):
 
 
 class ThreadBackend:
-    """Jobs on a pool of `size` threads of this process."""
+    """Jobs on `size` threads of this process, fed from one queue.
+
+    Its own threads rather than a ThreadPoolExecutor: an asyncio caller's future is settled
+    straight from the worker with one call_soon_threadsafe, which halves the thread-hop cost
+    of a small tool call (about 60 µs instead of 100-120 µs on a 2-core VM)."""
 
     name = "thread"
 
     def __init__(self, size: int):
         self.size = size
-        self._executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="t2sql-sql")
-        self._tokens: dict[int, Cancel] = {}
-        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"t2sql-sql-{i}", daemon=True) for i in range(size)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            job, cancel, settle = item
+            if cancel.cancelled:  # its caller gave up while it waited in the queue
+                settle(None, _CANCELLED)
+                continue
+            try:
+                value = run_job(job, cancel)
+            except BaseException as e:  # noqa: BLE001 - the caller gets every failure
+                settle(None, e)
+            else:
+                settle(value, None)
+
+    def submit_async(self, job: Job, loop: asyncio.AbstractEventLoop):
+        """(asyncio future of the result, a function that cancels the job)."""
+        if self._closed:
+            raise RuntimeError("the Grader is closed")
+        fut = loop.create_future()
+        cancel = Cancel()
+
+        def settle(value, error) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle_async, fut, value, error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
+
+        self._queue.put((job, cancel, settle))
+        return fut, cancel.cancel
 
     def submit(self, job: Job) -> concurrent.futures.Future:
-        cancel = Cancel()
-        with self._lock:
-            self._tokens[job.job_id] = cancel
-        fut = self._executor.submit(run_job, job, cancel)
-        fut.add_done_callback(lambda _f, j=job.job_id: self._forget(j))
+        if self._closed:
+            raise RuntimeError("the Grader is closed")
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+
+        def settle(value, error) -> None:
+            if error is None:
+                fut.set_result(value)
+            else:
+                fut.set_exception(error if error is not _CANCELLED else t2sql.QueryCancelled("cancelled"))
+
+        self._queue.put((job, Cancel(), settle))
         return fut
 
-    def _forget(self, job_id: int) -> None:
-        with self._lock:
-            self._tokens.pop(job_id, None)
-
-    def cancel(self, job: Job) -> None:
-        with self._lock:
-            token = self._tokens.get(job.job_id)
-        if token is not None:
-            token.cancel()
-
     def close(self) -> None:
-        with self._lock:
-            for token in self._tokens.values():
-                token.cancel()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout=60)
+
+
+_CANCELLED = object()
+
+
+def _settle_async(fut: asyncio.Future, value, error) -> None:
+    if fut.done():
+        return
+    if error is _CANCELLED:
+        fut.cancel()
+    elif error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(value)
 
 
 class _DispatchedBackend:
@@ -215,6 +270,15 @@ class _DispatchedBackend:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         self._queue.put((job, fut))
         return fut
+
+    def submit_async(self, job: Job, loop: asyncio.AbstractEventLoop):
+        cfut = self.submit(job)
+
+        def cancel() -> None:
+            cfut.cancel()  # still queued: never runs
+            self.cancel(job)  # running: the worker interrupts SQLite
+
+        return asyncio.wrap_future(cfut, loop=loop), cancel
 
     def cancel(self, job: Job) -> None:
         with self._lock:
