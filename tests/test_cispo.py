@@ -198,6 +198,26 @@ MILES_STANDIN = {
             return sum_of_sample_mean
     """,
     "miles/backends/training_utils/loss_hub/__init__.py": "",
+    "miles/backends/training_utils/parallel.py": """
+        def get_parallel_state():
+            return None
+    """,
+    "miles/utils/__init__.py": "",
+    "miles/utils/misc.py": """
+        import importlib
+
+        def load_function(path):
+            module, _, name = path.rpartition(".")
+            return getattr(importlib.import_module(module), name)
+    """,
+    "miles/backends/training_utils/loss_hub/corrections.py": """
+        import torch
+
+        def vanilla_tis_function(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, **kwargs):
+            tis = torch.exp(torch.cat(train_log_probs) - torch.cat(rollout_log_probs))
+            weights = torch.clamp(tis, min=args.tis_clip_low, max=args.tis_clip)
+            return pg_loss * weights, loss_masks, {"tis": tis.detach()}
+    """,
     "miles/backends/training_utils/loss_hub/logit_processors.py": """
         import torch
 
@@ -273,6 +293,24 @@ def test_miles_entry_point_matches_reference_through_logits(tmp_path, monkeypatc
     assert logits.grad is not None and logits.grad.abs().sum().item() > 0
     # Clipped active tokens: sample 0 t0 (1.5) and t2 (2.0) of 2 active -> 1.0; sample 1: none -> 0.
     assert metrics["pg_clipfrac"].item() == pytest.approx(1.0)
+
+    # Truncated IS on top of the CISPO weight (--use-tis): each token's term is multiplied by
+    # min(exp(trainer_old - rollout), tis_clip), as miles does for its PPO loss.
+    rollout = [old[0] - torch.tensor([0.5, 0.0, -0.1], dtype=torch.float64),
+               old[1] - torch.tensor([0.0, 1.0], dtype=torch.float64)]  # ratios e^0.5, 1, e^-0.1; 1, e^1 -> 2
+    tis_args = SimpleNamespace(**{**vars(args), "use_tis": True, "tis_clip": 2.0, "tis_clip_low": 0.0})
+    logits.grad = None
+    tis_loss, tis_metrics = cispo_loss(tis_args, {**batch, "rollout_log_probs": rollout}, logits, reducer)
+    want_tis = 0.0
+    for c, o, r, a, m in zip(cur, old, rollout, advantages, masks):
+        terms = [
+            -min(math.exp(ot - rt), 2.0) * min(max(math.exp(ct - ot), 0.8), 1.28) * at * ct * mt
+            for ct, ot, rt, at, mt in zip(c.tolist(), o.tolist(), r.tolist(), a.tolist(), m.tolist())
+        ]
+        want_tis += sum(terms) / max(sum(m.tolist()), 1.0)
+    assert tis_loss.item() == pytest.approx(want_tis)
+    assert tis_loss.item() != pytest.approx(want)  # the correction changed something
+    assert "tis" in tis_metrics
 
     args.advantage_estimator = "gspo"
     with pytest.raises(CispoConfigError, match="gspo"):

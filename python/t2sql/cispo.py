@@ -245,6 +245,7 @@ def cispo_loss(args: Any, batch: Any, logits: Any, sum_of_sample_mean: Callable)
     if getattr(args, "use_tis", False) or getattr(args, "get_mismatch_metrics", False):
         # Train/rollout mismatch correction, applied on top of the CISPO weight like miles does for PPO.
         from miles.backends.training_utils.loss_hub.corrections import vanilla_tis_function
+        from miles.backends.training_utils.parallel import get_parallel_state
         from miles.utils.misc import load_function
 
         if trainer_old is None or rollout_log_probs is None:
@@ -259,6 +260,7 @@ def cispo_loss(args: Any, batch: Any, logits: Any, sum_of_sample_mean: Callable)
             loss_masks=batch["loss_masks"],
             total_lengths=total_lengths,
             response_lengths=response_lengths,
+            parallel_state=get_parallel_state(),
             max_seq_lens=max_seq_lens,
         )
         loss_reduce = get_sum_of_sample_mean(
