@@ -486,7 +486,7 @@ def test_load_tasks_reports_and_skips_bad_rows(tmp_path, sample_tasks):
     loaded = load_tasks(data, sample_dir())
     assert [t.question_id for t in loaded.tasks] == [str(rows[0]["question_id"]), str(rows[2]["question_id"])]
     assert len(loaded.skipped) == 2
-    assert any("line 2" in s for s in loaded.skipped) and any("no_such_db" in s for s in loaded.skipped)
+    assert any("row 2" in s and "not valid JSON" in s for s in loaded.skipped) and any("no_such_db" in s for s in loaded.skipped)
     with pytest.raises(EvalError, match="no usable task"):
         load_tasks(data, tmp_path)  # no database under this root
     assert len(load_tasks(sample_questions(), sample_dir(), limit=7).tasks) == 7
@@ -501,13 +501,13 @@ def test_summary_counts_by_outcome_and_difficulty():
         {"outcome": "turn_cut", "correct": False, "reward": -1.0, "difficulty": "challenging", "turns": 1,
          "tool_calls": 0, "invalid_tool_calls": 0, "evidence_restated": None, "evidence_checked": None},
     ]
-    s = summarize(records, pending=["9"], errored=[{"error": "boom"}])
+    s = summarize(records, pending=["9"], errored=[{"outcome": ENDPOINT_ERROR, "error": "boom"}])
     assert s["accuracy"] == pytest.approx(1 / 3) and s["mean_turns"] == pytest.approx(2.0)
     assert s["outcomes"]["correct"] == 1 and s["outcomes"]["turn_cut"] == 1 and s["outcomes"]["unsafe"] == 0
     assert s["by_difficulty"]["simple"] == {"episodes": 2, "correct": 1, "accuracy": 0.5}
     assert list(s["by_difficulty"]) == ["simple", "challenging"]
     assert s["evidence_restated_rate"] == 0.5 and s["evidence_checked_rate"] == 1.0
-    assert s["unfinished"] == 1 and s["last_endpoint_error"] == "boom"
+    assert s["unfinished"] == 1 and s["endpoint_errors"] == 1 and s["eval_errors"] == 0 and s["last_error"] == "boom"
     text = format_summary(s)
     assert "accuracy (correct only)" in text and "0.333" in text and "boom" in text
 
@@ -532,3 +532,27 @@ def test_sample_is_packaged_with_its_notice():
     assert len(json.loads((root / "dev.json").read_text())) == 129
     notice = (root / "NOTICE.md").read_text()
     assert "CC BY-SA 4.0" in notice and "BIRD" in notice
+
+
+def test_a_broken_task_is_recorded_and_the_others_finish(tmp_path, preset, sample_tasks):
+    root = tmp_path / "dbs"
+    (root / "broken").mkdir(parents=True)
+    (root / "broken" / "broken.sqlite").write_bytes(b"this is not a SQLite database" * 100)
+    row = {"question_id": "b1", "db_id": "broken", "question": "How many?", "evidence": "", "SQL": "SELECT 1"}
+    data = tmp_path / "q.json"
+    data.write_text(json.dumps([row]))
+    broken = load_tasks(data, root).tasks
+    out = tmp_path / "r.jsonl"
+    result = run(broken + sample_tasks[:2], OraclePolicy(), preset, out, concurrency=1)
+    by_id = {r["question_id"]: r for r in read_lines(out)}
+    assert by_id["b1"]["outcome"] in ("gold_error", "eval_error") and by_id["b1"]["correct"] is False
+    assert [by_id[t.question_id]["outcome"] for t in sample_tasks[:2]] == ["correct", "correct"]
+    assert result.summary["correct"] == 2
+
+
+def test_progress_bar_on_a_terminal(tmp_path, preset, sample_tasks, capfd):
+    run(sample_tasks[:3], OraclePolicy(), preset, tmp_path / "r.jsonl", progress=True)
+    err = capfd.readouterr().err
+    assert "3/3" in err and "acc 1.000" in err and "ep/s" in err
+    run(sample_tasks[:3], OraclePolicy(), preset, tmp_path / "r2.jsonl", progress=False)
+    assert "ep/s" not in capfd.readouterr().err

@@ -72,6 +72,8 @@ OUTCOMES = (
     "gold_error",
 )
 ENDPOINT_ERROR = "endpoint_error"  # not an episode outcome: the model never finished the episode
+EVAL_ERROR = "eval_error"  # not an episode outcome: this program failed (a bug); recorded, run goes on
+UNFINISHED = frozenset({ENDPOINT_ERROR, EVAL_ERROR})  # lines a rerun retries
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
 OPENAI_CHARS_PER_TOKEN = 4  # only for the first turn, before the server reported usage
 # A turn loop longer than this is a bug in the episode, not a model behaviour; stop it loudly.
@@ -454,7 +456,7 @@ class ResultsFile:
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
                 self.warnings.append(f"{self.path}: line {number} is not a result line; ignored")
                 continue
-            if outcome == ENDPOINT_ERROR:
+            if outcome in UNFINISHED:
                 self.errored[qid] = record
             else:
                 self.finished[qid] = record
@@ -492,7 +494,7 @@ class ResultsFile:
             f.write(line)
             f.flush()
         qid = str(record["question_id"])
-        if record["outcome"] == ENDPOINT_ERROR:
+        if record["outcome"] in UNFINISHED:
             self.errored[qid] = record
         else:
             self.finished[qid] = record
@@ -555,13 +557,14 @@ def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats
 
 
 def error_record(
-    task: Task, episode: Episode | None, run_info: dict[str, Any], stats: CallStats, elapsed_s: float, error: str
+    task: Task, episode: Episode | None, run_info: dict[str, Any], stats: CallStats, elapsed_s: float, error: str,
+    outcome: str = ENDPOINT_ERROR,
 ) -> dict[str, Any]:
     return {
         "question_id": task.question_id,
         "db_id": task.db_id,
         "difficulty": task.difficulty,
-        "outcome": ENDPOINT_ERROR,
+        "outcome": outcome,
         "reward": None,
         "correct": False,
         "error": error,
@@ -578,10 +581,13 @@ async def run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, r
     from t2sql.prompt import build_prompt_async
 
     started = time.monotonic()
-    # The first episode of a database runs SQL for the schema's example values: off the loop.
-    episode = Episode(task, preset, grader, prompt=await build_prompt_async(task, preset))
-    session = policy.session(episode)
+    episode: Episode | None = None
+    stats = CallStats()
     try:
+        # The first episode of a database runs SQL for the schema's example values: off the loop.
+        episode = Episode(task, preset, grader, prompt=await build_prompt_async(task, preset))
+        session = policy.session(episode)
+        stats = session.stats
         for _ in range(MAX_TURNS_GUARD):
             turn = await session.next_turn()
             outcome = await episode.on_turn(turn.text, cut=turn.cut, tool_calls=turn.tool_calls)
@@ -591,8 +597,11 @@ async def run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, r
         else:
             raise RuntimeError(f"episode {task.question_id} did not end after {MAX_TURNS_GUARD} turns")
     except EndpointError as e:
-        return error_record(task, episode, run_info, session.stats, time.monotonic() - started, str(e))
-    return episode_record(task, episode, run_info, session.stats, time.monotonic() - started)
+        return error_record(task, episode, run_info, stats, time.monotonic() - started, str(e))
+    except Exception as e:  # noqa: BLE001 - a bug in one episode must not lose the others' results
+        error = f"{type(e).__name__}: {e} (a t2sql bug or a broken task; please report it)"
+        return error_record(task, episode, run_info, stats, time.monotonic() - started, error, EVAL_ERROR)
+    return episode_record(task, episode, run_info, stats, time.monotonic() - started)
 
 
 class Progress:
@@ -607,7 +616,7 @@ class Progress:
     def update(self, record: dict[str, Any]) -> None:
         self.done += 1
         self.correct += bool(record.get("correct"))
-        self.errors += record.get("outcome") == ENDPOINT_ERROR
+        self.errors += record.get("outcome") in UNFINISHED
         if not self.enabled:
             return
         width = 30
@@ -615,7 +624,7 @@ class Progress:
         finished = self.done - self.errors
         accuracy = f"{self.correct / finished:.3f}" if finished else "-"
         rate = self.done / max(1e-9, time.monotonic() - self.started)
-        errors = f" endpoint errors {self.errors}" if self.errors else ""
+        errors = f" errors {self.errors}" if self.errors else ""
         sys.stderr.write(
             f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
             f"acc {accuracy} {rate:.2f} ep/s{errors} "
@@ -690,9 +699,10 @@ async def evaluate(
             record = await run_episode(task, policy, preset, grader, run_info)
             results.append(record)
             counts["ran"] += 1
-            if record["outcome"] == ENDPOINT_ERROR:
+            if record["outcome"] in UNFINISHED:
                 counts["errors"] += 1
-                if counts["finished"] == 0 and "not retried" in (record.get("error") or ""):
+                fatal = record["outcome"] == EVAL_ERROR or "not retried" in (record.get("error") or "")
+                if counts["finished"] == 0 and fatal:
                     counts["fatal_streak"] += 1
                     if counts["fatal_streak"] >= fatal_limit and not aborted:
                         aborted.append(record["error"])
@@ -767,8 +777,9 @@ def summarize(
         "evidence_checked_rate": rate("evidence_checked"),
         "by_difficulty": by_difficulty,
         "unfinished": len(pending),
-        "endpoint_errors": len(errored),
-        "last_endpoint_error": errored[-1].get("error") if errored else None,
+        "endpoint_errors": sum(1 for r in errored if r.get("outcome", ENDPOINT_ERROR) == ENDPOINT_ERROR),
+        "eval_errors": sum(1 for r in errored if r.get("outcome") == EVAL_ERROR),
+        "last_error": errored[-1].get("error") if errored else None,
         "completion_tokens": sum(int((r.get("endpoint") or {}).get("completion_tokens") or 0) for r in records),
     }
 
@@ -799,11 +810,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary["unfinished"]:
         lines += [
             "",
-            f"unfinished: {summary['unfinished']} episode(s) ({summary['endpoint_errors']} endpoint errors); "
+            f"unfinished: {summary['unfinished']} episode(s) ({summary['endpoint_errors']} endpoint errors, "
+            f"{summary['eval_errors']} eval errors); "
             "rerun the same command to retry them",
         ]
-        if summary["last_endpoint_error"]:
-            lines.append(f"last endpoint error: {summary['last_endpoint_error']}")
+        if summary["last_error"]:
+            lines.append(f"last error: {summary['last_error']}")
     return "\n".join(lines)
 
 
