@@ -556,3 +556,30 @@ def test_progress_bar_on_a_terminal(tmp_path, preset, sample_tasks, capfd):
     assert "3/3" in err and "acc 1.000" in err and "ep/s" in err
     run(sample_tasks[:3], OraclePolicy(), preset, tmp_path / "r2.jsonl", progress=False)
     assert "ep/s" not in capfd.readouterr().err
+
+
+def test_run_from_the_command_line_parser_in_sglang_mode(tmp_path, sample_tasks, capsys):
+    from t2sql import evaluate
+    from t2sql.cli import build_parser
+
+    tasks = sample_tasks[:2]
+    tokenizer = ByteTokenizer()
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tasks, explore_then_answer(json_tool_call)), tokenizer) as model:
+        argv = ["eval", "--api", "sglang", "--endpoint", model.url, "--limit", "2", "--out", str(out),
+                "--preset", "bare", "--chat-template-kwargs", '{"enable_thinking": false}', "--json"]
+        args = build_parser(argv).parse_args(argv)
+        code = evaluate.run(args, tokenizer=tokenizer)  # a tokenizer object instead of --tokenizer PATH
+        prompts = [tokenizer.decode(q.body["input_ids"]) for q in model.requests]
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 2 and summary["accuracy"] == 1.0 and summary["run"]["preset"] == "bare"
+    assert all(p.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") for p in prompts)
+
+
+def test_sglang_without_transformers_or_tokenizer_says_what_to_do(tmp_path):
+    proc = subprocess.run(eval_cmd("--api", "sglang", "--endpoint", "http://127.0.0.1:9", "--tokenizer",
+                                   str(tmp_path / "no-tokenizer"), "--out", str(tmp_path / "x.jsonl")),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "pip install transformers" in proc.stderr or "cannot load a tokenizer" in proc.stderr
