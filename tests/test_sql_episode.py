@@ -64,11 +64,11 @@ class WordTokenizer:
     eos_token = IM_END
     _piece = re.compile(r"<\|im_start\|>|<\|im_end\|>|\w+|\n|[^\S\n]+|[^\w\s]")
 
-    def __init__(self) -> None:
+    def __init__(self, template: str = TEMPLATE) -> None:
         self.vocab: dict[str, int] = {IM_START: 0, IM_END: 1}
         self.pieces: list[str] = [IM_START, IM_END]
         self.lock = threading.Lock()
-        self.template = jinja2.Environment(loader=jinja2.BaseLoader()).from_string(TEMPLATE)
+        self.template = jinja2.Environment(loader=jinja2.BaseLoader()).from_string(template)
         self.renders: list[dict] = []  # every apply_chat_template call's kwargs
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -251,9 +251,10 @@ def tool_call(sql: str) -> str:
             + "\n</parameter>\n</function>\n</tool_call>")
 
 
-def run_episode(row: dict, replies: list, *, max_new_tokens: int = 3072, **arg_over) -> tuple[Sample, FakeSglang, Any]:
+def run_episode(row: dict, replies: list, *, max_new_tokens: int = 3072, template: str = TEMPLATE,
+                **arg_over) -> tuple[Sample, FakeSglang, Any]:
     """Drive generate() over the fake server; replies[i] answers turn i (a str, or (str, finish))."""
-    tok = WordTokenizer()
+    tok = WordTokenizer(template)
 
     def policy(turn: int, prompt_text: str):
         reply = replies[min(turn, len(replies) - 1)]
@@ -501,3 +502,26 @@ def test_import_without_miles_and_flags():
     import inspect
 
     assert list(inspect.signature(sql_episode.generate).parameters) == ["input"]  # miles' new form
+
+
+# Like Qwen3's template: the LAST assistant turn without reasoning gets an empty <think></think>, so
+# rendering with and without the tool messages is not append-only for the real conversation.
+LAST_TURN_TEMPLATE = TEMPLATE.replace(
+    "{%- elif m.role != 'system' -%}",
+    "{%- elif m.role == 'assistant' and loop.last and not m.reasoning_content -%}"
+    "<|im_start|>assistant{{ nl }}<think>{{ nl }}{{ nl }}</think>{{ nl }}{{ nl }}{{ m.content }}<|im_end|>{{ nl }}"
+    "{%- elif m.role != 'system' -%}",
+)
+
+
+def test_template_not_append_only_for_the_last_turn(rows):
+    row = rows[1]
+    assert LAST_TURN_TEMPLATE != TEMPLATE
+    replies = [tool_call("SELECT COUNT(*) FROM superhero"), f"<solution>{row['label']['gold_sql']}</solution>"]
+    s, server, tok = run_episode(row, replies, template=LAST_TURN_TEMPLATE)
+    check_invariants(s, tok, server)
+    assert s.metadata["t2sql"]["outcome"] == "correct"
+    text = tok.decode(s.tokens)
+    first_end = text.index(IM_END, text.index("</tool_call>"))
+    assert text[first_end:].startswith(f"{IM_END}\n{IM_START}user\n<tool_response>\n")
+    assert "stand-in" not in text  # only the suffix of the stand-in conversation is used

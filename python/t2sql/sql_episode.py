@@ -226,11 +226,10 @@ class _Renderer:
         without = self.text(before, generation_prompt=False)
         with_tools = self.text(before + tool_messages, generation_prompt=True)
         if not with_tools.startswith(without):
-            raise AdapterError(
-                "the chat template renders the conversation differently once tool messages are added "
-                "(not append-only), so tool tokens cannot be appended; use a template that keeps "
-                "earlier turns unchanged"
-            )
+            # Some templates render the LAST assistant turn differently (Qwen3 adds an empty
+            # <think></think> to it): take the suffix from a stand-in conversation whose assistant
+            # turn renders the same either way, as miles' own tool_call_utils does.
+            without, with_tools = self._stand_in(tool_messages)
         suffix = with_tools[len(without):]
         end = self.end_of_turn()
         cut = without.rfind(end)
@@ -238,6 +237,24 @@ class _Renderer:
         if closed and closing.startswith(end):
             closing = closing[len(end):]  # the model generated the end token; only the "\n" is missing
         return closing + suffix
+
+    def _stand_in(self, tool_messages: list[dict]) -> tuple[str, str]:
+        calls = [
+            {"id": m.get("tool_call_id") or f"call_{i}", "type": "function",
+             "function": {"name": m.get("name") or "execute_sql_query", "arguments": {}}}
+            for i, m in enumerate(tool_messages)
+        ]
+        base = [{"role": "user", "content": "stand-in"},
+                {"role": "assistant", "content": "", "reasoning_content": " ", "tool_calls": calls}]
+        without = self.text(base, generation_prompt=False)
+        with_tools = self.text(base + tool_messages, generation_prompt=True)
+        if not with_tools.startswith(without):
+            raise AdapterError(
+                "the chat template renders earlier turns differently once tool messages are added "
+                "(not append-only), so tool tokens cannot be appended; use a template that keeps "
+                "earlier turns unchanged"
+            )
+        return without, with_tools
 
 
 def _decode_routed_experts(info: str, num_tokens: int, num_layers: int | None, topk: int | None) -> Any:
