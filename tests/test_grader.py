@@ -334,3 +334,19 @@ def test_bad_arguments_say_what_to_do(tmp_path):
     (tmp_path / "secret").write_bytes(b"short")
     with pytest.raises(grader_module.GoldCacheError, match="32-byte"):
         Grader(cache_dir=tmp_path)
+
+
+def test_close_interrupts_running_queries():
+    g = Grader(concurrency=1)
+
+    async def main():
+        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, timeout_s=60))
+        await asyncio.sleep(0.3)
+        started = time.perf_counter()
+        await g.aclose()
+        closed_in = time.perf_counter() - started
+        with pytest.raises(t2sql.QueryCancelled):
+            await task
+        return closed_in
+
+    assert asyncio.run(main()) < 2.0

@@ -320,12 +320,15 @@ class Grader:
     # ------------------------------------------------------------------ blocking API
 
     def run_tool_sync(self, db_path: str, sql: str, **kwargs):
+        self._check_open()
         return self._run_sync(self.run_tool(db_path, sql, **kwargs))
 
     def grade_sync(self, db_path: str, pred_sql: str, gold_sql: str, **kwargs) -> GradeResult:
+        self._check_open()
         return self._run_sync(self.grade(db_path, pred_sql, gold_sql, **kwargs))
 
     def gold_sync(self, db_path: str, gold_sql: str, **kwargs) -> GoldResult:
+        self._check_open()
         return self._run_sync(self.gold(db_path, gold_sql, **kwargs))
 
     def close(self) -> None:

@@ -165,27 +165,32 @@ class ThreadBackend:
         self.size = size
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
+        self._running: list[Cancel | None] = [None] * size  # each thread's current job, for close()
         self._threads = [
-            threading.Thread(target=self._work, name=f"t2sql-sql-{i}", daemon=True) for i in range(size)
+            threading.Thread(target=self._work, args=(i,), name=f"t2sql-sql-{i}", daemon=True)
+            for i in range(size)
         ]
         for t in self._threads:
             t.start()
 
-    def _work(self) -> None:
+    def _work(self, index: int) -> None:
         while True:
             item = self._queue.get()
             if item is None:
                 return
             job, cancel, settle = item
-            if cancel.cancelled:  # its caller gave up while it waited in the queue
+            if cancel.cancelled or self._closed:  # its caller gave up while it waited
                 settle(None, _CANCELLED)
                 continue
+            self._running[index] = cancel
             try:
                 value = run_job(job, cancel)
             except BaseException as e:  # noqa: BLE001 - the caller gets every failure
                 settle(None, e)
             else:
                 settle(value, None)
+            finally:
+                self._running[index] = None
 
     def submit_async(self, job: Job, loop: asyncio.AbstractEventLoop):
         """(asyncio future of the result, a function that cancels the job)."""
@@ -222,6 +227,9 @@ class ThreadBackend:
         if self._closed:
             return
         self._closed = True
+        for cancel in list(self._running):
+            if cancel is not None:
+                cancel.cancel()
         for _ in self._threads:
             self._queue.put(None)
         for t in self._threads:
