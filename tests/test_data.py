@@ -164,13 +164,16 @@ def test_field_map_and_ids_synthesized_when_absent(tmp_path, dev_rows):
 def test_release_layout(tmp_path):
     (tmp_path / "databases").mkdir()
     (tmp_path / "train_databases").mkdir()
-    for name in ("train.json", "validation.jsonl", "arcwise.json", "extra.json"):
+    for name in ("train.json", "validation.jsonl", "arcwise.json", "dev_tables.json"):
         (tmp_path / name).write_text("[]")
     found = {s: (q.name, r.name) for s, q, r in data.release_splits(tmp_path)}
     assert found == {"train": ("train.json", "train_databases"), "validation": ("validation.jsonl", "databases"),
-                     "arcwise": ("arcwise.json", "databases"), "extra": ("extra.json", "databases")}
-    with pytest.raises(data.DataError, match="no split found"):
-        data.release_splits(tmp_path / "databases")
+                     "arcwise": ("arcwise.json", "databases")}  # dev_tables.json is not a split
+    assert [s for s, _, _ in data.release_splits(tmp_path, ["dev_tables"])] == ["dev_tables"]
+    (tmp_path / "arcwise.json").unlink()
+    with pytest.raises(data.DataError, match="no question file for split.s. arcwise") as e:
+        data.release_splits(tmp_path)
+    assert "dev_tables.json" in str(e.value)
 
 
 def test_cli_convert_json_report(tmp_path, dev_rows):

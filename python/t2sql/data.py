@@ -465,26 +465,34 @@ def convert_split(
     return report, built
 
 
-def release_splits(release_dir: str | os.PathLike) -> list[tuple[str, Path, Path]]:
-    """Find (split, question file, database root) for every split of a release directory."""
+def release_splits(
+    release_dir: str | os.PathLike, names: Iterable[str] = tuple(RELEASE_SPLITS)
+) -> list[tuple[str, Path, Path]]:
+    """(split, question file, database root) for each named split of a release directory.
+
+    Only the named splits are read (a BIRD folder also holds dev_tables.json and the like);
+    a named split that is not there is an error listing what the directory has.
+    """
     root = Path(release_dir)
     if not root.is_dir():
         raise DataError(f"data release not found: {root}")
-    found = []
-    names = list(RELEASE_SPLITS) + sorted(
-        p.stem for p in root.glob("*.json*") if p.stem not in RELEASE_SPLITS and p.suffix in (".json", ".jsonl")
-    )
+    found, missing = [], []
     for split in names:
-        questions = next((root / f"{split}{ext}" for ext in (".json", ".jsonl") if (root / f"{split}{ext}").is_file()), None)
+        questions = next(
+            (root / f"{split}{ext}" for ext in (".json", ".jsonl") if (root / f"{split}{ext}").is_file()), None
+        )
         if questions is None:
+            missing.append(split)
             continue
         own = root / f"{split}_databases"
         db_root = own if own.is_dir() else root / "databases"
         found.append((split, questions, db_root))
-    if not found:
+    if missing:
+        present = sorted(p.name for p in root.iterdir() if p.suffix in (".json", ".jsonl"))
         raise DataError(
-            f"no split found in {root}: expected <split>.json or <split>.jsonl "
-            f"(the recipe's splits are {', '.join(RELEASE_SPLITS)}) beside databases/ or <split>_databases/"
+            f"{root}: no question file for split(s) {', '.join(missing)} (expected <split>.json or "
+            f"<split>.jsonl beside databases/ or <split>_databases/); the directory has: "
+            f"{', '.join(present) or 'no .json/.jsonl files'}"
         )
     return found
 

@@ -576,7 +576,7 @@ def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
         split_roots: dict[str, Path] = {}
         built: list[tuple[str, list[dict]]] = []
         # Validate every split before writing any, so a bad split leaves nothing half-done.
-        for split, questions, db_root in data.release_splits(release):
+        for split, questions, db_root in data.release_splits(release, args.splits):
             report, rows = data.convert_split(
                 questions, db_root, None, split=split, fields=fields, recipe=c.recipe,
                 gold_timeout_s=args.gold_timeout, drop_invalid=args.drop_invalid,
@@ -665,6 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-release", default=None, help="a local copy of the data release (a directory)")
     p.add_argument("--data-repo", default=None, help="Hugging Face dataset id of the data release")
     p.add_argument("--field-map", nargs="*", default=[], metavar="FIELD=KEY", help="see `t2sql convert --help`")
+    p.add_argument("--splits", nargs="+", default=list(SPLITS), help="splits of the release to convert")
     p.add_argument("--gold-timeout", type=float, default=60.0, help="seconds per gold query while validating")
     p.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     p.add_argument("--skip-model", action="store_true", help="prepare the data only")
