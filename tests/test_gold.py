@@ -112,3 +112,19 @@ def test_gold_refuses_bad_arguments(tmp_path):
     assert missing.returncode == 2 and "not found" in missing.stderr
     bad_root = t2sql_gold("--data", str(DEV), "--db-root", str(tmp_path / "nowhere"))
     assert bad_root.returncode == 2 and "not a directory" in bad_root.stderr
+
+
+def test_processes_fill_one_cache_at_once(tmp_path):
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-m", "t2sql.cli", "gold", "--data", str(DEV), "--db-root", str(DATA_ROOT),
+            "--cache-dir", str(cache), "--json", "--workers", "1"]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outputs]
+    total = len(json.loads(DEV.read_text()))
+    assert all(json.loads(out)["failed"] == 0 for out, _ in outputs)
+    # Every entry any of them wrote is whole and made with the one shared secret.
+    after = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--cache-dir", str(cache), "--json")
+    summary = json.loads(after.stdout)
+    assert summary["computed"] == 0 and summary["from_cache"] == total and summary["cache_corrupt"] == 0
+    assert not list((cache / "gold").rglob("*.tmp"))
