@@ -1,0 +1,36 @@
+//! One error enum for the core; the Python binding maps each variant to its own exception.
+
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum GradeError {
+    /// Anything but one read-only SELECT/WITH/VALUES statement, or an action the authorizer denies.
+    #[error("unsafe query: {0}")]
+    Unsafe(String),
+    /// SQLite rejected or failed the query; the text is SQLite's message.
+    #[error("{0}")]
+    Sql(String),
+    /// The deadline passed and the query was interrupted.
+    #[error("query timed out after {0}s")]
+    Timeout(f64),
+    /// The query's Cancel token fired.
+    #[error("query cancelled")]
+    Cancelled,
+    /// The database file is missing, unreadable, corrupt or not SQLite.
+    #[error("{0}")]
+    Database(String),
+    /// A caller's mistake that is not about SQL (e.g. digests made with different secrets).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T> = std::result::Result<T, GradeError>;
+
+/// Render a timeout the way the model sees it ("2s", "0.5s").
+pub fn seconds(s: f64) -> String {
+    if s.fract() == 0.0 {
+        format!("{}", s as i64)
+    } else {
+        format!("{s}")
+    }
+}

@@ -1,0 +1,424 @@
+//! The read-only connection: open flags, database configuration, limits, the authorizer and
+//! the deadline. This module is the safety policy (grader.md §3); nothing else decides what a
+//! query may do.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::config::DbConfig;
+use rusqlite::ffi;
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::limits::Limit;
+use rusqlite::{Connection, OpenFlags, Statement};
+
+use crate::error::{GradeError, Result};
+use crate::sqltext;
+
+/// Longest SQL text accepted, in bytes. Far above any real query; stops parser-bombs early.
+pub const MAX_SQL_BYTES: usize = 100_000;
+/// Keywords a statement may start with.
+const ALLOWED_FIRST_WORDS: [&str; 3] = ["SELECT", "WITH", "VALUES"];
+/// Functions that reach outside the database.
+const DENIED_FUNCTIONS: [&str; 2] = ["load_extension", "fts3_tokenizer"];
+/// How many VM steps between two deadline checks (overhead lost in noise, latency ~µs).
+const PROGRESS_STEPS: i32 = 1000;
+
+/// SQLite run-time limits applied to every connection; every BIRD dev gold query runs under them.
+const LIMITS: [(Limit, i32); 8] = [
+    (Limit::SQLITE_LIMIT_ATTACHED, 0),
+    (Limit::SQLITE_LIMIT_LENGTH, 16 * 1024 * 1024),
+    (Limit::SQLITE_LIMIT_SQL_LENGTH, 2 * MAX_SQL_BYTES as i32),
+    (Limit::SQLITE_LIMIT_COLUMN, 2000),
+    (Limit::SQLITE_LIMIT_EXPR_DEPTH, 200),
+    (Limit::SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 10_000),
+    (Limit::SQLITE_LIMIT_COMPOUND_SELECT, 100),
+    (Limit::SQLITE_LIMIT_VDBE_OP, 1_000_000),
+];
+
+/// Process-wide hard heap limit (`sqlite3_hard_heap_limit64`); returns the previous value.
+pub fn set_heap_limit(bytes: i64) -> i64 {
+    unsafe { ffi::sqlite3_hard_heap_limit64(bytes) }
+}
+
+/// Default heap limit for the whole process, set when the first connection opens.
+pub const DEFAULT_HEAP_LIMIT: i64 = 2 * 1024 * 1024 * 1024;
+
+/// Why the last query was stopped by the progress handler.
+const STOP_NONE: u8 = 0;
+const STOP_TIMEOUT: u8 = 1;
+const STOP_CANCEL: u8 = 2;
+
+/// Deadline and cancellation shared with the progress handler.
+pub struct RunControl {
+    base: Instant,
+    deadline_ns: AtomicU64,
+    cancel: Mutex<Option<Arc<AtomicBool>>>,
+    stopped: AtomicU8,
+}
+
+impl RunControl {
+    fn new() -> Self {
+        RunControl {
+            base: Instant::now(),
+            deadline_ns: AtomicU64::new(u64::MAX),
+            cancel: Mutex::new(None),
+            stopped: AtomicU8::new(STOP_NONE),
+        }
+    }
+
+    fn should_stop(&self) -> bool {
+        if let Some(flag) = self.cancel.lock().unwrap().as_ref() {
+            if flag.load(Ordering::Relaxed) {
+                self.stopped.store(STOP_CANCEL, Ordering::Relaxed);
+                return true;
+            }
+        }
+        if self.base.elapsed().as_nanos() as u64 >= self.deadline_ns.load(Ordering::Relaxed) {
+            self.stopped.store(STOP_TIMEOUT, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+/// What the authorizer denied while the last statement was prepared.
+#[derive(Default)]
+pub struct AuthState {
+    denied: Mutex<Option<String>>,
+    /// The digest aggregate may appear only in the wrapper the core writes itself.
+    allow_digest_fn: AtomicBool,
+}
+
+impl AuthState {
+    fn deny(&self, what: String) -> Authorization {
+        let mut d = self.denied.lock().unwrap();
+        if d.is_none() {
+            *d = Some(what);
+        }
+        Authorization::Deny
+    }
+    fn take_denied(&self) -> Option<String> {
+        self.denied.lock().unwrap().take()
+    }
+}
+
+/// A hardened read-only connection to one database file.
+pub struct GuardedConnection {
+    pub conn: Connection,
+    pub path: String,
+    control: Arc<RunControl>,
+    auth: Arc<AuthState>,
+    /// Name of the digest aggregate registered on this connection (random per process).
+    pub digest_fn: String,
+    /// State the digest aggregate shares with the host.
+    pub aggregate: Arc<crate::digest::AggregateShared>,
+}
+
+/// A deadline (and optional cancel token) for one call.
+#[derive(Clone)]
+pub struct Budget {
+    pub timeout_s: f64,
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Budget {
+    pub fn new(timeout_s: f64) -> Self {
+        Budget {
+            timeout_s,
+            cancel: None,
+        }
+    }
+}
+
+fn uri_for(path: &str, immutable: bool) -> String {
+    let mut uri = String::from("file:");
+    for ch in path.chars() {
+        match ch {
+            '%' | '?' | '#' => uri.push_str(&format!("%{:02X}", ch as u32)),
+            _ => uri.push(ch),
+        }
+    }
+    uri.push_str("?mode=ro");
+    if immutable {
+        uri.push_str("&immutable=1");
+    }
+    uri
+}
+
+impl GuardedConnection {
+    /// Open `path` read-only with every hardening of grader.md §3.
+    pub fn open(path: &str, immutable: bool) -> Result<Self> {
+        static HEAP_LIMIT: std::sync::Once = std::sync::Once::new();
+        HEAP_LIMIT.call_once(|| {
+            set_heap_limit(DEFAULT_HEAP_LIMIT);
+        });
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(GradeError::Database(format!(
+                    "database file not found: {path} (check --db-root and the db_id)"
+                )))
+            }
+            Err(e) => {
+                return Err(GradeError::Database(format!(
+                    "cannot read database {path}: {e}"
+                )))
+            }
+            Ok(m) if m.is_dir() => {
+                return Err(GradeError::Database(format!(
+                    "{path} is a directory, not a SQLite file"
+                )))
+            }
+            Ok(_) => {}
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let db_err =
+            |e: rusqlite::Error| GradeError::Database(format!("cannot open database {path}: {e}"));
+        let mut conn =
+            Connection::open_with_flags(uri_for(path, immutable), flags).map_err(db_err)?;
+
+        // Sorters and temporary b-trees stay in memory (and under the heap limit), never on disk.
+        conn.pragma_update(None, "temp_store", "MEMORY")
+            .map_err(db_err)?;
+        for (cfg, on) in [
+            (DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true),
+            (DbConfig::SQLITE_DBCONFIG_TRUSTED_SCHEMA, false),
+            (DbConfig::SQLITE_DBCONFIG_ENABLE_ATTACH_CREATE, false),
+            (DbConfig::SQLITE_DBCONFIG_ENABLE_ATTACH_WRITE, false),
+            (DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false),
+        ] {
+            conn.set_db_config(cfg, on).map_err(db_err)?;
+        }
+        for (limit, value) in LIMITS {
+            conn.set_limit(limit, value).map_err(db_err)?;
+        }
+        // Reading the schema proves the file is a database (and not corrupt at its header).
+        conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map_err(|e| {
+            GradeError::Database(format!("{path} is not a readable SQLite database: {e}"))
+        })?;
+
+        let control = Arc::new(RunControl::new());
+        let c = Arc::clone(&control);
+        conn.progress_handler(PROGRESS_STEPS, Some(move || c.should_stop()))
+            .map_err(db_err)?;
+
+        let (digest_fn, aggregate) = crate::digest::register(&conn).map_err(db_err)?;
+        let auth = Arc::new(AuthState::default());
+        let a = Arc::clone(&auth);
+        let dfn = digest_fn.clone();
+        conn.authorizer(Some(move |ctx: AuthContext<'_>| authorize(&a, &dfn, ctx)))
+            .map_err(db_err)?;
+        Ok(GuardedConnection {
+            conn,
+            path: path.to_string(),
+            control,
+            auth,
+            digest_fn,
+            aggregate,
+        })
+    }
+
+    /// Check `sql` against the policy and prepare it. Returns the statement and the text it
+    /// was prepared from (the first statement, without trailing comments or `;`).
+    pub fn prepare_checked<'a>(&'a self, sql: &'a str) -> Result<(Statement<'a>, &'a str)> {
+        if sql.len() > MAX_SQL_BYTES {
+            return Err(GradeError::Sql(format!(
+                "query is {} bytes; the limit is {MAX_SQL_BYTES}",
+                sql.len()
+            )));
+        }
+        let first = match sqltext::first_statement(sql) {
+            Some(f) if !f.text.is_empty() => f,
+            _ => {
+                return Err(GradeError::Unsafe(
+                    "empty query: expected one SELECT statement".into(),
+                ))
+            }
+        };
+        if !ALLOWED_FIRST_WORDS.contains(&first.keyword.as_str()) {
+            let got = if first.keyword.is_empty() {
+                "something else".to_string()
+            } else {
+                first.keyword.clone()
+            };
+            return Err(GradeError::Unsafe(format!(
+                "only one read-only SELECT, WITH or VALUES statement is allowed, got {got}"
+            )));
+        }
+        if first.more_statements {
+            return Err(GradeError::Unsafe(
+                "more than one statement: send a single SELECT".into(),
+            ));
+        }
+        let stmt = self.prepare_policed(first.text, false)?;
+        if !stmt.readonly() {
+            return Err(GradeError::Unsafe(
+                "the statement writes to the database".into(),
+            ));
+        }
+        Ok((stmt, first.text))
+    }
+
+    /// Prepare the digest wrapper around an already checked statement.
+    pub fn prepare_wrapper<'a>(&'a self, wrapper: &str) -> Result<Statement<'a>> {
+        let stmt = self.prepare_policed(wrapper, true)?;
+        if !stmt.readonly() {
+            return Err(GradeError::Unsafe(
+                "the statement writes to the database".into(),
+            ));
+        }
+        Ok(stmt)
+    }
+
+    fn prepare_policed<'a>(&'a self, text: &str, allow_digest_fn: bool) -> Result<Statement<'a>> {
+        self.auth.take_denied();
+        self.auth
+            .allow_digest_fn
+            .store(allow_digest_fn, Ordering::Relaxed);
+        let prepared = self.conn.prepare(text);
+        self.auth.allow_digest_fn.store(false, Ordering::Relaxed);
+        let denied = self.auth.take_denied();
+        match prepared {
+            Ok(stmt) => Ok(stmt),
+            Err(_) if denied.is_some() => Err(GradeError::Unsafe(format!(
+                "not allowed: {}",
+                denied.unwrap()
+            ))),
+            Err(rusqlite::Error::MultipleStatement) => Err(GradeError::Unsafe(
+                "more than one statement: send a single SELECT".into(),
+            )),
+            Err(e) => Err(self.classify(e)),
+        }
+    }
+
+    /// Arm the deadline and the cancel token for one call; `disarm` must follow.
+    pub fn arm(&self, budget: &Budget) -> Result<()> {
+        if let Some(flag) = &budget.cancel {
+            if flag.load(Ordering::Relaxed) {
+                return Err(GradeError::Cancelled);
+            }
+        }
+        let now = self.control.base.elapsed();
+        let deadline = now + Duration::from_secs_f64(budget.timeout_s.clamp(0.0, 1e9));
+        self.control
+            .deadline_ns
+            .store(deadline.as_nanos() as u64, Ordering::Relaxed);
+        *self.control.cancel.lock().unwrap() = budget.cancel.clone();
+        self.control.stopped.store(STOP_NONE, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn disarm(&self) {
+        self.control.deadline_ns.store(u64::MAX, Ordering::Relaxed);
+        *self.control.cancel.lock().unwrap() = None;
+    }
+
+    /// Turn a SQLite error into the core's error, naming a timeout or cancel as such.
+    pub fn classify_with(&self, e: rusqlite::Error, budget: &Budget) -> GradeError {
+        // Some actions reach the authorizer only while stepping (a virtual table's own query).
+        if let Some(denied) = self.auth.take_denied() {
+            return GradeError::Unsafe(format!("not allowed: {denied}"));
+        }
+        match self.control.stopped.load(Ordering::Relaxed) {
+            STOP_TIMEOUT => GradeError::Timeout(budget.timeout_s),
+            STOP_CANCEL => GradeError::Cancelled,
+            _ => self.classify(e),
+        }
+    }
+
+    fn classify(&self, e: rusqlite::Error) -> GradeError {
+        match &e {
+            rusqlite::Error::SqliteFailure(f, msg) => {
+                let text = msg.clone().unwrap_or_else(|| f.to_string());
+                match f.code {
+                    rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt => {
+                        GradeError::Database(format!("{}: {text}", self.path))
+                    }
+                    rusqlite::ErrorCode::OutOfMemory => GradeError::Sql(format!(
+                        "out of memory: the query needs more than the heap limit ({text})"
+                    )),
+                    _ => GradeError::Sql(text),
+                }
+            }
+            other => GradeError::Sql(other.to_string()),
+        }
+    }
+}
+
+fn authorize(auth: &AuthState, digest_fn: &str, ctx: AuthContext<'_>) -> Authorization {
+    use AuthAction as A;
+    match ctx.action {
+        // Table-valued pragmas (pragma_table_info, …) are eponymous virtual tables: their reads
+        // are refused here, at prepare time; the PRAGMA they run at step time is refused below.
+        A::Read { table_name, .. } if is_pragma_table(table_name) => {
+            auth.deny(format!("{table_name}()"))
+        }
+        A::Select | A::Read { .. } | A::Recursive => Authorization::Allow,
+        A::Function { function_name } => {
+            if DENIED_FUNCTIONS
+                .iter()
+                .any(|f| f.eq_ignore_ascii_case(function_name))
+            {
+                auth.deny(format!("function {function_name}()"))
+            } else if function_name.eq_ignore_ascii_case(digest_fn)
+                && !auth.allow_digest_fn.load(Ordering::Relaxed)
+            {
+                auth.deny(format!("function {function_name}()"))
+            } else {
+                Authorization::Allow
+            }
+        }
+        // The first use of an eponymous virtual table (json_each) may report a write to main's
+        // schema; writes to main cannot happen on a read-only connection anyway.
+        A::Insert { .. } | A::Update { .. } | A::Delete { .. }
+            if ctx.database_name == Some("main") =>
+        {
+            Authorization::Allow
+        }
+        A::Insert { table_name } | A::Delete { table_name } => {
+            auth.deny(format!("write to {table_name}"))
+        }
+        A::Update { table_name, .. } => auth.deny(format!("write to {table_name}")),
+        A::Pragma { pragma_name, .. } => auth.deny(format!("PRAGMA {pragma_name}")),
+        A::Attach { .. } => auth.deny("ATTACH (also VACUUM INTO)".into()),
+        A::Detach { .. } => auth.deny("DETACH".into()),
+        A::Transaction { .. } => auth.deny("transactions".into()),
+        A::Savepoint { .. } => auth.deny("savepoints".into()),
+        A::Analyze { .. } => auth.deny("ANALYZE".into()),
+        A::Reindex { .. } => auth.deny("REINDEX".into()),
+        A::AlterTable { .. } => auth.deny("ALTER TABLE".into()),
+        other => auth.deny(format!("{}", action_name(&other))),
+    }
+}
+
+fn is_pragma_table(name: &str) -> bool {
+    name.len() > 7 && name[..7].eq_ignore_ascii_case("pragma_")
+}
+
+fn action_name(a: &AuthAction<'_>) -> String {
+    // CREATE/DROP of any object (including TEMP and virtual tables) and anything unknown.
+    let s = format!("{a:?}");
+    s.split(|c: char| c == ' ' || c == '{')
+        .next()
+        .unwrap_or("action")
+        .to_string()
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn uri_escapes_query_characters() {
+        assert_eq!(
+            uri_for("/a/b?c#d%e.sqlite", true),
+            "file:/a/b%3Fc%23d%25e.sqlite?mode=ro&immutable=1"
+        );
+        assert_eq!(uri_for("/x/é.db", false), "file:/x/é.db?mode=ro");
+    }
+}

@@ -1,0 +1,570 @@
+//! t2sql's grading core: hardened read-only SQLite execution and streaming result comparison.
+//!
+//! The work lives in modules named after what they wrap: `guard` (the read-only connection
+//! and the safety policy), `canon` (value equality), `digest` (streaming digests), `exec`
+//! (tool previews and digest runs), `compare` (verdicts), `sqltext` (scanning SQL text).
+//! This file declares them and, with the `python` feature, binds them as `t2sql._grader`:
+//! argument conversion, releasing the GIL, and one Python exception per error variant.
+
+pub mod canon;
+pub mod compare;
+pub mod digest;
+pub mod error;
+pub mod exec;
+pub mod guard;
+pub mod sqltext;
+
+#[cfg(feature = "python")]
+mod bindings {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use pyo3::create_exception;
+    use pyo3::exceptions::{PyException, PyValueError};
+    use pyo3::prelude::*;
+    use pyo3::types::{PyBytes, PyList, PyTuple};
+
+    use crate::compare::{self, Outcome};
+    use crate::digest::{self, Semantics};
+    use crate::error::GradeError;
+    use crate::exec::{self, Cell, ToolOptions};
+    use crate::guard::{self, Budget, GuardedConnection};
+
+    create_exception!(
+        _grader,
+        T2sqlError,
+        PyException,
+        "Base class of every error the grading core raises."
+    );
+    create_exception!(
+        _grader,
+        UnsafeQuery,
+        T2sqlError,
+        "Not one read-only SELECT/WITH/VALUES statement."
+    );
+    create_exception!(
+        _grader,
+        SqlError,
+        T2sqlError,
+        "SQLite rejected or failed the query."
+    );
+    create_exception!(
+        _grader,
+        QueryTimeout,
+        T2sqlError,
+        "The query ran past its deadline."
+    );
+    create_exception!(
+        _grader,
+        QueryCancelled,
+        T2sqlError,
+        "The query's Cancel token fired."
+    );
+    create_exception!(
+        _grader,
+        DatabaseError,
+        T2sqlError,
+        "The database is missing, unreadable or not SQLite."
+    );
+
+    fn to_py(e: GradeError) -> PyErr {
+        let msg = e.to_string();
+        match e {
+            GradeError::Unsafe(_) => UnsafeQuery::new_err(msg),
+            GradeError::Sql(_) => SqlError::new_err(msg),
+            GradeError::Timeout(_) => QueryTimeout::new_err(msg),
+            GradeError::Cancelled => QueryCancelled::new_err(msg),
+            GradeError::Database(_) => DatabaseError::new_err(msg),
+            GradeError::Invalid(_) => PyValueError::new_err(msg),
+        }
+    }
+
+    /// SQL arrives as str (or UTF-8 bytes); a str with lone surrogates is not valid UTF-8.
+    fn sql_text(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+        if let Ok(s) = obj.extract::<String>() {
+            return Ok(s);
+        }
+        if let Ok(b) = obj.cast::<PyBytes>() {
+            return String::from_utf8(b.as_bytes().to_vec())
+                .map_err(|_| SqlError::new_err("query is not valid UTF-8"));
+        }
+        if obj.is_instance_of::<pyo3::types::PyString>() {
+            return Err(SqlError::new_err(
+                "query is not valid UTF-8 (it holds lone surrogates)",
+            ));
+        }
+        Err(pyo3::exceptions::PyTypeError::new_err("SQL must be str"))
+    }
+
+    fn check_digits(float_digits: Option<u32>) -> PyResult<Option<u32>> {
+        match float_digits {
+            Some(d) if d == 0 || d > crate::canon::MAX_FLOAT_DIGITS => {
+                Err(PyValueError::new_err(format!(
+                    "float_digits must be 1..={} or None (exact), got {d}",
+                    crate::canon::MAX_FLOAT_DIGITS
+                )))
+            }
+            other => Ok(other),
+        }
+    }
+
+    fn check_timeout(timeout_s: f64) -> PyResult<f64> {
+        if timeout_s.is_finite() && timeout_s > 0.0 {
+            Ok(timeout_s)
+        } else {
+            Err(PyValueError::new_err(format!(
+                "timeout_s must be a positive number of seconds, got {timeout_s}"
+            )))
+        }
+    }
+
+    /// A cancellation token: `cancel()` from any thread interrupts the query that holds it.
+    #[pyclass(frozen, module = "t2sql._grader")]
+    pub struct Cancel {
+        flag: Arc<AtomicBool>,
+    }
+
+    #[pymethods]
+    impl Cancel {
+        #[new]
+        fn new() -> Self {
+            Cancel {
+                flag: Arc::new(AtomicBool::new(false)),
+            }
+        }
+        fn cancel(&self) {
+            self.flag.store(true, Ordering::Relaxed);
+        }
+        #[getter]
+        fn cancelled(&self) -> bool {
+            self.flag.load(Ordering::Relaxed)
+        }
+    }
+
+    fn budget(timeout_s: f64, cancel: Option<&Bound<'_, Cancel>>) -> PyResult<Budget> {
+        Ok(Budget {
+            timeout_s: check_timeout(timeout_s)?,
+            cancel: cancel.map(|c| Arc::clone(&c.get().flag)),
+        })
+    }
+
+    fn cell_to_py(py: Python<'_>, c: &Cell) -> PyResult<Py<PyAny>> {
+        Ok(match c {
+            Cell::Null => py.None(),
+            Cell::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+            Cell::Real(x) => x.into_pyobject(py)?.into_any().unbind(),
+            Cell::Text(t) => t.into_pyobject(py)?.into_any().unbind(),
+            Cell::Blob(b) => PyBytes::new(py, b).into_any().unbind(),
+        })
+    }
+
+    /// What the model sees for one `execute_sql_query` call.
+    #[pyclass(frozen, get_all, module = "t2sql._grader")]
+    pub struct ToolResult {
+        columns: Vec<String>,
+        rows: Py<PyList>,
+        row_count: u64,
+        row_count_capped: bool,
+        truncated: bool,
+        elapsed_s: f64,
+        text: String,
+    }
+
+    #[pymethods]
+    impl ToolResult {
+        fn __repr__(&self) -> String {
+            let plus = if self.row_count_capped { "+" } else { "" };
+            format!(
+                "ToolResult(columns={:?}, row_count={}{plus}, truncated={})",
+                self.columns, self.row_count, self.truncated
+            )
+        }
+    }
+
+    /// A result's streaming digest: counts plus a 128-bit keyed hash (never rows).
+    #[pyclass(frozen, module = "t2sql._grader", eq)]
+    #[derive(PartialEq)]
+    pub struct Digest {
+        inner: digest::Digest,
+        elapsed_s: f64,
+    }
+
+    const DIGEST_MAGIC: &[u8; 4] = b"T2D1";
+    const DIGEST_LEN: usize = 4 + 1 + 1 + 8 + 4 + 16 + 16 + 8;
+
+    #[pymethods]
+    impl Digest {
+        #[getter]
+        fn semantics(&self) -> &'static str {
+            self.inner.semantics.name()
+        }
+        #[getter]
+        fn float_digits(&self) -> Option<u32> {
+            self.inner.float_digits
+        }
+        #[getter]
+        fn rows(&self) -> u64 {
+            self.inner.rows
+        }
+        #[getter]
+        fn columns(&self) -> u32 {
+            self.inner.columns
+        }
+        #[getter]
+        fn elapsed_s(&self) -> f64 {
+            self.elapsed_s
+        }
+        #[getter]
+        fn secret_id(&self) -> String {
+            format!("{:016x}", self.inner.secret_id)
+        }
+        /// A fixed binary layout for caches; `from_bytes` validates it.
+        fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+            let d = &self.inner;
+            let mut b = Vec::with_capacity(DIGEST_LEN);
+            b.extend_from_slice(DIGEST_MAGIC);
+            b.push(match d.semantics {
+                Semantics::Multiset => 0,
+                Semantics::Ordered => 1,
+                Semantics::Set => 2,
+            });
+            b.push(d.float_digits.map_or(255, |x| x as u8));
+            b.extend_from_slice(&d.rows.to_le_bytes());
+            b.extend_from_slice(&d.columns.to_le_bytes());
+            b.extend_from_slice(&d.key.to_le_bytes());
+            b.extend_from_slice(&d.unordered_key.to_le_bytes());
+            b.extend_from_slice(&d.secret_id.to_le_bytes());
+            PyBytes::new(py, &b)
+        }
+        #[staticmethod]
+        fn from_bytes(data: &[u8]) -> PyResult<Self> {
+            let bad = |why: &str| {
+                PyValueError::new_err(format!("not a t2sql digest ({why}): recompute it"))
+            };
+            if data.len() != DIGEST_LEN || &data[..4] != DIGEST_MAGIC {
+                return Err(bad("wrong length or header"));
+            }
+            let semantics = match data[4] {
+                0 => Semantics::Multiset,
+                1 => Semantics::Ordered,
+                2 => Semantics::Set,
+                _ => return Err(bad("unknown semantics")),
+            };
+            let float_digits = match data[5] {
+                255 => None,
+                d if d >= 1 && u32::from(d) <= crate::canon::MAX_FLOAT_DIGITS => Some(u32::from(d)),
+                _ => return Err(bad("bad float_digits")),
+            };
+            let u64_at = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().unwrap());
+            let u128_at = |i: usize| u128::from_le_bytes(data[i..i + 16].try_into().unwrap());
+            let inner = digest::Digest {
+                semantics,
+                float_digits,
+                rows: u64_at(6),
+                columns: u32::from_le_bytes(data[14..18].try_into().unwrap()),
+                key: u128_at(18),
+                unordered_key: u128_at(34),
+                secret_id: u64_at(50),
+            };
+            Ok(Digest {
+                inner,
+                elapsed_s: 0.0,
+            })
+        }
+        fn __repr__(&self) -> String {
+            format!(
+                "Digest(semantics={:?}, rows={}, columns={}, float_digits={:?})",
+                self.inner.semantics.name(),
+                self.inner.rows,
+                self.inner.columns,
+                self.inner.float_digits
+            )
+        }
+    }
+
+    #[pyclass(frozen, get_all, module = "t2sql._grader")]
+    pub struct Verdict {
+        outcome: &'static str,
+        detail: String,
+        semantics: &'static str,
+        pred_rows: Option<u64>,
+        gold_rows: Option<u64>,
+        elapsed_s: f64,
+    }
+
+    impl From<compare::Verdict> for Verdict {
+        fn from(v: compare::Verdict) -> Self {
+            Verdict {
+                outcome: v.outcome.name(),
+                detail: v.detail,
+                semantics: v.semantics.name(),
+                pred_rows: v.pred_rows,
+                gold_rows: v.gold_rows,
+                elapsed_s: v.elapsed_s,
+            }
+        }
+    }
+
+    #[pymethods]
+    impl Verdict {
+        #[getter]
+        fn matched(&self) -> bool {
+            self.outcome == Outcome::Match.name()
+        }
+        fn __repr__(&self) -> String {
+            format!(
+                "Verdict(outcome={:?}, detail={:?})",
+                self.outcome, self.detail
+            )
+        }
+    }
+
+    /// A hardened read-only connection to one SQLite file. Calls on one Database are
+    /// serialized; open one per thread for parallel work (t2sql.Grader does).
+    #[pyclass(frozen, module = "t2sql._grader")]
+    pub struct Database {
+        conn: Mutex<GuardedConnection>,
+        #[pyo3(get)]
+        path: String,
+    }
+
+    impl Database {
+        fn with<T: Send>(
+            &self,
+            py: Python<'_>,
+            f: impl FnOnce(&GuardedConnection) -> crate::error::Result<T> + Send,
+        ) -> PyResult<T> {
+            py.detach(|| {
+                let gc = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+                f(&gc)
+            })
+            .map_err(to_py)
+        }
+    }
+
+    #[pymethods]
+    impl Database {
+        #[new]
+        #[pyo3(signature = (path, *, immutable = true))]
+        fn new(py: Python<'_>, path: std::path::PathBuf, immutable: bool) -> PyResult<Self> {
+            let path = path.to_string_lossy().into_owned();
+            let gc = py
+                .detach(|| GuardedConnection::open(&path, immutable))
+                .map_err(to_py)?;
+            Ok(Database {
+                conn: Mutex::new(gc),
+                path,
+            })
+        }
+
+        #[pyo3(signature = (sql, timeout_s = 10.0, *, max_rows = 20, max_cell_chars = 120, max_chars = 4000, count_cap = 10000, cancel = None))]
+        #[allow(clippy::too_many_arguments)]
+        fn run_tool(
+            &self,
+            py: Python<'_>,
+            sql: &Bound<'_, PyAny>,
+            timeout_s: f64,
+            max_rows: usize,
+            max_cell_chars: usize,
+            max_chars: usize,
+            count_cap: u64,
+            cancel: Option<&Bound<'_, Cancel>>,
+        ) -> PyResult<ToolResult> {
+            let sql = sql_text(sql)?;
+            let budget = budget(timeout_s, cancel)?;
+            let opts = ToolOptions {
+                max_rows,
+                max_cell_chars,
+                max_chars: max_chars.max(16),
+                count_cap: count_cap.max(1),
+            };
+            let out = self.with(py, |gc| exec::run_tool(gc, &sql, opts, &budget))?;
+            let rows = PyList::empty(py);
+            for r in &out.rows {
+                let cells = r
+                    .iter()
+                    .map(|c| cell_to_py(py, c))
+                    .collect::<PyResult<Vec<_>>>()?;
+                rows.append(PyTuple::new(py, cells)?)?;
+            }
+            Ok(ToolResult {
+                columns: out.columns,
+                rows: rows.unbind(),
+                row_count: out.row_count,
+                row_count_capped: out.row_count_capped,
+                truncated: out.truncated,
+                elapsed_s: out.elapsed_s,
+                text: out.text,
+            })
+        }
+
+        #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, cancel = None))]
+        fn digest(
+            &self,
+            py: Python<'_>,
+            sql: &Bound<'_, PyAny>,
+            semantics: &str,
+            float_digits: Option<u32>,
+            timeout_s: f64,
+            cancel: Option<&Bound<'_, Cancel>>,
+        ) -> PyResult<Digest> {
+            let sql = sql_text(sql)?;
+            let semantics = compare::resolve_semantics(&sql, semantics).map_err(to_py)?;
+            let spec = digest::DigestSpec {
+                semantics,
+                float_digits: check_digits(float_digits)?,
+                row_limit: None,
+            };
+            let budget = budget(timeout_s, cancel)?;
+            let start = std::time::Instant::now();
+            let inner = self.with(py, |gc| compare::gold_digest(gc, &sql, spec, &budget))?;
+            Ok(Digest {
+                inner,
+                elapsed_s: start.elapsed().as_secs_f64(),
+            })
+        }
+
+        #[pyo3(signature = (pred_sql, gold, timeout_s = 30.0, *, cancel = None))]
+        fn grade_against(
+            &self,
+            py: Python<'_>,
+            pred_sql: &Bound<'_, PyAny>,
+            gold: &Bound<'_, Digest>,
+            timeout_s: f64,
+            cancel: Option<&Bound<'_, Cancel>>,
+        ) -> PyResult<Verdict> {
+            let pred = match sql_text(pred_sql) {
+                Ok(s) => s,
+                Err(e) if e.is_instance_of::<SqlError>(py) => {
+                    return Ok(Verdict {
+                        outcome: Outcome::PredError.name(),
+                        detail: e.value(py).to_string(),
+                        semantics: gold.get().inner.semantics.name(),
+                        pred_rows: None,
+                        gold_rows: Some(gold.get().inner.rows),
+                        elapsed_s: 0.0,
+                    })
+                }
+                Err(e) => return Err(e),
+            };
+            let budget = budget(timeout_s, cancel)?;
+            let g = gold.get().inner.clone();
+            Ok(self
+                .with(py, |gc| compare::grade_against(gc, &pred, &g, &budget))?
+                .into())
+        }
+
+        #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, cancel = None))]
+        #[allow(clippy::too_many_arguments)]
+        fn grade(
+            &self,
+            py: Python<'_>,
+            pred_sql: &Bound<'_, PyAny>,
+            gold_sql: &Bound<'_, PyAny>,
+            semantics: &str,
+            float_digits: Option<u32>,
+            timeout_s: f64,
+            cancel: Option<&Bound<'_, Cancel>>,
+        ) -> PyResult<Verdict> {
+            let gold = sql_text(gold_sql)?;
+            let resolved = compare::resolve_semantics(&gold, semantics).map_err(to_py)?;
+            let digits = check_digits(float_digits)?;
+            let budget = budget(timeout_s, cancel)?;
+            let pred = match sql_text(pred_sql) {
+                Ok(s) => s,
+                Err(e) if e.is_instance_of::<SqlError>(py) => {
+                    return Ok(Verdict {
+                        outcome: Outcome::PredError.name(),
+                        detail: e.value(py).to_string(),
+                        semantics: resolved.name(),
+                        pred_rows: None,
+                        gold_rows: None,
+                        elapsed_s: 0.0,
+                    })
+                }
+                Err(e) => return Err(e),
+            };
+            Ok(self
+                .with(py, |gc| {
+                    compare::grade(gc, &pred, &gold, resolved, digits, &budget)
+                })?
+                .into())
+        }
+
+        /// (type, name, sql) of every schema object with SQL text, from sqlite_master.
+        fn schema(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String)>> {
+            self.with(py, |gc| {
+                let mut stmt = gc
+                    .conn
+                    .prepare("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")
+                    .map_err(|e| GradeError::Database(format!("{}: {e}", gc.path)))?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| GradeError::Database(format!("{}: {e}", gc.path)))?;
+                Ok(rows)
+            })
+        }
+
+        fn __repr__(&self) -> String {
+            format!("Database({:?})", self.path)
+        }
+    }
+
+    #[pyfunction]
+    fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<&'static str> {
+        compare::resolve_semantics(gold_sql, semantics)
+            .map(|s| s.name())
+            .map_err(to_py)
+    }
+
+    #[pyfunction]
+    fn sqlite_version() -> &'static str {
+        rusqlite::version()
+    }
+
+    /// Key every row hash with this secret from now on (a disk cache shared by processes sets it).
+    #[pyfunction]
+    fn set_hash_secret(secret: &[u8]) -> PyResult<()> {
+        if secret.len() < 16 {
+            return Err(PyValueError::new_err(
+                "the hash secret must be at least 16 bytes",
+            ));
+        }
+        digest::set_secret(secret);
+        Ok(())
+    }
+
+    #[pyfunction]
+    fn hash_secret_id() -> String {
+        format!("{:016x}", digest::secret_id())
+    }
+
+    /// Set SQLite's process-wide hard heap limit in bytes (0 = none); returns the previous one.
+    #[pyfunction]
+    fn set_heap_limit(bytes: i64) -> i64 {
+        guard::set_heap_limit(bytes)
+    }
+
+    #[pymodule]
+    fn _grader(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        let py = m.py();
+        m.add("T2sqlError", py.get_type::<T2sqlError>())?;
+        m.add("UnsafeQuery", py.get_type::<UnsafeQuery>())?;
+        m.add("SqlError", py.get_type::<SqlError>())?;
+        m.add("QueryTimeout", py.get_type::<QueryTimeout>())?;
+        m.add("QueryCancelled", py.get_type::<QueryCancelled>())?;
+        m.add("DatabaseError", py.get_type::<DatabaseError>())?;
+        m.add_class::<Cancel>()?;
+        m.add_class::<Database>()?;
+        m.add_class::<Digest>()?;
+        m.add_class::<ToolResult>()?;
+        m.add_class::<Verdict>()?;
+        m.add_function(wrap_pyfunction!(resolve_semantics, m)?)?;
+        m.add_function(wrap_pyfunction!(sqlite_version, m)?)?;
+        m.add_function(wrap_pyfunction!(set_hash_secret, m)?)?;
+        m.add_function(wrap_pyfunction!(hash_secret_id, m)?)?;
+        m.add_function(wrap_pyfunction!(set_heap_limit, m)?)?;
+        Ok(())
+    }
+}
