@@ -67,8 +67,15 @@ def sample_tasks():
 
 
 def first_cell(task) -> str:
+    """A value of the gold result the tool preview must show: the first non-NULL text or integer
+    among the first rows (floats are left out: their rendering is the core's business)."""
     with sqlite3.connect(f"file:{task.db_path}?mode=ro", uri=True) as conn:
-        return str(conn.execute(task.gold_sql).fetchone()[0])
+        cursor = conn.execute(task.gold_sql)
+        rows = cursor.fetchmany(10)
+    for row in rows:
+        if isinstance(row[0], (str, int)):
+            return str(row[0])
+    return cursor.description[0][0]  # the column name is always shown
 
 
 def retry(timeout_s: float = 5.0, retries: int = 2) -> RetryPolicy:
