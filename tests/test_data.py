@@ -188,6 +188,10 @@ def test_cli_convert_json_report(tmp_path, dev_rows):
     report = json.loads(proc.stdout)
     assert report["split"] == "dev_hero" and report["rows_written"] == 6 and report["gold_checked"] == 6
     assert len((tmp_path / "out" / "dev_hero.jsonl").read_text().splitlines()) == 6
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = (tmp_path / "out" / "dev_hero.jsonl").stat().st_mode & 0o777
+    assert mode == 0o666 & ~umask  # an ordinary file for other processes, not mkstemp's 0600
     bad = subprocess.run(
         [sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(q), "--db-root", str(tmp_path / "nowhere"),
          "--out-dir", str(tmp_path / "out2")],

@@ -394,6 +394,7 @@ def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> int:
                 count += 1
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the file is data for other processes
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -402,6 +403,12 @@ def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> int:
             pass
         raise
     return count
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def convert_split(
