@@ -35,6 +35,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -530,12 +531,15 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
         finally:
             await grader.aclose()
 
+    started = time.perf_counter()
     results = asyncio.run(run_all())
+    elapsed = time.perf_counter() - started
     failed = [(t[2], r.outcome, r.detail) for t, r in zip(tasks, results) if not r.ok]
     for qid, outcome, detail in failed:
         print(f"gold {qid}: {outcome}: {detail}", file=sys.stderr)
     slowest = max((r.elapsed_s for r in results), default=0.0)
-    return f"{len(results) - len(failed)}/{len(results)} gold digests in {c.cache_dir} (slowest {slowest:.2f}s)"
+    slow = f", slowest {slowest:.2f}s" if slowest > 0 else ""
+    return f"{len(results) - len(failed)}/{len(results)} gold digests in {c.cache_dir} ({elapsed:.1f}s{slow})"
 
 
 def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
