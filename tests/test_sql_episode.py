@@ -525,3 +525,17 @@ def test_template_not_append_only_for_the_last_turn(rows):
     first_end = text.index(IM_END, text.index("</tool_call>"))
     assert text[first_end:].startswith(f"{IM_END}\n{IM_START}user\n<tool_response>\n")
     assert "stand-in" not in text  # only the suffix of the stand-in conversation is used
+
+
+def test_pred_timeout_and_unsafe_solution(rows):
+    runaway = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    s, server, tok = run_episode(rows[2], [f"<solution>{runaway}</solution>"], text_to_sql_grade_timeout=0.2)
+    check_invariants(s, tok, server)
+    rec = s.metadata["t2sql"]
+    assert rec["outcome"] == "pred_timeout" and s.status is Sample.Status.COMPLETED
+    r = reward_of(s)
+    assert r["category"] == "pred_timeout" and r["correct"] == 0.0 and -1.0 <= r["reward"] <= 0.0
+
+    s, server, tok = run_episode(rows[2], ["<solution>DROP TABLE superhero</solution>"])
+    check_invariants(s, tok, server)
+    assert s.metadata["t2sql"]["outcome"] == "unsafe" and reward_of(s)["reward"] == -1.0
