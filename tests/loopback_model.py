@@ -29,6 +29,7 @@ class ByteTokenizer:
         self.special_ids = {tok: 256 + i for i, tok in enumerate(SPECIAL_TOKENS)}
         self.special_text = {i: tok for tok, i in self.special_ids.items()}
         self.eos_token_id = self.special_ids["<|im_end|>"]
+        self.eos_token = "<|im_end|>"
         self.renders = 0  # how often apply_chat_template ran (tests check kwargs reach every render)
         self.render_kwargs: list[dict[str, Any]] = []
 

@@ -288,9 +288,14 @@ def _message_chars(message: dict[str, Any]) -> int:
 class SglangPolicy:
     """sglang's token-level /generate writes the turns; this side owns the token ids, as in training.
 
+    The token bookkeeping is the miles adapter's own renderer (`t2sql.sql_episode`), so eval extends
+    the sequence exactly as training does: the chat template with the tool spec and the template
+    kwargs on every render, the model's own output ids appended, tool messages appended as the
+    template's suffix for them (with the newline the model never writes after its end-of-turn token).
+
     `tokenizer` is a Hugging Face tokenizer (or anything with `apply_chat_template(messages,
-    tools=..., tokenize=False, add_generation_prompt=...)`, `encode(text, add_special_tokens=False)`
-    and `decode(ids)`).
+    tools=..., tokenize=False, add_generation_prompt=...)`, `encode(text, add_special_tokens=False)`,
+    `decode(ids)` and `eos_token`).
     """
 
     name = "sglang"
@@ -307,81 +312,40 @@ class SglangPolicy:
         self.tokenizer = tokenizer
         self.preset = preset
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self._turn_close: str | None = None
 
     def session(self, episode: Episode) -> Session:
         return _SglangSession(self, episode)
 
+    def count_tokens(self, text: str) -> int:
+        """Think/visible token metrics in the model's own tokens, as in training."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
     async def aclose(self) -> None:
         await self.client.aclose()
-
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, generation: bool) -> str:
-        # Template kwargs (e.g. enable_thinking) go into every render, not only the first.
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=generation, **self.chat_template_kwargs
-        )
-
-    def encode(self, text: str) -> list[int]:
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return list(ids)
-
-    def turn_close(self) -> str:
-        """What the template writes after an assistant message's content (Qwen: "<|im_end|>\\n")."""
-        if self._turn_close is None:
-            marker = "T2SQL_CONTENT_END"
-            text = self.render(
-                [{"role": "user", "content": "u"}, {"role": "assistant", "content": marker}], None, generation=False
-            )
-            at = text.rfind(marker)
-            self._turn_close = text[at + len(marker) :] if at >= 0 else ""
-        return self._turn_close
-
-    def tool_suffix(self, tool_messages: list[dict[str, Any]]) -> str:
-        """The template's text for tool messages after an assistant turn, up to the next generation prompt.
-
-        Rendered after a stand-in conversation (as miles does), so it never depends on how the template
-        re-renders the model's own earlier turns (Qwen3 drops old <think> blocks).
-        """
-        calls = [
-            {
-                "id": m.get("tool_call_id") or f"call_{i}",
-                "type": "function",
-                "function": {"name": m.get("name") or "execute_sql_query", "arguments": {}},
-            }
-            for i, m in enumerate(tool_messages)
-        ]
-        base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "", "tool_calls": calls}]
-        without = self.render(base, None, generation=False)
-        with_tools = self.render(base + list(tool_messages), None, generation=True)
-        if not with_tools.startswith(without):
-            raise EvalError(
-                "the chat template is not append-only for tool messages (rendering them changes the text before "
-                "them), so token-level evaluation cannot extend the sequence; use --api openai for this model"
-            )
-        return with_tools[len(without) :]
 
 
 class _SglangSession:
     def __init__(self, policy: SglangPolicy, episode: Episode):
+        from t2sql.sql_episode import _Renderer  # the training adapter's: one way to extend the ids
+
         self.policy = policy
         self.episode = episode
         self.stats = CallStats()
-        prompt_text = policy.render(episode.messages, episode.tools, generation=True)
-        self.ids: list[int] = policy.encode(prompt_text)
+        self.render = _Renderer(policy.tokenizer, episode.tools, policy.chat_template_kwargs)
+        self.ids: list[int] = self.render.encode(self.render.text(episode.messages, generation_prompt=True))
         self.prompt_length = len(self.ids)
-        self.last_output_text = ""  # the model's last turn as decoded ids (special tokens included)
+        self.closed = False  # the model's last turn ended with the end-of-turn token
 
     async def next_turn(self) -> PolicyTurn:
-        preset = self.policy.preset
-        turn_limit = int(preset.max_turn_tokens)
+        turn_limit = int(self.policy.preset.max_turn_tokens)
         # Like miles: len(input_ids) + max_new_tokens never passes the context budget.
         max_new = self.episode.turn_token_budget(len(self.ids))
         if max_new <= 0:
             return PolicyTurn("", cut="context")
         reply = await self.policy.client.generate(self.ids, max_new_tokens=max_new, stats=self.stats)
-        output_ids = reply.output_ids if reply.output_ids is not None else self.policy.encode(reply.text)
+        output_ids = reply.output_ids if reply.output_ids is not None else self.render.encode(reply.text)
         self.ids.extend(output_ids)
-        self.last_output_text = self.policy.tokenizer.decode(output_ids) if output_ids else ""
+        self.closed = bool(output_ids) and self.policy.tokenizer.decode([output_ids[-1]]) == self.render.end_of_turn()
         cut = None
         if reply.finish_reason == "length":
             cut = "context" if max_new < turn_limit else "turn"
@@ -390,15 +354,9 @@ class _SglangSession:
     def observe(self, tool_messages: list[dict[str, Any]]) -> None:
         if not tool_messages:
             return
-        close = self.policy.turn_close()
-        # The model stops at its end-of-turn token and never writes the template's newline after it;
-        # add whatever of the template's closing the model did not write, then the tool suffix.
-        stripped = close.rstrip()
-        if stripped and self.last_output_text.rstrip().endswith(stripped):
-            missing = close[len(stripped) :]
-        else:
-            missing = close
-        self.ids.extend(self.policy.encode(missing + self.policy.tool_suffix(tool_messages)))
+        before = self.episode.messages[: len(self.episode.messages) - len(tool_messages)]
+        segment = self.render.tool_segment(before, tool_messages, closed=self.closed)
+        self.ids.extend(self.render.encode(segment))
 
 
 def load_tokenizer(path: str) -> Any:
@@ -585,7 +543,8 @@ async def run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, r
     stats = CallStats()
     try:
         # The first episode of a database runs SQL for the schema's example values: off the loop.
-        episode = Episode(task, preset, grader, prompt=await build_prompt_async(task, preset))
+        episode = Episode(task, preset, grader, prompt=await build_prompt_async(task, preset),
+                          count_tokens=getattr(policy, "count_tokens", None))
         session = policy.session(episode)
         stats = session.stats
         for _ in range(MAX_TURNS_GUARD):
