@@ -247,3 +247,49 @@ def test_guard_terms_are_off_in_bare_and_never_push_below_the_floor():
     scored = asyncio.run(score(traj, recipe))
     assert scored.terms["repeated_turns"] < 0
     assert scored.total == recipe.reward_floor  # -1 stays the worst, whatever the guards add
+
+
+# ------------------------------------------------------------------ in a real episode (real SQLite, real grader)
+
+
+def test_guards_in_a_real_episode_are_named_in_metrics_and_reward():
+    import asyncio
+    import json
+    from pathlib import Path
+
+    import t2sql
+    from t2sql.episode import Episode, Task
+    from t2sql.grader import Grader
+    from t2sql.reward import get_preset
+
+    sample = Path(t2sql.__file__).parent / "sample"
+    row = json.loads((sample / "dev.json").read_text())[0]  # "superpowers of 3-D Man"
+    task = Task.from_row(row, sample)
+    preset = get_preset("qwen3.6-35b-a3b")
+    probe = "SELECT id FROM superhero WHERE superhero_name = '3-D Man'"
+    call = "<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n{}\n</parameter>\n</function>\n</tool_call>"
+    restate = f"The evidence says: {task.evidence}"
+    turns = [
+        f"<think>find the hero</think>{restate}\n" + call.format(probe),
+        "<think>again</think>Checking once more.\n" + call.format(probe.lower().replace("3-d man", "3-D Man")),
+        f"<think>done</think>{restate}\n<solution>SELECT 1</solution>\nActually:\n<solution>{task.gold_sql}</solution>",
+    ]
+
+    async def play():
+        async with Grader(concurrency=1) as grader:
+            episode = Episode(task, preset, grader)
+            for text in turns:
+                outcome = await episode.on_turn(text)
+                if outcome.done:
+                    break
+            return episode.result
+
+    result = asyncio.run(play())
+    assert result.outcome == "correct"  # the last block is the answer
+    assert result.metrics["guard_repeated_tool_queries"] == 1.0
+    assert result.metrics["guard_solution_redrafts"] == 1.0
+    assert result.metrics["guard_repeated_turns"] == 0.0
+    assert result.reward_terms["repeated_tool_queries"] == pytest.approx(-preset.repeated_tool_query_penalty)
+    assert result.reward_terms["solution_redrafts"] == pytest.approx(-preset.redraft_penalty)
+    assert result.reward == pytest.approx(preset.reward_correct + sum(result.reward_terms.values()))
+    assert result.reward < preset.reward_correct
