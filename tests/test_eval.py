@@ -8,6 +8,7 @@ episode, the results file and the summary.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -590,3 +591,78 @@ def test_sglang_without_transformers_or_tokenizer_says_what_to_do(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "pip install transformers" in proc.stderr or "cannot load a tokenizer" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The reward table end to end: scripted turns over HTTP -> outcome and reward from the preset
+
+TABLES = ("superhero", "publisher", "colour", "race", "gender", "alignment", "attribute")
+
+
+def _turns_for(case: str, task) -> list[str]:
+    said = f"The evidence says: {task.evidence}\n"
+    answer = f"Checked against the evidence: {task.evidence}\n<solution>{task.gold_sql}</solution>"
+    if case == "correct":
+        return [said + answer]
+    if case == "evidence_missed":
+        return [f"<solution>{task.gold_sql}</solution>"]
+    if case == "incorrect":
+        return [said + "<solution>SELECT 12345</solution>"]
+    if case == "pred_error":
+        return [said + "<solution>SELECT nope FROM nowhere_at_all</solution>"]
+    if case == "no_solution":
+        return [said + "I cannot answer this."]
+    if case == "unsafe_tool":
+        return [said + xml_tool_call("DROP TABLE superhero")]
+    if case == "unsafe_solution":
+        return [said + "<solution>DELETE FROM superhero</solution>"]
+    if case == "malformed_call":
+        return [said + '<tool_call>\n{"name": "execute_sql_query", "arguments": {}}\n</tool_call>', answer]
+    if case == "sixth_call":
+        calls = [f"Step {k}: how many rows does {t} hold?\n" + xml_tool_call(f"SELECT COUNT(*) FROM {t}")
+                 for k, t in enumerate(TABLES[:6], start=1)]
+        return [said + calls[0], *calls[1:], answer]
+    if case == "several_solutions":
+        return [said + "<solution>SELECT 1</solution>\nNo, better:\n" + answer]
+    raise AssertionError(case)
+
+
+REWARD_CASES = {
+    # case: (outcome, tool_calls, invalid_tool_calls, reward as a function of the preset)
+    "correct": ("correct", 0, 0, lambda p: p.reward_correct),
+    "evidence_missed": ("correct", 0, 0, lambda p: p.reward_correct - 2 * p.evidence_penalty),
+    "incorrect": ("incorrect", 0, 0, lambda p: p.reward_incorrect),
+    "pred_error": ("pred_error", 0, 0, lambda p: p.reward_incorrect),
+    "no_solution": ("no_solution", 0, 0, lambda p: p.reward_no_solution),
+    "unsafe_tool": ("unsafe", 1, 0, lambda p: p.reward_unsafe),
+    "unsafe_solution": ("unsafe", 0, 0, lambda p: p.reward_unsafe),
+    "malformed_call": ("correct", 1, 1, lambda p: p.reward_correct - p.invalid_tool_penalty),
+    "sixth_call": ("correct", 6, 1, lambda p: p.reward_correct - p.invalid_tool_penalty),
+    "several_solutions": ("correct", 0, 0, lambda p: p.reward_correct - p.redraft_penalty),
+}
+
+
+def test_every_row_of_the_reward_table_over_http(tmp_path, preset, sample_tasks):
+    task = next(t for t in sample_tasks if len(t.evidence.split()) >= 4)
+    cases = list(REWARD_CASES)
+    # One task per case: the same question, told apart by a case tag the script reads in the prompt.
+    tagged = [dataclasses.replace(task, question_id=f"{task.question_id}-{c}", question=f"[{c}] {task.question}")
+              for c in cases]
+
+    def plan(t, conv):
+        case = t.question_id.split("-", 1)[1]
+        turns = _turns_for(case, t)
+        return Reply(text=turns[min(conv.turn, len(turns)) - 1])
+
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tagged, plan)) as model:
+        run(tagged, openai_policy(model, preset), preset, out, concurrency=4)
+    records = {r["question_id"].split("-", 1)[1]: r for r in read_lines(out)}
+    for case, (outcome, calls, invalid, reward) in REWARD_CASES.items():
+        r = records[case]
+        assert (case, r["outcome"], r["tool_calls"], r["invalid_tool_calls"]) == (case, outcome, calls, invalid)
+        assert r["reward"] == pytest.approx(reward(preset)), case
+        assert r["correct"] is (outcome == "correct")
+    sixth = [m["content"] for m in records["sixth_call"]["messages"] if m["role"] == "tool"]
+    assert len(sixth) == 6 and "budget is spent" in sixth[5] and "budget is spent" not in sixth[4]
+    assert records["evidence_missed"]["evidence_rules_met"] == 0 and records["correct"]["evidence_rules_met"] == 2
