@@ -666,3 +666,20 @@ def test_every_row_of_the_reward_table_over_http(tmp_path, preset, sample_tasks)
     sixth = [m["content"] for m in records["sixth_call"]["messages"] if m["role"] == "tool"]
     assert len(sixth) == 6 and "budget is spent" in sixth[5] and "budget is spent" not in sixth[4]
     assert records["evidence_missed"]["evidence_rules_met"] == 0 and records["correct"]["evidence_rules_met"] == 2
+
+
+def test_eval_reads_a_converted_miles_jsonl(tmp_path, preset):
+    convert = subprocess.run(
+        [sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(sample_questions()), "--db-root",
+         str(sample_dir()), "--out-dir", str(tmp_path), "--split-name", "sample", "--json"],
+        capture_output=True, text=True, timeout=300)
+    assert convert.returncode == 0, convert.stderr
+    converted = tmp_path / "sample.jsonl"
+    first = json.loads(converted.read_text().splitlines()[0])
+    assert "label" in first and "metadata" in first
+    loaded = load_tasks(converted, None, limit=6)  # no --db-root: the db_path recorded at conversion
+    assert [t.question_id for t in loaded.tasks] == [str(q["question_id"]) for q in
+                                                      json.loads(sample_questions().read_text())[:6]]
+    assert all(Path(t.db_path).samefile(sample_dir() / "superhero" / "superhero.sqlite") for t in loaded.tasks)
+    result = run(loaded.tasks, OraclePolicy(), preset, tmp_path / "r.jsonl")
+    assert result.summary["episodes"] == 6 and result.summary["accuracy"] == 1.0
