@@ -481,6 +481,9 @@ def test_cli_usage_errors_are_clear(tmp_path):
     assert "--tokenizer PATH is required" in eval_err("--endpoint", "http://127.0.0.1:9", "--api", "sglang")
     assert "not found" in eval_err("--policy", "oracle", "--data", str(tmp_path / "missing.json"))
     assert not (tmp_path / "x.jsonl").exists()
+    proc = subprocess.run(eval_cmd("--policy", "oracle", "--limit", "1", "--out", str(tmp_path)), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "is a directory" in proc.stderr
 
 
 def test_load_tasks_reports_and_skips_bad_rows(tmp_path, sample_tasks):
@@ -529,7 +532,7 @@ def test_results_file_keeps_the_last_line_per_question(tmp_path):
         + json.dumps({"question_id": 2, "outcome": ENDPOINT_ERROR}) + "\n"
     )
     results = ResultsFile.open(path)
-    assert set(results.finished) == {"1"} and set(results.errored) == {"2"}
+    assert set(results.finished) == {("1", 0)} and set(results.errored) == {("2", 0)}
     assert any("line 2" in w for w in results.warnings)
 
 
@@ -683,3 +686,28 @@ def test_eval_reads_a_converted_miles_jsonl(tmp_path, preset):
     assert all(Path(t.db_path).samefile(sample_dir() / "superhero" / "superhero.sqlite") for t in loaded.tasks)
     result = run(loaded.tasks, OraclePolicy(), preset, tmp_path / "r.jsonl")
     assert result.summary["episodes"] == 6 and result.summary["accuracy"] == 1.0
+
+
+def test_samples_give_avg_and_pass_at_k_and_resume_per_sample(tmp_path, preset, sample_tasks):
+    tasks = sample_tasks[:3]
+    episodes_seen: dict[str, int] = {}
+
+    def plan(task, conv):  # every third episode of a question answers right, the others wrong
+        if conv.turn == 1:
+            episodes_seen[task.question_id] = episodes_seen.get(task.question_id, 0) + 1
+        right = episodes_seen[task.question_id] % 3 == 1
+        sql = task.gold_sql if right else "SELECT 12345"
+        return Reply(text=f"Checked against the evidence: {task.evidence}\n<solution>{sql}</solution>")
+
+    out = tmp_path / "r.jsonl"
+    with LoopbackModel(TaskScript(tasks, plan)) as model:
+        first = run(tasks, openai_policy(model, preset), preset, out, concurrency=1, samples=2)
+        assert first.summary["pass_at_k"] == {"k": 2, "questions": 3, "passed": 3, "pass": 1.0}
+        assert first.summary["accuracy"] == pytest.approx(0.5)
+        more = run(tasks, openai_policy(model, preset), preset, out, concurrency=1, samples=3)
+    assert (more.ran, more.skipped_finished) == (3, 6)  # only the third sample of each question ran
+    lines = read_lines(out)
+    assert sorted((r["question_id"], r["sample"]) for r in lines) == sorted(
+        (t.question_id, k) for t in tasks for k in range(3))
+    assert more.summary["episodes"] == 9 and more.summary["accuracy"] == pytest.approx(1 / 3)
+    assert more.summary["pass_at_k"]["pass"] == 1.0 and "pass@3" in format_summary(more.summary)

@@ -380,13 +380,16 @@ class ResultsFile:
     """The --out jsonl: what is already finished, and an appender for new lines."""
 
     path: Path
-    finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # question_id -> last finished line
-    errored: dict[str, dict[str, Any]] = field(default_factory=dict)  # question_id -> last endpoint_error line
+    # (question_id, sample) -> the last line that finished it / the last error line of an unfinished one
+    finished: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    errored: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> ResultsFile:
         results = cls(Path(path))
+        if results.path.is_dir():
+            raise EvalError(f"--out {results.path} is a directory; pass a file name such as results.jsonl")
         if results.path.exists():
             results._read()
         else:
@@ -409,16 +412,20 @@ class ResultsFile:
                 continue
             try:
                 record = json.loads(raw)
-                qid = str(record["question_id"])
+                key = episode_key(record)
                 outcome = record["outcome"]
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
                 self.warnings.append(f"{self.path}: line {number} is not a result line; ignored")
                 continue
-            if outcome in UNFINISHED:
-                self.errored[qid] = record
-            else:
-                self.finished[qid] = record
-                self.errored.pop(qid, None)
+            self._note(key, outcome, record)
+
+    def _note(self, key: tuple[str, int], outcome: str, record: dict[str, Any]) -> None:
+        if outcome in UNFINISHED:
+            if key not in self.finished:
+                self.errored[key] = record
+        else:
+            self.finished[key] = record
+            self.errored.pop(key, None)
 
     def _rewrite(self, content: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
@@ -451,12 +458,12 @@ class ResultsFile:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
-        qid = str(record["question_id"])
-        if record["outcome"] in UNFINISHED:
-            self.errored[qid] = record
-        else:
-            self.finished[qid] = record
-            self.errored.pop(qid, None)
+        self._note(episode_key(record), record["outcome"], record)
+
+
+def episode_key(record: dict[str, Any]) -> tuple[str, int]:
+    """What a result line is the result of: its question and, with --samples, which sample."""
+    return str(record["question_id"]), int(record.get("sample") or 0)
 
 
 def _json_default(value: Any) -> Any:
@@ -533,8 +540,16 @@ def error_record(
     }
 
 
-async def run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, run_info: dict[str, Any]) -> dict[str, Any]:
+async def run_episode(
+    task: Task, policy: Policy, preset: Preset, grader: Any, run_info: dict[str, Any], sample: int = 0
+) -> dict[str, Any]:
     """One episode, start to finish; an endpoint failure becomes an endpoint_error record."""
+    record = await _run_episode(task, policy, preset, grader, run_info)
+    record["sample"] = sample
+    return record
+
+
+async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, run_info: dict[str, Any]) -> dict[str, Any]:
     from t2sql.episode import Episode
     from t2sql.prompt import build_prompt_async
 
@@ -618,20 +633,24 @@ async def evaluate(
     run_info: dict[str, Any] | None = None,
     progress: bool | None = None,
     log: Any = None,
+    samples: int = 1,
 ) -> EvalRun:
-    """Run every unfinished task of `tasks` through `policy`, appending to `out`; summarize."""
+    """Run every unfinished (task, sample) through `policy`, appending to `out`; summarize."""
     if concurrency < 1:
         raise EvalError(f"--concurrency must be >= 1, got {concurrency}")
+    if samples < 1:
+        raise EvalError(f"--samples must be >= 1, got {samples}")
     log = log or (lambda message: print(message, file=sys.stderr))
     run_info = dict(run_info or {"policy": policy.name, "preset": getattr(preset, "name", None)})
     results = ResultsFile.open(out)
     for warning in results.warnings:
         log(f"warning: {warning}")
     results.check_compatible(run_info)
-    todo = [t for t in tasks if t.question_id not in results.finished]
-    skipped = len(tasks) - len(todo)
+    wanted = [(t, k) for t in tasks for k in range(samples)]
+    todo = [(t, k) for t, k in wanted if (t.question_id, k) not in results.finished]
+    skipped = len(wanted) - len(todo)
     if skipped:
-        log(f"resuming {results.path}: {skipped} of {len(tasks)} episodes already finished, {len(todo)} to run")
+        log(f"resuming {results.path}: {skipped} of {len(wanted)} episodes already finished, {len(todo)} to run")
 
     own_grader = grader is None
     if own_grader:
@@ -639,9 +658,9 @@ async def evaluate(
 
         grader = Grader(tool_timeout_s=preset.tool_timeout_s, grade_timeout_s=preset.grade_timeout_s)
 
-    queue: asyncio.Queue[Task] = asyncio.Queue()
-    for task in todo:
-        queue.put_nowait(task)
+    queue: asyncio.Queue[tuple[Task, int]] = asyncio.Queue()
+    for item in todo:
+        queue.put_nowait(item)
     bar = Progress(len(todo), progress)
     counts = {"ran": 0, "errors": 0, "finished": 0, "fatal_streak": 0}
     aborted: list[str] = []
@@ -652,10 +671,10 @@ async def evaluate(
     async def worker() -> None:
         while not aborted:
             try:
-                task = queue.get_nowait()
+                task, sample = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            record = await run_episode(task, policy, preset, grader, run_info)
+            record = await run_episode(task, policy, preset, grader, run_info, sample)
             results.append(record)
             counts["ran"] += 1
             if record["outcome"] in UNFINISHED:
@@ -677,11 +696,12 @@ async def evaluate(
             await grader.aclose()
     if aborted:
         log(f"error: stopped after {counts['ran']} episodes; the endpoint refuses every request: {aborted[0]}")
-    selected = [t.question_id for t in tasks]
+    selected = [(t.question_id, k) for t, k in wanted]
     summary = summarize(
-        [results.finished[q] for q in selected if q in results.finished],
-        pending=[q for q in selected if q not in results.finished],
-        errored=[results.errored[q] for q in selected if q in results.errored and q not in results.finished],
+        [results.finished[key] for key in selected if key in results.finished],
+        pending=[key for key in selected if key not in results.finished],
+        errored=[results.errored[key] for key in selected if key in results.errored],
+        samples=samples,
     )
     return EvalRun(counts["ran"], skipped, counts["errors"], aborted[0] if aborted else None, summary)
 
@@ -691,9 +711,17 @@ async def evaluate(
 
 
 def summarize(
-    records: Iterable[dict[str, Any]], *, pending: Iterable[str] = (), errored: Iterable[dict[str, Any]] = ()
+    records: Iterable[dict[str, Any]],
+    *,
+    pending: Iterable[Any] = (),
+    errored: Iterable[dict[str, Any]] = (),
+    samples: int = 1,
 ) -> dict[str, Any]:
-    """Accuracy (correct only), outcome breakdown, means, accuracy by difficulty, over finished episodes."""
+    """Accuracy (correct only), outcome breakdown, means, accuracy by difficulty, over finished episodes.
+
+    With several samples per question, accuracy is the mean over every episode (avg@k) and
+    pass@k the share of questions, among those with all k samples finished, that any sample answered.
+    """
     records = list(records)
     pending = list(pending)
     errored = list(errored)
@@ -739,8 +767,20 @@ def summarize(
         "endpoint_errors": sum(1 for r in errored if r.get("outcome", ENDPOINT_ERROR) == ENDPOINT_ERROR),
         "eval_errors": sum(1 for r in errored if r.get("outcome") == EVAL_ERROR),
         "last_error": errored[-1].get("error") if errored else None,
+        "samples": samples,
+        "pass_at_k": _pass_at_k(records, samples) if samples > 1 else None,
         "completion_tokens": sum(int((r.get("endpoint") or {}).get("completion_tokens") or 0) for r in records),
     }
+
+
+def _pass_at_k(records: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    by_question: dict[str, list[bool]] = {}
+    for r in records:
+        by_question.setdefault(str(r.get("question_id")), []).append(bool(r.get("correct")))
+    complete = [hits for hits in by_question.values() if len(hits) >= k]
+    passed = sum(1 for hits in complete if any(hits))
+    return {"k": k, "questions": len(complete), "passed": passed,
+            "pass": passed / len(complete) if complete else None}
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -752,6 +792,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{'episodes finished':<26}{n:>8}",
         f"{'accuracy (correct only)':<26}{num(summary['accuracy']):>8}   {summary['correct']}/{n}",
         f"{'mean reward':<26}{num(summary['mean_reward']):>8}",
+    ]
+    pass_k = summary.get("pass_at_k")
+    if pass_k:
+        lines.append(f"{'pass@' + str(pass_k['k']):<26}{num(pass_k['pass']):>8}   "
+                     f"{pass_k['passed']}/{pass_k['questions']} questions")
+    lines += [
         f"{'mean turns':<26}{num(summary['mean_turns'], 2):>8}",
         f"{'mean tool calls':<26}{num(summary['mean_tool_calls'], 2):>8}",
         f"{'mean invalid tool calls':<26}{num(summary['mean_invalid_tool_calls'], 2):>8}",
@@ -791,6 +837,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--db-root", default=None,
                       help="directory holding <db_id>/<db_id>.sqlite (default: beside --data, or the embedded sample)")
     what.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    what.add_argument("--samples", type=int, default=1,
+                      help="episodes per task (with --temperature > 0): accuracy is then avg@k, plus pass@k")
     what.add_argument("--preset", default=None,
                       help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
 
@@ -883,6 +931,11 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     try:
         if args.limit is not None and args.limit < 1:
             raise EvalError(f"--limit must be >= 1, got {args.limit}")
+        if args.samples < 1:
+            raise EvalError(f"--samples must be >= 1, got {args.samples}")
+        if args.samples > 1 and args.policy == "model" and not args.temperature:
+            log(f"note: --samples {args.samples} without --temperature > 0: samples differ only if the "
+                "server's default sampling is random")
         if args.data is None and args.db_root is not None:
             raise EvalError("--db-root needs --data (the embedded sample brings its own database)")
         data, db_root = (args.data, args.db_root) if args.data else (sample_questions(), sample_dir())
@@ -911,7 +964,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     async def main() -> EvalRun:
         try:
             return await evaluate(
-                loaded.tasks, policy, preset, args.out, concurrency=args.concurrency, run_info=run_info, log=log
+                loaded.tasks, policy, preset, args.out, concurrency=args.concurrency, run_info=run_info, log=log,
+                samples=args.samples,
             )
         finally:
             await policy.aclose()
