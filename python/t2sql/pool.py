@@ -84,6 +84,22 @@ class WorkerLost(t2sql.SqlError):
     reports it as the prediction's (or gold's) error; the worker is replaced."""
 
 
+# The worker's SQLite heap limit. The core installs its default limit when the process opens
+# its first connection, so the wanted limit is (re)applied right after each open.
+_heap_limit: int | None = None
+
+
+def _apply_heap_limit() -> None:
+    if _heap_limit:
+        t2sql.set_heap_limit(_heap_limit)
+
+
+def set_worker_heap_limit(limit: int | None) -> None:
+    global _heap_limit
+    _heap_limit = limit
+    _apply_heap_limit()
+
+
 def connection(db_path: str, identity: tuple[int, int]) -> Database:
     """This thread's open connection to `db_path`, reopened if the file's identity changed."""
     cache: OrderedDict | None = getattr(_local, "connections", None)
@@ -94,6 +110,7 @@ def connection(db_path: str, identity: tuple[int, int]) -> Database:
         cache.move_to_end(db_path)
         return entry[1]
     db = Database(db_path)
+    _apply_heap_limit()
     cache[db_path] = (identity, db)
     cache.move_to_end(db_path)
     while len(cache) > MAX_CONNECTIONS_PER_THREAD:
@@ -363,13 +380,29 @@ class _DispatchedBackend:
         raise NotImplementedError
 
 
+class _EarlyCancels:
+    """Cancels that arrived before their job started (bounded: stale ids age out)."""
+
+    def __init__(self, keep: int = 1024):
+        self._ids: OrderedDict[int, None] = OrderedDict()
+        self._keep = keep
+
+    def add(self, job_id: int) -> None:
+        self._ids[job_id] = None
+        while len(self._ids) > self._keep:
+            self._ids.popitem(last=False)
+
+    def pop(self, job_id: int) -> bool:
+        return self._ids.pop(job_id, False) is None
+
+
 def _worker_main(job_conn, cancel_conn, secret: bytes | None, heap_limit: int | None) -> None:
     """A worker process: run jobs from job_conn; a side thread reads job ids to cancel."""
     if secret is not None:
         t2sql.set_hash_secret(secret)
-    if heap_limit:
-        t2sql.set_heap_limit(heap_limit)
+    set_worker_heap_limit(heap_limit)
     current: list = [None, None]  # [job_id, Cancel]
+    early = _EarlyCancels()
     lock = threading.Lock()
 
     def listen_for_cancels() -> None:
@@ -381,6 +414,8 @@ def _worker_main(job_conn, cancel_conn, secret: bytes | None, heap_limit: int | 
             with lock:
                 if current[0] == job_id and current[1] is not None:
                     current[1].cancel()
+                else:  # it may not have started yet: the cancel can overtake the job
+                    early.add(job_id)
 
     threading.Thread(target=listen_for_cancels, daemon=True).start()
     while True:
@@ -393,6 +428,8 @@ def _worker_main(job_conn, cancel_conn, secret: bytes | None, heap_limit: int | 
         cancel = Cancel()
         with lock:
             current[0], current[1] = job.job_id, cancel
+            if early.pop(job.job_id):
+                cancel.cancel()
         reply = run_job_portable(job, cancel)
         with lock:
             current[0], current[1] = None, None
@@ -487,15 +524,17 @@ class _RayWorker:
 
     def __init__(self, secret: bytes, heap_limit: int | None):
         t2sql.set_hash_secret(secret)
-        if heap_limit:
-            t2sql.set_heap_limit(heap_limit)
+        set_worker_heap_limit(heap_limit)
         self._lock = threading.Lock()
         self._current: tuple[int, Cancel] | None = None
+        self._early = _EarlyCancels()
 
     def run(self, job: Job):
         cancel = Cancel()
         with self._lock:
             self._current = (job.job_id, cancel)
+            if self._early.pop(job.job_id):
+                cancel.cancel()
         try:
             return run_job_portable(job, cancel)
         finally:
@@ -506,6 +545,8 @@ class _RayWorker:
         with self._lock:
             if self._current is not None and self._current[0] == job_id:
                 self._current[1].cancel()
+            else:
+                self._early.add(job_id)
 
     def pid(self) -> int:
         return os.getpid()
