@@ -539,3 +539,35 @@ def test_pred_timeout_and_unsafe_solution(rows):
     s, server, tok = run_episode(rows[2], ["<solution>DROP TABLE superhero</solution>"])
     check_invariants(s, tok, server)
     assert s.metadata["t2sql"]["outcome"] == "unsafe" and reward_of(s)["reward"] == -1.0
+
+
+def test_concurrent_trajectories_on_one_loop(rows):
+    """miles runs every trajectory of a group on one event loop with one Grader: they must not mix."""
+    tok = WordTokenizer()
+    by_question = {r["metadata"]["question"]: r for r in rows}
+
+    def policy(turn: int, prompt_text: str):
+        row = next(r for q, r in by_question.items() if q in prompt_text)
+        if turn == 0:
+            return tool_call(f"SELECT '{row['label']['question_id']}' AS qid"), "stop"
+        good = int(row["label"]["question_id"]) % 2 == 0
+        return f"<solution>{row['label']['gold_sql'] if good else 'SELECT 1'}</solution>", "stop"
+
+    async def run_all(args):
+        inputs = [GenerateFnInput(SimpleNamespace(args=args, tokenizer=tok),
+                                  Sample(index=i, prompt=r["prompt"], label=r["label"], metadata=dict(r["metadata"])),
+                                  {"max_new_tokens": 3072}) for i, r in enumerate(rows)]
+        outs = await asyncio.gather(*(sql_episode.generate(x) for x in inputs))
+        return [o.samples for o in outs]
+
+    with FakeSglang(tok, policy) as server:
+        samples = asyncio.run(run_all(make_args(server.port)))
+    assert len(server.requests) == 2 * len(rows)
+    for s, row in zip(samples, rows):
+        assert s.label == row["label"]
+        qid = row["label"]["question_id"]
+        assert f"<tool_response>\n" in s.response and qid in s.response.split("<tool_response>")[1]
+        assert len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length
+        assert tuple(s.rollout_routed_experts.shape) == (len(s.tokens) - 1, LAYERS, TOPK)
+        expected = "correct" if int(qid) % 2 == 0 else "incorrect"
+        assert s.metadata["t2sql"]["outcome"] == expected, (qid, s.metadata["t2sql"])
