@@ -26,9 +26,10 @@ Policies:
   gold queries that run and match themselves (1.0 on clean data).
 
 Output: one JSON line per episode, appended (and flushed) as each finishes. Rerunning with the
-same --out skips the question ids already finished; a truncated last line (a crash mid-write) is
-reported and dropped; an episode whose endpoint kept failing is written with outcome
-"endpoint_error", which does not count as finished, so the next run retries it.
+same --out skips the (question id, sample) pairs already finished; a truncated last line (a crash
+mid-write) is reported and dropped; an episode whose endpoint kept failing is written with outcome
+"endpoint_error" (one that failed inside t2sql: "eval_error"), which does not count as finished,
+so the next run retries it.
 """
 
 from __future__ import annotations
@@ -54,23 +55,12 @@ from t2sql.endpoint import (
     RetryPolicy,
     SglangGenerateClient,
 )
+from t2sql.reward import OUTCOMES  # the episode's outcome categories, in the summary's order
 
 if TYPE_CHECKING:
     from t2sql.episode import Episode, Task
     from t2sql.reward import Preset
 
-# The episode's outcome categories (episode.md), in the order the summary lists them.
-OUTCOMES = (
-    "correct",
-    "incorrect",
-    "pred_error",
-    "pred_timeout",
-    "no_solution",
-    "turn_cut",
-    "context_cut",
-    "unsafe",
-    "gold_error",
-)
 ENDPOINT_ERROR = "endpoint_error"  # not an episode outcome: the model never finished the episode
 EVAL_ERROR = "eval_error"  # not an episode outcome: this program failed (a bug); recorded, run goes on
 UNFINISHED = frozenset({ENDPOINT_ERROR, EVAL_ERROR})  # lines a rerun retries
