@@ -174,8 +174,10 @@ def test_event_loop_keeps_ticking_while_sql_runs(grader):
         return lateness
 
     lateness = asyncio.run(main())
-    assert len(lateness) > 50
-    assert max(lateness) < 0.1, max(lateness)
+    assert len(lateness) > 20
+    # A loop blocked by the query would be late by the whole second; the margin is for a
+    # busy 2-core CI machine, where the OS alone can delay a wakeup by tens of ms.
+    assert max(lateness) < 0.5, max(lateness)
 
 
 def test_missing_database_is_a_typed_error(grader, tmp_path):
