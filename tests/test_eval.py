@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -297,8 +298,12 @@ def test_endpoint_client_errors_are_typed(tmp_path):
     assert join_url("http://h:1/v1", "/v1/chat/completions") == "http://h:1/v1/chat/completions"
     assert join_url("http://h:1/", "/generate") == "http://h:1/generate"
 
+    with socket.socket() as probe:  # a port nobody listens on: bound, then closed
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+
     async def call_dead_port():
-        client = SglangGenerateClient("http://127.0.0.1:9", retry=retry(timeout_s=1, retries=1))
+        client = SglangGenerateClient(f"http://127.0.0.1:{dead_port}", retry=retry(timeout_s=1, retries=1))
         try:
             await client.generate([1, 2], max_new_tokens=4)
         finally:
