@@ -274,12 +274,17 @@ MILES_STANDIN = {
 
         class Dataset:
             def __init__(self, path, label_key, metadata_key, prompt_key):
-                self.samples = []
+                self.origin_samples = []
                 with open(path) as f:
                     for line in f:
                         row = json.loads(line)
-                        self.samples.append(Sample(prompt=row[prompt_key], label=row[label_key],
-                                                   metadata=row.get(metadata_key) or {}))
+                        self.origin_samples.append(Sample(prompt=row[prompt_key], label=row[label_key],
+                                                          metadata=row.get(metadata_key) or {}))
+                self.samples = self.origin_samples
+
+            def shuffle(self, epoch_id):  # like miles: a new permutation of the same objects
+                order = sorted(range(len(self.origin_samples)), key=lambda i: hash((epoch_id, i)) % 9973)
+                self.samples = [self.origin_samples[i] for i in reversed(order)]
 
         class RolloutDataSource:
             def __init__(self, args):
@@ -291,6 +296,8 @@ MILES_STANDIN = {
                 self.metadata = {}
                 self.dataset = (Dataset(args.prompt_data, args.label_key, args.metadata_key, args.input_key)
                                 if args.rollout_global_dataset else None)
+                if self.dataset is not None and args.rollout_shuffle:
+                    self.dataset.shuffle(self.epoch_id)
 
             def get_samples(self, num_samples):
                 out = []
@@ -327,6 +334,8 @@ MILES_STANDIN = {
                         state = json.load(f)
                     for k, v in state.items():
                         setattr(self, k, v)
+                    if self.args.rollout_shuffle:
+                        self.dataset.shuffle(self.epoch_id)
 
         class RolloutDataSourceWithBuffer(RolloutDataSource):
             def __init__(self, args):
@@ -388,7 +397,7 @@ def _args(tmp_path, recipe="qwen3.6-35b-a3b", **over):
     args = SimpleNamespace(
         prompt_data=str(data), input_key="prompt", label_key="label", metadata_key="metadata",
         rollout_global_dataset=True, n_samples_per_prompt=4, rollout_seed=11, text_to_sql_recipe=recipe,
-        save=str(tmp_path / "ckpt"), load=None, buffer_filter_path=None,
+        save=str(tmp_path / "ckpt"), load=None, buffer_filter_path=None, rollout_shuffle=True,
     )
     for k, v in over.items():
         setattr(args, k, v)
@@ -441,7 +450,7 @@ def test_curriculum_hints_a_task_its_group_missed(miles_standin, tmp_path):
     hinted = by_task["1"][0]
     assert hinted.metadata[cur.META_HINT_LEVEL] == 1
     assert hinted.prompt[-1]["content"] == "Question 1\n\n" + build_hint(EVIDENCE, JOIN_SQL, 1)
-    assert ds.dataset.samples[0].prompt[-1]["content"] == "Question 1"  # the dataset row is untouched
+    assert ds.dataset.origin_samples[0].prompt[-1]["content"] == "Question 1"  # the dataset row is untouched
 
 
 def test_buffer_is_served_first_and_aborted_samples_are_not_counted(miles_standin, tmp_path):
@@ -466,6 +475,8 @@ def test_checkpoint_save_and_resume_continue_the_same_draws(miles_standin, tmp_p
     groups = ds.get_samples(3)
     _finish(groups, {"1": lambda i: False, "2": lambda i: i == 0, "3": lambda i: True})
     record_rollout(args, groups, ds)
+    ds.get_samples(2)  # into epoch 2, so miles' resume re-permutes dataset.samples differently
+    assert ds.epoch_id == 1
     ds.save(5)
     saved = cur.curriculum_state_path(args.save, 5)
     assert saved.exists()
@@ -484,7 +495,7 @@ def test_checkpoint_save_and_resume_continue_the_same_draws(miles_standin, tmp_p
 
 
 def test_bare_preset_leaves_miles_drawing(miles_standin, tmp_path):
-    args = _args(tmp_path, recipe="bare")
+    args = _args(tmp_path, recipe="bare", rollout_shuffle=False)
     ds = cur.CurriculumDataSource(args)
     assert ds.curriculum is None
     groups = ds.get_samples(4)

@@ -473,8 +473,10 @@ def make_data_source_class(base: type) -> type:
                     "(t2sql's adapter renders the messages itself)"
                 )
             keys = [task_key(s, f"row-{i}") for i, s in enumerate(samples)]
-            self._index_of = {k: i for i, k in enumerate(keys)}
-            if len(self._index_of) != len(keys):
+            # Keyed to the sample objects, not positions: miles re-permutes dataset.samples on
+            # --rollout-shuffle (at every epoch and on load), the objects stay the same.
+            self._by_key = dict(zip(keys, samples))
+            if len(self._by_key) != len(keys):
                 raise CurriculumError("two prompt rows share a question_id; make them unique (t2sql convert does)")
             self.curriculum = Curriculum(
                 keys, seed=getattr(args, "rollout_seed", 0) or 0, config=CurriculumConfig.from_preset(preset)
@@ -491,7 +493,7 @@ def make_data_source_class(base: type) -> type:
             return groups
 
         def _group(self, key: str, level: int) -> list[Any]:
-            prompt_sample = copy.deepcopy(self.dataset.samples[self._index_of[key]])
+            prompt_sample = copy.deepcopy(self._by_key[key])
             meta = dict(prompt_sample.metadata or {})
             meta[META_TASK_KEY] = key
             meta[META_HINT_LEVEL] = level
@@ -521,7 +523,7 @@ def make_data_source_class(base: type) -> type:
                     continue
                 meta = samples[0].metadata or {}
                 key = meta.get(META_TASK_KEY) or task_key(samples[0], "")
-                if key not in self._index_of:
+                if key not in self._by_key:
                     continue  # not one of ours (e.g. an eval sample)
                 self.curriculum.observe(key, [sample_correct(s) for s in samples], level=meta.get(META_HINT_LEVEL))
                 recorded += 1
