@@ -571,3 +571,33 @@ def test_inspect_command_rejects_a_file_that_is_not_a_state(tmp_path, capsys):
     assert _cli([str(bad)]) == 2
     assert "not valid JSON" in capsys.readouterr().err
     assert _cli([str(tmp_path / "missing.json")]) == 2
+
+
+def test_a_hinted_prompt_reaches_the_episode_the_model_sees():
+    import asyncio
+    from pathlib import Path
+
+    import t2sql
+    from t2sql.episode import Episode, Task
+    from t2sql.grader import Grader
+    from t2sql.prompt import build_prompt
+    from t2sql.reward import get_preset
+
+    sample = Path(t2sql.__file__).parent / "sample"
+    row = json.loads((sample / "dev.json").read_text())[0]
+    task = Task.from_row(row, sample)
+    preset = get_preset("qwen3.6-35b-a3b")
+    hint = build_hint(task.evidence, task.gold_sql, 3)
+    messages = apply_hint(build_prompt(task, preset), hint)
+
+    async def first_turn():
+        async with Grader(concurrency=1) as grader:
+            episode = Episode(task, preset, grader, prompt=messages)
+            user = [m for m in episode.messages if m["role"] == "user"][-1]["content"]
+            await episode.on_turn(f"<solution>{task.gold_sql}</solution>")
+            return user, episode.result
+
+    user, result = asyncio.run(first_turn())
+    assert user.endswith(hint)
+    assert "The answer's SELECT list: T3.power_name" in user
+    assert result.outcome == "correct"
