@@ -113,7 +113,8 @@ def test_pred_error_is_rewarded_as_incorrect(rows, db_root, grader):
 
 def test_pred_timeout_is_rewarded_as_incorrect_after_one_retry(rows, db_root, grader):
     e = Episode(task(rows, db_root), BARE.replace(grade_timeout_s=0.3), grader)
-    play(e, f"<solution>{SLOW_SQL}</solution>")
+    # three columns like the gold's, so no early mismatch: it must run into the deadline
+    play(e, f"<solution>{SLOW_SQL.replace('max(x)', 'max(x), 1, 1')}</solution>")
     assert e.result.outcome == "pred_timeout" and e.result.reward == 0.0
     assert e.result.grade["retried"] is True
 
@@ -123,6 +124,12 @@ def test_no_solution(rows, db_root, grader):
     out = play(e, "<think>I could answer with <solution>SELECT 1</solution></think>I am not sure.")
     assert out.done and e.result.outcome == "no_solution" and e.result.reward == -1.0
     assert e.result.solution is None  # a solution inside <think> does not count
+
+
+def test_empty_solution_is_no_solution(rows, db_root, grader):
+    e = Episode(task(rows, db_root), BARE, grader)
+    play(e, "<solution>\n</solution>")
+    assert e.result.outcome == "no_solution" and e.result.reward == -1.0 and e.result.grade is None
 
 
 def test_unsafe_tool_call_ends_the_rollout(rows, db_root, grader):

@@ -98,7 +98,7 @@ HEADER = "original_column_name,column_name,column_description,data_format,value_
         ("utf-8-sig", "name,,the café name,text,\r\n", "the café name"),
         ("cp1252", 'name,,kinds,text,"\u2022 Standard \u2022 PO Box"\r\n', "\u2022 Standard \u2022 PO Box"),
         # 0x81 is undefined in Windows-1252: only the latin-1 fallback reads this file
-        ("latin-1", "name,,the café name \x81,text,\r\n", "the café name \x81"),
+        ("latin-1", "name,,the café name \x81,text,\r\n", "the café name"),
     ],
 )
 def test_descriptions_in_odd_encodings(tmp_path, encoding, text, expected):
@@ -112,6 +112,13 @@ def test_descriptions_missing_folder_and_bad_rows(tmp_path):
     assert P.read_descriptions(tmp_path) == {}
     _write_desc(tmp_path, "t.csv", (HEADER + ",,no column name,text,\r\nok,,fine,text,commonsense evidence: x\r\n").encode())
     assert P.read_descriptions(tmp_path) == {"t": {"ok": ("fine", "x")}}
+
+
+@needs_bird
+def test_bird_mojibake_bullets_are_read_back():
+    # toxicology's CSVs are UTF-8 holding U+0095 (a Windows-1252 bullet decoded as Latin-1)
+    values = P.read_descriptions(BIRD / "toxicology")["atom"]["element"][1]
+    assert values.startswith("\u2022 cl: chlorine \u2022 c: carbon") and "\x95" not in values
 
 
 @needs_bird

@@ -11,7 +11,7 @@ outcome, the reward and the metrics. The rules, in the order they are applied to
    even if the turn holds a solution. cut="turn" (the per-turn limit cut it): `turn_cut`.
 2. A `<solution>` in the visible text (outside <think>): the episode ends; the LAST block is the
    answer; it is graded through the grader with the preset's semantics, float_digits and timeout.
-   Tool calls in the same turn are ignored.
+   Tool calls in the same turn are ignored. An empty block is `no_solution` (not graded).
 3. Tool calls (structured `tool_calls` when the endpoint returned any, else parsed from the text),
    in order. Every call, well-formed or not, takes the next number: calls 1..max_tool_calls run
    (a malformed one is not run: it counts as a call and as an invalid call, and its tool message says
@@ -227,6 +227,9 @@ class Episode:
             return await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.max_turn_tokens}")
 
         solution = prompts.parse_solution(visible)
+        if solution is not None and not solution.strip():
+            # An empty block answers nothing: log it as no_solution, not as the core's "unsafe".
+            return await self._finish("no_solution", "the <solution> block is empty")
         if solution is not None:
             return await self._grade(solution)
 

@@ -167,9 +167,20 @@ def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+_C1 = re.compile("[\x80-\x9f]")
+
+
+def _fix_c1(ch: re.Match) -> str:
+    try:
+        return ch.group(0).encode("latin-1").decode("cp1252")
+    except UnicodeDecodeError:
+        return " "
+
+
 def _clean(text: str) -> str:
-    # BIRD's CSVs carry U+FFFD where a bullet was lost upstream; show it as a dash.
-    return " ".join(text.replace("\ufffd", "-").split())
+    # BIRD's CSVs carry Windows-1252 bytes mis-read as C1 controls (U+0095 for a bullet) and
+    # U+FFFD where a bullet was lost upstream: re-read the first, show the second as a dash.
+    return " ".join(_C1.sub(_fix_c1, text).replace("\ufffd", "-").split())
 
 
 def _decode(raw: bytes) -> str:
