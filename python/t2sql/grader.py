@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import errno
 import hashlib
 import json
@@ -195,6 +196,7 @@ class Grader:
         self._lock = threading.Lock()
         self._identities: dict[str, _DbIdentity] = {}
         self._memory: dict[tuple, GoldResult] = {}
+        self._keys: dict[tuple, str] = {}  # (identity, gold, semantics, digits) -> cache key
         self._inflight: dict[tuple, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._io = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="t2sql-cache-io")
         self._sync_loop: asyncio.AbstractEventLoop | None = None
@@ -252,13 +254,12 @@ class Grader:
         self._check_open()
         started = time.perf_counter()
         timeout = float(timeout_s or self.grade_timeout_s)
+        identity = await self._identity(db_path)
         resolved = resolve_semantics(gold_sql, semantics)
         self._count("grades")
         retried = False
         for attempt in (0, 1):
-            gold = await self.gold(
-                db_path, gold_sql, semantics=resolved, float_digits=float_digits, timeout_s=timeout
-            )
+            gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, timeout)
             if not gold.ok:
                 if gold.outcome == "gold_timeout" and attempt == 0:
                     retried = True
@@ -266,7 +267,7 @@ class Grader:
                     continue
                 return GradeResult(gold.outcome, gold.detail, retried, None, None,
                                    time.perf_counter() - started, resolved, False)
-            verdict = await self._grade_prediction(db_path, pred_sql, gold, timeout)
+            verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
             if verdict.outcome == "pred_timeout" and attempt == 0:
                 retried = True
                 self._count("retries")
@@ -294,25 +295,8 @@ class Grader:
         self._check_open()
         identity = await self._identity(db_path)
         resolved = resolve_semantics(gold_sql, semantics)
-        key = _gold_key(identity.cache_id, gold_sql, resolved, float_digits, self._sqlite_version)
-        memory_key = (key, self._secret_id())
-        hit = self._memory.get(memory_key)
-        if hit is not None:
-            self._count("gold_memory_hits")
-            return GoldResult(hit.outcome, hit.detail, hit.rows, hit.columns, hit.elapsed_s, "memory", hit.digest)
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            entry = self._inflight.get(memory_key)
-            if entry is None or entry[0] is not loop:
-                task = loop.create_task(self._load_or_run_gold(
-                    memory_key, key, db_path, identity, gold_sql, resolved, float_digits,
-                    float(timeout_s or self.grade_timeout_s),
-                ))
-                self._inflight[memory_key] = (loop, task)
-            else:
-                task = entry[1]
-        # Shielded: one waiter's cancellation must not fail the others waiting on this gold.
-        return await asyncio.shield(task)
+        return await self._gold(db_path, identity, gold_sql, resolved, float_digits,
+                                float(timeout_s or self.grade_timeout_s))
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -411,6 +395,29 @@ class Grader:
             self._identities[db_path] = identity
         return identity
 
+    async def _gold(self, db_path, identity, gold_sql, semantics, float_digits, timeout_s) -> GoldResult:
+        names = (identity.cache_id, gold_sql, semantics, float_digits)
+        key = self._keys.get(names)
+        if key is None:
+            key = self._keys[names] = _gold_key(*names, self._sqlite_version)
+        memory_key = (key, self._secret_id())
+        hit = self._memory.get(memory_key)
+        if hit is not None:
+            self._count("gold_memory_hits")
+            return hit
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._inflight.get(memory_key)
+            if entry is None or entry[0] is not loop:
+                task = loop.create_task(self._load_or_run_gold(
+                    memory_key, key, db_path, identity, gold_sql, semantics, float_digits, timeout_s
+                ))
+                self._inflight[memory_key] = (loop, task)
+            else:
+                task = entry[1]
+        # Shielded: one waiter's cancellation must not fail the others waiting on this gold.
+        return await asyncio.shield(task)
+
     async def _load_or_run_gold(self, memory_key, key, db_path, identity, gold_sql, semantics,
                                 float_digits, timeout_s) -> GoldResult:
         loop = asyncio.get_running_loop()
@@ -428,7 +435,7 @@ class Grader:
                     await loop.run_in_executor(self._io, self._disk.store, key, result.digest)
             if result.ok:
                 with self._lock:
-                    self._memory[memory_key] = result
+                    self._memory[memory_key] = dataclasses.replace(result, source="memory")
             return result
         finally:
             with self._lock:
@@ -455,8 +462,7 @@ class Grader:
         self._count("gold_computed")
         return GoldResult("ok", "", d.rows, d.columns, d.elapsed_s, "computed", data)
 
-    async def _grade_prediction(self, db_path, pred_sql, gold: GoldResult, timeout_s) -> VerdictData:
-        identity = await self._identity(db_path)
+    async def _grade_prediction(self, db_path, identity, pred_sql, gold: GoldResult, timeout_s) -> VerdictData:
         job = Job("grade", db_path, identity.stat, pred_sql, {"timeout_s": timeout_s}, gold.digest,
                   job_id=next_job_id())
         try:
