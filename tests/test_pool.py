@@ -86,6 +86,17 @@ def test_process_backend_serves_the_same_api():
         exercise(g)
 
 
+def test_process_workers_share_the_disk_cache_secret(tmp_path):
+    gold = "SELECT superhero_name FROM superhero WHERE hair_colour_id = 9"
+    with Grader(backend="process", concurrency=2, cache_dir=tmp_path) as g:
+        assert g.gold_sync(SUPERHERO, gold).source == "computed"
+    # A thread-backed Grader (this process) grades against the digest a worker made.
+    with Grader(concurrency=1, cache_dir=tmp_path) as g:
+        r = g.grade_sync(SUPERHERO, gold, gold)
+        assert r.outcome == "match" and r.gold_cached and g.stats()["cache_corrupt"] == 0
+        assert r.gold_rows == len(sqlite_rows(gold))
+
+
 def test_process_backend_cancel_interrupts_the_worker():
     with Grader(backend="process", concurrency=1) as g:
         assert cancel_frees_the_worker(g) < 2.0
