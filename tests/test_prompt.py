@@ -299,3 +299,15 @@ def test_prose_drops_tool_calls_and_solutions():
     out = P.prose(text)
     assert "restate" in out and "end" in out and "secret_column" not in out and "SELECT * FROM t" not in out
     assert "secret" not in P.prose("a <solution>SELECT secret")
+
+
+@needs_bird
+def test_render_is_cached_per_schema_unless_tables_are_dropped():
+    schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
+    a = P.render_schema(schema, RECIPE, question="q1")
+    assert P.render_schema(schema, RECIPE, question="another question") is a
+    tight = RECIPE.replace(schema_max_chars=900)
+    expense = P.render_schema(schema, tight, question="total cost of expenses")
+    member = P.render_schema(schema, tight, question="member first_name last_name email")
+    assert 'CREATE TABLE "expense"' in expense.text and 'CREATE TABLE "member"' in member.text
+    assert expense.dropped_tables != member.dropped_tables

@@ -227,6 +227,8 @@ def _table_columns(db: Database, table: str) -> list[str]:
 
 
 def _examples(db: Database, table: str, column: str, n: int, max_chars: int) -> tuple[str, ...]:
+    import t2sql
+
     if n <= 0:
         return ()
     sql = (
@@ -235,7 +237,7 @@ def _examples(db: Database, table: str, column: str, n: int, max_chars: int) -> 
     )
     try:
         rows = db.run_tool(sql, 2.0, max_rows=n, max_cell_chars=max_chars + 1).rows
-    except Exception:  # examples are a courtesy: a slow or odd column just shows none
+    except t2sql.T2sqlError:  # examples are a courtesy: a slow or odd column just shows none
         return ()
     return tuple(v for v in (_literal(r[0], max_chars) for r in rows) if v is not None)
 
@@ -331,7 +333,30 @@ def _render_table(t: TableInfo, *, examples: bool, values: bool, descriptions: b
 
 
 def render_schema(schema: SchemaInfo, preset: Preset, *, question: str = "", evidence: str = "") -> RenderedSchema:
-    """The schema block under `preset.schema_max_chars`, shortened in the documented order."""
+    """The schema block under `preset.schema_max_chars`, shortened in the documented order.
+
+    Levels 0-4 do not depend on the task, so their result is cached per schema and settings;
+    only step 5 (dropping tables by relevance) is rendered per task.
+    """
+    key = (id(schema), preset.schema_max_chars, preset.example_values, preset.column_descriptions,
+           preset.description_max_chars)
+    with _schema_lock:
+        hit = _render_cache.get(key)
+    if hit is not None and hit[0] is schema and hit[1] is not None:
+        return hit[1]
+    rendered = _render(schema, preset, question, evidence)
+    with _schema_lock:
+        if len(_render_cache) >= 512:
+            _render_cache.pop(next(iter(_render_cache)))
+        # Keep the schema itself in the value: its id() cannot be reused while cached.
+        _render_cache[key] = (schema, rendered if rendered.level < 5 else None)
+    return rendered
+
+
+_render_cache: dict[tuple, tuple[SchemaInfo, RenderedSchema | None]] = {}
+
+
+def _render(schema: SchemaInfo, preset: Preset, question: str, evidence: str) -> RenderedSchema:
     budget = preset.schema_max_chars
     has_examples = preset.example_values > 0
     has_desc = preset.column_descriptions
@@ -415,6 +440,7 @@ async def build_prompt_async(task: Task, preset: Preset, db: Database | None = N
 def clear_schema_cache() -> None:
     with _schema_lock:
         _schema_cache.clear()
+        _render_cache.clear()
 
 
 # ---------------------------------------------------------------------------------------------
