@@ -83,16 +83,10 @@ pub fn encode_real(buf: &mut Vec<u8>, x: f64, float_digits: Option<u32>) {
     match float_digits {
         Some(d) if x.is_finite() => {
             let (mantissa, exponent) = round_significant(x, d);
-            match exponent {
+            match integral_value(mantissa, exponent) {
                 // Integral after rounding: the same value as an INTEGER when it fits.
-                0..=18 => match 10i64
-                    .checked_pow(exponent as u32)
-                    .and_then(|p| mantissa.checked_mul(p))
-                {
-                    Some(i) => push_int(buf, i),
-                    None => push_decimal(buf, mantissa, exponent),
-                },
-                _ => push_decimal(buf, mantissa, exponent),
+                Some(i) => push_int(buf, i),
+                None => push_decimal(buf, mantissa, exponent),
             }
         }
         _ => {
@@ -102,40 +96,69 @@ pub fn encode_real(buf: &mut Vec<u8>, x: f64, float_digits: Option<u32>) {
     }
 }
 
+/// `mantissa · 10^exponent` as an i64 when it is an integer that fits.
+#[inline]
+fn integral_value(mantissa: i64, exponent: i32) -> Option<i64> {
+    if exponent >= 0 {
+        10i64
+            .checked_pow(exponent as u32)
+            .and_then(|p| mantissa.checked_mul(p))
+    } else if exponent > -19 {
+        let p = 10i64.pow((-exponent) as u32);
+        (mantissa % p == 0).then(|| mantissa / p)
+    } else {
+        None
+    }
+}
+
 /// Powers of ten exactly representable in f64.
 const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
+/// log10(2), to estimate a decimal magnitude from the binary exponent.
+const LOG10_2: f64 = 0.301_029_995_663_981_2;
+
 /// Round a finite, nonzero `x` to `digits` significant decimal digits, correctly (ties to
-/// even on the exact binary value). Returns (mantissa, exponent) with `x ≈ mantissa · 10^exponent`
-/// and the mantissa's trailing zeros removed.
+/// even on the exact binary value, like Python's `f"{x:.{digits-1}e}"`). Returns
+/// (mantissa, exponent) with `x ≈ mantissa · 10^exponent` and exactly `digits` digits in the
+/// mantissa, so the pair is canonical for a given `digits`.
 ///
-/// Fast path (up to 12 digits): scale by an exact power of ten and round; the error is below 1e-3 of a
-/// unit in the last kept digit, so when the fraction is not within that of one half, the
-/// rounding is the correct one. Everything else takes Rust's exact decimal formatting.
+/// Fast path (up to 12 digits): scale by an exact power of ten and round. The scaled value is
+/// below 1e12, where the product's error is under 1.2e-4, so when its fraction is not within
+/// 1e-3 of one half the rounding is the correct one. Everything else takes Rust's exact
+/// decimal formatting.
+#[inline]
 pub fn round_significant(x: f64, digits: u32) -> (i64, i32) {
     let digits = digits.clamp(1, MAX_FLOAT_DIGITS);
-    // Up to 12 digits the scaled value is below 1e12, where its error is under 1.2e-4.
     if digits <= 12 {
-        let magnitude = x.abs().log10().floor() as i32; // may be off by one near powers of ten
-        let shift = digits as i32 - 1 - magnitude;
+        // floor(log2|x|)·log10(2) is the decimal magnitude or one below it.
+        let e2 = ((x.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+        let mut magnitude = (f64::from(e2) * LOG10_2).floor() as i32;
         let lo = POW10[digits as usize - 1];
         let hi = POW10[digits as usize];
-        if shift.unsigned_abs() <= 22 {
+        for _ in 0..2 {
+            let shift = digits as i32 - 1 - magnitude;
+            if shift.unsigned_abs() > 22 {
+                break;
+            }
+            // Multiplying or dividing by an exact power of ten is correctly rounded.
             let scaled = if shift >= 0 {
                 x * POW10[shift as usize]
             } else {
                 x / POW10[(-shift) as usize]
             };
             let a = scaled.abs();
-            let frac = a - a.floor();
-            // Division by an exact power is correctly rounded too, so the same error bound holds.
-            if a >= lo && a < hi - 1.0 && (frac - 0.5).abs() > 1e-3 {
-                let m = scaled.round() as i64;
-                return normalise(m, -shift);
+            if a >= hi {
+                magnitude += 1;
+                continue;
             }
+            let frac = a - a.floor();
+            if a >= lo && a < hi - 1.0 && (frac - 0.5).abs() > 1e-3 {
+                return (scaled.round() as i64, -shift);
+            }
+            break;
         }
     }
     round_exact(x, digits)
@@ -146,24 +169,14 @@ fn round_exact(x: f64, digits: u32) -> (i64, i32) {
     let s = format!("{:.*e}", (digits - 1) as usize, x);
     let (m, e) = s.split_once('e').expect("exponent form");
     let exponent: i32 = e.parse().expect("exponent");
-    let negative = m.starts_with('-');
     let digits_only: String = m.chars().filter(|c| c.is_ascii_digit()).collect();
-    let mut mantissa: i64 = digits_only.parse().expect("mantissa");
-    if negative {
-        mantissa = -mantissa;
-    }
-    normalise(mantissa, exponent - (digits as i32 - 1))
-}
-
-fn normalise(mut mantissa: i64, mut exponent: i32) -> (i64, i32) {
-    if mantissa == 0 {
-        return (0, 0);
-    }
-    while mantissa % 10 == 0 {
-        mantissa /= 10;
-        exponent += 1;
-    }
-    (mantissa, exponent)
+    let mantissa: i64 = digits_only.parse().expect("mantissa");
+    let mantissa = if m.starts_with('-') {
+        -mantissa
+    } else {
+        mantissa
+    };
+    (mantissa, exponent - (digits as i32 - 1))
 }
 
 #[cfg(test)]
@@ -290,5 +303,23 @@ mod test {
         assert_eq!(round_significant(0.25, 1), (2, -1));
         assert_eq!(round_significant(2.5e-5, 1), (3, -5)); // 2.5e-5 is a bit above the tie in binary
         assert_eq!(round_significant(-1234.5, 4), (-1234, 0));
+        assert_eq!(round_significant(1.5, 3), (150, -2)); // exactly `digits` digits
+    }
+
+    #[test]
+    fn rounding_to_an_integer_is_that_integer() {
+        assert_eq!(
+            enc(ValueRef::Real(1234.0000000001), Some(12)),
+            enc(ValueRef::Integer(1234), None)
+        );
+        assert_eq!(enc(ValueRef::Real(1.5e20 + 1e5), Some(3)), {
+            let mut b = Vec::new();
+            push_decimal(&mut b, 150, 18);
+            b
+        });
+        assert_ne!(
+            enc(ValueRef::Real(1234.5), Some(12)),
+            enc(ValueRef::Integer(1234), None)
+        );
     }
 }

@@ -11,7 +11,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rusqlite::functions::{Aggregate, Context, FunctionFlags};
+use std::ffi::{c_int, c_void};
+
+use rusqlite::ffi;
 use rusqlite::types::ValueRef;
 use rusqlite::Connection;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed, Xxh3};
@@ -213,44 +215,104 @@ pub struct AggregateShared {
     pub stopped: Mutex<Option<Stop>>,
 }
 
-struct DigestAggregate(Arc<AggregateShared>);
+// The aggregate is bound with SQLite's C API directly: it runs once per result row, and the
+// generic wrapper's per-call boxing and context set-up cost more than the digest itself.
 
-impl Aggregate<Accumulator, Option<i64>> for DigestAggregate {
-    fn init(&self, _ctx: &mut Context<'_>) -> rusqlite::Result<Accumulator> {
-        let (spec, columns) = self.0.spec.lock().unwrap().ok_or_else(|| {
-            rusqlite::Error::UserFunctionError("digest aggregate used outside grading".into())
-        })?;
-        Ok(Accumulator::new(spec, columns))
-    }
-
-    fn step(&self, ctx: &mut Context<'_>, acc: &mut Accumulator) -> rusqlite::Result<()> {
-        let n = ctx.len();
-        acc.add_row((0..n).map(|i| ctx.get_raw(i))).map_err(|stop| {
-            *self.0.stopped.lock().unwrap() = Some(stop);
-            rusqlite::Error::UserFunctionError("t2sql digest stopped early".into())
-        })
-    }
-
-    fn finalize(
-        &self,
-        _ctx: &mut Context<'_>,
-        acc: Option<Accumulator>,
-    ) -> rusqlite::Result<Option<i64>> {
-        let acc = match acc {
-            Some(a) => a,
-            None => {
-                let (spec, columns) = self.0.spec.lock().unwrap().ok_or_else(|| {
-                    rusqlite::Error::UserFunctionError(
-                        "digest aggregate used outside grading".into(),
-                    )
-                })?;
-                Accumulator::new(spec, columns)
+/// Read a SQLite value as a `ValueRef` borrowed for the duration of the step call.
+///
+/// # Safety
+/// `v` must be a valid `sqlite3_value` for the current call.
+#[inline]
+unsafe fn value_ref<'a>(v: *mut ffi::sqlite3_value) -> ValueRef<'a> {
+    unsafe {
+        match ffi::sqlite3_value_type(v) {
+            ffi::SQLITE_INTEGER => ValueRef::Integer(ffi::sqlite3_value_int64(v)),
+            ffi::SQLITE_FLOAT => ValueRef::Real(ffi::sqlite3_value_double(v)),
+            ffi::SQLITE_TEXT => {
+                // text first, then bytes (SQLite's documented order for a stable length)
+                let p = ffi::sqlite3_value_text(v);
+                let n = ffi::sqlite3_value_bytes(v) as usize;
+                ValueRef::Text(if p.is_null() || n == 0 {
+                    &[]
+                } else {
+                    std::slice::from_raw_parts(p, n)
+                })
             }
-        };
-        *self.0.result.lock().unwrap() = Some(acc.finish());
-        // The digest travels through the shared state; SQL sees NULL.
-        Ok(None)
+            ffi::SQLITE_BLOB => {
+                let p = ffi::sqlite3_value_blob(v) as *const u8;
+                let n = ffi::sqlite3_value_bytes(v) as usize;
+                ValueRef::Blob(if p.is_null() || n == 0 {
+                    &[]
+                } else {
+                    std::slice::from_raw_parts(p, n)
+                })
+            }
+            _ => ValueRef::Null,
+        }
     }
+}
+
+/// The slot SQLite keeps per aggregate invocation: a pointer to our accumulator.
+type Slot = *mut Accumulator;
+
+unsafe fn fail(ctx: *mut ffi::sqlite3_context, msg: &std::ffi::CStr) {
+    unsafe { ffi::sqlite3_result_error(ctx, msg.as_ptr(), -1) }
+}
+
+unsafe extern "C" fn digest_step(
+    ctx: *mut ffi::sqlite3_context,
+    argc: c_int,
+    argv: *mut *mut ffi::sqlite3_value,
+) {
+    unsafe {
+        let shared = &*(ffi::sqlite3_user_data(ctx) as *const AggregateShared);
+        let slot =
+            ffi::sqlite3_aggregate_context(ctx, std::mem::size_of::<Slot>() as c_int) as *mut Slot;
+        if slot.is_null() {
+            ffi::sqlite3_result_error_nomem(ctx);
+            return;
+        }
+        if (*slot).is_null() {
+            let Some((spec, columns)) = *shared.spec.lock().unwrap() else {
+                return fail(ctx, c"digest aggregate used outside grading");
+            };
+            *slot = Box::into_raw(Box::new(Accumulator::new(spec, columns)));
+        }
+        let acc = &mut **slot;
+        let args = std::slice::from_raw_parts(argv, argc.max(0) as usize);
+        if let Err(stop) = acc.add_row(args.iter().map(|&v| value_ref(v))) {
+            *shared.stopped.lock().unwrap() = Some(stop);
+            fail(ctx, c"t2sql digest stopped early");
+        }
+    }
+}
+
+unsafe extern "C" fn digest_final(ctx: *mut ffi::sqlite3_context) {
+    unsafe {
+        let shared = &*(ffi::sqlite3_user_data(ctx) as *const AggregateShared);
+        // Size 0: returns the slot if a step allocated it, else NULL (no rows).
+        let slot = ffi::sqlite3_aggregate_context(ctx, 0) as *mut Slot;
+        let acc = if slot.is_null() || (*slot).is_null() {
+            None
+        } else {
+            let b = Box::from_raw(*slot);
+            *slot = std::ptr::null_mut();
+            Some(*b)
+        };
+        let digest = match acc {
+            Some(a) => a.finish(),
+            None => match *shared.spec.lock().unwrap() {
+                Some((spec, columns)) => Accumulator::new(spec, columns).finish(),
+                None => return fail(ctx, c"digest aggregate used outside grading"),
+            },
+        };
+        *shared.result.lock().unwrap() = Some(digest);
+        ffi::sqlite3_result_null(ctx);
+    }
+}
+
+unsafe extern "C" fn drop_shared(p: *mut c_void) {
+    unsafe { drop(Arc::from_raw(p as *const AggregateShared)) }
 }
 
 /// The random-per-process name of the digest aggregate: the model cannot guess it, and the
@@ -265,17 +327,33 @@ pub fn function_name() -> String {
     .clone()
 }
 
-/// Register the digest aggregate on `conn`; returns its name and the state it shares with
-/// the host.
+/// Register the digest aggregate on `conn` (`sqlite3_create_function_v2`); returns its name
+/// and the state it shares with the host. SQLITE_DIRECTONLY keeps it out of views/triggers.
 pub fn register(conn: &Connection) -> rusqlite::Result<(String, Arc<AggregateShared>)> {
     let shared = Arc::new(AggregateShared::default());
     let name = function_name();
-    conn.create_aggregate_function(
-        name.as_str(),
-        -1,
-        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DIRECTONLY,
-        DigestAggregate(Arc::clone(&shared)),
-    )?;
+    let cname = std::ffi::CString::new(name.clone()).expect("no NUL in name");
+    let user_data = Arc::into_raw(Arc::clone(&shared)) as *mut c_void;
+    let rc = unsafe {
+        ffi::sqlite3_create_function_v2(
+            conn.handle(),
+            cname.as_ptr(),
+            -1,
+            ffi::SQLITE_UTF8 | ffi::SQLITE_DIRECTONLY,
+            user_data,
+            None,
+            Some(digest_step),
+            Some(digest_final),
+            Some(drop_shared),
+        )
+    };
+    if rc != ffi::SQLITE_OK {
+        // On failure SQLite has already called the destructor on user_data.
+        return Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(rc),
+            Some("cannot register digest".into()),
+        ));
+    }
     Ok((name, shared))
 }
 

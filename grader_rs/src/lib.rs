@@ -491,6 +491,20 @@ mod bindings {
                 .into())
         }
 
+        /// Step through the result without reading a value; returns the row count.
+        #[pyo3(signature = (sql, timeout_s = 30.0, *, cancel = None))]
+        fn count_rows(
+            &self,
+            py: Python<'_>,
+            sql: &Bound<'_, PyAny>,
+            timeout_s: f64,
+            cancel: Option<&Bound<'_, Cancel>>,
+        ) -> PyResult<u64> {
+            let sql = sql_text(sql)?;
+            let budget = budget(timeout_s, cancel)?;
+            self.with(py, |gc| exec::count_rows(gc, &sql, &budget))
+        }
+
         /// (type, name, sql) of every schema object with SQL text, from sqlite_master.
         fn schema(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String)>> {
             self.with(py, |gc| {

@@ -22,7 +22,9 @@ class SqlError(T2sqlError):
     """SQLite rejected or failed the query; the message is SQLite's."""
 
 class QueryTimeout(T2sqlError):
-    """The query ran past its deadline and was interrupted."""
+    """The query ran past its deadline and was interrupted ("query timed out after Ns").
+
+    str() of every error is what the model is shown after "Error: "."""
 
 class QueryCancelled(T2sqlError):
     """The query was interrupted through its Cancel token."""
@@ -115,6 +117,8 @@ class Database:
         *,
         cancel: Cancel | None = None,
     ) -> Verdict: ...
+    def count_rows(self, sql: str, timeout_s: float = 30.0, *, cancel: Cancel | None = None) -> int:
+        """Step through the result without reading a value (same checks as every query)."""
     def schema(self) -> list[tuple[str, str, str]]: ...  # (type, name, sql) from sqlite_master
 
 def resolve_semantics(gold_sql: str, semantics: Semantics) -> Literal["multiset", "ordered", "set"]: ...
