@@ -128,3 +128,18 @@ def test_processes_fill_one_cache_at_once(tmp_path):
     summary = json.loads(after.stdout)
     assert summary["computed"] == 0 and summary["from_cache"] == total and summary["cache_corrupt"] == 0
     assert not list((cache / "gold").rglob("*.tmp"))
+
+
+def test_bench_serving_smoke():
+    run = subprocess.run(
+        [sys.executable, "-m", "t2sql.cli", "bench", "serving", "--data", str(DEV), "--pairs", "24",
+         "--tool-calls", "50", "--tasks", "8", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["pairs"] == 24
+    assert all(row["not_matched"] == 0 for row in result["grades"].values())
+    assert result["gold_precompute"]["warm"]["from_disk"] == result["gold_precompute"]["cold"]["computed"] > 0
+    for path in ("python_sqlite3", "core_run_tool", "grader_async"):
+        assert result["tool_latency"][path]["p50_us"] > 0
