@@ -16,7 +16,20 @@ from t2sql.episode import Episode, EpisodeFinished, Task, TaskError
 from t2sql.grader import Grader
 from t2sql.reward import get_preset
 
-BIRD = Path(os.environ.get("T2SQL_BIRD", "/work/shared/data/bird"))
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bird_root() -> Path:
+    """The shared BIRD data beside this checkout (../shared/data/bird), or $T2SQL_BIRD; else the
+    superhero sample embedded in the package."""
+    candidates = [os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird", "/work/shared/data/bird"]
+    for c in candidates:
+        if c and (Path(c) / "dev.json").exists():
+            return Path(c)
+    return REPO / "python" / "t2sql" / "sample"
+
+
+BIRD = _bird_root()
 pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD sample not present")
 
 RECIPE = get_preset("qwen3.6-35b-a3b")
