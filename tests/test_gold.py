@@ -13,8 +13,20 @@ from pathlib import Path
 import t2sql
 
 SAMPLE_ROOT = Path(t2sql.__file__).parent / "sample"
-BIRD_ROOT = Path(os.environ.get("T2SQL_BIRD_ROOT", "/work/shared/data/bird"))
-DATA_ROOT = BIRD_ROOT if (BIRD_ROOT / "dev.json").is_file() else SAMPLE_ROOT
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _data_root() -> Path:
+    """BIRD dev (432 questions, 3 databases) beside the checkout, as CI lays it out, or
+    $T2SQL_BIRD; else the embedded superhero sample (129 questions)."""
+    for candidate in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird",
+                      "/work/shared/data/bird"):
+        if candidate and (Path(candidate) / "dev.json").is_file():
+            return Path(candidate)
+    return SAMPLE_ROOT
+
+
+DATA_ROOT = _data_root()
 DEV = DATA_ROOT / "dev.json"
 
 

@@ -17,8 +17,20 @@ from t2sql.grader import Grader
 from t2sql.pool import ToolPreview, WorkerLost
 
 SAMPLE_ROOT = Path(t2sql.__file__).parent / "sample"
-BIRD_ROOT = Path(os.environ.get("T2SQL_BIRD_ROOT", "/work/shared/data/bird"))
-DATA_ROOT = BIRD_ROOT if (BIRD_ROOT / "dev.json").is_file() else SAMPLE_ROOT
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _data_root() -> Path:
+    """BIRD dev (432 questions, 3 databases) beside the checkout, as CI lays it out, or
+    $T2SQL_BIRD; else the embedded superhero sample (129 questions)."""
+    for candidate in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird",
+                      "/work/shared/data/bird"):
+        if candidate and (Path(candidate) / "dev.json").is_file():
+            return Path(candidate)
+    return SAMPLE_ROOT
+
+
+DATA_ROOT = _data_root()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")
 COUNT_HEROES = "SELECT COUNT(*) FROM superhero"
 ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
