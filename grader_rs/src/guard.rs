@@ -88,6 +88,8 @@ pub struct AuthState {
     denied: Mutex<Option<String>>,
     /// The digest aggregate may appear only in the wrapper the core writes itself.
     allow_digest_fn: AtomicBool,
+    /// The connection's file is writable (an in-memory copy): refuse writes to main too.
+    writable: bool,
 }
 
 impl AuthState {
@@ -174,14 +176,24 @@ impl GuardedConnection {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(uri_for(path, immutable), flags)
+            .map_err(|e| GradeError::Database(format!("cannot open database {path}: {e}")))?;
+        Self::harden(conn, path.to_string(), false)
+    }
+
+    /// Lock down an open connection: everything of grader.md §3 but the open flags.
+    /// `writable` marks a connection whose file could be written (an in-memory perturbed
+    /// copy): there `query_only` is set and writes to main are refused by the authorizer too.
+    pub fn harden(mut conn: Connection, path: String, writable: bool) -> Result<Self> {
         let db_err =
             |e: rusqlite::Error| GradeError::Database(format!("cannot open database {path}: {e}"));
-        let mut conn =
-            Connection::open_with_flags(uri_for(path, immutable), flags).map_err(db_err)?;
-
         // Sorters and temporary b-trees stay in memory (and under the heap limit), never on disk.
         conn.pragma_update(None, "temp_store", "MEMORY")
             .map_err(db_err)?;
+        if writable {
+            conn.pragma_update(None, "query_only", true)
+                .map_err(db_err)?;
+        }
         for (cfg, on) in [
             (DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true),
             (DbConfig::SQLITE_DBCONFIG_TRUSTED_SCHEMA, false),
@@ -208,14 +220,17 @@ impl GuardedConnection {
             .map_err(db_err)?;
 
         let (digest_fn, aggregate) = crate::digest::register(&conn).map_err(db_err)?;
-        let auth = Arc::new(AuthState::default());
+        let auth = Arc::new(AuthState {
+            writable,
+            ..AuthState::default()
+        });
         let a = Arc::clone(&auth);
         let dfn = digest_fn.clone();
         conn.authorizer(Some(move |ctx: AuthContext<'_>| authorize(&a, &dfn, ctx)))
             .map_err(db_err)?;
         Ok(GuardedConnection {
             conn,
-            path: path.to_string(),
+            path,
             control,
             auth,
             digest_fn,

@@ -12,6 +12,7 @@ pub mod digest;
 pub mod error;
 pub mod exec;
 pub mod guard;
+pub mod perturb;
 pub mod sqltext;
 
 #[cfg(feature = "python")]
@@ -489,6 +490,31 @@ mod bindings {
                     compare::grade(gc, &pred, &gold, resolved, digits, &budget)
                 })?
                 .into())
+        }
+
+        /// An in-memory copy of this database with `kind` ("sample", "duplicate", "shuffle")
+        /// applied under `seed`, opened with the same hardening (see perturb.rs).
+        #[pyo3(signature = (kind, seed, *, max_bytes = crate::perturb::DEFAULT_MAX_BYTES))]
+        fn perturbed(
+            &self,
+            py: Python<'_>,
+            kind: &str,
+            seed: u64,
+            max_bytes: u64,
+        ) -> PyResult<Database> {
+            let kind = crate::perturb::Perturbation::parse(kind).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "unknown perturbation {kind:?}: use sample, duplicate or shuffle"
+                ))
+            })?;
+            let copy = self.with(py, |gc| {
+                crate::perturb::perturbed_copy(gc, kind, seed, max_bytes)
+            })?;
+            let path = copy.path.clone();
+            Ok(Database {
+                conn: Mutex::new(copy),
+                path,
+            })
         }
 
         /// Step through the result without reading a value; returns the row count.
