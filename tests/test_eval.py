@@ -715,3 +715,12 @@ def test_samples_give_avg_and_pass_at_k_and_resume_per_sample(tmp_path, preset, 
         (t.question_id, k) for t in tasks for k in range(3))
     assert more.summary["episodes"] == 9 and more.summary["accuracy"] == pytest.approx(1 / 3)
     assert more.summary["pass_at_k"]["pass"] == 1.0 and "pass@3" in format_summary(more.summary)
+
+
+def test_readme_command_needs_no_out(tmp_path):
+    # The README's `t2sql eval --policy oracle`: results go to a file named after the run, in the cwd.
+    proc = subprocess.run(eval_cmd("--policy", "oracle", "--limit", "3"), capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [written] = list(tmp_path.glob("eval-oracle-*.jsonl"))
+    assert len(read_lines(written)) == 3 and f"results: {written.name}" in proc.stdout

@@ -40,6 +40,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -850,7 +851,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--retry-backoff", type=float, default=1.0, help="first backoff in seconds (doubles)")
 
     run_group = parser.add_argument_group("run")
-    run_group.add_argument("--out", required=True, help="results jsonl (appended; rerun to resume)")
+    run_group.add_argument("--out", default=None,
+                           help="results jsonl, appended; rerun to resume (default: "
+                                "eval-<model or policy>-<preset>-<data>.jsonl in the current directory)")
     run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
 
@@ -909,6 +912,12 @@ def build_policy(args: argparse.Namespace, preset: Preset, *, tokenizer: Any = N
         raise EvalError(str(e)) from None
 
 
+def default_out(who: str | None, preset_name: str, data: Path) -> str:
+    """eval-<model or policy>-<preset>-<data>.jsonl: a rerun of the same command finds its own file."""
+    parts = [who or "model", preset_name, data.stem if data.stem != "dev" else f"{data.parent.name}-dev"]
+    return "eval-" + "-".join(re.sub(r"[^A-Za-z0-9._]+", "_", p).strip("_") for p in parts) + ".jsonl"
+
+
 def _preset_dict(preset: Preset) -> dict[str, Any]:
     to_dict = getattr(preset, "to_dict", None)
     return to_dict() if callable(to_dict) else _result_dict(preset)
@@ -942,6 +951,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         return 2
 
     preset_name = getattr(preset, "name", args.preset)
+    if args.out is None:
+        args.out = default_out(args.model if args.policy == "model" else args.policy, preset_name, Path(data))
     run_info = {
         "policy": policy.name,
         "model": args.model if args.policy == "model" else None,
