@@ -30,7 +30,15 @@ from loopback_model import (
     structured_tool_call,
     xml_tool_call,
 )
-from t2sql.endpoint import EndpointError, OpenAIChatClient, RetryPolicy, SglangGenerateClient, join_url
+from t2sql.endpoint import (
+    EndpointError,
+    OpenAIChatClient,
+    RetryPolicy,
+    SglangGenerateClient,
+    join_url,
+    parse_chat_completion,
+    parse_generate,
+)
 from t2sql.evaluate import (
     ENDPOINT_ERROR,
     EvalError,
@@ -312,6 +320,17 @@ def test_endpoint_client_errors_are_typed(tmp_path):
     with pytest.raises(EndpointError, match="connection failed") as info:
         asyncio.run(call_dead_port())
     assert info.value.attempts == 2 and info.value.retryable
+
+    # The wrong --api: each reply format names the other one, and a retry would not help.
+    with pytest.raises(EndpointError, match="--api sglang") as info:
+        parse_chat_completion({"text": "hi", "meta_info": {}})
+    assert not info.value.retryable
+    with pytest.raises(EndpointError, match="--api openai"):
+        parse_generate({"choices": [{"message": {"content": "hi"}}]})
+    reply = parse_chat_completion({"choices": [{"message": {"content": "ok", "reasoning_content": "hmm"},
+                                                "finish_reason": "length"}]})
+    assert reply.text.startswith("<think>hmm</think>") and reply.text.endswith("ok")
+    assert reply.finish_reason == "length" and reply.prompt_tokens is None
 
 
 # ---------------------------------------------------------------------------------------------

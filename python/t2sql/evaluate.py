@@ -514,7 +514,7 @@ def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats
 
 def error_record(
     task: Task, episode: Episode | None, run_info: dict[str, Any], stats: CallStats, elapsed_s: float, error: str,
-    outcome: str = ENDPOINT_ERROR,
+    outcome: str = ENDPOINT_ERROR, retryable: bool = True,
 ) -> dict[str, Any]:
     return {
         "question_id": task.question_id,
@@ -524,6 +524,7 @@ def error_record(
         "reward": None,
         "correct": False,
         "error": error,
+        "retryable": retryable,  # False: the endpoint refused in a way a retry cannot fix
         "endpoint": stats.to_dict(),
         "elapsed_s": round(elapsed_s, 3),
         "run": run_info,
@@ -562,10 +563,12 @@ async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, 
         else:
             raise RuntimeError(f"episode {task.question_id} did not end after {MAX_TURNS_GUARD} turns")
     except EndpointError as e:
-        return error_record(task, episode, run_info, stats, time.monotonic() - started, str(e))
+        return error_record(task, episode, run_info, stats, time.monotonic() - started, str(e),
+                            retryable=e.retryable)
     except Exception as e:  # noqa: BLE001 - a bug in one episode must not lose the others' results
         error = f"{type(e).__name__}: {e} (a t2sql bug or a broken task; please report it)"
-        return error_record(task, episode, run_info, stats, time.monotonic() - started, error, EVAL_ERROR)
+        return error_record(task, episode, run_info, stats, time.monotonic() - started, error, EVAL_ERROR,
+                            retryable=False)
     return episode_record(task, episode, run_info, stats, time.monotonic() - started)
 
 
@@ -670,7 +673,7 @@ async def evaluate(
             counts["ran"] += 1
             if record["outcome"] in UNFINISHED:
                 counts["errors"] += 1
-                fatal = record["outcome"] == EVAL_ERROR or "not retried" in (record.get("error") or "")
+                fatal = record.get("retryable") is False
                 if counts["finished"] == 0 and fatal:
                     counts["fatal_streak"] += 1
                     if counts["fatal_streak"] >= fatal_limit and not aborted:
@@ -686,7 +689,8 @@ async def evaluate(
         if own_grader:
             await grader.aclose()
     if aborted:
-        log(f"error: stopped after {counts['ran']} episodes; the endpoint refuses every request: {aborted[0]}")
+        log(f"error: stopped after {counts['ran']} episodes; every one failed in a way a retry cannot fix: "
+            f"{aborted[0]}")
     selected = [(t.question_id, k) for t, k in wanted]
     summary = summarize(
         [results.finished[key] for key in selected if key in results.finished],
