@@ -573,9 +573,13 @@ class RayBackend(_DispatchedBackend):
         self._actor_cls = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=-1)(_RayWorker)
         self._secret = secret
         self._heap_limit = heap_limit
-        self._actors = [self._actor_cls.remote(secret, heap_limit) for _ in range(size)]
+        self._actors = [self._new_actor() for _ in range(size)]
         ray.get([a.pid.remote() for a in self._actors])  # fail here, not at the first query
         self._start_dispatchers()
+
+    def _new_actor(self):
+        # SPREAD: place the actors over every node's CPUs, not packed onto the driver's node.
+        return self._actor_cls.options(scheduling_strategy="SPREAD").remote(self._secret, self._heap_limit)
 
     def _call_on(self, index: int, job: Job):
         ray = self._ray
@@ -594,7 +598,7 @@ class RayBackend(_DispatchedBackend):
         except Exception:
             pass
         if not self._closed:
-            self._actors[index] = self._actor_cls.remote(self._secret, self._heap_limit)
+            self._actors[index] = self._new_actor()
 
     def _close_workers(self) -> None:
         for actor in self._actors:
