@@ -1,0 +1,315 @@
+"""The attack suite: every way a model could try to escape the read-only SELECT sandbox.
+
+Each attack must give its typed outcome, leave the database file's bytes unchanged, create no
+file, keep the process alive and end within its timeout plus a small margin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import t2sql
+from t2sql import Cancel, Database, QueryCancelled, QueryTimeout, SqlError, UnsafeQuery
+
+TIMEOUT_S = 1.0
+MARGIN_S = 1.0
+
+# (name, sql, exception run_tool must raise, or None when it must run)
+ATTACKS: list[tuple[str, str, type | None]] = [
+    ("insert", "INSERT INTO people VALUES (99, 'x', 1.5)", UnsafeQuery),
+    ("update", "UPDATE people SET name = 'x'", UnsafeQuery),
+    ("delete", "DELETE FROM people", UnsafeQuery),
+    ("replace", "REPLACE INTO people VALUES (1, 'x', 1.0)", UnsafeQuery),
+    ("cte_then_delete", "WITH x AS (SELECT 1) DELETE FROM people", UnsafeQuery),
+    ("create_table", "CREATE TABLE evil(x)", UnsafeQuery),
+    ("create_temp_table", "CREATE TEMP TABLE evil(x)", UnsafeQuery),
+    ("create_temp_view", "CREATE TEMP VIEW evil AS SELECT 1", UnsafeQuery),
+    ("create_index", "CREATE INDEX evil ON people(name)", UnsafeQuery),
+    ("create_trigger", "CREATE TEMP TRIGGER evil AFTER INSERT ON people BEGIN SELECT 1; END", UnsafeQuery),
+    ("drop_table", "DROP TABLE people", UnsafeQuery),
+    ("alter_table", "ALTER TABLE people RENAME TO gone", UnsafeQuery),
+    ("attach", "ATTACH DATABASE '{tmp}/attached.db' AS evil", UnsafeQuery),
+    ("detach", "DETACH DATABASE main", UnsafeQuery),
+    ("vacuum", "VACUUM", UnsafeQuery),
+    ("vacuum_into", "VACUUM INTO '{tmp}/copy.db'", UnsafeQuery),
+    ("pragma_query_only", "PRAGMA query_only = 0", UnsafeQuery),
+    ("pragma_writable_schema", "PRAGMA writable_schema = 1", UnsafeQuery),
+    ("pragma_read", "PRAGMA table_info(people)", UnsafeQuery),
+    ("pragma_function", "SELECT * FROM pragma_table_info('people')", UnsafeQuery),
+    ("pragma_function_list", "SELECT name FROM pragma_function_list", UnsafeQuery),
+    ("pragma_in_subquery", "SELECT (SELECT count(*) FROM pragma_database_list) AS n", UnsafeQuery),
+    ("load_extension", "SELECT load_extension('{tmp}/evil.so')", UnsafeQuery),
+    ("fts3_tokenizer", "SELECT fts3_tokenizer('simple')", UnsafeQuery),
+    ("begin", "BEGIN", UnsafeQuery),
+    ("begin_immediate", "BEGIN IMMEDIATE", UnsafeQuery),
+    ("commit", "COMMIT", UnsafeQuery),
+    ("savepoint", "SAVEPOINT s1", UnsafeQuery),
+    ("release", "RELEASE s1", UnsafeQuery),
+    ("analyze", "ANALYZE", UnsafeQuery),
+    ("reindex", "REINDEX", UnsafeQuery),
+    ("explain", "EXPLAIN SELECT 1", UnsafeQuery),
+    ("two_statements", "SELECT 1; DROP TABLE people", UnsafeQuery),
+    ("two_selects", "SELECT 1; SELECT 2", UnsafeQuery),
+    ("statement_after_comment", "SELECT 1 /* c */ ; -- x\n DELETE FROM people", UnsafeQuery),
+    ("nul_then_statement", "SELECT 1\x00; DROP TABLE people", UnsafeQuery),
+    ("empty", "", UnsafeQuery),
+    ("whitespace", "   \n\t ", UnsafeQuery),
+    ("comment_only", "-- nothing here", UnsafeQuery),
+    ("semicolons_only", ";;", UnsafeQuery),
+    ("endless_recursive_cte", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c", QueryTimeout),
+    ("billions_cross_join", "SELECT count(*) FROM people a, people b, people c, people d, people e, people f, people g, people h", QueryTimeout),
+    ("sort_of_billions", "SELECT a.name FROM people a, people b, people c, people d, people e, people f ORDER BY random() LIMIT 1", QueryTimeout),
+    ("huge_randomblob", "SELECT randomblob(2000000000)", SqlError),
+    ("huge_zeroblob", "SELECT length(zeroblob(1000000000))", SqlError),
+    ("huge_string", "SELECT length(replace(hex(zeroblob(10000000)), '0', '0000'))", SqlError),
+    ("huge_group_concat", "SELECT length(group_concat(hex(randomblob(1000)))) FROM people a, people b", SqlError),
+    ("huge_printf", "SELECT length(printf('%.*c', 2000000000, 'x'))", SqlError),
+    ("deep_nesting", "SELECT " + "(" * 5000 + "1" + ")" * 5000, SqlError),
+    ("deep_expression", "SELECT " + " + ".join(["1"] * 5000), SqlError),
+    ("oversized_sql", "SELECT 1" + " " * 200_000, SqlError),
+    ("many_unions", " UNION ALL ".join(["SELECT 1"] * 1000), SqlError),
+    ("missing_table", "SELECT * FROM no_such_table", SqlError),
+    ("syntax_error", "SELEC 1", UnsafeQuery),
+    ("json_each_is_fine", "SELECT value FROM json_each('[1,2,3]')", None),
+    ("schema_read_is_fine", "SELECT name FROM sqlite_master WHERE type = 'table'", None),
+    ("plain_select", "SELECT name FROM people ORDER BY id", None),
+]
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """A fresh database in its own folder; the cwd moves there too, so any file an attack
+    manages to create lands where the test looks."""
+    db_path = tmp_path / "victim.sqlite"
+    con = sqlite3.connect(db_path)
+    con.executescript(
+        "CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT, score REAL);"
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 200) "
+        "INSERT INTO people SELECT x, 'p' || x, x / 7.0 FROM n;"
+    )
+    con.close()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path, db_path
+
+
+def _snapshot(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name,sql,expected", ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_attack_is_contained(sandbox, name, sql, expected):
+    tmp, db_path = sandbox
+    sql = sql.replace("{tmp}", str(tmp))
+    before_files, before_bytes = _snapshot(tmp), _digest(db_path)
+    db = Database(str(db_path))
+
+    start = time.monotonic()
+    if expected is None:
+        result = db.run_tool(sql, TIMEOUT_S)
+        assert result.row_count >= 1
+    else:
+        with pytest.raises(expected) as err:
+            db.run_tool(sql, TIMEOUT_S)
+        assert str(err.value), "every error carries a message"
+    assert time.monotonic() - start < TIMEOUT_S + MARGIN_S
+
+    # The grading path applies the same policy and maps it to an outcome.
+    start = time.monotonic()
+    verdict = db.grade(sql, "SELECT name FROM people ORDER BY id", timeout_s=TIMEOUT_S)
+    assert time.monotonic() - start < 2 * TIMEOUT_S + MARGIN_S
+    outcome_for = {UnsafeQuery: {"unsafe"}, SqlError: {"pred_error"}, QueryTimeout: {"pred_timeout", "mismatch"}}
+    if expected is None:
+        assert verdict.outcome in {"match", "mismatch"}
+    else:
+        assert verdict.outcome in outcome_for[expected], verdict
+
+    assert _digest(db_path) == before_bytes, "the database file changed"
+    assert _snapshot(tmp) == before_files, "a file was created"
+    # The connection keeps serving after the attack.
+    assert db.run_tool("SELECT count(*) FROM people").rows == [(200,)]
+
+
+def test_unsafe_message_names_what_was_refused(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    with pytest.raises(UnsafeQuery, match="PRAGMA|pragma_table_info"):
+        db.run_tool("SELECT * FROM pragma_table_info('people')")
+    with pytest.raises(UnsafeQuery, match="DROP"):
+        db.run_tool("DROP TABLE people")
+    with pytest.raises(UnsafeQuery, match="more than one statement"):
+        db.run_tool("SELECT 1; SELECT 2")
+
+
+def test_invalid_utf8_is_a_typed_error(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    with pytest.raises(SqlError, match="UTF-8"):
+        db.run_tool("SELECT '\udcff'")
+    with pytest.raises(SqlError, match="UTF-8"):
+        db.run_tool(b"SELECT '\xff'")
+    assert db.grade("SELECT '\udcff'", "SELECT 1").outcome == "pred_error"
+
+
+def test_cross_join_of_billions_exits_early_when_graded(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    start = time.monotonic()
+    v = db.grade("SELECT a.id FROM people a, people b, people c, people d, people e", "SELECT id FROM people", timeout_s=30)
+    assert v.outcome == "mismatch" and "stopped early" in v.detail
+    assert time.monotonic() - start < 2.0, "the early exit costs gold-count rows, not billions"
+
+
+def test_cancel_interrupts_a_running_query_from_another_thread(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    token = Cancel()
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+                        60, cancel=token)
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.2)
+    cancelled_at = time.monotonic()
+    token.cancel()
+    t.join(5)
+    assert not t.is_alive()
+    assert time.monotonic() - cancelled_at < 0.5
+    assert len(errors) == 1 and isinstance(errors[0], QueryCancelled)
+    assert token.cancelled
+    # A token that already fired stops the next query before it starts.
+    with pytest.raises(QueryCancelled):
+        db.run_tool("SELECT 1", cancel=token)
+
+
+def test_the_gil_is_released_while_sqlite_works(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    ticks = 0
+    done = threading.Event()
+
+    def slow():
+        with pytest.raises(QueryTimeout):
+            db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c", 1.0)
+        done.set()
+
+    t = threading.Thread(target=slow)
+    t.start()
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    t.join()
+    assert ticks > 100, f"the main thread ran only {ticks} times during a 1 s query"
+
+
+def test_many_threads_grade_one_file_at_once(sandbox):
+    _, db_path = sandbox
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def work(i: int):
+        db = Database(str(db_path))
+        for _ in range(20):
+            v = db.grade(f"SELECT id, name FROM people WHERE id > {i}", f"SELECT id, name FROM people WHERE id >= {i + 1}")
+            with lock:
+                results.append(v.outcome)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == ["match"] * 160
+
+
+def test_one_database_shared_by_threads_serializes_safely(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    out: list[int] = []
+
+    def work():
+        for _ in range(50):
+            out.append(db.run_tool("SELECT count(*) FROM people").rows[0][0])
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == [200] * 200
+
+
+@pytest.mark.parametrize("content,match", [
+    (None, "not found"),
+    (b"this is not a database, just text" * 100, "not a readable SQLite database"),
+    (b"SQLite format 3\x00" + b"\xff" * 4000, "not a readable SQLite database|malformed|corrupt"),
+])
+def test_bad_database_files_are_database_errors(tmp_path, content, match):
+    path = tmp_path / "bad.sqlite"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(t2sql.DatabaseError, match=match):
+        Database(str(path))
+
+
+def test_a_directory_is_not_a_database(tmp_path):
+    with pytest.raises(t2sql.DatabaseError, match="directory"):
+        Database(str(tmp_path))
+
+
+def test_paths_with_uri_characters_open(tmp_path, sandbox):
+    _, db_path = sandbox
+    odd = tmp_path / "we?ird#name%20.sqlite"
+    shutil.copy(db_path, odd)
+    assert Database(str(odd)).run_tool("SELECT count(*) FROM people").rows == [(200,)]
+    assert Database(odd).path == str(odd)
+
+
+def test_bad_arguments_are_value_errors(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    with pytest.raises(ValueError, match="timeout_s"):
+        db.run_tool("SELECT 1", 0)
+    with pytest.raises(ValueError, match="float_digits"):
+        db.grade("SELECT 1", "SELECT 1", float_digits=0)
+    with pytest.raises(ValueError, match="semantics"):
+        db.grade("SELECT 1", "SELECT 1", semantics="bag")
+
+
+def test_heap_limit_turns_a_memory_bomb_into_an_error(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    previous = t2sql.set_heap_limit(64 * 1024 * 1024)
+    try:
+        with pytest.raises(SqlError):
+            db.run_tool("SELECT x FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) "
+                        "SELECT hex(randomblob(64)) AS x FROM c) ORDER BY x", 60)
+    finally:
+        t2sql.set_heap_limit(previous)
+    assert db.run_tool("SELECT count(*) FROM people").rows == [(200,)]
+
+
+def test_no_temp_file_when_sorting(sandbox, tmp_path):
+    # temp_store=MEMORY: a large sort never spills to a file.
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    before = set(os.listdir(tmp_path))
+    db.run_tool("SELECT a.name, b.name FROM people a, people b ORDER BY a.score * b.score DESC", 30)
+    assert set(os.listdir(tmp_path)) == before
