@@ -424,15 +424,16 @@ class Grader:
         try:
             result = None
             if self._disk is not None:
-                data = await loop.run_in_executor(self._io, self._disk.load, key, semantics, float_digits)
-                if data is not None:
+                found = await loop.run_in_executor(self._io, self._disk.load, key, semantics, float_digits)
+                if found is not None:
+                    data, elapsed_s = found
                     d = Digest.from_bytes(data)
-                    result = GoldResult("ok", "", d.rows, d.columns, d.elapsed_s, "disk", data)
+                    result = GoldResult("ok", "", d.rows, d.columns, elapsed_s, "disk", data)
                     self._count("gold_disk_hits")
             if result is None:
                 result = await self._run_gold(db_path, identity, gold_sql, semantics, float_digits, timeout_s)
                 if result.ok and self._disk is not None:
-                    await loop.run_in_executor(self._io, self._disk.store, key, result.digest)
+                    await loop.run_in_executor(self._io, self._disk.store, key, result.digest, result.elapsed_s)
             if result.ok:
                 with self._lock:
                     self._memory[memory_key] = dataclasses.replace(result, source="memory")
@@ -448,7 +449,7 @@ class Grader:
         job = Job("digest", db_path, identity.stat, gold_sql, options, job_id=next_job_id())
         started = time.perf_counter()
         try:
-            data = await self._submit(job)
+            data, elapsed_s = await self._submit(job)
         except QueryTimeout as e:
             self._count("gold_failures")
             return GoldResult("gold_timeout", f"gold query timed out: {e}", None, None,
@@ -460,7 +461,7 @@ class Grader:
                               time.perf_counter() - started, "failed")
         d = Digest.from_bytes(data)
         self._count("gold_computed")
-        return GoldResult("ok", "", d.rows, d.columns, d.elapsed_s, "computed", data)
+        return GoldResult("ok", "", d.rows, d.columns, elapsed_s, "computed", data)
 
     async def _grade_prediction(self, db_path, identity, pred_sql, gold: GoldResult, timeout_s) -> VerdictData:
         job = Job("grade", db_path, identity.stat, pred_sql, {"timeout_s": timeout_s}, gold.digest,
@@ -503,8 +504,8 @@ _os_write = os.write  # the cache's only write path (tests make it fail with ENO
 class _DiskGoldCache:
     """Gold digests on disk: `<root>/gold/<k[:2]>/<k>.digest`, one file per key.
 
-    A file is MAGIC + u32 header length + header JSON (key, semantics, float_digits, secret
-    id) + Digest.to_bytes() + sha256 of everything before it. Written to a temp file, fsynced
+    A file is MAGIC + u32 header length + header JSON (key, secret id, the gold's SQLite
+    seconds) + Digest.to_bytes() + sha256 of everything before it. Written to a temp file, fsynced
     and renamed, so a reader (in any process) sees a whole entry or none; a file that fails
     any check is reported, deleted and recomputed. `<root>/secret` holds the 32-byte hash
     secret every process using this cache installs, so their digests compare.
@@ -561,7 +562,8 @@ class _DiskGoldCache:
     def path_for(self, key: str) -> Path:
         return self.root / "gold" / key[:2] / f"{key}.digest"
 
-    def load(self, key: str, semantics: str, float_digits: int | None) -> bytes | None:
+    def load(self, key: str, semantics: str, float_digits: int | None) -> tuple[bytes, float] | None:
+        """(digest bytes, the gold's SQLite seconds when it ran), or None to run the gold."""
         path = self.path_for(key)
         try:
             blob = path.read_bytes()
@@ -586,9 +588,10 @@ class _DiskGoldCache:
                 raise ValueError("made with another hash secret")
             if digest.semantics != semantics or digest.float_digits != float_digits:
                 raise ValueError("semantics or float_digits differ from the key")
+            elapsed_s = float(header.get("elapsed_s", 0.0))
         except Exception as e:  # any fault in a cache file means: drop it and run the gold
             return self._reject(path, f"{type(e).__name__}: {e}")
-        return data
+        return data, elapsed_s
 
     def _reject(self, path: Path, why: str) -> None:
         log.warning("gold cache entry %s is unusable (%s): deleted, the gold runs again", path, why)
@@ -599,11 +602,11 @@ class _DiskGoldCache:
             pass
         return None
 
-    def store(self, key: str, data: bytes) -> bool:
+    def store(self, key: str, data: bytes, elapsed_s: float = 0.0) -> bool:
         """Write one entry; a failure (full disk, read-only) is reported and the grader goes
         on without it: the digest stays in memory."""
         path = self.path_for(key)
-        header = json.dumps({"key": key, "secret_id": hash_secret_id()}).encode()
+        header = json.dumps({"key": key, "secret_id": hash_secret_id(), "elapsed_s": elapsed_s}).encode()
         body = _MAGIC + struct.pack(">I", len(header)) + header + data
         blob = body + hashlib.sha256(body).digest()
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -134,7 +134,8 @@ def run_job(job: Job, cancel: Cancel | None):
         )
     if job.kind == "digest":
         digest = db.digest(job.sql, o["semantics"], o["float_digits"], o["timeout_s"], cancel=cancel)
-        return digest.to_bytes()
+        # The time travels beside the bytes: Digest.to_bytes() does not carry elapsed_s.
+        return digest.to_bytes(), digest.elapsed_s
     if job.kind == "grade":
         gold = Digest.from_bytes(job.gold)
         v = db.grade_against(job.sql, gold, o["timeout_s"], cancel=cancel)
