@@ -364,3 +364,17 @@ def test_close_interrupts_running_queries():
         return closed_in
 
     assert asyncio.run(main()) < 2.0
+
+
+def test_a_changed_hash_secret_never_gives_a_wrong_verdict(grader):
+    gold = "SELECT superhero_name FROM superhero WHERE id < 20"
+    assert grader.grade_sync(SUPERHERO, gold, gold).outcome == "match"
+    previous = grader_module._installed_secret
+    t2sql.set_hash_secret(os.urandom(32))  # e.g. another library in the process fixed a secret
+    try:
+        r = grader.grade_sync(SUPERHERO, gold, gold)
+        assert r.outcome == "match" and not r.gold_cached  # the old digest is never compared
+        assert grader.grade_sync(SUPERHERO, "SELECT 1", gold).outcome == "mismatch"
+    finally:
+        if previous is not None:
+            t2sql.set_hash_secret(previous[0])

@@ -267,7 +267,18 @@ class Grader:
                     continue
                 return GradeResult(gold.outcome, gold.detail, retried, None, None,
                                    time.perf_counter() - started, resolved, False)
-            verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
+            try:
+                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
+            except ValueError as e:
+                if "hash secret" not in str(e):
+                    raise
+                # The process's secret changed (set_hash_secret) after this gold was made: its
+                # cache key no longer matches, so this runs the gold again under the new one.
+                gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, timeout)
+                if not gold.ok:
+                    return GradeResult(gold.outcome, gold.detail, retried, None, None,
+                                       time.perf_counter() - started, resolved, False)
+                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
             if verdict.outcome == "pred_timeout" and attempt == 0:
                 retried = True
                 self._count("retries")
