@@ -377,6 +377,53 @@ mod test {
     }
 
     #[test]
+    fn digest_in_the_vm_equals_the_host_loop() {
+        use crate::guard::GuardedConnection;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.sqlite");
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE t(a, b, c);
+             WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 500)
+             INSERT INTO t SELECT x, x / 7.0, CASE x % 4 WHEN 0 THEN NULL WHEN 1 THEN 't' || x
+                                               WHEN 2 THEN x'00ff' ELSE x * 1.0 END FROM n;",
+        )
+        .unwrap();
+        drop(c);
+        let gc = GuardedConnection::open(path.to_str().unwrap(), true).unwrap();
+        let budget = Budget::new(10.0);
+        for semantics in [Semantics::Multiset, Semantics::Set] {
+            for digits in [None, Some(12), Some(3)] {
+                let spec = DigestSpec {
+                    semantics,
+                    float_digits: digits,
+                    row_limit: None,
+                };
+                let (stmt, text) = gc.prepare_checked("SELECT a, b, c FROM t").unwrap();
+                let host = host_loop(&gc, stmt, spec, 3, &budget).unwrap();
+                let vm = in_vm(&gc, text, spec, 3, &budget).unwrap();
+                assert_eq!(host, vm, "{semantics:?} {digits:?}");
+                let via_digest = digest(&gc, "SELECT a, b, c FROM t", spec, None, &budget).unwrap();
+                assert_eq!(via_digest, vm);
+            }
+        }
+        // Early exit in the VM path too.
+        let spec = DigestSpec {
+            semantics: Semantics::Multiset,
+            float_digits: Some(12),
+            row_limit: Some(10),
+        };
+        assert_eq!(
+            digest(&gc, "SELECT a, b, c FROM t", spec, None, &budget).unwrap(),
+            Run::TooManyRows { columns: 3 }
+        );
+        assert_eq!(
+            digest(&gc, "SELECT a FROM t", spec, Some(3), &budget).unwrap(),
+            Run::OtherColumns { columns: 1 }
+        );
+    }
+
+    #[test]
     fn render_respects_max_chars() {
         let cols = vec!["x".to_string()];
         let rows: Vec<Vec<Cell>> = (0..50).map(|i| vec![Cell::Int(i)]).collect();

@@ -428,6 +428,90 @@ fn action_name(a: &AuthAction<'_>) -> String {
 mod test {
     use super::*;
 
+    fn fixture() -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.sqlite");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'b');").unwrap();
+        (dir, path.to_string_lossy().into_owned())
+    }
+
+    fn unsafe_reason(gc: &GuardedConnection, sql: &str) -> String {
+        match gc.prepare_checked(sql) {
+            Err(GradeError::Unsafe(m)) => m,
+            Err(other) => panic!("{sql}: expected unsafe, got {other:?}"),
+            Ok(_) => panic!("{sql}: expected unsafe, it prepared"),
+        }
+    }
+
+    #[test]
+    fn policy_refuses_everything_but_one_select() {
+        let (_dir, path) = fixture();
+        let gc = GuardedConnection::open(&path, true).unwrap();
+        assert!(unsafe_reason(&gc, "SELECT * FROM pragma_table_info('t')")
+            .contains("pragma_table_info"));
+        assert!(unsafe_reason(&gc, "SELECT load_extension('x')").contains("load_extension"));
+        assert!(unsafe_reason(&gc, "DELETE FROM t").contains("DELETE"));
+        assert!(unsafe_reason(&gc, "WITH x AS (SELECT 1) DELETE FROM t").contains("writes"));
+        assert!(unsafe_reason(&gc, "SELECT 1; SELECT 2").contains("more than one"));
+        assert!(unsafe_reason(&gc, "  -- nothing").contains("empty"));
+        // The digest aggregate is only for the core's own wrapper.
+        let call = format!("SELECT {}(1)", gc.digest_fn);
+        assert!(unsafe_reason(&gc, &call).contains("function"));
+        assert!(gc
+            .prepare_checked("SELECT value FROM json_each('[1]')")
+            .is_ok());
+        assert!(gc
+            .prepare_checked("SELECT v FROM t -- trailing comment")
+            .is_ok());
+    }
+
+    #[test]
+    fn deadline_and_cancel_stop_a_running_query() {
+        let (_dir, path) = fixture();
+        let gc = GuardedConnection::open(&path, true).unwrap();
+        let endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
+        let budget = Budget::new(0.2);
+        let err = crate::exec::count_rows(&gc, endless, &budget).unwrap_err();
+        assert_eq!(err, GradeError::Timeout(0.2));
+        let flag = Arc::new(AtomicBool::new(false));
+        let cancel = Budget {
+            timeout_s: 60.0,
+            cancel: Some(Arc::clone(&flag)),
+        };
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            flag.store(true, Ordering::Relaxed);
+        });
+        let started = Instant::now();
+        assert_eq!(
+            crate::exec::count_rows(&gc, endless, &cancel).unwrap_err(),
+            GradeError::Cancelled
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        setter.join().unwrap();
+        // The connection serves again after an interrupted query.
+        assert_eq!(
+            crate::exec::count_rows(&gc, "SELECT * FROM t", &Budget::new(5.0)).unwrap(),
+            2
+        );
+    }
+
+    #[test]
+    fn missing_and_non_sqlite_files_are_database_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.sqlite");
+        assert!(
+            matches!(GuardedConnection::open(missing.to_str().unwrap(), true), Err(GradeError::Database(m)) if m.contains("not found"))
+        );
+        let text = dir.path().join("text.sqlite");
+        std::fs::write(&text, vec![b'x'; 4096]).unwrap();
+        assert!(matches!(
+            GuardedConnection::open(text.to_str().unwrap(), true),
+            Err(GradeError::Database(_))
+        ));
+    }
+
     #[test]
     fn uri_escapes_query_characters() {
         assert_eq!(
