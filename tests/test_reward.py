@@ -20,6 +20,7 @@ from t2sql.reward import (
     coverage,
     get_preset,
     register_term,
+    registered_terms,
     score,
     unregister_term,
 )
@@ -203,15 +204,20 @@ def test_registered_term_is_applied_only_when_its_switch_is_on():
         await asyncio.sleep(0)  # terms may be async (they may run SQL)
         return -preset.equivalence_penalty if t.outcome == "correct" else 0.0
 
+    # t2sql.equivalence registers the real term under this name: set it aside, restore it after.
+    saved = registered_terms()
     register_term(RewardTerm("equivalence", equivalence, switch="equivalence_penalty"))
     try:
         b = asyncio.run(score(traj("correct", answer_turn=0), RECIPE))
         assert b.total == pytest.approx(0.8) and b.unapplied == ()
         assert asyncio.run(score(traj("correct", answer_turn=0), BARE)).total == 1.0
-    finally:
         unregister_term("equivalence")
-    b = asyncio.run(score(traj("correct", answer_turn=0), RECIPE))
-    assert b.unapplied == ("equivalence_penalty",) and b.total == 1.0
+        b = asyncio.run(score(traj("correct", answer_turn=0), RECIPE))
+        assert b.unapplied == ("equivalence_penalty",) and b.total == 1.0
+    finally:
+        for term in saved:
+            register_term(term)
+    assert [t.name for t in registered_terms()] == [t.name for t in saved]
 
 
 def test_register_term_rejects_unknown_switch():

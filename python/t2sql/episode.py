@@ -350,6 +350,7 @@ class Episode:
         if breakdown.unapplied:
             metrics["unapplied_switches"] = list(breakdown.unapplied)
         metrics.update(_guard_metrics(trajectory, self.preset))
+        metrics.update(breakdown.metrics)  # named metrics of the reward terms (e.g. the equivalence check)
         self.result = EpisodeResult(
             outcome=outcome,
             reward=breakdown.total,

@@ -123,6 +123,11 @@ class Preset:
     repeated_tool_query_penalty: float
     ngram_repetition_penalty: float
     repeated_turn_penalty: float
+    # -- the equivalence check (t2sql.equivalence reads them; on when equivalence_penalty > 0)
+    equivalence_copies: int  # perturbed copies per correct episode: sample, duplicate, shuffle, sample, ...
+    equivalence_seed: int  # the copies' seeds derive from it (not from the task: copies are shared)
+    equivalence_max_bytes: int  # larger databases are not copied into memory: the check is skipped
+    equivalence_timeout_s: float  # per query on a copy
     # -- thresholds of the repetition guards (t2sql.guards reads them)
     repetition_ngram_n: int  # word n-grams compared inside one turn
     repetition_ngram_share: float  # a turn is repetitive at this share of repeated n-grams
@@ -151,7 +156,11 @@ class Preset:
                 problems.append(f"{f} must be in (0, 1]")
         if self.example_values < 0:
             problems.append("example_values must be >= 0")
-        for f in ("tool_timeout_s", "grade_timeout_s"):
+        if self.equivalence_copies < 1 or self.equivalence_max_bytes < 1:
+            problems.append("equivalence_copies and equivalence_max_bytes must be >= 1")
+        if not 0 <= self.equivalence_seed < 1 << 64:
+            problems.append("equivalence_seed must be in [0, 2**64)")
+        for f in ("tool_timeout_s", "grade_timeout_s", "equivalence_timeout_s"):
             if not getattr(self, f) > 0:
                 problems.append(f"{f} must be > 0")
         if self.semantics not in SEMANTICS:
@@ -237,7 +246,11 @@ _RECIPE = Preset(
     invalid_tool_penalty=0.05,
     invalid_tool_penalty_cap=0.2,
     penalties_below_floor=False,
-    equivalence_penalty=0.2,  # the recipe's number; applied once a module registers the term
+    equivalence_penalty=0.2,  # the recipe's number (t2sql.equivalence)
+    equivalence_copies=3,  # one of each kind
+    equivalence_seed=20250601,
+    equivalence_max_bytes=256 * 1024 * 1024,
+    equivalence_timeout_s=10.0,
     # The repetition guards (t2sql.guards), off per counted event; our numbers, not the recipe's.
     redraft_penalty=0.1,
     repeated_tool_query_penalty=0.05,  # like an invalid call: a call spent to learn nothing
@@ -381,13 +394,22 @@ class Trajectory:
 # ---------------------------------------------------------------------------------------------
 # Terms
 
-TermValue = Union[float, Awaitable[float]]
+@dataclass(frozen=True)
+class TermResult:
+    """What a term may return instead of a bare float: the amount plus named metrics for the
+    episode (they land in `RewardBreakdown.metrics`, then in the episode's metrics)."""
+
+    amount: float
+    metrics: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+TermValue = Union[float, TermResult, Awaitable[Union[float, TermResult]]]
 
 
 @dataclass(frozen=True)
 class RewardTerm:
     """One shaping term: `fn(trajectory, preset)` returns the signed amount it adds (penalties < 0),
-    as a float or an awaitable (a term may run SQL through `trajectory.grader`).
+    as a float, a `TermResult` (amount + metrics) or an awaitable of either (a term may run SQL).
 
     `switch` names the preset field that turns the term on (a nonzero number or True).
     """
@@ -438,6 +460,7 @@ class RewardBreakdown:
     total: float
     evidence: EvidenceCheck
     unapplied: tuple[str, ...]  # switches on in the preset with no registered term
+    metrics: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # from TermResult terms
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -447,6 +470,7 @@ class RewardBreakdown:
             "total": self.total,
             "evidence": dataclasses.asdict(self.evidence),
             "unapplied": list(self.unapplied),
+            "metrics": dict(self.metrics),
         }
 
 
@@ -464,17 +488,21 @@ async def score(traj: Trajectory, preset: Preset, terms: Iterable[RewardTerm] | 
     if traj.outcome == "gold_error":  # the data's fault: nothing the policy did is scored
         return RewardBreakdown(traj.outcome, base, {}, base, evidence, unapplied)
     amounts: dict[str, float] = {}
+    metrics: dict[str, Any] = {}
     for term in terms:
         if not term.enabled(preset):
             continue
         value = term.fn(traj, preset)
         if inspect.isawaitable(value):
             value = await value
+        if isinstance(value, TermResult):
+            metrics.update(value.metrics)
+            value = value.amount
         amounts[term.name] = round(float(value), 10)
     total = base + sum(amounts.values())
     if not preset.penalties_below_floor:
         total = max(total, preset.reward_floor)
-    return RewardBreakdown(traj.outcome, base, amounts, round(total, 10), evidence, unapplied)
+    return RewardBreakdown(traj.outcome, base, amounts, round(total, 10), evidence, unapplied, metrics)
 
 
 def outcome_table(preset: Preset) -> Sequence[tuple[str, float]]:
@@ -483,8 +511,10 @@ def outcome_table(preset: Preset) -> Sequence[tuple[str, float]]:
 
 
 # The recipe extras' terms, registered here so every importer of t2sql.reward scores with them.
-# (t2sql.guards imports this module only inside reward_terms(), after RewardTerm exists.)
+# (t2sql.guards and t2sql.equivalence import this module only inside functions, after it exists.)
 from t2sql import guards as _guards  # noqa: E402
 
-for _term in _guards.reward_terms():
+from t2sql import equivalence as _equivalence  # noqa: E402
+
+for _term in (*_guards.reward_terms(), *_equivalence.reward_terms()):
     register_term(_term)

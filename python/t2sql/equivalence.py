@@ -1,0 +1,816 @@
+"""The equivalence check: a prediction that matches the gold only by luck of the data loses points.
+
+A prediction graded `correct` returned the gold's result on the task's database. That does not make
+it the same query: `SELECT name` where the gold says `SELECT DISTINCT name` matches whenever the
+data happens to hold no duplicate names. The recipe refuted such matches with a verifier (VeriEQL);
+t2sql runs both queries again on K perturbed in-memory copies of the database and refutes the match
+when any copy tells them apart. The copies are made by the trusted core (`Database.perturbed`, with
+its own SQL on a private connection; the model's SQL never touches a writable copy):
+
+  sample     about a third of each table's rows deleted
+  duplicate  about a third of each table's rows inserted again (keys and UNIQUE constraints kept)
+  shuffle    in each table, one non-key column's values permuted across rows
+
+The rules (preset fields in t2sql.reward, `equivalence_*`):
+
+- Only an episode whose outcome is `correct` is checked. Copy i (0-based) of `equivalence_copies`
+  is kind `KINDS[i % 3]` (sample, duplicate, shuffle, sample, ...) with a 64-bit seed derived from
+  `equivalence_seed` and i (`copy_plan`). The seeds do not depend on the task, so the copies of a
+  database are built once per process and shared by every task on it.
+- Per copy, the core grades the prediction against the gold with the preset's semantics and
+  float_digits, each query under `equivalence_timeout_s`. Copies run in plan order; the first one
+  that tells the queries apart refutes the match and the rest are not run.
+    match                      the copy agrees: not refuted by it
+    mismatch                   refuted (the results differ)
+    pred_error                 refuted: the gold runs on this valid state of the schema and the
+                               prediction fails on it, so they are not the same query
+    pred_timeout               not informative: speed is not meaning, and the copy's time limit is
+                               shorter than grading's; a slow correct query must not lose points
+    gold_error / gold_timeout  not informative: the copy says nothing about the gold's meaning
+    unsafe                     not informative (cannot follow a match: same SQL, same checks)
+- A refuted match loses `equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the
+  outcome stays `correct` (evaluation still scores it correct; only the training reward changes).
+- Skipped, never refuted: a database larger than `equivalence_max_bytes` ("too_large"; copies are
+  in memory), a database the core cannot copy ("database_error"), no copy informative
+  ("no_informative_copy").
+- Deterministic: the same (database file, prediction, gold, preset) gives the same verdict.
+- Bounded: at most `equivalence_copies` x 2 queries, each under `equivalence_timeout_s`; copies are
+  kept in a small LRU (by count and by bytes) per process; the SQL runs on the checker's own
+  threads with the GIL released, never on the event loop, and a cancelled episode interrupts it.
+
+Metrics added to the episode (every episode scored with the term on):
+  equivalence_checked (1.0 when at least one copy was informative), equivalence_refuted (1.0/0.0),
+  equivalence_copy ("kind:seed" of the refuting copy, else ""), equivalence_skipped_reason ("" or
+  not_correct / too_large / database_error / no_informative_copy / no_task),
+  equivalence_copies_run (informative copies), equivalence_elapsed_s.
+
+`python -m t2sql.equivalence --measure --data dev.json --db-root DIR` (also `t2sql equivalence`)
+measures the check on BIRD-layout data: derived false-positive pairs refuted, gold against itself
+and equivalent rewrites never refuted (see `measure`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import t2sql
+
+KINDS: tuple[str, ...] = ("sample", "duplicate", "shuffle")
+
+# Verdict outcomes on a copy, by what they say about the pair (see the module doc).
+REFUTING = frozenset({"mismatch", "pred_error"})
+AGREEING = frozenset({"match"})
+# Everything else (pred_timeout, gold_error, gold_timeout, unsafe) is not informative.
+
+SKIP_REASONS = ("not_correct", "too_large", "database_error", "no_informative_copy", "no_task")
+
+# The per-process copy cache: room for the three copies of four databases, and at most 1 GiB.
+DEFAULT_CACHE_COPIES = 12
+DEFAULT_CACHE_BYTES = 1 << 30
+
+
+class EquivalenceError(ValueError):
+    """The check is configured wrongly (a bad number of copies, an unknown kind, ...)."""
+
+
+@dataclass(frozen=True)
+class EquivalenceConfig:
+    copies: int
+    seed: int
+    max_bytes: int
+    timeout_s: float
+    semantics: str = "multiset"
+    float_digits: int | None = 12
+
+    def __post_init__(self) -> None:
+        if self.copies < 1:
+            raise EquivalenceError(f"equivalence copies must be >= 1, got {self.copies}")
+        if not 0 <= self.seed < 1 << 64:
+            raise EquivalenceError(f"equivalence seed must be in [0, 2**64), got {self.seed}")
+        if self.max_bytes < 1:
+            raise EquivalenceError(f"equivalence max_bytes must be >= 1, got {self.max_bytes}")
+        if not self.timeout_s > 0:
+            raise EquivalenceError(f"equivalence timeout_s must be > 0, got {self.timeout_s}")
+
+    @classmethod
+    def from_preset(cls, preset: Any) -> EquivalenceConfig:
+        return cls(
+            copies=preset.equivalence_copies,
+            seed=preset.equivalence_seed,
+            max_bytes=preset.equivalence_max_bytes,
+            timeout_s=preset.equivalence_timeout_s,
+            semantics=preset.semantics,
+            float_digits=preset.float_digits,
+        )
+
+
+def copy_seed(seed: int, index: int) -> int:
+    """The 64-bit seed of copy `index` under the preset seed `seed` (stable across versions)."""
+    digest = hashlib.blake2b(f"t2sql-equivalence:{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def copy_plan(copies: int, seed: int) -> list[tuple[str, int]]:
+    """(kind, seed) of every copy, in the order they are run."""
+    return [(KINDS[i % len(KINDS)], copy_seed(seed, i)) for i in range(copies)]
+
+
+@dataclass(frozen=True)
+class CopyVerdict:
+    kind: str
+    seed: int
+    outcome: str  # the core's verdict outcome on this copy
+    detail: str
+    refutes: bool
+    informative: bool
+    elapsed_s: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self.seed}"
+
+
+@dataclass(frozen=True)
+class EquivalenceReport:
+    checked: bool  # at least one copy was informative
+    refuted: bool
+    refuting_copy: str | None  # "kind:seed"
+    skipped_reason: str | None  # one of SKIP_REASONS, or None when checked
+    copies: tuple[CopyVerdict, ...] = ()
+    detail: str = ""
+    elapsed_s: float = 0.0
+
+    def to_metrics(self) -> dict[str, Any]:
+        return {
+            "equivalence_checked": 1.0 if self.checked else 0.0,
+            "equivalence_refuted": 1.0 if self.refuted else 0.0,
+            "equivalence_copy": self.refuting_copy or "",
+            "equivalence_skipped_reason": self.skipped_reason or "",
+            "equivalence_copies_run": float(sum(c.informative for c in self.copies)),
+            "equivalence_elapsed_s": round(self.elapsed_s, 4),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def skipped(reason: str, detail: str = "") -> EquivalenceReport:
+    return EquivalenceReport(False, False, None, reason, (), detail, 0.0)
+
+
+# ---------------------------------------------------------------------------------- the copy cache
+
+
+class DatabaseTooLarge(EquivalenceError):
+    """The database is above the size cap for in-memory copies."""
+
+
+@dataclass
+class _Entry:
+    db: Any  # t2sql.Database
+    nbytes: int
+
+
+class CopyCache:
+    """Perturbed copies by (file identity, kind, seed): an LRU bounded by count and bytes.
+
+    Thread-safe; concurrent requests for the same copy share one build. The bytes of a copy are
+    estimated from the file size (a duplicate copy grows by up to a third)."""
+
+    def __init__(self, max_copies: int = DEFAULT_CACHE_COPIES, max_bytes: int = DEFAULT_CACHE_BYTES):
+        if max_copies < 1 or max_bytes < 1:
+            raise EquivalenceError("the copy cache needs room for at least one copy")
+        self.max_copies = max_copies
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._building: dict[tuple, concurrent.futures.Future] = {}
+        self.builds = 0
+        self.hits = 0
+        self.evictions = 0
+        self.build_s = 0.0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(e.nbytes for e in self._entries.values())
+
+    def get(self, db_path: str, kind: str, seed: int, *, max_bytes: int) -> Any:
+        """The copy (a t2sql.Database), built now if needed. Raises DatabaseTooLarge when the file
+        is above `max_bytes`, t2sql.DatabaseError when it cannot be read or copied."""
+        if kind not in KINDS:
+            raise EquivalenceError(f"unknown perturbation {kind!r}; use one of {', '.join(KINDS)}")
+        try:
+            st = os.stat(db_path)
+        except OSError as e:
+            raise t2sql.DatabaseError(f"cannot read database file {db_path}: {e}") from None
+        if st.st_size > max_bytes:
+            raise DatabaseTooLarge(
+                f"database {db_path} is {st.st_size} bytes, above equivalence_max_bytes={max_bytes}"
+            )
+        key = (os.path.realpath(db_path), st.st_size, st.st_mtime_ns, kind, seed)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return entry.db
+            pending = self._building.get(key)
+            owner = pending is None
+            if owner:
+                pending = self._building[key] = concurrent.futures.Future()
+        if not owner:
+            return pending.result()
+        try:
+            started = time.perf_counter()
+            try:
+                db = t2sql.Database(db_path).perturbed(kind, seed, max_bytes=max_bytes)
+            except ValueError as e:  # the core's own size check (the file grew since the stat)
+                raise DatabaseTooLarge(str(e)) from None
+            nbytes = st.st_size + (st.st_size // 3 if kind == "duplicate" else 0)
+            with self._lock:
+                self.builds += 1
+                self.build_s += time.perf_counter() - started
+                self._entries[key] = _Entry(db, nbytes)
+                self._evict()
+            pending.set_result(db)
+            return db
+        except BaseException as e:
+            pending.set_exception(e)
+            raise
+        finally:
+            with self._lock:
+                self._building.pop(key, None)
+
+    def _evict(self) -> None:
+        # Called with the lock held; the newest entry always stays.
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.max_copies or sum(e.nbytes for e in self._entries.values()) > self.max_bytes
+        ):
+            self._entries.popitem(last=False)
+            self.evictions += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "copies": len(self._entries),
+                "bytes": sum(e.nbytes for e in self._entries.values()),
+                "builds": self.builds,
+                "hits": self.hits,
+                "evictions": self.evictions,
+                "build_s": round(self.build_s, 3),
+            }
+
+
+# ---------------------------------------------------------------------------------- the checker
+
+
+class EquivalenceChecker:
+    """Runs the check on its own threads; one per process is enough (`default_checker()`)."""
+
+    def __init__(self, *, concurrency: int | None = None, cache: CopyCache | None = None):
+        size = concurrency or min(4, os.cpu_count() or 1)
+        if size < 1:
+            raise EquivalenceError(f"concurrency must be >= 1, got {concurrency}")
+        self.concurrency = size
+        self.cache = cache or CopyCache()
+        self._executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="t2sql-equivalence")
+
+    def check_sync(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig,
+                   *, cancel: Any = None) -> EquivalenceReport:
+        """The check, in the calling thread (scripts and the measurement)."""
+        started = time.perf_counter()
+        verdicts: list[CopyVerdict] = []
+        for kind, seed in copy_plan(config.copies, config.seed):
+            try:
+                copy = self.cache.get(db_path, kind, seed, max_bytes=config.max_bytes)
+            except DatabaseTooLarge as e:
+                return _done(False, None, "too_large", verdicts, str(e), started)
+            except t2sql.T2sqlError as e:
+                return _done(False, None, "database_error", verdicts, str(e), started)
+            t0 = time.perf_counter()
+            try:
+                v = copy.grade(pred_sql, gold_sql, config.semantics, config.float_digits, config.timeout_s,
+                               cancel=cancel)
+                outcome, detail = v.outcome, v.detail
+            except t2sql.QueryCancelled:
+                raise
+            except t2sql.T2sqlError as e:  # grade reports SQL problems as outcomes; this is the copy
+                return _done(False, None, "database_error", verdicts, str(e), started)
+            verdict = CopyVerdict(kind, seed, outcome, detail, outcome in REFUTING,
+                                  outcome in REFUTING or outcome in AGREEING, time.perf_counter() - t0)
+            verdicts.append(verdict)
+            if verdict.refutes:
+                return _done(True, verdict.name, None, verdicts, detail, started)
+        if not any(v.informative for v in verdicts):
+            return _done(False, None, "no_informative_copy", verdicts,
+                         "; ".join(f"{v.name}: {v.outcome}" for v in verdicts), started)
+        return _done(False, None, None, verdicts, "", started)
+
+    async def check(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig) -> EquivalenceReport:
+        """The check on the checker's threads; cancelling the awaiting task interrupts SQLite."""
+        cancel = t2sql.Cancel()
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self._executor, lambda: self.check_sync(db_path, pred_sql, gold_sql, config,
+                                                                          cancel=cancel))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            cancel.cancel()  # the running query stops at SQLite's next progress check
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody awaits it now
+            raise
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self.cache.clear()
+
+    def __enter__(self) -> EquivalenceChecker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _done(refuted: bool, copy_name: str | None, reason: str | None, verdicts: list[CopyVerdict], detail: str,
+          started: float) -> EquivalenceReport:
+    checked = any(v.informative for v in verdicts)
+    return EquivalenceReport(checked, refuted, copy_name, reason, tuple(verdicts), detail,
+                             time.perf_counter() - started)
+
+
+_default: EquivalenceChecker | None = None
+_default_lock = threading.Lock()
+
+
+def default_checker() -> EquivalenceChecker:
+    """The process's checker (created at first use; its threads are daemon-like pool threads)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = EquivalenceChecker()
+        return _default
+
+
+# ---------------------------------------------------------------------------------- the reward term
+
+TERM_NAME = "equivalence"
+
+
+async def check_trajectory(trajectory: Any, preset: Any, checker: EquivalenceChecker | None = None) -> EquivalenceReport:
+    """The report for a finished episode (a t2sql.reward.Trajectory)."""
+    if trajectory.outcome != "correct":
+        return skipped("not_correct")
+    task = trajectory.task
+    if task is None or not trajectory.solution:
+        return skipped("no_task", "the trajectory carries no task or solution")
+    checker = checker or default_checker()
+    return await checker.check(task.db_path, trajectory.solution, task.gold_sql, EquivalenceConfig.from_preset(preset))
+
+
+async def equivalence_term(trajectory: Any, preset: Any) -> Any:
+    from t2sql.reward import TermResult
+
+    report = await check_trajectory(trajectory, preset)
+    amount = -preset.equivalence_penalty if report.refuted else 0.0
+    return TermResult(amount, report.to_metrics())
+
+
+def reward_terms() -> list[Any]:
+    """The RewardTerm t2sql.reward registers (switch: equivalence_penalty)."""
+    from t2sql.reward import RewardTerm
+
+    return [RewardTerm(TERM_NAME, equivalence_term, switch="equivalence_penalty")]
+
+
+# ---------------------------------------------------------------------------------- measurement
+#
+# False-positive pairs are derived from gold queries by edits that change a query's meaning but,
+# on a given database, often not its result; only the edits whose result still matches the gold on
+# the real database are kept (those are the matches a grader would wrongly call correct). Some kept
+# pairs are equivalent under the schema's constraints (dropping DISTINCT over a primary key, say),
+# so the share refuted is a lower bound on the share of truly different pairs caught.
+# Equivalent rewrites must never be refuted.
+
+MUTATIONS: dict[str, str] = {
+    "drop_distinct": "DISTINCT removed (the data has no duplicates there)",
+    "add_distinct": "DISTINCT added to the outer SELECT (the result has no duplicates)",
+    "add_limit": "LIMIT n appended, n = the gold's row count",
+    "count_star": "COUNT(col) -> COUNT(*) (col has no NULLs there)",
+    "comparison_flip": ">= <-> >, <= <-> < (no row equals the constant)",
+    "constant_shift": "a compared integer constant moved by 1 (selects the same rows)",
+    "drop_conjunct": "one WHERE conjunct dropped (it filtered nothing)",
+    "left_join": "INNER JOIN -> LEFT JOIN (every row has a partner)",
+    "like_for_eq": "= 'text' -> LIKE 'text' (case never differs; copies cannot show it)",
+}
+REWRITES: dict[str, str] = {
+    "self": "the gold against itself",
+    "wrapped": "SELECT * FROM (gold)",
+    "conjuncts_reordered": "the WHERE conjuncts in reverse order",
+    "aliases_renamed": "every table alias renamed",
+}
+
+_CLAUSE_END = ("GROUP", "ORDER", "LIMIT", "HAVING", "UNION", "EXCEPT", "INTERSECT", "WINDOW")
+
+
+def _masked(sql: str) -> tuple[str, list[int]]:
+    """`sql` with the inside of string literals and quoted identifiers blanked (same length), and
+    the parenthesis depth at every position."""
+    out = list(sql)
+    depth = [0] * len(sql)
+    d, i, n = 0, 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch in "'\"`[":
+            close = "]" if ch == "[" else ch
+            j = i + 1
+            while j < n:
+                if sql[j] == close:
+                    if close != "]" and j + 1 < n and sql[j + 1] == close:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            for k in range(i + 1, min(j, n)):
+                out[k] = " "
+                depth[k] = d
+            depth[i] = d
+            if j < n:
+                depth[j] = d
+            i = j + 1
+            continue
+        if ch == "(":
+            depth[i] = d
+            d += 1
+        elif ch == ")":
+            d -= 1
+            depth[i] = d
+        else:
+            depth[i] = d
+        i += 1
+    return "".join(out), depth
+
+
+def _words(masked: str, depth: list[int], word: str, at_depth: int | None = 0):
+    """Start positions of `word` (case-insensitive, whole word) at the given depth (None: any)."""
+    import re
+
+    for m in re.finditer(rf"(?<![\w.]){word}(?!\w)", masked, re.I):
+        if at_depth is None or depth[m.start()] == at_depth:
+            yield m.start()
+
+
+def _where_clause(sql: str) -> tuple[int, int] | None:
+    """(start, end) of the outer query's WHERE condition, without the keyword."""
+    masked, depth = _masked(sql)
+    starts = list(_words(masked, depth, "WHERE"))
+    if len(starts) != 1:
+        return None
+    start = starts[0] + len("WHERE")
+    end = len(sql)
+    for kw in _CLAUSE_END:
+        for pos in _words(masked, depth, kw):
+            if pos > start:
+                end = min(end, pos)
+    return start, end
+
+
+def _conjuncts(sql: str) -> tuple[int, int, list[str]] | None:
+    """The outer WHERE's top-level AND conjuncts, or None when it has a top-level OR or BETWEEN."""
+    span = _where_clause(sql)
+    if span is None:
+        return None
+    start, end = span
+    masked, depth = _masked(sql)
+    body_masked = masked[start:end]
+    body_depth = depth[start:end]
+    if list(_words(body_masked, body_depth, "OR")) or list(_words(body_masked, body_depth, "BETWEEN")):
+        return None
+    cuts = list(_words(body_masked, body_depth, "AND"))
+    parts, last = [], 0
+    for c in cuts:
+        parts.append(sql[start + last:start + c].strip())
+        last = c + len("AND")
+    parts.append(sql[start + last:end].strip())
+    if any(not p for p in parts):
+        return None
+    return start, end, parts
+
+
+def _tail_space(sql: str, end: int) -> str:
+    return " " if end < len(sql) else ""
+
+
+def returns_one_row(sql: str) -> bool:
+    """The outer query always returns exactly one row: aggregates without GROUP BY (or no FROM).
+    A heuristic over the text (DISTINCT or LIMIT n added to such a query changes nothing)."""
+    import re
+
+    masked, depth = _masked(sql.strip())
+    selects = list(_words(masked, depth, "SELECT"))
+    if not selects or list(_words(masked, depth, "GROUP")) or any(
+            list(_words(masked, depth, kw)) for kw in ("UNION", "EXCEPT", "INTERSECT", "LIMIT", "HAVING")):
+        return False
+    froms = [p for p in _words(masked, depth, "FROM") if p > selects[0]]
+    if not froms:
+        return True
+    select_list = masked[selects[0] + 6:froms[0]]
+    if re.search(r"(?<!\w)SELECT(?!\w)", select_list, re.I):
+        return False
+    return re.search(r"(?<![\w.])(COUNT|SUM|AVG|MIN|MAX|TOTAL|GROUP_CONCAT)\s*\(", select_list, re.I) is not None
+
+
+def derive_mutations(gold: str, row_count: int | None) -> list[tuple[str, str]]:
+    """(category, predicted SQL) candidates from one gold query (not yet checked on the data)."""
+    import re
+
+    gold = gold.strip().rstrip(";").strip()
+    masked, depth = _masked(gold)
+    out: list[tuple[str, str]] = []
+    for m in re.finditer(r"(?<!\w)DISTINCT\s+", masked, re.I):
+        out.append(("drop_distinct", gold[:m.start()] + gold[m.end():]))
+    selects = list(_words(masked, depth, "SELECT"))
+    one_row = returns_one_row(gold)  # DISTINCT or LIMIT added to it would mean the same thing
+    if selects and not one_row and not re.match(r"\s*DISTINCT\b", masked[selects[0] + 6:], re.I):
+        p = selects[0] + 6
+        out.append(("add_distinct", gold[:p] + " DISTINCT" + gold[p:]))
+    if row_count and not one_row and not list(_words(masked, depth, "LIMIT")):
+        out.append(("add_limit", f"{gold} LIMIT {row_count}"))
+    for m in re.finditer(r"(?<!\w)COUNT\s*\(\s*(?!\*|DISTINCT\b)([^()]+?)\s*\)", masked, re.I):
+        out.append(("count_star", gold[:m.start()] + "COUNT(*)" + gold[m.end():]))
+    flips = {">=": ">", "<=": "<", ">": ">=", "<": "<="}
+    for m in re.finditer(r"(?<![<>!=])(>=|<=|>|<)(?![>=])", masked):
+        out.append(("comparison_flip", gold[:m.start()] + flips[m.group(1)] + gold[m.end():]))
+    for m in re.finditer(r"(?<![<>!])(>=|<=|>|<|=)\s*(-?\d+)(?![\w.])", masked):
+        value = int(gold[m.start(2):m.end(2)])
+        for shifted in (value - 1, value + 1):
+            out.append(("constant_shift", gold[:m.start(2)] + str(shifted) + gold[m.end(2):]))
+    parts = _conjuncts(gold)
+    if parts is not None:
+        start, end, conj = parts
+        if len(conj) == 1:
+            w = max(i for i in _words(masked, depth, "WHERE"))
+            out.append(("drop_conjunct", (gold[:w].rstrip() + _tail_space(gold, end) + gold[end:].lstrip()).strip()))
+        else:
+            for i in range(len(conj)):
+                rest = " AND ".join(c for j, c in enumerate(conj) if j != i)
+                out.append(("drop_conjunct", gold[:start] + " " + rest + _tail_space(gold, end) + gold[end:].lstrip()))
+    for m in re.finditer(r"(?<!\w)(INNER\s+JOIN|(?<!LEFT )(?<!OUTER )(?<!CROSS )JOIN)(?!\w)", masked, re.I):
+        out.append(("left_join", gold[:m.start()] + "LEFT JOIN" + gold[m.end():]))
+    for m in re.finditer(r"(?<![<>!])=\s*'", masked):
+        out.append(("like_for_eq", gold[:m.start()] + "LIKE " + gold[m.end() - 1:]))
+    seen, unique = {gold}, []
+    for cat, sql in out:
+        if sql not in seen:
+            seen.add(sql)
+            unique.append((cat, sql))
+    return unique
+
+
+_NOT_ALIASES = {"WHERE", "ON", "INNER", "LEFT", "RIGHT", "JOIN", "GROUP", "ORDER", "LIMIT", "USING",
+                "CROSS", "NATURAL", "OUTER", "UNION", "EXCEPT", "INTERSECT", "HAVING", "AS", "WINDOW"}
+
+
+def derive_rewrites(gold: str) -> list[tuple[str, str]]:
+    """(category, SQL) rewrites of one gold query that mean the same thing on every database."""
+    import re
+
+    gold = gold.strip().rstrip(";").strip()
+    out = [("self", gold), ("wrapped", f"SELECT * FROM ({gold})")]
+    parts = _conjuncts(gold)
+    if parts is not None and len(parts[2]) > 1:
+        start, end, conj = parts
+        out.append(("conjuncts_reordered",
+                    gold[:start] + " " + " AND ".join(reversed(conj)) + _tail_space(gold, end) + gold[end:].lstrip()))
+    masked, _ = _masked(gold)
+    aliases = []
+    for m in re.finditer(r"(?<!\w)(?:FROM|JOIN)\s+[\w`\"]+\s+(?:AS\s+)?([A-Za-z_]\w*)", masked, re.I):
+        if m.group(1).upper() not in _NOT_ALIASES and m.group(1) not in aliases:
+            aliases.append(m.group(1))
+    if aliases:
+        renamed, masked_now = gold, masked
+        for a in aliases:
+            new = f"alias_{a}"
+            pattern = rf"(?<![\w.]){re.escape(a)}(?=\s*\.)|(?<=\s){re.escape(a)}(?=\s*(?:$|[\s,)]))"
+            pieces, last = [], 0
+            for m in re.finditer(pattern, masked_now, re.I):
+                pieces.append(renamed[last:m.start()] + new)
+                last = m.end()
+            renamed = "".join(pieces) + renamed[last:]
+            masked_now, _ = _masked(renamed)
+        if renamed != gold:
+            out.append(("aliases_renamed", renamed))
+    return out
+
+
+@dataclass
+class MeasureRow:
+    kind: str  # "mutation" | "rewrite"
+    category: str
+    candidates: int = 0  # derived
+    kept: int = 0  # match on the real database (the pairs measured)
+    refuted: int = 0
+    skipped: int = 0  # check skipped (too large, no informative copy, ...)
+    by_copy: dict[str, int] = field(default_factory=dict)  # refuting copy kind -> pairs
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig, *, concurrency: int = 2,
+            examples: int = 3, progress: bool = True) -> dict[str, Any]:
+    """Derive the pairs from every gold in `rows` (BIRD questions), keep those that match on the
+    real database, run the check on them; per category: pairs, refuted, refuting copy kind."""
+    from t2sql.progress import Progress
+
+    local = threading.local()
+
+    def original(path: str):
+        dbs = getattr(local, "dbs", None)
+        if dbs is None:
+            dbs = local.dbs = {}
+        if path not in dbs:
+            dbs[path] = t2sql.Database(path)
+        return dbs[path]
+
+    checker = EquivalenceChecker(concurrency=concurrency)
+    table: dict[tuple[str, str], MeasureRow] = {}
+    for cat in MUTATIONS:
+        table[("mutation", cat)] = MeasureRow("mutation", cat)
+    for cat in REWRITES:
+        table[("rewrite", cat)] = MeasureRow("rewrite", cat)
+    refuted_rewrites: list[dict[str, Any]] = []
+    not_matching_rewrites: list[dict[str, Any]] = []
+    samples: dict[str, list[dict[str, Any]]] = {}
+    missed: dict[str, list[dict[str, Any]]] = {}
+    lock = threading.Lock()
+
+    def one(row: dict[str, Any]) -> None:
+        db_path = os.path.join(db_root, row["db_id"], f"{row['db_id']}.sqlite")
+        gold = row["SQL"]
+        db = original(db_path)
+        try:
+            n = db.count_rows(gold, config.timeout_s)
+        except t2sql.T2sqlError:
+            n = None
+        pairs = [("mutation", c, s) for c, s in derive_mutations(gold, n)]
+        pairs += [("rewrite", c, s) for c, s in derive_rewrites(gold)]
+        for kind, cat, pred in pairs:
+            v = db.grade(pred, gold, config.semantics, config.float_digits, config.timeout_s)
+            entry = {"question_id": row.get("question_id"), "db_id": row["db_id"], "gold": gold, "pred": pred}
+            with lock:
+                table[(kind, cat)].candidates += 1
+            if v.outcome != "match":
+                if kind == "rewrite":
+                    with lock:
+                        not_matching_rewrites.append({**entry, "outcome": v.outcome, "detail": v.detail})
+                continue
+            report = checker.check_sync(db_path, pred, gold, config)
+            with lock:
+                r = table[(kind, cat)]
+                r.kept += 1
+                if report.skipped_reason:
+                    r.skipped += 1
+                if report.refuted:
+                    r.refuted += 1
+                    copy_kind = report.refuting_copy.split(":")[0]
+                    r.by_copy[copy_kind] = r.by_copy.get(copy_kind, 0) + 1
+                    if kind == "rewrite":
+                        refuted_rewrites.append({**entry, "copy": report.refuting_copy, "detail": report.detail})
+                    elif len(samples.setdefault(cat, [])) < examples:
+                        samples[cat].append({**entry, "copy": report.refuting_copy, "detail": report.detail})
+                elif kind == "mutation" and len(missed.setdefault(cat, [])) < examples:
+                    missed[cat].append(entry)
+
+    started = time.perf_counter()
+    try:
+        with Progress(len(rows), "equivalence", stream=None if progress else open(os.devnull, "w")) as bar:
+            with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+                for fut in concurrent.futures.as_completed([pool.submit(one, r) for r in rows]):
+                    fut.result()
+                    bar.advance()
+        cache = checker.cache.stats()
+    finally:
+        checker.close()
+    return {
+        "config": asdict(config),
+        "questions": len(rows),
+        "rows": [r.to_dict() for r in table.values()],
+        "refuted_rewrites": refuted_rewrites,
+        "rewrites_not_matching": not_matching_rewrites,
+        "examples_refuted": samples,
+        "examples_missed": missed,
+        "copy_cache": cache,
+        "elapsed_s": round(time.perf_counter() - started, 2),
+    }
+
+
+def format_measurement(result: dict[str, Any]) -> str:
+    lines = [f"equivalence check on {result['questions']} gold queries "
+             f"({result['config']['copies']} copies, seed {result['config']['seed']}, {result['elapsed_s']}s)", ""]
+    head = f"{'kind':<9} {'category':<20} {'derived':>7} {'pairs':>6} {'refuted':>8} {'share':>6}  by copy"
+    lines += [head, "-" * len(head)]
+    totals: dict[str, list[int]] = {}
+    for r in result["rows"]:
+        share = f"{r['refuted'] / r['kept']:.1%}" if r["kept"] else "-"
+        by = ", ".join(f"{k} {v}" for k, v in sorted(r["by_copy"].items())) or "-"
+        lines.append(f"{r['kind']:<9} {r['category']:<20} {r['candidates']:>7} {r['kept']:>6} {r['refuted']:>8} "
+                     f"{share:>6}  {by}")
+        t = totals.setdefault(r["kind"], [0, 0, 0])
+        t[0] += r["candidates"]
+        t[1] += r["kept"]
+        t[2] += r["refuted"]
+    lines.append("-" * len(head))
+    for kind, (c, k, f) in totals.items():
+        share = f"{f / k:.1%}" if k else "-"
+        lines.append(f"{kind:<9} {'all':<20} {c:>7} {k:>6} {f:>8} {share:>6}")
+    skipped_total = sum(r["skipped"] for r in result["rows"])
+    lines.append("")
+    lines.append(f"checks skipped: {skipped_total}; rewrites that did not match on the real database: "
+                 f"{len(result['rewrites_not_matching'])}; copy cache: {result['copy_cache']}")
+    for item in result["refuted_rewrites"][:10]:
+        lines.append(f"REFUTED REWRITE q{item['question_id']} ({item['copy']}): {item['pred']}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("--measure", action="store_true",
+                        help="measure the check on BIRD-layout data (the only mode for now)")
+    parser.add_argument("--data", required=True, help="BIRD questions (dev.json: question_id, db_id, SQL)")
+    parser.add_argument("--db-root", required=True, help="databases at <db-root>/<db_id>/<db_id>.sqlite")
+    parser.add_argument("--preset", default=None, help="t2sql preset for copies, seed, caps and semantics")
+    parser.add_argument("--copies", type=int, default=None, help="override the preset's equivalence_copies")
+    parser.add_argument("--seed", type=int, default=None, help="override the preset's equivalence_seed")
+    parser.add_argument("--db", action="append", default=[], metavar="DB_ID", help="only these databases")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON on stdout")
+
+
+def run(args: Any) -> int:
+    import json
+    import sys
+
+    from t2sql.reward import PresetError, get_preset
+
+    try:
+        preset = get_preset(args.preset)
+        changes = {}
+        if args.copies is not None:
+            changes["equivalence_copies"] = args.copies
+        if args.seed is not None:
+            changes["equivalence_seed"] = args.seed
+        config = EquivalenceConfig.from_preset(preset.replace(**changes) if changes else preset)
+        with open(args.data, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, list):
+            raise EquivalenceError(f"{args.data}: expected a JSON list of BIRD questions")
+    except (OSError, json.JSONDecodeError, PresetError, EquivalenceError) as e:
+        print(f"t2sql equivalence: {e}", file=sys.stderr)
+        return 2
+    rows = []
+    for i, row in enumerate(data):
+        if not isinstance(row, dict) or not isinstance(row.get("SQL"), str) or not isinstance(row.get("db_id"), str):
+            print(f"{args.data}: entry {i} skipped: needs string fields db_id and SQL", file=sys.stderr)
+            continue
+        if args.db and row["db_id"] not in args.db:
+            continue
+        rows.append(row)
+    if args.limit is not None:
+        rows = rows[: args.limit]
+    missing = sorted({r["db_id"] for r in rows
+                      if not os.path.isfile(os.path.join(args.db_root, r["db_id"], f"{r['db_id']}.sqlite"))})
+    if missing:
+        print(f"t2sql equivalence: no database for {', '.join(missing)} under {args.db_root} "
+              "(expected <db-root>/<db_id>/<db_id>.sqlite)", file=sys.stderr)
+        return 2
+    result = measure(rows, args.db_root, config, concurrency=args.concurrency)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(format_measurement(result))
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    _parser = argparse.ArgumentParser(prog="python -m t2sql.equivalence", description=__doc__.splitlines()[0])
+    add_arguments(_parser)
+    sys.exit(run(_parser.parse_args()))
