@@ -1,4 +1,4 @@
-"""The `t2sql` command: grade, eval, gold, convert, bench.
+"""The `t2sql` command: grade, eval, gold, convert, bench, curriculum, equivalence, prompt.
 
 Each subcommand lives in the module named after its domain; that module exposes
 `add_arguments(parser)` and `run(args) -> int`. Modules are imported only when their
@@ -18,6 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gold": ("t2sql.gold", "run every gold query of a split, fill the gold cache, report"),
     "convert": ("t2sql.data", "convert a BIRD-layout data release into miles jsonl"),
     "bench": ("t2sql.bench", "benchmarks of the grading core against its peers"),
+    "curriculum": ("t2sql.curriculum", "inspect a saved curriculum state (hint levels, weights, hints)"),
+    "equivalence": ("t2sql.equivalence", "measure the equivalence check on BIRD-layout data"),
+    "prompt": ("t2sql.show_prompt", "print the rendered prompt of one task"),
 }
 
 

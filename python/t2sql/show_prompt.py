@@ -1,0 +1,105 @@
+"""`t2sql prompt`: print the rendered prompt of one task (system and user messages), as the model sees it.
+
+    t2sql prompt --data dev.json --db-root DIR --index N [--preset NAME] [--json]
+
+`--data` is a BIRD question file (a JSON list) or a t2sql/miles jsonl (one row per line); the task
+is the N-th row (0-based), or the row with `--question-id`. Rows that a converted file carries a
+prompt for are rendered anew from the task, so what is printed is what this version would build.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+class PromptCommandError(ValueError):
+    """The task cannot be found or read; the message says what to pass."""
+
+
+def read_rows(path: str) -> list[Any]:
+    """The rows of a BIRD JSON list or a jsonl file; a bad jsonl line is reported and skipped."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PromptCommandError(f"{path}: not valid JSON ({e})") from None
+        return list(data)
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            print(f"{path}:{n}: skipped, not JSON ({e})", file=sys.stderr)
+    return rows
+
+
+def pick(rows: list[Any], index: int | None, question_id: str | None) -> Any:
+    if question_id is not None:
+        for row in rows:
+            if isinstance(row, dict):
+                ids = {str(row.get("question_id")), str((row.get("metadata") or {}).get("question_id")),
+                       str((row.get("label") or {}).get("question_id") if isinstance(row.get("label"), dict) else None)}
+                if question_id in ids:
+                    return row
+        raise PromptCommandError(f"no row with question_id {question_id!r}")
+    index = 0 if index is None else index
+    if not -len(rows) <= index < len(rows):
+        raise PromptCommandError(f"--index {index} is out of range: the file has {len(rows)} rows (0-based)")
+    return rows[index]
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("--data", required=True, help="BIRD questions (JSON list) or a t2sql jsonl")
+    parser.add_argument("--db-root", default=None,
+                        help="databases at <db-root>/<db_id>/<db_id>.sqlite (default: the row's db_path)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--index", type=int, default=None, help="0-based row number (default 0)")
+    which.add_argument("--question-id", default=None, help="the row with this question_id")
+    parser.add_argument("--preset", default=None, help="t2sql preset (default: the recipe's)")
+    parser.add_argument("--json", action="store_true", help="print the messages and tools as JSON")
+
+
+def run(args: Any) -> int:
+    from t2sql.episode import Task, TaskError
+    from t2sql.prompt import SchemaError, build_prompt, tool_specs
+    from t2sql.reward import PresetError, get_preset
+
+    try:
+        preset = get_preset(args.preset)
+        row = pick(read_rows(args.data), args.index, args.question_id)
+        task = Task.from_row(row, args.db_root)
+        messages = build_prompt(task, preset)
+    except (OSError, PromptCommandError, TaskError, PresetError, SchemaError) as e:
+        print(f"t2sql prompt: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # the core's DatabaseError and friends: say which database
+        from t2sql import T2sqlError
+
+        if isinstance(e, T2sqlError):
+            print(f"t2sql prompt: {task.db_path}: {e}", file=sys.stderr)
+            return 2
+        raise
+    if args.json:
+        print(json.dumps({"question_id": task.question_id, "messages": messages, "tools": tool_specs()},
+                         indent=1, ensure_ascii=False))
+        return 0
+    for m in messages:
+        print(f"===== {m['role']} =====")
+        print(m["content"])
+    print(f"===== tools: {', '.join(t['function']['name'] for t in tool_specs())} =====")
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+
+    _parser = argparse.ArgumentParser(prog="python -m t2sql.show_prompt", description=__doc__.splitlines()[0])
+    add_arguments(_parser)
+    sys.exit(run(_parser.parse_args()))
