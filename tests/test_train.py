@@ -105,6 +105,30 @@ def test_options_change_the_command():
     assert train.runtime_env(c, {"WANDB_API_KEY": "sekrit"})["WANDB_API_KEY"] == "sekrit"  # the real run gets it
 
 
+def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
+    def flags(**kw) -> list[str]:
+        return _flags(train.render_dry_run(train.TrainConfig(output_dir="/d", run_id="r", **kw), environ={}))
+
+    recipe = flags()
+    assert get_preset("qwen3.6-35b-a3b").loss == "cispo" and get_preset("bare").loss == "grpo"
+    assert _value(recipe, "--custom-loss-function-path") == train.CISPO_LOSS_PATH
+    assert _value(recipe, "--data-source-path") == "t2sql.curriculum.CurriculumDataSource"
+    assert _value(recipe, "--rollout-all-samples-process-path") == "t2sql.curriculum.record_rollout"
+    bare = flags(recipe="bare")
+    assert "--loss-type" not in bare and "--custom-loss-function-path" not in bare
+    assert "--data-source-path" not in bare and "--rollout-all-samples-process-path" not in bare
+    assert _value(bare, "--advantage-estimator") == "grpo"
+    overridden = flags(loss="grpo")  # --loss wins over the preset; the curriculum stays
+    assert "--custom-loss-function-path" not in overridden and "--data-source-path" in overridden
+    assert "--custom-loss-function-path" in flags(recipe="bare", loss="cispo")
+    proc = _run(["-m", "t2sql.train", "train", "--dry-run", "--recipe", "bare", *FIXED])
+    assert proc.returncode == 0 and "loss grpo" in proc.stdout.splitlines()[0]
+    # miles cannot run the curriculum's after-rollout hook under --fully-async: refused up front.
+    with pytest.raises(train.LaunchError, match="--fully-async"):
+        train.train_argv(train.TrainConfig(run_id="r", extra_args="--fully-async"))
+    assert "--fully-async" in train.train_argv(train.TrainConfig(run_id="r", recipe="bare", extra_args="--fully-async"))
+
+
 def test_bad_options_are_refused_clearly():
     with pytest.raises(train.LaunchError, match="--loss"):
         train.TrainConfig(loss="ppo2")

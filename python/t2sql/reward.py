@@ -57,6 +57,7 @@ OUTCOMES: tuple[str, ...] = (
 )
 
 SEMANTICS = ("multiset", "ordered", "set", "auto")
+LOSSES = ("grpo", "cispo")  # t2sql.train's loss blocks
 
 # Switches reserved for the recipe extras (equivalence check, re-draft and repetition guards).
 # They live in every preset so runs print them, but no built-in term reads them: the module that
@@ -139,6 +140,8 @@ class Preset:
     curriculum_release_share: float  # a hinted group at least this correct gives a level back (0 = never)
     curriculum_weight_floor: float  # draw weight max(p(1-p), floor): no task vanishes
     curriculum_weighted_from_epoch: int  # 1-based; earlier epochs are plain seeded shuffles
+    # -- training (t2sql.train reads it; `t2sql-train train --loss` overrides it)
+    loss: str  # grpo | cispo (t2sql.cispo, a miles custom loss)
 
     def __post_init__(self) -> None:
         problems = []
@@ -163,6 +166,8 @@ class Preset:
         for f in ("tool_timeout_s", "grade_timeout_s", "equivalence_timeout_s"):
             if not getattr(self, f) > 0:
                 problems.append(f"{f} must be > 0")
+        if self.loss not in LOSSES:
+            problems.append(f"loss must be one of {', '.join(LOSSES)}")
         if self.semantics not in SEMANTICS:
             problems.append(f"semantics must be one of {', '.join(SEMANTICS)}")
         if self.float_digits is not None and not 1 <= self.float_digits <= 17:
@@ -265,6 +270,7 @@ _RECIPE = Preset(
     curriculum_release_share=0.5,
     curriculum_weight_floor=0.01,  # 1/25 of the largest weight (0.25)
     curriculum_weighted_from_epoch=2,
+    loss="cispo",
 )
 
 PRESETS: dict[str, Preset] = {
@@ -281,6 +287,7 @@ PRESETS: dict[str, Preset] = {
         ngram_repetition_penalty=0.0,
         repeated_turn_penalty=0.0,
         curriculum=False,
+        loss="grpo",
     ),
 }
 

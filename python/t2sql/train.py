@@ -3,6 +3,9 @@
     t2sql-train prepare --output-dir /data/t2sql [--data-release PATH | --data-repo REPO]
     t2sql-train train   --output-dir /data/t2sql [--num-nodes N] [--loss grpo|cispo] [--dry-run]
 
+The preset (--recipe) chooses the loss (--loss overrides it) and, when its `curriculum` switch is on,
+adds the curriculum's data source and after-rollout hook (t2sql.curriculum).
+
 `prepare` checks free disk first, converts the data release into miles jsonl (t2sql.data),
 records the database manifest, runs every gold query once (validates the data and fills the gold
 cache), then downloads the checkpoint (huggingface_hub) and converts it to Megatron's torch_dist
@@ -45,6 +48,8 @@ MEGATRON_MODEL_TYPE = "qwen3.6-35B-A3B"  # miles' scripts/models/qwen3.6-35B-A3B
 GENERATE_PATH = "t2sql.sql_episode.generate"
 REWARD_PATH = "t2sql.sql_episode.reward_func"
 CISPO_LOSS_PATH = "t2sql.cispo.cispo_loss"
+CURRICULUM_DATA_SOURCE_PATH = "t2sql.curriculum.CurriculumDataSource"
+CURRICULUM_HOOK_PATH = "t2sql.curriculum.record_rollout"
 REWARD_KEY = "reward"  # the scalar in reward_func's dict
 EVAL_REWARD_KEY = "correct"  # evaluation scores correct only (1 or 0)
 CATEGORY_KEY = "category"  # the outcome category, for --log-reward-category
@@ -67,7 +72,7 @@ class TrainConfig:
     output_dir: str = "/root/t2sql"
     run_id: str = ""  # default: t2sql-<UTC time>
     recipe: str = "qwen3.6-35b-a3b"  # t2sql preset: budgets, reward table
-    loss: str = "grpo"  # grpo | cispo
+    loss: str = ""  # grpo | cispo; empty: the preset's `loss` (cispo in the recipe, grpo in bare)
     num_nodes: int = 1
     num_gpus_per_node: int = 8
     miles_path: str = "/root/miles"
@@ -106,6 +111,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not self.run_id:
             self.run_id = "t2sql-" + datetime.datetime.now(datetime.timezone.utc).strftime("%y%m%d-%H%M%S")
+        if not self.loss:
+            self.loss = _preset(self).loss
         if self.loss not in LOSS_BLOCKS:
             raise LaunchError(f"--loss {self.loss!r}: choose one of {', '.join(LOSS_BLOCKS)}")
         if self.num_nodes < 1 or self.num_gpus_per_node < 1:
@@ -175,6 +182,22 @@ def data_block(c: TrainConfig) -> list[str]:
         "--tool-key", "tools",
         "--apply-chat-template-kwargs", json.dumps({"enable_thinking": c.enable_thinking}),
         "--rollout-shuffle",
+    ]
+
+
+def curriculum_block(c: TrainConfig) -> list[str]:
+    """The curriculum's two miles hooks when the preset switches it on (t2sql.curriculum reads the
+    preset through --text-to-sql-recipe). miles refuses the after-rollout hook under --fully-async."""
+    if not _preset(c).curriculum:
+        return []
+    if "--fully-async" in shlex.split(c.extra_args):
+        raise LaunchError(
+            f"preset {c.recipe} turns the curriculum on, and its after-rollout hook cannot run with "
+            "--fully-async; drop --fully-async or choose a preset with curriculum off (e.g. --recipe bare)"
+        )
+    return [
+        "--data-source-path", CURRICULUM_DATA_SOURCE_PATH,
+        "--rollout-all-samples-process-path", CURRICULUM_HOOK_PATH,
     ]
 
 
@@ -317,6 +340,7 @@ def misc_block(c: TrainConfig) -> list[str]:
 BLOCKS = (
     ("checkpoint", checkpoint_block),
     ("data", data_block),
+    ("curriculum", curriculum_block),
     ("rollout", rollout_block),
     ("text-to-sql", text_to_sql_block),
     ("eval", eval_block),
@@ -331,7 +355,7 @@ BLOCKS = (
 
 
 def train_blocks(c: TrainConfig) -> list[tuple[str, list[str]]]:
-    blocks = [(name, build(c)) for name, build in BLOCKS]
+    blocks = [(name, flags) for name, build in BLOCKS if (flags := build(c))]  # an empty block is off
     if c.extra_args.strip():
         blocks.append(("extra", shlex.split(c.extra_args)))
     return blocks
@@ -679,7 +703,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="launch the miles run (or print it with --dry-run)")
     _add_common(t)
     t.add_argument("--run-id", default="", help="names the checkpoint directory and the wandb group")
-    t.add_argument("--loss", choices=sorted(LOSS_BLOCKS), default=d.loss)
+    t.add_argument("--loss", choices=sorted(LOSS_BLOCKS), default="",
+                   help="default: the preset's loss (cispo in qwen3.6-35b-a3b, grpo in bare)")
     t.add_argument("--num-nodes", type=int, default=d.num_nodes, help="nodes of an already started Ray cluster")
     t.add_argument("--num-rollout", type=int, default=d.num_rollout)
     t.add_argument("--rollout-batch-size", type=int, default=d.rollout_batch_size)
