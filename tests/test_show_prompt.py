@@ -1,0 +1,66 @@
+"""`t2sql prompt` prints what an Episode shows the model; `t2sql curriculum` is reachable from `t2sql`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import t2sql
+from t2sql.curriculum import Curriculum
+from t2sql.episode import Task
+from t2sql.prompt import build_prompt
+from t2sql.reward import get_preset
+
+SAMPLE = Path(t2sql.__file__).parent / "sample"  # the embedded BIRD superhero sample
+
+
+def t2sql_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "t2sql.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_prompt_prints_the_messages_an_episode_starts_from():
+    rows = json.loads((SAMPLE / "dev.json").read_text())
+    proc = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE), "--index", "4", "--json")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    expected = build_prompt(Task.from_row(rows[4], SAMPLE), get_preset())
+    assert shown["question_id"] == str(rows[4]["question_id"]) and shown["messages"] == expected
+    assert shown["tools"][0]["function"]["name"] == "execute_sql_query"
+    text = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE),
+                     "--question-id", str(rows[4]["question_id"]), "--preset", "bare")
+    assert text.returncode == 0 and "===== user =====" in text.stdout and rows[4]["question"] in text.stdout
+
+
+def test_prompt_reads_a_converted_jsonl_and_skips_bad_lines(tmp_path):
+    rows = json.loads((SAMPLE / "dev.json").read_text())
+    row = dict(rows[0], db_path=str(SAMPLE / "superhero" / "superhero.sqlite"))
+    data = tmp_path / "train.jsonl"
+    data.write_text("{not json\n" + json.dumps(row) + "\n")
+    proc = t2sql_cli("prompt", "--data", str(data), "--index", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert "train.jsonl:1: skipped" in proc.stderr and rows[0]["question"] in proc.stdout
+
+
+def test_prompt_errors_say_what_to_pass(tmp_path):
+    out_of_range = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE), "--index", "100000")
+    assert out_of_range.returncode == 2 and "out of range" in out_of_range.stderr
+    unknown = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE), "--question-id", "nope")
+    assert unknown.returncode == 2 and "no row with question_id 'nope'" in unknown.stderr
+    no_db = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(tmp_path), "--index", "0")
+    assert no_db.returncode == 2 and "superhero" in no_db.stderr
+    preset = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE), "--preset", "x")
+    assert preset.returncode == 2 and "choose one of" in preset.stderr
+
+
+def test_curriculum_is_a_t2sql_subcommand(tmp_path):
+    policy = Curriculum(["a", "b"], seed=1)
+    policy.next_tasks(2)
+    policy.observe("a", [False] * 4)
+    state = tmp_path / "t2sql_curriculum_3.json"
+    policy.save(state)
+    proc = t2sql_cli("curriculum", str(state), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["summary"]["hinted"] == 1
+    assert "curriculum" in t2sql_cli("--help").stdout
