@@ -216,30 +216,34 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
     return rows
 
 
-def _burn(n: int = 5_000_000) -> None:
+def _burn(n: int = 5_000_000) -> float:
+    started = time.perf_counter()
     x = 0
     for i in range(n):
         x += i
+    return time.perf_counter() - started
+
+
+def _burn_after(barrier, results) -> None:
+    barrier.wait()  # all children start burning together, after their start-up
+    results.put(_burn())
 
 
 def effective_cores(workers: int) -> float:
-    """How many cores this machine gives right now: a fixed pure-CPU job in 1 process vs in
+    """How many cores this machine gives right now: a fixed pure-CPU job alone vs in
     `workers` processes at once. On a shared VM this caps every speedup in the table."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
-    started = time.perf_counter()
-    _burn()
-    one = time.perf_counter() - started
-    procs = [ctx.Process(target=_burn) for _ in range(workers)]
+    barrier, results = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=_burn_after, args=(barrier, results)) for _ in range(workers)]
     for p in procs:
         p.start()
-    # Spawn start-up is not part of the job: time from when every child is running.
-    started = time.perf_counter()
+    times = [results.get(timeout=120) for _ in procs]
     for p in procs:
         p.join()
-    many = time.perf_counter() - started
-    return round(workers * one / many, 2)
+    alone = _burn()
+    return round(workers * alone / max(times), 2)
 
 
 def bench_gold_precompute(pairs, workers: int, backend: str) -> dict[str, Any]:
@@ -293,6 +297,7 @@ def run(args) -> int:
         "grades": bench_grades(pairs, args.workers, args.tasks, args.backend, args.repeat),
         "gold_precompute": bench_gold_precompute(pairs, args.workers, args.backend),
     }
+    result["effective_cores_after"] = effective_cores(args.workers)
     _say("")
     if args.json:
         print(json.dumps(result, indent=1))
@@ -304,8 +309,9 @@ def run(args) -> int:
 def print_table(r: dict[str, Any]) -> None:
     print(f"t2sql bench serving — SQLite {r['sqlite']}, {r['cores']} cores, {r['pairs']} BIRD dev pairs, "
           f"backend {r['backend']}")
-    print(f"machine right now: load average {r['load_average']}, effective cores {r['effective_cores']} "
-          f"(pure-CPU job, 1 vs {r['cores']} processes; caps every speedup below)\n")
+    print(f"machine: load average {r['load_average']} at start; effective cores {r['effective_cores']} before, "
+          f"{r.get('effective_cores_after', '?')} after (a pure-CPU job alone vs in {r['cores']} processes; "
+          "this caps every speedup below)\n")
     t = r["tool_latency"]
     print(f"tool call, small query on a warm connection ({t['queries']} calls: {t['query']})")
     print(f"  {'path':<34}{'p50 µs':>10}{'p99 µs':>10}{'p50 overhead µs':>18}")
