@@ -190,6 +190,19 @@ def test_same_seed_same_verdict_other_seed_other_copies():
     assert counts[7] != counts[8] and all(c < 5825 for c in counts.values())
 
 
+def test_the_gold_runs_once_per_copy_for_a_whole_group():
+    with eq.EquivalenceChecker(concurrency=1) as c:
+        for pred in (PRED_IN, GOLD_JOIN, f"SELECT * FROM ({GOLD_JOIN})"):
+            c.check_sync(SUPERHERO, pred, GOLD_JOIN, CONFIG)
+        entries = [c.cache.entry(SUPERHERO, kind, seed, max_bytes=CONFIG.max_bytes)
+                   for kind, seed in eq.copy_plan(CONFIG.copies, CONFIG.seed)]
+        assert c.cache.builds == CONFIG.copies
+        assert [len(e.golds) for e in entries] == [1] * CONFIG.copies  # one digest per copy, reused
+        # A gold that fails on a copy is not kept: it is tried again next time.
+        c.check_sync(SUPERHERO, "SELECT 'x'", ERRORS_ELSEWHERE, CONFIG)
+        assert sum(len(e.golds) for e in entries) < 2 * CONFIG.copies
+
+
 def test_a_database_over_the_cap_is_skipped_and_never_refuted():
     size = os.path.getsize(SUPERHERO)
     config = eq.EquivalenceConfig(copies=3, seed=1, max_bytes=size - 1, timeout_s=5.0)

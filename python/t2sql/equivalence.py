@@ -72,8 +72,8 @@ AGREEING = frozenset({"match"})
 
 SKIP_REASONS = ("not_correct", "too_large", "database_error", "no_informative_copy", "no_task")
 
-# The per-process copy cache: room for the three copies of four databases, and at most 1 GiB.
-DEFAULT_CACHE_COPIES = 12
+# The per-process copy cache: bytes are the real bound (1 GiB); the count only caps bookkeeping.
+DEFAULT_CACHE_COPIES = 64
 DEFAULT_CACHE_BYTES = 1 << 30
 
 
@@ -173,10 +173,29 @@ class DatabaseTooLarge(EquivalenceError):
     """The database is above the size cap for in-memory copies."""
 
 
+# Gold digests kept per copy: a group of 16 samples of one task grades against the same gold.
+GOLDS_PER_COPY = 4096
+
+
 @dataclass
-class _Entry:
-    db: Any  # t2sql.Database
+class CopyEntry:
+    db: Any  # t2sql.Database, the perturbed copy
     nbytes: int
+    golds: OrderedDict = field(default_factory=OrderedDict)  # (gold, semantics, digits, secret) -> Digest
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def gold(self, key: tuple) -> Any:
+        with self.lock:
+            digest = self.golds.get(key)
+            if digest is not None:
+                self.golds.move_to_end(key)
+            return digest
+
+    def keep_gold(self, key: tuple, digest: Any) -> None:
+        with self.lock:
+            self.golds[key] = digest
+            while len(self.golds) > GOLDS_PER_COPY:
+                self.golds.popitem(last=False)
 
 
 class CopyCache:
@@ -191,7 +210,7 @@ class CopyCache:
         self.max_copies = max_copies
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple, CopyEntry] = OrderedDict()
         self._building: dict[tuple, concurrent.futures.Future] = {}
         self.builds = 0
         self.hits = 0
@@ -210,6 +229,10 @@ class CopyCache:
     def get(self, db_path: str, kind: str, seed: int, *, max_bytes: int) -> Any:
         """The copy (a t2sql.Database), built now if needed. Raises DatabaseTooLarge when the file
         is above `max_bytes`, t2sql.DatabaseError when it cannot be read or copied."""
+        return self.entry(db_path, kind, seed, max_bytes=max_bytes).db
+
+    def entry(self, db_path: str, kind: str, seed: int, *, max_bytes: int) -> CopyEntry:
+        """The copy with its gold digests (see `get`)."""
         if kind not in KINDS:
             raise EquivalenceError(f"unknown perturbation {kind!r}; use one of {', '.join(KINDS)}")
         try:
@@ -226,7 +249,7 @@ class CopyCache:
             if entry is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return entry.db
+                return entry
             pending = self._building.get(key)
             owner = pending is None
             if owner:
@@ -240,13 +263,14 @@ class CopyCache:
             except ValueError as e:  # the core's own size check (the file grew since the stat)
                 raise DatabaseTooLarge(str(e)) from None
             nbytes = st.st_size + (st.st_size // 3 if kind == "duplicate" else 0)
+            entry = CopyEntry(db, nbytes)
             with self._lock:
                 self.builds += 1
                 self.build_s += time.perf_counter() - started
-                self._entries[key] = _Entry(db, nbytes)
+                self._entries[key] = entry
                 self._evict()
-            pending.set_result(db)
-            return db
+            pending.set_result(entry)
+            return entry
         except BaseException as e:
             pending.set_exception(e)
             raise
@@ -297,21 +321,20 @@ class EquivalenceChecker:
         """The check, in the calling thread (scripts and the measurement)."""
         started = time.perf_counter()
         verdicts: list[CopyVerdict] = []
+        gold_key = (gold_sql, config.semantics, config.float_digits, t2sql.hash_secret_id())
         for kind, seed in copy_plan(config.copies, config.seed):
             try:
-                copy = self.cache.get(db_path, kind, seed, max_bytes=config.max_bytes)
+                copy = self.cache.entry(db_path, kind, seed, max_bytes=config.max_bytes)
             except DatabaseTooLarge as e:
                 return _done(False, None, "too_large", verdicts, str(e), started)
             except t2sql.T2sqlError as e:
                 return _done(False, None, "database_error", verdicts, str(e), started)
             t0 = time.perf_counter()
             try:
-                v = copy.grade(pred_sql, gold_sql, config.semantics, config.float_digits, config.timeout_s,
-                               cancel=cancel)
-                outcome, detail = v.outcome, v.detail
+                outcome, detail = self._grade_on(copy, pred_sql, gold_sql, gold_key, config, cancel)
             except t2sql.QueryCancelled:
                 raise
-            except t2sql.T2sqlError as e:  # grade reports SQL problems as outcomes; this is the copy
+            except t2sql.DatabaseError as e:
                 return _done(False, None, "database_error", verdicts, str(e), started)
             verdict = CopyVerdict(kind, seed, outcome, detail, outcome in REFUTING,
                                   outcome in REFUTING or outcome in AGREEING, time.perf_counter() - t0)
@@ -322,6 +345,23 @@ class EquivalenceChecker:
             return _done(False, None, "no_informative_copy", verdicts,
                          "; ".join(f"{v.name}: {v.outcome}" for v in verdicts), started)
         return _done(False, None, None, verdicts, "", started)
+
+    @staticmethod
+    def _grade_on(copy: CopyEntry, pred_sql: str, gold_sql: str, gold_key: tuple, config: EquivalenceConfig,
+                  cancel: Any) -> tuple[str, str]:
+        """(verdict outcome, detail) on one copy; the gold's digest on it is computed once."""
+        digest = copy.gold(gold_key)
+        if digest is None:
+            try:
+                digest = copy.db.digest(gold_sql, config.semantics, config.float_digits, config.timeout_s,
+                                        cancel=cancel)
+            except t2sql.QueryTimeout as e:
+                return "gold_timeout", f"gold query timed out: {e}"
+            except (t2sql.SqlError, t2sql.UnsafeQuery) as e:
+                return "gold_error", f"gold query failed: {e}"
+            copy.keep_gold(gold_key, digest)  # failures are not kept: the next check tries again
+        v = copy.db.grade_against(pred_sql, digest, config.timeout_s, cancel=cancel)
+        return v.outcome, v.detail
 
     async def check(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig) -> EquivalenceReport:
         """The check on the checker's threads; cancelling the awaiting task interrupts SQLite."""
@@ -415,7 +455,7 @@ MUTATIONS: dict[str, str] = {
     "comparison_flip": ">= <-> >, <= <-> < (no row equals the constant)",
     "constant_shift": "a compared integer constant moved by 1 (selects the same rows)",
     "drop_conjunct": "one WHERE conjunct dropped (it filtered nothing)",
-    "left_join": "INNER JOIN -> LEFT JOIN (every row has a partner)",
+    "left_join": "INNER JOIN -> LEFT JOIN (every row has a partner; not when WHERE filters the joined table)",
     "like_for_eq": "= 'text' -> LIKE 'text' (case never differs; copies cannot show it)",
 }
 REWRITES: dict[str, str] = {
@@ -545,7 +585,8 @@ def derive_mutations(gold: str, row_count: int | None) -> list[tuple[str, str]]:
     for m in re.finditer(r"(?<!\w)DISTINCT\s+", masked, re.I):
         out.append(("drop_distinct", gold[:m.start()] + gold[m.end():]))
     selects = list(_words(masked, depth, "SELECT"))
-    one_row = returns_one_row(gold)  # DISTINCT or LIMIT added to it would mean the same thing
+    # DISTINCT or LIMIT added to a query that always returns one row would mean the same thing.
+    one_row = returns_one_row(gold) or (row_count == 1 and re.search(r"(?<!\w)LIMIT\s+1(?!\d)", masked, re.I))
     if selects and not one_row and not re.match(r"\s*DISTINCT\b", masked[selects[0] + 6:], re.I):
         p = selects[0] + 6
         out.append(("add_distinct", gold[:p] + " DISTINCT" + gold[p:]))
@@ -570,7 +611,15 @@ def derive_mutations(gold: str, row_count: int | None) -> list[tuple[str, str]]:
             for i in range(len(conj)):
                 rest = " AND ".join(c for j, c in enumerate(conj) if j != i)
                 out.append(("drop_conjunct", gold[:start] + " " + rest + _tail_space(gold, end) + gold[end:].lstrip()))
+    first_where = min(_words(masked, depth, "WHERE", None), default=len(masked))
     for m in re.finditer(r"(?<!\w)(INNER\s+JOIN|(?<!LEFT )(?<!OUTER )(?<!CROSS )JOIN)(?!\w)", masked, re.I):
+        # A WHERE that filters on the joined table rejects the NULL rows a LEFT JOIN adds: the
+        # edit would mean the same thing, so it is no false positive.
+        alias = re.match(r"\s+([\w`\"]+)(?:\s+(?:AS\s+)?([A-Za-z_]\w*))?", masked[m.end():], re.I)
+        names = {g.strip('`"').lower() for g in (alias.groups() if alias else ()) if g}
+        after_where = masked[first_where:].lower()
+        if any(re.search(rf"(?<![\w.]){re.escape(n)}\s*\.", after_where) for n in names - {"on", "where"}):
+            continue
         out.append(("left_join", gold[:m.start()] + "LEFT JOIN" + gold[m.end():]))
     for m in re.finditer(r"(?<![<>!])=\s*'", masked):
         out.append(("like_for_eq", gold[:m.start()] + "LIKE " + gold[m.end() - 1:]))
@@ -627,6 +676,7 @@ class MeasureRow:
     refuted: int = 0
     skipped: int = 0  # check skipped (too large, no informative copy, ...)
     by_copy: dict[str, int] = field(default_factory=dict)  # refuting copy kind -> pairs
+    by_db: dict[str, list[int]] = field(default_factory=dict)  # db_id -> [pairs, refuted]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -684,6 +734,9 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
             with lock:
                 r = table[(kind, cat)]
                 r.kept += 1
+                per_db = r.by_db.setdefault(row["db_id"], [0, 0])
+                per_db[0] += 1
+                per_db[1] += int(report.refuted)
                 if report.skipped_reason:
                     r.skipped += 1
                 if report.refuted:
@@ -739,6 +792,15 @@ def format_measurement(result: dict[str, Any]) -> str:
     for kind, (c, k, f) in totals.items():
         share = f"{f / k:.1%}" if k else "-"
         lines.append(f"{kind:<9} {'all':<20} {c:>7} {k:>6} {f:>8} {share:>6}")
+    per_db: dict[str, list[int]] = {}
+    for r in result["rows"]:
+        if r["kind"] == "mutation":
+            for db_id, (k, f) in r["by_db"].items():
+                t = per_db.setdefault(db_id, [0, 0])
+                t[0] += k
+                t[1] += f
+    for db_id, (k, f) in sorted(per_db.items()):
+        lines.append(f"{'mutation':<9} {'db ' + db_id:<20} {'':>7} {k:>6} {f:>8} {f / k if k else 0:>6.1%}")
     skipped_total = sum(r["skipped"] for r in result["rows"])
     lines.append("")
     lines.append(f"checks skipped: {skipped_total}; rewrites that did not match on the real database: "
