@@ -390,8 +390,9 @@ fn authorize(auth: &AuthState, digest_fn: &str, ctx: AuthContext<'_>) -> Authori
         }
         // The first use of an eponymous virtual table (json_each) may report a write to main's
         // schema; writes to main cannot happen on a read-only connection anyway.
+        // (An in-memory perturbed copy is writable: there, writes to main are refused too.)
         A::Insert { .. } | A::Update { .. } | A::Delete { .. }
-            if ctx.database_name == Some("main") =>
+            if ctx.database_name == Some("main") && !auth.writable =>
         {
             Authorization::Allow
         }

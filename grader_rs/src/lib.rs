@@ -306,6 +306,30 @@ mod bindings {
         }
     }
 
+    impl Verdict {
+        /// A prediction that never reached SQLite (not valid UTF-8).
+        fn pred_error(detail: String, semantics: Semantics, gold_rows: Option<u64>) -> Self {
+            Verdict {
+                outcome: Outcome::PredError.name(),
+                detail,
+                semantics: semantics.name(),
+                pred_rows: None,
+                gold_rows,
+                elapsed_s: 0.0,
+            }
+        }
+    }
+
+    /// A prediction's text, or the reason it is not SQL text: for the grading path an
+    /// undecodable prediction is a pred_error outcome, not an exception.
+    fn pred_text(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Result<String, String>> {
+        match sql_text(obj) {
+            Ok(s) => Ok(Ok(s)),
+            Err(e) if e.is_instance_of::<SqlError>(py) => Ok(Err(e.value(py).to_string())),
+            Err(e) => Err(e),
+        }
+    }
+
     #[pymethods]
     impl Verdict {
         #[getter]
@@ -434,19 +458,12 @@ mod bindings {
             timeout_s: f64,
             cancel: Option<&Bound<'_, Cancel>>,
         ) -> PyResult<Verdict> {
-            let pred = match sql_text(pred_sql) {
+            let pred = match pred_text(py, pred_sql)? {
                 Ok(s) => s,
-                Err(e) if e.is_instance_of::<SqlError>(py) => {
-                    return Ok(Verdict {
-                        outcome: Outcome::PredError.name(),
-                        detail: e.value(py).to_string(),
-                        semantics: gold.get().inner.semantics.name(),
-                        pred_rows: None,
-                        gold_rows: Some(gold.get().inner.rows),
-                        elapsed_s: 0.0,
-                    })
+                Err(detail) => {
+                    let g = &gold.get().inner;
+                    return Ok(Verdict::pred_error(detail, g.semantics, Some(g.rows)));
                 }
-                Err(e) => return Err(e),
             };
             let budget = budget(timeout_s, cancel)?;
             let g = gold.get().inner.clone();
@@ -471,19 +488,9 @@ mod bindings {
             let resolved = compare::resolve_semantics(&gold, semantics).map_err(to_py)?;
             let digits = check_digits(float_digits)?;
             let budget = budget(timeout_s, cancel)?;
-            let pred = match sql_text(pred_sql) {
+            let pred = match pred_text(py, pred_sql)? {
                 Ok(s) => s,
-                Err(e) if e.is_instance_of::<SqlError>(py) => {
-                    return Ok(Verdict {
-                        outcome: Outcome::PredError.name(),
-                        detail: e.value(py).to_string(),
-                        semantics: resolved.name(),
-                        pred_rows: None,
-                        gold_rows: None,
-                        elapsed_s: 0.0,
-                    })
-                }
-                Err(e) => return Err(e),
+                Err(detail) => return Ok(Verdict::pred_error(detail, resolved, None)),
             };
             Ok(self
                 .with(py, |gc| {
