@@ -146,13 +146,13 @@ def test_processes_fill_one_cache_at_once(tmp_path):
 
 def test_bench_serving_smoke():
     run = subprocess.run(
-        [sys.executable, "-m", "t2sql.cli", "bench", "serving", "--data", str(DEV), "--pairs", "24",
-         "--tool-calls", "50", "--tasks", "8", "--json"],
+        [sys.executable, "-m", "t2sql.cli", "bench", "serving", "--data", str(DEV), "--pairs", "12",
+         "--tool-calls", "30", "--tasks", "4", "--json"],
         capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
-    assert result["pairs"] == 24
+    assert result["pairs"] == 12
     assert all(row["not_matched"] == 0 for row in result["grades"].values())
     assert result["gold_precompute"]["warm"]["from_disk"] == result["gold_precompute"]["cold"]["computed"] > 0
     for path in ("python_sqlite3", "core_run_tool", "grader_async"):
