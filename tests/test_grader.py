@@ -272,6 +272,21 @@ def test_damaged_cache_entry_is_reported_deleted_and_recomputed(tmp_path, damage
         assert g.gold_sync(SUPERHERO, gold).source == "disk"
 
 
+def test_unreadable_cache_entry_keeps_the_grader_serving(tmp_path, caplog):
+    gold = "SELECT COUNT(*) FROM superhero WHERE gender_id = 2"
+    with Grader(concurrency=1, cache_dir=tmp_path) as g:
+        g.gold_sync(SUPERHERO, gold)
+    (entry,) = (tmp_path / "gold").rglob("*.digest")
+    entry.unlink()
+    entry.mkdir()  # something that cannot be read as a file, nor replaced by one
+    with Grader(concurrency=1, cache_dir=tmp_path) as g:
+        r = g.grade_sync(SUPERHERO, gold, gold)
+        stats = g.stats()
+    assert r.outcome == "match" and r.gold_rows == 1
+    assert stats["cache_corrupt"] == 1 and stats["cache_write_errors"] == 1
+    assert "unusable" in caplog.text and "could not write" in caplog.text
+
+
 def test_full_disk_when_writing_the_cache(tmp_path, monkeypatch):
     def disk_full(fd, data):
         raise OSError(errno.ENOSPC, "No space left on device")
