@@ -154,6 +154,7 @@ def test_bench_serving_smoke():
     result = json.loads(run.stdout)
     assert result["pairs"] == 12
     assert all(row["not_matched"] == 0 for row in result["grades"].values())
+    assert result["rollout"]["not_matched"] == 0 and result["rollout"]["sql_calls"] == 4 * 6
     assert result["gold_precompute"]["warm"]["from_disk"] == result["gold_precompute"]["cold"]["computed"] > 0
     for path in ("python_sqlite3", "core_run_tool", "grader_async"):
         assert result["tool_latency"][path]["p50_us"] > 0

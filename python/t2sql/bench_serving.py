@@ -246,6 +246,50 @@ def effective_cores(workers: int) -> float:
     return round(workers * alone / max(times), 2)
 
 
+def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: int = 0) -> dict[str, Any]:
+    """A rollout's shape: `trajectories` episodes at once, each five tool calls and one grade,
+    with a random 5-50 ms 'model turn' before each call (the loop is otherwise idle then, as
+    when sglang generates). Golds are cold. Reports SQL calls/s and the loop's stalls."""
+    import random
+
+    from t2sql.grader import Grader
+
+    rng = random.Random(seed)
+    plan = [(pairs[i % len(pairs)], [rng.uniform(0.005, 0.05) for _ in range(6)]) for i in range(trajectories)]
+
+    async def episode(g, pair, pauses) -> str:
+        db_path, sql = pair
+        for pause in pauses[:5]:
+            await asyncio.sleep(pause)
+            try:
+                await g.run_tool(db_path, sql)
+            except t2sql.T2sqlError:
+                pass
+        await asyncio.sleep(pauses[5])
+        return (await g.grade(db_path, sql, sql)).outcome
+
+    async def main(g):
+        meter = _StallMeter()
+        meter.start()
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(episode(g, pair, pauses) for pair, pauses in plan))
+        seconds = time.perf_counter() - started
+        worst, p99 = await meter.stop()
+        return seconds, worst, p99, outcomes
+
+    with Grader(concurrency=workers, backend=backend) as g:
+        seconds, worst, p99, outcomes = asyncio.run(main(g))
+    return {
+        "trajectories": trajectories,
+        "sql_calls": trajectories * 6,
+        "seconds": round(seconds, 3),
+        "sql_calls_per_s": round(trajectories * 6 / seconds, 1),
+        "loop_max_stall_ms": round(worst * 1e3, 2),
+        "loop_p99_stall_ms": round(p99 * 1e3, 2),
+        "not_matched": sum(o != "match" for o in outcomes),
+    }
+
+
 def bench_gold_precompute(pairs, workers: int, backend: str) -> dict[str, Any]:
     from t2sql.grader import Grader
 
@@ -295,6 +339,7 @@ def run(args) -> int:
         "effective_cores": effective_cores(args.workers),
         "tool_latency": bench_tool_latency(pairs[0][0], args.tool_calls),
         "grades": bench_grades(pairs, args.workers, args.tasks, args.backend, args.repeat),
+        "rollout": bench_rollout(pairs, args.workers, args.tasks, args.backend),
         "gold_precompute": bench_gold_precompute(pairs, args.workers, args.backend),
     }
     result["effective_cores_after"] = effective_cores(args.workers)
@@ -330,6 +375,13 @@ def print_table(r: dict[str, Any]) -> None:
               f"{speed:>9}{stall:>18}")
         if row["not_matched"]:
             print(f"    !! {row['not_matched']} pairs did not match")
+    ro = r["rollout"]
+    print(f"\nrollout shape: {ro['trajectories']} episodes at once, 5 tool calls + 1 grade each, 5-50 ms model "
+          f"turns between calls")
+    print(f"  {ro['sql_calls']} SQL calls in {ro['seconds']:.3f} s ({ro['sql_calls_per_s']:.1f}/s); loop stall "
+          f"max {ro['loop_max_stall_ms']:.1f} ms, p99 {ro['loop_p99_stall_ms']:.1f} ms")
+    if ro["not_matched"]:
+        print(f"    !! {ro['not_matched']} episodes did not match")
     g = r["gold_precompute"]
     print("\ngold precompute (disk cache)")
     for label in ("cold", "warm"):
