@@ -172,6 +172,23 @@ def test_ray_backend_serves_the_same_api(local_ray):
         assert cancel_frees_the_worker(g) < 5.0
 
 
+def test_a_dead_ray_actor_is_replaced(local_ray):
+    with Grader(backend="ray", concurrency=1) as g:
+        assert g.grade_sync(SUPERHERO, COUNT_HEROES, COUNT_HEROES).outcome == "match"  # gold cached
+        actor = g._backend._actors[0]
+
+        async def main():
+            task = asyncio.create_task(g.grade(SUPERHERO, ENDLESS, COUNT_HEROES, timeout_s=60))
+            await asyncio.sleep(1.0)
+            local_ray.kill(actor, no_restart=True)
+            return await task
+
+        r = asyncio.run(main())
+        assert r.outcome == "pred_error" and "died" in r.detail
+        assert g._backend._actors[0] is not actor
+        assert g.grade_sync(SUPERHERO, COUNT_HEROES, COUNT_HEROES).outcome == "match"
+
+
 def test_ray_backend_needs_ray_initialised(local_ray):
     local_ray.shutdown()  # the last Ray test: nothing needs Ray after it
     with pytest.raises(RuntimeError, match="ray.init"):
