@@ -34,7 +34,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import t2sql
 from t2sql import (
     DatabaseError,
     Digest,
