@@ -313,3 +313,19 @@ def test_no_temp_file_when_sorting(sandbox, tmp_path):
     before = set(os.listdir(tmp_path))
     db.run_tool("SELECT a.name, b.name FROM people a, people b ORDER BY a.score * b.score DESC", 30)
     assert set(os.listdir(tmp_path)) == before
+
+
+def test_a_heap_limit_chosen_before_the_first_open_is_kept():
+    # In a fresh process: the core's default must not overwrite the caller's choice.
+    import subprocess
+    import sys
+
+    code = (
+        "import t2sql\n"
+        "t2sql.set_heap_limit(123456789)\n"
+        "t2sql.Database(t2sql.__file__.replace('__init__.py', 'sample/superhero/superhero.sqlite'))\n"
+        "print(t2sql.set_heap_limit(0))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "123456789"

@@ -36,8 +36,12 @@ const LIMITS: [(Limit, i32); 8] = [
     (Limit::SQLITE_LIMIT_VDBE_OP, 1_000_000),
 ];
 
+/// Whether someone chose the heap limit: then the default is never installed over it.
+static HEAP_LIMIT_CHOSEN: AtomicBool = AtomicBool::new(false);
+
 /// Process-wide hard heap limit (`sqlite3_hard_heap_limit64`); returns the previous value.
 pub fn set_heap_limit(bytes: i64) -> i64 {
+    HEAP_LIMIT_CHOSEN.store(true, Ordering::SeqCst);
     unsafe { ffi::sqlite3_hard_heap_limit64(bytes) }
 }
 
@@ -153,7 +157,9 @@ impl GuardedConnection {
     pub fn open(path: &str, immutable: bool) -> Result<Self> {
         static HEAP_LIMIT: std::sync::Once = std::sync::Once::new();
         HEAP_LIMIT.call_once(|| {
-            set_heap_limit(DEFAULT_HEAP_LIMIT);
+            if !HEAP_LIMIT_CHOSEN.load(Ordering::SeqCst) {
+                unsafe { ffi::sqlite3_hard_heap_limit64(DEFAULT_HEAP_LIMIT) };
+            }
         });
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -106,7 +106,9 @@ class Database:
         timeout_s: float = 30.0,
         *,
         cancel: Cancel | None = None,
-    ) -> Verdict: ...
+    ) -> Verdict:
+        """Grade against a gold digest (its semantics and float_digits apply). ValueError when
+        the digest was made under another hash secret: recompute it."""
     def grade(
         self,
         pred_sql: str,
@@ -131,4 +133,6 @@ def resolve_semantics(gold_sql: str, semantics: Semantics) -> Literal["multiset"
 def sqlite_version() -> str: ...
 def set_hash_secret(secret: bytes) -> None: ...
 def hash_secret_id() -> str: ...
-def set_heap_limit(bytes: int) -> int: ...
+def set_heap_limit(bytes: int) -> int:
+    """SQLite's process-wide hard heap limit (0 = none); returns the previous one. Without a
+    call, the first Database installs 2 GiB."""
