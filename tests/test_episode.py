@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -15,21 +14,14 @@ import pytest
 from t2sql.episode import Episode, EpisodeFinished, Task, TaskError
 from t2sql.grader import Grader
 from t2sql.reward import get_preset
+from conftest import bird_or_sample
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _bird_root() -> Path:
-    """The shared BIRD data beside this checkout (../shared/data/bird), or $T2SQL_BIRD; else the
-    superhero sample embedded in the package."""
-    candidates = [os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird", "/work/shared/data/bird"]
-    for c in candidates:
-        if c and (Path(c) / "dev.json").exists():
-            return Path(c)
-    return REPO / "python" / "t2sql" / "sample"
 
 
-BIRD = _bird_root()
+BIRD = bird_or_sample()
 pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD sample not present")
 
 RECIPE = get_preset("qwen3.6-35b-a3b")

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-import t2sql
-
-SAMPLE_ROOT = Path(t2sql.__file__).parent / "sample"
-REPO = Path(__file__).resolve().parent.parent
+from conftest import bird_or_sample
 
 
-def _data_root() -> Path:
-    """BIRD dev (432 questions, 3 databases) beside the checkout, as CI lays it out, or
-    $T2SQL_BIRD; else the embedded superhero sample (129 questions)."""
-    for candidate in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird",
-                      "/work/shared/data/bird"):
-        if candidate and (Path(candidate) / "dev.json").is_file():
-            return Path(candidate)
-    return SAMPLE_ROOT
 
 
-DATA_ROOT = _data_root()
+
+DATA_ROOT = bird_or_sample()
 DEV = DATA_ROOT / "dev.json"
 
 

@@ -10,7 +10,6 @@ import os
 import shutil
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,22 +17,13 @@ import t2sql
 import t2sql.grader as grader_module
 from t2sql.grader import Grader, GradeResult
 from t2sql.manifest import DatabaseChanged, Manifest
-
-SAMPLE_ROOT = Path(t2sql.__file__).parent / "sample"
-REPO = Path(__file__).resolve().parent.parent
+from conftest import bird_or_sample
 
 
-def _data_root() -> Path:
-    """BIRD dev (432 questions, 3 databases) beside the checkout, as CI lays it out, or
-    $T2SQL_BIRD; else the embedded superhero sample (129 questions)."""
-    for candidate in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird",
-                      "/work/shared/data/bird"):
-        if candidate and (Path(candidate) / "dev.json").is_file():
-            return Path(candidate)
-    return SAMPLE_ROOT
 
 
-DATA_ROOT = _data_root()
+
+DATA_ROOT = bird_or_sample()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")
 
 COUNT_HEROES = "SELECT COUNT(*) FROM superhero"

@@ -8,29 +8,19 @@ import os
 import signal
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 
 import t2sql
 from t2sql.grader import Grader
 from t2sql.pool import ToolPreview, WorkerLost
-
-SAMPLE_ROOT = Path(t2sql.__file__).parent / "sample"
-REPO = Path(__file__).resolve().parent.parent
+from conftest import bird_or_sample
 
 
-def _data_root() -> Path:
-    """BIRD dev (432 questions, 3 databases) beside the checkout, as CI lays it out, or
-    $T2SQL_BIRD; else the embedded superhero sample (129 questions)."""
-    for candidate in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird",
-                      "/work/shared/data/bird"):
-        if candidate and (Path(candidate) / "dev.json").is_file():
-            return Path(candidate)
-    return SAMPLE_ROOT
 
 
-DATA_ROOT = _data_root()
+
+DATA_ROOT = bird_or_sample()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")
 COUNT_HEROES = "SELECT COUNT(*) FROM superhero"
 ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"

@@ -12,20 +12,14 @@ import pytest
 from t2sql import prompt as P
 from t2sql.episode import Task
 from t2sql.reward import get_preset
+from conftest import bird_or_sample
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _bird_root() -> Path:
-    """The shared BIRD data beside this checkout (../shared/data/bird), or $T2SQL_BIRD."""
-    candidates = [os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird", "/work/shared/data/bird"]
-    for c in candidates:
-        if c and (Path(c) / "dev.json").exists():
-            return Path(c)
-    return Path("/work/shared/data/bird")
 
 
-BIRD = _bird_root()
+BIRD = bird_or_sample()
 RECIPE = get_preset()
 
 needs_bird = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD sample not present")
