@@ -212,6 +212,13 @@ def test_a_database_over_the_cap_is_skipped_and_never_refuted():
         assert "equivalence_max_bytes" in report.detail and len(c.cache) == 0 and c.cache.builds == 0
         m = report.to_metrics()
         assert m["equivalence_skipped_reason"] == "too_large" and m["equivalence_refuted"] == 0.0
+    # Under the per-file cap, but its copies would not fit in the cache together: skipped, not thrashed.
+    small = eq.CopyCache(max_bytes=3 * size)
+    with eq.EquivalenceChecker(concurrency=1, cache=small) as c:
+        report = c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, CONFIG)
+        assert report.skipped_reason == "too_large" and "copy cache" in report.detail and small.builds == 0
+        three = eq.EquivalenceConfig(copies=2, seed=1, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
+        assert c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, three).skipped_reason in (None, "")
 
 
 def test_a_missing_database_is_skipped_as_a_database_error(tmp_path):

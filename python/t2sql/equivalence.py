@@ -30,13 +30,16 @@ The rules (preset fields in t2sql.reward, `equivalence_*`):
     unsafe                     not informative (cannot follow a match: same SQL, same checks)
 - A refuted match loses `equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the
   outcome stays `correct` (evaluation still scores it correct; only the training reward changes).
-- Skipped, never refuted: a database larger than `equivalence_max_bytes` ("too_large"; copies are
-  in memory), a database the core cannot copy ("database_error"), no copy informative
-  ("no_informative_copy").
+- Skipped, never refuted: a database larger than `equivalence_max_bytes`, or whose copies would not
+  all fit in the copy cache at once ("too_large"; copies are in memory, and a cache that cannot
+  hold them would rebuild them at every check), a database the core cannot copy
+  ("database_error"), no copy informative ("no_informative_copy").
 - Deterministic: the same (database file, prediction, gold, preset) gives the same verdict.
-- Bounded: at most `equivalence_copies` x 2 queries, each under `equivalence_timeout_s`; copies are
-  kept in a small LRU (by count and by bytes) per process; the SQL runs on the checker's own
-  threads with the GIL released, never on the event loop, and a cancelled episode interrupts it.
+- Bounded: at most `equivalence_copies` x 2 queries, each under `equivalence_timeout_s` (the gold's
+  digest on a copy is kept, so a group of samples of one task runs it once per copy); copies are
+  kept in an LRU per process bounded by bytes (1 GiB, `T2SQL_EQUIVALENCE_CACHE_MIB`); the SQL runs
+  on the checker's own threads with the GIL released, never on the event loop, and a cancelled
+  episode interrupts it.
 
 Metrics added to the episode (every episode scored with the term on):
   equivalence_checked (1.0 when at least one copy was informative), equivalence_refuted (1.0/0.0),
@@ -75,6 +78,7 @@ SKIP_REASONS = ("not_correct", "too_large", "database_error", "no_informative_co
 # The per-process copy cache: bytes are the real bound (1 GiB); the count only caps bookkeeping.
 DEFAULT_CACHE_COPIES = 64
 DEFAULT_CACHE_BYTES = 1 << 30
+CACHE_MIB_ENV = "T2SQL_EQUIVALENCE_CACHE_MIB"  # the process's copy cache size, for big databases
 
 
 class EquivalenceError(ValueError):
@@ -198,6 +202,11 @@ class CopyEntry:
                 self.golds.popitem(last=False)
 
 
+def _copy_bytes(file_size: int, kind: str) -> int:
+    """Estimated memory of one copy: the file, plus up to a third more rows for a duplicate."""
+    return file_size + (file_size // 3 if kind == "duplicate" else 0)
+
+
 class CopyCache:
     """Perturbed copies by (file identity, kind, seed): an LRU bounded by count and bytes.
 
@@ -262,7 +271,7 @@ class CopyCache:
                 db = t2sql.Database(db_path).perturbed(kind, seed, max_bytes=max_bytes)
             except ValueError as e:  # the core's own size check (the file grew since the stat)
                 raise DatabaseTooLarge(str(e)) from None
-            nbytes = st.st_size + (st.st_size // 3 if kind == "duplicate" else 0)
+            nbytes = _copy_bytes(st.st_size, kind)
             entry = CopyEntry(db, nbytes)
             with self._lock:
                 self.builds += 1
@@ -313,7 +322,7 @@ class EquivalenceChecker:
         if size < 1:
             raise EquivalenceError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = size
-        self.cache = cache or CopyCache()
+        self.cache = cache if cache is not None else CopyCache()  # an empty cache is falsy (len 0)
         self._executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="t2sql-equivalence")
 
     def check_sync(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig,
@@ -321,6 +330,16 @@ class EquivalenceChecker:
         """The check, in the calling thread (scripts and the measurement)."""
         started = time.perf_counter()
         verdicts: list[CopyVerdict] = []
+        try:
+            size = os.path.getsize(db_path)
+        except OSError as e:
+            return _done(False, None, "database_error", verdicts, f"cannot read database file {db_path}: {e}", started)
+        needed = sum(_copy_bytes(size, kind) for kind, _ in copy_plan(config.copies, config.seed))
+        if needed > self.cache.max_bytes:
+            # All copies of one database must fit at once, or every check would rebuild them.
+            return _done(False, None, "too_large", verdicts,
+                         f"{config.copies} copies of {db_path} ({size} bytes each) need about {needed} bytes, "
+                         f"above the copy cache's {self.cache.max_bytes}", started)
         gold_key = (gold_sql, config.semantics, config.float_digits, t2sql.hash_secret_id())
         for kind, seed in copy_plan(config.copies, config.seed):
             try:
@@ -403,7 +422,12 @@ def default_checker() -> EquivalenceChecker:
     global _default
     with _default_lock:
         if _default is None:
-            _default = EquivalenceChecker()
+            mib = os.environ.get(CACHE_MIB_ENV)
+            try:
+                cache_bytes = int(mib) * 1024 * 1024 if mib else DEFAULT_CACHE_BYTES
+            except ValueError:
+                raise EquivalenceError(f"{CACHE_MIB_ENV}={mib!r}: give the copy cache's size in MiB") from None
+            _default = EquivalenceChecker(cache=CopyCache(max_bytes=cache_bytes))
         return _default
 
 
@@ -419,7 +443,7 @@ async def check_trajectory(trajectory: Any, preset: Any, checker: EquivalenceChe
     task = trajectory.task
     if task is None or not trajectory.solution:
         return skipped("no_task", "the trajectory carries no task or solution")
-    checker = checker or default_checker()
+    checker = checker if checker is not None else default_checker()
     return await checker.check(task.db_path, trajectory.solution, task.gold_sql, EquivalenceConfig.from_preset(preset))
 
 
@@ -709,6 +733,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
     samples: dict[str, list[dict[str, Any]]] = {}
     missed: dict[str, list[dict[str, Any]]] = {}
     lock = threading.Lock()
+    check_times: list[float] = []
 
     def one(row: dict[str, Any]) -> None:
         db_path = os.path.join(db_root, row["db_id"], f"{row['db_id']}.sqlite")
@@ -732,6 +757,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
                 continue
             report = checker.check_sync(db_path, pred, gold, config)
             with lock:
+                check_times.append(report.elapsed_s)
                 r = table[(kind, cat)]
                 r.kept += 1
                 per_db = r.by_db.setdefault(row["db_id"], [0, 0])
@@ -769,8 +795,17 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
         "examples_refuted": samples,
         "examples_missed": missed,
         "copy_cache": cache,
+        "check_s": _quantiles(check_times),
         "elapsed_s": round(time.perf_counter() - started, 2),
     }
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"median": 0.0, "p95": 0.0, "max": 0.0}
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"median": round(pick(0.5), 4), "p95": round(pick(0.95), 4), "max": round(ordered[-1], 4)}
 
 
 def format_measurement(result: dict[str, Any]) -> str:
@@ -803,6 +838,10 @@ def format_measurement(result: dict[str, Any]) -> str:
         lines.append(f"{'mutation':<9} {'db ' + db_id:<20} {'':>7} {k:>6} {f:>8} {f / k if k else 0:>6.1%}")
     skipped_total = sum(r["skipped"] for r in result["rows"])
     lines.append("")
+    t = result["check_s"]
+    lines.append(f"time per check (copy builds included): median {t['median'] * 1000:.1f} ms, "
+                 f"p95 {t['p95'] * 1000:.1f} ms, max {t['max']:.2f} s; copies built in "
+                 f"{result['copy_cache']['build_s']:.1f} s")
     lines.append(f"checks skipped: {skipped_total}; rewrites that did not match on the real database: "
                  f"{len(result['rewrites_not_matching'])}; copy cache: {result['copy_cache']}")
     for item in result["refuted_rewrites"][:10]:
