@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import bird_or_sample
 
 import t2sql
 from t2sql import equivalence as eq
@@ -21,18 +22,7 @@ from t2sql.episode import Episode, Task
 from t2sql.grader import Grader
 from t2sql.reward import get_preset, registered_terms
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _bird_root() -> Path:
-    """BIRD beside the checkout (as CI lays it out), $T2SQL_BIRD, else the embedded superhero sample."""
-    for c in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird", "/work/shared/data/bird"):
-        if c and (Path(c) / "dev.json").exists():
-            return Path(c)
-    return REPO / "python" / "t2sql" / "sample"
-
-
-BIRD = _bird_root()
+BIRD = bird_or_sample()  # BIRD dev beside the checkout, $T2SQL_BIRD, else the embedded sample
 pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD data not present")
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
