@@ -339,3 +339,5 @@ def test_measure_command_prints_a_table_and_json(tmp_path):
     assert "rewrite   self" in table.stdout and "12 gold queries" in table.stdout
     bad = subprocess.run([*cmd[:-2], "--db-root", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no database for superhero" in bad.stderr
+    no_mode = subprocess.run([c for c in cmd if c != "--measure"], capture_output=True, text=True, timeout=60)
+    assert no_mode.returncode == 2 and "pass --measure" in no_mode.stderr

@@ -869,6 +869,10 @@ def run(args: Any) -> int:
 
     from t2sql.reward import PresetError, get_preset
 
+    if not args.measure:
+        print("t2sql equivalence: nothing to do; pass --measure (the check itself runs inside episodes)",
+              file=sys.stderr)
+        return 2
     try:
         preset = get_preset(args.preset)
         changes = {}
