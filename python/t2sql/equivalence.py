@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import io
 import os
 import threading
 import time
@@ -355,6 +356,8 @@ class EquivalenceChecker:
                 raise
             except t2sql.DatabaseError as e:
                 return _done(False, None, "database_error", verdicts, str(e), started)
+            except ValueError as e:  # the process's hash secret changed between digest and grade
+                outcome, detail = "gold_error", f"gold digest not comparable: {e}"
             verdict = CopyVerdict(kind, seed, outcome, detail, outcome in REFUTING,
                                   outcome in REFUTING or outcome in AGREEING, time.perf_counter() - t0)
             verdicts.append(verdict)
@@ -778,7 +781,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
 
     started = time.perf_counter()
     try:
-        with Progress(len(rows), "equivalence", stream=None if progress else open(os.devnull, "w")) as bar:
+        with Progress(len(rows), "equivalence", stream=None if progress else io.StringIO()) as bar:
             with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
                 for fut in concurrent.futures.as_completed([pool.submit(one, r) for r in rows]):
                     fut.result()
