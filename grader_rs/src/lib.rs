@@ -511,7 +511,7 @@ mod bindings {
         ) -> PyResult<Database> {
             let kind = crate::perturb::Perturbation::parse(kind).ok_or_else(|| {
                 PyValueError::new_err(format!(
-                    "unknown perturbation {kind:?}: use sample, duplicate or shuffle"
+                    "unknown perturbation {kind:?}: use sample, duplicate, shuffle or nullify"
                 ))
             })?;
             let copy = self.with(py, |gc| {

@@ -11,7 +11,10 @@
 //!   INTEGER PRIMARY KEY where the table has one; rows that would break a PRIMARY KEY or
 //!   UNIQUE constraint are skipped;
 //! - `shuffle`: in each table, the values of one column that is neither a key nor under a
-//!   UNIQUE index are permuted across rows.
+//!   UNIQUE index are permuted across rows;
+//! - `nullify`: in each table, about a third of the values of one nullable column that is
+//!   neither a key nor under a UNIQUE index become NULL (tells COUNT(col) from COUNT(*), a
+//!   missing IS NOT NULL, inner from outer joins).
 //! Rows are chosen by a keyed hash of the rowid: the same seed gives the same copy.
 
 use std::time::Duration;
@@ -31,6 +34,7 @@ pub enum Perturbation {
     Sample,
     Duplicate,
     Shuffle,
+    Nullify,
 }
 
 impl Perturbation {
@@ -39,6 +43,7 @@ impl Perturbation {
             "sample" => Some(Perturbation::Sample),
             "duplicate" => Some(Perturbation::Duplicate),
             "shuffle" => Some(Perturbation::Shuffle),
+            "nullify" => Some(Perturbation::Nullify),
             _ => None,
         }
     }
@@ -47,6 +52,7 @@ impl Perturbation {
             Perturbation::Sample => "sample",
             Perturbation::Duplicate => "duplicate",
             Perturbation::Shuffle => "shuffle",
+            Perturbation::Nullify => "nullify",
         }
     }
 }
@@ -67,11 +73,12 @@ struct Column {
     name: String,
     decl_type: String,
     pk: bool,
+    not_null: bool,
 }
 
 fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<Column>> {
     let mut stmt = conn.prepare(&format!(
-        "SELECT name, type, pk FROM pragma_table_info({})",
+        "SELECT name, type, pk, \"notnull\" FROM pragma_table_info({})",
         sql_str(table)
     ))?;
     let rows = stmt.query_map([], |r| {
@@ -79,6 +86,7 @@ fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<Column>> {
             name: r.get(0)?,
             decl_type: r.get::<_, String>(1)?.to_ascii_uppercase(),
             pk: r.get::<_, i64>(2)? > 0,
+            not_null: r.get::<_, i64>(3)? != 0,
         })
     })?;
     rows.collect()
@@ -96,6 +104,33 @@ fn unique_columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String
         }
     }
     Ok(out)
+}
+
+/// One column of `table`, chosen by `seed`, that is neither a key nor under a UNIQUE index
+/// (and nullable, when `nullable`), quoted for SQL; None when there is none.
+fn pick_free_column(
+    conn: &Connection,
+    table: &str,
+    cols: &[Column],
+    seed: u64,
+    index: usize,
+    nullable: bool,
+) -> rusqlite::Result<Option<String>> {
+    let unique = unique_columns(conn, table)?;
+    let candidates: Vec<&Column> = cols
+        .iter()
+        .filter(|c| {
+            !c.pk
+                && !(nullable && c.not_null)
+                && !unique.iter().any(|u| u.eq_ignore_ascii_case(&c.name))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(quote(
+        &candidates[(mix(seed, index as u64) % candidates.len() as u64) as usize].name,
+    )))
 }
 
 fn sql_str(s: &str) -> String {
@@ -182,18 +217,23 @@ pub fn perturbed_copy(
                     [seed_sql],
                 )
             }
-            Perturbation::Shuffle => {
-                let unique = unique_columns(&dst, table).map_err(fail)?;
-                let candidates: Vec<&Column> = cols
-                    .iter()
-                    .filter(|c| !c.pk && !unique.iter().any(|u| u.eq_ignore_ascii_case(&c.name)))
-                    .collect();
-                if candidates.is_empty() {
+            Perturbation::Nullify => {
+                let Some(c) =
+                    pick_free_column(&dst, table, &cols, seed, index, true).map_err(fail)?
+                else {
                     continue;
-                }
-                let c = quote(
-                    &candidates[(mix(seed, index as u64) % candidates.len() as u64) as usize].name,
-                );
+                };
+                dst.execute(
+                    &format!("UPDATE {t} SET {c} = NULL WHERE t2sql_mix(?1, rowid) % 3 = 0"),
+                    [seed_sql],
+                )
+            }
+            Perturbation::Shuffle => {
+                let Some(c) =
+                    pick_free_column(&dst, table, &cols, seed, index, false).map_err(fail)?
+                else {
+                    continue;
+                };
                 dst.execute_batch(&format!(
                     "CREATE TEMP TABLE t2sql_pos AS SELECT rowid AS r, row_number() OVER (ORDER BY rowid) AS k FROM {t};
                      CREATE TEMP TABLE t2sql_val AS SELECT {c} AS v, row_number() OVER (ORDER BY t2sql_mix({seed_sql}, rowid), rowid) AS k FROM {t};
@@ -260,6 +300,21 @@ mod test {
         // One non-key column was permuted: its multiset is kept, its pairing with id is not.
         let moved = count(&shuf, "SELECT count(*) FROM person WHERE name <> 'name' || (id % 50) OR city <> 'city' || (id % 7)");
         assert!(moved > 100, "only {moved} rows changed");
+
+        let nulled = perturbed_copy(&src, Perturbation::Nullify, 7, DEFAULT_MAX_BYTES).unwrap();
+        assert_eq!(count(&nulled, "SELECT count(*) FROM person"), 300);
+        let nulls = count(
+            &nulled,
+            "SELECT count(*) FROM person WHERE name IS NULL OR city IS NULL",
+        );
+        assert!(nulls > 50 && nulls < 150, "{nulls} rows got a NULL");
+        assert_eq!(
+            count(
+                &nulled,
+                "SELECT count(*) FROM person WHERE email IS NULL OR id IS NULL"
+            ),
+            0
+        );
         assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 

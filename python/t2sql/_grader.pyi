@@ -120,9 +120,9 @@ class Database:
         cancel: Cancel | None = None,
     ) -> Verdict: ...
     def perturbed(
-        self, kind: Literal["sample", "duplicate", "shuffle"], seed: int, *, max_bytes: int = 268435456
+        self, kind: Literal["sample", "duplicate", "shuffle", "nullify"], seed: int, *, max_bytes: int = 268435456
     ) -> Database:
-        """An in-memory copy with rows sampled, rows duplicated or one column's values shuffled
+        """An in-memory copy with rows sampled, rows duplicated, one column's values shuffled or partly NULLed
         per table, chosen by `seed` (deterministic), hardened like the original. ValueError when
         the file is larger than max_bytes."""
     def count_rows(self, sql: str, timeout_s: float = 30.0, *, cancel: Cancel | None = None) -> int:
