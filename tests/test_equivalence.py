@@ -167,7 +167,7 @@ def test_same_seed_same_verdict_other_seed_other_copies():
     assert first == run(7)
     assert eq.copy_plan(4, 7) == eq.copy_plan(4, 7)
     kinds = [k for k, _ in eq.copy_plan(4, 7)]
-    assert kinds == ["sample", "duplicate", "shuffle", "sample"]
+    assert kinds == ["sample", "duplicate", "shuffle", "nullify"]
     seeds = [s for _, s in eq.copy_plan(4, 7)] + [s for _, s in eq.copy_plan(4, 8)]
     assert len(set(seeds)) == 8 and all(0 <= s < 1 << 64 for s in seeds)
     # Another seed makes other copies: the row counts of the same query differ on some copy.

@@ -7,9 +7,9 @@
 //! database a valid state of its schema as far as SQLite enforces it:
 //! - `sample`: about a third of each table's rows deleted (foreign keys, which SQLite does not
 //!   enforce here, may dangle; queries equal only under referential integrity can be told apart);
-//! - `duplicate`: about a third of each table's rows inserted again, with a fresh
-//!   INTEGER PRIMARY KEY where the table has one; rows that would break a PRIMARY KEY or
-//!   UNIQUE constraint are skipped;
+//! - `duplicate`: about a third of each table's rows inserted again under a fresh primary key
+//!   (the next rowid, a number above the largest, or the text key + "~dup"), so each copy is a
+//!   new entity with the same attributes; rows that would break a UNIQUE constraint are skipped;
 //! - `shuffle`: in each table, the values of one column that is neither a key nor under a
 //!   UNIQUE index are permuted across rows;
 //! - `nullify`: in each table, about a third of the values of one nullable column that is
@@ -158,6 +158,10 @@ pub fn perturbed_copy(
     Backup::new(&src.conn, &mut dst)
         .and_then(|b| b.run_to_completion(4096, Duration::ZERO, None))
         .map_err(fail)?;
+    // Foreign keys stay unenforced here, as in the source (the bundled build turns them on by
+    // default): a sample may leave references dangling, and no cascade rewrites other tables.
+    dst.pragma_update(None, "foreign_keys", false)
+        .map_err(fail)?;
     dst.pragma_update(None, "temp_store", "MEMORY")
         .map_err(fail)?;
     dst.create_scalar_function(
@@ -178,7 +182,6 @@ pub fn perturbed_copy(
         let names = stmt.query_map([], |r| r.get(0)).map_err(fail)?;
         names.collect::<rusqlite::Result<_>>().map_err(fail)?
     };
-    let seed_sql = (seed >> 1) as i64;
     for (index, table) in tables.iter().enumerate() {
         let t = quote(table);
         // WITHOUT ROWID tables (no rowid to key the choice on) are left as they are.
@@ -189,6 +192,9 @@ pub fn perturbed_copy(
             continue;
         }
         let cols = columns(&dst, table).map_err(fail)?;
+        // Each table draws its rows independently (the same rowids in two tables are not
+        // chosen together).
+        let seed_sql = (mix(seed, index as u64 ^ 0x7461_626c_65) >> 1) as i64;
         // A table-level failure (a CHECK constraint, say) leaves that table unperturbed.
         let _ = match kind {
             Perturbation::Sample => dst.execute(
@@ -197,14 +203,26 @@ pub fn perturbed_copy(
             ),
             Perturbation::Duplicate => {
                 let pk_count = cols.iter().filter(|c| c.pk).count();
+                let first_pk = cols.iter().position(|c| c.pk);
                 let names: Vec<String> = cols.iter().map(|c| quote(&c.name)).collect();
                 let values: Vec<String> = cols
                     .iter()
-                    .map(|c| {
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let name = quote(&c.name);
                         if c.pk && pk_count == 1 && c.decl_type == "INTEGER" {
+                            // The rowid alias: NULL takes the next free key.
                             "NULL".into()
+                        } else if Some(i) == first_pk {
+                            // Any other key gets a fresh value above (or beside) every existing one,
+                            // so the copy is a new entity with the same attributes.
+                            format!(
+                                "CASE WHEN typeof({name}) IN ('integer', 'real') \
+                                 THEN {name} + (SELECT max({name}) FROM {t}) + 1 \
+                                 ELSE CAST({name} AS TEXT) || '~dup' END"
+                            )
                         } else {
-                            quote(&c.name)
+                            name
                         }
                     })
                     .collect();
@@ -335,6 +353,42 @@ mod test {
         let n = count(&dup, "SELECT count(*) FROM t");
         assert!(n > 100 && n < 150, "{n}");
         assert_eq!(count(&dup, "SELECT count(DISTINCT v) FROM t"), 90);
+    }
+
+    #[test]
+    fn text_and_composite_keys_get_fresh_values_and_references_may_dangle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.sqlite");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             CREATE TABLE atom(id TEXT PRIMARY KEY, element TEXT);
+             CREATE TABLE bond(a TEXT REFERENCES atom(id) ON DELETE CASCADE, b INTEGER, kind TEXT, PRIMARY KEY (a, b));
+             WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 90)
+             INSERT INTO atom SELECT 'A' || x, 'e' || (x % 5) FROM n;
+             WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 90)
+             INSERT INTO bond SELECT 'A' || x, x % 3, 'k' FROM n;",
+        )
+        .unwrap();
+        drop(c);
+        let src = GuardedConnection::open(path.to_str().unwrap(), true).unwrap();
+        let dup = perturbed_copy(&src, Perturbation::Duplicate, 5, DEFAULT_MAX_BYTES).unwrap();
+        let atoms = count(&dup, "SELECT count(*) FROM atom");
+        assert!(atoms > 100, "{atoms} atoms: text keys were not duplicated");
+        assert!(count(&dup, "SELECT count(*) FROM atom WHERE id LIKE '%~dup'") > 10);
+        assert!(
+            count(&dup, "SELECT count(*) FROM bond") > 100,
+            "composite keys were not duplicated"
+        );
+        // Sampling the referenced table cascades nowhere: references may dangle.
+        let sample = perturbed_copy(&src, Perturbation::Sample, 5, DEFAULT_MAX_BYTES).unwrap();
+        assert!(count(&sample, "SELECT count(*) FROM atom") < 80);
+        assert!(
+            count(
+                &sample,
+                "SELECT count(*) FROM bond WHERE a NOT IN (SELECT id FROM atom)"
+            ) > 5
+        );
     }
 
     #[test]

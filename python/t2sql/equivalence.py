@@ -7,14 +7,15 @@ t2sql runs both queries again on K perturbed in-memory copies of the database an
 when any copy tells them apart. The copies are made by the trusted core (`Database.perturbed`, with
 its own SQL on a private connection; the model's SQL never touches a writable copy):
 
-  sample     about a third of each table's rows deleted
-  duplicate  about a third of each table's rows inserted again (keys and UNIQUE constraints kept)
+  sample     about a third of each table's rows deleted (foreign keys may dangle)
+  duplicate  about a third of each table's rows inserted again under fresh keys (UNIQUE kept)
   shuffle    in each table, one non-key column's values permuted across rows
+  nullify    in each table, a third of one nullable non-key column's values set to NULL
 
 The rules (preset fields in t2sql.reward, `equivalence_*`):
 
 - Only an episode whose outcome is `correct` is checked. Copy i (0-based) of `equivalence_copies`
-  is kind `KINDS[i % 3]` (sample, duplicate, shuffle, sample, ...) with a 64-bit seed derived from
+  is kind `KINDS[i % 4]` (sample, duplicate, shuffle, nullify, sample, ...) with a 64-bit seed derived from
   `equivalence_seed` and i (`copy_plan`). The seeds do not depend on the task, so the copies of a
   database are built once per process and shared by every task on it.
 - Per copy, the core grades the prediction against the gold with the preset's semantics and
@@ -67,7 +68,7 @@ from typing import Any
 
 import t2sql
 
-KINDS: tuple[str, ...] = ("sample", "duplicate", "shuffle")
+KINDS: tuple[str, ...] = ("sample", "duplicate", "shuffle", "nullify")
 
 # Verdict outcomes on a copy, by what they say about the pair (see the module doc).
 REFUTING = frozenset({"mismatch", "pred_error"})
