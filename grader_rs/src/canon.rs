@@ -63,8 +63,11 @@ const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
 
 #[inline]
 fn integral_i64(x: f64) -> Option<i64> {
-    if x.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&x) {
-        Some(x as i64)
+    // Truncate and convert back (two instructions, where fract() is a libm call): exact for
+    // every integral value in i64's range. NaN fails the range test.
+    if (-TWO_POW_63..TWO_POW_63).contains(&x) {
+        let i = x as i64;
+        (i as f64 == x).then_some(i)
     } else {
         None
     }
@@ -135,7 +138,8 @@ pub fn round_significant(x: f64, digits: u32) -> (i64, i32) {
     if digits <= 12 {
         // floor(log2|x|)·log10(2) is the decimal magnitude or one below it.
         let e2 = ((x.to_bits() >> 52) & 0x7ff) as i32 - 1023;
-        let mut magnitude = (f64::from(e2) * LOG10_2).floor() as i32;
+        // floor() without a libm call: shift into the positive range, truncate, shift back.
+        let mut magnitude = (f64::from(e2) * LOG10_2 + 400.0) as i32 - 400;
         let lo = POW10[digits as usize - 1];
         let hi = POW10[digits as usize];
         for _ in 0..2 {
@@ -154,9 +158,12 @@ pub fn round_significant(x: f64, digits: u32) -> (i64, i32) {
                 magnitude += 1;
                 continue;
             }
-            let frac = a - a.floor();
+            // 0 <= a < 1e12: truncation is floor, and away from .5 adding a half rounds.
+            let whole = a as i64;
+            let frac = a - whole as f64;
             if a >= lo && a < hi - 1.0 && (frac - 0.5).abs() > 1e-3 {
-                return (scaled.round() as i64, -shift);
+                let m = whole + i64::from(frac > 0.5);
+                return (if scaled < 0.0 { -m } else { m }, -shift);
             }
             break;
         }
@@ -321,5 +328,36 @@ mod test {
             enc(ValueRef::Real(1234.5), Some(12)),
             enc(ValueRef::Integer(1234), None)
         );
+    }
+}
+
+#[cfg(test)]
+mod timing_probe {
+    #[test]
+    #[ignore]
+    fn probe() {
+        let vals: Vec<f64> = (0..5_000_000u64).map(|x| x as f64 * 0.37 + 0.1).collect();
+        let mut buf = Vec::with_capacity(64);
+        let t = std::time::Instant::now();
+        let mut n = 0usize;
+        for &v in &vals {
+            buf.clear();
+            super::encode_real(&mut buf, v, Some(12));
+            n += buf.len();
+        }
+        eprintln!("encode12 {:?} {n}", t.elapsed());
+        let t = std::time::Instant::now();
+        let mut slow = 0;
+        for &v in &vals {
+            let (m, e) = super::round_significant(v, 12);
+            if (m, e) == super::round_exact(v, 12) { slow += 0 } else { slow += 1 }
+        }
+        eprintln!("check {:?} {slow}", t.elapsed());
+        let t = std::time::Instant::now();
+        let mut acc = 0i64;
+        for &v in &vals {
+            acc = acc.wrapping_add(super::round_significant(v, 12).0);
+        }
+        eprintln!("round only {:?} {acc}", t.elapsed());
     }
 }

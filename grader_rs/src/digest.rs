@@ -45,8 +45,9 @@ impl Semantics {
     }
 }
 
-/// Most distinct rows a set digest keeps before giving up (16 B each: 64 MiB).
-pub const SET_CAP: usize = 4_000_000;
+/// Most distinct rows a set digest keeps before giving up: 16 B per key, about 300 MiB with
+/// the hash table's slack at the cap. Multiset and ordered digests need no such memory.
+pub const SET_CAP: usize = 10_000_000;
 
 // ---- the process secret --------------------------------------------------------------
 
