@@ -330,34 +330,3 @@ mod test {
         );
     }
 }
-
-#[cfg(test)]
-mod timing_probe {
-    #[test]
-    #[ignore]
-    fn probe() {
-        let vals: Vec<f64> = (0..5_000_000u64).map(|x| x as f64 * 0.37 + 0.1).collect();
-        let mut buf = Vec::with_capacity(64);
-        let t = std::time::Instant::now();
-        let mut n = 0usize;
-        for &v in &vals {
-            buf.clear();
-            super::encode_real(&mut buf, v, Some(12));
-            n += buf.len();
-        }
-        eprintln!("encode12 {:?} {n}", t.elapsed());
-        let t = std::time::Instant::now();
-        let mut slow = 0;
-        for &v in &vals {
-            let (m, e) = super::round_significant(v, 12);
-            if (m, e) == super::round_exact(v, 12) { slow += 0 } else { slow += 1 }
-        }
-        eprintln!("check {:?} {slow}", t.elapsed());
-        let t = std::time::Instant::now();
-        let mut acc = 0i64;
-        for &v in &vals {
-            acc = acc.wrapping_add(super::round_significant(v, 12).0);
-        }
-        eprintln!("round only {:?} {acc}", t.elapsed());
-    }
-}
