@@ -47,13 +47,13 @@ import logging
 import os
 import random
 import re
-import tempfile
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from t2sql.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -373,16 +373,8 @@ class Curriculum:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the state as JSON, atomically (temp file + rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.state_dict(), f)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_write(path) as f:
+            json.dump(self.state_dict(), f)
 
     def load(self, path: str | os.PathLike) -> None:
         try:

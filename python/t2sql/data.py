@@ -45,14 +45,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+from t2sql.atomic import atomic_write
 
 # Canonical field -> the key in BIRD's question files.
 BIRD_FIELDS: dict[str, str] = {
@@ -382,33 +381,13 @@ def build_rows(
 
 def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     """Write rows to a temporary file beside `path`, then rename: all or nothing."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False))
-                f.write("\n")
-                count += 1
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the file is data for other processes
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_write(path) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False))
+            f.write("\n")
+            count += 1
     return count
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def convert_split(

@@ -42,7 +42,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from t2sql.endpoint import (
     SglangGenerateClient,
 )
 from t2sql.reward import OUTCOMES  # the episode's outcome categories, in the summary's order
+from t2sql.atomic import write_bytes_atomic
 
 if TYPE_CHECKING:
     from t2sql.episode import Episode, Task
@@ -419,16 +419,7 @@ class ResultsFile:
             self.errored.pop(key, None)
 
     def _rewrite(self, content: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_bytes_atomic(self.path, content)
 
     def check_compatible(self, run_info: dict[str, Any]) -> None:
         """Resuming must not mix results of another model, policy or preset into one file."""

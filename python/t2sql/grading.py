@@ -10,13 +10,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
 from t2sql._grader import Database, DatabaseError, T2sqlError, Verdict
+from t2sql.atomic import atomic_write
 
 OUTCOMES = ("match", "mismatch", "pred_error", "pred_timeout", "unsafe", "gold_error", "gold_timeout")
 
@@ -141,42 +141,32 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     databases: dict[str, Database | DatabaseError] = {}
     skipped = 0
     out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    # Written to a temporary file and renamed at the end: a crash never leaves a partial output.
-    fd, tmp = tempfile.mkstemp(prefix=out_path.name + ".", suffix=".tmp", dir=out_path.parent)
     started = time.perf_counter()
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out, Progress(total, "grading") as bar:
-            for lineno, row, problem in _read_pairs(args.pairs):
-                bar.advance()
-                if row is None:
-                    print(f"{args.pairs}:{lineno}: skipped: {problem}", file=sys.stderr)
-                    skipped += 1
-                    continue
-                db = databases.get(row["db_id"])
-                if db is None:
-                    try:
-                        db = Database(str(bird_db_path(args.db_root, row["db_id"])))
-                    except DatabaseError as e:
-                        db = e
-                    databases[row["db_id"]] = db
-                if isinstance(db, DatabaseError):
-                    record = {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}"}
-                else:
-                    try:
-                        v = db.grade(row["pred"], row["gold"], args.semantics, args.float_digits, args.timeout_s)
-                        record = {"id": row["id"], "outcome": v.outcome, "detail": v.detail}
-                    except T2sqlError as e:  # a broken database file mid-run: report, go on
-                        record = {"id": row["id"], "outcome": "gold_error", "detail": str(e)}
-                counts[record["outcome"]] += 1
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, out_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # Written to a temporary file and renamed at the end: a crash never leaves a partial output.
+    with atomic_write(out_path) as out, Progress(total, "grading") as bar:
+        for lineno, row, problem in _read_pairs(args.pairs):
+            bar.advance()
+            if row is None:
+                print(f"{args.pairs}:{lineno}: skipped: {problem}", file=sys.stderr)
+                skipped += 1
+                continue
+            db = databases.get(row["db_id"])
+            if db is None:
+                try:
+                    db = Database(str(bird_db_path(args.db_root, row["db_id"])))
+                except DatabaseError as e:
+                    db = e
+                databases[row["db_id"]] = db
+            if isinstance(db, DatabaseError):
+                record = {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}"}
+            else:
+                try:
+                    v = db.grade(row["pred"], row["gold"], args.semantics, args.float_digits, args.timeout_s)
+                    record = {"id": row["id"], "outcome": v.outcome, "detail": v.detail}
+                except T2sqlError as e:  # a broken database file mid-run: report, go on
+                    record = {"id": row["id"], "outcome": "gold_error", "detail": str(e)}
+            counts[record["outcome"]] += 1
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
     elapsed = time.perf_counter() - started
     graded = sum(counts.values())
     summary = {"graded": graded, "skipped": skipped, "counts": {k: counts.get(k, 0) for k in OUTCOMES},

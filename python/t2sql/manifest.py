@@ -18,11 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from t2sql import DatabaseError
+from t2sql.atomic import write_bytes_atomic
 
 MANIFEST_VERSION = 1
 
@@ -171,17 +171,4 @@ class Manifest:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to `path` so readers see the old file or the whole new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_bytes_atomic(path, data)
