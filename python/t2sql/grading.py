@@ -40,11 +40,6 @@ def grade(
     return db.grade(pred_sql, gold_sql, semantics, float_digits, timeout_s)
 
 
-def bird_db_path(db_root: str | os.PathLike, db_id: str) -> Path:
-    """BIRD's layout: <root>/<db_id>/<db_id>.sqlite."""
-    return Path(db_root) / db_id / f"{db_id}.sqlite"
-
-
 # ---- command line ------------------------------------------------------------------------
 
 
@@ -131,6 +126,7 @@ def _read_pairs(path: str) -> Iterator[tuple[int, dict | None, str]]:
 
 
 def _grade_pairs(args: argparse.Namespace) -> int:
+    from t2sql.data import database_path
     from t2sql.progress import Progress
 
     if not os.path.exists(args.pairs):
@@ -153,7 +149,7 @@ def _grade_pairs(args: argparse.Namespace) -> int:
             db = databases.get(row["db_id"])
             if db is None:
                 try:
-                    db = Database(str(bird_db_path(args.db_root, row["db_id"])))
+                    db = Database(str(database_path(args.db_root, row["db_id"])))
                 except DatabaseError as e:
                     db = e
                 databases[row["db_id"]] = db

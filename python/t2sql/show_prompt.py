@@ -13,31 +13,22 @@ import json
 import sys
 from typing import Any
 
+from t2sql.data import DataError, load_questions
+
 
 class PromptCommandError(ValueError):
     """The task cannot be found or read; the message says what to pass."""
 
 
 def read_rows(path: str) -> list[Any]:
-    """The rows of a BIRD JSON list or a jsonl file; a bad jsonl line is reported and skipped."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise PromptCommandError(f"{path}: not valid JSON ({e})") from None
-        return list(data)
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            print(f"{path}:{n}: skipped, not JSON ({e})", file=sys.stderr)
-    return rows
+    """The rows of a BIRD JSON list or a jsonl file; a bad line is reported and skipped."""
+    try:
+        rows, problems = load_questions(path)
+    except DataError as e:
+        raise PromptCommandError(str(e)) from None
+    for p in problems:
+        print(f"{path}:{p.row}: skipped: {p.message}", file=sys.stderr)
+    return [row for _, row in rows]
 
 
 def pick(rows: list[Any], index: int | None, question_id: str | None) -> Any:
