@@ -84,20 +84,11 @@ class WorkerLost(t2sql.SqlError):
     reports it as the prediction's (or gold's) error; the worker is replaced."""
 
 
-# The worker's SQLite heap limit. The core installs its default limit when the process opens
-# its first connection, so the wanted limit is (re)applied right after each open.
-_heap_limit: int | None = None
-
-
-def _apply_heap_limit() -> None:
-    if _heap_limit:
-        t2sql.set_heap_limit(_heap_limit)
-
-
 def set_worker_heap_limit(limit: int | None) -> None:
-    global _heap_limit
-    _heap_limit = limit
-    _apply_heap_limit()
+    """This worker process's SQLite heap limit (the core keeps a chosen limit; without one, the
+    first connection installs its 2 GiB default)."""
+    if limit:
+        t2sql.set_heap_limit(limit)
 
 
 def connection(db_path: str, identity: tuple[int, int]) -> Database:
@@ -110,7 +101,6 @@ def connection(db_path: str, identity: tuple[int, int]) -> Database:
         cache.move_to_end(db_path)
         return entry[1]
     db = Database(db_path)
-    _apply_heap_limit()
     cache[db_path] = (identity, db)
     cache.move_to_end(db_path)
     while len(cache) > MAX_CONNECTIONS_PER_THREAD:
