@@ -34,6 +34,7 @@ The thresholds and penalties are preset fields (t2sql.reward): `repetition_ngram
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -221,14 +222,28 @@ def check_turns(
 def guard_report(trajectory: Any, preset: Any) -> GuardReport:
     """The report for a t2sql.reward.Trajectory under a preset's thresholds."""
     texts = trajectory.texts or trajectory.visible  # raw text when the episode kept it
+    return _cached_report(
+        tuple(texts),
+        tuple(trajectory.visible),
+        tuple(trajectory.tool_queries),
+        preset.repetition_ngram_n,
+        preset.repetition_ngram_share,
+        preset.repetition_min_ngrams,
+        preset.repeated_turn_similarity,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_report(texts, visible, tool_queries, ngram_n, ngram_share, min_ngrams, similarity) -> GuardReport:
+    # Each guard term and the episode's metrics ask for the same report: compute it once.
     return check_turns(
         texts,
-        trajectory.visible,
-        trajectory.tool_queries,
-        ngram_n=preset.repetition_ngram_n,
-        ngram_share=preset.repetition_ngram_share,
-        min_ngrams=preset.repetition_min_ngrams,
-        turn_similarity_threshold=preset.repeated_turn_similarity,
+        visible,
+        tool_queries,
+        ngram_n=ngram_n,
+        ngram_share=ngram_share,
+        min_ngrams=min_ngrams,
+        turn_similarity_threshold=similarity,
     )
 
 
