@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -383,3 +384,98 @@ def test_a_changed_hash_secret_never_gives_a_wrong_verdict(grader):
     finally:
         if previous is not None:
             t2sql.set_hash_secret(previous[0])
+
+
+def _calls_per_iteration(g: Grader, make_calls) -> tuple[list, dict[int, int]]:
+    """Run the calls `make_calls(g)` returns, all at once, and count how many of them start
+    their set-up (the identity check) in each iteration of the event loop."""
+    iteration = [0]
+    started: dict[int, int] = {}
+    known_identity = g._known_identity
+
+    def counting_identity(db_path):
+        started[iteration[0]] = started.get(iteration[0], 0) + 1
+        return known_identity(db_path)
+
+    g._known_identity = counting_identity
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        running = True
+
+        def next_iteration():  # runs once per iteration: it always reschedules itself
+            iteration[0] += 1
+            if running:
+                loop.call_soon(next_iteration)
+
+        loop.call_soon(next_iteration)
+        results = await asyncio.gather(*make_calls(g))
+        running = False
+        return results
+
+    return asyncio.run(main()), started
+
+
+def test_a_burst_of_calls_is_spread_over_loop_iterations(grader):
+    golds = [f"SELECT superhero_name FROM superhero WHERE id = {i}" for i in range(1, 101)]
+
+    def calls(g):
+        return [g.grade(SUPERHERO, sql, sql) for sql in golds] + [g.run_tool(SUPERHERO, sql) for sql in golds]
+
+    results, started = _calls_per_iteration(grader, calls)
+    assert sum(started.values()) == 200
+    # Without admission all 200 would start in the iteration that runs the new tasks; with it
+    # each iteration starts at most CALLS_PER_ITERATION (16) of them, so the loop stays live.
+    assert max(started.values()) <= 16, started
+    assert len(started) >= 200 // 16, started
+    assert [r.outcome for r in results[:100]] == ["match"] * 100
+    assert [r.row_count for r in results[100:]] == [1] * 100
+
+
+def test_calls_in_a_burst_start_in_arrival_order():
+    order = []
+
+    async def main(g):
+        async def one(k):
+            await g.run_tool(SUPERHERO, f"SELECT {k}")
+            order.append(k)
+
+        await asyncio.gather(*(one(k) for k in range(64)))
+
+    # With one worker the job queue is FIFO, so the finishing order is the admission order.
+    with Grader(concurrency=1) as g:
+        asyncio.run(main(g))
+    assert order == list(range(64))
+
+
+def test_a_cancelled_waiting_call_gives_its_turn_to_the_next(grader):
+    async def main():
+        tasks = [asyncio.ensure_future(grader.run_tool(SUPERHERO, f"SELECT {k}")) for k in range(100)]
+        await asyncio.sleep(0)  # all 100 have asked; most wait for their turn
+        for k in range(20, 60):
+            tasks[k].cancel()
+        # A turn lost to a cancelled waiter would leave the later calls waiting for ever.
+        return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+
+    results = asyncio.run(main())
+    for k, r in enumerate(results):
+        if 20 <= k < 60:
+            assert isinstance(r, asyncio.CancelledError), (k, r)
+        else:
+            assert [tuple(x) for x in r.rows] == [(k,)], (k, r)
+    # The Grader keeps serving after the cancellations.
+    assert grader.run_tool_sync(SUPERHERO, "SELECT 7").rows == [(7,)]
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="thread niceness is a POSIX feature")
+def test_worker_threads_run_nicer_than_the_event_loop():
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with Grader(concurrency=2, worker_nice=5) as g:
+        g.run_tool_sync(SUPERHERO, "SELECT 1")
+        workers = [t for t in threading.enumerate() if t.name.startswith("t2sql-sql-")]
+        assert len(workers) == 2
+        nice = {os.getpriority(os.PRIO_PROCESS, t.native_id) for t in workers}
+    if nice == {base}:
+        pytest.skip("this system does not let a thread lower its own priority")
+    assert nice == {min(base + 5, 19)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base

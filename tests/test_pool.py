@@ -88,6 +88,17 @@ def test_process_backend_serves_the_same_api():
         exercise(g)
 
 
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="niceness is a POSIX feature")
+def test_worker_processes_run_nicer_than_the_grader():
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    with Grader(backend="process", concurrency=2, worker_nice=3) as g:
+        assert g.grade_sync(SUPERHERO, COUNT_HEROES, COUNT_HEROES).outcome == "match"
+        nice = {os.getpriority(os.PRIO_PROCESS, pid) for pid in g._backend.worker_pids()}
+    if nice == {base}:
+        pytest.skip("this system does not let a process lower its own priority")
+    assert nice == {min(base + 3, 19)}
+
+
 def test_process_workers_share_the_disk_cache_secret(tmp_path):
     gold = "SELECT superhero_name FROM superhero WHERE hair_colour_id = 9"
     with Grader(backend="process", concurrency=2, cache_dir=tmp_path) as g:

@@ -30,6 +30,8 @@ import os
 import struct
 import threading
 import time
+import weakref
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,11 @@ from t2sql.pool import (
 log = logging.getLogger("t2sql.grader")
 
 BACKENDS = ("thread", "process", "ray")
+
+# New calls that may start their loop-side work in one iteration of the event loop. Each costs
+# 20-80 µs of loop time, so a burst of hundreds of calls (a rollout's trajectories all starting at
+# once) is spread over iterations of at most ~1-2 ms instead of stalling the loop for tens of ms.
+CALLS_PER_ITERATION = 16
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,58 @@ def _install_process_secret(secret: bytes, owner: str) -> None:
             )
 
 
+class _Admission:
+    """Lets at most `per_iteration` new calls into the Grader per event-loop iteration; the
+    others wait in arrival order and are let in over the following iterations.
+
+    asyncio runs every ready callback of an iteration before it looks at timers or I/O again,
+    so without this a burst of N calls costs the loop N times one call's set-up in one go.
+    The budget is renewed by a callback at the start of the next iteration; it is scheduled
+    only once half the budget is spent, so sparse calls (one per iteration, the quiet case)
+    do not pay an extra loop iteration each."""
+
+    def __init__(self, per_iteration: int):
+        self._per_iteration = per_iteration
+        self._renew_at = max(1, per_iteration // 2)
+        self._used = 0
+        self._waiting: deque[asyncio.Future] = deque()
+        self._renewal_scheduled = False
+
+    def try_enter(self, loop: asyncio.AbstractEventLoop) -> bool:
+        if self._used < self._per_iteration and not self._waiting:
+            self._used += 1
+            if self._used >= self._renew_at:
+                self._schedule_renewal(loop)
+            return True
+        return False
+
+    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for a later iteration's budget (after try_enter said no)."""
+        fut = loop.create_future()
+        self._waiting.append(fut)
+        self._schedule_renewal(loop)
+        await fut  # a cancelled waiter is skipped by _renew (its future is done)
+
+    def _schedule_renewal(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._renewal_scheduled:
+            self._renewal_scheduled = True
+            loop.call_soon(self._renew, loop)
+
+    def _renew(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A new iteration: a fresh budget, spent first on the calls that waited (they resume
+        in the next iteration, in order)."""
+        self._renewal_scheduled = False
+        let_in = 0
+        while self._waiting and let_in < self._per_iteration:
+            fut = self._waiting.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                let_in += 1
+        self._used = let_in
+        if self._waiting or let_in >= self._renew_at:
+            self._schedule_renewal(loop)
+
+
 class Grader:
     def __init__(
         self,
@@ -146,6 +205,7 @@ class Grader:
         backend: str = "thread",
         manifest: Manifest | str | os.PathLike | None = None,
         worker_heap_limit: int | None = None,
+        worker_nice: int = 10,
     ):
         """
         concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
@@ -153,6 +213,10 @@ class Grader:
         backend: "thread" | "process" | "ray" (Ray must already be initialised).
         manifest: a Manifest or the path of one; databases not matching it are refused.
         worker_heap_limit: bytes of SQLite heap per worker process/actor (process and ray only).
+        worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
+            leave them alone), so that the thread running the event loop wins a core the moment
+            it wakes: on a machine with no idle core this cuts the loop's 99th-percentile stall
+            from about 4 ms (one scheduler slice) to about 1 ms.
         """
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -178,7 +242,7 @@ class Grader:
             _install_process_secret(secret, str(self._disk.root))
 
         if backend == "thread":
-            self._backend = ThreadBackend(concurrency or os.cpu_count() or 1)
+            self._backend = ThreadBackend(concurrency or os.cpu_count() or 1, nice=worker_nice)
             self._secret_tag = None  # the process secret, read per call (hash_secret_id)
         else:
             if secret is None:
@@ -186,7 +250,8 @@ class Grader:
             self._secret_tag = hashlib.sha256(secret).hexdigest()[:16]
             if backend == "process":
                 self._backend = ProcessBackend(
-                    concurrency or os.cpu_count() or 1, secret=secret, heap_limit=worker_heap_limit
+                    concurrency or os.cpu_count() or 1, secret=secret, heap_limit=worker_heap_limit,
+                    nice=worker_nice,
                 )
             else:
                 self._backend = RayBackend(concurrency, secret=secret, heap_limit=worker_heap_limit)
@@ -197,6 +262,8 @@ class Grader:
         self._memory: dict[tuple, GoldResult] = {}
         self._keys: dict[tuple, str] = {}  # (identity, gold, semantics, digits) -> cache key
         self._inflight: dict[tuple, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._admissions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Admission
+        self._last_admission: tuple[weakref.ref, _Admission] | None = None  # the common case: one loop
         self._io = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="t2sql-cache-io")
         self._sync_loop: asyncio.AbstractEventLoop | None = None
         self._sync_thread: threading.Thread | None = None
@@ -227,7 +294,7 @@ class Grader:
         """One `execute_sql_query` call. Raises UnsafeQuery / SqlError / QueryTimeout /
         DatabaseError exactly like Database.run_tool."""
         self._check_open()
-        identity = await self._identity(db_path)
+        identity = await self._enter(db_path)
         options = {
             "timeout_s": float(timeout_s or self.tool_timeout_s),
             "max_rows": max_rows,
@@ -253,7 +320,7 @@ class Grader:
         self._check_open()
         started = time.perf_counter()
         timeout = float(timeout_s or self.grade_timeout_s)
-        identity = await self._identity(db_path)
+        identity = await self._enter(db_path)
         resolved = resolve_semantics(gold_sql, semantics)
         self._count("grades")
         retried = False
@@ -303,7 +370,7 @@ class Grader:
         Concurrent requests for the same gold share one run. A failed or timed-out gold is
         not cached: the next request runs it again."""
         self._check_open()
-        identity = await self._identity(db_path)
+        identity = await self._enter(db_path)
         resolved = resolve_semantics(gold_sql, semantics)
         return await self._gold(db_path, identity, gold_sql, resolved, float_digits,
                                 float(timeout_s or self.grade_timeout_s))
@@ -366,6 +433,17 @@ class Grader:
         with self._lock:
             self._counters[name] += n
 
+    def _admission(self, loop: asyncio.AbstractEventLoop) -> _Admission:
+        """This loop's _Admission (one per loop: the sync API runs on a loop of its own)."""
+        last = self._last_admission
+        if last is not None and last[0]() is loop:
+            return last[1]
+        admission = self._admissions.get(loop)
+        if admission is None:
+            admission = self._admissions[loop] = _Admission(CALLS_PER_ITERATION)
+        self._last_admission = (weakref.ref(loop), admission)
+        return admission
+
     def _secret_id(self) -> str:
         return self._secret_tag or hash_secret_id()
 
@@ -377,10 +455,10 @@ class Grader:
             cancel()  # queued: never runs; running: SQLite stops at its next progress check
             raise
 
-    async def _identity(self, db_path: str) -> _DbIdentity:
-        """The file's identity; checked against the manifest at first use and after any
-        change of size or mtime. A stat costs microseconds, so it runs on the loop; the
-        sha256 a manifest may need runs in a thread."""
+    def _known_identity(self, db_path: str) -> tuple[_DbIdentity | None, os.stat_result]:
+        """(the file's identity if it is unchanged since it was checked, else None; its stat).
+        A stat costs microseconds, so it runs on the loop, for every call: a file changed
+        under a running Grader is refused at the next call that touches it."""
         try:
             st = os.stat(db_path)
         except FileNotFoundError:
@@ -389,10 +467,15 @@ class Grader:
             ) from None
         except OSError as e:
             raise DatabaseError(f"cannot read database file {db_path}: {e}") from None
-        stat = (st.st_size, st.st_mtime_ns)
         known = self._identities.get(db_path)
-        if known is not None and known.stat == stat:
-            return known
+        if known is not None and known.stat[0] == st.st_size and known.stat[1] == st.st_mtime_ns:
+            return known, st
+        return None, st
+
+    async def _new_identity(self, db_path: str, st: os.stat_result) -> _DbIdentity:
+        """A file seen for the first time or changed: checked against the manifest (whose
+        sha256 runs in a thread) and recorded."""
+        stat = (st.st_size, st.st_mtime_ns)
         if self.manifest is not None:
             entry = await asyncio.get_running_loop().run_in_executor(
                 self._io, self.manifest.verify, db_path, st
@@ -403,6 +486,18 @@ class Grader:
         identity = _DbIdentity(stat, cache_id)
         with self._lock:
             self._identities[db_path] = identity
+        return identity
+
+    async def _enter(self, db_path: str) -> _DbIdentity:
+        """The start of every public call: wait for this loop's admission if a burst is under
+        way, then the database's identity. Synchronous when neither has to wait."""
+        loop = asyncio.get_running_loop()
+        admission = self._admission(loop)
+        if not admission.try_enter(loop):
+            await admission.wait(loop)
+        identity, st = self._known_identity(db_path)
+        if identity is None:
+            identity = await self._new_identity(db_path, st)
         return identity
 
     async def _gold(self, db_path, identity, gold_sql, semantics, float_digits, timeout_s) -> GoldResult:
