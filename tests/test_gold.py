@@ -147,3 +147,7 @@ def test_bench_serving_smoke():
     assert result["gold_precompute"]["warm"]["from_disk"] == result["gold_precompute"]["cold"]["computed"] > 0
     for path in ("python_sqlite3", "core_run_tool", "grader_async"):
         assert result["tool_latency"][path]["p50_us"] > 0
+    floor = result["stall_floor"]
+    assert floor["raw_sql_threads"]["threads"] == 2 or floor["raw_sql_threads"]["threads"] == os.cpu_count()
+    for row in (floor["idle"], floor["raw_sql_threads"]):
+        assert 0 <= row["loop_p99_stall_ms"] <= row["loop_max_stall_ms"]

@@ -216,6 +216,51 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
     return rows
 
 
+def bench_stall_floor(pairs, workers: int, seconds: float = 2.0) -> dict[str, Any]:
+    """The peers of the Grader's loop stalls: the same ticker on a loop that does nothing else
+    (what the machine alone does to a sleeping thread), and beside `workers` plain threads
+    grading the same pairs straight on the core, no Grader, at the niceness the Grader gives
+    its workers (what busy cores add). The Grader's own share is its stall minus these."""
+    import threading
+
+    from t2sql.grader import DEFAULT_WORKER_NICE
+    from t2sql.pool import lower_priority
+
+    async def meter_for(duration: float) -> tuple[float, float]:
+        meter = _StallMeter()
+        meter.start()
+        await asyncio.sleep(duration)
+        return await meter.stop()
+
+    stop = threading.Event()
+
+    def grade_until_stopped() -> None:
+        lower_priority(DEFAULT_WORKER_NICE)
+        dbs: dict[str, t2sql.Database] = {}
+        while not stop.is_set():
+            for path, sql in pairs:
+                if stop.is_set():
+                    return
+                db = dbs.get(path) or dbs.setdefault(path, t2sql.Database(path))
+                db.grade(sql, sql)
+
+    out = {}
+    worst, p99 = asyncio.run(meter_for(seconds))
+    out["idle"] = {"loop_max_stall_ms": round(worst * 1e3, 2), "loop_p99_stall_ms": round(p99 * 1e3, 2)}
+    threads = [threading.Thread(target=grade_until_stopped, daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    try:
+        worst, p99 = asyncio.run(meter_for(seconds))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    out["raw_sql_threads"] = {"threads": workers, "loop_max_stall_ms": round(worst * 1e3, 2),
+                              "loop_p99_stall_ms": round(p99 * 1e3, 2)}
+    return out
+
+
 def _burn(n: int = 5_000_000) -> float:
     started = time.perf_counter()
     x = 0
@@ -340,6 +385,7 @@ def run(args) -> int:
         "tool_latency": bench_tool_latency(pairs[0][0], args.tool_calls),
         "grades": bench_grades(pairs, args.workers, args.tasks, args.backend, args.repeat),
         "rollout": bench_rollout(pairs, args.workers, args.tasks, args.backend),
+        "stall_floor": bench_stall_floor(pairs, args.workers),
         "gold_precompute": bench_gold_precompute(pairs, args.workers, args.backend),
     }
     result["effective_cores_after"] = effective_cores(args.workers)
@@ -382,6 +428,13 @@ def print_table(r: dict[str, Any]) -> None:
           f"max {ro['loop_max_stall_ms']:.1f} ms, p99 {ro['loop_p99_stall_ms']:.1f} ms")
     if ro["not_matched"]:
         print(f"    !! {ro['not_matched']} episodes did not match")
+    f = r["stall_floor"]
+    print("\nloop stall without the Grader (the floor this machine sets), max / p99 ms")
+    print(f"  {'the loop alone, nothing else running':<58}{f['idle']['loop_max_stall_ms']:>7.1f} / "
+          f"{f['idle']['loop_p99_stall_ms']:.1f}")
+    raw = f["raw_sql_threads"]
+    print(f"  {'beside ' + str(raw['threads']) + ' threads grading the same pairs on the core':<58}"
+          f"{raw['loop_max_stall_ms']:>7.1f} / {raw['loop_p99_stall_ms']:.1f}")
     g = r["gold_precompute"]
     print("\ngold precompute (disk cache)")
     for label in ("cold", "warm"):

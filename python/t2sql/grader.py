@@ -68,6 +68,9 @@ BACKENDS = ("thread", "process", "ray")
 # once) is spread over iterations of at most ~1-2 ms instead of stalling the loop for tens of ms.
 CALLS_PER_ITERATION = 16
 
+# How much nicer than the event loop's thread the SQL workers run (see Grader's worker_nice).
+DEFAULT_WORKER_NICE = 10
+
 
 @dataclass(frozen=True)
 class GradeResult:
@@ -205,7 +208,7 @@ class Grader:
         backend: str = "thread",
         manifest: Manifest | str | os.PathLike | None = None,
         worker_heap_limit: int | None = None,
-        worker_nice: int = 10,
+        worker_nice: int = DEFAULT_WORKER_NICE,
     ):
         """
         concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
