@@ -162,20 +162,19 @@ class _Admission:
         self._waiting: deque[asyncio.Future] = deque()
         self._renewal_scheduled = False
 
-    def try_enter(self, loop: asyncio.AbstractEventLoop) -> bool:
+    def enter(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future | None:
+        """None: go ahead. Else a future to await: it is done when this call's turn comes (a
+        cancelled one is skipped by _renew). A plain function, not a coroutine: in a burst,
+        most calls come here only to wait, and that must cost the loop as little as possible."""
         if self._used < self._per_iteration and not self._waiting:
             self._used += 1
             if self._used >= self._renew_at:
                 self._schedule_renewal(loop)
-            return True
-        return False
-
-    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait for a later iteration's budget (after try_enter said no)."""
-        fut = loop.create_future()
-        self._waiting.append(fut)
+            return None
+        ticket = loop.create_future()
+        self._waiting.append(ticket)
         self._schedule_renewal(loop)
-        await fut  # a cancelled waiter is skipped by _renew (its future is done)
+        return ticket
 
     def _schedule_renewal(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._renewal_scheduled:
@@ -297,7 +296,10 @@ class Grader:
         """One `execute_sql_query` call. Raises UnsafeQuery / SqlError / QueryTimeout /
         DatabaseError exactly like Database.run_tool."""
         self._check_open()
-        identity = await self._enter(db_path)
+        ticket = self._admit()
+        if ticket is not None:
+            await ticket
+        identity = self._known_identity(db_path) or await self._new_identity(db_path)
         options = {
             "timeout_s": float(timeout_s or self.tool_timeout_s),
             "max_rows": max_rows,
@@ -322,8 +324,11 @@ class Grader:
         a missing or changed database raises DatabaseError."""
         self._check_open()
         started = time.perf_counter()
+        ticket = self._admit()
+        if ticket is not None:
+            await ticket
+        identity = self._known_identity(db_path) or await self._new_identity(db_path)
         timeout = float(timeout_s or self.grade_timeout_s)
-        identity = await self._enter(db_path)
         resolved = resolve_semantics(gold_sql, semantics)
         self._count("grades")
         retried = False
@@ -373,7 +378,10 @@ class Grader:
         Concurrent requests for the same gold share one run. A failed or timed-out gold is
         not cached: the next request runs it again."""
         self._check_open()
-        identity = await self._enter(db_path)
+        ticket = self._admit()
+        if ticket is not None:
+            await ticket
+        identity = self._known_identity(db_path) or await self._new_identity(db_path)
         resolved = resolve_semantics(gold_sql, semantics)
         return await self._gold(db_path, identity, gold_sql, resolved, float_digits,
                                 float(timeout_s or self.grade_timeout_s))
@@ -436,17 +444,6 @@ class Grader:
         with self._lock:
             self._counters[name] += n
 
-    def _admission(self, loop: asyncio.AbstractEventLoop) -> _Admission:
-        """This loop's _Admission (one per loop: the sync API runs on a loop of its own)."""
-        last = self._last_admission
-        if last is not None and last[0]() is loop:
-            return last[1]
-        admission = self._admissions.get(loop)
-        if admission is None:
-            admission = self._admissions[loop] = _Admission(CALLS_PER_ITERATION)
-        self._last_admission = (weakref.ref(loop), admission)
-        return admission
-
     def _secret_id(self) -> str:
         return self._secret_tag or hash_secret_id()
 
@@ -458,26 +455,43 @@ class Grader:
             cancel()  # queued: never runs; running: SQLite stops at its next progress check
             raise
 
-    def _known_identity(self, db_path: str) -> tuple[_DbIdentity | None, os.stat_result]:
-        """(the file's identity if it is unchanged since it was checked, else None; its stat).
-        A stat costs microseconds, so it runs on the loop, for every call: a file changed
-        under a running Grader is refused at the next call that touches it."""
+    def _admit(self) -> asyncio.Future | None:
+        """The start of every public call: None, or a future to await first if a burst of calls
+        is under way on this loop (see _Admission)."""
+        loop = asyncio.get_running_loop()
+        last = self._last_admission
+        if last is not None and last[0]() is loop:
+            return last[1].enter(loop)
+        admission = self._admissions.get(loop)  # one per loop: the sync API has a loop of its own
+        if admission is None:
+            admission = self._admissions[loop] = _Admission(CALLS_PER_ITERATION)
+        self._last_admission = (weakref.ref(loop), admission)
+        return admission.enter(loop)
+
+    def _stat(self, db_path: str) -> os.stat_result:
         try:
-            st = os.stat(db_path)
+            return os.stat(db_path)
         except FileNotFoundError:
             raise DatabaseError(
                 f"database file not found: {db_path}; check --db-root and the task's db_id"
             ) from None
         except OSError as e:
             raise DatabaseError(f"cannot read database file {db_path}: {e}") from None
+
+    def _known_identity(self, db_path: str) -> _DbIdentity | None:
+        """The file's identity if it is unchanged since it was checked, else None (then
+        _new_identity checks it). A stat costs microseconds, so it runs on the loop, for every
+        call: a file changed under a running Grader is refused at the next call that touches it."""
+        st = self._stat(db_path)
         known = self._identities.get(db_path)
         if known is not None and known.stat[0] == st.st_size and known.stat[1] == st.st_mtime_ns:
-            return known, st
-        return None, st
+            return known
+        return None
 
-    async def _new_identity(self, db_path: str, st: os.stat_result) -> _DbIdentity:
+    async def _new_identity(self, db_path: str) -> _DbIdentity:
         """A file seen for the first time or changed: checked against the manifest (whose
         sha256 runs in a thread) and recorded."""
+        st = self._stat(db_path)
         stat = (st.st_size, st.st_mtime_ns)
         if self.manifest is not None:
             entry = await asyncio.get_running_loop().run_in_executor(
@@ -489,18 +503,6 @@ class Grader:
         identity = _DbIdentity(stat, cache_id)
         with self._lock:
             self._identities[db_path] = identity
-        return identity
-
-    async def _enter(self, db_path: str) -> _DbIdentity:
-        """The start of every public call: wait for this loop's admission if a burst is under
-        way, then the database's identity. Synchronous when neither has to wait."""
-        loop = asyncio.get_running_loop()
-        admission = self._admission(loop)
-        if not admission.try_enter(loop):
-            await admission.wait(loop)
-        identity, st = self._known_identity(db_path)
-        if identity is None:
-            identity = await self._new_identity(db_path, st)
         return identity
 
     async def _gold(self, db_path, identity, gold_sql, semantics, float_digits, timeout_s) -> GoldResult:
