@@ -145,7 +145,7 @@ def test_bench_serving_smoke():
     assert all(row["not_matched"] == 0 for row in result["grades"].values())
     assert result["rollout"]["not_matched"] == 0 and result["rollout"]["sql_calls"] == 4 * 6
     assert result["gold_precompute"]["warm"]["from_disk"] == result["gold_precompute"]["cold"]["computed"] > 0
-    for path in ("python_sqlite3", "core_run_tool", "grader_async"):
+    for path in ("python_sqlite3", "core_run_tool", "sqlite3_run_in_executor", "grader_async"):
         assert result["tool_latency"][path]["p50_us"] > 0
     floor = result["stall_floor"]
     assert floor["raw_sql_threads"]["threads"] == 2 or floor["raw_sql_threads"]["threads"] == os.cpu_count()

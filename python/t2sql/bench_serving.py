@@ -2,7 +2,8 @@
 
 - tool-call latency p50/p99 of small queries on a warm connection: Python's sqlite3 on an
   open connection (SQLite's own work plus a thin binding), t2sql.Database.run_tool (the core),
-  and `await Grader.run_tool` (the asyncio path: thread hop included);
+  `await loop.run_in_executor(sqlite3 ...)` (what an asyncio user does without t2sql: the same
+  thread hop, no safety) and `await Grader.run_tool` (the asyncio path: thread hop included);
 - grades per second of the BIRD dev pairs (pred = gold, cold gold cache: each grade runs the
   gold and the prediction) with 1 worker and with every core, and through the asyncio API
   with 256 concurrent tasks (cold and warm gold cache);
@@ -67,6 +68,14 @@ def _small_queries(db_path: str, n: int) -> list[str]:
     return [f'SELECT * FROM "{table}" WHERE rowid = {ids[i % len(ids)]}' for i in range(n)]
 
 
+TOOL_PATHS = {
+    "python_sqlite3": "Python sqlite3 (open connection)",
+    "core_run_tool": "t2sql Database.run_tool",
+    "sqlite3_run_in_executor": "await run_in_executor(sqlite3)",
+    "grader_async": "await Grader.run_tool",
+}
+
+
 def bench_tool_latency(db_path: str, n: int) -> dict[str, Any]:
     from t2sql.grader import Grader
 
@@ -106,9 +115,30 @@ def bench_tool_latency(db_path: str, n: int) -> dict[str, Any]:
 
     with Grader(concurrency=1) as g:
         out["grader_async"] = asyncio.run(through_grader(g))
+
+    # The peer an asyncio user reaches for without t2sql: sqlite3 on a worker thread.
+    import concurrent.futures
+
+    con = sqlite3.connect(f"file:{db_path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+
+    async def through_executor() -> list[float]:
+        loop = asyncio.get_running_loop()
+        for q in queries[:100]:
+            await loop.run_in_executor(executor, lambda q=q: con.execute(q).fetchall())
+        times = []
+        for q in queries:
+            t = time.perf_counter()
+            await loop.run_in_executor(executor, lambda q=q: con.execute(q).fetchall())
+            times.append(time.perf_counter() - t)
+        return times
+
+    out["sqlite3_run_in_executor"] = asyncio.run(through_executor())
+    executor.shutdown()
+    con.close()
     base = statistics.median(out["python_sqlite3"])
     summary = {"queries": n, "query": out["query"]}
-    for path in ("python_sqlite3", "core_run_tool", "grader_async"):
+    for path in TOOL_PATHS:
         summary[path] = {
             "p50_us": round(statistics.median(out[path]) * 1e6, 1),
             "p99_us": round(_percentile(out[path], 0.99) * 1e6, 1),
@@ -406,9 +436,7 @@ def print_table(r: dict[str, Any]) -> None:
     t = r["tool_latency"]
     print(f"tool call, small query on a warm connection ({t['queries']} calls: {t['query']})")
     print(f"  {'path':<34}{'p50 µs':>10}{'p99 µs':>10}{'p50 overhead µs':>18}")
-    names = {"python_sqlite3": "Python sqlite3 (open connection)", "core_run_tool": "t2sql Database.run_tool",
-             "grader_async": "await Grader.run_tool"}
-    for key, name in names.items():
+    for key, name in TOOL_PATHS.items():
         row = t[key]
         print(f"  {name:<34}{row['p50_us']:>10.1f}{row['p99_us']:>10.1f}{row['p50_overhead_us']:>18.1f}")
     print("\ngrades, pred = gold")
