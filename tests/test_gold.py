@@ -149,5 +149,6 @@ def test_bench_serving_smoke():
         assert result["tool_latency"][path]["p50_us"] > 0
     floor = result["stall_floor"]
     assert floor["raw_sql_threads"]["threads"] == 2 or floor["raw_sql_threads"]["threads"] == os.cpu_count()
-    for row in (floor["idle"], floor["raw_sql_threads"]):
+    assert floor["asyncio_tasks_only"]["tasks"] == 4
+    for row in (floor["idle"], floor["raw_sql_threads"], floor["asyncio_tasks_only"]):
         assert 0 <= row["loop_p99_stall_ms"] <= row["loop_max_stall_ms"]

@@ -246,11 +246,12 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
     return rows
 
 
-def bench_stall_floor(pairs, workers: int, seconds: float = 2.0) -> dict[str, Any]:
+def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> dict[str, Any]:
     """The peers of the Grader's loop stalls: the same ticker on a loop that does nothing else
-    (what the machine alone does to a sleeping thread), and beside `workers` plain threads
-    grading the same pairs straight on the core, no Grader, at the niceness the Grader gives
-    its workers (what busy cores add). The Grader's own share is its stall minus these."""
+    (what the machine alone does to a sleeping thread); beside `workers` plain threads grading
+    the same pairs straight on the core, no Grader, at the niceness the Grader gives its
+    workers (what busy cores add); and while `tasks` tasks that only await a future start at
+    once, five times (what asyncio itself costs for the benchmark's burst of tasks)."""
     import threading
 
     from t2sql.grader import DEFAULT_WORKER_NICE
@@ -288,6 +289,28 @@ def bench_stall_floor(pairs, workers: int, seconds: float = 2.0) -> dict[str, An
             t.join()
     out["raw_sql_threads"] = {"threads": workers, "loop_max_stall_ms": round(worst * 1e3, 2),
                               "loop_p99_stall_ms": round(p99 * 1e3, 2)}
+
+    async def start_tasks_only() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        meter = _StallMeter()
+        meter.start()
+        for _ in range(5):
+            pending = [loop.create_future() for _ in range(tasks)]
+
+            async def wait_for(fut: asyncio.Future) -> None:
+                await fut
+
+            burst = asyncio.gather(*(wait_for(f) for f in pending))
+            await asyncio.sleep(0.02)
+            for f in pending:
+                f.set_result(None)
+            await burst
+            await asyncio.sleep(0.02)
+        return await meter.stop()
+
+    worst, p99 = asyncio.run(start_tasks_only())
+    out["asyncio_tasks_only"] = {"tasks": tasks, "loop_max_stall_ms": round(worst * 1e3, 2),
+                                 "loop_p99_stall_ms": round(p99 * 1e3, 2)}
     return out
 
 
@@ -415,7 +438,7 @@ def run(args) -> int:
         "tool_latency": bench_tool_latency(pairs[0][0], args.tool_calls),
         "grades": bench_grades(pairs, args.workers, args.tasks, args.backend, args.repeat),
         "rollout": bench_rollout(pairs, args.workers, args.tasks, args.backend),
-        "stall_floor": bench_stall_floor(pairs, args.workers),
+        "stall_floor": bench_stall_floor(pairs, args.workers, args.tasks),
         "gold_precompute": bench_gold_precompute(pairs, args.workers, args.backend),
     }
     result["effective_cores_after"] = effective_cores(args.workers)
@@ -463,6 +486,9 @@ def print_table(r: dict[str, Any]) -> None:
     raw = f["raw_sql_threads"]
     print(f"  {'beside ' + str(raw['threads']) + ' threads grading the same pairs on the core':<58}"
           f"{raw['loop_max_stall_ms']:>7.1f} / {raw['loop_p99_stall_ms']:.1f}")
+    only = f["asyncio_tasks_only"]
+    print(f"  {'asyncio alone: ' + str(only['tasks']) + ' tasks that only await, started at once':<58}"
+          f"{only['loop_max_stall_ms']:>7.1f} / {only['loop_p99_stall_ms']:.1f}")
     g = r["gold_precompute"]
     print("\ngold precompute (disk cache)")
     for label in ("cold", "warm"):
