@@ -42,7 +42,7 @@ class Job(NamedTuple):
     """One unit of SQL work. `identity` is the file's (size, mtime_ns) seen by the Grader:
     a cached connection opened on another identity is reopened (the file was replaced).
     A named tuple, not a dataclass: one is made per SQL call on the event loop's thread, and
-    this is five times cheaper to build."""
+    this is about 2.4 times cheaper to build (timeit: 0.96 vs 2.30 µs)."""
 
     kind: str  # "tool" | "digest" | "grade"
     db_path: str
