@@ -64,7 +64,7 @@ log = logging.getLogger("t2sql.grader")
 BACKENDS = ("thread", "process", "ray")
 
 # New calls that may start their loop-side work in one iteration of the event loop. Each costs
-# 20-80 µs of loop time, so a burst of hundreds of calls (a rollout's trajectories all starting at
+# tens of µs of loop time (40-90 µs on the 2-core test VM), so a burst of hundreds of calls (a rollout's trajectories all starting at
 # once) is spread over iterations of at most ~1-2 ms instead of stalling the loop for tens of ms.
 CALLS_PER_ITERATION = 16
 
@@ -218,7 +218,7 @@ class Grader:
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment
             it wakes: on a machine with no idle core this cuts the loop's 99th-percentile stall
-            from about 4 ms (one scheduler slice) to about 1 ms.
+            from about 4 ms (one scheduler slice) to 1-3 ms on the 2-core test VM.
         """
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
