@@ -143,6 +143,9 @@ def test_bench_serving_smoke():
     result = json.loads(run.stdout)
     assert result["pairs"] == 12
     assert all(row["not_matched"] == 0 for row in result["grades"].values())
+    core = [row for name, row in result["grades"].items() if "core, no Grader" in name]
+    assert len(core) == 2 and all(row["loop_max_stall_ms"] is None for row in core)
+    assert "speedup" in core[1]
     assert result["rollout"]["not_matched"] == 0 and result["rollout"]["sql_calls"] == 4 * 6
     assert result["gold_precompute"]["warm"]["from_disk"] == result["gold_precompute"]["cold"]["computed"] > 0
     for path in ("python_sqlite3", "core_run_tool", "sqlite3_run_in_executor", "grader_async"):

@@ -212,9 +212,14 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
         f"{workers} workers, {tasks} tasks, warm golds": (backend, workers, tasks, True),
         f"1 worker ({other})": (other, 1, None, False),
         f"{workers} workers ({other})": (other, workers, None, False),
+        # The peer of the speedup: the core alone on plain threads, no Grader, no event loop.
+        "1 thread (core, no Grader)": ("core", 1, None, False),
+        f"{workers} threads (core, no Grader)": ("core", workers, None, False),
     }
 
     def once(kind: str, concurrency: int, n_tasks: int | None, warm: bool):
+        if kind == "core":
+            return _grade_on_plain_threads(pairs, concurrency)
         with Grader(concurrency=concurrency, backend=kind) as g:
             asyncio.run(_grade_all(g, pairs[:8], None))  # workers up, connections open
             if warm:
@@ -236,14 +241,51 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
             "gold_cache": "warm" if warm else "cold",
             "seconds": round(seconds, 3),
             "grades_per_s": round(len(pairs) / seconds, 1),
-            "loop_max_stall_ms": round(stall * 1e3, 2),
-            "loop_p99_stall_ms": round(stall_p99 * 1e3, 2),
+            "loop_max_stall_ms": None if stall is None else round(stall * 1e3, 2),
+            "loop_p99_stall_ms": None if stall_p99 is None else round(stall_p99 * 1e3, 2),
             "not_matched": sum(o != "match" for o in outcomes),
         }
     for single, multi in (("1 worker", f"{workers} workers"),
-                          (f"1 worker ({other})", f"{workers} workers ({other})")):
+                          (f"1 worker ({other})", f"{workers} workers ({other})"),
+                          ("1 thread (core, no Grader)", f"{workers} threads (core, no Grader)")):
         rows[multi]["speedup"] = round(rows[multi]["grades_per_s"] / rows[single]["grades_per_s"], 2)
     return rows
+
+
+def _grade_on_plain_threads(pairs, threads: int) -> tuple[float, tuple, list[str]]:
+    """Every pair graded (pred = gold, so gold and prediction both run) by `threads` plain
+    threads calling t2sql.Database directly, each with its own connections, taking pairs in
+    order from a shared counter: the core's own scaling, the ceiling for the Grader's."""
+    import itertools
+    import threading
+
+    counter = itertools.count()  # next() on it is atomic under the GIL
+    outcomes: list[str] = [""] * len(pairs)
+    ready = threading.Barrier(threads + 1)
+
+    def grade_some() -> None:
+        dbs: dict[str, t2sql.Database] = {}
+
+        def grade(path: str, sql: str) -> str:
+            db = dbs.get(path) or dbs.setdefault(path, t2sql.Database(path))
+            return db.grade(sql, sql).outcome
+
+        for path, sql in pairs[:8]:  # untimed warm-up, as the Grader runs have
+            grade(path, sql)
+        ready.wait()
+        for i in counter:
+            if i >= len(pairs):
+                return
+            outcomes[i] = grade(*pairs[i])
+
+    workers = [threading.Thread(target=grade_some) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    ready.wait()
+    started = time.perf_counter()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - started, (None, None), outcomes
 
 
 def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> dict[str, Any]:
@@ -467,7 +509,8 @@ def print_table(r: dict[str, Any]) -> None:
           f"{'stall max/p99 ms':>18}")
     for name, row in r["grades"].items():
         speed = f"{row['speedup']:.2f}x" if "speedup" in row else ""
-        stall = f"{row['loop_max_stall_ms']:.1f}/{row['loop_p99_stall_ms']:.1f}"
+        stall = ("" if row["loop_max_stall_ms"] is None
+                 else f"{row['loop_max_stall_ms']:.1f}/{row['loop_p99_stall_ms']:.1f}")
         print(f"  {name:<40}{row['gold_cache']:>6}{row['seconds']:>9.3f}{row['grades_per_s']:>10.1f}"
               f"{speed:>9}{stall:>18}")
         if row["not_matched"]:
