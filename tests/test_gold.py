@@ -145,6 +145,9 @@ def test_bench_serving_smoke():
     assert all(row["not_matched"] == 0 for row in result["grades"].values())
     core = [row for name, row in result["grades"].items() if "core, no Grader" in name]
     assert len(core) == 2 and all(row["loop_max_stall_ms"] is None for row in core)
+    for name, row in result["grades"].items():
+        if row["loop_max_stall_ms"] is not None:
+            assert 0 <= row["gc_max_pause_ms"], (name, row)
     assert "speedup" in core[1]
     assert result["rollout"]["not_matched"] == 0 and result["rollout"]["sql_calls"] == 4 * 6
     assert result["gold_precompute"]["warm"]["from_disk"] == result["gold_precompute"]["cold"]["computed"] > 0

@@ -149,12 +149,26 @@ def bench_tool_latency(db_path: str, n: int) -> dict[str, Any]:
 
 class _StallMeter:
     """A ticker on the loop: how late does a 1 ms sleep wake up? The worst lateness is the
-    longest time the loop was blocked."""
+    longest time the loop was blocked. It also times Python's garbage collector meanwhile
+    (gc.callbacks): a collection stops every thread's Python, the loop's included, so the
+    longest pause says how much of the worst stall was the runtime's rather than the Grader's."""
 
     def __init__(self) -> None:
         self.lateness: list[float] = []
+        self.gc_pauses: list[float] = []
+        self._gc_started = 0.0
         self._stop = False
         self._task: asyncio.Task | None = None
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_pauses.append(time.perf_counter() - self._gc_started)
+
+    @property
+    def gc_max(self) -> float:
+        return max(self.gc_pauses, default=0.0)
 
     async def _tick(self) -> None:
         while not self._stop:
@@ -163,18 +177,25 @@ class _StallMeter:
             self.lateness.append(time.perf_counter() - t - 0.001)
 
     def start(self) -> None:
+        import gc
+
+        gc.callbacks.append(self._on_gc)
         self._task = asyncio.get_running_loop().create_task(self._tick())
 
     async def stop(self) -> tuple[float, float]:
         """(worst lateness, 99th percentile lateness) in seconds."""
+        import gc
+
         self._stop = True
         await self._task
+        gc.callbacks.remove(self._on_gc)
         return max(self.lateness, default=0.0), _percentile(self.lateness or [0.0], 0.99)
 
 
 async def _grade_all(grader, pairs, tasks: int | None) -> tuple[float, tuple, list[str]]:
     """Grade every (db_path, sql) pair as pred = gold; `tasks` concurrent tasks pull from the
-    list (None: one task per pair). Returns (seconds, (worst stall, p99 stall), outcomes).
+    list (None: one task per pair). Returns (seconds, (worst stall, p99 stall, longest GC
+    pause), outcomes).
     A stall also counts time the OS ran other threads instead of the loop: on a machine with
     no idle core it measures the machine as much as the Grader."""
     meter = _StallMeter()
@@ -195,7 +216,7 @@ async def _grade_all(grader, pairs, tasks: int | None) -> tuple[float, tuple, li
         await asyncio.gather(*(worker() for _ in range(tasks)))
     seconds = time.perf_counter() - started
     worst, p99 = await meter.stop()
-    return seconds, (worst, p99), outcomes
+    return seconds, (worst, p99, meter.gc_max), outcomes
 
 
 def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1) -> dict[str, Any]:
@@ -233,7 +254,7 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
             runs[label].append(once(*config))
     rows = {}
     for label, (kind, concurrency, n_tasks, warm) in configs.items():
-        seconds, (stall, stall_p99), outcomes = sorted(runs[label], key=lambda r: r[0])[len(runs[label]) // 2]
+        seconds, (stall, stall_p99, gc_max), outcomes = sorted(runs[label], key=lambda r: r[0])[len(runs[label]) // 2]
         rows[label] = {
             "backend": kind,
             "workers": concurrency,
@@ -243,6 +264,7 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
             "grades_per_s": round(len(pairs) / seconds, 1),
             "loop_max_stall_ms": None if stall is None else round(stall * 1e3, 2),
             "loop_p99_stall_ms": None if stall_p99 is None else round(stall_p99 * 1e3, 2),
+            "gc_max_pause_ms": None if gc_max is None else round(gc_max * 1e3, 2),
             "not_matched": sum(o != "match" for o in outcomes),
         }
     for single, multi in (("1 worker", f"{workers} workers"),
@@ -285,7 +307,7 @@ def _grade_on_plain_threads(pairs, threads: int) -> tuple[float, tuple, list[str
     started = time.perf_counter()
     for w in workers:
         w.join()
-    return time.perf_counter() - started, (None, None), outcomes
+    return time.perf_counter() - started, (None, None, None), outcomes
 
 
 def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> dict[str, Any]:
@@ -415,10 +437,10 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
         outcomes = await asyncio.gather(*(episode(g, pair, pauses) for pair, pauses in plan))
         seconds = time.perf_counter() - started
         worst, p99 = await meter.stop()
-        return seconds, worst, p99, outcomes
+        return seconds, worst, p99, meter.gc_max, outcomes
 
     with Grader(concurrency=workers, backend=backend) as g:
-        seconds, worst, p99, outcomes = asyncio.run(main(g))
+        seconds, worst, p99, gc_max, outcomes = asyncio.run(main(g))
     return {
         "trajectories": trajectories,
         "sql_calls": trajectories * 6,
@@ -426,6 +448,7 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
         "sql_calls_per_s": round(trajectories * 6 / seconds, 1),
         "loop_max_stall_ms": round(worst * 1e3, 2),
         "loop_p99_stall_ms": round(p99 * 1e3, 2),
+        "gc_max_pause_ms": round(gc_max * 1e3, 2),
         "not_matched": sum(o != "match" for o in outcomes),
     }
 
@@ -506,20 +529,22 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"  {name:<34}{row['p50_us']:>10.1f}{row['p99_us']:>10.1f}{row['p50_overhead_us']:>18.1f}")
     print("\ngrades, pred = gold")
     print(f"  {'run':<40}{'golds':>6}{'seconds':>9}{'grades/s':>10}{'speedup':>9}"
-          f"{'stall max/p99 ms':>18}")
+          f"{'stall max/p99 ms':>18}{'gc max ms':>11}")
     for name, row in r["grades"].items():
         speed = f"{row['speedup']:.2f}x" if "speedup" in row else ""
         stall = ("" if row["loop_max_stall_ms"] is None
                  else f"{row['loop_max_stall_ms']:.1f}/{row['loop_p99_stall_ms']:.1f}")
+        gc_max = "" if row["gc_max_pause_ms"] is None else f"{row['gc_max_pause_ms']:.1f}"
         print(f"  {name:<40}{row['gold_cache']:>6}{row['seconds']:>9.3f}{row['grades_per_s']:>10.1f}"
-              f"{speed:>9}{stall:>18}")
+              f"{speed:>9}{stall:>18}{gc_max:>11}")
         if row["not_matched"]:
             print(f"    !! {row['not_matched']} pairs did not match")
     ro = r["rollout"]
     print(f"\nrollout shape: {ro['trajectories']} episodes at once, 5 tool calls + 1 grade each, 5-50 ms model "
           f"turns between calls")
     print(f"  {ro['sql_calls']} SQL calls in {ro['seconds']:.3f} s ({ro['sql_calls_per_s']:.1f}/s); loop stall "
-          f"max {ro['loop_max_stall_ms']:.1f} ms, p99 {ro['loop_p99_stall_ms']:.1f} ms")
+          f"max {ro['loop_max_stall_ms']:.1f} ms, p99 {ro['loop_p99_stall_ms']:.1f} ms; longest GC pause "
+          f"{ro['gc_max_pause_ms']:.1f} ms")
     if ro["not_matched"]:
         print(f"    !! {ro['not_matched']} episodes did not match")
     f = r["stall_floor"]

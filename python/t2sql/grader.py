@@ -452,7 +452,7 @@ class Grader:
         try:
             return await fut
         except asyncio.CancelledError:
-            cancel()  # queued: never runs; running: SQLite stops at its next progress check
+            cancel.cancel()  # queued: never runs; running: SQLite stops at its next progress check
             raise
 
     def _admit(self) -> asyncio.Future | None:

@@ -2,7 +2,7 @@
 
 Every backend runs the same three jobs (`tool`, `digest`, `grade`) through `run_job`, with
 connections cached per thread per database file, and exposes `submit_async(job, loop) ->
-(asyncio future, cancel function)` and `submit(job) -> concurrent.futures.Future`. At most `size` jobs run at once: the pool
+(asyncio future, an object whose cancel() cancels the job)` and `submit(job) -> concurrent.futures.Future`. At most `size` jobs run at once: the pool
 itself is the Grader's one concurrency limit, shared by tool calls, golds and predictions.
 
 - thread: `size` threads of this process; the Rust core releases the GIL, so threads run SQLite in
@@ -203,51 +203,39 @@ class ThreadBackend:
             item = self._queue.get()
             if item is None:
                 return
-            job, cancel, settle = item
+            job, cancel, loop, fut = item
             if cancel.cancelled or self._closed:  # its caller gave up while it waited
-                settle(None, _CANCELLED)
+                _deliver(loop, fut, None, _CANCELLED)
                 continue
             running[index] = cancel
             try:
                 value = run_job(job, cancel)
             except BaseException as e:  # noqa: BLE001 - the caller gets every failure
                 running[index] = None
-                settle(None, e)
+                _deliver(loop, fut, None, e)
             else:
                 running[index] = None
-                # Settling is the last thing before the next get(): the loop wakes up on it and
-                # wants the GIL, which this thread then gives up at once.
-                settle(value, None)
+                # Delivering is the last thing before the next get(): the loop wakes up on it
+                # and wants the GIL, which this thread then gives up at once.
+                _deliver(loop, fut, value, None)
 
     def submit_async(self, job: Job, loop: asyncio.AbstractEventLoop):
-        """(asyncio future of the result, a function that cancels the job)."""
+        """(asyncio future of the result, an object whose cancel() cancels the job).
+        The queue item is a plain tuple, no closure: hundreds of calls can be pending at once,
+        and every object they hold is one more for the garbage collector to walk."""
         if self._closed:
             raise RuntimeError("the Grader is closed")
         fut = loop.create_future()
         cancel = Cancel()
-
-        def settle(value, error) -> None:
-            try:
-                loop.call_soon_threadsafe(_settle_async, fut, value, error)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-
-        self._queue.put((job, cancel, settle))
-        return fut, cancel.cancel
+        self._queue.put((job, cancel, loop, fut))
+        return fut, cancel
 
     def submit(self, job: Job) -> concurrent.futures.Future:
         if self._closed:
             raise RuntimeError("the Grader is closed")
         fut: concurrent.futures.Future = concurrent.futures.Future()
         fut.set_running_or_notify_cancel()
-
-        def settle(value, error) -> None:
-            if error is None:
-                fut.set_result(value)
-            else:
-                fut.set_exception(error if error is not _CANCELLED else t2sql.QueryCancelled("cancelled"))
-
-        self._queue.put((job, Cancel(), settle))
+        self._queue.put((job, Cancel(), None, fut))
         return fut
 
     def close(self) -> None:
@@ -266,6 +254,21 @@ class ThreadBackend:
 _CANCELLED = object()
 
 
+def _deliver(loop: asyncio.AbstractEventLoop | None, fut, value, error) -> None:
+    """Settle a job's future from the worker thread: an asyncio future through its loop, or a
+    concurrent.futures.Future (loop None) directly."""
+    if loop is None:
+        if error is None:
+            fut.set_result(value)
+        else:
+            fut.set_exception(error if error is not _CANCELLED else t2sql.QueryCancelled("cancelled"))
+        return
+    try:
+        loop.call_soon_threadsafe(_settle_async, fut, value, error)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        pass
+
+
 def _settle_async(fut: asyncio.Future, value, error) -> None:
     if fut.done():
         return
@@ -275,6 +278,19 @@ def _settle_async(fut: asyncio.Future, value, error) -> None:
         fut.set_exception(error)
     else:
         fut.set_result(value)
+
+
+class _RemoteCancel:
+    """cancel() for a job sent to a worker process or actor."""
+
+    __slots__ = ("_backend", "_job", "_cfut")
+
+    def __init__(self, backend: _DispatchedBackend, job: Job, cfut: concurrent.futures.Future):
+        self._backend, self._job, self._cfut = backend, job, cfut
+
+    def cancel(self) -> None:
+        self._cfut.cancel()  # still queued: never runs
+        self._backend.cancel(self._job)  # running: the worker interrupts SQLite
 
 
 class _DispatchedBackend:
@@ -308,12 +324,7 @@ class _DispatchedBackend:
 
     def submit_async(self, job: Job, loop: asyncio.AbstractEventLoop):
         cfut = self.submit(job)
-
-        def cancel() -> None:
-            cfut.cancel()  # still queued: never runs
-            self.cancel(job)  # running: the worker interrupts SQLite
-
-        return asyncio.wrap_future(cfut, loop=loop), cancel
+        return asyncio.wrap_future(cfut, loop=loop), _RemoteCancel(self, job, cfut)
 
     def cancel(self, job: Job) -> None:
         with self._lock:
