@@ -13,6 +13,7 @@ pub mod error;
 pub mod exec;
 pub mod guard;
 pub mod perturb;
+pub mod pool;
 pub mod sqltext;
 
 #[cfg(feature = "python")]
@@ -404,23 +405,7 @@ mod bindings {
                 count_cap: count_cap.max(1),
             };
             let out = self.with(py, |gc| exec::run_tool(gc, &sql, opts, &budget))?;
-            let rows = PyList::empty(py);
-            for r in &out.rows {
-                let cells = r
-                    .iter()
-                    .map(|c| cell_to_py(py, c))
-                    .collect::<PyResult<Vec<_>>>()?;
-                rows.append(PyTuple::new(py, cells)?)?;
-            }
-            Ok(ToolResult {
-                columns: out.columns,
-                rows: rows.unbind(),
-                row_count: out.row_count,
-                row_count_capped: out.row_count_capped,
-                truncated: out.truncated,
-                elapsed_s: out.elapsed_s,
-                text: out.text,
-            })
+            tool_result(py, out)
         }
 
         #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, cancel = None))]
@@ -558,6 +543,179 @@ mod bindings {
         }
     }
 
+
+    fn tool_result(py: Python<'_>, out: exec::ToolOutput) -> PyResult<ToolResult> {
+        let rows = PyList::empty(py);
+        for r in &out.rows {
+            let cells = r
+                .iter()
+                .map(|c| cell_to_py(py, c))
+                .collect::<PyResult<Vec<_>>>()?;
+            rows.append(PyTuple::new(py, cells)?)?;
+        }
+        Ok(ToolResult {
+            columns: out.columns,
+            rows: rows.unbind(),
+            row_count: out.row_count,
+            row_count_capped: out.row_count_capped,
+            truncated: out.truncated,
+            elapsed_s: out.elapsed_s,
+            text: out.text,
+        })
+    }
+
+    /// SQL worker threads that never take the GIL (see pool.rs). Jobs are submitted with an id;
+    /// when `wake_fd` turns readable, `drain()` returns `(id, value, error)` for every finished
+    /// job: value is a ToolResult, `(digest bytes, seconds)` or a Verdict; error an exception.
+    #[pyclass(frozen, module = "t2sql._grader")]
+    pub struct SqlPool {
+        pool: crate::pool::Pool,
+    }
+
+    impl SqlPool {
+        fn submit(&self, job: crate::pool::Job) -> PyResult<()> {
+            self.pool
+                .submit(job)
+                .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+        }
+    }
+
+    #[pymethods]
+    impl SqlPool {
+        #[new]
+        #[pyo3(signature = (size, *, nice = 0))]
+        fn new(size: usize, nice: i32) -> PyResult<Self> {
+            if size == 0 {
+                return Err(PyValueError::new_err("an SQL pool needs at least one worker"));
+            }
+            let pool = crate::pool::Pool::new(size, nice)
+                .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+            Ok(SqlPool { pool })
+        }
+
+        fn wake_fd(&self) -> i32 {
+            self.pool.wake_fd()
+        }
+
+        #[pyo3(signature = (job_id, path, size, mtime_ns, sql, timeout_s, max_rows, max_cell_chars, max_chars, count_cap))]
+        #[allow(clippy::too_many_arguments)]
+        fn submit_tool(
+            &self,
+            job_id: u64,
+            path: String,
+            size: u64,
+            mtime_ns: i64,
+            sql: &Bound<'_, PyAny>,
+            timeout_s: f64,
+            max_rows: usize,
+            max_cell_chars: usize,
+            max_chars: usize,
+            count_cap: u64,
+        ) -> PyResult<()> {
+            self.submit(crate::pool::Job {
+                id: job_id,
+                path,
+                identity: (size, mtime_ns),
+                sql: sql_text(sql)?,
+                timeout_s: check_timeout(timeout_s)?,
+                work: crate::pool::Work::Tool(ToolOptions {
+                    max_rows,
+                    max_cell_chars,
+                    max_chars: max_chars.max(16),
+                    count_cap: count_cap.max(1),
+                }),
+            })
+        }
+
+        #[pyo3(signature = (job_id, path, size, mtime_ns, sql, semantics, float_digits, timeout_s))]
+        #[allow(clippy::too_many_arguments)]
+        fn submit_digest(
+            &self,
+            job_id: u64,
+            path: String,
+            size: u64,
+            mtime_ns: i64,
+            sql: &Bound<'_, PyAny>,
+            semantics: &str,
+            float_digits: Option<u32>,
+            timeout_s: f64,
+        ) -> PyResult<()> {
+            let sql = sql_text(sql)?;
+            let semantics = compare::resolve_semantics(&sql, semantics).map_err(to_py)?;
+            self.submit(crate::pool::Job {
+                id: job_id,
+                path,
+                identity: (size, mtime_ns),
+                sql,
+                timeout_s: check_timeout(timeout_s)?,
+                work: crate::pool::Work::Digest(digest::DigestSpec {
+                    semantics,
+                    float_digits: check_digits(float_digits)?,
+                    row_limit: None,
+                }),
+            })
+        }
+
+        /// Raises SqlError at once for a prediction that is not valid text.
+        #[pyo3(signature = (job_id, path, size, mtime_ns, sql, gold, timeout_s))]
+        #[allow(clippy::too_many_arguments)]
+        fn submit_grade(
+            &self,
+            job_id: u64,
+            path: String,
+            size: u64,
+            mtime_ns: i64,
+            sql: &Bound<'_, PyAny>,
+            gold: &[u8],
+            timeout_s: f64,
+        ) -> PyResult<()> {
+            let gold = Digest::from_bytes(gold)?.inner;
+            self.submit(crate::pool::Job {
+                id: job_id,
+                path,
+                identity: (size, mtime_ns),
+                sql: sql_text(sql)?,
+                timeout_s: check_timeout(timeout_s)?,
+                work: crate::pool::Work::Grade(gold),
+            })
+        }
+
+        fn cancel(&self, job_id: u64) {
+            self.pool.cancel(job_id)
+        }
+
+        fn drain(&self, py: Python<'_>) -> PyResult<Vec<(u64, Py<PyAny>, Py<PyAny>)>> {
+            let mut out = Vec::new();
+            for c in self.pool.drain() {
+                let (value, error) = match c.result {
+                    Ok(crate::pool::Output::Tool(t)) => {
+                        (Py::new(py, tool_result(py, t)?)?.into_any(), py.None())
+                    }
+                    Ok(crate::pool::Output::Digest(inner, elapsed_s)) => {
+                        let d = Digest { inner, elapsed_s };
+                        let pair = PyTuple::new(
+                            py,
+                            [d.to_bytes(py).into_any(), elapsed_s.into_pyobject(py)?.into_any()],
+                        )?;
+                        (pair.into_any().unbind(), py.None())
+                    }
+                    Ok(crate::pool::Output::Verdict(v)) => {
+                        (Py::new(py, Verdict::from(v))?.into_any(), py.None())
+                    }
+                    Err(e) => (py.None(), to_py(e).into_value(py).into_any()),
+                };
+                out.push((c.id, value, error));
+            }
+            Ok(out)
+        }
+
+        /// Cancel everything, stop and join the workers (a last drain() collects the jobs
+        /// that were cancelled by it).
+        fn close(&self, py: Python<'_>) {
+            py.detach(|| self.pool.close())
+        }
+    }
+
     #[pyfunction]
     fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<&'static str> {
         compare::resolve_semantics(gold_sql, semantics)
@@ -607,6 +765,7 @@ mod bindings {
         m.add_class::<Digest>()?;
         m.add_class::<ToolResult>()?;
         m.add_class::<Verdict>()?;
+        m.add_class::<SqlPool>()?;
         m.add_function(wrap_pyfunction!(resolve_semantics, m)?)?;
         m.add_function(wrap_pyfunction!(sqlite_version, m)?)?;
         m.add_function(wrap_pyfunction!(set_hash_secret, m)?)?;

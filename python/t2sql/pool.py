@@ -1,12 +1,13 @@
 """Where the SQL of a `t2sql.Grader` runs: threads, worker processes, or Ray actors.
 
-Every backend runs the same three jobs (`tool`, `digest`, `grade`) through `run_job`, with
-connections cached per thread per database file, and exposes `submit_async(job, loop) ->
-(asyncio future, an object whose cancel() cancels the job)` and `submit(job) -> concurrent.futures.Future`. At most `size` jobs run at once: the pool
-itself is the Grader's one concurrency limit, shared by tool calls, golds and predictions.
+Every backend runs the same three jobs (`tool`, `digest`, `grade`) with connections cached
+per worker per database file, and exposes `submit_async(job, loop) -> (asyncio future, an
+object whose cancel() cancels the job)`. At most `size` jobs run at once: the pool itself is
+the Grader's one concurrency limit, shared by tool calls, golds and predictions.
 
-- thread: `size` threads of this process; the Rust core releases the GIL, so threads run SQLite in
-  parallel. Cheapest, one heap for everything.
+- thread: `size` SQL threads of the Rust core (`t2sql._grader.SqlPool`) that never take the
+  GIL; their outcomes reach the event loop through one wake socket. Cheapest, one heap for
+  everything.
 - process: one worker process per slot, each with its own SQLite heap (and an optional
   heap limit), so a memory bomb in one query cannot starve the others; a dead worker is
   replaced and its job fails with a typed error.
@@ -25,12 +26,14 @@ import multiprocessing
 import os
 import queue
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import t2sql
 from t2sql import Cancel, Database, Digest
+from t2sql._grader import SqlPool
 
 # Connections kept per thread; an RL run touches a few dozen databases, BIRD train ~70.
 MAX_CONNECTIONS_PER_THREAD = 128
@@ -175,106 +178,103 @@ def unpack(reply):
 
 
 class ThreadBackend:
-    """Jobs on `size` threads of this process, fed from one queue.
+    """Jobs on `size` SQL threads of the Rust core (`t2sql._grader.SqlPool`).
 
-    Its own threads rather than a ThreadPoolExecutor: an asyncio caller's future is settled
-    straight from the worker with one call_soon_threadsafe, which halves the thread-hop cost
-    of a small tool call (about 60 µs instead of 100-120 µs on a 2-core VM)."""
+    The workers never take the GIL: a job goes in as plain values, runs on the worker's own
+    connection, and its outcome waits on a completion list. The first completion after a drain
+    makes the pool's wake socket readable; every event loop that submitted work watches that
+    socket (`loop.add_reader`), and the one that wakes first drains all outcomes at once,
+    settling its own futures directly and handing the others to their loops. So a job boundary
+    never waits for the event loop's thread or the garbage collector to release Python, and a
+    burst of completions costs the loop one wake-up."""
 
     name = "thread"
 
     def __init__(self, size: int, *, nice: int = 0):
         self.size = size
-        self._nice = nice
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._pool = SqlPool(size, nice=nice)
+        self._fd = self._pool.wake_fd()
+        self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._watching: weakref.WeakSet = weakref.WeakSet()  # loops with a reader on the wake socket
         self._closed = False
-        self._running: list[Cancel | None] = [None] * size  # each thread's current job, for close()
-        self._threads = [
-            threading.Thread(target=self._work, args=(i,), name=f"t2sql-sql-{i}", daemon=True)
-            for i in range(size)
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _work(self, index: int) -> None:
-        lower_priority(self._nice)
-        running = self._running
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            job, cancel, loop, fut = item
-            if cancel.cancelled or self._closed:  # its caller gave up while it waited
-                _deliver(loop, fut, None, _CANCELLED)
-                continue
-            running[index] = cancel
-            try:
-                value = run_job(job, cancel)
-            except BaseException as e:  # noqa: BLE001 - the caller gets every failure
-                running[index] = None
-                _deliver(loop, fut, None, e)
-            else:
-                running[index] = None
-                # Delivering is the last thing before the next get(): the loop wakes up on it
-                # and wants the GIL, which this thread then gives up at once.
-                _deliver(loop, fut, value, None)
 
     def submit_async(self, job: Job, loop: asyncio.AbstractEventLoop):
-        """(asyncio future of the result, an object whose cancel() cancels the job).
-        The queue item is a plain tuple, no closure: hundreds of calls can be pending at once,
-        and every object they hold is one more for the garbage collector to walk."""
+        """(asyncio future of the result, an object whose cancel() cancels the job)."""
         if self._closed:
             raise RuntimeError("the Grader is closed")
+        if loop not in self._watching:
+            loop.add_reader(self._fd, self._drain, loop)
+            self._watching.add(loop)
         fut = loop.create_future()
-        cancel = Cancel()
-        self._queue.put((job, cancel, loop, fut))
-        return fut, cancel
+        self._waiting[job.job_id] = (loop, fut)
+        try:
+            self._send(job)
+        except BaseException:
+            del self._waiting[job.job_id]
+            raise
+        return fut, _PoolCancel(self._pool, job.job_id)
 
-    def submit(self, job: Job) -> concurrent.futures.Future:
-        if self._closed:
-            raise RuntimeError("the Grader is closed")
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        fut.set_running_or_notify_cancel()
-        self._queue.put((job, Cancel(), None, fut))
-        return fut
+    def _send(self, job: Job) -> None:
+        size, mtime_ns = job.identity
+        o = job.options
+        if job.kind == "tool":
+            self._pool.submit_tool(job.job_id, job.db_path, size, mtime_ns, job.sql, o["timeout_s"],
+                                   o["max_rows"], o["max_cell_chars"], o["max_chars"], o["count_cap"])
+        elif job.kind == "digest":
+            self._pool.submit_digest(job.job_id, job.db_path, size, mtime_ns, job.sql, o["semantics"],
+                                     o["float_digits"], o["timeout_s"])
+        elif job.kind == "grade":
+            self._pool.submit_grade(job.job_id, job.db_path, size, mtime_ns, job.sql, job.gold, o["timeout_s"])
+        else:
+            raise ValueError(f"unknown job kind {job.kind!r}")
+
+    def _drain(self, current: asyncio.AbstractEventLoop | None) -> None:
+        """Settle every finished job: on `current` (the loop running this) directly, on any
+        other loop through call_soon_threadsafe."""
+        for job_id, value, error in self._pool.drain():
+            entry = self._waiting.pop(job_id, None)
+            if entry is None:
+                continue
+            loop, fut = entry
+            if loop is current:
+                _settle_async(fut, value, error)
+                continue
+            try:
+                loop.call_soon_threadsafe(_settle_async, fut, value, error)
+            except RuntimeError:  # that loop is closed: nobody is waiting any more
+                pass
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for cancel in list(self._running):
-            if cancel is not None:
-                cancel.cancel()
-        for _ in self._threads:
-            self._queue.put(None)
-        for t in self._threads:
-            t.join(timeout=60)
+        self._pool.close()  # cancels what runs or waits, joins the workers
+        self._drain(None)  # the cancelled jobs: their callers get QueryCancelled
+        for loop in list(self._watching):
+            if loop.is_closed():
+                continue
+            try:
+                loop.call_soon_threadsafe(loop.remove_reader, self._fd)
+            except RuntimeError:
+                pass
 
 
-_CANCELLED = object()
+class _PoolCancel:
+    """cancel() for a job on the SqlPool."""
 
+    __slots__ = ("_pool", "_job_id")
 
-def _deliver(loop: asyncio.AbstractEventLoop | None, fut, value, error) -> None:
-    """Settle a job's future from the worker thread: an asyncio future through its loop, or a
-    concurrent.futures.Future (loop None) directly."""
-    if loop is None:
-        if error is None:
-            fut.set_result(value)
-        else:
-            fut.set_exception(error if error is not _CANCELLED else t2sql.QueryCancelled("cancelled"))
-        return
-    try:
-        loop.call_soon_threadsafe(_settle_async, fut, value, error)
-    except RuntimeError:  # the loop is closed: nobody is waiting any more
-        pass
+    def __init__(self, pool: SqlPool, job_id: int):
+        self._pool, self._job_id = pool, job_id
+
+    def cancel(self) -> None:
+        self._pool.cancel(self._job_id)
 
 
 def _settle_async(fut: asyncio.Future, value, error) -> None:
     if fut.done():
         return
-    if error is _CANCELLED:
-        fut.cancel()
-    elif error is not None:
+    if error is not None:
         fut.set_exception(error)
     else:
         fut.set_result(value)
