@@ -110,6 +110,25 @@ mod bindings {
         }
     }
 
+    /// What a tool call may show; the floors keep a preview readable and a count meaningful.
+    fn tool_options(max_rows: usize, max_cell_chars: usize, max_chars: usize, count_cap: u64) -> ToolOptions {
+        ToolOptions {
+            max_rows,
+            max_cell_chars,
+            max_chars: max_chars.max(16),
+            count_cap: count_cap.max(1),
+        }
+    }
+
+    /// The digest a gold query gets: `semantics` resolved against its SQL ("auto").
+    fn digest_spec(sql: &str, semantics: &str, float_digits: Option<u32>) -> PyResult<digest::DigestSpec> {
+        Ok(digest::DigestSpec {
+            semantics: compare::resolve_semantics(sql, semantics).map_err(to_py)?,
+            float_digits: check_digits(float_digits)?,
+            row_limit: None,
+        })
+    }
+
     fn check_timeout(timeout_s: f64) -> PyResult<f64> {
         if timeout_s.is_finite() && timeout_s > 0.0 {
             Ok(timeout_s)
@@ -398,12 +417,7 @@ mod bindings {
         ) -> PyResult<ToolResult> {
             let sql = sql_text(sql)?;
             let budget = budget(timeout_s, cancel)?;
-            let opts = ToolOptions {
-                max_rows,
-                max_cell_chars,
-                max_chars: max_chars.max(16),
-                count_cap: count_cap.max(1),
-            };
+            let opts = tool_options(max_rows, max_cell_chars, max_chars, count_cap);
             let out = self.with(py, |gc| exec::run_tool(gc, &sql, opts, &budget))?;
             tool_result(py, out)
         }
@@ -419,12 +433,7 @@ mod bindings {
             cancel: Option<&Bound<'_, Cancel>>,
         ) -> PyResult<Digest> {
             let sql = sql_text(sql)?;
-            let semantics = compare::resolve_semantics(&sql, semantics).map_err(to_py)?;
-            let spec = digest::DigestSpec {
-                semantics,
-                float_digits: check_digits(float_digits)?,
-                row_limit: None,
-            };
+            let spec = digest_spec(&sql, semantics, float_digits)?;
             let budget = budget(timeout_s, cancel)?;
             let start = std::time::Instant::now();
             let inner = self.with(py, |gc| compare::gold_digest(gc, &sql, spec, &budget))?;
@@ -564,6 +573,9 @@ mod bindings {
         })
     }
 
+    /// What SqlPool.drain returns: (job id, value or None, exception or None) per finished job.
+    type Drained = Vec<(u64, Py<PyAny>, Py<PyAny>)>;
+
     /// SQL worker threads that never take the GIL (see pool.rs). Jobs are submitted with an id;
     /// when `wake_fd` turns readable, `drain()` returns `(id, value, error)` for every finished
     /// job: value is a ToolResult, `(digest bytes, seconds)` or a Verdict; error an exception.
@@ -573,7 +585,25 @@ mod bindings {
     }
 
     impl SqlPool {
-        fn submit(&self, job: crate::pool::Job) -> PyResult<()> {
+        #[allow(clippy::too_many_arguments)]
+        fn submit(
+            &self,
+            id: u64,
+            path: String,
+            size: u64,
+            mtime_ns: i64,
+            sql: String,
+            timeout_s: f64,
+            work: crate::pool::Work,
+        ) -> PyResult<()> {
+            let job = crate::pool::Job {
+                id,
+                path,
+                identity: (size, mtime_ns),
+                sql,
+                timeout_s: check_timeout(timeout_s)?,
+                work,
+            };
             self.pool
                 .submit(job)
                 .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
@@ -612,19 +642,8 @@ mod bindings {
             max_chars: usize,
             count_cap: u64,
         ) -> PyResult<()> {
-            self.submit(crate::pool::Job {
-                id: job_id,
-                path,
-                identity: (size, mtime_ns),
-                sql: sql_text(sql)?,
-                timeout_s: check_timeout(timeout_s)?,
-                work: crate::pool::Work::Tool(ToolOptions {
-                    max_rows,
-                    max_cell_chars,
-                    max_chars: max_chars.max(16),
-                    count_cap: count_cap.max(1),
-                }),
-            })
+            let work = crate::pool::Work::Tool(tool_options(max_rows, max_cell_chars, max_chars, count_cap));
+            self.submit(job_id, path, size, mtime_ns, sql_text(sql)?, timeout_s, work)
         }
 
         #[pyo3(signature = (job_id, path, size, mtime_ns, sql, semantics, float_digits, timeout_s))]
@@ -641,19 +660,8 @@ mod bindings {
             timeout_s: f64,
         ) -> PyResult<()> {
             let sql = sql_text(sql)?;
-            let semantics = compare::resolve_semantics(&sql, semantics).map_err(to_py)?;
-            self.submit(crate::pool::Job {
-                id: job_id,
-                path,
-                identity: (size, mtime_ns),
-                sql,
-                timeout_s: check_timeout(timeout_s)?,
-                work: crate::pool::Work::Digest(digest::DigestSpec {
-                    semantics,
-                    float_digits: check_digits(float_digits)?,
-                    row_limit: None,
-                }),
-            })
+            let work = crate::pool::Work::Digest(digest_spec(&sql, semantics, float_digits)?);
+            self.submit(job_id, path, size, mtime_ns, sql, timeout_s, work)
         }
 
         /// Raises SqlError at once for a prediction that is not valid text.
@@ -669,22 +677,15 @@ mod bindings {
             gold: &[u8],
             timeout_s: f64,
         ) -> PyResult<()> {
-            let gold = Digest::from_bytes(gold)?.inner;
-            self.submit(crate::pool::Job {
-                id: job_id,
-                path,
-                identity: (size, mtime_ns),
-                sql: sql_text(sql)?,
-                timeout_s: check_timeout(timeout_s)?,
-                work: crate::pool::Work::Grade(gold),
-            })
+            let work = crate::pool::Work::Grade(Digest::from_bytes(gold)?.inner);
+            self.submit(job_id, path, size, mtime_ns, sql_text(sql)?, timeout_s, work)
         }
 
         fn cancel(&self, job_id: u64) {
             self.pool.cancel(job_id)
         }
 
-        fn drain(&self, py: Python<'_>) -> PyResult<Vec<(u64, Py<PyAny>, Py<PyAny>)>> {
+        fn drain(&self, py: Python<'_>) -> PyResult<Drained> {
             let mut out = Vec::new();
             for c in self.pool.drain() {
                 let (value, error) = match c.result {
@@ -751,6 +752,12 @@ mod bindings {
         guard::set_heap_limit(bytes)
     }
 
+    /// Make the calling thread `nice` steps nicer (Linux; elsewhere, or if refused, a no-op).
+    #[pyfunction]
+    fn lower_thread_priority(nice: i32) {
+        crate::pool::lower_priority(nice)
+    }
+
     #[pymodule]
     fn _grader(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let py = m.py();
@@ -771,6 +778,7 @@ mod bindings {
         m.add_function(wrap_pyfunction!(set_hash_secret, m)?)?;
         m.add_function(wrap_pyfunction!(hash_secret_id, m)?)?;
         m.add_function(wrap_pyfunction!(set_heap_limit, m)?)?;
+        m.add_function(wrap_pyfunction!(lower_thread_priority, m)?)?;
         Ok(())
     }
 }

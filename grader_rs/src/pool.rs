@@ -232,8 +232,10 @@ fn run(
     }
 }
 
+/// Make the calling thread `nice` steps nicer (Linux: niceness is per thread); where the OS
+/// refuses, or on other systems, the thread keeps its priority.
 #[cfg(target_os = "linux")]
-fn lower_priority(nice: i32) {
+pub fn lower_priority(nice: i32) {
     if nice <= 0 {
         return;
     }
@@ -250,21 +252,25 @@ fn lower_priority(nice: i32) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn lower_priority(_nice: i32) {}
+pub fn lower_priority(_nice: i32) {}
 
 #[cfg(test)]
 mod test {
     use super::*;
     use std::time::Duration;
 
-    fn database() -> tempfile::TempDir {
+    const ENDLESS: &str =
+        "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r";
+
+    fn fixture() -> (tempfile::TempDir, String) {
         let dir = tempfile::tempdir().unwrap();
-        let conn = rusqlite::Connection::open(dir.path().join("t.sqlite")).unwrap();
+        let path = dir.path().join("t.sqlite");
+        let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "CREATE TABLE t(x INTEGER); WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 1000) INSERT INTO t SELECT x FROM r;",
         )
         .unwrap();
-        dir
+        (dir, path.to_string_lossy().into_owned())
     }
 
     fn wait_for(pool: &Pool, n: usize) -> Vec<Completion> {
@@ -295,8 +301,7 @@ mod test {
 
     #[test]
     fn every_job_completes_once_and_wakes_the_reader() {
-        let dir = database();
-        let path = dir.path().join("t.sqlite").to_string_lossy().into_owned();
+        let (_dir, path) = fixture();
         let pool = Pool::new(2, 0).unwrap();
         for id in 0..50 {
             pool.submit(tool(id, &path, &format!("SELECT COUNT(*) + {id} FROM t"))).unwrap();
@@ -311,7 +316,7 @@ mod test {
                 _ => panic!("job {id} failed"),
             }
         }
-        // The wake byte was sent: the socket was readable before the first drain emptied it.
+        // Every wake byte was consumed by the drains: nothing is left to read.
         let mut byte = [0u8; 1];
         assert!((&pool.wake_rx).read(&mut byte).is_err(), "drained: nothing left to read");
     }
@@ -320,16 +325,11 @@ mod test {
     /// collect every completion: a lost wake leaves jobs finished but never collected.
     #[test]
     fn no_completion_is_left_without_a_wake() {
-        let dir = database();
-        let path = dir.path().join("t.sqlite").to_string_lossy().into_owned();
+        let (_dir, path) = fixture();
         let pool = Pool::new(2, 0).unwrap();
         let total = 20_000u64;
-        let submitter = {
-            let jobs: Vec<Job> = (0..total).map(|id| tool(id, &path, "SELECT 1")).collect();
-            jobs
-        };
-        for job in submitter {
-            pool.submit(job).unwrap();
+        for id in 0..total {
+            pool.submit(tool(id, &path, "SELECT 1")).unwrap();
         }
         let mut collected = 0u64;
         let fd = pool.wake_fd();
@@ -345,11 +345,9 @@ mod test {
 
     #[test]
     fn cancel_interrupts_a_running_job_and_skips_a_queued_one() {
-        let dir = database();
-        let path = dir.path().join("t.sqlite").to_string_lossy().into_owned();
+        let (_dir, path) = fixture();
         let pool = Pool::new(1, 0).unwrap();
-        let endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r";
-        pool.submit(tool(1, &path, endless)).unwrap();
+        pool.submit(tool(1, &path, ENDLESS)).unwrap();
         pool.submit(tool(2, &path, "SELECT 1")).unwrap();
         pool.submit(tool(3, &path, "SELECT 3")).unwrap();
         std::thread::sleep(Duration::from_millis(50));
@@ -366,11 +364,9 @@ mod test {
 
     #[test]
     fn close_cancels_what_is_running_and_joins() {
-        let dir = database();
-        let path = dir.path().join("t.sqlite").to_string_lossy().into_owned();
+        let (_dir, path) = fixture();
         let pool = Pool::new(1, 0).unwrap();
-        let endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r";
-        pool.submit(tool(1, &path, endless)).unwrap();
+        pool.submit(tool(1, &path, ENDLESS)).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         let started = Instant::now();
         pool.close();

@@ -274,6 +274,19 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
     return rows
 
 
+class _PlainConnections:
+    """One thread's own t2sql.Database per file: the core used directly, with no Grader."""
+
+    def __init__(self) -> None:
+        self._dbs: dict[str, t2sql.Database] = {}
+
+    def grade_against_itself(self, path: str, sql: str) -> str:
+        db = self._dbs.get(path)
+        if db is None:
+            db = self._dbs[path] = t2sql.Database(path)
+        return db.grade(sql, sql).outcome
+
+
 def _grade_on_plain_threads(pairs, threads: int) -> tuple[float, tuple, list[str]]:
     """Every pair graded (pred = gold, so gold and prediction both run) by `threads` plain
     threads calling t2sql.Database directly, each with its own connections, taking pairs in
@@ -286,12 +299,7 @@ def _grade_on_plain_threads(pairs, threads: int) -> tuple[float, tuple, list[str
     ready = threading.Barrier(threads + 1)
 
     def grade_some() -> None:
-        dbs: dict[str, t2sql.Database] = {}
-
-        def grade(path: str, sql: str) -> str:
-            db = dbs.get(path) or dbs.setdefault(path, t2sql.Database(path))
-            return db.grade(sql, sql).outcome
-
+        grade = _PlainConnections().grade_against_itself
         for path, sql in pairs[:8]:  # untimed warm-up, as the Grader runs have
             grade(path, sql)
         ready.wait()
@@ -331,13 +339,12 @@ def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> 
 
     def grade_until_stopped() -> None:
         lower_priority(DEFAULT_WORKER_NICE)
-        dbs: dict[str, t2sql.Database] = {}
+        grade = _PlainConnections().grade_against_itself
         while not stop.is_set():
             for path, sql in pairs:
                 if stop.is_set():
                     return
-                db = dbs.get(path) or dbs.setdefault(path, t2sql.Database(path))
-                db.grade(sql, sql)
+                grade(path, sql)
 
     out = {}
     worst, p99 = asyncio.run(meter_for(seconds))

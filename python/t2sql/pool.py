@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import t2sql
 from t2sql import Cancel, Database, Digest
-from t2sql._grader import SqlPool
+from t2sql._grader import SqlPool, lower_thread_priority
 
 # Connections kept per thread; an RL run touches a few dozen databases, BIRD train ~70.
 MAX_CONNECTIONS_PER_THREAD = 128
@@ -95,17 +95,10 @@ def set_worker_heap_limit(limit: int | None) -> None:
         t2sql.set_heap_limit(limit)
 
 
-def lower_priority(nice: int) -> None:
-    """Make the calling thread `nice` steps nicer (Linux: niceness is per thread). The SQL
-    workers yield the CPU to the event loop's thread this way; where the OS cannot do it
-    (other systems, or a sandbox that forbids it) the workers simply keep their priority."""
-    if nice <= 0:
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
-    except (AttributeError, OSError):
-        pass
+# Make the calling thread `nice` steps nicer: the SQL workers yield the CPU to the event loop's
+# thread this way. One implementation, the core's, serves the Rust pool's threads and the
+# Python threads and worker processes alike.
+lower_priority = lower_thread_priority
 
 
 def connection(db_path: str, identity: tuple[int, int]) -> Database:
