@@ -439,7 +439,8 @@ def test_curriculum_hints_a_task_its_group_missed(miles_standin, tmp_path):
     assert all("Hint" not in g[0].prompt[-1]["content"] for g in groups)
 
     _finish(groups, {"1": lambda i: False, "2": lambda i: i < 2, "3": lambda i: True})
-    record_rollout(args, groups, ds)
+    # Exactly what miles passes as `data_source`: the bound method (inference_rollout_train.py:176).
+    record_rollout(args, groups, ds.get_samples)
     assert ds.curriculum.hint_level("1") == 1
     assert ds.curriculum.tasks["2"].last_p == 0.5
 
@@ -474,7 +475,7 @@ def test_checkpoint_save_and_resume_continue_the_same_draws(miles_standin, tmp_p
     ds = cur.CurriculumDataSource(args)
     groups = ds.get_samples(3)
     _finish(groups, {"1": lambda i: False, "2": lambda i: i == 0, "3": lambda i: True})
-    record_rollout(args, groups, ds)
+    record_rollout(args, groups, ds.get_samples)
     ds.get_samples(2)  # into epoch 2, so miles' resume re-permutes dataset.samples differently
     assert ds.epoch_id == 1
     ds.save(5)
@@ -492,6 +493,23 @@ def test_checkpoint_save_and_resume_continue_the_same_draws(miles_standin, tmp_p
     missing = cur.CurriculumDataSource(_args(tmp_path, load=str(tmp_path / "nowhere")))
     missing.load(5)  # no checkpoint: starts fresh, no error
     assert missing.curriculum.epoch == 0
+
+
+def test_record_rollout_takes_the_source_or_its_bound_method(miles_standin, tmp_path):
+    args = _args(tmp_path)
+    ds = cur.CurriculumDataSource(args)
+    groups = ds.get_samples(3)
+    _finish(groups, {"1": lambda i: False, "2": lambda i: True, "3": lambda i: True})
+    record_rollout(args, groups, ds)  # the object itself (a caller other than miles)
+    assert ds.curriculum.hint_level("1") == 1
+
+
+def test_record_rollout_without_the_curriculum_source_says_which_flag(miles_standin, tmp_path):
+    from miles.rollout.data_source import RolloutDataSourceWithBuffer
+
+    plain = RolloutDataSourceWithBuffer(_args(tmp_path))
+    with pytest.raises(cur.CurriculumError, match="--data-source-path t2sql.curriculum.CurriculumDataSource"):
+        record_rollout(plain.args, [], plain.get_samples)
 
 
 def test_bare_preset_leaves_miles_drawing(miles_standin, tmp_path):

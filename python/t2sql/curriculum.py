@@ -11,8 +11,8 @@ To look at a saved state (hint levels, weights, the hint each hinted task now ge
     python -m t2sql.curriculum <save>/rollout/t2sql_curriculum_<id>.json [--data train.jsonl] [--json]
 
 `CurriculumDataSource` is a subclass of miles' `RolloutDataSourceWithBuffer`, created on first
-access (miles is imported only then); `record_rollout(args, all_samples, data_source)` runs after
-every rollout and feeds each group's results to the policy. The policy's state is saved beside
+access (miles is imported only then); `record_rollout(args, all_samples, get_samples)` runs after
+every rollout (miles passes the data source's bound `get_samples`, not the source) and feeds each group's results to the policy. The policy's state is saved beside
 miles' own data-source state at every checkpoint and restored on resume.
 
 The rules (the numbers are preset fields in t2sql.reward, `curriculum_*`):
@@ -541,16 +541,22 @@ def make_data_source_class(base: type) -> type:
 
 
 def record_rollout(args: Any, all_samples: list[Any], data_source: Any) -> None:
-    """miles --rollout-all-samples-process-path hook: every group of the rollout, filtered or not."""
-    record = getattr(data_source, "record_groups", None)
+    """miles --rollout-all-samples-process-path hook: every group of the rollout, filtered or not.
+
+    miles calls it as `f(args, all_samples, data_source)` where `data_source` is the bound method
+    `data_source.get_samples` (miles/rollout/inference_rollout/inference_rollout_train.py and the
+    legacy sglang_rollout.py both pass it so), not the data source: the source is its `__self__`.
+    The object itself is accepted too."""
+    source = getattr(data_source, "__self__", data_source)
+    record = getattr(source, "record_groups", None)
     if record is None:
         raise CurriculumError(
-            "record_rollout needs the curriculum data source: add "
-            "--data-source-path t2sql.curriculum.CurriculumDataSource"
+            "record_rollout needs the curriculum data source (got "
+            f"{type(source).__name__}): add --data-source-path t2sql.curriculum.CurriculumDataSource"
         )
     n = record(all_samples)
-    if data_source.curriculum is not None:
-        log.info("curriculum: recorded %d groups; %s", n, data_source.curriculum.summary())
+    if source.curriculum is not None:
+        log.info("curriculum: recorded %d groups; %s", n, source.curriculum.summary())
 
 
 def __getattr__(name: str) -> Any:
