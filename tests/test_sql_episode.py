@@ -434,6 +434,8 @@ def test_gold_error_and_aborted(rows):
     s, server, tok = run_episode(rows[6], [tool_call("SELECT 1"), ("partial", "abort")])
     assert s.status is Sample.Status.ABORTED and "t2sql" not in s.metadata
     assert len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length
+    # Routing replay: the aborted response's experts are assigned too (miles' Sample.validate()).
+    assert tuple(s.rollout_routed_experts.shape) == (len(s.tokens) - 1, LAYERS, TOPK)
 
 
 def test_missing_end_token_is_closed_by_the_tool_segment(rows):
@@ -571,3 +573,53 @@ def test_concurrent_trajectories_on_one_loop(rows):
         assert tuple(s.rollout_routed_experts.shape) == (len(s.tokens) - 1, LAYERS, TOPK)
         expected = "correct" if int(qid) % 2 == 0 else "incorrect"
         assert s.metadata["t2sql"]["outcome"] == expected, (qid, s.metadata["t2sql"])
+
+
+# ---- training metrics (--custom-rollout-log-function-path t2sql.sql_episode.log_rollout)
+
+
+def _graded_sample(group: int, correct: bool, reward: float, **record) -> Sample:
+    rec = {"outcome": "correct" if correct else "incorrect", "reward": reward, "correct": correct,
+           "tool_calls": 2, "invalid_tool_calls": 0, "has_evidence": True, "evidence_restated": True,
+           "evidence_checked": False, **record}
+    return Sample(group_index=group, metadata={"t2sql": rec},
+                  reward={"reward": reward, "category": rec["outcome"], "correct": 1.0 if correct else 0.0})
+
+
+def test_rollout_metrics_count_correct_not_reward_one():
+    import itertools
+
+    # Shaped rewards: a correct answer that skipped an evidence rule earns 0.9, which miles'
+    # reward == 1 pass@k would count as a miss.
+    pattern = [[True, False, False, False], [True, True, False, True], [False] * 4]
+    samples = [_graded_sample(g, c, 0.9 if c else 0.0) for g, row in enumerate(pattern) for c in row]
+    m = sql_episode.rollout_metrics(samples, group_size=4)
+    assert m["t2sql/accuracy"] == pytest.approx(4 / 12)
+    assert m["t2sql/samples"] == 12
+
+    def brute_pass(row, k):  # the share of k-subsets holding a correct sample
+        subsets = list(itertools.combinations(row, k))
+        return sum(any(s) for s in subsets) / len(subsets)
+
+    for k in (1, 2, 4):
+        assert m[f"t2sql/pass@{k}"] == pytest.approx(sum(brute_pass(r, k) for r in pattern) / 3)
+    assert "t2sql/pass@8" not in m
+    assert m["t2sql/evidence_restated_rate"] == 1.0 and m["t2sql/evidence_checked_rate"] == 0.0
+    assert m["t2sql/tool_calls_mean"] == 2.0
+
+
+def test_rollout_metrics_leave_out_incomplete_groups_and_ungraded_samples():
+    samples = [_graded_sample(0, True, 1.0), _graded_sample(0, False, 0.0), _graded_sample(1, True, 1.0),
+               Sample(group_index=1)]  # an aborted sample: no reward, no record
+    m = sql_episode.rollout_metrics(samples, group_size=2)
+    assert m["t2sql/accuracy"] == pytest.approx(2 / 3)
+    assert m["t2sql/pass@1"] == pytest.approx(0.5)  # group 0 only; group 1 has one graded sample
+    assert sql_episode.rollout_metrics([Sample()], group_size=2) == {}
+
+
+def test_episode_record_carries_what_the_metrics_read(rows):
+    row = rows[0]
+    s, server, tok = run_episode(row, [f"<solution>{row['label']['gold_sql']}</solution>"])
+    m = sql_episode.rollout_metrics([s])
+    assert m["t2sql/accuracy"] == 1.0
+    assert s.metadata["t2sql"]["has_evidence"] is bool(row["metadata"].get("evidence"))

@@ -286,7 +286,7 @@ class SglangPolicy:
 
     `tokenizer` is a Hugging Face tokenizer (or anything with `apply_chat_template(messages,
     tools=..., tokenize=False, add_generation_prompt=...)`, `encode(text, add_special_tokens=False)`,
-    `decode(ids)` and `eos_token`).
+    `decode(ids)`). The end-of-turn token is read from the chat template, never from eos_token.
     """
 
     name = "sglang"

@@ -3,6 +3,7 @@
     --custom-generate-function-path t2sql.sql_episode.generate
     --custom-rm-path t2sql.sql_episode.reward_func --reward-key reward
     --eval-reward-key correct --log-reward-category category
+    --custom-rollout-log-function-path t2sql.sql_episode.log_rollout
 
 `generate(input)` (miles' new-form custom generate: the parameter must be named `input`) runs one
 `t2sql.episode.Episode` over sglang's `/generate`, token by token:
@@ -59,7 +60,10 @@ log = logging.getLogger("t2sql.sql_episode")
 DEFAULT_RECIPE = "qwen3.6-35b-a3b"
 DEFAULT_REWARD_KEY = "reward"
 METADATA_KEY = "t2sql"  # sample.metadata[METADATA_KEY] holds the episode result
-END_OF_TURN = "<|im_end|>"  # Qwen's; the tokenizer's eos_token is preferred when it has one
+# Qwen's end-of-turn token: the fallback when the chat template does not show one. Never taken from
+# the tokenizer's eos_token, which may be "<|endoftext|>" (transformers' default for Qwen3.5's class).
+END_OF_TURN = "<|im_end|>"
+_PROBE = "t2sql-end-of-turn-probe"
 
 
 class AdapterError(RuntimeError):
@@ -204,6 +208,7 @@ class _Renderer:
         self.tokenizer = tokenizer
         self.tools = tools
         self.kwargs = dict(template_kwargs or {})
+        self._end_of_turn: str | None = None
 
     def text(self, messages: list[dict], *, generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
@@ -214,8 +219,19 @@ class _Renderer:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def end_of_turn(self) -> str:
-        eos = getattr(self.tokenizer, "eos_token", None)
-        return eos if isinstance(eos, str) and eos else END_OF_TURN
+        """The token the template writes right after an assistant message's text (Qwen: <|im_end|>),
+        read from the template itself: render a probe assistant message and take what follows it up
+        to the first whitespace. END_OF_TURN when the template writes nothing recognisable there."""
+        if self._end_of_turn is None:
+            probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _PROBE}]
+            try:
+                text = self.text(probe, generation_prompt=False)
+            except Exception:  # noqa: BLE001 - a template that refuses the probe: use Qwen's token
+                text = ""
+            cut = text.rfind(_PROBE)
+            after = text[cut + len(_PROBE):].split(None, 1) if cut >= 0 else []
+            self._end_of_turn = after[0] if after else END_OF_TURN
+        return self._end_of_turn
 
     def tool_segment(self, before: list[dict], tool_messages: list[dict], *, closed: bool) -> str:
         """The text to append after a model turn: the template's closing of that turn the model did
@@ -381,6 +397,16 @@ async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form 
         text = output.get("text") or ""
         if finish == "abort":  # miles drops or retries the sample: keep what came, skip the episode
             _append(sample, new_ids, new_logprobs, text, trained=True)
+            if routing_replay:
+                # As miles' own generate: the experts of an aborted response are assigned too (None
+                # when sglang sent none), so they always cover len(tokens) - 1 and validate() holds.
+                info = meta.get("routed_experts")
+                sample.rollout_routed_experts = None if info is None else _decode_routed_experts(
+                    info, len(sample.tokens) - 1, getattr(args, "num_layers", None),
+                    getattr(args, "moe_router_topk", None))
+            # Nothing is trimmed from an aborted sample (it is retried, never trained): its experts
+            # cover exactly its tokens, as sglang returned them.
+            tool_tail, tool_tail_text = 0, ""
             status = "ABORTED"
             break
         tool_tail, tool_tail_text = 0, ""
@@ -454,6 +480,7 @@ def _result_record(result: Any, preset_name: str) -> dict:
         "turns": result.turns,
         "tool_calls": result.tool_calls,
         "invalid_tool_calls": result.invalid_tool_calls,
+        "has_evidence": bool(result.has_evidence),
         "evidence_restated": result.evidence_restated,
         "evidence_checked": result.evidence_checked,
         "detail": result.detail,
@@ -519,3 +546,77 @@ async def _regrade(args: Any, sample: Any, key: str) -> dict:
     return _reward_dict(key, outcome, preset.outcome_reward(outcome), outcome == "correct",
                         {"regraded": 1.0})
 
+
+
+# --------------------------------------------------------------------------- training metrics
+
+
+def _record_of(sample: Any) -> dict | None:
+    meta = getattr(sample, "metadata", None)
+    record = meta.get(METADATA_KEY) if isinstance(meta, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def _sample_correct(sample: Any) -> bool | None:
+    """The episode's `correct` (the reward dict's, else the episode record's); None when unknown."""
+    reward = getattr(sample, "reward", None)
+    if isinstance(reward, dict) and "correct" in reward:
+        return bool(reward["correct"])
+    record = _record_of(sample)
+    return bool(record["correct"]) if record and "correct" in record else None
+
+
+def _pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of a group of n samples with c correct (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    miss = 1.0
+    for i in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / i
+    return 1.0 - miss
+
+
+def rollout_metrics(samples: list[Any], group_size: int | None = None) -> dict[str, float]:
+    """The episode's own numbers for one rollout, keyed `t2sql/...`: accuracy (share correct: a
+    shaped reward of 0.9 is still a correct answer, which miles' reward == 1 pass@k misses), pass@k
+    over `correct` for k = 1, 2, 4, .. up to the group size, and the evidence and tool-call rates."""
+    graded = [(s, c) for s in samples if (c := _sample_correct(s)) is not None]
+    if not graded:
+        return {}
+    out: dict[str, float] = {
+        "t2sql/accuracy": sum(c for _, c in graded) / len(graded),
+        "t2sql/samples": float(len(graded)),
+    }
+    records = [r for s, _ in graded if (r := _record_of(s)) is not None]
+    if records:
+        out["t2sql/tool_calls_mean"] = sum(r.get("tool_calls", 0) for r in records) / len(records)
+        out["t2sql/invalid_tool_calls_mean"] = sum(r.get("invalid_tool_calls", 0) for r in records) / len(records)
+        with_evidence = [r for r in records if r.get("has_evidence")]
+        if with_evidence:
+            out["t2sql/evidence_restated_rate"] = sum(bool(r.get("evidence_restated")) for r in with_evidence) / len(with_evidence)
+            out["t2sql/evidence_checked_rate"] = sum(bool(r.get("evidence_checked")) for r in with_evidence) / len(with_evidence)
+    if group_size and group_size > 1:
+        groups: dict[Any, list[bool]] = {}
+        for s, c in graded:
+            groups.setdefault(getattr(s, "group_index", None), []).append(c)
+        complete = [g for key, g in groups.items() if key is not None and len(g) == group_size]
+        k = 1
+        while complete and k <= group_size:
+            out[f"t2sql/pass@{k}"] = sum(_pass_at_k(len(g), sum(g), k) for g in complete) / len(complete)
+            k *= 2
+    return out
+
+
+def log_rollout(rollout_id: Any, args: Any, samples: list[Any], rollout_extra_metrics: Any,
+                rollout_time: float) -> bool:
+    """miles --custom-rollout-log-function-path hook: the episode's metrics (`rollout_metrics`) go in
+    beside miles' own. miles' default logging then runs on them unchanged; returning True tells miles
+    its default has already run."""
+    from miles.ray.rollout import metrics as miles_metrics
+
+    extra = dict(rollout_extra_metrics or {})
+    extra.update(rollout_metrics(samples, getattr(args, "n_samples_per_prompt", None)))
+    plain = copy.copy(args)
+    plain.custom_rollout_log_function_path = None  # miles' default, not this hook again
+    miles_metrics.log_rollout_data(rollout_id, plain, samples, extra, rollout_time)
+    return True

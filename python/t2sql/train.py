@@ -50,6 +50,7 @@ REWARD_PATH = "t2sql.sql_episode.reward_func"
 CISPO_LOSS_PATH = "t2sql.cispo.cispo_loss"
 CURRICULUM_DATA_SOURCE_PATH = "t2sql.curriculum.CurriculumDataSource"
 CURRICULUM_HOOK_PATH = "t2sql.curriculum.record_rollout"
+ROLLOUT_LOG_PATH = "t2sql.sql_episode.log_rollout"  # accuracy (correct), not only reward, per step
 REWARD_KEY = "reward"  # the scalar in reward_func's dict
 EVAL_REWARD_KEY = "correct"  # evaluation scores correct only (1 or 0)
 CATEGORY_KEY = "category"  # the outcome category, for --log-reward-category
@@ -313,7 +314,7 @@ def sglang_block(c: TrainConfig) -> list[str]:
 
 
 def logging_block(c: TrainConfig) -> list[str]:
-    flags = ["--log-multi-turn", "--log-passrate"]
+    flags = ["--log-multi-turn", "--log-passrate", "--custom-rollout-log-function-path", ROLLOUT_LOG_PATH]
     if c.wandb_project:
         # The key travels in the Ray runtime env (WANDB_API_KEY), never on the command line.
         flags += ["--use-wandb", "--wandb-project", c.wandb_project, "--wandb-group", c.run_id]
