@@ -12,7 +12,9 @@ input_ids it receives with it, and the eval encodes with it.
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +22,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+END_OF_TURN = "<|im_end|>"
+
+
+def expert_id(position: int, layer: int, k: int) -> int:
+    """The scripted expert choice at a sequence position (a test can recompute it)."""
+    return (position * 7 + layer * 3 + k) % 256
+
+
+def routed_experts(positions: int, layers: int, topk: int) -> str:
+    """sglang's meta_info.routed_experts: base64 int32, shape (positions, layers, topk)."""
+    flat = [expert_id(p, la, k) for p in range(positions) for la in range(layers) for k in range(topk)]
+    return base64.b64encode(struct.pack(f"<{len(flat)}i", *flat)).decode()
 
 
 class ByteTokenizer:
@@ -51,6 +65,9 @@ class ByteTokenizer:
                 ids.extend(text[i:j].encode("utf-8"))
                 i = j
         return ids
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return self.special_ids[token]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         out = bytearray()
@@ -152,9 +169,13 @@ class _Faults:
 class LoopbackModel:
     """A scripted model on http://127.0.0.1:<free port>. Use as a context manager."""
 
-    def __init__(self, script: Script, tokenizer: ByteTokenizer | None = None):
+    def __init__(self, script: Script, tokenizer: Any = None, *, routing: tuple[int, int] | None = None):
+        """tokenizer: ByteTokenizer by default, or a Hugging Face tokenizer (encode, decode,
+        convert_tokens_to_ids, apply_chat_template). routing: (layers, topk) to answer
+        return_routed_experts as sglang does, for the whole sequence."""
         self.script = script
         self.tokenizer = tokenizer or ByteTokenizer()
+        self.routing = routing
         self.requests: list[RecordedRequest] = []
         self.faults = _Faults()
         self._lock = threading.Lock()
@@ -255,7 +276,8 @@ class LoopbackModel:
     def _chat(self, body: dict[str, Any]) -> dict[str, Any]:
         messages = body["messages"]
         tok = self.tokenizer
-        prompt_ids = tok.encode(tok.apply_chat_template(messages, tools=body.get("tools"), add_generation_prompt=True))
+        prompt_ids = tok.encode(tok.apply_chat_template(messages, tools=body.get("tools"), add_generation_prompt=True,
+                                                        tokenize=False), add_special_tokens=False)
         conversation = Conversation(
             api="openai",
             user=next((str(m.get("content")) for m in messages if m.get("role") == "user"), ""),
@@ -266,7 +288,7 @@ class LoopbackModel:
         )
         reply = self.script(conversation)
         visible = ((f"<think>{reply.reasoning}</think>") if reply.reasoning else "") + reply.text
-        ids = tok.encode(visible)
+        ids = tok.encode(visible, add_special_tokens=False)
         finish = reply.finish
         content = reply.text
         if len(ids) > conversation.max_tokens:  # the server's own cut, as a real one would do
@@ -310,22 +332,30 @@ class LoopbackModel:
             raw=prompt,
         )
         reply = self.script(conversation)
-        ids = tok.encode(reply.text) + [tok.eos_token_id]  # the model ends its turn with <|im_end|>
+        ids = tok.encode(reply.text, add_special_tokens=False)
+        if reply.finish != "abort":
+            ids.append(tok.convert_tokens_to_ids(END_OF_TURN))  # the model ends its turn with <|im_end|>
         finish = reply.finish or "stop"
         if len(ids) > max_new:
             ids, finish = ids[:max_new], "length"
-        text = tok.decode(ids, skip_special_tokens=True)
-        return {
-            "text": text,
-            "meta_info": {
-                "finish_reason": {"type": finish},
-                "output_token_logprobs": [[-0.5, t, tok.decode([t])] for t in ids],
-                "prompt_tokens": len(input_ids),
-                "completion_tokens": len(ids),
-                "cached_tokens": 0,
-                "weight_version": "loopback",
-            },
+        # sglang's text: special tokens dropped unless skip_special_tokens is false, and the stop
+        # token trimmed unless no_stop_trim (miles sends false / true).
+        params = body["sampling_params"]
+        text = tok.decode(ids, skip_special_tokens=params.get("skip_special_tokens", True))
+        if finish == "stop" and not params.get("no_stop_trim", False) and text.endswith(END_OF_TURN):
+            text = text[: -len(END_OF_TURN)]
+        meta: dict[str, Any] = {
+            "finish_reason": {"type": finish},
+            "output_token_logprobs": [[-0.5 - 0.01 * (i % 7), t, tok.decode([t])] for i, t in enumerate(ids)],
+            "prompt_tokens": len(input_ids),
+            "completion_tokens": len(ids),
+            "cached_tokens": 0,
+            "weight_version": "loopback",
         }
+        if body.get("return_routed_experts") and self.routing is not None:
+            layers, topk = self.routing
+            meta["routed_experts"] = routed_experts(len(input_ids) + len(ids) - 1, layers, topk)
+        return {"text": text, "meta_info": meta}
 
     def chat_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path == "/v1/chat/completions"]

@@ -360,7 +360,9 @@ def test_sglang_generate_appends_model_ids_and_tool_suffix(tmp_path, preset, sam
     for task in tasks:
         first, second = by_question[task.question_id]
         assert first["return_logprob"] is True
-        assert first["sampling_params"] == {"temperature": 0.0, "max_new_tokens": preset.max_turn_tokens}
+        # The text params miles sends in training: the episode reads the same text in eval.
+        assert first["sampling_params"] == {"temperature": 0.0, "max_new_tokens": preset.max_turn_tokens,
+                                            "skip_special_tokens": False, "no_stop_trim": True}
         first_text = tokenizer.decode(first["input_ids"])
         assert first_text.endswith("<|im_start|>assistant\n") and "# Tools" in first_text
         # Append-only: turn 2's ids = turn 1's ids + the model's own ids + the template's tool suffix,

@@ -14,8 +14,6 @@ import json
 import re
 import struct
 import threading
-from dataclasses import dataclass, field
-from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +22,7 @@ from typing import Any, Callable
 import jinja2
 import pytest
 
+from miles_standins import GenerateFnInput, Sample
 from t2sql import data, sql_episode
 from t2sql.reward import get_preset
 
@@ -165,46 +164,6 @@ class FakeSglang:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-# ---- stand-ins for miles' types (same field names as miles.utils.types.Sample)
-
-
-@dataclass
-class Sample:
-    class Status(Enum):
-        PENDING = "pending"
-        COMPLETED = "completed"
-        TRUNCATED = "truncated"
-        ABORTED = "aborted"
-        FAILED = "failed"
-
-    group_index: int | None = None
-    index: int | None = None
-    prompt: Any = ""
-    tokens: list[int] = field(default_factory=list)
-    response: str = ""
-    response_length: int = 0
-    label: Any = None
-    reward: Any = None
-    loss_mask: list[int] | None = None
-    weight_versions: list[str] = field(default_factory=list)
-    rollout_log_probs: list[float] | None = None
-    rollout_routed_experts: Any = None
-    status: Status = Status.PENDING
-    metadata: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class GenerateFnInput:
-    state: Any
-    sample: Sample
-    sampling_params: dict
-    evaluation: bool = False
-
-    @property
-    def args(self):
-        return self.state.args
 
 
 # ---- fixtures

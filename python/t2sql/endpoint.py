@@ -292,6 +292,11 @@ class GenerateTurn:
     completion_tokens: int | None
 
 
+# The text miles asks sglang for in training (miles' rollout sampling params): special tokens kept
+# and the stop token left in, so an episode reads the same text in eval as in training.
+TRAINING_TEXT_PARAMS = {"skip_special_tokens": False, "no_stop_trim": True}
+
+
 class SglangGenerateClient:
     """sglang's token-level /generate, called the way miles calls it in training."""
 
@@ -303,7 +308,7 @@ class SglangGenerateClient:
         sampling: dict[str, Any] | None = None,
         max_connections: int = 64,
     ):
-        self.sampling = dict(sampling or {})
+        self.sampling = {**TRAINING_TEXT_PARAMS, **(sampling or {})}
         self.http = JsonHttpClient(join_url(endpoint, "/generate"), retry=retry, max_connections=max_connections)
 
     async def generate(
