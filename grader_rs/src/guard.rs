@@ -119,6 +119,9 @@ pub struct GuardedConnection {
     pub digest_fn: String,
     /// State the digest aggregate shares with the host.
     pub aggregate: Arc<crate::digest::AggregateShared>,
+    /// Opened `immutable=1` (no locks, the file trusted not to change); false when it reads with
+    /// locks (a writer's side file was there, or the caller asked for it).
+    pub immutable: bool,
 }
 
 /// A deadline (and optional cancel token) for one call.
@@ -135,6 +138,23 @@ impl Budget {
             cancel: None,
         }
     }
+}
+
+/// How long a connection that reads with locks waits for a writer's lock before it gives up.
+const WRITER_WAIT: Duration = Duration::from_millis(1000);
+
+/// The first file beside `path` that says a writer is (or was) at work, with its size: a
+/// non-empty `-wal` holds committed pages the main file does not have yet; a non-empty
+/// `-journal` is a transaction in progress, or the hot journal of a writer that died in one.
+/// An immutable open ignores both, so such a database is opened with locks instead.
+pub fn writer_side_file(path: &str) -> Option<(String, u64)> {
+    ["-wal", "-journal"].iter().find_map(|suffix| {
+        let side = format!("{path}{suffix}");
+        match std::fs::metadata(&side) {
+            Ok(m) if m.is_file() && m.len() > 0 => Some((side, m.len())),
+            _ => None,
+        }
+    })
 }
 
 fn uri_for(path: &str, immutable: bool) -> String {
@@ -179,12 +199,21 @@ impl GuardedConnection {
             }
             Ok(_) => {}
         }
+        // A database a writer is at work on is read with locks, so SQLite sees the committed
+        // state (the WAL's frames included) or refuses (a hot journal, a writer's lock).
+        let immutable = immutable && writer_side_file(path).is_none();
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(uri_for(path, immutable), flags)
             .map_err(|e| GradeError::Database(format!("cannot open database {path}: {e}")))?;
-        Self::harden(conn, path.to_string(), false)
+        if !immutable {
+            conn.busy_timeout(WRITER_WAIT)
+                .map_err(|e| GradeError::Database(format!("cannot open database {path}: {e}")))?;
+        }
+        let mut gc = Self::harden(conn, path.to_string(), false)?;
+        gc.immutable = immutable;
+        Ok(gc)
     }
 
     /// Lock down an open connection: everything of grader.md §3 but the open flags.
@@ -222,8 +251,9 @@ impl GuardedConnection {
         conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
             r.get::<_, i64>(0)
         })
-        .map_err(|e| {
-            GradeError::Database(format!("{path} is not a readable SQLite database: {e}"))
+        .map_err(|e| match writer_error(&path, &e) {
+            Some(err) => err,
+            None => GradeError::Database(format!("{path} is not a readable SQLite database: {e}")),
         })?;
 
         let control = Arc::new(RunControl::new());
@@ -247,6 +277,7 @@ impl GuardedConnection {
             auth,
             digest_fn,
             aggregate,
+            immutable: false,
         })
     }
 
@@ -359,6 +390,9 @@ impl GuardedConnection {
     }
 
     fn classify(&self, e: rusqlite::Error) -> GradeError {
+        if let Some(err) = writer_error(&self.path, &e) {
+            return err;
+        }
         match &e {
             rusqlite::Error::SqliteFailure(f, msg) => {
                 let text = msg.clone().unwrap_or_else(|| f.to_string());
@@ -374,6 +408,31 @@ impl GuardedConnection {
             }
             other => GradeError::Sql(other.to_string()),
         }
+    }
+}
+
+/// The errors a read-only connection meets on a database a writer is at work on, as database
+/// errors that name the file and say what to do.
+fn writer_error(path: &str, e: &rusqlite::Error) -> Option<GradeError> {
+    let rusqlite::Error::SqliteFailure(f, _) = e else {
+        return None;
+    };
+    match f.code {
+        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {
+            Some(GradeError::Database(format!(
+                "{path} is locked by a writer (waited {}s): grade it once the writer has \
+                 committed or rolled back",
+                WRITER_WAIT.as_secs_f64()
+            )))
+        }
+        rusqlite::ErrorCode::ReadOnly if f.extended_code == ffi::SQLITE_READONLY_ROLLBACK => {
+            Some(GradeError::Database(format!(
+                "{path} has a hot journal ({path}-journal): a writer stopped in the middle of a \
+                 transaction, and a read-only reader cannot roll it back. Open the database \
+                 once read-write (e.g. `sqlite3 {path} 'SELECT count(*) FROM sqlite_master'`) to restore its committed state"
+            )))
+        }
+        _ => None,
     }
 }
 
@@ -539,6 +598,32 @@ mod test {
             Err(e) => assert_eq!(e, GradeError::Timeout(0.8)),
         }
         assert!(started.elapsed() < Duration::from_millis(1800), "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_database_with_a_committed_wal_is_read_with_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.sqlite");
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t(x); \
+                 INSERT INTO t VALUES (1), (2), (3);",
+            )
+            .unwrap();
+        let path = path.to_str().unwrap();
+        assert!(writer_side_file(path).is_some_and(|(f, n)| f.ends_with("-wal") && n > 0));
+        let gc = GuardedConnection::open(path, true).unwrap();
+        assert!(!gc.immutable);
+        // The rows live only in the WAL: an immutable open would not see the table at all.
+        assert_eq!(
+            crate::exec::count_rows(&gc, "SELECT * FROM t", &Budget::new(5.0)).unwrap(),
+            3
+        );
+        drop(gc);
+        drop(writer); // the last connection checkpoints and removes the WAL
+        assert!(writer_side_file(path).is_none());
+        assert!(GuardedConnection::open(path, true).unwrap().immutable);
     }
 
     #[test]

@@ -371,6 +371,9 @@ mod bindings {
         conn: Mutex<GuardedConnection>,
         #[pyo3(get)]
         path: String,
+        /// Opened immutable (no locks); false when a writer's side file made it read with locks.
+        #[pyo3(get)]
+        immutable: bool,
     }
 
     impl Database {
@@ -397,6 +400,7 @@ mod bindings {
                 .detach(|| GuardedConnection::open(&path, immutable))
                 .map_err(to_py)?;
             Ok(Database {
+                immutable: gc.immutable,
                 conn: Mutex::new(gc),
                 path,
             })
@@ -513,6 +517,7 @@ mod bindings {
             })?;
             let path = copy.path.clone();
             Ok(Database {
+                immutable: copy.immutable,
                 conn: Mutex::new(copy),
                 path,
             })
@@ -591,7 +596,7 @@ mod bindings {
             id: u64,
             path: String,
             size: u64,
-            mtime_ns: i64,
+            version: i64,
             sql: String,
             timeout_s: f64,
             work: crate::pool::Work,
@@ -599,7 +604,7 @@ mod bindings {
             let job = crate::pool::Job {
                 id,
                 path,
-                identity: (size, mtime_ns),
+                identity: (size, version),
                 sql,
                 timeout_s: check_timeout(timeout_s)?,
                 work,
@@ -627,14 +632,14 @@ mod bindings {
             self.pool.wake_fd()
         }
 
-        #[pyo3(signature = (job_id, path, size, mtime_ns, sql, timeout_s, max_rows, max_cell_chars, max_chars, count_cap))]
+        #[pyo3(signature = (job_id, path, size, version, sql, timeout_s, max_rows, max_cell_chars, max_chars, count_cap))]
         #[allow(clippy::too_many_arguments)]
         fn submit_tool(
             &self,
             job_id: u64,
             path: String,
             size: u64,
-            mtime_ns: i64,
+            version: i64,
             sql: &Bound<'_, PyAny>,
             timeout_s: f64,
             max_rows: usize,
@@ -643,17 +648,17 @@ mod bindings {
             count_cap: u64,
         ) -> PyResult<()> {
             let work = crate::pool::Work::Tool(tool_options(max_rows, max_cell_chars, max_chars, count_cap));
-            self.submit(job_id, path, size, mtime_ns, sql_text(sql)?, timeout_s, work)
+            self.submit(job_id, path, size, version, sql_text(sql)?, timeout_s, work)
         }
 
-        #[pyo3(signature = (job_id, path, size, mtime_ns, sql, semantics, float_digits, timeout_s))]
+        #[pyo3(signature = (job_id, path, size, version, sql, semantics, float_digits, timeout_s))]
         #[allow(clippy::too_many_arguments)]
         fn submit_digest(
             &self,
             job_id: u64,
             path: String,
             size: u64,
-            mtime_ns: i64,
+            version: i64,
             sql: &Bound<'_, PyAny>,
             semantics: &str,
             float_digits: Option<u32>,
@@ -661,24 +666,24 @@ mod bindings {
         ) -> PyResult<()> {
             let sql = sql_text(sql)?;
             let work = crate::pool::Work::Digest(digest_spec(&sql, semantics, float_digits)?);
-            self.submit(job_id, path, size, mtime_ns, sql, timeout_s, work)
+            self.submit(job_id, path, size, version, sql, timeout_s, work)
         }
 
         /// Raises SqlError at once for a prediction that is not valid text.
-        #[pyo3(signature = (job_id, path, size, mtime_ns, sql, gold, timeout_s))]
+        #[pyo3(signature = (job_id, path, size, version, sql, gold, timeout_s))]
         #[allow(clippy::too_many_arguments)]
         fn submit_grade(
             &self,
             job_id: u64,
             path: String,
             size: u64,
-            mtime_ns: i64,
+            version: i64,
             sql: &Bound<'_, PyAny>,
             gold: &[u8],
             timeout_s: f64,
         ) -> PyResult<()> {
             let work = crate::pool::Work::Grade(Digest::from_bytes(gold)?.inner);
-            self.submit(job_id, path, size, mtime_ns, sql_text(sql)?, timeout_s, work)
+            self.submit(job_id, path, size, version, sql_text(sql)?, timeout_s, work)
         }
 
         fn cancel(&self, job_id: u64) {

@@ -34,8 +34,8 @@ pub enum Work {
 pub struct Job {
     pub id: u64,
     pub path: String,
-    /// (size, mtime_ns) of the file as the caller saw it: a connection opened on another
-    /// identity is reopened (the file was replaced).
+    /// (size, version) of the file as the caller saw it (t2sql.manifest.FileIdentity): a
+    /// connection opened on another identity is reopened (the file was replaced or written).
     pub identity: (u64, i64),
     pub sql: String,
     pub timeout_s: f64,

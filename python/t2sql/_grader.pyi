@@ -78,6 +78,9 @@ class Database:
     Open one per thread (t2sql.Grader does this for you).
     """
     path: str
+    # True: opened immutable=1 (no locks, the file trusted not to change). False: read with locks,
+    # because the caller asked or a writer's -wal/-journal file was beside it at open.
+    immutable: bool
     def __init__(self, path: str, *, immutable: bool = True) -> None: ...
     def run_tool(
         self,
@@ -138,15 +141,15 @@ class SqlPool:
     def __init__(self, size: int, *, nice: int = 0) -> None: ...
     def wake_fd(self) -> int: ...
     def submit_tool(
-        self, job_id: int, path: str, size: int, mtime_ns: int, sql: str, timeout_s: float,
+        self, job_id: int, path: str, size: int, version: int, sql: str, timeout_s: float,
         max_rows: int, max_cell_chars: int, max_chars: int, count_cap: int,
     ) -> None: ...
     def submit_digest(
-        self, job_id: int, path: str, size: int, mtime_ns: int, sql: str, semantics: Semantics,
+        self, job_id: int, path: str, size: int, version: int, sql: str, semantics: Semantics,
         float_digits: int | None, timeout_s: float,
     ) -> None: ...
     def submit_grade(
-        self, job_id: int, path: str, size: int, mtime_ns: int, sql: str, gold: bytes, timeout_s: float
+        self, job_id: int, path: str, size: int, version: int, sql: str, gold: bytes, timeout_s: float
     ) -> None: ...
     def cancel(self, job_id: int) -> None: ...
     def drain(self) -> list[tuple[int, object | None, BaseException | None]]: ...

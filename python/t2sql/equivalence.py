@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import t2sql
+from t2sql.manifest import file_identity
 
 KINDS: tuple[str, ...] = ("sample", "duplicate", "shuffle", "nullify")
 
@@ -247,14 +248,14 @@ class CopyCache:
         if kind not in KINDS:
             raise EquivalenceError(f"unknown perturbation {kind!r}; use one of {', '.join(KINDS)}")
         try:
-            st = os.stat(db_path)
+            identity = file_identity(db_path)
         except OSError as e:
             raise t2sql.DatabaseError(f"cannot read database file {db_path}: {e}") from None
-        if st.st_size > max_bytes:
+        if identity.size > max_bytes:
             raise DatabaseTooLarge(
-                f"database {db_path} is {st.st_size} bytes, above equivalence_max_bytes={max_bytes}"
+                f"database {db_path} is {identity.size} bytes, above equivalence_max_bytes={max_bytes}"
             )
-        key = (os.path.realpath(db_path), st.st_size, st.st_mtime_ns, kind, seed)
+        key = (os.path.realpath(db_path), identity, kind, seed)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
@@ -273,7 +274,7 @@ class CopyCache:
                 db = t2sql.Database(db_path).perturbed(kind, seed, max_bytes=max_bytes)
             except ValueError as e:  # the core's own size check (the file grew since the stat)
                 raise DatabaseTooLarge(str(e)) from None
-            nbytes = _copy_bytes(st.st_size, kind)
+            nbytes = _copy_bytes(identity.size, kind)
             entry = CopyEntry(db, nbytes)
             with self._lock:
                 self.builds += 1

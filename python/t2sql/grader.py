@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -48,7 +49,7 @@ from t2sql import (
     set_hash_secret,
     sqlite_version,
 )
-from t2sql.manifest import Manifest
+from t2sql.manifest import FileIdentity, Manifest, file_identity
 from t2sql.pool import (
     Job,
     ProcessBackend,
@@ -118,8 +119,9 @@ class GoldResult:
 
 @dataclass(frozen=True)
 class _DbIdentity:
-    stat: tuple[int, int]  # (size, mtime_ns) when first seen
-    cache_id: str  # what the gold cache keys on: manifest sha256, or path + size + mtime
+    file: FileIdentity  # when first seen (size, times, inode, a writer's side files)
+    stat: tuple[int, int]  # (size, version): what connection caches compare
+    cache_id: str  # what the gold cache keys on: manifest sha256, or path + the file identity
 
 
 class GoldCacheError(T2sqlError):
@@ -208,12 +210,15 @@ class Grader:
         manifest: Manifest | str | os.PathLike | None = None,
         worker_heap_limit: int | None = None,
         worker_nice: int = DEFAULT_WORKER_NICE,
+        hash_databases: bool = False,
     ):
         """
         concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
         cache_dir: keep gold digests on disk here too (shared safely by several processes).
         backend: "thread" | "process" | "ray" (Ray must already be initialised).
         manifest: a Manifest or the path of one; databases not matching it are refused.
+        hash_databases: with a manifest, check each database's sha256 at its first use in this
+            Grader even when its size, times and inode match the manifest (t2sql.manifest).
         worker_heap_limit: bytes of SQLite heap per worker process/actor (process and ray only).
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment
@@ -232,6 +237,7 @@ class Grader:
         if manifest is not None and not isinstance(manifest, Manifest):
             manifest = Manifest.load(manifest)
         self.manifest: Manifest | None = manifest
+        self.hash_databases = bool(hash_databases)
         self._sqlite_version = sqlite_version()
 
         self._disk: _DiskGoldCache | None = None
@@ -468,9 +474,9 @@ class Grader:
         self._last_admission = (weakref.ref(loop), admission)
         return admission.enter(loop)
 
-    def _stat(self, db_path: str) -> os.stat_result:
+    def _identity_now(self, db_path: str) -> FileIdentity:
         try:
-            return os.stat(db_path)
+            return file_identity(db_path)
         except FileNotFoundError:
             raise DatabaseError(
                 f"database file not found: {db_path}; check --db-root and the task's db_id"
@@ -480,27 +486,28 @@ class Grader:
 
     def _known_identity(self, db_path: str) -> _DbIdentity | None:
         """The file's identity if it is unchanged since it was checked, else None (then
-        _new_identity checks it). A stat costs microseconds, so it runs on the loop, for every
-        call: a file changed under a running Grader is refused at the next call that touches it."""
-        st = self._stat(db_path)
+        _new_identity checks it). Three stats cost microseconds, so they run on the loop, for
+        every call: a file changed under a running Grader (its content, its times, its inode, or
+        a writer's -wal/-journal beside it) is seen at the next call that touches it."""
+        now = self._identity_now(db_path)
         known = self._identities.get(db_path)
-        if known is not None and known.stat[0] == st.st_size and known.stat[1] == st.st_mtime_ns:
+        if known is not None and known.file == now:
             return known
         return None
 
     async def _new_identity(self, db_path: str) -> _DbIdentity:
         """A file seen for the first time or changed: checked against the manifest (whose
         sha256 runs in a thread) and recorded."""
-        st = self._stat(db_path)
-        stat = (st.st_size, st.st_mtime_ns)
+        now = self._identity_now(db_path)
         if self.manifest is not None:
             entry = await asyncio.get_running_loop().run_in_executor(
-                self._io, self.manifest.verify, db_path, st
+                self._io, functools.partial(self.manifest.verify, db_path, now, hash_always=self.hash_databases)
             )
             cache_id = "sha256:" + entry.sha256
         else:
-            cache_id = f"file:{os.path.realpath(db_path)}:{stat[0]}:{stat[1]}"
-        identity = _DbIdentity(stat, cache_id)
+            cache_id = (f"file:{os.path.realpath(db_path)}:{now.size}:{now.mtime_ns}:{now.ctime_ns}:"
+                        f"{now.inode}:{now.device}:{now.side}")
+        identity = _DbIdentity(now, (now.size, now.version), cache_id)
         with self._lock:
             self._identities[db_path] = identity
         return identity

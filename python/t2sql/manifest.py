@@ -1,16 +1,28 @@
-"""The database manifest: each database file's size, mtime and sha256, recorded at prepare.
+"""Database identity and the database manifest (each file's size, times, inode and sha256).
 
 Connections open databases with `immutable=1` (SQLite takes no locks and trusts that nobody
-writes the file), so a file that changes under a running grader can give wrong results
-silently. A Grader given a manifest checks every file at first use and whenever its size or
-mtime moves: a different size is refused at once; a different mtime (a copy, an rsync
-without -t) is re-hashed and accepted only if the sha256 still matches.
+writes the file), so a file that changes under a running grader could give wrong results
+silently. What guards against that:
+
+- `file_identity(path)`: size, mtime, ctime, inode and device of the file, plus the size and
+  mtime of a writer's side files (`-wal`, `-journal`) when present. ctime cannot be set back by
+  `touch -d` or any other user call, so an edited file whose mtime was restored still gets a new
+  identity. The Grader compares it at every call; a new identity reopens connections and keys the
+  gold cache anew.
+- The core opens a database that has a non-empty `-wal` or `-journal` with locks instead of
+  immutable: it reads the committed state, or refuses with a DatabaseError naming the file.
+- A Grader given a manifest checks every file at first use and whenever its identity moves: a
+  different size is refused at once; a file whose size, mtime, ctime and inode all match the
+  manifest is trusted; anything else (a copy, a restored mtime, another machine) is re-hashed and
+  accepted only if its sha256 matches. `hash_always=True` hashes at first use whatever the stat
+  says. A writer's non-empty side file is refused: its content is not what was recorded.
 
 Format (JSON, written atomically):
     {"version": 1, "db_root": "/abs/root",
      "databases": {"<db_id>": {"path": "<db_id>/<db_id>.sqlite", "size": N, "mtime_ns": N,
-                               "sha256": "..."}}}
+                               "ctime_ns": N, "inode": N, "sha256": "..."}}}
 Paths are relative to db_root; `Manifest.load(path, db_root=...)` re-roots a moved tree.
+ctime_ns and inode are optional (older manifests lack them: their files are hashed at first use).
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from t2sql import DatabaseError
 from t2sql.atomic import write_bytes_atomic
@@ -35,6 +48,47 @@ class UnknownDatabase(DatabaseError):
     """A db_id (or path) that the data root or the manifest does not have."""
 
 
+# Files beside a database that mean a writer is (or was) at work on it.
+WRITER_SIDE_FILES = ("-wal", "-journal")
+
+
+class FileIdentity(NamedTuple):
+    """What a database file is, as cheaply as the file system can say it (three stat calls)."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+    device: int
+    side: tuple[tuple[int, int, int], ...]  # (index in WRITER_SIDE_FILES, size, mtime_ns) per side file
+
+    @property
+    def version(self) -> int:
+        """One number that changes whenever any field but the size does (connection caches key
+        on (size, version))."""
+        return hash((self.mtime_ns, self.ctime_ns, self.inode, self.device, self.side)) & (2**63 - 1)
+
+    def writer_file(self, path: str | os.PathLike) -> str | None:
+        """The first non-empty side file (a writer at work, or one that died mid-transaction)."""
+        for index, size, _ in self.side:
+            if size > 0:
+                return f"{path}{WRITER_SIDE_FILES[index]}"
+        return None
+
+
+def file_identity(path: str | os.PathLike) -> FileIdentity:
+    """The identity of the file at `path`; raises OSError (FileNotFoundError) as os.stat does."""
+    st = os.stat(path)
+    side = []
+    for index, suffix in enumerate(WRITER_SIDE_FILES):
+        try:
+            sst = os.stat(f"{path}{suffix}")
+        except OSError:
+            continue
+        side.append((index, sst.st_size, sst.st_mtime_ns))
+    return FileIdentity(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, tuple(side))
+
+
 @dataclass(frozen=True)
 class ManifestEntry:
     db_id: str
@@ -42,6 +96,13 @@ class ManifestEntry:
     size: int
     mtime_ns: int
     sha256: str
+    ctime_ns: int | None = None  # None in manifests written before ctime and inode were recorded
+    inode: int | None = None
+
+    @classmethod
+    def of(cls, db_id: str, relative: str, path: Path) -> ManifestEntry:
+        st = path.stat()
+        return cls(db_id, relative, st.st_size, st.st_mtime_ns, sha256_file(path), st.st_ctime_ns, st.st_ino)
 
 
 def database_path(db_root: str | os.PathLike, db_id: str) -> str:
@@ -91,10 +152,7 @@ class Manifest:
         entries = {}
         for db_id in db_ids if db_ids is not None else list_databases(root):
             path = Path(database_path(root, db_id))
-            st = path.stat()
-            entries[db_id] = ManifestEntry(
-                db_id, str(path.relative_to(root)), st.st_size, st.st_mtime_ns, sha256_file(path)
-            )
+            entries[db_id] = ManifestEntry.of(db_id, str(path.relative_to(root)), path)
         return cls(root, entries)
 
     @classmethod
@@ -106,10 +164,7 @@ class Manifest:
         root = Path(os.path.commonpath([str(p.parent.parent) for p in absolute.values()]))
         entries = {}
         for db_id, path in sorted(absolute.items()):
-            st = path.stat()
-            entries[db_id] = ManifestEntry(
-                db_id, str(path.relative_to(root)), st.st_size, st.st_mtime_ns, sha256_file(path)
-            )
+            entries[db_id] = ManifestEntry.of(db_id, str(path.relative_to(root)), path)
         return cls(root, entries)
 
     @classmethod
@@ -119,7 +174,8 @@ class Manifest:
             if data.get("version") != MANIFEST_VERSION:
                 raise ValueError(f"version {data.get('version')!r}, expected {MANIFEST_VERSION}")
             entries = {
-                db_id: ManifestEntry(db_id, e["path"], int(e["size"]), int(e["mtime_ns"]), str(e["sha256"]))
+                db_id: ManifestEntry(db_id, e["path"], int(e["size"]), int(e["mtime_ns"]), str(e["sha256"]),
+                                     _int_or_none(e.get("ctime_ns")), _int_or_none(e.get("inode")))
                 for db_id, e in data["databases"].items()
             }
             root = db_root if db_root is not None else data["db_root"]
@@ -145,28 +201,42 @@ class Manifest:
     def entry_for(self, db_path: str | os.PathLike) -> ManifestEntry | None:
         return self._by_path.get(str(Path(db_path).resolve()))
 
-    def verify(self, db_path: str | os.PathLike, st: os.stat_result | None = None) -> ManifestEntry:
-        """The entry of `db_path` if the file is the one recorded; else a typed error."""
+    def verify(self, db_path: str | os.PathLike, identity: FileIdentity | None = None, *,
+               hash_always: bool = False) -> ManifestEntry:
+        """The entry of `db_path` if the file is the one recorded; else a typed error (the rules
+        are in the module doc). `identity`: the file's, when the caller has it already."""
         entry = self.entry_for(db_path)
         if entry is None:
             raise UnknownDatabase(
                 f"{db_path} is not in the database manifest (root {self.db_root}); "
                 "re-run `t2sql gold` to record it, or use the db_root the manifest was built for"
             )
-        if st is None:
-            st = os.stat(db_path)
-        if st.st_size != entry.size:
+        if identity is None:
+            identity = file_identity(db_path)
+        writer = identity.writer_file(db_path)
+        if writer is not None:
             raise DatabaseChanged(
-                f"{db_path} changed since the manifest was written: {st.st_size} bytes, recorded "
+                f"{db_path} is being written, or a writer died in a transaction: {writer} is not empty, so "
+                "its content is not what the manifest recorded. Let the writer finish (or open the "
+                "database once read-write to roll back), then re-run `t2sql gold` if it changed"
+            )
+        if identity.size != entry.size:
+            raise DatabaseChanged(
+                f"{db_path} changed since the manifest was written: {identity.size} bytes, recorded "
                 f"{entry.size}. Databases are opened immutable, so a changed file can give wrong "
                 "grades: restore the original file, or re-run `t2sql gold` to re-record it"
             )
-        if st.st_mtime_ns != entry.mtime_ns and sha256_file(db_path) != entry.sha256:
+        same_stat = (identity.mtime_ns, identity.ctime_ns, identity.inode) == (entry.mtime_ns, entry.ctime_ns, entry.inode)
+        if (hash_always or not same_stat) and sha256_file(db_path) != entry.sha256:
             raise DatabaseChanged(
                 f"{db_path} changed since the manifest was written (same size, different sha256). "
                 "Restore the original file, or re-run `t2sql gold` to re-record it"
             )
         return entry
+
+
+def _int_or_none(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[arg-type]
 
 
 def write_atomic(path: Path, data: bytes) -> None:

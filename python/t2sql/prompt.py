@@ -249,11 +249,13 @@ def load_schema(db_path: str, *, example_values: int = 3, example_value_chars: i
     Cached per file (path, size, mtime) and options: every episode of a database reuses it. `db`,
     when given, is the open core Database to read through (else one is opened).
     """
+    from t2sql.manifest import file_identity
+
     try:
-        st = os.stat(db_path)
+        identity = file_identity(db_path)
     except OSError as e:
         raise SchemaError(f"cannot read database {db_path}: {e.strerror}; check --db-root / db_path") from None
-    key = (os.path.abspath(db_path), st.st_mtime_ns, st.st_size, example_values, example_value_chars)
+    key = (os.path.abspath(db_path), identity, example_values, example_value_chars)
     with _schema_lock:
         hit = _schema_cache.get(key)
     if hit is None:
