@@ -284,7 +284,7 @@ def test_endpoint_that_hangs_times_out_then_retries(tmp_path, preset, sample_tas
     assert healed < 10
     lines = read_lines(out2)
     assert [r["outcome"] for r in lines] == [ENDPOINT_ERROR, "correct"]
-    assert "no answer within 0.5s" in lines[0]["error"]
+    assert "no complete answer within 0.5s" in lines[0]["error"]
     assert stuck.endpoint_errors == 1 and gave_up < 10
 
 

@@ -26,6 +26,14 @@ import httpx
 
 # HTTP statuses worth another try: the server is busy, restarting or overloaded.
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# The largest reply read: one turn of a few thousand tokens is tens of KB (with per-token
+# log-probs for a whole context, about a MB). Anything far larger is a broken server.
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class _BodyTooLarge(Exception):
+    def __init__(self, size: int):
+        self.size = size
 
 
 class EndpointError(Exception):
@@ -42,14 +50,17 @@ class EndpointError(Exception):
 class RetryPolicy:
     """How long one request may take and how often it is tried again."""
 
-    timeout_s: float = 600.0  # one HTTP request (a long thinking turn can take minutes)
+    timeout_s: float = 600.0  # one whole HTTP request, body included (a long thinking turn takes minutes)
     retries: int = 3  # extra attempts after the first
     backoff_s: float = 1.0  # wait before retry k is backoff_s * 2**k, with jitter
     max_backoff_s: float = 30.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger reply is refused, never read whole
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.max_body_bytes <= 0:
+            raise ValueError(f"the reply size limit must be > 0 bytes, got {self.max_body_bytes}")
         if self.retries < 0:
             raise ValueError(f"retries must be >= 0, got {self.retries}")
         if self.backoff_s < 0:
@@ -126,28 +137,43 @@ class JsonHttpClient:
             stats.requests += 1
             started = loop.time()
             try:
-                response = await self._client.post(self.url, json=payload)
+                # The whole request (connect, send, wait, the body to its last byte) within timeout_s.
+                status, content = await asyncio.wait_for(self._exchange(payload), self.retry.timeout_s)
+            except asyncio.TimeoutError:
+                last_error = (f"no complete answer within {self.retry.timeout_s:g}s "
+                              "(raise --timeout if turns are long)")
             except httpx.TimeoutException:
                 last_error = f"no answer within {self.retry.timeout_s:g}s (raise --timeout if turns are long)"
             except httpx.TransportError as exc:
                 last_error = f"connection failed: {type(exc).__name__}: {exc}"
+            except _BodyTooLarge as exc:
+                stats.elapsed_s += loop.time() - started
+                raise EndpointError(
+                    f"{self.url} sent a reply of more than {self.retry.max_body_bytes} bytes "
+                    f"(read {exc.size} before stopping); one turn is far smaller, so the server is "
+                    "misbehaving (raise --max-response-mb only if replies really are that large)",
+                    url=self.url,
+                    attempts=attempt + 1,
+                    retryable=False,
+                ) from None
             else:
-                if response.status_code == 200:
+                text = content.decode("utf-8", "replace")
+                if status == 200:
                     try:
-                        body = response.json()
+                        body = json.loads(content)
                     except (json.JSONDecodeError, UnicodeDecodeError):
-                        last_error = f"HTTP 200 but the body is not JSON: {response.text[:200]!r}"
+                        last_error = f"HTTP 200 but the body is not JSON: {text[:200]!r}"
                     else:
                         if isinstance(body, dict):
                             stats.elapsed_s += loop.time() - started
                             return body
                         last_error = f"HTTP 200 but the body is {type(body).__name__}, not a JSON object"
-                elif response.status_code in RETRYABLE_STATUS:
-                    last_error = f"HTTP {response.status_code}: {response.text[:300]}"
+                elif status in RETRYABLE_STATUS:
+                    last_error = f"HTTP {status}: {text[:300]}"
                 else:
                     stats.elapsed_s += loop.time() - started
                     raise EndpointError(
-                        f"{self.url} answered HTTP {response.status_code}: {response.text[:500]} "
+                        f"{self.url} answered HTTP {status}: {text[:500]} "
                         "(check --endpoint, --model and --api; this is not retried)",
                         url=self.url,
                         attempts=attempt + 1,
@@ -162,6 +188,22 @@ class JsonHttpClient:
             attempts=attempts,
             retryable=True,
         )
+
+    async def _exchange(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        """POST and read the reply, refusing it past max_body_bytes (never held whole)."""
+        limit = self.retry.max_body_bytes
+        async with self._client.stream("POST", self.url, json=payload) as response:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise _BodyTooLarge(int(declared))
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise _BodyTooLarge(size)
+                chunks.append(chunk)
+            return response.status_code, b"".join(chunks)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -470,6 +470,25 @@ def _result_dict(result: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(result).items() if not k.startswith("_")}
 
 
+# The longest message text a results line keeps (a turn of 3k tokens is ~12k characters).
+MAX_STORED_CHARS = 100_000
+
+
+def stored_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The transcript as a results line keeps it: each text over MAX_STORED_CHARS cut there, with
+    a marker saying how much was cut. Returns (messages, characters cut)."""
+    kept: list[dict[str, Any]] = []
+    cut_total = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str) and len(content) > MAX_STORED_CHARS:
+            cut = len(content) - MAX_STORED_CHARS
+            cut_total += cut
+            m = {**m, "content": content[:MAX_STORED_CHARS] + f"\n[t2sql: {cut} more characters not stored]"}
+        kept.append(m)
+    return kept, cut_total
+
+
 def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats: CallStats, elapsed_s: float) -> dict[str, Any]:
     result = _result_dict(episode.result)
     # A task without evidence has no evidence rules: None, so rates count only tasks that have them.
@@ -498,8 +517,10 @@ def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats
         "endpoint": stats.to_dict(),
         "elapsed_s": round(elapsed_s, 3),
         "run": run_info,
-        "messages": list(episode.messages),
     }
+    record["messages"], cut = stored_messages(episode.messages)
+    if cut:
+        record["stored_chars_cut"] = cut
     return record
 
 
@@ -519,7 +540,7 @@ def error_record(
         "endpoint": stats.to_dict(),
         "elapsed_s": round(elapsed_s, 3),
         "run": run_info,
-        "messages": list(episode.messages) if episode is not None else [],
+        "messages": stored_messages(episode.messages)[0] if episode is not None else [],
     }
 
 
@@ -841,7 +862,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
     model.add_argument("--api-key-env", default="OPENAI_API_KEY",
                        help="environment variable holding a bearer token for --api openai, if set")
-    model.add_argument("--timeout", type=float, default=600.0, help="seconds one request may take")
+    model.add_argument("--timeout", type=float, default=600.0,
+                       help="seconds one whole request may take, the reply's last byte included")
+    model.add_argument("--max-response-mb", type=float, default=16.0,
+                       help="a reply larger than this is refused unread (an endpoint_error), never held whole")
     model.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff")
     model.add_argument("--retry-backoff", type=float, default=1.0, help="first backoff in seconds (doubles)")
 
@@ -880,7 +904,8 @@ def build_policy(args: argparse.Namespace, preset: Preset, *, tokenizer: Any = N
     if not args.endpoint:
         raise EvalError("--endpoint URL is required with --policy model (or use --policy oracle)")
     try:
-        retry = RetryPolicy(timeout_s=args.timeout, retries=args.retries, backoff_s=args.retry_backoff)
+        retry = RetryPolicy(timeout_s=args.timeout, retries=args.retries, backoff_s=args.retry_backoff,
+                            max_body_bytes=int(args.max_response_mb * 1024 * 1024))
     except ValueError as e:
         raise EvalError(str(e)) from None
     kwargs = _chat_template_kwargs(args.chat_template_kwargs)

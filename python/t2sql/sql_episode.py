@@ -45,7 +45,6 @@ and the output is a stand-in with the same `samples` field).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import copy
 import logging
@@ -81,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="databases as <root>/<db_id>/<db_id>.sqlite (default: each row's metadata.db_path)")
     g.add_argument("--text-to-sql-cache-dir", default=None, help="on-disk gold digest cache (shared across runs)")
     g.add_argument("--text-to-sql-manifest", default=None, help="refuse databases that differ from this manifest")
+    g.add_argument("--text-to-sql-hash-databases", action="store_true",
+                   help="with a manifest: check each database's sha256 at first use even when its size, "
+                        "times and inode match (default: hash only what changed)")
     g.add_argument("--text-to-sql-grader-concurrency", type=int, default=None,
                    help="SQL queries at once in the rollout process (default: CPU count)")
     g.add_argument("--text-to-sql-tool-timeout", type=float, default=None, help="seconds (default: the preset's)")
@@ -96,6 +98,7 @@ class _Settings:
     db_root: str | None
     cache_dir: str | None
     manifest: str | None
+    hash_databases: bool
     concurrency: int | None
     tool_timeout_s: float | None
     grade_timeout_s: float | None
@@ -108,6 +111,7 @@ class _Settings:
             db_root=get("text_to_sql_db_root"),
             cache_dir=get("text_to_sql_cache_dir"),
             manifest=get("text_to_sql_manifest"),
+            hash_databases=bool(get("text_to_sql_hash_databases", False)),
             concurrency=get("text_to_sql_grader_concurrency"),
             tool_timeout_s=get("text_to_sql_tool_timeout"),
             grade_timeout_s=get("text_to_sql_grade_timeout"),
@@ -135,6 +139,7 @@ class _Context:
             tool_timeout_s=preset.tool_timeout_s,
             grade_timeout_s=preset.grade_timeout_s,
             manifest=settings.manifest,
+            hash_databases=settings.hash_databases,
         )
         log.info("t2sql preset %s: %s", preset.name, preset.to_dict())
 
