@@ -136,13 +136,41 @@ def test_drop_invalid_writes_the_valid_rows(tmp_path, dev_rows):
     assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 4
 
 
-def test_jsonl_bad_lines_are_reported_and_skipped(tmp_path, dev_rows):
+def test_jsonl_bad_lines_fail_the_conversion_by_line_number(tmp_path, dev_rows):
     hero = [r for r in dev_rows if r["db_id"] == "superhero"][:3]
     path = tmp_path / "q.jsonl"
     path.write_text(json.dumps(hero[0]) + "\n{not json\n" + json.dumps(hero[1]) + "\n[1, 2]\n" + json.dumps(hero[2]) + "\n")
-    report, built = data.convert_split(path, _small_db_root(tmp_path), tmp_path / "o.jsonl", split="x")
-    assert report.rows_written == 3 and len(built) == 3
-    assert [(p.kind, p.row) for p in report.problems] == [("bad_line", 2), ("bad_line", 4)]
+    out = tmp_path / "o.jsonl"
+    root = _small_db_root(tmp_path)
+    with pytest.raises(data.DataError, match="nothing written") as info:
+        data.convert_split(path, root, out, split="x")
+    assert [(p.kind, p.row) for p in info.value.problems] == [("bad_line", 2), ("bad_line", 4)]
+    assert not out.exists()
+    # --drop-invalid writes the valid rows and lists the dropped lines.
+    report, built = data.convert_split(path, root, out, split="x", drop_invalid=True)
+    assert report.rows_written == 3 and len(built) == 3 and report.dropped == 2
+
+
+def test_convert_command_with_a_bad_line_writes_nothing_and_fails(tmp_path, dev_rows):
+    import subprocess
+    import sys
+
+    hero = [r for r in dev_rows if r["db_id"] == "superhero"][:2]
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(hero[0]) + "\n{oops\n" + json.dumps(hero[1]) + "\n")
+    root = _small_db_root(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(path), "--db-root",
+                           str(root), "--out-dir", str(tmp_path / "out"), "--no-check-gold"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "row 2: bad_line: not valid JSON" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out" / "q.jsonl").exists()
+    # Not UTF-8: one clear line naming where.
+    path.write_bytes(json.dumps(hero[0]).encode() + b"\n{\"question\": \"caf\xe9\"}\n")
+    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(path), "--db-root",
+                           str(root), "--out-dir", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "q.jsonl:2: not UTF-8" in proc.stderr
 
 
 def test_field_map_and_ids_synthesized_when_absent(tmp_path, dev_rows):

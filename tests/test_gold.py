@@ -158,3 +158,13 @@ def test_bench_serving_smoke():
     assert floor["asyncio_tasks_only"]["tasks"] == 4
     for row in (floor["idle"], floor["raw_sql_threads"], floor["asyncio_tasks_only"]):
         assert 0 <= row["loop_p99_stall_ms"] <= row["loop_max_stall_ms"]
+
+
+def test_a_cache_secret_of_the_wrong_size_is_one_clear_line(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "secret").write_bytes(b"short")
+    (cache / "secret").chmod(0o600)
+    proc = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--cache-dir", str(cache))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "holds 5 bytes, not a 32-byte hash secret" in proc.stderr

@@ -36,16 +36,48 @@ def test_single_grade_text_and_json(db_root):
     db = str(db_root / "alpha" / "alpha.sqlite")
     out = t2sql("grade", "--db", db, "--pred", "SELECT id FROM t", "--gold", "SELECT id FROM t WHERE id < 9")
     assert out.stdout.strip() == "match: 5 rows match (multiset)"
-    out = t2sql("grade", "--db", db, "--pred", "SELECT id, v FROM t", "--gold", "SELECT id FROM t", "--json")
+    out = t2sql("grade", "--db", db, "--pred", "SELECT id, v FROM t", "--gold", "SELECT id FROM t", "--json",
+                check=False)
     verdict = json.loads(out.stdout)
     assert verdict["outcome"] == "mismatch" and verdict["detail"] == "column count 2 vs 1"
+
+
+@pytest.mark.parametrize("pred,code", [
+    ("SELECT id FROM t", 0),  # match
+    ("SELECT id FROM t LIMIT 2", 1),  # mismatch
+    ("SELECT nope FROM t", 1),  # pred_error
+    ("DELETE FROM t", 1),  # unsafe
+])
+def test_single_grade_exit_status_is_0_match_1_other_verdict(db_root, pred, code):
+    proc = t2sql("grade", "--db", str(db_root / "alpha" / "alpha.sqlite"), "--pred", pred, "--gold",
+                 "SELECT id FROM t", check=False)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+
+
+def test_db_id_defaults_to_the_bundled_sample():
+    proc = t2sql("grade", "--db-id", "superhero", "--pred", "SELECT count(*) FROM superhero",
+                 "--gold", "SELECT count(id) FROM superhero")
+    assert proc.stdout.startswith("match")
+
+
+def test_trouble_is_exit_2_with_one_line_and_no_traceback(db_root, tmp_path):
+    db = str(db_root / "alpha" / "alpha.sqlite")
+    not_utf8 = subprocess.run(
+        [sys.executable.encode(), b"-m", b"t2sql.cli", b"grade", b"--db", db.encode(), b"--pred", b"SELECT 1",
+         b"--gold", b"SELECT '\xff'"], capture_output=True, timeout=120)
+    assert not_utf8.returncode == 2 and b"Traceback" not in not_utf8.stderr
+    assert b"--gold is not valid UTF-8" in not_utf8.stderr
+    bad_timeout = t2sql("grade", "--db", db, "--pred", "SELECT 1", "--gold", "SELECT 1", "--timeout-s", "0",
+                        check=False)
+    assert bad_timeout.returncode == 2 and "Traceback" not in bad_timeout.stderr
 
 
 def test_float_digits_flag(db_root):
     db = str(db_root / "alpha" / "alpha.sqlite")
     pred, gold = "SELECT 0.1 + 0.2", "SELECT 0.3"
     assert json.loads(t2sql("grade", "--db", db, "--pred", pred, "--gold", gold, "--json").stdout)["outcome"] == "match"
-    exact = t2sql("grade", "--db", db, "--pred", pred, "--gold", gold, "--float-digits", "exact", "--json")
+    exact = t2sql("grade", "--db", db, "--pred", pred, "--gold", gold, "--float-digits", "exact", "--json",
+                  check=False)
     assert json.loads(exact.stdout)["outcome"] == "mismatch"
     bad = t2sql("grade", "--db", db, "--pred", pred, "--gold", gold, "--float-digits", "lots", check=False)
     assert bad.returncode == 2 and "exact" in bad.stderr
@@ -55,8 +87,8 @@ def test_semantics_flag(db_root):
     db = str(db_root / "alpha" / "alpha.sqlite")
     args = ["grade", "--db", db, "--pred", "SELECT id FROM t ORDER BY id DESC", "--gold", "SELECT id FROM t ORDER BY id", "--json"]
     assert json.loads(t2sql(*args).stdout)["outcome"] == "match"
-    assert json.loads(t2sql(*args, "--semantics", "ordered").stdout)["outcome"] == "mismatch"
-    assert json.loads(t2sql(*args, "--semantics", "auto").stdout)["semantics"] == "ordered"
+    assert json.loads(t2sql(*args, "--semantics", "ordered", check=False).stdout)["outcome"] == "mismatch"
+    assert json.loads(t2sql(*args, "--semantics", "auto", check=False).stdout)["semantics"] == "ordered"
 
 
 def test_missing_database_and_missing_flags_are_clear(db_root):
@@ -66,7 +98,7 @@ def test_missing_database_and_missing_flags_are_clear(db_root):
     assert out.returncode == 2 and "--pred" in out.stderr
 
 
-def test_pairs_file_in_order_with_bad_lines_reported(db_root, tmp_path):
+def test_pairs_file_one_output_line_per_input_line_in_order(db_root, tmp_path):
     pairs = tmp_path / "pairs.jsonl"
     lines = [
         json.dumps({"id": "a1", "db_id": "alpha", "pred": "SELECT id FROM t", "gold": "SELECT id FROM t"}),
@@ -80,20 +112,71 @@ def test_pairs_file_in_order_with_bad_lines_reported(db_root, tmp_path):
         json.dumps({"id": "a4", "db_id": "alpha", "pred": "SELECT nope FROM t", "gold": "SELECT id FROM t"}),
         json.dumps({"id": "a5", "db_id": "alpha", "pred": "SELECT 1", "gold": "SELECT broken FROM t"}),
     ]
-    pairs.write_text("\n".join(lines) + "\n")
+    pairs.write_bytes(("\n".join(lines) + "\n").encode() + b'{"id": "u1", "db_id": "alpha", "pred": "\xff"}\n')
     out_file = tmp_path / "out" / "verdicts.jsonl"
-    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(db_root), "--out", str(out_file), "--json")
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(db_root), "--out", str(out_file), "--json",
+                 check=False)
     rows = [json.loads(line) for line in out_file.read_text().splitlines()]
-    assert [r["id"] for r in rows] == ["a1", "b1", "x1", "a2", "a4", "a5"]
-    assert [r["outcome"] for r in rows] == ["match", "mismatch", "gold_error", "unsafe", "pred_error", "gold_error"]
-    assert "not found" in rows[2]["detail"]
-    for lineno in (2, 6, 8):
-        assert f"pairs.jsonl:{lineno}: skipped" in proc.stderr
+    # Every non-blank input line has its output line, in order, with its line number.
+    assert [r["line"] for r in rows] == [1, 2, 3, 4, 5, 6, 8, 9, 10, 11]
+    assert [r["id"] for r in rows] == ["a1", None, "b1", "x1", "a2", "a3", None, "a4", "a5", None]
+    assert [r["outcome"] for r in rows] == ["match", "bad_input", "mismatch", "gold_error", "unsafe", "bad_input",
+                                            "bad_input", "pred_error", "gold_error", "bad_input"]
+    assert "not found" in rows[3]["detail"] and rows[9]["detail"] == "not UTF-8"
+    for lineno in (2, 6, 8, 11):
+        assert f"pairs.jsonl:{lineno}: not graded" in proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["graded"] == 6 and summary["skipped"] == 3
+    assert summary["lines"] == 10 and summary["graded"] == 6 and summary["ungraded"] == 5
     assert summary["counts"]["gold_error"] == 2 and summary["counts"]["match"] == 1
+    assert proc.returncode == 1  # some lines could not be graded
     # No temporary file is left beside the output.
     assert [p.name for p in out_file.parent.iterdir()] == ["verdicts.jsonl"]
+
+
+def _one_pair(tmp_path):
+    pairs = tmp_path / "p.jsonl"
+    pairs.write_text(json.dumps({"id": 1, "db_id": "alpha", "pred": "SELECT 1", "gold": "SELECT 1"}) + "\n")
+    return pairs
+
+
+def test_pairs_refuses_to_overwrite_its_input(db_root, tmp_path):
+    pairs = _one_pair(tmp_path)
+    before = pairs.read_bytes()
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(db_root), "--out", str(pairs), check=False)
+    assert proc.returncode == 2 and "is the --pairs file itself" in proc.stderr
+    assert pairs.read_bytes() == before
+
+
+def test_pairs_with_a_directory_as_out_fails_before_grading(db_root, tmp_path):
+    pairs = _one_pair(tmp_path)
+    (tmp_path / "outdir").mkdir()
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(db_root), "--out", str(tmp_path / "outdir"),
+                 check=False)
+    assert proc.returncode == 2 and "is a directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert list((tmp_path / "outdir").iterdir()) == []
+
+
+def test_pairs_with_a_missing_db_root_is_trouble(db_root, tmp_path):
+    pairs = _one_pair(tmp_path)
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(tmp_path / "nowhere"), "--out",
+                 str(tmp_path / "o.jsonl"), check=False)
+    assert proc.returncode == 2 and "--db-root" in proc.stderr and not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("where", ["/sys/t2sql-out.jsonl", "read-only"])
+def test_pairs_with_an_unwritable_out_is_one_clear_line(db_root, tmp_path, where):
+    import os
+
+    pairs = _one_pair(tmp_path)
+    if where == "read-only":
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        where = str(locked / "o.jsonl")
+        if os.access(locked, os.W_OK):  # root ignores permission bits
+            pytest.skip("running as a user that may write anywhere")
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(db_root), "--out", where, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "cannot write --out" in proc.stderr
 
 
 def test_pairs_summary_table(db_root, tmp_path):
@@ -112,5 +195,6 @@ def test_pairs_on_bird_dev(tmp_path):
         for q in questions:
             f.write(json.dumps({"id": q["question_id"], "db_id": q["db_id"], "pred": q["SQL"], "gold": q["SQL"]}) + "\n")
     out = tmp_path / "v.jsonl"
-    summary = json.loads(t2sql("grade", "--pairs", str(pairs), "--db-root", str(bird), "--out", str(out), "--json").stdout)
-    assert summary["counts"]["match"] == 432 and summary["graded"] == 432
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(bird), "--out", str(out), "--json")
+    summary = json.loads(proc.stdout)
+    assert summary["counts"]["match"] == 432 and summary["graded"] == 432 and proc.returncode == 0

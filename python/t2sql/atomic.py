@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -15,6 +16,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     the mode a plain `open` would give (mkstemp's is 0600) and renamed over `path`. On any
     error, or an interrupt, the temporary file is removed and `path` is untouched."""
     path = Path(path)
+    if path.is_dir():  # found now, not at the rename after all the work
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file name", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
+    from t2sql import T2sqlError
+
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
@@ -65,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except (T2sqlError, OSError) as e:
+        # Trouble a user can fix (a file that cannot be read or written, a cache that cannot be
+        # used): one line that says what, exit 2; never a traceback.
+        text = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.filename and e.strerror else str(e)
+        print(f"t2sql {args.command}: {text}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

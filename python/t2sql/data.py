@@ -35,8 +35,9 @@ Validation runs before anything is written: a missing or unreadable database, a 
 question_id, an empty question or gold query, and a gold query that fails to run (executed on the
 grading core, the same read-only path grading uses) are each reported naming the row. Any problem
 fails the conversion and writes nothing (unless --drop-invalid, which writes the valid rows and lists
-the dropped ones). Files are written to a temporary name and renamed, so a reader never sees half a
-file. A malformed line in a jsonl question file is reported and skipped.
+the dropped ones). So does a line of a jsonl question file that is not a JSON object (reported by
+its line number) and a file that is not UTF-8. Files are written to a temporary name and renamed,
+so a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -156,7 +157,12 @@ def load_questions(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], lis
     path = Path(path)
     if not path.is_file():
         raise DataError(f"question file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 (byte {e.start}); save the file as UTF-8") from None
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
@@ -177,10 +183,10 @@ def load_questions(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], lis
         try:
             item = json.loads(line)
         except json.JSONDecodeError as e:
-            problems.append(Problem("bad_line", lineno, "", f"not valid JSON ({e.msg}); line skipped"))
+            problems.append(Problem("bad_line", lineno, "", f"not valid JSON ({e.msg})"))
             continue
         if not isinstance(item, dict):
-            problems.append(Problem("bad_line", lineno, "", "expected a JSON object; line skipped"))
+            problems.append(Problem("bad_line", lineno, "", "expected a JSON object"))
             continue
         rows.append((lineno, item))
     return rows, problems
@@ -432,10 +438,10 @@ def convert_split(
         failed = {p.row for p in gold_problems}
         rows = [(r, t) for r, t in rows if r not in failed]
         problems += gold_problems
-    # bad_line problems are skipped by the house rule; the rest fail the conversion.
+    # Every problem, a malformed line included, fails the conversion: nothing is written.
     problems.sort(key=lambda p: p.row)
     report.problems = problems
-    blocking = [p for p in problems if p.kind != "bad_line"]
+    blocking = list(problems)
     if blocking and not drop_invalid:
         raise DataError(
             f"{questions}: {len(blocking)} problem(s); nothing written "
