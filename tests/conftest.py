@@ -15,7 +15,7 @@ SAMPLE_ROOT = REPO / "python" / "t2sql" / "sample"  # the embedded superhero sam
 
 def bird_root() -> Path | None:
     """BIRD dev beside this checkout (../shared/data/bird, as CI lays it out), or $T2SQL_BIRD."""
-    for candidate in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird", "/work/shared/data/bird"):
+    for candidate in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird"):
         if candidate and (Path(candidate) / "dev.json").exists():
             return Path(candidate)
     return None

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import bird_root
+
 from t2sql import data
 
-BIRD = Path("/work/shared/data/bird")
-pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").is_file(), reason="BIRD sample data not present")
+BIRD = bird_root()
+pytestmark = pytest.mark.skipif(BIRD is None, reason="BIRD dev data (../shared/data/bird) not present")
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import bird_root
 from loopback_model import (
     ByteTokenizer,
     Conversation,
@@ -59,10 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def bird_dir() -> Path | None:
-    for candidate in (REPO.parent / "shared" / "data" / "bird", Path("/work/shared/data/bird")):
-        if (candidate / "dev.json").is_file():
-            return candidate
-    return None
+    return bird_root()
 
 
 @pytest.fixture(scope="module")
@@ -485,7 +483,7 @@ def test_cli_oracle_on_the_embedded_sample(tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["episodes"] == 129 and summary["accuracy"] == 1.0 and summary["ran"] == 129
     assert summary["outcomes"]["correct"] == 129
-    assert "preset {" in proc.stderr  # the preset is printed in full at the start
+    assert "preset qwen3.6-35b-a3b:\n  " in proc.stderr  # the preset is printed in full at the start
     assert len(read_lines(out)) == 129
     again = subprocess.run(eval_cmd("--policy", "oracle", "--out", str(out)), capture_output=True, text=True,
                            timeout=300)
@@ -586,12 +584,13 @@ def test_a_broken_task_is_recorded_and_the_others_finish(tmp_path, preset, sampl
     assert result.summary["correct"] == 2
 
 
-def test_progress_bar_on_a_terminal(tmp_path, preset, sample_tasks, capfd):
+def test_progress_lines_without_a_terminal(tmp_path, preset, sample_tasks, capfd, monkeypatch):
+    monkeypatch.setenv("T2SQL_PROGRESS_INTERVAL", "0")  # a line per episode (30 s apart by default)
     run(sample_tasks[:3], OraclePolicy(), preset, tmp_path / "r.jsonl", progress=True)
     err = capfd.readouterr().err
-    assert "3/3" in err and "acc 1.000" in err and "ep/s" in err
+    assert "eval: 1/3" in err and "eval: 3/3" in err and "acc 1.000" in err and "\r" not in err
     run(sample_tasks[:3], OraclePolicy(), preset, tmp_path / "r2.jsonl", progress=False)
-    assert "ep/s" not in capfd.readouterr().err
+    assert "eval:" not in capfd.readouterr().err
 
 
 def test_run_from_the_command_line_parser_in_sglang_mode(tmp_path, sample_tasks, capsys):
@@ -738,10 +737,33 @@ def test_samples_give_avg_and_pass_at_k_and_resume_per_sample(tmp_path, preset, 
     assert more.summary["pass_at_k"]["pass"] == 1.0 and "pass@3" in format_summary(more.summary)
 
 
-def test_readme_command_needs_no_out(tmp_path):
-    # The README's `t2sql eval --policy oracle`: results go to a file named after the run, in the cwd.
-    proc = subprocess.run(eval_cmd("--policy", "oracle", "--limit", "3"), capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+def test_readme_command_needs_no_out_and_writes_nothing_in_the_cwd(tmp_path):
+    # The README's `t2sql eval --policy oracle` on a fresh machine: every episode runs, the results
+    # go under $T2SQL_HOME/eval (else ~/.local/share/t2sql/eval), nothing lands in the cwd.
+    import os
+
+    cwd, home = tmp_path / "cwd", tmp_path / "home"
+    cwd.mkdir()
+    env = {**os.environ, "T2SQL_HOME": str(home), "T2SQL_PROGRESS_INTERVAL": "0"}
+    proc = subprocess.run(eval_cmd("--policy", "oracle", "--limit", "3", "--json"), capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr
-    [written] = list(tmp_path.glob("eval-oracle-*.jsonl"))
-    assert len(read_lines(written)) == 3 and f"results: {written.name}" in proc.stdout
+    summary = json.loads(proc.stdout)
+    assert summary["ran"] == 3 and summary["resumed_skipped"] == 0
+    [written] = list((home / "eval").glob("eval-oracle-*.jsonl"))
+    assert len(read_lines(written)) == 3 and summary["out"] == str(written)
+    assert list(cwd.iterdir()) == []
+    # With no terminal, progress comes as plain lines (here every episode: interval 0).
+    assert "eval: 1/3" in proc.stderr and "eval: 3/3" in proc.stderr
+    # The preset is printed in full, on lines a person can read.
+    preset_lines = proc.stderr.split("preset ", 1)[1].split("results:", 1)[0].splitlines()
+    assert len(preset_lines) > 3 and max(len(x) for x in preset_lines) <= 100
+    assert "max_tool_calls=5" in proc.stderr
+
+
+def test_no_results_file_is_committed_at_the_repository_root():
+    # A committed results file would be resumed by a fresh clone's eval, which would then run nothing.
+    tracked = subprocess.run(["git", "ls-files", "*.jsonl"], capture_output=True, text=True, cwd=REPO)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert [f for f in tracked.stdout.split() if "/" not in f] == []

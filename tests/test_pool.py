@@ -159,10 +159,11 @@ def test_a_memory_bomb_fails_alone():
 
 
 @pytest.fixture(scope="module")
-def local_ray():
+def local_ray(tmp_path_factory):
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install ray) ")
+    # Ray's session files go to a pytest temporary directory, not /tmp/ray.
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False, configure_logging=False)
+             log_to_driver=False, configure_logging=False, _temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield ray
     ray.shutdown()
 

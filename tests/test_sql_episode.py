@@ -15,19 +15,18 @@ import re
 import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import jinja2
 import pytest
 
+from conftest import bird_or_sample
 from miles_standins import GenerateFnInput, Sample
 from t2sql import data, sql_episode
 from t2sql.reward import get_preset
 
-BIRD = Path("/work/shared/data/bird")
-pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").is_file(), reason="BIRD sample data not present")
+BIRD = bird_or_sample()
 
 LAYERS, TOPK = 3, 2
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -170,18 +169,12 @@ class FakeSglang:
 
 
 @pytest.fixture(scope="module")
-def rows() -> list[dict]:
+def rows(tmp_path_factory) -> list[dict]:
     questions = [r for r in json.loads((BIRD / "dev.json").read_text()) if r["db_id"] == "superhero"][:8]
-    _, built = data.convert_split(_write(questions), BIRD, None, split="validation", check_gold_sql=False)
-    return built
-
-
-def _write(questions: list[dict]) -> Path:
-    import tempfile
-
-    path = Path(tempfile.mkdtemp()) / "q.json"
+    path = tmp_path_factory.mktemp("rows") / "q.json"
     path.write_text(json.dumps(questions))
-    return path
+    _, built = data.convert_split(path, BIRD, None, split="validation", check_gold_sql=False)
+    return built
 
 
 @pytest.fixture(autouse=True)

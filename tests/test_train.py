@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import bird_root
+
 from t2sql import train
 from t2sql.reward import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "tests" / "snapshots" / "train_dry_run.txt"
 LAUNCHER = REPO / "launcher" / "run_qwen3_6_35b_a3b_text_to_sql.py"
-BIRD = Path("/work/shared/data/bird")
+BIRD = bird_root()
 FIXED = [
     "--output-dir", "/data/t2sql", "--run-id", "snapshot",
     "--miles-path", "/root/miles", "--megatron-path", "/root/Megatron-LM",
@@ -168,7 +170,7 @@ def test_prepare_refuses_model_step_without_gpus(tmp_path):
     assert not (tmp_path / "models").exists()
 
 
-@pytest.mark.skipif(not (BIRD / "dev.json").is_file(), reason="BIRD sample data not present")
+@pytest.mark.skipif(BIRD is None, reason="BIRD dev data (../shared/data/bird) not present")
 def test_prepare_data_only_from_a_local_release(tmp_path):
     # A release in the documented layout: <split>.json beside databases/<db_id>/<db_id>.sqlite.
     release = tmp_path / "release"

@@ -29,13 +29,12 @@ from typing import Any
 
 import t2sql
 
-DEFAULT_BIRD = Path("/work/shared/data/bird")
 SAMPLE = Path(t2sql.__file__).parent / "sample"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", help="BIRD question json (default: $T2SQL_BIRD or /work/shared/data/bird "
-                        "dev.json, else the bundled superhero sample)")
+    parser.add_argument("--data", help="BIRD question json (default: $T2SQL_BIRD/dev.json when set, "
+                        "else the bundled superhero sample)")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: beside --data)")
     parser.add_argument("--tool-calls", type=int, default=2000, help="small queries timed per path")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers for 'all cores'")
@@ -482,8 +481,8 @@ def bench_gold_precompute(pairs, workers: int, backend: str) -> dict[str, Any]:
 
 
 def _load_pairs(args) -> list[tuple[str, str]]:
-    bird = Path(os.environ.get("T2SQL_BIRD") or DEFAULT_BIRD)
-    data = Path(args.data) if args.data else (bird / "dev.json" if (bird / "dev.json").is_file()
+    bird = Path(os.environ["T2SQL_BIRD"]) if os.environ.get("T2SQL_BIRD") else None
+    data = Path(args.data) if args.data else (bird / "dev.json" if bird and (bird / "dev.json").is_file()
                                              else SAMPLE / "dev.json")
     root = Path(args.db_root) if args.db_root else data.parent
     questions = json.loads(data.read_text())[: args.pairs]

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 from t2sql.atomic import atomic_write
+from t2sql.progress import Progress
 
 # Canonical field -> the key in BIRD's question files.
 BIRD_FIELDS: dict[str, str] = {
@@ -309,33 +310,6 @@ def check_gold(
                     Problem("gold_error", row, task["question_id"], f"gold SQL fails on {task['db_id']}: {error}")
                 )
     return problems, seconds
-
-
-class Progress:
-    """A one-line progress bar on stderr, only when stderr is a terminal."""
-
-    def __init__(self, total: int, label: str):
-        self.total, self.label, self.done = total, label, 0
-        self.enabled = sys.stderr.isatty() and total > 0
-        self._last = 0.0
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.enabled and (now - self._last > 0.1 or self.done == self.total):
-            self._last = now
-            width = 30
-            filled = int(width * self.done / self.total)
-            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}")
-            sys.stderr.flush()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
 
 
 def build_rows(

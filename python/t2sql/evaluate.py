@@ -57,6 +57,7 @@ from t2sql.endpoint import (
 )
 from t2sql.reward import OUTCOMES  # the episode's outcome categories, in the summary's order
 from t2sql.atomic import write_bytes_atomic
+from t2sql.progress import Progress
 
 if TYPE_CHECKING:
     from t2sql.episode import Episode, Task
@@ -584,37 +585,22 @@ async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, 
     return episode_record(task, episode, run_info, stats, time.monotonic() - started)
 
 
-class Progress:
-    """A one-line progress bar on stderr, only when stderr is a terminal."""
+class EpisodeProgress:
+    """t2sql.progress.Progress over finished episodes, with the running accuracy beside the count."""
 
     def __init__(self, total: int, enabled: bool | None = None):
-        self.total = total
-        self.done = self.correct = self.errors = 0
-        self.enabled = (sys.stderr.isatty() if enabled is None else enabled) and total > 0
-        self.started = time.monotonic()
+        self.bar = Progress(total, "eval", enabled=enabled)
+        self.correct = self.errors = 0
 
     def update(self, record: dict[str, Any]) -> None:
-        self.done += 1
         self.correct += bool(record.get("correct"))
         self.errors += record.get("outcome") in UNFINISHED
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * self.done / self.total)
-        finished = self.done - self.errors
+        finished = self.bar.done + 1 - self.errors
         accuracy = f"{self.correct / finished:.3f}" if finished else "-"
-        rate = self.done / max(1e-9, time.monotonic() - self.started)
-        errors = f" errors {self.errors}" if self.errors else ""
-        sys.stderr.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-            f"acc {accuracy} {rate:.2f} ep/s{errors} "
-        )
-        sys.stderr.flush()
+        self.bar.advance(status=f"acc {accuracy}" + (f" errors {self.errors}" if self.errors else ""))
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        self.bar.close()
 
 
 @dataclass
@@ -667,7 +653,7 @@ async def evaluate(
     queue: asyncio.Queue[tuple[Task, int]] = asyncio.Queue()
     for item in todo:
         queue.put_nowait(item)
-    bar = Progress(len(todo), progress)
+    bar = EpisodeProgress(len(todo), progress)
     counts = {"ran": 0, "errors": 0, "finished": 0, "fatal_streak": 0}
     aborted: list[str] = []
     # Stop early when the endpoint refuses every request for a reason a retry cannot fix
@@ -872,7 +858,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", default=None,
                            help="results jsonl, appended; rerun to resume (default: "
-                                "eval-<model or policy>-<preset>-<data>.jsonl in the current directory)")
+                                "eval-<model or policy>-<preset>-<data>.jsonl under $T2SQL_HOME/eval, "
+                                "else ~/.local/share/t2sql/eval)")
     run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
 
@@ -932,10 +919,31 @@ def build_policy(args: argparse.Namespace, preset: Preset, *, tokenizer: Any = N
         raise EvalError(str(e)) from None
 
 
+def results_home() -> Path:
+    """Where eval results go without --out: $T2SQL_HOME/eval, else $XDG_DATA_HOME/t2sql/eval,
+    else ~/.local/share/t2sql/eval. Never the current directory (nor a checkout's root)."""
+    if os.environ.get("T2SQL_HOME"):
+        return Path(os.environ["T2SQL_HOME"]) / "eval"
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "t2sql" / "eval"
+
+
 def default_out(who: str | None, preset_name: str, data: Path) -> str:
-    """eval-<model or policy>-<preset>-<data>.jsonl: a rerun of the same command finds its own file."""
+    """<results_home>/eval-<model or policy>-<preset>-<data>.jsonl: a rerun of the same command
+    finds its own file and resumes it."""
     parts = [who or "model", preset_name, data.stem if data.stem != "dev" else f"{data.parent.name}-dev"]
-    return "eval-" + "-".join(re.sub(r"[^A-Za-z0-9._]+", "_", p).strip("_") for p in parts) + ".jsonl"
+    name = "eval-" + "-".join(re.sub(r"[^A-Za-z0-9._]+", "_", p).strip("_") for p in parts) + ".jsonl"
+    return str(results_home() / name)
+
+
+def describe_preset(preset: Preset, width: int = 100) -> str:
+    """The preset in full, as a few readable lines (every field, wrapped)."""
+    import textwrap
+
+    fields = _preset_dict(preset)
+    name = fields.pop("name", getattr(preset, "name", "?"))
+    body = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
+    return f"preset {name}:\n" + textwrap.fill(body, width, initial_indent="  ", subsequent_indent="  ")
 
 
 def _preset_dict(preset: Preset) -> dict[str, Any]:
@@ -980,7 +988,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     }
     log(f"t2sql eval: {len(loaded.tasks)} tasks from {data} | policy {policy.name}"
         + (f" | model {args.model} at {args.endpoint}" if args.policy == "model" else ""))
-    log("preset " + json.dumps(_preset_dict(preset), default=str, sort_keys=True))
+    log(describe_preset(preset))
+    log(f"results: {args.out}" + (" (resuming: it exists)" if Path(args.out).exists() else ""))
 
     async def main() -> EvalRun:
         try:

@@ -145,7 +145,8 @@ def _grading_settings(args) -> tuple[str, int | None, float]:
 
 
 def run(args) -> int:
-    from t2sql.data import DataError, Progress
+    from t2sql.data import DataError
+    from t2sql.progress import Progress
     from t2sql.grader import Grader
 
     if args.workers is not None and args.workers < 1:

@@ -531,7 +531,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     convert already refused gold that fails to run, so a failure here is a timeout to look at."""
     import asyncio
 
-    from t2sql.data import Progress
+    from t2sql.progress import Progress
     from t2sql.grader import Grader
 
     preset = _preset(c)

@@ -1,0 +1,42 @@
+"""t2sql.progress: a bar on a terminal (a real pseudo-terminal here), plain lines without one."""
+
+from __future__ import annotations
+
+import io
+import os
+
+from t2sql.progress import Progress
+
+
+def test_a_terminal_gets_a_bar_redrawn_in_place():
+    master, slave = os.openpty()
+    with os.fdopen(slave, "w") as tty:
+        assert tty.isatty()
+        with Progress(4, "work", stream=tty, interval_s=0) as bar:
+            for _ in range(4):
+                bar.advance(status="ok")
+    written = os.read(master, 65536).decode()
+    os.close(master)
+    assert written.startswith("\rwork [") and "4/4" in written and written.endswith("\n")
+    assert written.count("\n") <= 2  # one line, redrawn (the pty may echo \r\n for the last \n)
+
+
+def test_no_terminal_gets_periodic_lines_and_a_last_line():
+    stream = io.StringIO()
+    with Progress(3, "work", stream=stream, interval_s=0) as bar:
+        for _ in range(3):
+            bar.advance(status="acc 0.5")
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("work: 1/3") and "acc 0.5" in lines[0] and "left)" in lines[0]
+    assert lines[-1].startswith("work: 3/3") and "\r" not in stream.getvalue()
+
+
+def test_a_short_run_without_a_terminal_prints_nothing():
+    stream = io.StringIO()
+    with Progress(3, "work", stream=stream, interval_s=3600) as bar:
+        bar.advance(3)
+    assert stream.getvalue() == ""
+    quiet = io.StringIO()
+    with Progress(3, "work", stream=quiet, interval_s=0, enabled=False) as bar:
+        bar.advance(3)
+    assert quiet.getvalue() == ""
