@@ -270,6 +270,8 @@ class LoopbackModel:
             return 200, self._chat(body)
         if path == "/generate":
             return 200, self._generate(body)
+        if path == "/abort_request":  # sglang's: miles aborts what is left at the end of a rollout
+            return 200, {}
         record.status = 404
         return 404, {"error": f"no route {path}"}
 

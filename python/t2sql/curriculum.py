@@ -457,7 +457,7 @@ def make_data_source_class(base: type) -> type:
                 log.info("curriculum: off in preset %s; drawing tasks as miles does", preset.name)
                 return
             if getattr(self, "dataset", None) is None:
-                raise CurriculumError("the curriculum needs --rollout-global-dataset (it draws the tasks itself)")
+                raise CurriculumError("the curriculum needs miles' global dataset (it draws the tasks itself): drop --disable-rollout-global-dataset")
             samples = self.dataset.samples
             if samples and not isinstance(samples[0].prompt, list):
                 raise CurriculumError(
