@@ -14,7 +14,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
