@@ -289,8 +289,12 @@ def test_bad_arguments_are_value_errors(sandbox):
         db.run_tool("SELECT 1", 0)
     with pytest.raises(ValueError, match="float_digits"):
         db.grade("SELECT 1", "SELECT 1", float_digits=0)
-    with pytest.raises(ValueError, match="semantics"):
+    with pytest.raises(ValueError, match="grading method"):
         db.grade("SELECT 1", "SELECT 1", semantics="bag")
+    with pytest.raises(ValueError, match="without a count"):
+        db.grade("SELECT 1", "SELECT 1", semantics="subset")
+    with pytest.raises(ValueError, match="column_order"):
+        db.grade("SELECT 1", "SELECT 1", column_order="sideways")
 
 
 def test_heap_limit_turns_a_memory_bomb_into_an_error(sandbox):

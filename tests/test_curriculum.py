@@ -532,7 +532,7 @@ def test_misconfiguration_is_reported(miles_standin, tmp_path):
         f.writelines(json.dumps(r) + "\n" for r in lines)
     with pytest.raises(CurriculumError, match="--apply-chat-template"):
         cur.CurriculumDataSource(args)
-    with pytest.raises(CurriculumError, match="--rollout-global-dataset"):
+    with pytest.raises(CurriculumError, match="--disable-rollout-global-dataset"):
         cur.CurriculumDataSource(_args(tmp_path, rollout_global_dataset=False))
 
 

@@ -197,13 +197,26 @@ def test_release_layout(tmp_path):
     for name in ("train.json", "validation.jsonl", "arcwise.json", "dev_tables.json"):
         (tmp_path / name).write_text("[]")
     found = {s: (q.name, r.name) for s, q, r in data.release_splits(tmp_path)}
-    assert found == {"train": ("train.json", "train_databases"), "validation": ("validation.jsonl", "databases"),
+    # Validation runs on BIRD's train databases (the recipe's split), arcwise on the shared ones here.
+    assert found == {"train": ("train.json", "train_databases"),
+                     "validation": ("validation.jsonl", "train_databases"),
                      "arcwise": ("arcwise.json", "databases")}  # dev_tables.json is not a split
     assert [s for s, _, _ in data.release_splits(tmp_path, ["dev_tables"])] == ["dev_tables"]
     (tmp_path / "arcwise.json").unlink()
     with pytest.raises(data.DataError, match="no question file for split.s. arcwise") as e:
         data.release_splits(tmp_path)
     assert "dev_tables.json" in str(e.value)
+
+
+def test_release_layout_with_the_recipes_own_file_names(tmp_path):
+    for d in ("train_databases", "dev_databases"):
+        (tmp_path / d).mkdir()
+    for name in ("bird-verified-train.json", "bird-verified-val.json", "arcwise_plat_sql.json"):
+        (tmp_path / name).write_text("[]")
+    found = {s: (q.name, r.name) for s, q, r in data.release_splits(tmp_path)}
+    assert found == {"train": ("bird-verified-train.json", "train_databases"),
+                     "validation": ("bird-verified-val.json", "train_databases"),
+                     "arcwise": ("arcwise_plat_sql.json", "dev_databases")}
 
 
 def test_cli_convert_json_report(tmp_path, dev_rows):

@@ -205,7 +205,18 @@ def test_json_form_and_sql_errors_are_shown_and_the_episode_goes_on(rows, db_roo
 def test_tool_timeout_is_an_error_message(rows, db_root, grader):
     e = Episode(task(rows, db_root), BARE.replace(tool_timeout_s=0.3), grader)
     out = play(e, xml(SLOW_SQL))
-    assert not out.done and out.tool_messages[0]["content"] == "Error: query timed out after 0.3s"
+    assert not out.done
+    assert out.tool_messages[0]["content"] == "Error: query timed out after 0.3s\n\n(4 tool calls left.)"
+
+
+def test_every_tool_result_says_how_many_calls_are_left(rows, db_root, grader):
+    e = Episode(no_evidence_task(rows, db_root), RECIPE, grader)
+    notes = []
+    for i in range(RECIPE.max_tool_calls):
+        out = play(e, xml(f"SELECT {i}"))
+        notes.append(out.tool_messages[0]["content"].rsplit("\n\n", 1)[1])
+    assert notes == ["(4 tool calls left.)", "(3 tool calls left.)", "(2 tool calls left.)", "(1 tool call left.)",
+                     "(That was your last tool call: 5 of 5 used. Answer next with <solution>...</solution>.)"]
 
 
 def test_malformed_calls_count_as_calls_and_invalid_calls(rows, db_root, grader):
@@ -296,23 +307,40 @@ def test_template_opened_think(rows, db_root, grader):
 
 # -- evidence rules through episodes (recipe)
 
+def _labels(t: Task, kind: str) -> str:
+    from t2sql.reward import evidence_pieces
+
+    return "".join(f"{kind} of external knowledge {i} ({p}): right.\n" for i, p in enumerate(evidence_pieces(t.evidence), 1))
+
+
 def test_evidence_rules_met(rows, db_root, grader):
     t = task(rows, db_root)
     e = Episode(t, RECIPE, grader)
     play(e,
-         f"<think>plan</think>Evidence, restated: {t.evidence}\n" + xml("SELECT id, gender FROM gender"),
-         "Checking against the evidence: gender = 'Female', publisher_name = 'Dark Horse Comics', "
-         f"and eye_colour_id, hair_colour_id, skin_colour_id are the columns.\n<solution>{t.gold_sql}</solution>")
+         f"<think>plan</think>{_labels(t, 'Requirement')}" + xml("SELECT id, gender FROM gender"),
+         f"{_labels(t, 'Verification')}<solution>{t.gold_sql}</solution>")
     r = e.result
     assert r.evidence_restated and r.evidence_checked and r.metrics["evidence_rules_met"] == 2
     assert r.reward == 1.0
 
 
+def test_evidence_rules_met_under_the_coverage_rule(rows, db_root, grader):
+    t = task(rows, db_root)
+    e = Episode(t, RECIPE.replace(evidence_rule="coverage"), grader)
+    play(e,
+         f"<think>plan</think>Evidence, restated: {t.evidence}\n" + xml("SELECT id, gender FROM gender"),
+         "Checking against the evidence: gender = 'Female', publisher_name = 'Dark Horse Comics', "
+         f"and eye_colour_id, hair_colour_id, skin_colour_id are the columns.\n<solution>{t.gold_sql}</solution>")
+    r = e.result
+    assert r.evidence_restated and r.evidence_checked and r.reward == 1.0
+
+
 def test_evidence_rules_missed(rows, db_root, grader):
     t = task(rows, db_root)
     e = Episode(t, RECIPE, grader)
-    # the evidence only inside <think> and inside the SQL: neither is prose
-    play(e, f"<think>{t.evidence}</think>Let me look.\n" + xml(t.gold_sql), f"<solution>{t.gold_sql}</solution>")
+    # the labels only inside <think>: thinking does not count
+    play(e, f"<think>{_labels(t, 'Requirement')}</think>Let me look.\n" + xml(t.gold_sql),
+         f"<think>{_labels(t, 'Verification')}</think><solution>{t.gold_sql}</solution>")
     r = e.result
     assert r.outcome == "correct" and not r.evidence_restated and not r.evidence_checked
     assert r.reward == pytest.approx(0.8)

@@ -107,13 +107,20 @@ def read_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def evidence_lines(task, kind: str) -> str:
+    """The recipe's enumerated evidence lines for `task` ("Requirement" or "Verification")."""
+    from t2sql.reward import evidence_pieces
+
+    return "".join(f"{kind} of external knowledge {i} ({p}): yes.\n" for i, p in enumerate(evidence_pieces(task.evidence), 1))
+
+
 def explore_then_answer(tool_form):
-    """Turn 1 restates the evidence and runs the gold query; turn 2 quotes it and answers."""
+    """Turn 1 restates the evidence and runs the gold query; turn 2 verifies it and answers."""
 
     def plan(task, conv: Conversation) -> Reply:
         if conv.turn == 1:
-            return Reply(text=f"<think>look first</think>\nThe evidence says: {task.evidence}\n{tool_form(task.gold_sql)}")
-        return Reply(text=f"<think>done</think>\nChecked against the evidence: {task.evidence}\n"
+            return Reply(text=f"<think>look first</think>\n{evidence_lines(task, 'Requirement')}{tool_form(task.gold_sql)}")
+        return Reply(text=f"<think>done</think>\n{evidence_lines(task, 'Verification')}"
                           f"<solution>\n{task.gold_sql}\n</solution>")
 
     return plan
@@ -176,7 +183,7 @@ def test_openai_wrong_answer_is_incorrect_and_rewarded_by_preset(tmp_path, prese
     task = sample_tasks[0]
 
     def plan(task, conv):
-        return Reply(text=f"Checked against the evidence: {task.evidence}\n<solution>SELECT 12345</solution>")
+        return Reply(text=f"{evidence_lines(task, 'Verification')}<solution>SELECT 12345</solution>")
 
     out = tmp_path / "r.jsonl"
     with LoopbackModel(TaskScript([task], plan)) as model:
@@ -627,8 +634,8 @@ TABLES = ("superhero", "publisher", "colour", "race", "gender", "alignment", "at
 
 
 def _turns_for(case: str, task) -> list[str]:
-    said = f"The evidence says: {task.evidence}\n"
-    answer = f"Checked against the evidence: {task.evidence}\n<solution>{task.gold_sql}</solution>"
+    said = evidence_lines(task, "Requirement")
+    answer = f"{evidence_lines(task, 'Verification')}<solution>{task.gold_sql}</solution>"
     if case == "correct":
         return [said + answer]
     if case == "evidence_missed":
@@ -657,7 +664,9 @@ def _turns_for(case: str, task) -> list[str]:
 REWARD_CASES = {
     # case: (outcome, tool_calls, invalid_tool_calls, reward as a function of the preset)
     "correct": ("correct", 0, 0, lambda p: p.reward_correct),
-    "evidence_missed": ("correct", 0, 0, lambda p: p.reward_correct - 2 * p.evidence_penalty),
+    # A solution in the very first reply needs only one of the two evidence blocks: both missing
+    # cost one penalty (the enumerated rule).
+    "evidence_missed": ("correct", 0, 0, lambda p: p.reward_correct - p.evidence_penalty),
     "incorrect": ("incorrect", 0, 0, lambda p: p.reward_incorrect),
     "pred_error": ("pred_error", 0, 0, lambda p: p.reward_incorrect),
     "no_solution": ("no_solution", 0, 0, lambda p: p.reward_no_solution),

@@ -39,7 +39,7 @@ def test_single_grade_text_and_json(db_root):
     out = t2sql("grade", "--db", db, "--pred", "SELECT id, v FROM t", "--gold", "SELECT id FROM t", "--json",
                 check=False)
     verdict = json.loads(out.stdout)
-    assert verdict["outcome"] == "mismatch" and verdict["detail"] == "column count 2 vs 1"
+    assert verdict["outcome"] == "mismatch" and verdict["detail"] == "column count 2 vs 1 (multiset)"
 
 
 @pytest.mark.parametrize("pred,code", [

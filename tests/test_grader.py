@@ -471,9 +471,13 @@ def _sql_worker_thread_ids() -> list[int]:
     """Native ids of this process's SQL worker threads (the Rust core names them t2sql-sql-N)."""
     tids = []
     for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/comm") as f:
-            if f.read().startswith("t2sql-sql-"):
-                tids.append(int(task))
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                name = f.read()
+        except FileNotFoundError:  # the thread ended after listdir
+            continue
+        if name.startswith("t2sql-sql-"):
+            tids.append(int(task))
     return tids
 
 

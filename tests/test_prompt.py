@@ -48,10 +48,34 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
     text = P.system_prompt(RECIPE)
     assert "at most 5 times" in text and "execute_sql_query" in text
     assert "<solution>" in text and "the last one counts" in text
-    assert "restate the evidence" in text and "check your query against every part of the evidence" in text
+    # The recipe's enumerated evidence protocol, with both line formats.
+    assert "Requirement of external knowledge <number> (<the piece>):" in text
+    assert "Verification of external knowledge <number> (<the piece>):" in text
+    coverage = P.system_prompt(RECIPE.replace(evidence_rule="coverage"))
+    assert "restate the evidence" in coverage and "check your query against every part of the evidence" in coverage
     assert "at most 3 times" in P.system_prompt(RECIPE.replace(max_tool_calls=3))
-    assert "row order does not matter" in text
+    assert "the first 50 rows" in text
+    assert "row order does not matter" in text and "the number and order of columns matter" in text
     assert "row order matters" in P.system_prompt(RECIPE.replace(semantics="ordered"))
+    assert "columns matters, their order and names do not" in P.system_prompt(RECIPE.replace(column_order="ignore"))
+    # A task's own method states its comparison.
+    assert "return exactly 5 distinct rows, each a row of the correct result" in P.system_prompt(RECIPE, "subset,=,5")
+    assert "at least 2 distinct rows" in P.system_prompt(RECIPE, "subset,>=,2")
+
+
+def test_user_prompt_lists_each_evidence_piece_with_both_labels():
+    from t2sql.episode import Task
+
+    task = Task("1", "db", "db.sqlite", "How many?", "a refers to x = 1; b refers to y = 'B';", "SELECT 1")
+    text = P.user_prompt(task, "CREATE TABLE t(x)", "enumerated")
+    assert "The evidence has 2 pieces." in text
+    assert "Requirement of external knowledge 1 (a refers to x = 1): ...\n" in text
+    assert "Requirement of external knowledge 2 (b refers to y = 'B'): ...\n" in text
+    assert "Verification of external knowledge 2 (b refers to y = 'B'): ...\n" in text
+    assert "Requirement of external knowledge 3" not in text  # the trailing ';' is no piece
+    assert "external knowledge" not in P.user_prompt(task, "CREATE TABLE t(x)", "coverage")
+    no_evidence = Task("2", "db", "db.sqlite", "How many?", "", "SELECT 1")
+    assert "external knowledge" not in P.user_prompt(no_evidence, "CREATE TABLE t(x)", "enumerated")
 
 
 # -- the prompt on a real BIRD database

@@ -27,6 +27,7 @@ from t2sql.reward import (
 
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
+COVERAGE = RECIPE.replace(evidence_rule="coverage")
 EVIDENCE = "female superheroes refers to gender = 'Female'; published by Dark Horse Comics refers to publisher_name = 'Dark Horse Comics'"
 RESTATING = "The evidence says female means gender = 'Female' and the publisher_name is 'Dark Horse Comics'."
 
@@ -95,19 +96,19 @@ def test_bare_has_no_shaping():
     assert b.total == 1.0 and b.terms == {}
 
 
-# -- evidence rules
+# -- evidence rules: the coverage rule (an option; the recipe's is enumerated, below)
 
 def test_evidence_both_rules_met():
     check = "Check: my query keeps gender = 'Female' and publisher_name = 'Dark Horse Comics', as the evidence says."
     t = traj("correct", prose=(RESTATING, check), evidence=EVIDENCE, answer_turn=1)
-    b = asyncio.run(score(t, RECIPE))
+    b = asyncio.run(score(t, COVERAGE))
     assert b.evidence.restated and b.evidence.checked
     assert b.total == 1.0
 
 
 def test_evidence_restated_only():
     t = traj("correct", prose=(RESTATING, "done"), evidence=EVIDENCE, answer_turn=1)
-    b = asyncio.run(score(t, RECIPE))
+    b = asyncio.run(score(t, COVERAGE))
     assert b.evidence.restated and not b.evidence.checked
     assert b.total == pytest.approx(0.9)
 
@@ -119,7 +120,7 @@ def test_evidence_both_skipped_on_incorrect_goes_negative_but_not_below_floor():
 
 def test_restating_in_turn_three_is_too_late():
     t = traj("correct", prose=("", "", RESTATING), evidence=EVIDENCE, answer_turn=2)
-    b = asyncio.run(score(t, RECIPE))
+    b = asyncio.run(score(t, COVERAGE))
     assert not b.evidence.restated and b.evidence.checked  # the answer turn still checks it
 
 
@@ -127,23 +128,23 @@ def test_restating_may_be_spread_over_turns_one_and_two():
     half = len(RESTATING) // 2
     cut = RESTATING.rfind(" ", 0, half)
     t = traj("correct", prose=(RESTATING[:cut], RESTATING[cut:], ""), evidence=EVIDENCE, answer_turn=2)
-    assert asyncio.run(score(t, RECIPE)).evidence.restated
+    assert asyncio.run(score(t, COVERAGE)).evidence.restated
 
 
 def test_no_evidence_means_no_evidence_rules():
     for ev in ("", "   ", "refers to the"):  # empty, blank, stop words only
-        b = asyncio.run(score(traj("correct", evidence=ev, answer_turn=0), RECIPE))
+        b = asyncio.run(score(traj("correct", evidence=ev, answer_turn=0), COVERAGE))
         assert not b.evidence.has_evidence and b.total == 1.0
 
 
 def test_checked_needs_an_answer_turn():
     t = traj("no_solution", prose=(RESTATING,), evidence=EVIDENCE, answer_turn=None)
-    assert not asyncio.run(score(t, RECIPE)).evidence.checked
+    assert not asyncio.run(score(t, COVERAGE)).evidence.checked
 
 
 def test_verbatim_quote_always_counts_as_checked():
     ev = "cost > 50 and cost < 100 where type is 'Pizza'"
-    strict = RECIPE.replace(evidence_share=1.0)
+    strict = COVERAGE.replace(evidence_share=1.0)
     t = traj("correct", prose=("", "as required: " + ev.upper()), evidence=ev, answer_turn=1)
     assert asyncio.run(score(t, strict)).evidence.checked
     t = traj("correct", prose=("", "as required: cost > 50 and type is 'Pizza'"), evidence=ev, answer_turn=1)
@@ -171,8 +172,8 @@ def test_share_threshold_is_inclusive():
     assert coverage(ev, "alpha beta gamma") == pytest.approx(0.6)
     t3 = traj("correct", prose=("alpha beta gamma",), evidence=ev, answer_turn=0)
     t2 = traj("correct", prose=("alpha beta",), evidence=ev, answer_turn=0)
-    assert asyncio.run(score(t3, RECIPE)).evidence.restated
-    assert not asyncio.run(score(t2, RECIPE)).evidence.restated
+    assert asyncio.run(score(t3, COVERAGE)).evidence.restated
+    assert not asyncio.run(score(t2, COVERAGE)).evidence.restated
 
 
 def test_sql_in_tool_calls_counts_only_when_the_preset_says_so():
@@ -184,8 +185,79 @@ def test_sql_in_tool_calls_counts_only_when_the_preset_says_so():
         answer_turn=0,
         invalid_tool_calls=0,
     )
-    assert not t.check_evidence(RECIPE).restated
-    assert t.check_evidence(RECIPE.replace(evidence_counts_sql=True)).restated
+    assert not t.check_evidence(COVERAGE).restated
+    assert t.check_evidence(COVERAGE.replace(evidence_counts_sql=True)).restated
+
+
+# -- evidence rules: the recipe's enumerated protocol, row by row
+
+PIECES = EVIDENCE.split(";")  # two pieces
+
+
+def labels(kind: str, numbers=(1, 2)) -> str:
+    return "\n".join(f"{kind} of external knowledge {i} ({PIECES[i - 1].strip()}): noted." for i in numbers)
+
+
+def enumerated(prose: tuple[str, ...], answer_turn: int | None, outcome: str = "correct", evidence: str = EVIDENCE):
+    t = traj(outcome, prose=prose, evidence=evidence, answer_turn=answer_turn)
+    return asyncio.run(score(t, RECIPE))
+
+
+def test_enumerated_both_blocks_in_their_turns():
+    b = enumerated((labels("Requirement"), "more looking", labels("Verification") + "\n<solution>x</solution>"), 2)
+    assert b.evidence.rule == "enumerated" and b.evidence.pieces == 2
+    assert b.evidence.restated and b.evidence.checked and b.total == 1.0
+
+
+def test_enumerated_requirement_lines_may_come_in_the_second_reply():
+    b = enumerated(("let me look first", labels("Requirement"), labels("Verification")), 2)
+    assert b.evidence.restated and b.total == 1.0
+    late = enumerated(("", "", labels("Requirement"), labels("Verification")), 3)
+    assert not late.evidence.restated and late.total == pytest.approx(0.9)
+
+
+def test_enumerated_labels_missing_cost_a_tenth_each():
+    assert enumerated(("no labels", "answer"), 1).total == pytest.approx(0.8)
+    assert enumerated((labels("Requirement"), "answer"), 1).total == pytest.approx(0.9)
+    assert enumerated(("looked", labels("Verification")), 1).total == pytest.approx(0.9)
+
+
+def test_enumerated_fewer_labels_than_pieces_is_not_enough():
+    b = enumerated((labels("Requirement", (1,)), labels("Verification", (2,))), 1)
+    assert not b.evidence.restated and not b.evidence.checked
+    assert b.evidence.restated_coverage == 0.5 and b.evidence.checked_coverage == 0.5
+    assert b.total == pytest.approx(0.8)
+
+
+def test_enumerated_solution_in_the_first_reply_needs_one_block():
+    assert enumerated((labels("Requirement") + "\n<solution>x</solution>",), 0).total == 1.0
+    assert enumerated((labels("Verification") + "\n<solution>x</solution>",), 0).total == 1.0
+    assert enumerated(("<solution>x</solution>",), 0).total == pytest.approx(0.9)  # both missing: one penalty
+
+
+def test_enumerated_no_evidence_no_penalty():
+    for ev in ("", "  ", " ; ;"):  # a trailing ';' leaves a blank piece that does not count
+        b = enumerated(("<solution>x</solution>",), 0, evidence=ev)
+        assert not b.evidence.has_evidence and b.total == 1.0
+    assert reward.evidence_pieces("a refers to b; c refers to d;") == ["a refers to b", "c refers to d"]
+
+
+def test_enumerated_labels_tolerate_case_and_spacing_and_not_other_words():
+    text = "REQUIREMENT  of external   knowledge 1(x): .\nrequirement of External Knowledge  2 ( y): ."
+    assert reward.evidence_labels(text, "requirement", 2) == 2
+    assert reward.evidence_labels("Requirement of external knowledge 3 (z)", "requirement", 2) == 0  # no piece 3
+    assert reward.evidence_labels("Requirement of knowledge 1 (x)", "requirement", 1) == 0
+    assert reward.evidence_labels(labels("Requirement"), "verification", 2) == 0
+    # Each number counts once: one label written three times is one label.
+    assert reward.evidence_labels(labels("Verification", (2, 2, 2)), "verification", 2) == 1
+
+
+def test_enumerated_labels_inside_think_do_not_count():
+    t = Trajectory(outcome="correct", evidence=EVIDENCE,
+                   visible=("", "answer"), prose=("", "answer"), answer_turn=1, invalid_tool_calls=0,
+                   texts=(f"<think>{labels('Requirement')}</think>", f"<think>{labels('Verification')}</think>answer"))
+    check = t.check_evidence(RECIPE)
+    assert not check.restated and not check.checked
 
 
 # -- the floor

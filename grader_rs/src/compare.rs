@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::digest::{secret_id, Digest, DigestSpec, Semantics};
+use crate::digest::{secret_id, ColumnOrder, Digest, DigestSpec, Semantics};
 use crate::error::{GradeError, Result};
 use crate::exec::{digest, Run};
 use crate::guard::{Budget, GuardedConnection};
@@ -43,9 +43,10 @@ pub struct Verdict {
     pub elapsed_s: f64,
 }
 
-/// `auto` = ordered when the gold's outermost query has ORDER BY, else multiset.
+/// A grading method by name: `auto` = ordered when the gold's outermost query has ORDER BY,
+/// else multiset; otherwise `Semantics::parse` (lenient: case, spaces, `list` = ordered).
 pub fn resolve_semantics(gold_sql: &str, name: &str) -> Result<Semantics> {
-    if name == "auto" {
+    if name.trim().eq_ignore_ascii_case("auto") {
         let ordered =
             sqltext::first_statement(gold_sql).is_some_and(|s| sqltext::has_outer_order_by(s.text));
         return Ok(if ordered {
@@ -54,11 +55,7 @@ pub fn resolve_semantics(gold_sql: &str, name: &str) -> Result<Semantics> {
             Semantics::Multiset
         });
     }
-    Semantics::parse(name).ok_or_else(|| {
-        GradeError::Invalid(format!(
-            "unknown semantics {name:?}: use multiset, ordered, set or auto"
-        ))
-    })
+    Semantics::parse(name).map_err(GradeError::Invalid)
 }
 
 /// The gold's digest. Errors stay errors: the caller decides (gold_error, retry, cache).
@@ -76,12 +73,21 @@ pub fn gold_digest(
             ..spec
         },
         None,
+        None,
         budget,
     )? {
         Run::Done(d) => Ok(d),
         other => Err(GradeError::Sql(format!(
             "unexpected early exit on gold: {other:?}"
         ))),
+    }
+}
+
+/// The method as a verdict's detail names it: `(set)`, `(subset,=,5; columns in any order)`.
+fn method_note(gold: &Digest) -> String {
+    match gold.column_order {
+        ColumnOrder::Strict => format!("({})", gold.semantics.name()),
+        ColumnOrder::Ignore => format!("({}; columns in any order)", gold.semantics.name()),
     }
 }
 
@@ -100,10 +106,29 @@ pub fn grade_against(
                 .into(),
         ));
     }
+    let method = method_note(gold);
+    // A subset prediction needs min(N, the gold's distinct rows) distinct rows: every gold row
+    // when the gold has fewer than N.
+    let subset = match gold.semantics {
+        Semantics::Subset { exact, n } => {
+            let Some(keys) = gold.gold_keys.clone() else {
+                return Err(GradeError::Invalid(
+                    "a subset gold digest without its row keys: recompute it".into(),
+                ));
+            };
+            Some((exact, n.min(gold.rows), keys))
+        }
+        _ => None,
+    };
     let spec = DigestSpec {
         semantics: gold.semantics,
         float_digits: gold.float_digits,
-        row_limit: Some(gold.rows),
+        column_order: gold.column_order,
+        row_limit: match &subset {
+            Some((true, need, _)) => Some(*need),
+            Some((false, _, _)) => None,
+            None => Some(gold.rows),
+        },
     };
     let verdict = |outcome, detail: String, pred_rows| Verdict {
         outcome,
@@ -118,7 +143,8 @@ pub fn grade_against(
     } else {
         "row count"
     };
-    let run = match digest(gc, pred_sql, spec, Some(gold.columns), budget) {
+    let keys = subset.as_ref().map(|(_, _, k)| k.clone());
+    let run = match digest(gc, pred_sql, spec, Some(gold.columns), keys, budget) {
         Ok(run) => run,
         Err(GradeError::Unsafe(m)) => return Ok(verdict(Outcome::Unsafe, m, None)),
         Err(GradeError::Sql(m)) => return Ok(verdict(Outcome::PredError, m, None)),
@@ -131,33 +157,64 @@ pub fn grade_against(
         }
         Err(e) => return Err(e),
     };
-    Ok(match run {
-        Run::OtherColumns { columns } => verdict(
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    Ok(match (run, &subset) {
+        (Run::OtherColumns { columns }, _) => verdict(
             Outcome::Mismatch,
-            format!("column count {columns} vs {}", gold.columns),
+            format!("column count {columns} vs {} {method}", gold.columns),
             None,
         ),
-        Run::TooManyRows { .. } => verdict(
+        (Run::ForeignRow, _) => verdict(
+            Outcome::Mismatch,
+            format!("a row that is not in the gold {method}"),
+            None,
+        ),
+        (Run::TooManyRows { .. }, Some((_, need, _))) => verdict(
+            Outcome::Mismatch,
+            format!("more than {need} distinct gold row{} {method}", plural(*need)),
+            None,
+        ),
+        (Run::TooManyRows { .. }, None) => verdict(
             Outcome::Mismatch,
             format!(
-                "{rows_word} >{} vs {} (stopped early)",
+                "{rows_word} >{} vs {} (stopped early) {method}",
                 gold.rows, gold.rows
             ),
             None,
         ),
-        Run::Done(pred) => {
+        (Run::Done(pred), Some((exact, need, _))) => {
+            let ok = if *exact { pred.rows == *need } else { pred.rows >= *need };
+            let need_text = if *exact { format!("{need}") } else { format!("at least {need}") };
+            if ok {
+                verdict(
+                    Outcome::Match,
+                    format!(
+                        "{} distinct row{}, each a gold row {method}",
+                        pred.rows,
+                        plural(pred.rows)
+                    ),
+                    Some(pred.rows),
+                )
+            } else {
+                verdict(
+                    Outcome::Mismatch,
+                    format!("{} distinct row{}, need {need_text} {method}", pred.rows, plural(pred.rows)),
+                    Some(pred.rows),
+                )
+            }
+        }
+        (Run::Done(pred), None) => {
             let rows = Some(pred.rows);
             if pred.rows != gold.rows {
                 verdict(
                     Outcome::Mismatch,
-                    format!("{rows_word} {} vs {}", pred.rows, gold.rows),
+                    format!("{rows_word} {} vs {} {method}", pred.rows, gold.rows),
                     rows,
                 )
             } else if pred.key == gold.key {
-                let s = if pred.rows == 1 { "" } else { "s" };
                 verdict(
                     Outcome::Match,
-                    format!("{} row{s} match ({})", pred.rows, gold.semantics.name()),
+                    format!("{} row{} match {method}", pred.rows, plural(pred.rows)),
                     rows,
                 )
             } else if gold.semantics == Semantics::Ordered
@@ -165,13 +222,13 @@ pub fn grade_against(
             {
                 verdict(
                     Outcome::Mismatch,
-                    "same rows in a different order".into(),
+                    format!("same rows in a different order {method}"),
                     rows,
                 )
             } else {
                 verdict(
                     Outcome::Mismatch,
-                    format!("same {rows_word} ({}), different rows", pred.rows),
+                    format!("same {rows_word} ({}), different rows {method}", pred.rows),
                     rows,
                 )
             }
@@ -184,20 +241,14 @@ pub fn grade(
     gc: &GuardedConnection,
     pred_sql: &str,
     gold_sql: &str,
-    semantics: Semantics,
-    float_digits: Option<u32>,
+    spec: DigestSpec,
     budget: &Budget,
 ) -> Result<Verdict> {
     let start = Instant::now();
-    let spec = DigestSpec {
-        semantics,
-        float_digits,
-        row_limit: None,
-    };
     let gold_failed = |outcome, detail: String| Verdict {
         outcome,
         detail,
-        semantics,
+        semantics: spec.semantics,
         pred_rows: None,
         gold_rows: None,
         elapsed_s: start.elapsed().as_secs_f64(),
@@ -227,4 +278,87 @@ pub fn grade(
     let mut v = grade_against(gc, pred_sql, &gold, budget)?;
     v.elapsed_s = start.elapsed().as_secs_f64();
     Ok(v)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn fixture() -> (tempfile::TempDir, GuardedConnection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sqlite");
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE t(id INTEGER, name TEXT);
+             INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (5, 'e');",
+        )
+        .unwrap();
+        drop(c);
+        let gc = GuardedConnection::open(path.to_str().unwrap(), true).unwrap();
+        (dir, gc)
+    }
+
+    fn verdict(gc: &GuardedConnection, pred: &str, gold: &str, method: &str, order: ColumnOrder) -> Verdict {
+        let spec = DigestSpec {
+            semantics: resolve_semantics(gold, method).unwrap(),
+            float_digits: Some(12),
+            column_order: order,
+            row_limit: None,
+        };
+        grade(gc, pred, gold, spec, &Budget::new(10.0)).unwrap()
+    }
+
+    #[test]
+    fn subset_verdicts_say_why() {
+        let (_d, gc) = fixture();
+        let gold = "SELECT id, name FROM t";
+        let v = |pred: &str, method: &str| {
+            let v = verdict(&gc, pred, gold, method, ColumnOrder::Strict);
+            (v.outcome, v.detail)
+        };
+        assert_eq!(
+            v("SELECT id, name FROM t WHERE id IN (1, 3, 5)", "subset,=,3"),
+            (Outcome::Match, "3 distinct rows, each a gold row (subset,=,3)".into())
+        );
+        // Duplicates of a gold row count once.
+        assert_eq!(v("SELECT id, name FROM t WHERE id = 5", "subset,=,1").0, Outcome::Match);
+        assert_eq!(
+            v("SELECT id, name FROM t WHERE id < 3", "subset,=,3"),
+            (Outcome::Mismatch, "2 distinct rows, need 3 (subset,=,3)".into())
+        );
+        assert_eq!(
+            v("SELECT id, name FROM t", "subset,=,3"),
+            (Outcome::Mismatch, "more than 3 distinct gold rows (subset,=,3)".into())
+        );
+        assert_eq!(
+            v("SELECT id, upper(name) FROM t LIMIT 3", "subset,=,3"),
+            (Outcome::Mismatch, "a row that is not in the gold (subset,=,3)".into())
+        );
+        assert_eq!(v("SELECT id, name FROM t", "subset,>=,3").0, Outcome::Match);
+        assert_eq!(
+            v("SELECT id, name FROM t LIMIT 2", "subset,>=,3"),
+            (Outcome::Mismatch, "2 distinct rows, need at least 3 (subset,>=,3)".into())
+        );
+        // N above the gold's distinct rows (5): every gold row is needed.
+        assert_eq!(v("SELECT DISTINCT id, name FROM t", "subset,=,10").0, Outcome::Match);
+        assert_eq!(
+            v("SELECT id FROM t", "subset,=,3"),
+            (Outcome::Mismatch, "column count 1 vs 2 (subset,=,3)".into())
+        );
+    }
+
+    #[test]
+    fn list_is_ordered_and_column_order_can_be_ignored() {
+        let (_d, gc) = fixture();
+        let gold = "SELECT id, name FROM t ORDER BY id";
+        let reversed = "SELECT id, name FROM t ORDER BY id DESC";
+        assert_eq!(verdict(&gc, reversed, gold, "list", ColumnOrder::Strict).detail,
+                   "same rows in a different order (ordered)");
+        assert_eq!(verdict(&gc, reversed, gold, "multiset", ColumnOrder::Strict).outcome, Outcome::Match);
+        let swapped = "SELECT name, id FROM t ORDER BY id";
+        assert_eq!(verdict(&gc, swapped, gold, "list", ColumnOrder::Strict).outcome, Outcome::Mismatch);
+        let v = verdict(&gc, swapped, gold, "list", ColumnOrder::Ignore);
+        assert_eq!((v.outcome, v.detail.as_str()), (Outcome::Match, "6 rows match (ordered; columns in any order)"));
+        assert!(matches!(resolve_semantics(gold, "subset"), Err(GradeError::Invalid(_))));
+    }
 }

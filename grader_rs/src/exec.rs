@@ -4,6 +4,8 @@ use std::time::Instant;
 
 use rusqlite::types::ValueRef;
 
+use std::sync::Arc;
+
 use crate::digest::{Accumulator, Digest, DigestSpec, Semantics, Stop, SET_CAP};
 use crate::error::{GradeError, Result};
 use crate::guard::{Budget, GuardedConnection};
@@ -221,14 +223,18 @@ pub enum Run {
     TooManyRows {
         columns: u32,
     },
+    /// A subset prediction produced a row that is not a gold row: stepping stopped there.
+    ForeignRow,
 }
 
-/// Digest the result of `sql`. `expect_columns` and `spec.row_limit` give the early exits.
+/// Digest the result of `sql`. `expect_columns` and `spec.row_limit` give the early exits;
+/// `gold_keys` (a subset prediction) the third: a row that is not a gold row.
 pub fn digest(
     gc: &GuardedConnection,
     sql: &str,
     spec: DigestSpec,
     expect_columns: Option<u32>,
+    gold_keys: Option<Arc<Vec<u128>>>,
     budget: &Budget,
 ) -> Result<Run> {
     let (stmt, text) = gc.prepare_checked(sql)?;
@@ -240,10 +246,10 @@ pub fn digest(
         }
     }
     if spec.semantics == Semantics::Ordered || n > MAX_AGGREGATE_COLUMNS {
-        host_loop(gc, stmt, spec, columns, budget)
+        host_loop(gc, stmt, spec, columns, gold_keys, budget)
     } else {
         drop(stmt);
-        in_vm(gc, text, spec, columns, budget)
+        in_vm(gc, text, spec, columns, gold_keys, budget)
     }
 }
 
@@ -253,10 +259,11 @@ fn host_loop(
     mut stmt: rusqlite::Statement<'_>,
     spec: DigestSpec,
     columns: u32,
+    gold_keys: Option<Arc<Vec<u128>>>,
     budget: &Budget,
 ) -> Result<Run> {
     let n = columns as usize;
-    let mut acc = Accumulator::new(spec, columns);
+    let mut acc = Accumulator::new(spec, columns, gold_keys);
     gc.arm(budget)?;
     let mut stop = None;
     let outcome = (|| {
@@ -278,6 +285,7 @@ fn finish(stop: Option<Stop>, digest: Digest, columns: u32) -> Result<Run> {
     match stop {
         None => Ok(Run::Done(digest)),
         Some(Stop::RowLimit) => Ok(Run::TooManyRows { columns }),
+        Some(Stop::NotInGold) => Ok(Run::ForeignRow),
         Some(Stop::SetTooLarge) => Err(GradeError::Sql(format!(
             "set semantics keeps at most {SET_CAP} distinct rows; use multiset semantics"
         ))),
@@ -292,6 +300,7 @@ fn in_vm(
     text: &str,
     spec: DigestSpec,
     columns: u32,
+    gold_keys: Option<Arc<Vec<u128>>>,
     budget: &Budget,
 ) -> Result<Run> {
     let names: Vec<String> = (0..columns).map(|i| format!("c{i}")).collect();
@@ -304,6 +313,7 @@ fn in_vm(
     let mut stmt = gc.prepare_wrapper(&wrapper)?;
     let shared = &gc.aggregate;
     *shared.spec.lock().unwrap() = Some((spec, columns));
+    *shared.gold_keys.lock().unwrap() = gold_keys;
     *shared.result.lock().unwrap() = None;
     *shared.stopped.lock().unwrap() = None;
     gc.arm(budget)?;
@@ -314,6 +324,7 @@ fn in_vm(
     })();
     gc.disarm();
     *shared.spec.lock().unwrap() = None;
+    *shared.gold_keys.lock().unwrap() = None;
     let stop = shared.stopped.lock().unwrap().take();
     if let Err(e) = outcome {
         return match stop {
@@ -331,12 +342,13 @@ fn in_vm(
 }
 
 fn empty(spec: DigestSpec, columns: u32) -> Digest {
-    Accumulator::new(spec, columns).finish()
+    Accumulator::new(spec, columns, None).finish()
 }
 
 #[cfg(test)]
 mod test {
     use super::*;
+    use crate::digest::ColumnOrder;
 
     fn opts() -> ToolOptions {
         ToolOptions {
@@ -392,33 +404,42 @@ mod test {
         drop(c);
         let gc = GuardedConnection::open(path.to_str().unwrap(), true).unwrap();
         let budget = Budget::new(10.0);
-        for semantics in [Semantics::Multiset, Semantics::Set] {
+        for semantics in [
+            Semantics::Multiset,
+            Semantics::Set,
+            Semantics::Subset { exact: true, n: 3 },
+        ] {
             for digits in [None, Some(12), Some(3)] {
-                let spec = DigestSpec {
-                    semantics,
-                    float_digits: digits,
-                    row_limit: None,
-                };
-                let (stmt, text) = gc.prepare_checked("SELECT a, b, c FROM t").unwrap();
-                let host = host_loop(&gc, stmt, spec, 3, &budget).unwrap();
-                let vm = in_vm(&gc, text, spec, 3, &budget).unwrap();
-                assert_eq!(host, vm, "{semantics:?} {digits:?}");
-                let via_digest = digest(&gc, "SELECT a, b, c FROM t", spec, None, &budget).unwrap();
-                assert_eq!(via_digest, vm);
+                for column_order in [ColumnOrder::Strict, ColumnOrder::Ignore] {
+                    let spec = DigestSpec {
+                        semantics,
+                        float_digits: digits,
+                        column_order,
+                        row_limit: None,
+                    };
+                    let (stmt, text) = gc.prepare_checked("SELECT a, b, c FROM t").unwrap();
+                    let host = host_loop(&gc, stmt, spec, 3, None, &budget).unwrap();
+                    let vm = in_vm(&gc, text, spec, 3, None, &budget).unwrap();
+                    assert_eq!(host, vm, "{semantics:?} {digits:?} {column_order:?}");
+                    let via_digest =
+                        digest(&gc, "SELECT a, b, c FROM t", spec, None, None, &budget).unwrap();
+                    assert_eq!(via_digest, vm);
+                }
             }
         }
         // Early exit in the VM path too.
         let spec = DigestSpec {
             semantics: Semantics::Multiset,
             float_digits: Some(12),
+            column_order: ColumnOrder::Strict,
             row_limit: Some(10),
         };
         assert_eq!(
-            digest(&gc, "SELECT a, b, c FROM t", spec, None, &budget).unwrap(),
+            digest(&gc, "SELECT a, b, c FROM t", spec, None, None, &budget).unwrap(),
             Run::TooManyRows { columns: 3 }
         );
         assert_eq!(
-            digest(&gc, "SELECT a FROM t", spec, Some(3), &budget).unwrap(),
+            digest(&gc, "SELECT a FROM t", spec, Some(3), None, &budget).unwrap(),
             Run::OtherColumns { columns: 1 }
         );
     }

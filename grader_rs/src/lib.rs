@@ -120,11 +120,23 @@ mod bindings {
         }
     }
 
+    fn column_order(name: &str) -> PyResult<digest::ColumnOrder> {
+        digest::ColumnOrder::parse(name).ok_or_else(|| {
+            PyValueError::new_err(format!("column_order must be \"strict\" or \"ignore\", got {name:?}"))
+        })
+    }
+
     /// The digest a gold query gets: `semantics` resolved against its SQL ("auto").
-    fn digest_spec(sql: &str, semantics: &str, float_digits: Option<u32>) -> PyResult<digest::DigestSpec> {
+    fn digest_spec(
+        sql: &str,
+        semantics: &str,
+        float_digits: Option<u32>,
+        order: &str,
+    ) -> PyResult<digest::DigestSpec> {
         Ok(digest::DigestSpec {
             semantics: compare::resolve_semantics(sql, semantics).map_err(to_py)?,
             float_digits: check_digits(float_digits)?,
+            column_order: column_order(order)?,
             row_limit: None,
         })
     }
@@ -210,14 +222,15 @@ mod bindings {
         elapsed_s: f64,
     }
 
-    const DIGEST_MAGIC: &[u8; 4] = b"T2D1";
-    const DIGEST_LEN: usize = 4 + 1 + 1 + 8 + 4 + 16 + 16 + 8;
-
     #[pymethods]
     impl Digest {
         #[getter]
-        fn semantics(&self) -> &'static str {
+        fn semantics(&self) -> String {
             self.inner.semantics.name()
+        }
+        #[getter]
+        fn column_order(&self) -> &'static str {
+            self.inner.column_order.name()
         }
         #[getter]
         fn float_digits(&self) -> Option<u32> {
@@ -239,54 +252,26 @@ mod bindings {
         fn secret_id(&self) -> String {
             format!("{:016x}", self.inner.secret_id)
         }
-        /// A fixed binary layout for caches; `from_bytes` validates it.
+        /// Whether two digests of this secret say the results are equal under this digest's
+        /// method (what majority voting groups by; never re-executes anything).
+        fn same_result(&self, other: &Digest) -> bool {
+            let (a, b) = (&self.inner, &other.inner);
+            a.secret_id == b.secret_id
+                && a.semantics == b.semantics
+                && a.float_digits == b.float_digits
+                && a.column_order == b.column_order
+                && a.rows == b.rows
+                && a.columns == b.columns
+                && a.key == b.key
+        }
+        /// A fixed binary layout for caches (digest.rs); `from_bytes` validates it.
         fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-            let d = &self.inner;
-            let mut b = Vec::with_capacity(DIGEST_LEN);
-            b.extend_from_slice(DIGEST_MAGIC);
-            b.push(match d.semantics {
-                Semantics::Multiset => 0,
-                Semantics::Ordered => 1,
-                Semantics::Set => 2,
-            });
-            b.push(d.float_digits.map_or(255, |x| x as u8));
-            b.extend_from_slice(&d.rows.to_le_bytes());
-            b.extend_from_slice(&d.columns.to_le_bytes());
-            b.extend_from_slice(&d.key.to_le_bytes());
-            b.extend_from_slice(&d.unordered_key.to_le_bytes());
-            b.extend_from_slice(&d.secret_id.to_le_bytes());
-            PyBytes::new(py, &b)
+            PyBytes::new(py, &self.inner.to_bytes())
         }
         #[staticmethod]
         fn from_bytes(data: &[u8]) -> PyResult<Self> {
-            let bad = |why: &str| {
-                PyValueError::new_err(format!("not a t2sql digest ({why}): recompute it"))
-            };
-            if data.len() != DIGEST_LEN || &data[..4] != DIGEST_MAGIC {
-                return Err(bad("wrong length or header"));
-            }
-            let semantics = match data[4] {
-                0 => Semantics::Multiset,
-                1 => Semantics::Ordered,
-                2 => Semantics::Set,
-                _ => return Err(bad("unknown semantics")),
-            };
-            let float_digits = match data[5] {
-                255 => None,
-                d if d >= 1 && u32::from(d) <= crate::canon::MAX_FLOAT_DIGITS => Some(u32::from(d)),
-                _ => return Err(bad("bad float_digits")),
-            };
-            let u64_at = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().unwrap());
-            let u128_at = |i: usize| u128::from_le_bytes(data[i..i + 16].try_into().unwrap());
-            let inner = digest::Digest {
-                semantics,
-                float_digits,
-                rows: u64_at(6),
-                columns: u32::from_le_bytes(data[14..18].try_into().unwrap()),
-                key: u128_at(18),
-                unordered_key: u128_at(34),
-                secret_id: u64_at(50),
-            };
+            let inner = digest::Digest::from_bytes(data)
+                .map_err(|why| PyValueError::new_err(format!("not a t2sql digest ({why}): recompute it")))?;
             Ok(Digest {
                 inner,
                 elapsed_s: 0.0,
@@ -307,7 +292,7 @@ mod bindings {
     pub struct Verdict {
         outcome: &'static str,
         detail: String,
-        semantics: &'static str,
+        semantics: String,
         pred_rows: Option<u64>,
         gold_rows: Option<u64>,
         elapsed_s: f64,
@@ -426,7 +411,8 @@ mod bindings {
             tool_result(py, out)
         }
 
-        #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, cancel = None))]
+        #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, column_order = "strict", cancel = None))]
+        #[allow(clippy::too_many_arguments)]
         fn digest(
             &self,
             py: Python<'_>,
@@ -434,10 +420,11 @@ mod bindings {
             semantics: &str,
             float_digits: Option<u32>,
             timeout_s: f64,
+            column_order: &str,
             cancel: Option<&Bound<'_, Cancel>>,
         ) -> PyResult<Digest> {
             let sql = sql_text(sql)?;
-            let spec = digest_spec(&sql, semantics, float_digits)?;
+            let spec = digest_spec(&sql, semantics, float_digits, column_order)?;
             let budget = budget(timeout_s, cancel)?;
             let start = std::time::Instant::now();
             let inner = self.with(py, |gc| compare::gold_digest(gc, &sql, spec, &budget))?;
@@ -470,7 +457,7 @@ mod bindings {
                 .into())
         }
 
-        #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, cancel = None))]
+        #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, column_order = "strict", cancel = None))]
         #[allow(clippy::too_many_arguments)]
         fn grade(
             &self,
@@ -480,20 +467,18 @@ mod bindings {
             semantics: &str,
             float_digits: Option<u32>,
             timeout_s: f64,
+            column_order: &str,
             cancel: Option<&Bound<'_, Cancel>>,
         ) -> PyResult<Verdict> {
             let gold = sql_text(gold_sql)?;
-            let resolved = compare::resolve_semantics(&gold, semantics).map_err(to_py)?;
-            let digits = check_digits(float_digits)?;
+            let spec = digest_spec(&gold, semantics, float_digits, column_order)?;
             let budget = budget(timeout_s, cancel)?;
             let pred = match pred_text(py, pred_sql)? {
                 Ok(s) => s,
-                Err(detail) => return Ok(Verdict::pred_error(detail, resolved, None)),
+                Err(detail) => return Ok(Verdict::pred_error(detail, spec.semantics, None)),
             };
             Ok(self
-                .with(py, |gc| {
-                    compare::grade(gc, &pred, &gold, resolved, digits, &budget)
-                })?
+                .with(py, |gc| compare::grade(gc, &pred, &gold, spec, &budget))?
                 .into())
         }
 
@@ -651,7 +636,7 @@ mod bindings {
             self.submit(job_id, path, size, version, sql_text(sql)?, timeout_s, work)
         }
 
-        #[pyo3(signature = (job_id, path, size, version, sql, semantics, float_digits, timeout_s))]
+        #[pyo3(signature = (job_id, path, size, version, sql, semantics, float_digits, timeout_s, column_order = "strict"))]
         #[allow(clippy::too_many_arguments)]
         fn submit_digest(
             &self,
@@ -663,9 +648,10 @@ mod bindings {
             semantics: &str,
             float_digits: Option<u32>,
             timeout_s: f64,
+            column_order: &str,
         ) -> PyResult<()> {
             let sql = sql_text(sql)?;
-            let work = crate::pool::Work::Digest(digest_spec(&sql, semantics, float_digits)?);
+            let work = crate::pool::Work::Digest(digest_spec(&sql, semantics, float_digits, column_order)?);
             self.submit(job_id, path, size, version, sql, timeout_s, work)
         }
 
@@ -723,7 +709,7 @@ mod bindings {
     }
 
     #[pyfunction]
-    fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<&'static str> {
+    fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<String> {
         compare::resolve_semantics(gold_sql, semantics)
             .map(|s| s.name())
             .map_err(to_py)

@@ -63,11 +63,21 @@ BIRD_FIELDS: dict[str, str] = {
     "evidence": "evidence",
     "gold_sql": "SQL",
     "difficulty": "difficulty",
+    "grading_method": "grading_method",  # optional: the task's own comparison (BIRD-Verified)
 }
 REQUIRED_FIELDS = ("db_id", "question", "gold_sql")
 
 # The recipe's data release: split name -> task count (for the summary's sanity check).
 RELEASE_SPLITS: dict[str, int] = {"train": 2033, "validation": 398, "arcwise": 498}
+# The names the public task files go by (ReViSQL / BIRD-Platinum), and the BIRD database folder
+# each split runs on (train and validation on BIRD's train databases, arcwise on its dev ones).
+RELEASE_FILE_NAMES: dict[str, tuple[str, ...]] = {
+    "train": ("bird-verified-train",),
+    "validation": ("bird-verified-val",),
+    "arcwise": ("arcwise_plat_sql",),
+}
+RELEASE_DB_DIRS: dict[str, str] = {"train": "train_databases", "validation": "train_databases",
+                                   "arcwise": "dev_databases"}
 
 DEFAULT_RECIPE = "qwen3.6-35b-a3b"
 DEFAULT_GOLD_TIMEOUT_S = 60.0
@@ -111,6 +121,7 @@ class SplitReport:
     slowest_gold: tuple[float, str] | None = None  # (seconds, question_id)
     problems: list[Problem] = field(default_factory=list)
     dropped: int = 0
+    methods: dict[str, int] = field(default_factory=dict)  # grading_method -> rows ("" = none: the preset's)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +139,7 @@ class SplitReport:
                 else None
             ),
             "dropped": self.dropped,
+            "methods": dict(self.methods),
             "problems": [p.__dict__ for p in self.problems],
         }
 
@@ -198,9 +210,13 @@ def _text(value: Any) -> str:
 
 
 def normalize_rows(
-    raw: list[tuple[int, dict]], fields: dict[str, str], split: str
-) -> tuple[list[tuple[int, dict[str, str]]], list[Problem]]:
-    """Source objects -> canonical dicts (all str); structural problems (missing fields, ids)."""
+    raw: list[tuple[int, dict]], fields: dict[str, str], split: str, method_fallback: str | None = None
+) -> tuple[list[tuple[int, dict[str, Any]]], list[Problem]]:
+    """Source objects -> canonical dicts (str fields, plus "originals": the source's original_*
+    fields, kept as they are); structural problems (missing fields, ids, an unreadable
+    grading_method unless `method_fallback` names the method to use instead)."""
+    from t2sql.episode import TaskError, task_method
+
     problems: list[Problem] = []
     qid_key = fields["question_id"]
     has_ids = [qid_key in obj for _, obj in raw]
@@ -219,6 +235,13 @@ def normalize_rows(
                 Problem("missing_field", row, task["question_id"], f"missing field(s) {', '.join(missing)}")
             )
             continue
+        if task["grading_method"]:
+            try:
+                task["grading_method"] = task_method(task["grading_method"], task["question_id"], method_fallback)
+            except TaskError as e:
+                problems.append(Problem("bad_grading_method", row, task["question_id"], str(e)))
+                continue
+        task["originals"] = {k: v for k, v in obj.items() if k.startswith("original_")}
         out.append((row, task))
     return out, problems
 
@@ -335,6 +358,7 @@ def build_rows(
             evidence=t["evidence"],
             gold_sql=t["gold_sql"],
             difficulty=t["difficulty"],
+            grading_method=t.get("grading_method") or None,
         )
         db = dbs.get(t["db_id"])
         if db is None:
@@ -342,7 +366,8 @@ def build_rows(
         out.append(
             {
                 "prompt": build_prompt(task, preset, db),
-                "label": {"gold_sql": task.gold_sql, "db_id": task.db_id, "question_id": task.question_id},
+                "label": {"gold_sql": task.gold_sql, "db_id": task.db_id, "question_id": task.question_id,
+                          **({"grading_method": task.grading_method} if task.grading_method else {})},
                 "metadata": {
                     "question_id": task.question_id,
                     "db_id": task.db_id,
@@ -350,8 +375,10 @@ def build_rows(
                     "question": task.question,
                     "evidence": task.evidence,
                     "difficulty": task.difficulty,
+                    **({"grading_method": task.grading_method} if task.grading_method else {}),
                     "split": split,
                     "recipe": recipe,
+                    **t.get("originals", {}),
                 },
                 "tools": tools,
             }
@@ -382,6 +409,7 @@ def convert_split(
     gold_timeout_s: float = DEFAULT_GOLD_TIMEOUT_S,
     concurrency: int | None = None,
     drop_invalid: bool = False,
+    method_fallback: str | None = None,
 ) -> tuple[SplitReport, list[dict[str, Any]]]:
     """Validate one split and build its rows; write them to `out_path` unless it is None.
 
@@ -395,7 +423,7 @@ def convert_split(
     report.rows_in = len(raw) + len(problems)
     if not raw:
         raise DataError(f"{questions}: no questions found", problems)
-    rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split)
+    rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split, method_fallback)
     problems += structural
     rows, invalid = validate_rows(rows, db_root)
     problems += invalid
@@ -423,6 +451,11 @@ def convert_split(
             blocking,
         )
     report.dropped = len({p.row for p in problems})
+    methods: dict[str, int] = {}
+    for _, t in rows:
+        name = t.get("grading_method") or "(preset's)"
+        methods[name] = methods.get(name, 0) + 1
+    report.methods = dict(sorted(methods.items(), key=lambda kv: (-kv[1], kv[0])))
     built = build_rows(rows, db_root, split=split, recipe=recipe)
     if out_path is not None:
         report.rows_written = write_jsonl_atomic(out_path, built)
@@ -444,20 +477,25 @@ def release_splits(
         raise DataError(f"data release not found: {root}")
     found, missing = [], []
     for split in names:
+        stems = (split, *RELEASE_FILE_NAMES.get(split, ()))
         questions = next(
-            (root / f"{split}{ext}" for ext in (".json", ".jsonl") if (root / f"{split}{ext}").is_file()), None
+            (root / f"{stem}{ext}" for stem in stems for ext in (".json", ".jsonl")
+             if (root / f"{stem}{ext}").is_file()), None
         )
         if questions is None:
             missing.append(split)
             continue
-        own = root / f"{split}_databases"
-        db_root = own if own.is_dir() else root / "databases"
+        candidates = [root / f"{split}_databases"]
+        if split in RELEASE_DB_DIRS:
+            candidates.append(root / RELEASE_DB_DIRS[split])
+        db_root = next((c for c in candidates if c.is_dir()), root / "databases")
         found.append((split, questions, db_root))
     if missing:
         present = sorted(p.name for p in root.iterdir() if p.suffix in (".json", ".jsonl"))
         raise DataError(
             f"{root}: no question file for split(s) {', '.join(missing)} (expected <split>.json or "
-            f"<split>.jsonl beside databases/ or <split>_databases/); the directory has: "
+            f"<split>.jsonl, or the recipe's bird-verified-train/-val.json and arcwise_plat_sql.json, beside "
+            f"databases/, <split>_databases/ or BIRD's train_databases/ and dev_databases/); the directory has: "
             f"{', '.join(present) or 'no .json/.jsonl files'}"
         )
     return found
@@ -490,6 +528,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gold-timeout", type=float, default=DEFAULT_GOLD_TIMEOUT_S, help="seconds per gold query")
     parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
     parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
+    parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD",
+                        help="the method for rows whose grading_method cannot be read (a bare 'subset'); "
+                             "without it such a row fails the conversion")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -501,6 +542,7 @@ def run(args: argparse.Namespace) -> int:
             args.questions, args.db_root, Path(args.out_dir) / f"{split}.jsonl",
             split=split, fields=fields, recipe=args.recipe, check_gold_sql=not args.no_check_gold,
             gold_timeout_s=args.gold_timeout, concurrency=args.concurrency, drop_invalid=args.drop_invalid,
+            method_fallback=args.grading_method_fallback,
         )
     except DataError as e:
         if getattr(args, "json", False):
@@ -514,5 +556,6 @@ def run(args: argparse.Namespace) -> int:
         for p in report.problems:
             print(f"skipped: {p}", file=sys.stderr)
         print(summary_table([report]))
+        print("grading methods: " + ", ".join(f"{m} {n}" for m, n in report.methods.items()))
         print(f"wrote {report.out_path}")
     return 0

@@ -71,14 +71,19 @@ class Task:
     evidence: str
     gold_sql: str
     difficulty: str = ""
+    grading_method: str | None = None  # the task's own comparison (BIRD-Verified), canonical name
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], db_root: str | Path | None = None) -> "Task":
-        """A task from a BIRD question (question_id, db_id, question, evidence, SQL, difficulty) or
-        a converted miles row ({"label": {...}, "metadata": {...}}, see t2sql.data).
+    def from_row(cls, row: Mapping[str, Any], db_root: str | Path | None = None, *,
+                 method_fallback: str | None = None) -> "Task":
+        """A task from a BIRD question (question_id, db_id, question, evidence, SQL, difficulty,
+        optionally grading_method) or a converted miles row ({"label": {...}, "metadata": {...}},
+        see t2sql.data).
 
         With `db_root`, the database is `<db_root>/<db_id>/<db_id>.sqlite` (BIRD's layout);
-        without it, the row's `db_path` (miles rows carry one).
+        without it, the row's `db_path` (miles rows carry one). A grading_method that cannot be
+        read (the bare "subset" of two BIRD-Verified train tasks) is a TaskError unless
+        `method_fallback` names the method to use instead.
         """
         if not isinstance(row, Mapping):
             raise TaskError(f"a task row must be a JSON object, got {type(row).__name__}")
@@ -107,6 +112,11 @@ class Task:
             db_path = fields["db_path"]
         else:
             raise TaskError(f"task {qid!r} has no db_path; pass the database root (<root>/<db_id>/<db_id>.sqlite)")
+        method = fields.get("grading_method")
+        if method is not None and str(method).strip():
+            method = task_method(str(method), qid, method_fallback)
+        else:
+            method = None
         return cls(
             question_id=str(qid),
             db_id=db_id,
@@ -115,7 +125,24 @@ class Task:
             evidence=str(fields.get("evidence") or ""),
             gold_sql=gold,  # type: ignore[arg-type]
             difficulty=str(fields.get("difficulty") or ""),
+            grading_method=method,
         )
+
+
+def task_method(method: str, question_id: Any, fallback: str | None = None) -> str:
+    """A task's grading_method by its canonical name ("list" -> "ordered", " multiset" ->
+    "multiset"); one that cannot be read is a TaskError naming the task, or `fallback` if given."""
+    from t2sql.grading import check_method
+
+    try:
+        return check_method(method)
+    except ValueError as e:
+        if fallback:
+            return check_method(fallback)
+        raise TaskError(
+            f"task {question_id!r}: grading_method {method!r} cannot be read ({e}); fix it in the data, "
+            "or choose a method for such tasks with --grading-method-fallback METHOD"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -265,7 +292,8 @@ class Episode:
         if not call.valid:
             self._invalid += 1
             return (f"Error: invalid tool call ({call.error}); it was not run but counts as one of your "
-                    f"{budget} calls. Call the tool like this:\n{prompts.EXPECTED_FORM}")
+                    f"{budget} calls. Call the tool like this:\n{prompts.EXPECTED_FORM}"
+                    + self._calls_left_note(number, budget))
         p = self.preset
         started = time.monotonic()
         try:
@@ -290,17 +318,24 @@ class Episode:
         finally:
             self._tool_elapsed += time.monotonic() - started
         self._executed += 1
-        if number == budget:
-            content += (f"\n\n(That was your last tool call: {budget} of {budget} used. "
-                        "Answer next with <solution>...</solution>.)")
-        return content
+        return content + self._calls_left_note(number, budget)
+
+    @staticmethod
+    def _calls_left_note(number: int, budget: int) -> str:
+        """Every tool result says how many calls are left (the recipe's tool preview)."""
+        if number >= budget:
+            return (f"\n\n(That was your last tool call: {budget} of {budget} used. "
+                    "Answer next with <solution>...</solution>.)")
+        left = budget - number
+        return f"\n\n({left} tool call{'s' if left != 1 else ''} left.)"
 
     async def _grade(self, solution: str) -> TurnOutcome:
         p = self.preset
         try:
             graded = await self.grader.grade(
                 self.task.db_path, solution, self.task.gold_sql,
-                semantics=p.semantics, float_digits=p.float_digits, timeout_s=p.grade_timeout_s,
+                semantics=p.method_for(self.task.grading_method), float_digits=p.float_digits,
+                timeout_s=p.grade_timeout_s, column_order=p.column_order,
             )
         except t2sql.DatabaseError as e:
             return await self._finish("gold_error", f"the task's database failed at grading: {e}",

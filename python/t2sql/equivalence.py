@@ -96,6 +96,7 @@ class EquivalenceConfig:
     timeout_s: float
     semantics: str = "multiset"
     float_digits: int | None = 12
+    column_order: str = "strict"
 
     def __post_init__(self) -> None:
         if self.copies < 1:
@@ -108,14 +109,17 @@ class EquivalenceConfig:
             raise EquivalenceError(f"equivalence timeout_s must be > 0, got {self.timeout_s}")
 
     @classmethod
-    def from_preset(cls, preset: Any) -> EquivalenceConfig:
+    def from_preset(cls, preset: Any, task_method: str | None = None) -> EquivalenceConfig:
+        """The check for a task under `preset`: its grading method (the task's own when the
+        preset honors it), as the grade itself used."""
         return cls(
             copies=preset.equivalence_copies,
             seed=preset.equivalence_seed,
             max_bytes=preset.equivalence_max_bytes,
             timeout_s=preset.equivalence_timeout_s,
-            semantics=preset.semantics,
+            semantics=preset.method_for(task_method),
             float_digits=preset.float_digits,
+            column_order=preset.column_order,
         )
 
 
@@ -343,7 +347,7 @@ class EquivalenceChecker:
             return _done(False, None, "too_large", verdicts,
                          f"{config.copies} copies of {db_path} ({size} bytes each) need about {needed} bytes, "
                          f"above the copy cache's {self.cache.max_bytes}", started)
-        gold_key = (gold_sql, config.semantics, config.float_digits, t2sql.hash_secret_id())
+        gold_key = (gold_sql, config.semantics, config.float_digits, config.column_order, t2sql.hash_secret_id())
         for kind, seed in copy_plan(config.copies, config.seed):
             try:
                 copy = self.cache.entry(db_path, kind, seed, max_bytes=config.max_bytes)
@@ -378,7 +382,7 @@ class EquivalenceChecker:
         if digest is None:
             try:
                 digest = copy.db.digest(gold_sql, config.semantics, config.float_digits, config.timeout_s,
-                                        cancel=cancel)
+                                        column_order=config.column_order, cancel=cancel)
             except t2sql.QueryTimeout as e:
                 return "gold_timeout", f"gold query timed out: {e}"
             except (t2sql.SqlError, t2sql.UnsafeQuery) as e:
@@ -449,7 +453,8 @@ async def check_trajectory(trajectory: Any, preset: Any, checker: EquivalenceChe
     if task is None or not trajectory.solution:
         return skipped("no_task", "the trajectory carries no task or solution")
     checker = checker if checker is not None else default_checker()
-    return await checker.check(task.db_path, trajectory.solution, task.gold_sql, EquivalenceConfig.from_preset(preset))
+    config = EquivalenceConfig.from_preset(preset, getattr(task, "grading_method", None))
+    return await checker.check(task.db_path, trajectory.solution, task.gold_sql, config)
 
 
 async def equivalence_term(trajectory: Any, preset: Any) -> Any:

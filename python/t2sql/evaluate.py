@@ -55,7 +55,7 @@ from t2sql.endpoint import (
     RetryPolicy,
     SglangGenerateClient,
 )
-from t2sql.reward import OUTCOMES  # the episode's outcome categories, in the summary's order
+from t2sql.reward import OUTCOMES, evidence_pieces  # the episode's outcome categories, in the summary's order
 from t2sql.atomic import write_bytes_atomic
 from t2sql.progress import Progress
 
@@ -100,7 +100,8 @@ class LoadedTasks:
     skipped: list[str]  # one message per row that could not become a task
 
 
-def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, limit: int | None = None) -> LoadedTasks:
+def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, limit: int | None = None,
+               method_fallback: str | None = None) -> LoadedTasks:
     """A BIRD question json (list) or converted miles jsonl -> tasks. Bad rows are reported and skipped.
 
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
@@ -124,7 +125,7 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
         if root is None and not isinstance(row.get("metadata"), dict):
             root = path.parent
         try:
-            task = Task.from_row(row, root)
+            task = Task.from_row(row, root, method_fallback=method_fallback)
         except Exception as e:  # noqa: BLE001 - one bad row must not stop the run; it is reported
             skipped.append(f"{path}: row {row_number}: {type(e).__name__}: {e}; row skipped")
             continue
@@ -145,6 +146,12 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
         detail = ("\n  " + "\n  ".join(skipped[:10])) if skipped else ""
         raise EvalError(f"--data {path}: no usable task{detail}")
     return LoadedTasks(tasks, skipped)
+
+
+def method_counts(tasks: Iterable[Task], preset: Preset) -> dict[str, int]:
+    """How many tasks each grading method grades, under `preset` (most used first)."""
+    counts = Counter(preset.method_for(t.grading_method) for t in tasks)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,8 +184,9 @@ class Policy(Protocol):
 class OraclePolicy:
     """Explores once with the gold query (a real tool call), then answers with it.
 
-    The text restates the evidence in turn 1 and quotes it in the answer turn, so a clean task
-    scores the preset's full reward. The tool call is written in the qwen3_coder XML form.
+    The text restates the evidence in turn 1 and checks it in the answer turn, in both rules'
+    forms (the enumerated Requirement / Verification lines, and the evidence quoted), so a clean
+    task scores the preset's full reward. The tool call is written in the qwen3_coder XML form.
     """
 
     name = "oracle"
@@ -200,8 +208,11 @@ class _OracleSession:
         task = self.episode.task
         self.turn += 1
         evidence = task.evidence.strip()
+        pieces = evidence_pieces(evidence)
         if self.turn == 1:
             restate = f"The evidence says: {evidence}\n" if evidence else ""
+            restate += "".join(f"Requirement of external knowledge {i} ({p}): as stated.\n"
+                               for i, p in enumerate(pieces, 1))
             return PolicyTurn(
                 "<think>Run the query once and look at its result.</think>\n"
                 f"{restate}Let me run the query.\n"
@@ -210,6 +221,8 @@ class _OracleSession:
                 "</parameter>\n</function>\n</tool_call>"
             )
         check = f"Checked against the evidence: {evidence}\n" if evidence else ""
+        check += "".join(f"Verification of external knowledge {i} ({p}): the query applies it.\n"
+                         for i, p in enumerate(pieces, 1))
         return PolicyTurn(
             "<think>The result answers the question.</think>\n"
             f"{check}<solution>\n{task.gold_sql}\n</solution>"
@@ -834,6 +847,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="episodes per task (with --temperature > 0): accuracy is then avg@k, plus pass@k")
     what.add_argument("--preset", default=None,
                       help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
+    what.add_argument("--grading-method-fallback", default=None, metavar="METHOD",
+                      help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
+                           "without it such a task is skipped with a line saying why")
 
     model = parser.add_argument_group("model endpoint")
     model.add_argument("--endpoint", default=None, help="server URL, e.g. http://127.0.0.1:30000")
@@ -970,7 +986,14 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
             preset = get_preset(args.preset)  # None: the recipe's default
         except ValueError as e:
             raise EvalError(str(e)) from None
-        loaded = load_tasks(data, db_root, limit=args.limit)
+        if args.grading_method_fallback:
+            from t2sql.grading import check_method
+
+            try:
+                check_method(args.grading_method_fallback)
+            except ValueError as e:
+                raise EvalError(f"--grading-method-fallback: {e}") from None
+        loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)
         for message in loaded.skipped:
             log(f"skipped: {message}")
         policy = build_policy(args, preset, tokenizer=tokenizer)
@@ -988,6 +1011,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     }
     log(f"t2sql eval: {len(loaded.tasks)} tasks from {data} | policy {policy.name}"
         + (f" | model {args.model} at {args.endpoint}" if args.policy == "model" else ""))
+    log("grading methods: " + ", ".join(f"{m} {n}" for m, n in method_counts(loaded.tasks, preset).items()))
     log(describe_preset(preset))
     log(f"results: {args.out}" + (" (resuming: it exists)" if Path(args.out).exists() else ""))
 

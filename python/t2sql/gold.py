@@ -38,6 +38,7 @@ class GoldTask:
     gold_sql: str
     db_path: str | None  # None when the db_id is unknown (then `problem` says why)
     problem: str | None = None
+    method: str | None = None  # the task's own grading_method (canonical), if it has one
 
 
 @dataclass
@@ -58,8 +59,11 @@ class GoldRecord:
         return self.error is not None
 
 
-def extract_task(row: int, obj: dict[str, Any], db_root: str | None) -> GoldTask:
+def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
+                 method_fallback: str | None = None) -> GoldTask:
     """A BIRD question or a converted miles row -> the gold to run."""
+    from t2sql.episode import TaskError, task_method
+
     label = obj.get("label") if isinstance(obj.get("label"), dict) else None
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     source = label if label is not None else obj
@@ -67,6 +71,18 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | None) -> GoldTask
     db_id = str(source.get("db_id") or metadata.get("db_id") or "")
     qid = source.get("question_id", metadata.get("question_id"))
     question_id = str(qid) if qid is not None else f"row-{row}"
+    raw_method = source.get("grading_method", metadata.get("grading_method"))
+    method = None
+    if raw_method is not None and str(raw_method).strip():
+        try:
+            method = task_method(str(raw_method), question_id, method_fallback)
+        except TaskError as e:
+            return GoldTask(row, question_id, db_id, str(gold_sql or ""), None, str(e))
+    task = _locate(row, question_id, db_id, gold_sql, metadata, db_root)
+    return GoldTask(task.row, task.question_id, task.db_id, task.gold_sql, task.db_path, task.problem, method)
+
+
+def _locate(row: int, question_id: str, db_id: str, gold_sql: Any, metadata: dict, db_root: str | None) -> GoldTask:
     if not isinstance(gold_sql, str) or not gold_sql.strip():
         return GoldTask(row, question_id, db_id, "", None, "the row has no gold SQL (label.gold_sql or SQL)")
     if not db_id:
@@ -83,27 +99,30 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | None) -> GoldTask
                     f"no --db-root given and the row's metadata.db_path ({path!r}) does not exist")
 
 
-def load_tasks(data: str | os.PathLike, db_root: str | None) -> tuple[list[GoldTask], list[GoldRecord]]:
+def load_tasks(data: str | os.PathLike, db_root: str | None,
+               method_fallback: str | None = None) -> tuple[list[GoldTask], list[GoldRecord]]:
     """Every readable row's gold, plus a failure record for each unreadable line."""
     from t2sql.data import load_questions
 
     raw, problems = load_questions(data)
     bad = [GoldRecord("", "", p.row, None, None, None, "skipped", f"line {p.row}: {p.message}")
            for p in problems]
-    return [extract_task(row, obj, db_root) for row, obj in raw], bad
+    return [extract_task(row, obj, db_root, method_fallback) for row, obj in raw], bad
 
 
-async def run_golds(tasks: list[GoldTask], grader, *, semantics: str, float_digits: int | None,
-                    timeout_s: float, on_done=None) -> list[GoldRecord]:
-    """Each task's gold through `grader.gold` (cache first); records in input order."""
+async def run_golds(tasks: list[GoldTask], grader, *, semantics, float_digits: int | None,
+                    timeout_s: float, on_done=None, column_order: str = "strict") -> list[GoldRecord]:
+    """Each task's gold through `grader.gold` (cache first); records in input order.
+    `semantics`: one method for every task, or a function of the task (its own method)."""
 
     async def one(task: GoldTask) -> GoldRecord:
         try:
             if task.problem is not None:
                 return GoldRecord(task.question_id, task.db_id, task.row, None, None, None, "skipped", task.problem)
             try:
-                g = await grader.gold(task.db_path, task.gold_sql, semantics=semantics,
-                                      float_digits=float_digits, timeout_s=timeout_s)
+                method = semantics(task) if callable(semantics) else semantics
+                g = await grader.gold(task.db_path, task.gold_sql, semantics=method,
+                                      float_digits=float_digits, timeout_s=timeout_s, column_order=column_order)
             except Exception as e:  # a database error: this row fails, the others go on
                 return GoldRecord(task.question_id, task.db_id, task.row, None, None, None, "failed",
                                   f"{type(e).__name__}: {e}")
@@ -128,20 +147,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     parser.add_argument("--recipe", default=None, help="preset whose semantics/float_digits/grade timeout "
                         "to use (default: the recipe's default preset)")
-    parser.add_argument("--semantics", choices=["multiset", "ordered", "set", "auto"], default=None)
+    parser.add_argument("--semantics", choices=["multiset", "ordered", "set", "auto"], default=None,
+                        help="one method for every task (default: each task's grading_method when the "
+                             "preset honors task methods, else the preset's)")
+    parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD",
+                        help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
+                             "without it such a task is reported as a failure")
     parser.add_argument("--float-digits", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=None, help="seconds per gold query")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
 
 
-def _grading_settings(args) -> tuple[str, int | None, float]:
+def _grading_settings(args):
+    """(the method of a task, float_digits, timeout, column order, the preset)."""
     from t2sql.reward import DEFAULT_PRESET, get_preset
 
     preset = get_preset(args.recipe or DEFAULT_PRESET)
-    semantics = args.semantics or preset.semantics
+    if args.semantics:
+        semantics = args.semantics
+    else:
+        def semantics(task: GoldTask) -> str:
+            return preset.method_for(task.method)
     float_digits = args.float_digits if args.float_digits is not None else preset.float_digits
     timeout = args.timeout if args.timeout is not None else preset.grade_timeout_s
-    return semantics, float_digits, timeout
+    return semantics, float_digits, timeout, preset.column_order, preset
 
 
 def run(args) -> int:
@@ -156,8 +185,12 @@ def run(args) -> int:
         print(f"error: --db-root {args.db_root} is not a directory", file=sys.stderr)
         return 2
     try:
-        semantics, float_digits, timeout = _grading_settings(args)
-        tasks, bad_lines = load_tasks(args.data, args.db_root)
+        semantics, float_digits, timeout, column_order, preset = _grading_settings(args)
+        if args.grading_method_fallback:
+            from t2sql.grading import check_method
+
+            check_method(args.grading_method_fallback)
+        tasks, bad_lines = load_tasks(args.data, args.db_root, args.grading_method_fallback)
     except (DataError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -171,12 +204,20 @@ def run(args) -> int:
         with Grader(concurrency=args.workers, cache_dir=args.cache_dir, grade_timeout_s=timeout,
                     backend=args.backend, manifest=manifest) as grader:
             records = asyncio.run(run_golds(tasks, grader, semantics=semantics, float_digits=float_digits,
-                                            timeout_s=timeout, on_done=bar.advance))
+                                            timeout_s=timeout, on_done=bar.advance, column_order=column_order))
             stats = grader.stats()
     wall = time.perf_counter() - started
     records = bad_lines + records
 
-    summary = _summary(records, wall, stats, semantics, float_digits)
+    methods: dict[str, int] = {}
+    for t in tasks:
+        if t.problem and "grading_method" in t.problem:
+            name = "unreadable"
+        else:
+            name = semantics(t) if callable(semantics) else semantics
+        methods[name] = methods.get(name, 0) + 1
+    summary = _summary(records, wall, stats, semantics if isinstance(semantics, str) else "task", float_digits)
+    summary["methods"] = dict(sorted(methods.items(), key=lambda kv: (-kv[1], kv[0])))
     if args.report:
         report = {"summary": summary, "queries": [asdict(r) for r in records]}
         write_atomic(Path(args.report), (json.dumps(report, indent=1) + "\n").encode())
@@ -230,6 +271,8 @@ def _print_human(summary: dict[str, Any], records: list[GoldRecord]) -> None:
     print(f"{'golds':<22}{summary['queries']:>10}")
     for key in ("ok", "failed", "computed", "from_cache"):
         print(f"{key:<22}{summary[key]:>10}")
+    for method, n in summary.get("methods", {}).items():
+        print(f"{'  ' + method:<22}{n:>10}")
     print(f"{'sqlite seconds':<22}{summary['sqlite_seconds']:>10.3f}")
     print(f"{'wall seconds':<22}{summary['wall_seconds']:>10.3f}")
     if summary["cache_corrupt"] or summary["cache_write_errors"]:

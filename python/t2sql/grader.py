@@ -325,9 +325,12 @@ class Grader:
         semantics: str = "multiset",
         float_digits: int | None = 12,
         timeout_s: float | None = None,
+        column_order: str = "strict",
     ) -> GradeResult:
-        """Grade `pred_sql` against `gold_sql`. SQL problems are outcomes, never exceptions;
-        a missing or changed database raises DatabaseError."""
+        """Grade `pred_sql` against `gold_sql` under `semantics` (a grading method: multiset,
+        set, ordered / list, subset,=,N, subset,>=,N, or auto) and `column_order` (strict, or
+        ignore: each row compared as the multiset of its cells). SQL problems are outcomes,
+        never exceptions; a missing or changed database raises DatabaseError."""
         self._check_open()
         started = time.perf_counter()
         ticket = self._admit()
@@ -336,10 +339,11 @@ class Grader:
         identity = self._known_identity(db_path) or await self._new_identity(db_path)
         timeout = float(timeout_s or self.grade_timeout_s)
         resolved = resolve_semantics(gold_sql, semantics)
+        order = _column_order(column_order)
         self._count("grades")
         retried = False
         for attempt in (0, 1):
-            gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, timeout)
+            gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, order, timeout)
             if not gold.ok:
                 if gold.outcome == "gold_timeout" and attempt == 0:
                     retried = True
@@ -354,7 +358,7 @@ class Grader:
                     raise
                 # The process's secret changed (set_hash_secret) after this gold was made: its
                 # cache key no longer matches, so this runs the gold again under the new one.
-                gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, timeout)
+                gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, order, timeout)
                 if not gold.ok:
                     return GradeResult(gold.outcome, gold.detail, retried, None, None,
                                        time.perf_counter() - started, resolved, False)
@@ -378,6 +382,7 @@ class Grader:
         semantics: str = "multiset",
         float_digits: int | None = 12,
         timeout_s: float | None = None,
+        column_order: str = "strict",
     ) -> GoldResult:
         """The gold query's digest, from the cache or run now (and cached if it succeeded).
 
@@ -389,7 +394,7 @@ class Grader:
             await ticket
         identity = self._known_identity(db_path) or await self._new_identity(db_path)
         resolved = resolve_semantics(gold_sql, semantics)
-        return await self._gold(db_path, identity, gold_sql, resolved, float_digits,
+        return await self._gold(db_path, identity, gold_sql, resolved, float_digits, _column_order(column_order),
                                 float(timeout_s or self.grade_timeout_s))
 
     async def aclose(self) -> None:
@@ -512,8 +517,9 @@ class Grader:
             self._identities[db_path] = identity
         return identity
 
-    async def _gold(self, db_path, identity, gold_sql, semantics, float_digits, timeout_s) -> GoldResult:
-        names = (identity.cache_id, gold_sql, semantics, float_digits)
+    async def _gold(self, db_path, identity, gold_sql, semantics, float_digits, column_order,
+                    timeout_s) -> GoldResult:
+        names = (identity.cache_id, gold_sql, semantics, float_digits, column_order)
         key = self._keys.get(names)
         if key is None:
             key = self._keys[names] = _gold_key(*names, self._sqlite_version)
@@ -527,7 +533,7 @@ class Grader:
             entry = self._inflight.get(memory_key)
             if entry is None or entry[0] is not loop:
                 task = loop.create_task(self._load_or_run_gold(
-                    memory_key, key, db_path, identity, gold_sql, semantics, float_digits, timeout_s
+                    memory_key, key, db_path, identity, gold_sql, semantics, float_digits, column_order, timeout_s
                 ))
                 self._inflight[memory_key] = (loop, task)
             else:
@@ -536,19 +542,21 @@ class Grader:
         return await asyncio.shield(task)
 
     async def _load_or_run_gold(self, memory_key, key, db_path, identity, gold_sql, semantics,
-                                float_digits, timeout_s) -> GoldResult:
+                                float_digits, column_order, timeout_s) -> GoldResult:
         loop = asyncio.get_running_loop()
         try:
             result = None
             if self._disk is not None:
-                found = await loop.run_in_executor(self._io, self._disk.load, key, semantics, float_digits)
+                found = await loop.run_in_executor(self._io, self._disk.load, key, semantics, float_digits,
+                                                   column_order)
                 if found is not None:
                     data, elapsed_s = found
                     d = Digest.from_bytes(data)
                     result = GoldResult("ok", "", d.rows, d.columns, elapsed_s, "disk", data)
                     self._count("gold_disk_hits")
             if result is None:
-                result = await self._run_gold(db_path, identity, gold_sql, semantics, float_digits, timeout_s)
+                result = await self._run_gold(db_path, identity, gold_sql, semantics, float_digits, column_order,
+                                              timeout_s)
                 if result.ok and self._disk is not None:
                     await loop.run_in_executor(self._io, self._disk.store, key, result.digest, result.elapsed_s)
             if result.ok:
@@ -561,8 +569,10 @@ class Grader:
                 if entry is not None and entry[1] is asyncio.current_task():
                     del self._inflight[memory_key]
 
-    async def _run_gold(self, db_path, identity, gold_sql, semantics, float_digits, timeout_s) -> GoldResult:
-        options = {"semantics": semantics, "float_digits": float_digits, "timeout_s": timeout_s}
+    async def _run_gold(self, db_path, identity, gold_sql, semantics, float_digits, column_order,
+                        timeout_s) -> GoldResult:
+        options = {"semantics": semantics, "float_digits": float_digits, "timeout_s": timeout_s,
+                   "column_order": column_order}
         job = Job("digest", db_path, identity.stat, gold_sql, options, job_id=next_job_id())
         started = time.perf_counter()
         try:
@@ -607,9 +617,20 @@ class Grader:
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
 
 
-def _gold_key(cache_id: str, gold_sql: str, semantics: str, float_digits: int | None, version: str) -> str:
-    text = json.dumps([cache_id, gold_sql, semantics, float_digits, version], ensure_ascii=False)
+def _gold_key(cache_id: str, gold_sql: str, semantics: str, float_digits: int | None, column_order: str,
+              version: str) -> str:
+    parts = [cache_id, gold_sql, semantics, float_digits, version]
+    if column_order != "strict":  # strict keys stay what they were before column order existed
+        parts.append(column_order)
+    text = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _column_order(name: str) -> str:
+    order = (name or "strict").strip().lower()
+    if order not in ("strict", "ignore"):
+        raise ValueError(f'column_order must be "strict" or "ignore", got {name!r}')
+    return order
 
 
 # ---------------------------------------------------------------------- the disk cache
@@ -679,7 +700,8 @@ class _DiskGoldCache:
     def path_for(self, key: str) -> Path:
         return self.root / "gold" / key[:2] / f"{key}.digest"
 
-    def load(self, key: str, semantics: str, float_digits: int | None) -> tuple[bytes, float] | None:
+    def load(self, key: str, semantics: str, float_digits: int | None,
+             column_order: str = "strict") -> tuple[bytes, float] | None:
         """(digest bytes, the gold's SQLite seconds when it ran), or None to run the gold."""
         path = self.path_for(key)
         try:
@@ -703,8 +725,8 @@ class _DiskGoldCache:
             digest = Digest.from_bytes(data)
             if digest.secret_id != hash_secret_id():
                 raise ValueError("made with another hash secret")
-            if digest.semantics != semantics or digest.float_digits != float_digits:
-                raise ValueError("semantics or float_digits differ from the key")
+            if (digest.semantics, digest.float_digits, digest.column_order) != (semantics, float_digits, column_order):
+                raise ValueError("semantics, float_digits or column order differ from the key")
             elapsed_s = float(header.get("elapsed_s", 0.0))
         except Exception as e:  # any fault in a cache file means: drop it and run the gold
             return self._reject(path, f"{type(e).__name__}: {e}")

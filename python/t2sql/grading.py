@@ -28,16 +28,30 @@ def grade(
     semantics: str = "multiset",
     float_digits: int | None = 12,
     timeout_s: float = 30.0,
+    column_order: str = "strict",
 ) -> Verdict:
     """Grade `pred_sql` against `gold_sql` on `db` (a path or an open Database).
 
-    semantics: "multiset" (default), "ordered", "set" (BIRD's metric) or "auto" (ordered when
-    the gold's outermost query has ORDER BY). float_digits: significant digits non-integral
-    REALs are rounded to before comparison, or None for exact. Each query gets `timeout_s`.
+    semantics, the grading method: "multiset" (default), "set" (BIRD's metric), "ordered" (or
+    "list"), "subset,=,N" / "subset,>=,N" (the prediction's distinct rows are exactly / at least N,
+    each a gold row; N capped at the gold's distinct rows), or "auto" (ordered when the gold's
+    outermost query has ORDER BY). column_order: "strict", or "ignore" (each row compared as the
+    multiset of its cells). float_digits: significant digits non-integral REALs are rounded to
+    before comparison, or None for exact. Each query gets `timeout_s`.
     """
     if not isinstance(db, Database):
         db = Database(os.fspath(db))
-    return db.grade(pred_sql, gold_sql, semantics, float_digits, timeout_s)
+    return db.grade(pred_sql, gold_sql, semantics, float_digits, timeout_s, column_order=column_order)
+
+
+def check_method(method: str) -> str:
+    """The canonical name of a grading method ("list" -> "ordered", " Subset, =,5" ->
+    "subset,=,5"); raises ValueError saying what is wrong (a bare "subset" has no count)."""
+    from t2sql._grader import resolve_semantics
+
+    if method.strip().lower() == "auto":
+        return "auto"
+    return resolve_semantics("", method)
 
 
 # ---- command line ------------------------------------------------------------------------
@@ -69,11 +83,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", help='JSONL file, one {"id","db_id","pred","gold"} per line')
     p.add_argument("--db-root", help="databases at DIR/<db_id>/<db_id>.sqlite (with --pairs or --db-id)")
     p.add_argument("--out", help="JSONL output, one line per input line, in order (with --pairs)")
-    p.add_argument("--semantics", default="multiset", choices=["multiset", "ordered", "set", "auto"])
+    p.add_argument("--semantics", default="multiset", type=_method_arg,
+                   metavar="multiset|set|ordered|list|subset,=,N|subset,>=,N|auto|task",
+                   help="how results are compared (default multiset); task: each --pairs line's own "
+                        '"grading_method" (a line without one: multiset)')
+    p.add_argument("--column-order", default="strict", choices=["strict", "ignore"],
+                   help="ignore: compare each row as the multiset of its cells (default strict)")
     p.add_argument("--float-digits", type=_float_digits, default=12, metavar="N|exact",
                    help="significant digits for non-integral REALs (default 12), or 'exact'")
     p.add_argument("--timeout-s", type=float, default=30.0, help="per-query timeout in seconds")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _method_arg(text: str) -> str:
+    if text.strip().lower() == "task":
+        return "task"
+    try:
+        return check_method(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 EXIT_MATCH, EXIT_OTHER, EXIT_TROUBLE = 0, 1, 2
@@ -108,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.db_root or not args.out:
             return _fail("--pairs needs --db-root DIR and --out FILE.jsonl")
         return _grade_pairs(args)
+    if args.semantics == "task":
+        return _fail("--semantics task takes each --pairs line's grading_method; a single grade names its method")
     if args.db and args.db_id:
         return _fail("pass --db FILE or --db-id NAME, not both")
     missing = [f for f in ("pred", "gold") if getattr(args, f) is None]
@@ -123,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
         db_path = str(database_path(args.db_root or sample_dir(), args.db_id))
     try:
-        v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s)
+        v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order)
     except DatabaseError as e:
         return _fail(str(e))
     if args.json:
@@ -164,10 +194,17 @@ def _read_pairs(path: str) -> Iterator[tuple[int, dict | None, str]]:
                 yield lineno, None, "not a JSON object"
                 continue
             missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
-            bad = [k for k in ("db_id", "pred", "gold") if k in row and not isinstance(row[k], str)]
+            bad = [k for k in ("db_id", "pred", "gold", "grading_method")
+                   if k in row and row[k] is not None and not isinstance(row[k], str)]
             if missing or bad:
                 yield lineno, row, (f"missing {missing}" if missing else f"not strings: {bad}")
                 continue
+            if row.get("grading_method") is not None:
+                try:
+                    row["grading_method"] = check_method(row["grading_method"])
+                except ValueError as e:
+                    yield lineno, row, f"grading_method: {e}"
+                    continue
             yield lineno, row, ""
 
 
@@ -250,8 +287,12 @@ def _grade_row(row: dict, args: argparse.Namespace, databases: dict, database_pa
         databases[row["db_id"]] = db
     if isinstance(db, DatabaseError):
         return {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}", "_ungraded": True}
+    method = args.semantics
+    if method == "task":
+        method = row.get("grading_method") or "multiset"
     try:
-        v = db.grade(row["pred"], row["gold"], args.semantics, args.float_digits, args.timeout_s)
-        return {"id": row["id"], "outcome": v.outcome, "detail": v.detail}
+        v = db.grade(row["pred"], row["gold"], method, args.float_digits, args.timeout_s,
+                     column_order=args.column_order)
+        return {"id": row["id"], "outcome": v.outcome, "detail": v.detail, "semantics": v.semantics}
     except T2sqlError as e:  # a broken database file mid-run: report, go on
         return {"id": row["id"], "outcome": "gold_error", "detail": str(e), "_ungraded": True}

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from t2sql.reward import Preset, content_tokens
+from t2sql.reward import Preset, content_tokens, evidence_pieces
 
 if TYPE_CHECKING:
     from t2sql import Database
@@ -81,6 +81,33 @@ _ORDER_RULE = {
     "auto": "row order matters only if the question asks for an ordering (then use ORDER BY)",
 }
 
+
+def order_rule(method: str) -> str:
+    """How results are compared, in words, for the grading method of the task at hand."""
+    if method.startswith("subset,"):
+        _, op, n = method.split(",")
+        count = f"exactly {n}" if op == "=" else f"at least {n}"
+        return (f"return {count} distinct rows, each a row of the correct result (any of them will do; "
+                "row order does not matter)")
+    return _ORDER_RULE[method]
+
+
+_EVIDENCE_RULES = {
+    "coverage": (
+        "1. In your first reply (at the latest your second), restate the evidence in your own words, naming the "
+        "tables, columns and values it points to.\n"
+        "2. In your final reply, check your query against every part of the evidence before you give it."
+    ),
+    "enumerated": (
+        "The evidence comes in numbered pieces (listed with the question).\n"
+        "1. In your first reply (at the latest your second), restate every piece on a line of its own, "
+        "written exactly like this: Requirement of external knowledge <number> (<the piece>): <what it means "
+        "for this database: tables, columns, values>\n"
+        "2. In your final reply, verify every piece against your query on a line of its own, written exactly "
+        "like this: Verification of external knowledge <number> (<the piece>): <how your query applies it>"
+    ),
+}
+
 SYSTEM_TEMPLATE = """\
 You are an expert data analyst. You answer a question about a SQLite database by writing one SQLite query.
 
@@ -91,25 +118,26 @@ Anything but a single read-only query (writing, changing the schema, PRAGMA, ATT
 ends the task at once with the worst score.
 
 Evidence rules (when the question comes with evidence, i.e. domain knowledge and how it maps to the schema):
-1. In your first reply (at the latest your second), restate the evidence in your own words, naming the \
-tables, columns and values it points to.
-2. In your final reply, check your query against every part of the evidence before you give it.
+{evidence_rules}
 
 Answer: when you are ready, give exactly one SQLite query inside <solution>...</solution>, for example
 <solution>
 SELECT name FROM people WHERE age > 30
 </solution>
 The reply holding <solution> ends the task (if it holds several, the last one counts). The query is run \
-and its result compared with the correct result: {order_rule}; the number and order of columns matter, \
-their names do not. Return only the columns the question asks for. A reply with neither a tool call nor \
+and its result compared with the correct result: {order_rule}; {column_rule}. Return only the columns the question asks for. A reply with neither a tool call nor \
 a <solution> ends the task without an answer."""
 
 
-def system_prompt(preset: Preset) -> str:
+def system_prompt(preset: Preset, method: str | None = None) -> str:
+    """The system message. `method`: the task's grading method (default: the preset's)."""
     return SYSTEM_TEMPLATE.format(
         max_rows=preset.tool_max_rows,
         max_tool_calls=preset.max_tool_calls,
-        order_rule=_ORDER_RULE[preset.semantics],
+        order_rule=order_rule(method or preset.semantics),
+        column_rule=("the number and order of columns matter, their names do not" if preset.column_order == "strict"
+                     else "the number of columns matters, their order and names do not"),
+        evidence_rules=_EVIDENCE_RULES[preset.evidence_rule],
     )
 
 
@@ -410,12 +438,17 @@ def _render(schema: SchemaInfo, preset: Preset, question: str, evidence: str) ->
 # The prompt
 
 
-def user_prompt(task: Task, schema_text: str) -> str:
+def user_prompt(task: Task, schema_text: str, evidence_rule: str = "coverage") -> str:
     evidence = task.evidence.strip() or "(none)"
-    return (
-        f"Database: {task.db_id}\n\nSchema:\n{schema_text}\n\n"
-        f"Evidence: {evidence}\n\nQuestion: {task.question.strip()}"
-    )
+    text = f"Database: {task.db_id}\n\nSchema:\n{schema_text}\n\nEvidence: {evidence}\n\n"
+    pieces = evidence_pieces(task.evidence)
+    if evidence_rule == "enumerated" and pieces:
+        text += (f"The evidence has {len(pieces)} piece{'s' if len(pieces) != 1 else ''}. Restate them as\n"
+                 + "".join(f"Requirement of external knowledge {i} ({p}): ...\n" for i, p in enumerate(pieces, 1))
+                 + "and verify them in your answer as\n"
+                 + "".join(f"Verification of external knowledge {i} ({p}): ...\n" for i, p in enumerate(pieces, 1))
+                 + "\n")
+    return text + f"Question: {task.question.strip()}"
 
 
 def render_task_schema(task: Task, preset: Preset, db: Database | None = None) -> RenderedSchema:
@@ -429,8 +462,8 @@ def build_prompt(task: Task, preset: Preset, db: Database | None = None) -> list
     (example values); from async code prefer `build_prompt_async`."""
     rendered = render_task_schema(task, preset, db)
     return [
-        {"role": "system", "content": system_prompt(preset)},
-        {"role": "user", "content": user_prompt(task, rendered.text)},
+        {"role": "system", "content": system_prompt(preset, preset.method_for(task.grading_method))},
+        {"role": "user", "content": user_prompt(task, rendered.text, preset.evidence_rule)},
     ]
 
 

@@ -17,7 +17,21 @@ The reward of an episode is computed in three steps (docs/episode.md states them
    wrong-but-answered episode below it. Why: -1 must stay "the worst thing you can do", so the
    policy never trades an answer for tidier formatting.
 
-The evidence rules (made checkable; see `content_tokens`):
+The evidence rules. `preset.evidence_rule` chooses one of two.
+
+"enumerated" (the recipe's; `evidence_pieces`, `evidence_labels`):
+- the evidence splits on ';' into n pieces (blank pieces dropped); no piece: no evidence rules;
+- the prompt asks for one line per piece, `Requirement of external knowledge i (<piece>): ...` in the
+  first or second reply and `Verification of external knowledge i (<piece>): ...` in the answer reply;
+- "restated": one of the first two assistant turns holds the Requirement labels of every i = 1..n;
+  "checked": the answer turn holds the Verification labels of every i = 1..n. A label is the words
+  and the number up to its opening parenthesis, in any case and spacing; the text in the parentheses
+  is not compared (a model may shorten a long piece). Only visible text counts, never <think>: the
+  rule is about what the reply states, and a server's reasoning parser may drop thinking anyway;
+- a solution in the very first reply needs only one of the two (one penalty only when both are
+  missing).
+
+"coverage" (made checkable with content tokens; see `content_tokens`):
 - content tokens of a text: lower-cased runs of letters, digits and underscores (an identifier such
   as `bond_type` stays one token; `T1.name` is `t1` and `name`), a decimal number such as `2.5` is one
   token; punctuation is dropped and so are the stop words in `STOP_WORDS` (English function words and
@@ -57,6 +71,8 @@ OUTCOMES: tuple[str, ...] = (
 )
 
 SEMANTICS = ("multiset", "ordered", "set", "auto")
+COLUMN_ORDERS = ("strict", "ignore")
+EVIDENCE_RULES = ("enumerated", "coverage")
 LOSSES = ("grpo", "cispo")  # t2sql.train's loss blocks
 
 # Switches reserved for the recipe extras (equivalence check, re-draft and repetition guards).
@@ -103,7 +119,9 @@ class Preset:
     tool_timeout_s: float
     # -- grading
     grade_timeout_s: float
-    semantics: str
+    semantics: str  # multiset | ordered | set | auto: tasks without their own method
+    honor_task_methods: bool  # a task's own grading_method (BIRD-Verified's) replaces `semantics`
+    column_order: str  # strict | ignore (each row compared as the multiset of its cells)
     float_digits: int | None
     # -- the outcome table
     reward_correct: float
@@ -113,7 +131,8 @@ class Preset:
     reward_gold_error: float  # the data's fault: never the reward of a correct answer
     # -- shaping terms
     evidence_penalty: float  # off per evidence rule skipped (only when the task has evidence)
-    evidence_share: float  # share of evidence content tokens a turn must cover
+    evidence_rule: str  # enumerated (the recipe's labelled lines) | coverage (content-token share)
+    evidence_share: float  # coverage: share of evidence content tokens a turn must cover
     evidence_counts_sql: bool  # count SQL in tool calls/solutions as restating the evidence
     invalid_tool_penalty: float  # off per invalid tool call ...
     invalid_tool_penalty_cap: float  # ... up to this much in total
@@ -170,6 +189,10 @@ class Preset:
             problems.append(f"loss must be one of {', '.join(LOSSES)}")
         if self.semantics not in SEMANTICS:
             problems.append(f"semantics must be one of {', '.join(SEMANTICS)}")
+        if self.column_order not in COLUMN_ORDERS:
+            problems.append(f"column_order must be one of {', '.join(COLUMN_ORDERS)}")
+        if self.evidence_rule not in EVIDENCE_RULES:
+            problems.append(f"evidence_rule must be one of {', '.join(EVIDENCE_RULES)}")
         if self.float_digits is not None and not 1 <= self.float_digits <= 17:
             problems.append("float_digits must be None or 1..17")
         if not 0.0 < self.evidence_share <= 1.0:
@@ -202,6 +225,13 @@ class Preset:
         except KeyError:
             raise PresetError(f"unknown outcome {outcome!r}; expected one of {', '.join(OUTCOMES)}") from None
 
+    def method_for(self, task_method: str | None) -> str:
+        """The grading method of a task: its own (when the preset honors task methods and it has
+        one), else the preset's `semantics`."""
+        if self.honor_task_methods and task_method:
+            return task_method
+        return self.semantics
+
     @property
     def reward_floor(self) -> float:
         """The lowest outcome reward; shaping terms never go below it unless penalties_below_floor."""
@@ -232,13 +262,15 @@ _RECIPE = Preset(
     example_value_chars=40,
     column_descriptions=True,
     description_max_chars=240,
-    tool_max_rows=20,
+    tool_max_rows=50,
     tool_max_cell_chars=120,
     tool_max_chars=4000,
     tool_count_cap=10000,
     tool_timeout_s=10.0,
     grade_timeout_s=30.0,
     semantics="multiset",
+    honor_task_methods=True,  # BIRD-Verified's per-task methods: "name any five" is graded as such
+    column_order="strict",
     float_digits=12,
     reward_correct=1.0,
     reward_incorrect=0.0,
@@ -246,6 +278,7 @@ _RECIPE = Preset(
     reward_unsafe=-1.0,
     reward_gold_error=0.0,
     evidence_penalty=0.1,
+    evidence_rule="enumerated",
     evidence_share=0.6,
     evidence_counts_sql=False,
     invalid_tool_penalty=0.05,
@@ -337,20 +370,44 @@ def coverage(evidence: str, text: str) -> float:
     return len(wanted & content_tokens(text)) / len(wanted)
 
 
+def evidence_pieces(evidence: str) -> list[str]:
+    """The recipe's evidence pieces: the evidence split on ';', blank pieces dropped."""
+    return [piece.strip() for piece in evidence.split(";") if piece.strip()]
+
+
+# "Requirement of external knowledge 2 (" / "Verification of external knowledge 2 (": any case,
+# any spacing (also around the number and before the parenthesis).
+_LABEL = re.compile(r"(requirement|verification)\s+of\s+external\s+knowledge\s*(\d+)\s*\(", re.IGNORECASE)
+
+
+def evidence_labels(text: str, kind: str, pieces: int) -> int:
+    """How many of the labels `<kind> of external knowledge i (` for i = 1..pieces `text` holds
+    (each number counts once: writing label 1 five times is one label)."""
+    found = {int(m.group(2)) for m in _LABEL.finditer(text) if m.group(1).lower() == kind}
+    return len(found & set(range(1, pieces + 1)))
+
+
 @dataclass(frozen=True)
 class EvidenceCheck:
     has_evidence: bool
     restated: bool
     checked: bool
-    restated_coverage: float
+    restated_coverage: float  # coverage: the token share; enumerated: the share of labels found
     checked_coverage: float
+    rule: str = "coverage"
+    pieces: int = 0  # enumerated: the evidence's pieces
+    first_reply_answer: bool = False  # the solution came in the very first reply
 
     @property
     def skipped(self) -> int:
-        """Rules the trajectory skipped (0 when the task has no evidence)."""
+        """Rules the trajectory skipped (0 when the task has no evidence). Enumerated rule: a
+        solution in the very first reply needs only one of the two blocks."""
         if not self.has_evidence:
             return 0
-        return int(not self.restated) + int(not self.checked)
+        missing = int(not self.restated) + int(not self.checked)
+        if self.rule == "enumerated" and self.first_reply_answer:
+            return int(missing == 2)
+        return missing
 
     @property
     def met(self) -> int:
@@ -379,6 +436,8 @@ class Trajectory:
     grader: Any = dataclasses.field(default=None, compare=False)  # for terms that run SQL
 
     def check_evidence(self, preset: Preset) -> EvidenceCheck:
+        if preset.evidence_rule == "enumerated":
+            return self._check_enumerated()
         has = bool(content_tokens(self.evidence))
         turns = self.visible if preset.evidence_counts_sql else self.prose
         first_two = "\n".join(turns[:2])
@@ -395,6 +454,27 @@ class Trajectory:
             checked=checked,
             restated_coverage=restated_cov,
             checked_coverage=checked_cov,
+        )
+
+    def _check_enumerated(self) -> EvidenceCheck:
+        """The recipe's rule (module doc of t2sql.reward; docs/episode.md): labelled lines in the
+        visible text (outside <think>) of the first two replies and of the answer reply."""
+        n = len(evidence_pieces(self.evidence))
+        if n == 0:
+            return EvidenceCheck(False, False, False, 0.0, 0.0, "enumerated", 0, False)
+        restated = max((evidence_labels(t, "requirement", n) for t in self.visible[:2]), default=0)
+        checked = 0
+        if self.answer_turn is not None:
+            checked = evidence_labels(self.visible[self.answer_turn], "verification", n)
+        return EvidenceCheck(
+            has_evidence=True,
+            restated=restated >= n,
+            checked=checked >= n,
+            restated_coverage=restated / n,
+            checked_coverage=checked / n,
+            rule="enumerated",
+            pieces=n,
+            first_reply_answer=self.answer_turn == 0,
         )
 
 

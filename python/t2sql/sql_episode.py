@@ -543,8 +543,10 @@ async def _regrade(args: Any, sample: Any, key: str) -> dict:
         from t2sql import DatabaseError
 
         try:
-            graded = await ctx.grader.grade(task.db_path, solution, task.gold_sql, semantics=preset.semantics,
-                                            float_digits=preset.float_digits, timeout_s=preset.grade_timeout_s)
+            graded = await ctx.grader.grade(task.db_path, solution, task.gold_sql,
+                                            semantics=preset.method_for(task.grading_method),
+                                            float_digits=preset.float_digits, timeout_s=preset.grade_timeout_s,
+                                            column_order=preset.column_order)
             outcome = VERDICT_OUTCOMES[graded.outcome]
         except DatabaseError:
             outcome = "gold_error"
