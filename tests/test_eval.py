@@ -776,3 +776,55 @@ def test_no_results_file_is_committed_at_the_repository_root():
     if tracked.returncode != 0:
         pytest.skip("not a git checkout")
     assert [f for f in tracked.stdout.split() if "/" not in f] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Majority voting: --samples K -> maj@K
+
+
+def test_majority_vote_groups_equal_results_written_differently(tmp_path, preset, sample_tasks):
+    from t2sql.evaluate import VOTE_RECORD
+
+    win, tie, wrong_majority = sample_tasks[:3]
+    gold = {t.question_id: t.gold_sql for t in (win, tie, wrong_majority)}
+    # Per task, what samples 0..3 answer (one reply each; run one at a time, so in sample order).
+    answers = {
+        # the gold twice, written differently, beats one wrong answer; an error does not vote
+        win.question_id: ["SELECT 1", gold[win.question_id], f"SELECT * FROM ({gold[win.question_id]})",
+                          "SELECT nope FROM nowhere"],
+        # one wrong, one right, two unsafe: a tie of 1 vs 1 goes to the earliest sample (wrong)
+        tie.question_id: ["SELECT 5", gold[tie.question_id], "DELETE FROM superhero", "DROP TABLE hero_power"],
+        # the same wrong result three ways (two of them stop early: more rows than the gold) beats the gold
+        wrong_majority.question_id: ["SELECT id FROM superhero", "SELECT id FROM superhero ORDER BY id DESC",
+                                     "SELECT id FROM superhero WHERE id > 0", gold[wrong_majority.question_id]],
+    }
+    seen: dict[str, int] = {}
+
+    def plan(task, conv):
+        k = seen.get(task.question_id, 0)
+        seen[task.question_id] = k + 1
+        return Reply(text=f"<solution>{answers[task.question_id][k]}</solution>")
+
+    out = tmp_path / "r.jsonl"
+    tasks = [win, tie, wrong_majority]
+    with LoopbackModel(TaskScript(tasks, plan)) as model:
+        result = run(tasks, openai_policy(model, preset), preset, out, concurrency=1, samples=4)
+    lines = read_lines(out)
+    votes = {v["question_id"]: v for v in lines if v.get("record") == VOTE_RECORD}
+    assert votes[win.question_id]["groups"] == [{"samples": [0], "size": 1, "correct": False},
+                                                {"samples": [1, 2], "size": 2, "correct": True}]
+    assert votes[win.question_id]["winner"] == [1, 2] and votes[win.question_id]["correct"]
+    assert votes[tie.question_id]["voters"] == 2 and votes[tie.question_id]["winner"] == [0]
+    assert not votes[tie.question_id]["correct"]
+    assert votes[wrong_majority.question_id]["winner"] == [0, 1, 2]
+    assert not votes[wrong_majority.question_id]["correct"]
+    maj = result.summary["maj_at_k"]
+    assert maj == {"k": 4, "questions": 3, "correct": 1, "accuracy": pytest.approx(1 / 3)}
+    assert result.summary["pass_at_k"]["passed"] == 3  # every task had a correct sample
+    assert "maj@4" in format_summary(result.summary)
+    # A rerun resumes every episode, renews the votes, and reads the vote lines without a warning.
+    logs: list[str] = []
+    again = run(tasks, OraclePolicy(), preset, out, concurrency=1, samples=4, log=logs.append,
+                run_info={"policy": "openai", "preset": preset.name})
+    assert again.ran == 0 and again.summary["maj_at_k"]["correct"] == 1
+    assert not any("not a result line" in m for m in logs)

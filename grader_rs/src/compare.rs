@@ -41,6 +41,9 @@ pub struct Verdict {
     pub pred_rows: Option<u64>,
     pub gold_rows: Option<u64>,
     pub elapsed_s: f64,
+    /// The prediction's own digest when it ran to its end (no early exit): what majority voting
+    /// groups by, so grouping needs no second run. None for errors and early exits.
+    pub pred_digest: Option<Digest>,
 }
 
 /// A grading method by name: `auto` = ordered when the gold's outermost query has ORDER BY,
@@ -137,6 +140,7 @@ pub fn grade_against(
         pred_rows,
         gold_rows: Some(gold.rows),
         elapsed_s: start.elapsed().as_secs_f64(),
+        pred_digest: None,
     };
     let rows_word = if gold.semantics == Semantics::Set {
         "distinct row count"
@@ -158,7 +162,11 @@ pub fn grade_against(
         Err(e) => return Err(e),
     };
     let plural = |n: u64| if n == 1 { "" } else { "s" };
-    Ok(match (run, &subset) {
+    let pred_digest = match &run {
+        Run::Done(d) => Some(d.clone()),
+        _ => None,
+    };
+    let mut v = match (run, &subset) {
         (Run::OtherColumns { columns }, _) => verdict(
             Outcome::Mismatch,
             format!("column count {columns} vs {} {method}", gold.columns),
@@ -233,7 +241,9 @@ pub fn grade_against(
                 )
             }
         }
-    })
+    };
+    v.pred_digest = pred_digest;
+    Ok(v)
 }
 
 /// Grade a prediction against a gold query: gold first (its failure is the data's fault).
@@ -252,6 +262,7 @@ pub fn grade(
         pred_rows: None,
         gold_rows: None,
         elapsed_s: start.elapsed().as_secs_f64(),
+        pred_digest: None,
     };
     let gold = match gold_digest(gc, gold_sql, spec, budget) {
         Ok(d) => d,

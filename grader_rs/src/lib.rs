@@ -288,14 +288,21 @@ mod bindings {
         }
     }
 
-    #[pyclass(frozen, get_all, module = "t2sql._grader")]
+    #[pyclass(frozen, module = "t2sql._grader")]
     pub struct Verdict {
+        #[pyo3(get)]
         outcome: &'static str,
+        #[pyo3(get)]
         detail: String,
+        #[pyo3(get)]
         semantics: String,
+        #[pyo3(get)]
         pred_rows: Option<u64>,
+        #[pyo3(get)]
         gold_rows: Option<u64>,
+        #[pyo3(get)]
         elapsed_s: f64,
+        pred_digest: Option<digest::Digest>,
     }
 
     impl From<compare::Verdict> for Verdict {
@@ -307,6 +314,7 @@ mod bindings {
                 pred_rows: v.pred_rows,
                 gold_rows: v.gold_rows,
                 elapsed_s: v.elapsed_s,
+                pred_digest: v.pred_digest,
             }
         }
     }
@@ -321,6 +329,7 @@ mod bindings {
                 pred_rows: None,
                 gold_rows,
                 elapsed_s: 0.0,
+                pred_digest: None,
             }
         }
     }
@@ -340,6 +349,12 @@ mod bindings {
         #[getter]
         fn matched(&self) -> bool {
             self.outcome == Outcome::Match.name()
+        }
+        /// The prediction's digest (`Digest.from_bytes`) when it ran to its end; None after an
+        /// error or an early exit (another column count, more rows than the gold, a foreign row).
+        #[getter]
+        fn pred_digest<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+            self.pred_digest.as_ref().map(|d| PyBytes::new(py, &d.to_bytes()))
         }
         fn __repr__(&self) -> String {
             format!(

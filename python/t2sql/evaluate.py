@@ -388,6 +388,7 @@ class ResultsFile:
     # (question_id, sample) -> the last line that finished it / the last error line of an unfinished one
     finished: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     errored: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    votes: dict[str, dict[str, Any]] = field(default_factory=dict)  # question_id -> its latest vote line
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
@@ -417,6 +418,9 @@ class ResultsFile:
                 continue
             try:
                 record = json.loads(raw)
+                if isinstance(record, dict) and record.get("record") == VOTE_RECORD:
+                    self.votes[str(record["question_id"])] = record
+                    continue
                 key = episode_key(record)
                 outcome = record["outcome"]
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
@@ -454,7 +458,69 @@ class ResultsFile:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
+        if record.get("record") == VOTE_RECORD:
+            self.votes[str(record["question_id"])] = record
+            return
         self._note(episode_key(record), record["outcome"], record)
+
+
+# ---------------------------------------------------------------------------------------------
+# Majority voting over the K samples of a task (maj@K)
+
+VOTE_RECORD = "vote"  # the "record" field of a vote line in the results file
+VOTING_OUTCOMES = ("correct", "incorrect")  # a solution that ran to a result; errors, timeouts, unsafe: no vote
+
+
+async def vote(task: Task, records: list[dict[str, Any]], grader: Any, preset: Preset) -> dict[str, Any]:
+    """The majority vote of one task's K finished episodes.
+
+    Each solution that ran to a result votes with its result under the task's grading method: two
+    solutions are in one group when their digests are equal (t2sql.Digest.same_result), however
+    differently they are written. The grade kept each prediction's digest when it ran to its end; a
+    solution whose grade stopped early (another column count, more rows than the gold) is run once
+    more for its digest. The largest group wins; a tie goes to the group holding the earliest
+    sample. The winner's correctness is its members' (equal results get the same verdict)."""
+    from t2sql import Digest
+
+    method = preset.method_for(task.grading_method)
+    voters: list[tuple[int, Any, bool]] = []
+    for r in sorted(records, key=lambda r: int(r.get("sample") or 0)):
+        solution = r.get("solution")
+        if r.get("outcome") not in VOTING_OUTCOMES or not solution:
+            continue
+        digest_hex = (r.get("grade") or {}).get("pred_digest")
+        data = bytes.fromhex(digest_hex) if digest_hex else None
+        if data is None:
+            g = await grader.gold(task.db_path, solution, semantics=method, float_digits=preset.float_digits,
+                                  timeout_s=preset.grade_timeout_s, column_order=preset.column_order)
+            if not g.ok:
+                continue
+            data = g.digest
+        voters.append((int(r.get("sample") or 0), Digest.from_bytes(data), bool(r.get("correct"))))
+    groups: list[list[tuple[int, Any, bool]]] = []
+    for voter in voters:
+        home = next((g for g in groups if g[0][1].same_result(voter[1])), None)
+        if home is None:
+            groups.append([voter])
+        else:
+            home.append(voter)
+    winner = max(groups, key=lambda g: (len(g), -g[0][0])) if groups else None
+    return {
+        "record": VOTE_RECORD,
+        "question_id": task.question_id,
+        "k": len(records),
+        "method": method,
+        "voters": len(voters),
+        "groups": [{"samples": [v[0] for v in g], "size": len(g), "correct": g[0][2]} for g in groups],
+        "winner": [v[0] for v in winner] if winner else None,
+        "correct": bool(winner and winner[0][2]),
+    }
+
+
+def _maj_at_k(votes: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    correct = sum(1 for v in votes if v.get("correct"))
+    return {"k": k, "questions": len(votes), "correct": correct,
+            "accuracy": correct / len(votes) if votes else None}
 
 
 def episode_key(record: dict[str, Any]) -> tuple[str, int]:
@@ -693,8 +759,18 @@ async def evaluate(
                 counts["finished"] += 1
             bar.update(record)
 
+    votes: list[dict[str, Any]] = []
     try:
         await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(todo))))))
+        bar.close()
+        if samples > 1:
+            # maj@K: every task with all K episodes finished gets (or renews) its vote line.
+            for task in tasks:
+                records = [results.finished.get((task.question_id, k)) for k in range(samples)]
+                if all(r is not None for r in records):
+                    ballot = await vote(task, records, grader, preset)  # type: ignore[arg-type]
+                    results.append(ballot)
+                    votes.append(ballot)
     finally:
         bar.close()
         if own_grader:
@@ -708,6 +784,7 @@ async def evaluate(
         pending=[key for key in selected if key not in results.finished],
         errored=[results.errored[key] for key in selected if key in results.errored],
         samples=samples,
+        votes=votes,
     )
     return EvalRun(counts["ran"], skipped, counts["errors"], aborted[0] if aborted else None, summary)
 
@@ -722,11 +799,13 @@ def summarize(
     pending: Iterable[Any] = (),
     errored: Iterable[dict[str, Any]] = (),
     samples: int = 1,
+    votes: Iterable[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """Accuracy (correct only), outcome breakdown, means, accuracy by difficulty, over finished episodes.
 
-    With several samples per question, accuracy is the mean over every episode (avg@k) and
-    pass@k the share of questions, among those with all k samples finished, that any sample answered.
+    With several samples per question, accuracy is the mean over every episode (avg@k), pass@k
+    the share of questions, among those with all k samples finished, that any sample answered,
+    and maj@k the share whose majority vote (see `vote`) is correct.
     """
     records = list(records)
     pending = list(pending)
@@ -775,6 +854,7 @@ def summarize(
         "last_error": errored[-1].get("error") if errored else None,
         "samples": samples,
         "pass_at_k": _pass_at_k(records, samples) if samples > 1 else None,
+        "maj_at_k": _maj_at_k(list(votes), samples) if samples > 1 else None,
         "completion_tokens": sum(int((r.get("endpoint") or {}).get("completion_tokens") or 0) for r in records),
     }
 
@@ -803,6 +883,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     if pass_k:
         lines.append(f"{'pass@' + str(pass_k['k']):<26}{num(pass_k['pass']):>8}   "
                      f"{pass_k['passed']}/{pass_k['questions']} questions")
+    maj_k = summary.get("maj_at_k")
+    if maj_k:
+        lines.append(f"{'maj@' + str(maj_k['k']):<26}{num(maj_k['accuracy']):>8}   "
+                     f"{maj_k['correct']}/{maj_k['questions']} questions")
     lines += [
         f"{'mean turns':<26}{num(summary['mean_turns'], 2):>8}",
         f"{'mean tool calls':<26}{num(summary['mean_tool_calls'], 2):>8}",
@@ -844,7 +928,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="directory holding <db_id>/<db_id>.sqlite (default: beside --data, or the embedded sample)")
     what.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     what.add_argument("--samples", type=int, default=1,
-                      help="episodes per task (with --temperature > 0): accuracy is then avg@k, plus pass@k")
+                      help="episodes per task (with --temperature > 0): accuracy is then avg@k, plus pass@k "
+                           "and maj@k (majority vote of the k answers by result; each task's vote is a line "
+                           "of the results file)")
     what.add_argument("--preset", default=None,
                       help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
     what.add_argument("--grading-method-fallback", default=None, metavar="METHOD",

@@ -91,13 +91,16 @@ class GradeResult:
     elapsed_s: float
     semantics: str
     gold_cached: bool = False
+    pred_digest: bytes | None = None  # the prediction's digest (t2sql.Digest.from_bytes) when it ran to its end
 
     @property
     def matched(self) -> bool:
         return self.outcome == "match"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["pred_digest"] = self.pred_digest.hex() if self.pred_digest else None  # JSON-safe
+        return d
 
 
 @dataclass(frozen=True)
@@ -371,6 +374,7 @@ class Grader:
                 verdict.outcome, verdict.detail, retried, verdict.pred_rows,
                 verdict.gold_rows if verdict.gold_rows is not None else gold.rows,
                 time.perf_counter() - started, verdict.semantics or resolved, gold.source != "computed",
+                verdict.pred_digest,
             )
         raise AssertionError("unreachable: the second attempt always returns")
 

@@ -80,6 +80,7 @@ class VerdictData:
     pred_rows: int | None
     gold_rows: int | None
     elapsed_s: float
+    pred_digest: bytes | None = None  # the prediction's digest when it ran to its end
 
 
 class WorkerLost(t2sql.SqlError):
@@ -141,7 +142,7 @@ def run_job(job: Job, cancel: Cancel | None):
     if job.kind == "grade":
         gold = Digest.from_bytes(job.gold)
         v = db.grade_against(job.sql, gold, o["timeout_s"], cancel=cancel)
-        return VerdictData(v.outcome, v.detail, v.semantics, v.pred_rows, v.gold_rows, v.elapsed_s)
+        return VerdictData(v.outcome, v.detail, v.semantics, v.pred_rows, v.gold_rows, v.elapsed_s, v.pred_digest)
     raise ValueError(f"unknown job kind {job.kind!r}")
 
 

@@ -34,6 +34,7 @@ class Progress:
         self._last_draw = 0.0
         self._last_line = self._start
         self._lines = 0
+        self._closed = False
 
     def __enter__(self) -> "Progress":
         return self
@@ -42,8 +43,9 @@ class Progress:
         self.close()
 
     def close(self) -> None:
-        if not self.enabled:
+        if not self.enabled or self._closed:
             return
+        self._closed = True
         if self.tty:
             self._draw(force=True)
             self.stream.write("\n")
