@@ -1,5 +1,6 @@
 """Property test: on random small tables, the core's verdict equals a plain Python reference
-over fetchall (list, Counter, set) with the same value rules, for every semantics."""
+over fetchall (list, Counter, set) with the same value rules, for every grading method (multiset,
+ordered / list, set, subset,=,N, subset,>=,N) and both column orders."""
 
 from __future__ import annotations
 
@@ -40,15 +41,28 @@ def canon(v, digits: int | None):
     return ("dec", rounded.normalize())
 
 
-def reference(pred_rows, gold_rows, semantics: str, digits: int | None) -> bool:
-    p = [tuple(canon(v, digits) for v in r) for r in pred_rows]
-    g = [tuple(canon(v, digits) for v in r) for r in gold_rows]
-    if p and g and len(p[0]) != len(g[0]):
+def reference(pred_rows, gold_rows, semantics: str, digits: int | None, column_order: str = "strict") -> bool:
+    def row(r):
+        cells = tuple(canon(v, digits) for v in r)
+        if column_order == "ignore":  # the row as the multiset of its cells
+            return tuple(sorted(Counter(cells).items(), key=repr))
+        return cells
+
+    p = [row(r) for r in pred_rows]
+    g = [row(r) for r in gold_rows]
+    if p and g and len(pred_rows[0]) != len(gold_rows[0]):
         return False
-    if semantics == "ordered":
+    if semantics in ("ordered", "list"):
         return p == g
     if semantics == "multiset":
         return Counter(p) == Counter(g)
+    if semantics.startswith("subset"):
+        _, op, n = semantics.split(",")
+        need = min(int(n), len(set(g)))  # a gold with fewer distinct rows than N: all of them
+        distinct = set(p)
+        if not distinct <= set(g):
+            return False
+        return len(distinct) == need if op == "=" else len(distinct) >= need
     return set(p) == set(g)
 
 
@@ -76,7 +90,8 @@ def pair(draw):
     gold = draw(st.lists(row, max_size=8))
     # The prediction is a mutation of the gold, so that matches are common.
     pred = list(gold)
-    for op in draw(st.lists(st.sampled_from(["shuffle", "dup", "drop", "change", "int_float", "new"]), max_size=3)):
+    for op in draw(st.lists(st.sampled_from(["shuffle", "dup", "drop", "change", "int_float", "new", "take",
+                                             "swap_columns"]), max_size=3)):
         if op == "shuffle":
             pred = draw(st.permutations(pred))
         elif op == "dup" and pred:
@@ -93,6 +108,10 @@ def pair(draw):
             pred[i] = tuple(float(v) if isinstance(v, int) and abs(v) < 2**53 else v for v in pred[i])
         elif op == "new":
             pred.append(draw(row))
+        elif op == "take":  # a few gold rows: what a "name any N" answer returns
+            pred = draw(st.lists(st.sampled_from(gold), max_size=4)) if gold else pred
+        elif op == "swap_columns" and ncols > 1:
+            pred = [tuple(reversed(r)) for r in pred]
     pred_ncols = draw(st.sampled_from([ncols, ncols, ncols, ncols + 1]))
     if pred_ncols != ncols:
         pred = [r + (None,) for r in pred]
@@ -124,3 +143,44 @@ def test_core_agrees_with_python_reference(tmp_path_factory, case, semantics, di
     verdict = Database(str(path)).grade(pred_sql, gold_sql, semantics=semantics, float_digits=digits)
     assert verdict.outcome in ("match", "mismatch"), verdict
     assert verdict.matched == expected, (verdict, pred_rows, gold_rows)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=pair(),
+       method=st.sampled_from(["list", "set", "multiset", "subset,=,1", "subset,=,2", "subset,=,3",
+                               "subset,>=,1", "subset,>=,2", "subset,>=,5"]),
+       column_order=st.sampled_from(["strict", "ignore"]),
+       digits=st.sampled_from([None, 12]))
+def test_grading_methods_and_column_order_agree_with_python_reference(tmp_path_factory, case, method,
+                                                                     column_order, digits):
+    ncols, pred_ncols, gold, pred = case
+    path = tmp_path_factory.mktemp("prop") / "t.sqlite"
+    con = sqlite3.connect(path)
+    _table(con, "g", ncols, gold)
+    _table(con, "p", pred_ncols, pred)
+    con.commit()
+    gold_sql = f"SELECT {', '.join(f'c{i}' for i in range(ncols))} FROM g ORDER BY rowid"
+    pred_sql = f"SELECT {', '.join(f'c{i}' for i in range(pred_ncols))} FROM p ORDER BY rowid"
+    gold_rows = con.execute(gold_sql).fetchall()
+    pred_rows = con.execute(pred_sql).fetchall()
+    con.close()
+    expected = reference(pred_rows, gold_rows, method, digits, column_order) and pred_ncols == ncols
+    verdict = Database(str(path)).grade(pred_sql, gold_sql, semantics=method, float_digits=digits,
+                                        column_order=column_order)
+    assert verdict.outcome in ("match", "mismatch"), verdict
+    assert verdict.matched == expected, (verdict, pred_rows, gold_rows)
+
+
+def test_ignoring_column_order_keeps_each_cells_count(tmp_path):
+    # A row is the multiset of its cells, not the set: (1, 1, 2) is not (1, 2, 2).
+    path = tmp_path / "t.sqlite"
+    sqlite3.connect(path).close()
+    db = Database(str(path))
+    gold = "SELECT 1, 1, 2"
+    assert db.grade("SELECT 2, 1, 1", gold, column_order="ignore").matched
+    assert not db.grade("SELECT 1, 2, 2", gold, column_order="ignore").matched
+    assert not db.grade("SELECT 2, 1, 1", gold).matched  # strict by default
+    # Cells stay in their row: the rows {(1,'a'), (2,'b')} are not {(1,'b'), (2,'a')}.
+    two = "SELECT 1, 'a' UNION ALL SELECT 2, 'b'"
+    assert db.grade("SELECT 'b', 2 UNION ALL SELECT 'a', 1", two, column_order="ignore").matched
+    assert not db.grade("SELECT 1, 'b' UNION ALL SELECT 2, 'a'", two, column_order="ignore").matched

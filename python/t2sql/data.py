@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import os
 import sys
 import threading
@@ -88,7 +89,13 @@ class DataError(ValueError):
 
     def __init__(self, message: str, problems: list[Problem] | None = None):
         self.problems = list(problems or [])
-        lines = [message] + [f"  {p}" for p in self.problems[:50]]
+        kinds = Counter(p.kind for p in self.problems)
+        lines = [message]
+        if len(kinds) > 1:
+            lines.append("  by kind: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
+        # The rarer kinds first, so 2 odd rows are not buried under 2,000 missing databases.
+        shown = sorted(self.problems, key=lambda p: (kinds[p.kind], p.row))
+        lines += [f"  {p}" for p in shown[:50]]
         if len(self.problems) > 50:
             lines.append(f"  ... and {len(self.problems) - 50} more")
         super().__init__("\n".join(lines))
