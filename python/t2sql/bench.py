@@ -36,6 +36,19 @@ PATHS: dict[str, tuple[str, str]] = {
         "t2sql grade, set semantics, exact floats (BIRD's rule)",
         "v = t2sql.Database(db).grade(PRED, GOLD, 'set', None, 1e9)\nassert v.outcome == 'match', v",
     ),
+    "t2sql_list": (
+        "t2sql grade, ordered (list): the rows in the same order, host loop",
+        "v = t2sql.Database(db).grade(PRED, GOLD, 'list', 12, 1e9)\nassert v.outcome == 'match', v",
+    ),
+    "t2sql_subset_all": (
+        "t2sql grade, subset,>=,1000: every row of the prediction checked against the gold's keys",
+        "v = t2sql.Database(db).grade(PRED, GOLD, 'subset,>=,1000', 12, 1e9)\nassert v.outcome == 'match', v",
+    ),
+    "t2sql_subset_10": (
+        "t2sql grade, subset,=,10 against a 10-row prediction (the usual 'name any ten')",
+        "v = t2sql.Database(db).grade(PRED + ' LIMIT 10', GOLD, 'subset,=,10', 12, 1e9)\n"
+        "assert v.outcome == 'match', v",
+    ),
     "sqlite_vm_sum": (
         "SQLite VM touching every value: sum() of every column",
         "c = sqlite3.connect(f'file:{db}?mode=ro&immutable=1', uri=True)\n"
@@ -60,7 +73,8 @@ PATHS: dict[str, tuple[str, str]] = {
 }
 
 # Paths cheap enough to repeat (best of --repeat); the Python peers take tens of seconds.
-FAST_PATHS = ("sqlite_step", "t2sql_multiset", "t2sql_set", "sqlite_vm_sum")
+FAST_PATHS = ("sqlite_step", "t2sql_multiset", "t2sql_set", "t2sql_list", "t2sql_subset_all", "t2sql_subset_10",
+              "sqlite_vm_sum")
 
 PARALLEL = """
 def one():
