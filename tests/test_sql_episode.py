@@ -575,3 +575,22 @@ def test_episode_record_carries_what_the_metrics_read(rows):
     m = sql_episode.rollout_metrics([s])
     assert m["t2sql/accuracy"] == 1.0
     assert s.metadata["t2sql"]["has_evidence"] is bool(row["metadata"].get("evidence"))
+
+
+def test_a_tasks_grading_method_travels_into_the_episode_and_the_regrade(rows):
+    row = rows[0]
+    gold = "SELECT superhero_name FROM superhero WHERE id < 10"
+    answer = "SELECT superhero_name FROM superhero WHERE id IN (2, 4, 6)"
+    subset_row = dict(row, label=dict(row["label"], gold_sql=gold, grading_method="subset,=,3"))
+    s, server, tok = run_episode(subset_row, [f"<solution>{answer}</solution>"])
+    assert s.metadata["t2sql"]["outcome"] == "correct", s.metadata["t2sql"]["detail"]
+    # Without the task's method the preset's (multiset) applies: three of nine rows are not the gold.
+    plain_row = dict(row, label=dict(row["label"], gold_sql=gold))
+    s2, _, _ = run_episode(plain_row, [f"<solution>{answer}</solution>"])
+    assert s2.metadata["t2sql"]["outcome"] == "incorrect"
+    # reward_func's regrade (a sample without the episode's record) uses the task's method too.
+    del s.metadata["t2sql"]
+    assert reward_of(s)["category"] == "correct"
+    # The bare preset honors task methods as well.
+    s3, _, _ = run_episode(subset_row, [f"<solution>{answer}</solution>"], text_to_sql_recipe="bare")
+    assert s3.metadata["t2sql"]["outcome"] == "correct"

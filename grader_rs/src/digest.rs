@@ -325,8 +325,9 @@ pub struct Accumulator {
     /// A subset prediction checks each row against these (the gold's keys, sorted).
     gold_keys: Option<Arc<Vec<u128>>>,
     buf: Vec<u8>,
-    /// Per-cell encodings, reused row to row (ColumnOrder::Ignore).
-    cells: Vec<Vec<u8>>,
+    /// ColumnOrder::Ignore: where each cell's encoding ends in `buf`, and a buffer to sort into.
+    cell_ends: Vec<usize>,
+    sorted: Vec<u8>,
 }
 
 impl Accumulator {
@@ -344,7 +345,8 @@ impl Accumulator {
             set: spec.semantics.keeps_distinct().then(HashSet::default),
             gold_keys,
             buf: Vec::with_capacity(256),
-            cells: Vec::new(),
+            cell_ends: Vec::new(),
+            sorted: Vec::new(),
         }
     }
 
@@ -352,35 +354,24 @@ impl Accumulator {
     #[inline]
     pub fn add_row<'v>(&mut self, cells: impl Iterator<Item = ValueRef<'v>>) -> Result<(), Stop> {
         self.buf.clear();
-        match self.spec.column_order {
-            ColumnOrder::Strict => {
-                for v in cells {
-                    canon::encode(&mut self.buf, v, self.spec.float_digits);
-                }
-            }
-            ColumnOrder::Ignore => {
-                // The row as the multiset of its cells: the cells' encodings, sorted. Each
-                // encoding is type-tagged and length-prefixed, so the concatenation is unambiguous.
-                let mut n = 0;
-                for v in cells {
-                    if self.cells.len() == n {
-                        self.cells.push(Vec::with_capacity(32));
-                    }
-                    self.cells[n].clear();
-                    canon::encode(&mut self.cells[n], v, self.spec.float_digits);
-                    n += 1;
-                }
-                self.cells[..n].sort_unstable();
-                for c in &self.cells[..n] {
-                    self.buf.extend_from_slice(c);
-                }
+        // One loop over the cells whatever the column order (one call site for the iterator,
+        // which keeps it inlined); ignoring the order only records where each cell ends.
+        let unordered = self.spec.column_order == ColumnOrder::Ignore;
+        if unordered {
+            self.cell_ends.clear();
+        }
+        for v in cells {
+            canon::encode(&mut self.buf, v, self.spec.float_digits);
+            if unordered {
+                self.cell_ends.push(self.buf.len());
             }
         }
+        if unordered {
+            self.sort_cells();
+        }
         let key = xxh3_128_with_seed(&self.buf, self.seed);
-        if let Some(gold) = &self.gold_keys {
-            if gold.binary_search(&key).is_err() {
-                return Err(Stop::NotInGold);
-            }
+        if self.gold_keys.is_some() && !self.is_gold_row(key) {
+            return Err(Stop::NotInGold);
         }
         match &mut self.set {
             None => {
@@ -404,6 +395,30 @@ impl Accumulator {
             Some(limit) if self.rows > limit => Err(Stop::RowLimit),
             _ => Ok(()),
         }
+    }
+
+    /// The row as the multiset of its cells: the cells' encodings (in `buf`, ending at
+    /// `cell_ends`), sorted. Each encoding is type-tagged and length-prefixed, so their
+    /// concatenation is unambiguous. Out of line: the strict path stays small.
+    #[inline(never)]
+    fn sort_cells(&mut self) {
+        let mut cells: Vec<&[u8]> = Vec::with_capacity(self.cell_ends.len());
+        let mut start = 0;
+        for &end in &self.cell_ends {
+            cells.push(&self.buf[start..end]);
+            start = end;
+        }
+        cells.sort_unstable();
+        self.sorted.clear();
+        for c in cells {
+            self.sorted.extend_from_slice(c);
+        }
+        std::mem::swap(&mut self.buf, &mut self.sorted);
+    }
+
+    #[inline(never)]
+    fn is_gold_row(&self, key: u128) -> bool {
+        self.gold_keys.as_ref().is_some_and(|gold| gold.binary_search(&key).is_ok())
     }
 
     pub fn finish(self) -> Digest {
