@@ -739,7 +739,10 @@ def test_samples_give_avg_and_pass_at_k_and_resume_per_sample(tmp_path, preset, 
         assert first.summary["accuracy"] == pytest.approx(0.5)
         more = run(tasks, openai_policy(model, preset), preset, out, concurrency=1, samples=3)
     assert (more.ran, more.skipped_finished) == (3, 6)  # only the third sample of each question ran
-    lines = read_lines(out)
+    everything = read_lines(out)
+    lines = [r for r in everything if r.get("record") != "vote"]
+    # Each run voted for every task whose samples were all finished: 3 votes of k=2, then 3 of k=3.
+    assert [v["k"] for v in everything if v.get("record") == "vote"] == [2, 2, 2, 3, 3, 3]
     assert sorted((r["question_id"], r["sample"]) for r in lines) == sorted(
         (t.question_id, k) for t in tasks for k in range(3))
     assert more.summary["episodes"] == 9 and more.summary["accuracy"] == pytest.approx(1 / 3)
