@@ -124,9 +124,9 @@ def _table(con, name, ncols, rows):
     con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * ncols)})", rows)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=pair(), semantics=st.sampled_from(["multiset", "ordered", "set"]), digits=st.sampled_from([None, 12, 6, 15]))
-def test_core_agrees_with_python_reference(tmp_path_factory, case, semantics, digits):
+def _stored(tmp_path_factory, case):
+    """The case's two tables in a fresh SQLite file: (path, gold SQL, prediction SQL, and the rows as
+    SQLite stores them, which is what the reference reads: NaN becomes NULL there, for instance)."""
     ncols, pred_ncols, gold, pred = case
     path = tmp_path_factory.mktemp("prop") / "t.sqlite"
     con = sqlite3.connect(path)
@@ -135,10 +135,17 @@ def test_core_agrees_with_python_reference(tmp_path_factory, case, semantics, di
     con.commit()
     gold_sql = f"SELECT {', '.join(f'c{i}' for i in range(ncols))} FROM g ORDER BY rowid"
     pred_sql = f"SELECT {', '.join(f'c{i}' for i in range(pred_ncols))} FROM p ORDER BY rowid"
-    # The reference reads what SQLite stores (NaN becomes NULL there, for instance).
     gold_rows = con.execute(gold_sql).fetchall()
     pred_rows = con.execute(pred_sql).fetchall()
     con.close()
+    return path, gold_sql, pred_sql, gold_rows, pred_rows
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=pair(), semantics=st.sampled_from(["multiset", "ordered", "set"]), digits=st.sampled_from([None, 12, 6, 15]))
+def test_core_agrees_with_python_reference(tmp_path_factory, case, semantics, digits):
+    ncols, pred_ncols, _, _ = case
+    path, gold_sql, pred_sql, gold_rows, pred_rows = _stored(tmp_path_factory, case)
     expected = reference(pred_rows, gold_rows, semantics, digits) and pred_ncols == ncols
     verdict = Database(str(path)).grade(pred_sql, gold_sql, semantics=semantics, float_digits=digits)
     assert verdict.outcome in ("match", "mismatch"), verdict
@@ -153,17 +160,8 @@ def test_core_agrees_with_python_reference(tmp_path_factory, case, semantics, di
        digits=st.sampled_from([None, 12]))
 def test_grading_methods_and_column_order_agree_with_python_reference(tmp_path_factory, case, method,
                                                                      column_order, digits):
-    ncols, pred_ncols, gold, pred = case
-    path = tmp_path_factory.mktemp("prop") / "t.sqlite"
-    con = sqlite3.connect(path)
-    _table(con, "g", ncols, gold)
-    _table(con, "p", pred_ncols, pred)
-    con.commit()
-    gold_sql = f"SELECT {', '.join(f'c{i}' for i in range(ncols))} FROM g ORDER BY rowid"
-    pred_sql = f"SELECT {', '.join(f'c{i}' for i in range(pred_ncols))} FROM p ORDER BY rowid"
-    gold_rows = con.execute(gold_sql).fetchall()
-    pred_rows = con.execute(pred_sql).fetchall()
-    con.close()
+    ncols, pred_ncols, _, _ = case
+    path, gold_sql, pred_sql, gold_rows, pred_rows = _stored(tmp_path_factory, case)
     expected = reference(pred_rows, gold_rows, method, digits, column_order) and pred_ncols == ncols
     verdict = Database(str(path)).grade(pred_sql, gold_sql, semantics=method, float_digits=digits,
                                         column_order=column_order)
