@@ -64,6 +64,24 @@ def test_a_fallback_method_is_chosen_by_flag_never_silently():
     assert methods["1104"] == methods["1105"] == "set"
 
 
+
+@pytest.mark.parametrize("command", ["convert", "gold", "eval", "prepare"])
+def test_an_unreadable_fallback_method_is_a_usage_error_before_any_data_is_read(command, tmp_path, capsys):
+    from t2sql import cli, train
+
+    questions = str(RELEASE / FILES["train"])  # its bare "subset" rows would need the fallback
+    argv = {"convert": ["convert", "--questions", questions, "--db-root", str(tmp_path), "--out-dir", str(tmp_path)],
+            "gold": ["gold", "--data", questions, "--db-root", str(tmp_path)],
+            "eval": ["eval", "--policy", "oracle", "--data", questions, "--db-root", str(tmp_path)],
+            "prepare": ["prepare", "--skip-model"]}[command]
+    main = train.main if command == "prepare" else cli.main
+    with pytest.raises(SystemExit) as exit_:
+        main(argv + ["--grading-method-fallback", "subset"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --grading-method-fallback" in err and "without a count" in err
+    assert list(tmp_path.iterdir()) == []
+
 def test_convert_and_gold_report_the_unreadable_method_by_question_id(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(RELEASE / FILES["train"]),
                            "--db-root", str(tmp_path), "--out-dir", str(tmp_path / "out"), "--no-check-gold"],

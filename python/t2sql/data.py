@@ -522,6 +522,8 @@ def summary_table(reports: list[SplitReport]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from t2sql.grading import method_arg
+
     parser.add_argument("--questions", required=True, help="BIRD-layout question file (.json array or .jsonl)")
     parser.add_argument("--db-root", required=True, help="directory holding <db_id>/<db_id>.sqlite")
     parser.add_argument("--out-dir", required=True, help="where <split-name>.jsonl is written")
@@ -535,7 +537,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gold-timeout", type=float, default=DEFAULT_GOLD_TIMEOUT_S, help="seconds per gold query")
     parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
     parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
-    parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD",
+    parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                         help="the method for rows whose grading_method cannot be read (a bare 'subset'); "
                              "without it such a row fails the conversion")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

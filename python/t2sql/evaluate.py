@@ -919,6 +919,8 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from t2sql.grading import method_arg
+
     what = parser.add_argument_group("what to evaluate")
     what.add_argument("--policy", choices=("model", "oracle"), default="model",
                       help="model: an endpoint writes the turns; oracle: scripted gold answers, no endpoint")
@@ -933,7 +935,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "of the results file)")
     what.add_argument("--preset", default=None,
                       help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
-    what.add_argument("--grading-method-fallback", default=None, metavar="METHOD",
+    what.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                       help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
                            "without it such a task is skipped with a line saying why")
 
@@ -1072,13 +1074,6 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
             preset = get_preset(args.preset)  # None: the recipe's default
         except ValueError as e:
             raise EvalError(str(e)) from None
-        if args.grading_method_fallback:
-            from t2sql.grading import check_method
-
-            try:
-                check_method(args.grading_method_fallback)
-            except ValueError as e:
-                raise EvalError(f"--grading-method-fallback: {e}") from None
         loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)
         for message in loaded.skipped:
             log(f"skipped: {message}")

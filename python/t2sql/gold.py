@@ -136,6 +136,8 @@ async def run_golds(tasks: list[GoldTask], grader, *, semantics, float_digits: i
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from t2sql.grading import method_arg
+
     parser.add_argument("--data", required=True, help="split: BIRD question json/jsonl or converted miles jsonl")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite "
                         "(default: each row's metadata.db_path)")
@@ -150,7 +152,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--semantics", choices=["multiset", "ordered", "set", "auto"], default=None,
                         help="one method for every task (default: each task's grading_method when the "
                              "preset honors task methods, else the preset's)")
-    parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD",
+    parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                         help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
                              "without it such a task is reported as a failure")
     parser.add_argument("--float-digits", type=int, default=None)
@@ -186,10 +188,6 @@ def run(args) -> int:
         return 2
     try:
         semantics, float_digits, timeout, column_order, preset = _grading_settings(args)
-        if args.grading_method_fallback:
-            from t2sql.grading import check_method
-
-            check_method(args.grading_method_fallback)
         tasks, bad_lines = load_tasks(args.data, args.db_root, args.grading_method_fallback)
     except (DataError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)

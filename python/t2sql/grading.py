@@ -95,13 +95,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _method_arg(text: str) -> str:
-    if text.strip().lower() == "task":
-        return "task"
+def method_arg(text: str) -> str:
+    """argparse type of a flag naming a grading method (--grading-method-fallback): the canonical
+    name, or a usage error saying what is wrong, before any data is read."""
     try:
         return check_method(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _method_arg(text: str) -> str:
+    if text.strip().lower() == "task":
+        return "task"
+    return method_arg(text)
 
 
 EXIT_MATCH, EXIT_OTHER, EXIT_TROUBLE = 0, 1, 2

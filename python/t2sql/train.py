@@ -690,6 +690,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from t2sql.grading import method_arg
+
     parser = argparse.ArgumentParser(prog="t2sql-train", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     d = TrainConfig(run_id="x")
@@ -702,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits", nargs="+", default=list(SPLITS), help="splits of the release to convert")
     p.add_argument("--gold-timeout", type=float, default=60.0, help="seconds per gold query while validating")
     p.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
-    p.add_argument("--grading-method-fallback", default=None, metavar="METHOD",
+    p.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                    help="the method for tasks whose grading_method cannot be read (two BIRD-Verified train "
                         "tasks say a bare 'subset'); without it they fail the conversion")
     p.add_argument("--skip-model", action="store_true", help="prepare the data only")
