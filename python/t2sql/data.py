@@ -422,6 +422,8 @@ def convert_split(
 
     Raises DataError (nothing written) when any row has a problem and drop_invalid is off.
     """
+    from t2sql.grading import method_counts
+
     db_root = Path(db_root)
     if not db_root.is_dir():
         raise DataError(f"database root not found: {db_root} (expected <db-root>/<db_id>/<db_id>.sqlite)")
@@ -458,11 +460,7 @@ def convert_split(
             blocking,
         )
     report.dropped = len({p.row for p in problems})
-    methods: dict[str, int] = {}
-    for _, t in rows:
-        name = t.get("grading_method") or "(preset's)"
-        methods[name] = methods.get(name, 0) + 1
-    report.methods = dict(sorted(methods.items(), key=lambda kv: (-kv[1], kv[0])))
+    report.methods = method_counts(t.get("grading_method") or "(preset's)" for _, t in rows)
     built = build_rows(rows, db_root, split=split, recipe=recipe)
     if out_path is not None:
         report.rows_written = write_jsonl_atomic(out_path, built)
@@ -544,6 +542,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from t2sql.grading import describe_methods
+
     split = args.split_name or Path(args.questions).stem
     try:
         fields = parse_field_map(args.field_map)
@@ -565,6 +565,6 @@ def run(args: argparse.Namespace) -> int:
         for p in report.problems:
             print(f"skipped: {p}", file=sys.stderr)
         print(summary_table([report]))
-        print("grading methods: " + ", ".join(f"{m} {n}" for m, n in report.methods.items()))
+        print("grading methods: " + describe_methods(report.methods))
         print(f"wrote {report.out_path}")
     return 0

@@ -148,12 +148,6 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     return LoadedTasks(tasks, skipped)
 
 
-def method_counts(tasks: Iterable[Task], preset: Preset) -> dict[str, int]:
-    """How many tasks each grading method grades, under `preset` (most used first)."""
-    counts = Counter(preset.method_for(t.grading_method) for t in tasks)
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
 # ---------------------------------------------------------------------------------------------
 # Policies: who writes the assistant turns
 
@@ -1056,6 +1050,7 @@ def _preset_dict(preset: Preset) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
+    from t2sql.grading import describe_methods, method_counts
     from t2sql.reward import get_preset
 
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
@@ -1092,7 +1087,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     }
     log(f"t2sql eval: {len(loaded.tasks)} tasks from {data} | policy {policy.name}"
         + (f" | model {args.model} at {args.endpoint}" if args.policy == "model" else ""))
-    log("grading methods: " + ", ".join(f"{m} {n}" for m, n in method_counts(loaded.tasks, preset).items()))
+    methods = method_counts(preset.method_for(t.grading_method) for t in loaded.tasks)
+    log("grading methods: " + describe_methods(methods))
     log(describe_preset(preset))
     log(f"results: {args.out}" + (" (resuming: it exists)" if Path(args.out).exists() else ""))
 

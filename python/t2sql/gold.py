@@ -39,6 +39,7 @@ class GoldTask:
     db_path: str | None  # None when the db_id is unknown (then `problem` says why)
     problem: str | None = None
     method: str | None = None  # the task's own grading_method (canonical), if it has one
+    method_unreadable: bool = False  # its grading_method could not be read (then `problem` says why)
 
 
 @dataclass
@@ -77,7 +78,7 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
         try:
             method = task_method(str(raw_method), question_id, method_fallback)
         except TaskError as e:
-            return GoldTask(row, question_id, db_id, str(gold_sql or ""), None, str(e))
+            return GoldTask(row, question_id, db_id, str(gold_sql or ""), None, str(e), method_unreadable=True)
     task = _locate(row, question_id, db_id, gold_sql, metadata, db_root)
     return GoldTask(task.row, task.question_id, task.db_id, task.gold_sql, task.db_path, task.problem, method)
 
@@ -179,6 +180,7 @@ def run(args) -> int:
     from t2sql.data import DataError
     from t2sql.progress import Progress
     from t2sql.grader import Grader
+    from t2sql.grading import method_counts
 
     if args.workers is not None and args.workers < 1:
         print("error: --workers must be at least 1", file=sys.stderr)
@@ -207,15 +209,10 @@ def run(args) -> int:
     wall = time.perf_counter() - started
     records = bad_lines + records
 
-    methods: dict[str, int] = {}
-    for t in tasks:
-        if t.problem and "grading_method" in t.problem:
-            name = "unreadable"
-        else:
-            name = semantics(t) if callable(semantics) else semantics
-        methods[name] = methods.get(name, 0) + 1
     summary = _summary(records, wall, stats, semantics if isinstance(semantics, str) else "task", float_digits)
-    summary["methods"] = dict(sorted(methods.items(), key=lambda kv: (-kv[1], kv[0])))
+    summary["methods"] = method_counts(
+        "unreadable" if t.method_unreadable else semantics(t) if callable(semantics) else semantics for t in tasks
+    )
     if args.report:
         report = {"summary": summary, "queries": [asdict(r) for r in records]}
         write_atomic(Path(args.report), (json.dumps(report, indent=1) + "\n").encode())

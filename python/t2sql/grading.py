@@ -13,7 +13,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from t2sql._grader import Database, DatabaseError, T2sqlError, Verdict
 from t2sql.atomic import atomic_write
@@ -52,6 +52,16 @@ def check_method(method: str) -> str:
     if method.strip().lower() == "auto":
         return "auto"
     return resolve_semantics("", method)
+
+
+def method_counts(methods: Iterable[str]) -> dict[str, int]:
+    """How many tasks each grading method grades: most used first, ties by name."""
+    return dict(sorted(Counter(methods).items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def describe_methods(counts: dict[str, int]) -> str:
+    """method_counts as one line: "set 395, subset,=,10 2, ordered 1"."""
+    return ", ".join(f"{method} {n}" for method, n in counts.items())
 
 
 # ---- command line ------------------------------------------------------------------------

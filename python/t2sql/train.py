@@ -571,6 +571,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
 
 def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
     from t2sql import data
+    from t2sql.grading import describe_methods
 
     needs = {}
     if not args.skip_model:
@@ -626,7 +627,7 @@ def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
                       file=sys.stderr)
         print(data.summary_table(reports))
         for r in reports:
-            print(f"{r.split} grading methods: " + ", ".join(f"{m} {n}" for m, n in r.methods.items()))
+            print(f"{r.split} grading methods: " + describe_methods(r.methods))
         steps.append(("convert data", ", ".join(f"{r.split} {r.rows_written}" for r in reports)))
         manifests = write_manifests(c, split_roots)
         steps.append(("database manifest", ", ".join(str(m) for m in manifests)))
