@@ -136,7 +136,7 @@ def run_job(job: Job, cancel: Cancel | None):
         )
     if job.kind == "digest":
         digest = db.digest(job.sql, o["semantics"], o["float_digits"], o["timeout_s"],
-                           column_order=o.get("column_order", "strict"), cancel=cancel)
+                           column_order=o["column_order"], cancel=cancel)
         # The time travels beside the bytes: Digest.to_bytes() does not carry elapsed_s.
         return digest.to_bytes(), digest.elapsed_s
     if job.kind == "grade":
@@ -218,7 +218,7 @@ class ThreadBackend:
                                    o["max_rows"], o["max_cell_chars"], o["max_chars"], o["count_cap"])
         elif job.kind == "digest":
             self._pool.submit_digest(job.job_id, job.db_path, size, version, job.sql, o["semantics"],
-                                     o["float_digits"], o["timeout_s"], o.get("column_order", "strict"))
+                                     o["float_digits"], o["timeout_s"], o["column_order"])
         elif job.kind == "grade":
             self._pool.submit_grade(job.job_id, job.db_path, size, version, job.sql, job.gold, o["timeout_s"])
         else:
