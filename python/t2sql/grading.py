@@ -244,7 +244,6 @@ def _check_pair_files(args: argparse.Namespace) -> str | None:
 
 
 def _grade_pairs(args: argparse.Namespace) -> int:
-    from t2sql.data import database_path
     from t2sql.progress import Progress
 
     problem = _check_pair_files(args)
@@ -268,10 +267,9 @@ def _grade_pairs(args: argparse.Namespace) -> int:
                     record = {"id": line_id, "line": lineno, "outcome": BAD_INPUT, "detail": problem}
                     ungraded += 1
                 else:
-                    record = _grade_row(row, args, databases, database_path)
+                    record, graded = _grade_row(row, args, databases)
                     record["line"] = lineno
-                    if record.pop("_ungraded", False):
-                        ungraded += 1
+                    ungraded += not graded
                 counts[record["outcome"]] += 1
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
     except OSError as e:
@@ -293,22 +291,25 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     return EXIT_OTHER if ungraded else EXIT_MATCH
 
 
-def _grade_row(row: dict, args: argparse.Namespace, databases: dict, database_path) -> dict:
+def _grade_row(row: dict, args: argparse.Namespace, databases: dict) -> tuple[dict, bool]:
+    """A pair's record, and whether it got a verdict (False: its database could not be read)."""
     db = databases.get(row["db_id"])
-    if db is None:
+    if db is None:  # the first line on this database opens it, once
+        from t2sql.data import database_path
+
         try:
             db = Database(str(database_path(args.db_root, row["db_id"])))
         except DatabaseError as e:
             db = e
         databases[row["db_id"]] = db
     if isinstance(db, DatabaseError):
-        return {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}", "_ungraded": True}
+        return {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}"}, False
     method = args.semantics
     if method == "task":
         method = row.get("grading_method") or "multiset"
     try:
         v = db.grade(row["pred"], row["gold"], method, args.float_digits, args.timeout_s,
                      column_order=args.column_order)
-        return {"id": row["id"], "outcome": v.outcome, "detail": v.detail, "semantics": v.semantics}
+        return {"id": row["id"], "outcome": v.outcome, "detail": v.detail, "semantics": v.semantics}, True
     except T2sqlError as e:  # a broken database file mid-run: report, go on
-        return {"id": row["id"], "outcome": "gold_error", "detail": str(e), "_ungraded": True}
+        return {"id": row["id"], "outcome": "gold_error", "detail": str(e)}, False
