@@ -308,9 +308,9 @@ def test_template_opened_think(rows, db_root, grader):
 # -- evidence rules through episodes (recipe)
 
 def _labels(t: Task, kind: str) -> str:
-    from t2sql.reward import evidence_pieces
+    from t2sql.reward import evidence_label_lines, evidence_pieces
 
-    return "".join(f"{kind} of external knowledge {i} ({p}): right.\n" for i, p in enumerate(evidence_pieces(t.evidence), 1))
+    return evidence_label_lines(evidence_pieces(t.evidence), kind, "right.")
 
 
 def test_evidence_rules_met(rows, db_root, grader):

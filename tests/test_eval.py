@@ -109,9 +109,9 @@ def read_lines(path: Path) -> list[dict]:
 
 def evidence_lines(task, kind: str) -> str:
     """The recipe's enumerated evidence lines for `task` ("Requirement" or "Verification")."""
-    from t2sql.reward import evidence_pieces
+    from t2sql.reward import evidence_label_lines, evidence_pieces
 
-    return "".join(f"{kind} of external knowledge {i} ({p}): yes.\n" for i, p in enumerate(evidence_pieces(task.evidence), 1))
+    return evidence_label_lines(evidence_pieces(task.evidence), kind, "yes.")
 
 
 def explore_then_answer(tool_form):

@@ -55,7 +55,7 @@ from t2sql.endpoint import (
     RetryPolicy,
     SglangGenerateClient,
 )
-from t2sql.reward import OUTCOMES, evidence_pieces  # the episode's outcome categories, in the summary's order
+from t2sql.reward import OUTCOMES, evidence_label_lines, evidence_pieces  # the episode's outcome categories, in the summary's order
 from t2sql.atomic import write_bytes_atomic
 from t2sql.progress import Progress
 
@@ -205,8 +205,7 @@ class _OracleSession:
         pieces = evidence_pieces(evidence)
         if self.turn == 1:
             restate = f"The evidence says: {evidence}\n" if evidence else ""
-            restate += "".join(f"Requirement of external knowledge {i} ({p}): as stated.\n"
-                               for i, p in enumerate(pieces, 1))
+            restate += evidence_label_lines(pieces, "Requirement", "as stated.")
             return PolicyTurn(
                 "<think>Run the query once and look at its result.</think>\n"
                 f"{restate}Let me run the query.\n"
@@ -215,8 +214,7 @@ class _OracleSession:
                 "</parameter>\n</function>\n</tool_call>"
             )
         check = f"Checked against the evidence: {evidence}\n" if evidence else ""
-        check += "".join(f"Verification of external knowledge {i} ({p}): the query applies it.\n"
-                         for i, p in enumerate(pieces, 1))
+        check += evidence_label_lines(pieces, "Verification", "the query applies it.")
         return PolicyTurn(
             "<think>The result answers the question.</think>\n"
             f"{check}<solution>\n{task.gold_sql}\n</solution>"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from t2sql.reward import Preset, content_tokens, evidence_pieces
+from t2sql.reward import Preset, content_tokens, evidence_label_lines, evidence_pieces
 
 if TYPE_CHECKING:
     from t2sql import Database
@@ -444,9 +444,9 @@ def user_prompt(task: Task, schema_text: str, evidence_rule: str = "coverage") -
     pieces = evidence_pieces(task.evidence)
     if evidence_rule == "enumerated" and pieces:
         text += (f"The evidence has {len(pieces)} piece{'s' if len(pieces) != 1 else ''}. Restate them as\n"
-                 + "".join(f"Requirement of external knowledge {i} ({p}): ...\n" for i, p in enumerate(pieces, 1))
+                 + evidence_label_lines(pieces, "Requirement", "...")
                  + "and verify them in your answer as\n"
-                 + "".join(f"Verification of external knowledge {i} ({p}): ...\n" for i, p in enumerate(pieces, 1))
+                 + evidence_label_lines(pieces, "Verification", "...")
                  + "\n")
     return text + f"Question: {task.question.strip()}"
 

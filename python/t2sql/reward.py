@@ -375,6 +375,12 @@ def evidence_pieces(evidence: str) -> list[str]:
     return [piece.strip() for piece in evidence.split(";") if piece.strip()]
 
 
+def evidence_label_lines(pieces: list[str], kind: str, answer: str) -> str:
+    """The recipe's labelled lines, one per piece: `<kind> of external knowledge i (<piece>): <answer>`
+    for kind "Requirement" or "Verification" (what the prompt asks for and `evidence_labels` counts)."""
+    return "".join(f"{kind} of external knowledge {i} ({piece}): {answer}\n" for i, piece in enumerate(pieces, 1))
+
+
 # "Requirement of external knowledge 2 (" / "Verification of external knowledge 2 (": any case,
 # any spacing (also around the number and before the parenthesis).
 _LABEL = re.compile(r"(requirement|verification)\s+of\s+external\s+knowledge\s*(\d+)\s*\(", re.IGNORECASE)
