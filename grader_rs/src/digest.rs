@@ -168,29 +168,6 @@ const WIRE_MAGIC_V1: &[u8; 4] = b"T2D1";
 const WIRE_V1_LEN: usize = 4 + 1 + 1 + 8 + 4 + 16 + 16 + 8;
 const WIRE_HEAD_LEN: usize = 4 + 1 + 8 + 1 + 1 + 8 + 4 + 16 + 16 + 8 + 8;
 
-/// A method on the wire: its tag, and the subset count (0 for the other methods).
-fn method_tag(semantics: Semantics) -> (u8, u64) {
-    match semantics {
-        Semantics::Multiset => (0, 0),
-        Semantics::Ordered => (1, 0),
-        Semantics::Set => (2, 0),
-        Semantics::Subset { exact: true, n } => (3, n),
-        Semantics::Subset { exact: false, n } => (4, n),
-    }
-}
-
-/// `method_tag` read back: None for an unknown tag or a subset count of 0.
-fn method_from_tag(tag: u8, n: u64) -> Option<Semantics> {
-    match tag {
-        0 => Some(Semantics::Multiset),
-        1 => Some(Semantics::Ordered),
-        2 => Some(Semantics::Set),
-        3 if n >= 1 => Some(Semantics::Subset { exact: true, n }),
-        4 if n >= 1 => Some(Semantics::Subset { exact: false, n }),
-        _ => None,
-    }
-}
-
 impl Digest {
     /// A fixed little-endian layout: magic, method (tag and subset count), float digits,
     /// column order, counts, keys, secret id, then a subset gold's distinct keys.
@@ -198,7 +175,13 @@ impl Digest {
         let keys = self.gold_keys.as_deref().map_or(&[][..], |k| k.as_slice());
         let mut b = Vec::with_capacity(WIRE_HEAD_LEN + 16 * keys.len());
         b.extend_from_slice(WIRE_MAGIC);
-        let (tag, n) = method_tag(self.semantics);
+        let (tag, n) = match self.semantics {
+            Semantics::Multiset => (0u8, 0u64),
+            Semantics::Ordered => (1, 0),
+            Semantics::Set => (2, 0),
+            Semantics::Subset { exact: true, n } => (3, n),
+            Semantics::Subset { exact: false, n } => (4, n),
+        };
         b.push(tag);
         b.extend_from_slice(&n.to_le_bytes());
         b.push(self.float_digits.map_or(255, |x| x as u8));
@@ -228,8 +211,12 @@ impl Digest {
             _ => Err("bad float_digits".to_string()),
         };
         if data.len() == WIRE_V1_LEN && &data[..4] == WIRE_MAGIC_V1 {
-            // The first format has no subset count: a subset tag there is unknown.
-            let semantics = method_from_tag(data[4], 0).ok_or("unknown semantics")?;
+            let semantics = match data[4] {
+                0 => Semantics::Multiset,
+                1 => Semantics::Ordered,
+                2 => Semantics::Set,
+                _ => return Err("unknown semantics".into()),
+            };
             return Ok(Digest {
                 semantics,
                 float_digits: digits(data[5])?,
@@ -245,7 +232,15 @@ impl Digest {
         if data.len() < WIRE_HEAD_LEN || &data[..4] != WIRE_MAGIC {
             return Err("wrong length or header".into());
         }
-        let semantics = method_from_tag(data[4], u64_at(5)).ok_or("unknown grading method")?;
+        let n = u64_at(5);
+        let semantics = match data[4] {
+            0 => Semantics::Multiset,
+            1 => Semantics::Ordered,
+            2 => Semantics::Set,
+            3 if n >= 1 => Semantics::Subset { exact: true, n },
+            4 if n >= 1 => Semantics::Subset { exact: false, n },
+            _ => return Err("unknown grading method".into()),
+        };
         let column_order = match data[14] {
             0 => ColumnOrder::Strict,
             1 => ColumnOrder::Ignore,
