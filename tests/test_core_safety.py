@@ -373,6 +373,11 @@ def test_deadline_holds_inside_sorts_and_memory_stays_bounded(name, path):
     assert result["peak_mib"] < 100, result
 
 
+# About 4x the cancel point on this machine (5.8 s alone): SORTS["order_by"] takes 1.4 s, so on a
+# quiet machine it could end before a cancel at 1.3 s and the test proved nothing (CI saw this).
+LONG_SORT = "SELECT a.hero_id FROM hero_power a, (SELECT hero_id FROM hero_power LIMIT 2800) b ORDER BY random()"
+
+
 def test_cancel_reaches_a_grader_task_inside_a_sort():
     import asyncio
 
@@ -381,8 +386,9 @@ def test_cancel_reaches_a_grader_task_inside_a_sort():
     async def scenario() -> tuple[float, float]:
         grader = Grader(concurrency=1)
         try:
-            sort = asyncio.ensure_future(grader.run_tool(str(SAMPLE_DB), SORTS["order_by"], timeout_s=60))
-            await asyncio.sleep(1.3)  # past SQLite producing the rows: into the sort
+            sort = asyncio.ensure_future(grader.run_tool(str(SAMPLE_DB), LONG_SORT, timeout_s=60))
+            await asyncio.sleep(1.3)  # SQLite is filling (and flushing) its sorter
+            assert not sort.done(), "the sort finished before the cancel: make LONG_SORT bigger"
             cancelled = time.monotonic()
             sort.cancel()
             with pytest.raises(asyncio.CancelledError):
