@@ -21,8 +21,8 @@ import pytest
 
 import t2sql
 from conftest import SAMPLE_ROOT
-from t2sql.grader import Grader
-from t2sql.manifest import DatabaseChanged, Manifest, file_identity
+from t2sql.serving.grader import Grader
+from t2sql.serving.manifest import DatabaseChanged, Manifest, file_identity
 
 SUPERHERO = SAMPLE_ROOT / "superhero" / "superhero.sqlite"
 COUNT = "SELECT count(*) FROM t"

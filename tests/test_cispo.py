@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from t2sql.cispo import CispoConfigError, cispo_eps, cispo_reference, clipped_weight
+from t2sql.miles.cispo import CispoConfigError, cispo_eps, cispo_reference, clipped_weight
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 LOG_PROBS = [[-1.0, -2.0, -0.5], [-3.0]]
@@ -117,7 +117,7 @@ def test_eps_come_from_cispo_flags_then_from_miles_clip_flags():
 def test_import_does_not_load_torch():
     import subprocess
 
-    code = "import sys, t2sql.cispo; assert 'torch' not in sys.modules, 'torch was imported'"
+    code = "import sys, t2sql.miles.cispo; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -133,7 +133,7 @@ def _torch():
 
 def test_torch_objective_value_and_gradient_match_reference():
     torch = _torch()
-    from t2sql.cispo import cispo_objective, sample_mean_reducer
+    from t2sql.miles.cispo import cispo_objective, sample_mean_reducer
 
     lengths = [len(r) for r in LOG_PROBS]
     masks = [torch.tensor(m) for m in MASKS]
@@ -161,7 +161,7 @@ def test_torch_objective_value_and_gradient_match_reference():
 
 def test_torch_gradient_does_not_flow_through_the_weight():
     torch = _torch()
-    from t2sql.cispo import cispo_token_loss
+    from t2sql.miles.cispo import cispo_token_loss
 
     # ratio 1.1 is inside the clip range, so the weight depends on log_prob; with the stop-gradient
     # the gradient is -w*A, not -(w + w*log_prob)*A as it would be without it.
@@ -249,7 +249,7 @@ def test_miles_entry_point_matches_reference_through_logits(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == "miles" or m.startswith("miles.")]:
         monkeypatch.delitem(sys.modules, name)
-    from t2sql.cispo import cispo_loss, cispo_reference
+    from t2sql.miles.cispo import cispo_loss, cispo_reference
     from miles.backends.training_utils.cp_utils import get_sum_of_sample_mean
 
     torch.manual_seed(0)

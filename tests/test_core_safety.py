@@ -381,7 +381,7 @@ LONG_SORT = "SELECT a.hero_id FROM hero_power a, (SELECT hero_id FROM hero_power
 def test_cancel_reaches_a_grader_task_inside_a_sort():
     import asyncio
 
-    from t2sql.grader import Grader
+    from t2sql.serving.grader import Grader
 
     async def scenario() -> tuple[float, float]:
         grader = Grader(concurrency=1)

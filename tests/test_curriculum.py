@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from t2sql import curriculum as cur
-from t2sql.curriculum import (
+from t2sql.miles import curriculum as cur
+from t2sql.miles.curriculum import (
     Curriculum,
     CurriculumConfig,
     CurriculumError,
@@ -221,7 +221,7 @@ def test_bad_states_and_configs_are_rejected(tmp_path):
 
 
 def test_config_from_presets():
-    from t2sql.reward import get_preset
+    from t2sql.episode.reward import get_preset
 
     recipe = get_preset("qwen3.6-35b-a3b")
     assert recipe.curriculum is True
@@ -405,7 +405,7 @@ def _args(tmp_path, recipe="qwen3.6-35b-a3b", **over):
 
 
 def _finish(groups, correct_by_task):
-    """Give every sample a reward dict the way t2sql.sql_episode does."""
+    """Give every sample a reward dict the way t2sql.miles.adapter does."""
     from miles.utils.types import Sample
 
     for group in groups:
@@ -424,7 +424,7 @@ def test_data_source_is_loaded_by_path_and_subclasses_miles(miles_standin):
     from miles.rollout.data_source import RolloutDataSourceWithBuffer
 
     assert issubclass(cls, RolloutDataSourceWithBuffer)
-    assert cls.__module__ == "t2sql.curriculum"
+    assert cls.__module__ == "t2sql.miles.curriculum"
 
 
 def test_curriculum_hints_a_task_its_group_missed(miles_standin, tmp_path):
@@ -539,7 +539,7 @@ def test_misconfiguration_is_reported(miles_standin, tmp_path):
 def test_import_does_not_load_miles():
     import subprocess
 
-    code = "import sys, t2sql.curriculum; assert not any(m.startswith('miles') for m in sys.modules)"
+    code = "import sys, t2sql.miles.curriculum; assert not any(m.startswith('miles') for m in sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -596,10 +596,10 @@ def test_a_hinted_prompt_reaches_the_episode_the_model_sees():
     from pathlib import Path
 
     import t2sql
-    from t2sql.episode import Episode, Task
-    from t2sql.grader import Grader
-    from t2sql.prompt import build_prompt
-    from t2sql.reward import get_preset
+    from t2sql.episode.machine import Episode, Task
+    from t2sql.serving.grader import Grader
+    from t2sql.episode.prompt import build_prompt
+    from t2sql.episode.reward import get_preset
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]

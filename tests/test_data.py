@@ -13,7 +13,7 @@ import pytest
 
 from conftest import bird_root
 
-from t2sql import data
+from t2sql.data import convert as data
 
 BIRD = bird_root()
 pytestmark = pytest.mark.skipif(BIRD is None, reason="BIRD dev data (../shared/data/bird) not present")
@@ -67,11 +67,11 @@ def test_converts_all_432_tasks_with_the_row_format(converted, dev_rows):
 
 
 def test_prompt_is_the_episode_prompt(converted):
-    """Training rows carry exactly what t2sql.prompt builds for the task (eval sees the same)."""
+    """Training rows carry exactly what t2sql.episode.prompt builds for the task (eval sees the same)."""
     from t2sql import Database
-    from t2sql.episode import Task
-    from t2sql.prompt import build_prompt
-    from t2sql.reward import get_preset
+    from t2sql.episode.machine import Task
+    from t2sql.episode.prompt import build_prompt
+    from t2sql.episode.reward import get_preset
 
     _, rows, _ = converted
     row = rows[7]

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from t2sql.endpoint import DEFAULT_MAX_BODY_BYTES
+from t2sql.eval.endpoint import DEFAULT_MAX_BODY_BYTES
 
 HUGE = 500 * 1024 * 1024
 
@@ -122,7 +122,7 @@ def test_a_huge_reply_is_refused_without_holding_it(tmp_path, mode):
 
 
 def test_stored_transcripts_are_cut_and_say_so():
-    from t2sql.evaluate import MAX_STORED_CHARS, stored_messages
+    from t2sql.eval.runner import MAX_STORED_CHARS, stored_messages
 
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a" * (MAX_STORED_CHARS + 5000)}]
     kept, cut = stored_messages(messages)

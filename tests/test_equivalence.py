@@ -17,10 +17,10 @@ import pytest
 from conftest import bird_or_sample
 
 import t2sql
-from t2sql import equivalence as eq
-from t2sql.episode import Episode, Task
-from t2sql.grader import Grader
-from t2sql.reward import get_preset, registered_terms
+from t2sql.episode import equivalence as eq
+from t2sql.episode.machine import Episode, Task
+from t2sql.serving.grader import Grader
+from t2sql.episode.reward import get_preset, registered_terms
 
 BIRD = bird_or_sample()  # BIRD dev beside the checkout, $T2SQL_BIRD, else the embedded sample
 pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD data not present")
@@ -244,7 +244,7 @@ def test_copy_cache_is_bounded_and_builds_each_copy_once():
 def test_bad_configuration_is_refused_clearly():
     with pytest.raises(eq.EquivalenceError, match="copies must be >= 1"):
         eq.EquivalenceConfig(copies=0, seed=1, max_bytes=1, timeout_s=1.0)
-    from t2sql.reward import PresetError
+    from t2sql.episode.reward import PresetError
 
     with pytest.raises(PresetError, match="equivalence_timeout_s"):
         RECIPE.replace(equivalence_timeout_s=0)
@@ -326,7 +326,7 @@ def test_measure_command_prints_a_table_and_json(tmp_path):
     data = tmp_path / "dev.json"
     subset = rows({"superhero"})[:12]
     data.write_text(json.dumps([*subset, {"db_id": "superhero"}]))  # one bad entry: reported, skipped
-    cmd = [sys.executable, "-m", "t2sql.equivalence", "--measure", "--data", str(data), "--db-root", str(BIRD)]
+    cmd = [sys.executable, "-m", "t2sql.cli", "equivalence", "--measure", "--data", str(data), "--db-root", str(BIRD)]
     proc = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "entry 12 skipped" in proc.stderr

@@ -31,7 +31,7 @@ from loopback_model import (
     structured_tool_call,
     xml_tool_call,
 )
-from t2sql.endpoint import (
+from t2sql.eval.endpoint import (
     EndpointError,
     OpenAIChatClient,
     RetryPolicy,
@@ -40,7 +40,7 @@ from t2sql.endpoint import (
     parse_chat_completion,
     parse_generate,
 )
-from t2sql.evaluate import (
+from t2sql.eval.runner import (
     ENDPOINT_ERROR,
     EvalError,
     OpenAIPolicy,
@@ -54,7 +54,7 @@ from t2sql.evaluate import (
     sample_questions,
     summarize,
 )
-from t2sql.reward import get_preset
+from t2sql.episode.reward import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,7 @@ def read_lines(path: Path) -> list[dict]:
 
 def evidence_lines(task, kind: str) -> str:
     """The recipe's enumerated evidence lines for `task` ("Requirement" or "Verification")."""
-    from t2sql.reward import evidence_label_lines, evidence_pieces
+    from t2sql.episode.reward import evidence_label_lines, evidence_pieces
 
     return evidence_label_lines(evidence_pieces(task.evidence), kind, "yes.")
 
@@ -601,7 +601,7 @@ def test_progress_lines_without_a_terminal(tmp_path, preset, sample_tasks, capfd
 
 
 def test_run_from_the_command_line_parser_in_sglang_mode(tmp_path, sample_tasks, capsys):
-    from t2sql import evaluate
+    from t2sql.eval import runner as evaluate
     from t2sql.cli import build_parser
 
     tasks = sample_tasks[:2]
@@ -786,7 +786,7 @@ def test_no_results_file_is_committed_at_the_repository_root():
 
 
 def test_majority_vote_groups_equal_results_written_differently(tmp_path, preset, sample_tasks):
-    from t2sql.evaluate import VOTE_RECORD
+    from t2sql.eval.runner import VOTE_RECORD
 
     win, tie, wrong_majority = sample_tasks[:3]
     gold = {t.question_id: t.gold_sql for t in (win, tie, wrong_majority)}

@@ -15,9 +15,9 @@ import time
 import pytest
 
 import t2sql
-import t2sql.grader as grader_module
-from t2sql.grader import Grader, GradeResult
-from t2sql.manifest import DatabaseChanged, Manifest
+import t2sql.serving.grader as grader_module
+from t2sql.serving.grader import Grader, GradeResult
+from t2sql.serving.manifest import DatabaseChanged, Manifest
 from conftest import bird_or_sample
 
 

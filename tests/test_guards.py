@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from t2sql.guards import (
+from t2sql.episode.guards import (
     GuardReport,
     check_turns,
     ngram_repetition,
@@ -67,7 +67,7 @@ def test_reopened_unclosed_solution_before_completion_is_not_a_redraft():
 def test_redrafts_are_counted_per_turn_and_summed():
     a = "<solution>x</solution><solution>y</solution>"
     assert solution_redrafts([a, "no solution here", a]) == 2
-    # Upper-case tags are not solution blocks to the parser (t2sql.prompt), so not re-drafts either.
+    # Upper-case tags are not solution blocks to the parser (t2sql.episode.prompt), so not re-drafts either.
     assert solution_redrafts(["<SOLUTION>x</SOLUTION><SOLUTION>y</SOLUTION>"]) == 0
 
 
@@ -194,7 +194,7 @@ def test_bad_thresholds_are_rejected():
 
 
 def _trajectory(texts, tool_queries, outcome="correct"):
-    from t2sql.reward import Trajectory
+    from t2sql.episode.reward import Trajectory
 
     visible = tuple(t.split("</think>", 1)[-1] for t in texts)
     answer = next((i for i, v in enumerate(visible) if "<solution>" in v), None)
@@ -213,8 +213,8 @@ def _trajectory(texts, tool_queries, outcome="correct"):
 def test_guard_terms_are_registered_and_scored_from_the_recipe_preset():
     import asyncio
 
-    from t2sql.guards import GUARD_TERMS
-    from t2sql.reward import get_preset, registered_terms, score
+    from t2sql.episode.guards import GUARD_TERMS
+    from t2sql.episode.reward import get_preset, registered_terms, score
 
     assert set(GUARD_TERMS) <= {t.name for t in registered_terms()}
     preset = get_preset("qwen3.6-35b-a3b")
@@ -237,7 +237,7 @@ def test_guard_terms_are_registered_and_scored_from_the_recipe_preset():
 def test_guard_terms_are_off_in_bare_and_never_push_below_the_floor():
     import asyncio
 
-    from t2sql.reward import get_preset, score
+    from t2sql.episode.reward import get_preset, score
 
     loop = " ".join([PARAGRAPH] * 4)
     traj = _trajectory([loop, loop, loop], ["SELECT 1", "select 1", "SELECT 1"], outcome="no_solution")
@@ -258,9 +258,9 @@ def test_guards_in_a_real_episode_are_named_in_metrics_and_reward():
     from pathlib import Path
 
     import t2sql
-    from t2sql.episode import Episode, Task
-    from t2sql.grader import Grader
-    from t2sql.reward import get_preset
+    from t2sql.episode.machine import Episode, Task
+    from t2sql.serving.grader import Grader
+    from t2sql.episode.reward import get_preset
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]  # "superpowers of 3-D Man"

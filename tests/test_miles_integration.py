@@ -93,7 +93,7 @@ def test_launcher_command_parses_under_miles_and_megatron(checkpoint, tmp_path):
     from miles.utils.arguments import parse_args
     from miles.utils.external_utils.model_args_utils import load_model_args
 
-    from t2sql import train
+    from t2sql.miles import train
 
     config = train.config_from_args(train.build_parser().parse_args(
         ["train", "--output-dir", str(tmp_path), "--dry-run"]))
@@ -128,7 +128,7 @@ def _write_split(rows: list[dict], path: Path) -> None:
 @pytest.fixture(scope="module")
 def splits(tmp_path_factory):
     """Three BIRD tasks converted by `t2sql convert` (train) and two for evaluation."""
-    from t2sql import data
+    from t2sql.data import convert as data
 
     root = bird_or_sample()
     questions = [q for q in json.loads((root / "dev.json").read_text()) if q.get("evidence")]
@@ -186,8 +186,8 @@ def test_rollout_and_eval_through_miles(qwen36_tokenizer, qwen36_dir, splits, tm
     from miles.utils.misc import load_function
     from miles.utils.types import Sample
 
-    from t2sql import curriculum, sql_episode
-    from t2sql.evaluate import load_tasks
+    from t2sql import curriculum, sql_episode  # the dotted paths miles is handed
+    from t2sql.eval.runner import load_tasks
 
     tok = qwen36_tokenizer
     splits_dir, root, train_rows, eval_rows = splits
@@ -282,7 +282,7 @@ def test_cispo_through_miles_loss_dispatcher():
     from miles.backends.training_utils.loss_hub.losses import get_loss_function
     from miles.backends.training_utils.parallel import GroupInfo, ParallelState, set_parallel_state
 
-    from t2sql.cispo import cispo_loss, cispo_reference
+    from t2sql.miles.cispo import cispo_loss, cispo_reference
 
     # One process, tensor-parallel size 1: the default group miles' cross-entropy reduces over.
     import torch.distributed as dist

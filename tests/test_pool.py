@@ -12,8 +12,8 @@ import time
 import pytest
 
 import t2sql
-from t2sql.grader import Grader
-from t2sql.pool import ToolPreview, WorkerLost
+from t2sql.serving.grader import Grader
+from t2sql.serving.backends import ToolPreview, WorkerLost
 from conftest import bird_or_sample
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from t2sql import prompt as P
-from t2sql.episode import Task
-from t2sql.reward import get_preset
+from t2sql.episode import prompt as P
+from t2sql.episode.machine import Task
+from t2sql.episode.reward import get_preset
 from conftest import bird_or_sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
 
 
 def test_user_prompt_lists_each_evidence_piece_with_both_labels():
-    from t2sql.episode import Task
+    from t2sql.episode.machine import Task
 
     task = Task("1", "db", "db.sqlite", "How many?", "a refers to x = 1; b refers to y = 'B';", "SELECT 1")
     text = P.user_prompt(task, "CREATE TABLE t(x)", "enumerated")

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from conftest import REPO, bird_root
-from t2sql import data
-from t2sql.reward import evidence_pieces
+from t2sql.data import convert as data
+from t2sql.episode.reward import evidence_pieces
 
 RELEASE = REPO.parent / "shared" / "data" / "release"
 pytestmark = pytest.mark.skipif(not (RELEASE / "arcwise_plat_sql.json").is_file(),
@@ -67,7 +67,8 @@ def test_a_fallback_method_is_chosen_by_flag_never_silently():
 
 @pytest.mark.parametrize("command", ["convert", "gold", "eval", "prepare"])
 def test_an_unreadable_fallback_method_is_a_usage_error_before_any_data_is_read(command, tmp_path, capsys):
-    from t2sql import cli, train
+    from t2sql import cli
+    from t2sql.miles import train
 
     questions = str(RELEASE / FILES["train"])  # its bare "subset" rows would need the fallback
     argv = {"convert": ["convert", "--questions", questions, "--db-root", str(tmp_path), "--out-dir", str(tmp_path)],

@@ -23,8 +23,9 @@ import pytest
 
 from conftest import bird_or_sample
 from miles_standins import GenerateFnInput, Sample
-from t2sql import data, sql_episode
-from t2sql.reward import get_preset
+from t2sql.data import convert as data
+from t2sql.miles import adapter as sql_episode
+from t2sql.episode.reward import get_preset
 
 BIRD = bird_or_sample()
 
@@ -442,7 +443,7 @@ def test_import_without_miles_and_flags():
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys, t2sql.sql_episode as m; "
+        [sys.executable, "-c", "import sys, t2sql.miles.adapter as m; "
          "assert 'miles' not in sys.modules and 'torch' not in sys.modules; "
          "assert m.generate.add_arguments is m.add_arguments; print('ok')"],
         capture_output=True, text=True, timeout=60, check=False,

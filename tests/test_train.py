@@ -18,8 +18,8 @@ import pytest
 
 from conftest import bird_root
 
-from t2sql import train
-from t2sql.reward import get_preset
+from t2sql.miles import train
+from t2sql.episode.reward import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "tests" / "snapshots" / "train_dry_run.txt"
@@ -35,6 +35,10 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
     env.update(extra)
     return env
+
+
+# The `t2sql-train` console script, as a real process (its entry point: t2sql.miles.train:main).
+TRAIN = ["-c", "import sys; from t2sql.miles.train import main; sys.exit(main())"]
 
 
 def _run(args: list[str], **env: str) -> subprocess.CompletedProcess:
@@ -54,7 +58,7 @@ def _value(flags: list[str], name: str) -> str:
 
 
 def test_dry_run_matches_snapshot():
-    proc = _run(["-m", "t2sql.train", "train", "--dry-run", *FIXED])
+    proc = _run([*TRAIN, "train", "--dry-run", *FIXED])
     assert proc.returncode == 0, proc.stderr
     if os.environ.get("T2SQL_UPDATE_SNAPSHOTS") == "1":
         SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +127,7 @@ def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
     overridden = flags(loss="grpo")  # --loss wins over the preset; the curriculum stays
     assert "--custom-loss-function-path" not in overridden and "--data-source-path" in overridden
     assert "--custom-loss-function-path" in flags(recipe="bare", loss="cispo")
-    proc = _run(["-m", "t2sql.train", "train", "--dry-run", "--recipe", "bare", *FIXED])
+    proc = _run([*TRAIN, "train", "--dry-run", "--recipe", "bare", *FIXED])
     assert proc.returncode == 0 and "loss grpo" in proc.stdout.splitlines()[0]
     # miles cannot run the curriculum's after-rollout hook under --fully-async: refused up front.
     with pytest.raises(train.LaunchError, match="--fully-async"):
@@ -134,7 +138,7 @@ def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
 def test_bad_options_are_refused_clearly():
     with pytest.raises(train.LaunchError, match="--loss"):
         train.TrainConfig(loss="ppo2")
-    proc = _run(["-m", "t2sql.train", "train", "--dry-run", "--recipe", "nope", *FIXED])
+    proc = _run([*TRAIN, "train", "--dry-run", "--recipe", "nope", *FIXED])
     assert proc.returncode == 1 and "nope" in proc.stderr and "qwen3.6-35b-a3b" in proc.stderr
     with pytest.raises(train.LaunchError, match="KEY=VALUE"):
         train.runtime_env(train.TrainConfig(extra_env=["novalue"]), {})
@@ -144,7 +148,7 @@ def test_train_without_gpus_or_miles_stops_before_starting(tmp_path):
     if train.count_gpus() >= 8:
         pytest.skip("this node has GPUs: the refusal path is not reachable")
     out = tmp_path / "run"
-    proc = _run(["-m", "t2sql.train", "train", "--output-dir", str(out), "--miles-path", str(tmp_path / "no-miles"),
+    proc = _run([*TRAIN, "train", "--output-dir", str(out), "--miles-path", str(tmp_path / "no-miles"),
                  "--run-id", "x"])
     assert proc.returncode == 1
     assert "GPUs: found" in proc.stderr and "miles: no source checkout" in proc.stderr
@@ -164,7 +168,7 @@ def test_disk_check_gives_the_numbers(tmp_path):
 def test_prepare_refuses_model_step_without_gpus(tmp_path):
     if train.count_gpus() >= 8:
         pytest.skip("this node has GPUs")
-    proc = _run(["-m", "t2sql.train", "prepare", "--output-dir", str(tmp_path), "--skip-disk-check",
+    proc = _run([*TRAIN, "prepare", "--output-dir", str(tmp_path), "--skip-disk-check",
                  "--data-release", str(tmp_path)])
     assert proc.returncode == 1 and "--skip-model" in proc.stderr
     assert not (tmp_path / "models").exists()
@@ -183,7 +187,7 @@ def test_prepare_data_only_from_a_local_release(tmp_path):
     (release / "arcwise.json").write_text(json.dumps([r for r in rows if r["db_id"] == "toxicology"][:10]))
     (release / "train.json").write_text(json.dumps([r for r in rows if r["db_id"] == "toxicology"][10:40]))
     out = tmp_path / "out"
-    proc = _run(["-m", "t2sql.train", "prepare", "--output-dir", str(out), "--data-release", str(release),
+    proc = _run([*TRAIN, "prepare", "--output-dir", str(out), "--data-release", str(release),
                  "--skip-model"])
     assert proc.returncode == 0, proc.stderr
     counts = {s: len((out / "data" / f"{s}.jsonl").read_text().splitlines()) for s in train.SPLITS}

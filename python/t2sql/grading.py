@@ -164,8 +164,8 @@ def run(args: argparse.Namespace) -> int:
                      f"missing: {', '.join('--' + m for m in missing)}")
     db_path = args.db
     if args.db_id:
-        from t2sql.data import database_path
-        from t2sql.evaluate import sample_dir
+        from t2sql.data.convert import database_path
+        from t2sql.eval.runner import sample_dir
 
         db_path = str(database_path(args.db_root or sample_dir(), args.db_id))
     try:
@@ -295,7 +295,7 @@ def _grade_row(row: dict, args: argparse.Namespace, databases: dict) -> tuple[di
     """A pair's record, and whether it got a verdict (False: its database could not be read)."""
     db = databases.get(row["db_id"])
     if db is None:  # the first line on this database opens it, once
-        from t2sql.data import database_path
+        from t2sql.data.convert import database_path
 
         try:
             db = Database(str(database_path(args.db_root, row["db_id"])))

@@ -73,7 +73,7 @@ OUTCOMES: tuple[str, ...] = (
 SEMANTICS = ("multiset", "ordered", "set", "auto")
 COLUMN_ORDERS = ("strict", "ignore")
 EVIDENCE_RULES = ("enumerated", "coverage")
-LOSSES = ("grpo", "cispo")  # t2sql.train's loss blocks
+LOSSES = ("grpo", "cispo")  # t2sql.miles.train's loss blocks
 
 # Switches reserved for the recipe extras (equivalence check, re-draft and repetition guards).
 # They live in every preset so runs print them, but no built-in term reads them: the module that
@@ -143,24 +143,24 @@ class Preset:
     repeated_tool_query_penalty: float
     ngram_repetition_penalty: float
     repeated_turn_penalty: float
-    # -- the equivalence check (t2sql.equivalence reads them; on when equivalence_penalty > 0)
+    # -- the equivalence check (t2sql.episode.equivalence reads them; on when equivalence_penalty > 0)
     equivalence_copies: int  # perturbed copies per correct episode: sample, duplicate, shuffle, nullify, sample, ...
     equivalence_seed: int  # the copies' seeds derive from it (not from the task: copies are shared)
     equivalence_max_bytes: int  # larger databases are not copied into memory: the check is skipped
     equivalence_timeout_s: float  # per query on a copy
-    # -- thresholds of the repetition guards (t2sql.guards reads them)
+    # -- thresholds of the repetition guards (t2sql.episode.guards reads them)
     repetition_ngram_n: int  # word n-grams compared inside one turn
     repetition_ngram_share: float  # a turn is repetitive at this share of repeated n-grams
     repetition_min_ngrams: int  # shorter turns are never judged
     repeated_turn_similarity: float  # trigram Jaccard at which a turn repeats an earlier one
-    # -- the curriculum (t2sql.curriculum reads them; a miles data source, not a reward term)
+    # -- the curriculum (t2sql.miles.curriculum reads them; a miles data source, not a reward term)
     curriculum: bool  # hints after a 0/N group, learnability-weighted draws
     curriculum_max_hint_level: int  # 0..3: evidence, + FROM/JOIN skeleton, + SELECT list
     curriculum_release_share: float  # a hinted group at least this correct gives a level back (0 = never)
     curriculum_weight_floor: float  # draw weight max(p(1-p), floor): no task vanishes
     curriculum_weighted_from_epoch: int  # 1-based; earlier epochs are plain seeded shuffles
-    # -- training (t2sql.train reads it; `t2sql-train train --loss` overrides it)
-    loss: str  # grpo | cispo (t2sql.cispo, a miles custom loss)
+    # -- training (t2sql.miles.train reads it; `t2sql-train train --loss` overrides it)
+    loss: str  # grpo | cispo (t2sql.miles.cispo, a miles custom loss)
 
     def __post_init__(self) -> None:
         problems = []
@@ -284,12 +284,12 @@ _RECIPE = Preset(
     invalid_tool_penalty=0.05,
     invalid_tool_penalty_cap=0.2,
     penalties_below_floor=False,
-    equivalence_penalty=0.2,  # the recipe's number (t2sql.equivalence)
+    equivalence_penalty=0.2,  # the recipe's number (t2sql.episode.equivalence)
     equivalence_copies=6,  # 24.2% of derived false positives on BIRD dev refuted, no equivalent rewrite
     equivalence_seed=20250601,
     equivalence_max_bytes=128 * 1024 * 1024,  # 6 copies of the largest fit the 1 GiB copy cache
     equivalence_timeout_s=10.0,
-    # The repetition guards (t2sql.guards), off per counted event; our numbers, not the recipe's.
+    # The repetition guards (t2sql.episode.guards), off per counted event; our numbers, not the recipe's.
     redraft_penalty=0.1,
     repeated_tool_query_penalty=0.05,  # like an invalid call: a call spent to learn nothing
     ngram_repetition_penalty=0.1,
@@ -426,7 +426,7 @@ class EvidenceCheck:
 
 @dataclass(frozen=True)
 class Trajectory:
-    """The reward's view of one finished episode (built by t2sql.episode)."""
+    """The reward's view of one finished episode (built by t2sql.episode.machine)."""
 
     outcome: str
     evidence: str
@@ -437,7 +437,7 @@ class Trajectory:
     tool_queries: tuple[str, ...] = ()  # every query the model sent to the tool, in order
     solution: str | None = None
     texts: tuple[str, ...] = ()  # per assistant turn: the raw text, <think> included
-    task: Any = dataclasses.field(default=None, compare=False)  # t2sql.episode.Task
+    task: Any = dataclasses.field(default=None, compare=False)  # t2sql.episode.machine.Task
     grade: Any = dataclasses.field(default=None, compare=False)  # the grader's GradeResult
     grader: Any = dataclasses.field(default=None, compare=False)  # for terms that run SQL
 
@@ -463,7 +463,7 @@ class Trajectory:
         )
 
     def _check_enumerated(self) -> EvidenceCheck:
-        """The recipe's rule (module doc of t2sql.reward; docs/episode.md): labelled lines in the
+        """The recipe's rule (module doc of t2sql.episode.reward; docs/episode.md): labelled lines in the
         visible text (outside <think>) of the first two replies and of the answer reply."""
         n = len(evidence_pieces(self.evidence))
         if n == 0:
@@ -603,11 +603,11 @@ def outcome_table(preset: Preset) -> Sequence[tuple[str, float]]:
     return [(o, preset.outcome_reward(o)) for o in OUTCOMES]
 
 
-# The recipe extras' terms, registered here so every importer of t2sql.reward scores with them.
-# (t2sql.guards and t2sql.equivalence import this module only inside functions, after it exists.)
-from t2sql import guards as _guards  # noqa: E402
+# The recipe extras' terms, registered here so every importer of t2sql.episode.reward scores with them.
+# (t2sql.episode.guards and t2sql.episode.equivalence import this module only inside functions, after it exists.)
+from t2sql.episode import guards as _guards  # noqa: E402
 
-from t2sql import equivalence as _equivalence  # noqa: E402
+from t2sql.episode import equivalence as _equivalence  # noqa: E402
 
 for _term in (*_guards.reward_terms(), *_equivalence.reward_terms()):
     register_term(_term)

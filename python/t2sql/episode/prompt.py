@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from t2sql.reward import Preset, content_tokens, evidence_label_lines, evidence_pieces
+from t2sql.episode.reward import Preset, content_tokens, evidence_label_lines, evidence_pieces
 
 if TYPE_CHECKING:
     from t2sql import Database
-    from t2sql.episode import Task
+    from t2sql.episode.machine import Task
 
 TOOL_NAME = "execute_sql_query"
 
@@ -277,7 +277,7 @@ def load_schema(db_path: str, *, example_values: int = 3, example_value_chars: i
     Cached per file (path, size, mtime) and options: every episode of a database reuses it. `db`,
     when given, is the open core Database to read through (else one is opened).
     """
-    from t2sql.manifest import file_identity
+    from t2sql.serving.manifest import file_identity
 
     try:
         identity = file_identity(db_path)

@@ -26,7 +26,7 @@ into a reward term by `reward_terms()`:
   compared token for token; an empty remainder never matches. Count = turns similar to some
   earlier turn.
 
-The thresholds and penalties are preset fields (t2sql.reward): `repetition_ngram_n`,
+The thresholds and penalties are preset fields (t2sql.episode.reward): `repetition_ngram_n`,
 `repetition_ngram_share`, `repetition_min_ngrams`, `repeated_turn_similarity`, and the penalties
 `repeated_tool_query_penalty`, `redraft_penalty`, `ngram_repetition_penalty`, `repeated_turn_penalty`
 (each taken off once per counted event). Nothing here imports torch, miles or the grader.
@@ -45,9 +45,9 @@ from typing import Any
 TURN_SHINGLE_N = 3
 
 _WORD_OR_MARK = re.compile(r"\w+|[^\w\s]")
-# Case-sensitive, like t2sql.prompt.parse_solution: only what the parser treats as a block counts.
+# Case-sensitive, like t2sql.episode.prompt.parse_solution: only what the parser treats as a block counts.
 _SOLUTION_TAG = re.compile(r"<(/?)solution>")
-# A tool-call block as t2sql.prompt parses it (an unclosed one runs to the end of the turn).
+# A tool-call block as t2sql.episode.prompt parses it (an unclosed one runs to the end of the turn).
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|$)", re.S)
 
 
@@ -220,7 +220,7 @@ def check_turns(
 
 
 def guard_report(trajectory: Any, preset: Any) -> GuardReport:
-    """The report for a t2sql.reward.Trajectory under a preset's thresholds."""
+    """The report for a t2sql.episode.reward.Trajectory under a preset's thresholds."""
     texts = trajectory.texts or trajectory.visible  # raw text when the episode kept it
     return _cached_report(
         tuple(texts),
@@ -259,8 +259,8 @@ GUARD_TERMS: dict[str, tuple[str, str]] = {
 
 
 def reward_terms() -> list[Any]:
-    """One t2sql.reward.RewardTerm per guard: minus the preset's penalty per counted event."""
-    from t2sql.reward import RewardTerm
+    """One t2sql.episode.reward.RewardTerm per guard: minus the preset's penalty per counted event."""
+    from t2sql.episode.reward import RewardTerm
 
     def make(switch: str, field: str):
         def term(trajectory: Any, preset: Any) -> float:

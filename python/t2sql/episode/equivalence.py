@@ -12,7 +12,7 @@ its own SQL on a private connection; the model's SQL never touches a writable co
   shuffle    in each table, one non-key column's values permuted across rows
   nullify    in each table, a third of one nullable non-key column's values set to NULL
 
-The rules (preset fields in t2sql.reward, `equivalence_*`):
+The rules (preset fields in t2sql.episode.reward, `equivalence_*`):
 
 - Only an episode whose outcome is `correct` is checked. Copy i (0-based) of `equivalence_copies`
   is kind `KINDS[i % 4]` (sample, duplicate, shuffle, nullify, sample, ...) with a 64-bit seed derived from
@@ -48,7 +48,7 @@ Metrics added to the episode (every episode scored with the term on):
   not_correct / too_large / database_error / no_informative_copy / no_task),
   equivalence_copies_run (informative copies), equivalence_elapsed_s.
 
-`python -m t2sql.equivalence --measure --data dev.json --db-root DIR` (also `t2sql equivalence`)
+`t2sql equivalence --measure --data dev.json --db-root DIR`
 measures the check on BIRD-layout data: derived false-positive pairs refuted, gold against itself
 and equivalent rewrites never refuted (see `measure`).
 """
@@ -67,7 +67,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import t2sql
-from t2sql.manifest import file_identity
+from t2sql.serving.manifest import file_identity
 
 KINDS: tuple[str, ...] = ("sample", "duplicate", "shuffle", "nullify")
 
@@ -446,7 +446,7 @@ TERM_NAME = "equivalence"
 
 
 async def check_trajectory(trajectory: Any, preset: Any, checker: EquivalenceChecker | None = None) -> EquivalenceReport:
-    """The report for a finished episode (a t2sql.reward.Trajectory)."""
+    """The report for a finished episode (a t2sql.episode.reward.Trajectory)."""
     if trajectory.outcome != "correct":
         return skipped("not_correct")
     task = trajectory.task
@@ -458,7 +458,7 @@ async def check_trajectory(trajectory: Any, preset: Any, checker: EquivalenceChe
 
 
 async def equivalence_term(trajectory: Any, preset: Any) -> Any:
-    from t2sql.reward import TermResult
+    from t2sql.episode.reward import TermResult
 
     report = await check_trajectory(trajectory, preset)
     amount = -preset.equivalence_penalty if report.refuted else 0.0
@@ -466,8 +466,8 @@ async def equivalence_term(trajectory: Any, preset: Any) -> Any:
 
 
 def reward_terms() -> list[Any]:
-    """The RewardTerm t2sql.reward registers (switch: equivalence_penalty)."""
-    from t2sql.reward import RewardTerm
+    """The RewardTerm t2sql.episode.reward registers (switch: equivalence_penalty)."""
+    from t2sql.episode.reward import RewardTerm
 
     return [RewardTerm(TERM_NAME, equivalence_term, switch="equivalence_penalty")]
 
@@ -877,7 +877,7 @@ def run(args: Any) -> int:
     import json
     import sys
 
-    from t2sql.reward import PresetError, get_preset
+    from t2sql.episode.reward import PresetError, get_preset
 
     if not args.measure:
         print("t2sql equivalence: nothing to do; pass --measure (the check itself runs inside episodes)",
@@ -920,12 +920,3 @@ def run(args: Any) -> int:
     else:
         print(format_measurement(result))
     return 0
-
-
-if __name__ == "__main__":
-    import argparse
-    import sys
-
-    _parser = argparse.ArgumentParser(prog="python -m t2sql.equivalence", description=__doc__.splitlines()[0])
-    add_arguments(_parser)
-    sys.exit(run(_parser.parse_args()))

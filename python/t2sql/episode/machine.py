@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import t2sql
-from t2sql import prompt as prompts
-from t2sql import reward as rewards
-from t2sql.reward import Preset
+from t2sql.episode import prompt as prompts
+from t2sql.episode import reward as rewards
+from t2sql.episode.reward import Preset
 
 if TYPE_CHECKING:
-    from t2sql.grader import Grader
+    from t2sql.serving.grader import Grader
 
 CUTS = (None, "turn", "context")
 
@@ -78,7 +78,7 @@ class Task:
                  method_fallback: str | None = None) -> "Task":
         """A task from a BIRD question (question_id, db_id, question, evidence, SQL, difficulty,
         optionally grading_method) or a converted miles row ({"label": {...}, "metadata": {...}},
-        see t2sql.data).
+        see t2sql.data.convert).
 
         With `db_root`, the database is `<db_root>/<db_id>/<db_id>.sqlite` (BIRD's layout);
         without it, the row's `db_path` (miles rows carry one). A grading_method that cannot be
@@ -153,7 +153,7 @@ class TurnOutcome:
 
 @dataclass(frozen=True)
 class EpisodeResult:
-    outcome: str  # one of t2sql.reward.OUTCOMES
+    outcome: str  # one of t2sql.episode.reward.OUTCOMES
     reward: float
     correct: bool  # what evaluation scores
     solution: str | None
@@ -195,7 +195,7 @@ class Episode:
     ):
         """`prompt`: the [system, user] messages if already built (a converted data row carries
         them); otherwise built here (the first episode of a database runs SQL for example values:
-        from async code build it with `t2sql.prompt.build_prompt_async` and pass it in)."""
+        from async code build it with `t2sql.episode.prompt.build_prompt_async` and pass it in)."""
         self.task = task
         self.preset = preset
         self.grader = grader
@@ -406,7 +406,7 @@ class Episode:
 
 
 def _guard_metrics(trajectory: rewards.Trajectory, preset: Preset) -> dict[str, float]:
-    # The repetition guards' named counts (t2sql.guards), logged for every episode.
-    from t2sql import guards
+    # The repetition guards' named counts (t2sql.episode.guards), logged for every episode.
+    from t2sql.episode import guards
 
     return guards.guard_report(trajectory, preset).to_metrics()

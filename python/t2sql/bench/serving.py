@@ -76,7 +76,7 @@ TOOL_PATHS = {
 
 
 def bench_tool_latency(db_path: str, n: int) -> dict[str, Any]:
-    from t2sql.grader import Grader
+    from t2sql.serving.grader import Grader
 
     queries = _small_queries(db_path, n)
     out: dict[str, Any] = {"queries": n, "query": queries[0]}
@@ -221,7 +221,7 @@ async def _grade_all(grader, pairs, tasks: int | None) -> tuple[float, tuple, li
 def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1) -> dict[str, Any]:
     """Each configuration `repeat` times, round-robin (so drifting load on a shared machine
     hits every configuration alike); the median run of each is reported."""
-    from t2sql.grader import Grader
+    from t2sql.serving.grader import Grader
 
     other = "process" if backend == "thread" else "thread"
     # label -> (backend, workers, concurrent tasks or None = one task per pair, warm golds)
@@ -325,8 +325,8 @@ def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> 
     once, five times (what asyncio itself costs for the benchmark's burst of tasks)."""
     import threading
 
-    from t2sql.grader import DEFAULT_WORKER_NICE
-    from t2sql.pool import lower_priority
+    from t2sql.serving.grader import DEFAULT_WORKER_NICE
+    from t2sql.serving.backends import lower_priority
 
     async def meter_for(duration: float) -> tuple[float, float]:
         meter = _StallMeter()
@@ -420,7 +420,7 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
     when sglang generates). Golds are cold. Reports SQL calls/s and the loop's stalls."""
     import random
 
-    from t2sql.grader import Grader
+    from t2sql.serving.grader import Grader
 
     rng = random.Random(seed)
     plan = [(pairs[i % len(pairs)], [rng.uniform(0.005, 0.05) for _ in range(6)]) for i in range(trajectories)]
@@ -460,7 +460,7 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
 
 
 def bench_gold_precompute(pairs, workers: int, backend: str) -> dict[str, Any]:
-    from t2sql.grader import Grader
+    from t2sql.serving.grader import Grader
 
     async def all_golds(g) -> int:
         results = await asyncio.gather(*(g.gold(p, sql) for p, sql in pairs))

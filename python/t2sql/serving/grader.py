@@ -3,7 +3,7 @@
 During RL hundreds of trajectories share one asyncio loop; each makes up to five tool calls
 and one grade, and every task's gold result is needed again and again. One Grader owns:
 
-- the SQL workers (threads by default; worker processes or Ray actors, see t2sql.pool), whose
+- the SQL workers (threads by default; worker processes or Ray actors, see t2sql.serving.backends), whose
   size is the one concurrency limit shared by tool calls, golds and predictions;
 - connections cached per worker thread per database file;
 - the gold digest cache: in memory, and on disk under `cache_dir` when given, keyed by the
@@ -49,8 +49,8 @@ from t2sql import (
     set_hash_secret,
     sqlite_version,
 )
-from t2sql.manifest import FileIdentity, Manifest, file_identity
-from t2sql.pool import (
+from t2sql.serving.manifest import FileIdentity, Manifest, file_identity
+from t2sql.serving.backends import (
     Job,
     ProcessBackend,
     RayBackend,
@@ -60,7 +60,7 @@ from t2sql.pool import (
     next_job_id,
 )
 
-log = logging.getLogger("t2sql.grader")
+log = logging.getLogger("t2sql.serving.grader")
 
 BACKENDS = ("thread", "process", "ray")
 
@@ -221,7 +221,7 @@ class Grader:
         backend: "thread" | "process" | "ray" (Ray must already be initialised).
         manifest: a Manifest or the path of one; databases not matching it are refused.
         hash_databases: with a manifest, check each database's sha256 at its first use in this
-            Grader even when its size, times and inode match the manifest (t2sql.manifest).
+            Grader even when its size, times and inode match the manifest (t2sql.serving.manifest).
         worker_heap_limit: bytes of SQLite heap per worker process/actor (process and ray only).
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment

@@ -6,7 +6,7 @@ Two wire formats, both plain JSON over HTTP:
   llama.cpp, ...). One call = one assistant turn; the server applies the chat template.
 - `SglangGenerateClient`: sglang's token-level `/generate`, the call miles makes in training:
   `input_ids` in, `text`, `meta_info.finish_reason.type` and `meta_info.output_token_logprobs`
-  out. The caller owns the token ids (see `t2sql.evaluate.SglangPolicy`).
+  out. The caller owns the token ids (see `t2sql.eval.runner.SglangPolicy`).
 
 Both retry what may heal (connection errors, timeouts, HTTP 408/429/5xx, a garbled body) with
 exponential backoff and raise `EndpointError` once the retries are spent, or at once for what will

@@ -1,7 +1,7 @@
 """`t2sql bench`: benchmarks of the grading core, side by side with its peers, in one run.
 
     t2sql bench grader [--rows 1000000,5000000] [--work-dir DIR] [--json]
-    t2sql bench serving ...   (the Grader at training scale: t2sql.bench_serving)
+    t2sql bench serving ...   (the Grader at training scale: t2sql.bench.serving)
 
 Every path of `grader` runs in a fresh process, so its wall time and its peak memory
 (ru_maxrss of that process) are its own. Ratios are what carry between machines.
@@ -207,12 +207,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--skip", default="", help="comma-separated paths to skip (e.g. python_counter)")
     g.add_argument("--json", action="store_true", help="print the report as JSON")
     s = suites.add_parser("serving", help="the Grader at training scale (tool latency, grades/s, loop stalls)")
-    importlib.import_module("t2sql.bench_serving").add_arguments(s)
+    importlib.import_module("t2sql.bench.serving").add_arguments(s)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.suite == "serving":
-        return importlib.import_module("t2sql.bench_serving").run(args)
+        return importlib.import_module("t2sql.bench.serving").run(args)
     rows = [int(x) for x in str(args.rows).split(",") if x.strip()]
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     report = bench_grader(rows, Path(args.work_dir), max(1, args.repeat), skip)

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from t2sql.manifest import Manifest, UnknownDatabase, database_path, write_atomic
+from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path, write_atomic
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class GoldRecord:
 def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
                  method_fallback: str | None = None) -> GoldTask:
     """A BIRD question or a converted miles row -> the gold to run."""
-    from t2sql.episode import TaskError, task_method
+    from t2sql.episode.machine import TaskError, task_method
 
     label = obj.get("label") if isinstance(obj.get("label"), dict) else None
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
@@ -103,7 +103,7 @@ def _locate(row: int, question_id: str, db_id: str, gold_sql: Any, metadata: dic
 def load_tasks(data: str | os.PathLike, db_root: str | None,
                method_fallback: str | None = None) -> tuple[list[GoldTask], list[GoldRecord]]:
     """Every readable row's gold, plus a failure record for each unreadable line."""
-    from t2sql.data import load_questions
+    from t2sql.data.convert import load_questions
 
     raw, problems = load_questions(data)
     bad = [GoldRecord("", "", p.row, None, None, None, "skipped", f"line {p.row}: {p.message}")
@@ -163,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _grading_settings(args):
     """(the method of a task, float_digits, timeout, column order, the preset)."""
-    from t2sql.reward import DEFAULT_PRESET, get_preset
+    from t2sql.episode.reward import DEFAULT_PRESET, get_preset
 
     preset = get_preset(args.recipe or DEFAULT_PRESET)
     if args.semantics:
@@ -177,9 +177,9 @@ def _grading_settings(args):
 
 
 def run(args) -> int:
-    from t2sql.data import DataError
+    from t2sql.data.convert import DataError
     from t2sql.progress import Progress
-    from t2sql.grader import Grader
+    from t2sql.serving.grader import Grader
     from t2sql.grading import method_counts
 
     if args.workers is not None and args.workers < 1:

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from t2sql.data import DataError, load_questions
+from t2sql.data.convert import DataError, load_questions
 
 
 class PromptCommandError(ValueError):
@@ -58,9 +58,9 @@ def add_arguments(parser: Any) -> None:
 
 
 def run(args: Any) -> int:
-    from t2sql.episode import Task, TaskError
-    from t2sql.prompt import SchemaError, build_prompt, tool_specs
-    from t2sql.reward import PresetError, get_preset
+    from t2sql.episode.machine import Task, TaskError
+    from t2sql.episode.prompt import SchemaError, build_prompt, tool_specs
+    from t2sql.episode.reward import PresetError, get_preset
 
     try:
         preset = get_preset(args.preset)
@@ -86,11 +86,3 @@ def run(args: Any) -> int:
         print(m["content"])
     print(f"===== tools: {', '.join(t['function']['name'] for t in tool_specs())} =====")
     return 0
-
-
-if __name__ == "__main__":
-    import argparse
-
-    _parser = argparse.ArgumentParser(prog="python -m t2sql.show_prompt", description=__doc__.splitlines()[0])
-    add_arguments(_parser)
-    sys.exit(run(_parser.parse_args()))

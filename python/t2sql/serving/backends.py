@@ -43,7 +43,7 @@ _local = threading.local()
 
 class Job(NamedTuple):
     """One unit of SQL work. `identity` is the file's (size, version) seen by the Grader
-    (t2sql.manifest.FileIdentity): a cached connection opened on another identity is reopened
+    (t2sql.serving.manifest.FileIdentity): a cached connection opened on another identity is reopened
     (the file was replaced or written, or a writer's side file came or went).
     A named tuple, not a dataclass: one is made per SQL call on the event loop's thread, and
     this is about 2.4 times cheaper to build (timeit: 0.96 vs 2.30 µs)."""

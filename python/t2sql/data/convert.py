@@ -6,15 +6,15 @@ Input (BIRD's own layout, so any BIRD tool reads it):
     DB_ROOT     <DB_ROOT>/<db_id>/<db_id>.sqlite
 
 Output: one jsonl row per task, the fixed row format every part of t2sql reads
-(`t2sql.episode.Task.from_row`, the eval, the miles adapter):
+(`t2sql.episode.machine.Task.from_row`, the eval, the miles adapter):
 
     {
-      "prompt":   [{"role": "system", ...}, {"role": "user", ...}],   # t2sql.prompt.build_prompt
+      "prompt":   [{"role": "system", ...}, {"role": "user", ...}],   # t2sql.episode.prompt.build_prompt
       "label":    {"gold_sql": str, "db_id": str, "question_id": str},
       "metadata": {"question_id": str, "db_id": str, "db_path": str,   # absolute, at conversion
                    "question": str, "evidence": str, "difficulty": str, "split": str,
                    "recipe": str},                                     # the preset the prompt was built for
-      "tools":    [OpenAI function spec of execute_sql_query]         # t2sql.prompt.tool_specs()
+      "tools":    [OpenAI function spec of execute_sql_query]         # t2sql.episode.prompt.tool_specs()
     }
 
 miles reads it with `--input-key prompt --label-key label --metadata-key metadata --tool-key tools`
@@ -222,7 +222,7 @@ def normalize_rows(
     """Source objects -> canonical dicts (str fields, plus "originals": the source's original_*
     fields, kept as they are); structural problems (missing fields, ids, an unreadable
     grading_method unless `method_fallback` names the method to use instead)."""
-    from t2sql.episode import TaskError, task_method
+    from t2sql.episode.machine import TaskError, task_method
 
     problems: list[Problem] = []
     qid_key = fields["question_id"]
@@ -347,9 +347,9 @@ def build_rows(
 ) -> list[dict[str, Any]]:
     """Canonical tasks -> miles rows, with the prompt the episode itself would build."""
     from t2sql import Database
-    from t2sql.episode import Task
-    from t2sql.prompt import build_prompt, tool_specs
-    from t2sql.reward import get_preset
+    from t2sql.episode.machine import Task
+    from t2sql.episode.prompt import build_prompt, tool_specs
+    from t2sql.episode.reward import get_preset
 
     preset = get_preset(recipe)
     tools = tool_specs()

@@ -4,9 +4,9 @@
     t2sql-train train   --output-dir /data/t2sql [--num-nodes N] [--loss grpo|cispo] [--dry-run]
 
 The preset (--recipe) chooses the loss (--loss overrides it) and, when its `curriculum` switch is on,
-adds the curriculum's data source and after-rollout hook (t2sql.curriculum).
+adds the curriculum's data source and after-rollout hook (t2sql.miles.curriculum).
 
-`prepare` checks free disk first, converts the data release into miles jsonl (t2sql.data),
+`prepare` checks free disk first, converts the data release into miles jsonl (t2sql.data.convert),
 records the database manifest, runs every gold query once (validates the data and fills the gold
 cache), then downloads the checkpoint (huggingface_hub) and converts it to Megatron's torch_dist
 format with miles' own `convert_checkpoint` (torchrun on the GPUs).
@@ -158,7 +158,7 @@ class TrainConfig:
 
 
 def _preset(config: TrainConfig):
-    from t2sql.reward import get_preset
+    from t2sql.episode.reward import get_preset
 
     return get_preset(config.recipe)
 
@@ -187,7 +187,7 @@ def data_block(c: TrainConfig) -> list[str]:
 
 
 def curriculum_block(c: TrainConfig) -> list[str]:
-    """The curriculum's two miles hooks when the preset switches it on (t2sql.curriculum reads the
+    """The curriculum's two miles hooks when the preset switches it on (t2sql.miles.curriculum reads the
     preset through --text-to-sql-recipe). miles refuses the after-rollout hook under --fully-async."""
     if not _preset(c).curriculum:
         return []
@@ -255,7 +255,7 @@ def grpo_loss_flags(c: TrainConfig) -> list[str]:
 
 
 def cispo_loss_flags(c: TrainConfig) -> list[str]:
-    """The CISPO hook: GRPO advantages, t2sql.cispo's loss in place of miles' policy loss.
+    """The CISPO hook: GRPO advantages, t2sql.miles.cispo's loss in place of miles' policy loss.
 
     The clip bounds are --eps-clip/--eps-clip-high unless the loss reads its own from
     --custom-config-path (see t2sql/cispo.py).
@@ -511,8 +511,8 @@ def _snapshot_download(repo_id: str, local_dir: Path, *, repo_type: str | None =
 
 def write_manifests(c: TrainConfig, split_roots: dict[str, Path]) -> list[Path]:
     """data/<split>.manifest.json: size, mtime and sha256 of every database a split uses
-    (t2sql.manifest's format; pass one to a Grader to refuse databases changed since prepare)."""
-    from t2sql.manifest import Manifest
+    (t2sql.serving.manifest's format; pass one to a Grader to refuse databases changed since prepare)."""
+    from t2sql.serving.manifest import Manifest
 
     written = []
     for split, db_root in split_roots.items():
@@ -532,7 +532,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     import asyncio
 
     from t2sql.progress import Progress
-    from t2sql.grader import Grader
+    from t2sql.serving.grader import Grader
 
     preset = _preset(c)
     tasks = []
@@ -570,7 +570,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
 
 
 def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
-    from t2sql import data
+    from t2sql.data import convert as data
     from t2sql.grading import describe_methods
 
     needs = {}
@@ -664,7 +664,7 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
         raise LaunchError("cannot start training; missing:\n" + "\n".join(f"  - {m}" for m in missing)
                           + "\n(`t2sql-train train --dry-run` prints the command without starting anything)")
     command_utils = _import_miles_command_utils(c)
-    from t2sql.reward import get_preset
+    from t2sql.episode.reward import get_preset
 
     print(json.dumps({"preset": get_preset(c.recipe).to_dict()}, indent=1))
     command_utils.execute_train(
@@ -757,17 +757,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"t2sql-train {args.command}: {e}", file=sys.stderr)
         return 1
     except Exception as e:  # DataError and PresetError carry their own instructions
-        from t2sql.data import DataError
+        from t2sql.data.convert import DataError
 
         try:
-            from t2sql.reward import PresetError
+            from t2sql.episode.reward import PresetError
         except ImportError:  # pragma: no cover
             PresetError = DataError  # noqa: N806
         if isinstance(e, (DataError, PresetError)):
             print(f"t2sql-train {args.command}: {e}", file=sys.stderr)
             return 1
         raise
-
-
-if __name__ == "__main__":
-    sys.exit(main())

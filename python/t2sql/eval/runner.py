@@ -4,7 +4,7 @@
                --out results.jsonl [--concurrency N] [--preset NAME] [--limit N]
     t2sql eval --policy oracle --out oracle.jsonl          # no model: checks data + pipeline
 
-Every episode is the same `t2sql.episode.Episode` that training runs: this module only moves
+Every episode is the same `t2sql.episode.machine.Episode` that training runs: this module only moves
 turns between it and a model (a *policy*):
 
     episode = Episode(task, preset, grader)
@@ -48,20 +48,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
-from t2sql.endpoint import (
+from t2sql.eval.endpoint import (
     CallStats,
     EndpointError,
     OpenAIChatClient,
     RetryPolicy,
     SglangGenerateClient,
 )
-from t2sql.reward import OUTCOMES, evidence_label_lines, evidence_pieces  # the episode's outcome categories, in the summary's order
+from t2sql.episode.reward import OUTCOMES, evidence_label_lines, evidence_pieces  # the episode's outcome categories, in the summary's order
 from t2sql.atomic import write_bytes_atomic
 from t2sql.progress import Progress
 
 if TYPE_CHECKING:
-    from t2sql.episode import Episode, Task
-    from t2sql.reward import Preset
+    from t2sql.episode.machine import Episode, Task
+    from t2sql.episode.reward import Preset
 
 ENDPOINT_ERROR = "endpoint_error"  # not an episode outcome: the model never finished the episode
 EVAL_ERROR = "eval_error"  # not an episode outcome: this program failed (a bug); recorded, run goes on
@@ -107,8 +107,8 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
     miles rows use the db_path recorded at conversion.
     """
-    from t2sql.data import DataError, load_questions
-    from t2sql.episode import Task
+    from t2sql.data.convert import DataError, load_questions
+    from t2sql.episode.machine import Task
 
     path = Path(data)
     try:
@@ -285,7 +285,7 @@ def _message_chars(message: dict[str, Any]) -> int:
 class SglangPolicy:
     """sglang's token-level /generate writes the turns; this side owns the token ids, as in training.
 
-    The token bookkeeping is the miles adapter's own renderer (`t2sql.sql_episode`), so eval extends
+    The token bookkeeping is the miles adapter's own renderer (`t2sql.miles.adapter`), so eval extends
     the sequence exactly as training does: the chat template with the tool spec and the template
     kwargs on every render, the model's own output ids appended, tool messages appended as the
     template's suffix for them (with the newline the model never writes after its end-of-turn token).
@@ -323,7 +323,7 @@ class SglangPolicy:
 
 class _SglangSession:
     def __init__(self, policy: SglangPolicy, episode: Episode):
-        from t2sql.sql_episode import _Renderer  # the training adapter's: one way to extend the ids
+        from t2sql.miles.adapter import _Renderer  # the training adapter's: one way to extend the ids
 
         self.policy = policy
         self.episode = episode
@@ -626,8 +626,8 @@ async def run_episode(
 
 
 async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, run_info: dict[str, Any]) -> dict[str, Any]:
-    from t2sql.episode import Episode
-    from t2sql.prompt import build_prompt_async
+    from t2sql.episode.machine import Episode
+    from t2sql.episode.prompt import build_prompt_async
 
     started = time.monotonic()
     episode: Episode | None = None
@@ -717,7 +717,7 @@ async def evaluate(
 
     own_grader = grader is None
     if own_grader:
-        from t2sql.grader import Grader
+        from t2sql.serving.grader import Grader
 
         grader = Grader(tool_timeout_s=preset.tool_timeout_s, grade_timeout_s=preset.grade_timeout_s)
 
@@ -1049,7 +1049,7 @@ def _preset_dict(preset: Preset) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     from t2sql.grading import describe_methods, method_counts
-    from t2sql.reward import get_preset
+    from t2sql.episode.reward import get_preset
 
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
     try:

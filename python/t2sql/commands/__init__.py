@@ -1,0 +1,1 @@
+"""One module per `t2sql` subcommand, named after it: each has `add_arguments(parser)` and `run(args)`."""

@@ -1,0 +1,629 @@
+"""The miles adapter: `generate` and `reward_func` for multi-turn text-to-SQL.
+
+    --custom-generate-function-path t2sql.sql_episode.generate
+    --custom-rm-path t2sql.sql_episode.reward_func --reward-key reward
+    --eval-reward-key correct --log-reward-category category
+    --custom-rollout-log-function-path t2sql.sql_episode.log_rollout
+
+`generate(input)` (miles' new-form custom generate: the parameter must be named `input`) runs one
+`t2sql.episode.machine.Episode` over sglang's `/generate`, token by token:
+
+- Rendering: the messages (the data row's prompt, then the episode's assistant and tool messages)
+  go through `tokenizer.apply_chat_template(messages, tools=episode.tools, tokenize=False,
+  **args.apply_chat_template_kwargs)` on EVERY render, so kwargs such as `enable_thinking` hold for
+  every turn. Run miles WITHOUT `--apply-chat-template`: the adapter needs the messages.
+- Model tokens: the ids and log-probs sglang returns; loss_mask 1.
+- Tool tokens: the template's suffix, i.e. render(messages + tool messages, add_generation_prompt)
+  minus render(messages); loss_mask 0, log-prob 0.0. The tokens are appended, never re-tokenized.
+- The newline after `<|im_end|>`: the model stops at `<|im_end|>` (the stop token, kept in the ids)
+  and never generates the "\\n" the template writes after it. The adapter puts exactly the text the
+  template writes after the end-of-turn token (Qwen: "\\n") at the START of the next tool segment,
+  with loss_mask 0: the model is never trained on a token it did not sample, and the token sequence
+  reads exactly like the template's rendering of the whole conversation. If a turn stopped without
+  the end-of-turn token (a stop string), the whole closing ("<|im_end|>\\n") goes there instead.
+- Limits: each turn gets min(sampling_params.max_new_tokens, the preset's per-turn limit) tokens,
+  never past the context budget (min of --rollout-max-context-len and the preset's). A turn cut by
+  the per-turn limit ends the episode as turn_cut; one cut by (or with no room left in) the context
+  budget as context_cut. If the context runs out right after a tool segment, that segment is trimmed:
+  a sample never ends on tool tokens.
+- Routed experts (--use-rollout-routing-replay): sglang returns the experts of the whole sequence,
+  shape (len(tokens) - 1, layers, topk); they are ASSIGNED from the last response, never appended.
+- Status: COMPLETED for every episode that ran to an outcome (SQL errors, timeouts, unsafe queries,
+  a missing database: all are outcomes with a reward); TRUNCATED for turn_cut and context_cut;
+  ABORTED only when sglang aborted the request (miles then retries the sample, no reward).
+
+The episode's result goes to `sample.metadata["t2sql"]` (plain JSON: it survives Sample.to_dict and
+offline replay). `reward_func(args, sample)` returns it as a dict: `{reward_key: reward, "category":
+outcome, "correct": 1.0|0.0, ...}`. It works with `args=None` (miles' replay_reward_fn): with no
+recorded episode it grades the last `<solution>` of `sample.response` against the label and scores
+the outcome table only.
+
+miles is imported lazily: `import t2sql.miles.adapter` works without it (HTTP then goes through httpx,
+and the output is a stand-in with the same `samples` field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import logging
+import sys
+import threading
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("t2sql.miles.adapter")
+
+DEFAULT_RECIPE = "qwen3.6-35b-a3b"
+DEFAULT_REWARD_KEY = "reward"
+METADATA_KEY = "t2sql"  # sample.metadata[METADATA_KEY] holds the episode result
+# Qwen's end-of-turn token: the fallback when the chat template does not show one. Never taken from
+# the tokenizer's eos_token, which may be "<|endoftext|>" (transformers' default for Qwen3.5's class).
+END_OF_TURN = "<|im_end|>"
+_PROBE = "t2sql-end-of-turn-probe"
+
+
+class AdapterError(RuntimeError):
+    """The adapter cannot run a sample (misconfiguration, or a malformed engine response)."""
+
+
+# ---------------------------------------------------------------------------------------- flags
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("t2sql text-to-SQL")
+    g.add_argument("--text-to-sql-recipe", default=DEFAULT_RECIPE,
+                   help="t2sql preset: budgets, tool caps, timeouts, reward table")
+    g.add_argument("--text-to-sql-db-root", default=None,
+                   help="databases as <root>/<db_id>/<db_id>.sqlite (default: each row's metadata.db_path)")
+    g.add_argument("--text-to-sql-cache-dir", default=None, help="on-disk gold digest cache (shared across runs)")
+    g.add_argument("--text-to-sql-manifest", default=None, help="refuse databases that differ from this manifest")
+    g.add_argument("--text-to-sql-hash-databases", action="store_true",
+                   help="with a manifest: check each database's sha256 at first use even when its size, "
+                        "times and inode match (default: hash only what changed)")
+    g.add_argument("--text-to-sql-grader-concurrency", type=int, default=None,
+                   help="SQL queries at once in the rollout process (default: CPU count)")
+    g.add_argument("--text-to-sql-tool-timeout", type=float, default=None, help="seconds (default: the preset's)")
+    g.add_argument("--text-to-sql-grade-timeout", type=float, default=None, help="seconds (default: the preset's)")
+
+
+# ------------------------------------------------------------------------------ shared context
+
+
+@dataclass(frozen=True)
+class _Settings:
+    recipe: str
+    db_root: str | None
+    cache_dir: str | None
+    manifest: str | None
+    hash_databases: bool
+    concurrency: int | None
+    tool_timeout_s: float | None
+    grade_timeout_s: float | None
+
+    @classmethod
+    def from_args(cls, args: Any) -> _Settings:
+        get = lambda name, default=None: getattr(args, name, default) if args is not None else default  # noqa: E731
+        return cls(
+            recipe=get("text_to_sql_recipe") or DEFAULT_RECIPE,
+            db_root=get("text_to_sql_db_root"),
+            cache_dir=get("text_to_sql_cache_dir"),
+            manifest=get("text_to_sql_manifest"),
+            hash_databases=bool(get("text_to_sql_hash_databases", False)),
+            concurrency=get("text_to_sql_grader_concurrency"),
+            tool_timeout_s=get("text_to_sql_tool_timeout"),
+            grade_timeout_s=get("text_to_sql_grade_timeout"),
+        )
+
+
+class _Context:
+    """The preset and one Grader per process (miles runs every trajectory on one event loop)."""
+
+    def __init__(self, settings: _Settings):
+        from t2sql.serving.grader import Grader
+        from t2sql.episode.reward import get_preset
+
+        preset = get_preset(settings.recipe)
+        if settings.tool_timeout_s is not None or settings.grade_timeout_s is not None:
+            preset = preset.replace(
+                tool_timeout_s=settings.tool_timeout_s or preset.tool_timeout_s,
+                grade_timeout_s=settings.grade_timeout_s or preset.grade_timeout_s,
+            )
+        self.settings = settings
+        self.preset = preset
+        self.grader = Grader(
+            concurrency=settings.concurrency,
+            cache_dir=settings.cache_dir,
+            tool_timeout_s=preset.tool_timeout_s,
+            grade_timeout_s=preset.grade_timeout_s,
+            manifest=settings.manifest,
+            hash_databases=settings.hash_databases,
+        )
+        log.info("t2sql preset %s: %s", preset.name, preset.to_dict())
+
+
+_contexts: dict[_Settings, _Context] = {}
+_contexts_lock = threading.Lock()
+
+
+def _context(args: Any) -> _Context:
+    settings = _Settings.from_args(args)
+    with _contexts_lock:
+        ctx = _contexts.get(settings)
+        if ctx is None:
+            ctx = _contexts[settings] = _Context(settings)
+        return ctx
+
+
+def close_contexts() -> None:
+    """Close the Graders this process made (tests; miles simply exits)."""
+    with _contexts_lock:
+        for ctx in _contexts.values():
+            ctx.grader.close()
+        _contexts.clear()
+
+
+# ------------------------------------------------------------------------------------- miles glue
+
+
+def _status(sample: Any, name: str) -> Any:
+    return getattr(type(sample).Status, name)
+
+
+@dataclass(frozen=True)
+class GenerateOutput:
+    """Stand-in for miles' GenerateFnOutput when miles is not installed."""
+
+    samples: Any
+
+
+def _output(sample: Any) -> Any:
+    try:
+        from miles.rollout.base_types import GenerateFnOutput
+    except ImportError:
+        return GenerateOutput(samples=sample)
+    return GenerateFnOutput(samples=sample)
+
+
+async def _post(url: str, payload: dict) -> dict:
+    """miles' own post (retries, Ray-distributed) when miles is there, else one httpx POST."""
+    try:
+        from miles.utils.http_utils import post
+    except ImportError:
+        post = None
+    if post is not None:
+        return await post(url, payload)
+    import httpx
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0)) as client:
+        response = await client.post(url, json=payload)
+        response.raise_for_status()
+        return response.json()
+
+
+# -------------------------------------------------------------------------------------- tokens
+
+
+class _Renderer:
+    """The chat template with the episode's tools and the run's template kwargs, every time."""
+
+    def __init__(self, tokenizer: Any, tools: list[dict], template_kwargs: dict | None):
+        self.tokenizer = tokenizer
+        self.tools = tools
+        self.kwargs = dict(template_kwargs or {})
+        self._end_of_turn: str | None = None
+
+    def text(self, messages: list[dict], *, generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=self.tools, add_generation_prompt=generation_prompt, tokenize=False, **self.kwargs
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def end_of_turn(self) -> str:
+        """The token the template writes right after an assistant message's text (Qwen: <|im_end|>),
+        read from the template itself: render a probe assistant message and take what follows it up
+        to the first whitespace. END_OF_TURN when the template writes nothing recognisable there."""
+        if self._end_of_turn is None:
+            probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _PROBE}]
+            try:
+                text = self.text(probe, generation_prompt=False)
+            except Exception:  # noqa: BLE001 - a template that refuses the probe: use Qwen's token
+                text = ""
+            cut = text.rfind(_PROBE)
+            after = text[cut + len(_PROBE):].split(None, 1) if cut >= 0 else []
+            self._end_of_turn = after[0] if after else END_OF_TURN
+        return self._end_of_turn
+
+    def tool_segment(self, before: list[dict], tool_messages: list[dict], *, closed: bool) -> str:
+        """The text to append after a model turn: the template's closing of that turn the model did
+        not generate, then the tool messages and the next generation prompt.
+
+        closed: the model's ids already end with the end-of-turn token.
+        """
+        without = self.text(before, generation_prompt=False)
+        with_tools = self.text(before + tool_messages, generation_prompt=True)
+        if not with_tools.startswith(without):
+            # Some templates render the LAST assistant turn differently (Qwen3 adds an empty
+            # <think></think> to it): take the suffix from a stand-in conversation whose assistant
+            # turn renders the same either way, as miles' own tool_call_utils does.
+            without, with_tools = self._stand_in(tool_messages)
+        suffix = with_tools[len(without):]
+        end = self.end_of_turn()
+        cut = without.rfind(end)
+        closing = without[cut:] if cut >= 0 else ""  # e.g. "<|im_end|>\n"
+        if closed and closing.startswith(end):
+            closing = closing[len(end):]  # the model generated the end token; only the "\n" is missing
+        return closing + suffix
+
+    def _stand_in(self, tool_messages: list[dict]) -> tuple[str, str]:
+        calls = [
+            {"id": m.get("tool_call_id") or f"call_{i}", "type": "function",
+             "function": {"name": m.get("name") or "execute_sql_query", "arguments": {}}}
+            for i, m in enumerate(tool_messages)
+        ]
+        base = [{"role": "user", "content": "stand-in"},
+                {"role": "assistant", "content": "", "reasoning_content": " ", "tool_calls": calls}]
+        without = self.text(base, generation_prompt=False)
+        with_tools = self.text(base + tool_messages, generation_prompt=True)
+        if not with_tools.startswith(without):
+            raise AdapterError(
+                "the chat template renders earlier turns differently once tool messages are added "
+                "(not append-only), so tool tokens cannot be appended; use a template that keeps "
+                "earlier turns unchanged"
+            )
+        return without, with_tools
+
+
+def _decode_routed_experts(info: str, num_tokens: int, num_layers: int | None, topk: int | None) -> Any:
+    """sglang's base64 int32 buffer -> (num_tokens, layers, topk), numpy when available."""
+    raw = base64.b64decode(info)
+    if len(raw) % 4:
+        raise AdapterError(f"routed_experts buffer has {len(raw)} bytes, not a whole number of int32")
+    values = len(raw) // 4
+    if num_tokens <= 0:
+        return _Int32Array3D(b"", (0, num_layers or 0, topk or 0)).to_numpy()
+    per_token, rest = divmod(values, num_tokens)
+    if rest:
+        raise AdapterError(f"routed_experts has {values} values, not a multiple of len(tokens)-1={num_tokens}")
+    if num_layers:
+        topk_found, rest = divmod(per_token, num_layers)
+        layers = num_layers
+    elif topk:
+        layers, rest = divmod(per_token, topk)
+        topk_found = topk
+    else:
+        raise AdapterError("cannot shape routed_experts: args has neither num_layers nor moe_router_topk")
+    if rest:
+        raise AdapterError(f"routed_experts: {per_token} values per token do not split into {num_layers or topk}")
+    return _Int32Array3D(raw, (num_tokens, layers, topk_found)).to_numpy()
+
+
+class _Int32Array3D:
+    """A (tokens, layers, topk) int32 array: numpy's when numpy is installed (always under miles)."""
+
+    def __init__(self, raw: bytes, shape: tuple[int, int, int]):
+        self.values = array("i")
+        self.values.frombytes(raw)
+        if sys.byteorder != "little":
+            self.values.byteswap()
+        self.shape = shape
+
+    def to_numpy(self) -> Any:
+        try:
+            import numpy as np
+        except ImportError:
+            return self
+        return np.asarray(self.values, dtype=np.int32).reshape(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+
+# ------------------------------------------------------------------------------------- generate
+
+
+def _prompt_messages(sample: Any) -> list[dict] | None:
+    prompt = sample.prompt
+    if isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt):
+        return [dict(m) for m in prompt]
+    return None
+
+
+def _task_row(sample: Any) -> dict:
+    label = sample.label
+    metadata = dict(sample.metadata or {})
+    metadata.pop("tools", None)
+    return {"label": label, "metadata": metadata}
+
+
+async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form with `input`
+    """miles' custom generate: one text-to-SQL episode -> one Sample (see the module doc)."""
+    from t2sql.episode.machine import Episode, Task
+    from t2sql.episode.prompt import build_prompt_async
+
+    args = input.args
+    state = input.state
+    sample = copy.deepcopy(input.sample)
+    ctx = _context(args)
+    preset = ctx.preset
+    task = Task.from_row(_task_row(sample), ctx.settings.db_root)
+    messages = _prompt_messages(sample)
+    if messages is None:  # a string prompt (--apply-chat-template): rebuild the messages
+        messages = await build_prompt_async(task, preset)
+    tokenizer = state.tokenizer
+    episode = Episode(task, preset, ctx.grader, prompt=messages,
+                      count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
+    render = _Renderer(tokenizer, episode.tools, getattr(args, "apply_chat_template_kwargs", None))
+
+    url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
+    routing_replay = bool(getattr(args, "use_rollout_routing_replay", False))
+    context_limit = preset.max_context_tokens
+    if getattr(args, "rollout_max_context_len", None):
+        context_limit = min(context_limit, args.rollout_max_context_len)
+    per_turn = preset.max_turn_tokens
+    if input.sampling_params.get("max_new_tokens"):
+        per_turn = min(per_turn, int(input.sampling_params["max_new_tokens"]))
+
+    sample.tokens = render.encode(render.text(episode.messages, generation_prompt=True))
+    sample.response = ""
+    sample.response_length = 0
+    sample.loss_mask = []
+    sample.rollout_log_probs = []
+    sample.rollout_routed_experts = None
+    tool_tail = 0  # tool tokens at the end of the sample (trimmed if the episode ends there)
+    tool_tail_text = ""
+    status = "COMPLETED"
+
+    while not episode.done:
+        room = context_limit - len(sample.tokens)
+        max_new = min(per_turn, room)
+        if max_new <= 0:
+            _trim_tail(sample, tool_tail, tool_tail_text)
+            tool_tail, tool_tail_text = 0, ""
+            await episode.on_turn("", cut="context")
+            status = "TRUNCATED"
+            break
+        payload = {
+            "input_ids": list(sample.tokens),
+            "sampling_params": {**input.sampling_params, "max_new_tokens": max_new},
+            "return_logprob": True,
+            "return_routed_experts": routing_replay,
+        }
+        output = await _post(url, payload)
+        meta = output.get("meta_info") or {}
+        finish = ((meta.get("finish_reason") or {}).get("type")) or "stop"
+        pairs = meta.get("output_token_logprobs") or []
+        new_ids = [int(item[1]) for item in pairs]
+        new_logprobs = [float(item[0]) for item in pairs]
+        text = output.get("text") or ""
+        if finish == "abort":  # miles drops or retries the sample: keep what came, skip the episode
+            _append(sample, new_ids, new_logprobs, text, trained=True)
+            if routing_replay:
+                # As miles' own generate: the experts of an aborted response are assigned too (None
+                # when sglang sent none), so they always cover len(tokens) - 1 and validate() holds.
+                info = meta.get("routed_experts")
+                sample.rollout_routed_experts = None if info is None else _decode_routed_experts(
+                    info, len(sample.tokens) - 1, getattr(args, "num_layers", None),
+                    getattr(args, "moe_router_topk", None))
+            # Nothing is trimmed from an aborted sample (it is retried, never trained): its experts
+            # cover exactly its tokens, as sglang returned them.
+            tool_tail, tool_tail_text = 0, ""
+            status = "ABORTED"
+            break
+        tool_tail, tool_tail_text = 0, ""
+        _append(sample, new_ids, new_logprobs, text, trained=True)
+        _record_meta(sample, meta)
+        if routing_replay:
+            info = meta.get("routed_experts")
+            if info is None:
+                raise AdapterError("--use-rollout-routing-replay is on but sglang returned no routed_experts")
+            sample.rollout_routed_experts = _decode_routed_experts(
+                info, len(sample.tokens) - 1, getattr(args, "num_layers", None), getattr(args, "moe_router_topk", None)
+            )
+        cut = None
+        if finish == "length":
+            cut = "context" if max_new < per_turn or len(sample.tokens) >= context_limit else "turn"
+        turn = await episode.on_turn(text, cut=cut)
+        if turn.done:
+            if cut is not None:
+                status = "TRUNCATED"
+            break
+        before = episode.messages[: len(episode.messages) - len(turn.tool_messages)]
+        closed = bool(new_ids) and tokenizer.decode([new_ids[-1]]) == render.end_of_turn()
+        segment = render.tool_segment(before, turn.tool_messages, closed=closed)
+        seg_ids = render.encode(segment)
+        _append(sample, seg_ids, [0.0] * len(seg_ids), segment, trained=False)
+        tool_tail, tool_tail_text = len(seg_ids), segment
+
+    if tool_tail:  # defensive: the loop above never leaves one, but a sample must not end on tools
+        _trim_tail(sample, tool_tail, tool_tail_text)
+    sample.status = _status(sample, status)
+    if episode.result is not None:
+        sample.metadata = dict(sample.metadata or {})
+        sample.metadata[METADATA_KEY] = _result_record(episode.result, preset.name)
+    return _output(sample)
+
+
+def _append(sample: Any, ids: list[int], logprobs: list[float], text: str, *, trained: bool) -> None:
+    sample.tokens = list(sample.tokens) + ids
+    sample.response_length += len(ids)
+    sample.loss_mask += [1 if trained else 0] * len(ids)
+    sample.rollout_log_probs += logprobs
+    sample.response += text
+
+
+def _trim_tail(sample: Any, n: int, text: str) -> None:
+    if n <= 0:
+        return
+    sample.tokens = sample.tokens[:-n]
+    sample.response_length -= n
+    sample.loss_mask = sample.loss_mask[:-n]
+    sample.rollout_log_probs = sample.rollout_log_probs[:-n]
+    if text and sample.response.endswith(text):
+        sample.response = sample.response[: -len(text)]
+
+
+def _record_meta(sample: Any, meta: dict) -> None:
+    # What miles' own update_from_meta_info keeps, on the fields this Sample has.
+    if "weight_version" in meta and isinstance(getattr(sample, "weight_versions", None), list):
+        sample.weight_versions.append(meta["weight_version"])
+    info = getattr(sample, "prefix_cache_info", None)
+    if info is not None and hasattr(info, "add"):
+        info.add(meta)
+
+
+def _result_record(result: Any, preset_name: str) -> dict:
+    return {
+        "outcome": result.outcome,
+        "reward": float(result.reward),
+        "correct": bool(result.correct),
+        "solution": result.solution,
+        "turns": result.turns,
+        "tool_calls": result.tool_calls,
+        "invalid_tool_calls": result.invalid_tool_calls,
+        "has_evidence": bool(result.has_evidence),
+        "evidence_restated": result.evidence_restated,
+        "evidence_checked": result.evidence_checked,
+        "detail": result.detail,
+        "reward_terms": dict(result.reward_terms),
+        "metrics": dict(result.metrics),
+        "preset": preset_name,
+    }
+
+
+generate.add_arguments = add_arguments  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------------- reward_func
+
+
+def _reward_key(args: Any) -> str:
+    return (getattr(args, "reward_key", None) if args is not None else None) or DEFAULT_REWARD_KEY
+
+
+def _reward_dict(key: str, outcome: str, reward: float, correct: bool, extra: dict) -> dict:
+    out = {key: float(reward), "category": outcome, "correct": 1.0 if correct else 0.0}
+    out.update(extra)
+    return out
+
+
+async def reward_func(args: Any, sample: Any, **kwargs: Any) -> dict:
+    """The episode's reward as a dict: {reward_key: float, "category": outcome, "correct": 1.0|0.0,
+    "turns", "tool_calls", "invalid_tool_calls"}. args may be None (offline replay)."""
+    key = _reward_key(args)
+    record = (sample.metadata or {}).get(METADATA_KEY) if isinstance(sample.metadata, dict) else None
+    if record:
+        return _reward_dict(key, record["outcome"], record["reward"], record["correct"], {
+            "turns": record.get("turns", 0),
+            "tool_calls": record.get("tool_calls", 0),
+            "invalid_tool_calls": record.get("invalid_tool_calls", 0),
+        })
+    return await _regrade(args, sample, key)
+
+
+async def _regrade(args: Any, sample: Any, key: str) -> dict:
+    """No episode record (a sample from elsewhere, or replayed raw): grade the last <solution> of
+    the response against the label; the outcome table only (the trajectory is not known)."""
+    from t2sql.episode.machine import VERDICT_OUTCOMES, Task
+    from t2sql.episode.prompt import parse_solution, strip_think
+
+    ctx = _context(args)
+    preset = ctx.preset
+    task = Task.from_row(_task_row(sample), ctx.settings.db_root)
+    response = sample.response or ""
+    # The answer turn is the last one: its text after the last </think>.
+    solution = parse_solution(strip_think(response.rsplit("</think>", 1)[-1]))
+    if solution is None:
+        outcome = "no_solution"
+    else:
+        from t2sql import DatabaseError
+
+        try:
+            graded = await ctx.grader.grade(task.db_path, solution, task.gold_sql,
+                                            semantics=preset.method_for(task.grading_method),
+                                            float_digits=preset.float_digits, timeout_s=preset.grade_timeout_s,
+                                            column_order=preset.column_order)
+            outcome = VERDICT_OUTCOMES[graded.outcome]
+        except DatabaseError:
+            outcome = "gold_error"
+    return _reward_dict(key, outcome, preset.outcome_reward(outcome), outcome == "correct",
+                        {"regraded": 1.0})
+
+
+
+# --------------------------------------------------------------------------- training metrics
+
+
+def _record_of(sample: Any) -> dict | None:
+    meta = getattr(sample, "metadata", None)
+    record = meta.get(METADATA_KEY) if isinstance(meta, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def _sample_correct(sample: Any) -> bool | None:
+    """The episode's `correct` (the reward dict's, else the episode record's); None when unknown."""
+    reward = getattr(sample, "reward", None)
+    if isinstance(reward, dict) and "correct" in reward:
+        return bool(reward["correct"])
+    record = _record_of(sample)
+    return bool(record["correct"]) if record and "correct" in record else None
+
+
+def _pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of a group of n samples with c correct (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    miss = 1.0
+    for i in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / i
+    return 1.0 - miss
+
+
+def rollout_metrics(samples: list[Any], group_size: int | None = None) -> dict[str, float]:
+    """The episode's own numbers for one rollout, keyed `t2sql/...`: accuracy (share correct: a
+    shaped reward of 0.9 is still a correct answer, which miles' reward == 1 pass@k misses), pass@k
+    over `correct` for k = 1, 2, 4, .. up to the group size, and the evidence and tool-call rates."""
+    graded = [(s, c) for s in samples if (c := _sample_correct(s)) is not None]
+    if not graded:
+        return {}
+    out: dict[str, float] = {
+        "t2sql/accuracy": sum(c for _, c in graded) / len(graded),
+        "t2sql/samples": float(len(graded)),
+    }
+    records = [r for s, _ in graded if (r := _record_of(s)) is not None]
+    if records:
+        out["t2sql/tool_calls_mean"] = sum(r.get("tool_calls", 0) for r in records) / len(records)
+        out["t2sql/invalid_tool_calls_mean"] = sum(r.get("invalid_tool_calls", 0) for r in records) / len(records)
+        with_evidence = [r for r in records if r.get("has_evidence")]
+        if with_evidence:
+            out["t2sql/evidence_restated_rate"] = sum(bool(r.get("evidence_restated")) for r in with_evidence) / len(with_evidence)
+            out["t2sql/evidence_checked_rate"] = sum(bool(r.get("evidence_checked")) for r in with_evidence) / len(with_evidence)
+    if group_size and group_size > 1:
+        groups: dict[Any, list[bool]] = {}
+        for s, c in graded:
+            groups.setdefault(getattr(s, "group_index", None), []).append(c)
+        complete = [g for key, g in groups.items() if key is not None and len(g) == group_size]
+        k = 1
+        while complete and k <= group_size:
+            out[f"t2sql/pass@{k}"] = sum(_pass_at_k(len(g), sum(g), k) for g in complete) / len(complete)
+            k *= 2
+    return out
+
+
+def log_rollout(rollout_id: Any, args: Any, samples: list[Any], rollout_extra_metrics: Any,
+                rollout_time: float) -> bool:
+    """miles --custom-rollout-log-function-path hook: the episode's metrics (`rollout_metrics`) go in
+    beside miles' own. miles' default logging then runs on them unchanged; returning True tells miles
+    its default has already run."""
+    from miles.ray.rollout import metrics as miles_metrics
+
+    extra = dict(rollout_extra_metrics or {})
+    extra.update(rollout_metrics(samples, getattr(args, "n_samples_per_prompt", None)))
+    plain = copy.copy(args)
+    plain.custom_rollout_log_function_path = None  # miles' default, not this hook again
+    miles_metrics.log_rollout_data(rollout_id, plain, samples, extra, rollout_time)
+    return True

@@ -1,0 +1,651 @@
+"""Curriculum: hints for tasks a whole group missed, and learnability-weighted draws from epoch 2.
+
+The policy (which task, which hint, which weight) is plain Python in `Curriculum`, tested without
+miles. The miles glue is two entry points:
+
+    --data-source-path t2sql.curriculum.CurriculumDataSource
+    --rollout-all-samples-process-path t2sql.curriculum.record_rollout
+
+To look at a saved state (hint levels, weights, the hint each hinted task now gets):
+
+    t2sql curriculum <save>/rollout/t2sql_curriculum_<id>.json [--data train.jsonl] [--json]
+
+`CurriculumDataSource` is a subclass of miles' `RolloutDataSourceWithBuffer`, created on first
+access (miles is imported only then); `record_rollout(args, all_samples, get_samples)` runs after
+every rollout (miles passes the data source's bound `get_samples`, not the source) and feeds each group's results to the policy. The policy's state is saved beside
+miles' own data-source state at every checkpoint and restored on resume.
+
+The rules (the numbers are preset fields in t2sql.episode.reward, `curriculum_*`):
+
+- Hints. A task whose group scores 0/N (no sample correct) gets one hint level more the next time
+  it is drawn, up to `curriculum_max_hint_level` (3). A group at a hint level that scores at least
+  `curriculum_release_share` (0.5) correct gives one level back, so hints fade once they are not
+  needed. The hint is appended to the task's user message:
+    level 1: the evidence, restated ("Evidence, restated: ..."); a task with no evidence gets the
+             level-2 part instead, as restating nothing is no hint;
+    level 2: + the gold query's FROM/JOIN skeleton: its tables, aliases and join kinds in order,
+             without ON/USING conditions; a derived table shows as "(subquery)"; a main SELECT
+             without FROM (scalar subqueries only) lists the tables its subqueries read instead;
+    level 3: + the gold query's SELECT list, verbatim (whitespace collapsed).
+- Weights. Epoch 1 visits every task once in a seeded shuffle. From epoch `curriculum_weighted_from_epoch`
+  (2) on, an epoch is as many draws, with replacement, each task drawn with weight
+  max(p(1-p), `curriculum_weight_floor`), p = the share correct of its last group. A task never
+  seen, or whose hint level just changed (its prompt changed, so its old p says nothing), gets
+  0.25, the largest p(1-p), so it is tried soon.
+- Determinism. The plan of epoch e is a function of (seed, e, the weights at the start of e) only.
+- "Correct" for a sample: its reward dict's `correct`, else its `outcome == "correct"`, else the
+  same keys in `metadata["t2sql"]` (the adapter's episode record), then in `metadata`, else a
+  numeric reward >= `CORRECT_REWARD_THRESHOLD`. Aborted samples
+  are left out of the group.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import random
+import re
+import textwrap
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from t2sql.atomic import atomic_write
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = "t2sql-curriculum/1"
+UNSEEN_WEIGHT = 0.25  # the largest p(1-p): an unknown task is treated as the most learnable
+# A bare numeric reward counts as correct from here: between incorrect (0) and correct (1), and
+# above any correct answer's reward after the recipe's shaping penalties.
+CORRECT_REWARD_THRESHOLD = 0.5
+HINT_HEADER = "Hint (this question was missed before):"
+META_TASK_KEY = "t2sql_task_key"
+META_HINT_LEVEL = "t2sql_hint_level"
+
+
+class CurriculumError(ValueError):
+    """The curriculum cannot run as configured; the message says what to change."""
+
+
+# ---------------------------------------------------------------- the gold query's parts
+
+_SQL_TOKEN = re.compile(
+    r"""'(?:[^']|'')*'      # string literal
+      |"(?:[^"]|"")*"       # quoted identifier
+      |`[^`]*`
+      |\[[^\]]*\]
+      |\w+
+      |\S""",
+    re.X,
+)
+_CLAUSE_END = {"WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "UNION", "INTERSECT", "EXCEPT", "WINDOW"}
+_JOIN_WORDS = {"JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "NATURAL", "OUTER"}
+
+
+@dataclass(frozen=True)
+class GoldParts:
+    from_skeleton: str  # e.g. "FROM superhero AS T1 INNER JOIN colour AS T2"; "" if none
+    select_list: str  # e.g. "COUNT(T1.id)"; "" if not found
+    tables: tuple[str, ...] = ()  # every table named after FROM/JOIN at any depth, first-seen order
+
+
+def gold_parts(sql: str) -> GoldParts:
+    """The FROM/JOIN skeleton and SELECT list of the main (outermost) SELECT of a query.
+
+    Both are cut from the query's own text (whitespace collapsed), so they read as written.
+    """
+    sql = sql or ""
+    matches = list(_SQL_TOKEN.finditer(sql))
+    toks = [(m.group(0), m.group(0).upper()) for m in matches]
+    depth_of: list[int] = []
+    depth = 0
+    for text, _ in toks:
+        if text == ")":
+            depth -= 1
+        depth_of.append(depth)
+        if text == "(":
+            depth += 1
+    tables: list[str] = []
+    for i, (_, upper) in enumerate(toks[:-1]):
+        name = toks[i + 1][0]
+        if upper in ("FROM", "JOIN") and name != "(" and name not in tables:
+            tables.append(name)
+    top = [i for i, d in enumerate(depth_of) if d == 0]
+    select_at = next((i for i in top if toks[i][1] == "SELECT"), None)
+    if select_at is None:
+        return GoldParts("", "", tuple(tables))
+    from_at = next((i for i in top if i > select_at and toks[i][1] == "FROM"), None)
+    start = select_at + 1
+    while start < len(toks) and toks[start][1] in ("DISTINCT", "ALL"):
+        start += 1
+    end = from_at if from_at is not None else next(
+        (i for i in top if i > select_at and toks[i][1] in _CLAUSE_END | {";"}), len(toks)
+    )
+    select_list = _squash(sql[matches[start].start() : matches[end - 1].end()]) if end > start else ""
+    if from_at is None:
+        return GoldParts("", select_list, tuple(tables))
+
+    segments: list[str] = []
+    run_start: int | None = None  # first kept token of the current run of consecutive kept tokens
+
+    def close_run(upto: int) -> None:
+        nonlocal run_start
+        if run_start is not None:
+            segments.append(_squash(sql[matches[run_start].start() : matches[upto - 1].end()]))
+            run_start = None
+
+    i = from_at
+    skipping = False  # inside an ON/USING condition
+    while i < len(toks):
+        text, upper = toks[i]
+        d = depth_of[i]
+        if d < 0 or (d == 0 and (upper in _CLAUSE_END or text == ";")):
+            break
+        if d == 0 and upper in ("ON", "USING"):
+            skipping = True
+        elif d == 0 and (upper in _JOIN_WORDS or text == ","):
+            skipping = False
+        if skipping:
+            close_run(i)
+            i += 1
+            continue
+        if text == "(" and d == 0:  # a derived table or a parenthesised join: shown as a subquery
+            close_run(i)
+            j = i + 1
+            while j < len(toks) and depth_of[j] > 0:
+                j += 1
+            segments.append("(subquery)")
+            i = j + 1
+            continue
+        if run_start is None:
+            run_start = i
+        i += 1
+    close_run(i)
+    return GoldParts(" ".join(segments).replace(" ,", ","), select_list, tuple(tables))
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def build_hint(evidence: str, gold_sql: str, level: int) -> str:
+    """The hint text for a level (0 = no hint, ""); see the module doc for what each level adds."""
+    if level <= 0:
+        return ""
+    parts = gold_parts(gold_sql)
+    lines = [HINT_HEADER]
+    evidence = " ".join((evidence or "").split())
+    if evidence:
+        lines.append(f"- Evidence, restated: {evidence}")
+    if level >= 2 or not evidence:
+        if parts.from_skeleton:
+            lines.append(f"- The answer's FROM/JOIN skeleton: {parts.from_skeleton}")
+        elif parts.tables:  # e.g. SELECT (SELECT ...) - (SELECT ...): no FROM of its own
+            lines.append(f"- The answer reads the tables: {', '.join(parts.tables)}")
+    if level >= 3 and parts.select_list:
+        lines.append(f"- The answer's SELECT list: {parts.select_list}")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
+def apply_hint(messages: Sequence[Mapping[str, Any]], hint: str) -> list[dict[str, Any]]:
+    """A copy of the chat messages with the hint appended to the last user message."""
+    out = [dict(m) for m in messages]
+    if not hint:
+        return out
+    for m in reversed(out):
+        if m.get("role") == "user":
+            m["content"] = f"{m.get('content') or ''}\n\n{hint}"
+            return out
+    raise CurriculumError("the prompt has no user message to add a hint to")
+
+
+# ---------------------------------------------------------------- the policy
+
+
+@dataclass
+class TaskState:
+    level: int = 0  # the hint level the task is shown at next
+    last_p: float | None = None  # share correct of its last group at this level; None = unknown
+    groups: int = 0  # groups observed
+    zero_groups: int = 0  # of which scored 0/N
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    max_hint_level: int = 3
+    release_share: float | None = 0.5  # None: hints never fade
+    weight_floor: float = 0.01
+    weighted_from_epoch: int = 2  # 1-based
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_hint_level <= 3:
+            raise CurriculumError(f"max_hint_level must be 0..3 (3 hint levels exist), got {self.max_hint_level}")
+        if self.release_share is not None and not 0.0 < self.release_share <= 1.0:
+            raise CurriculumError(f"release_share must be in (0, 1] or None, got {self.release_share}")
+        if not 0.0 < self.weight_floor <= UNSEEN_WEIGHT:
+            raise CurriculumError(f"weight_floor must be in (0, 0.25] so no task vanishes, got {self.weight_floor}")
+        if self.weighted_from_epoch < 1:
+            raise CurriculumError(f"weighted_from_epoch is 1-based and must be >= 1, got {self.weighted_from_epoch}")
+
+    @classmethod
+    def from_preset(cls, preset: Any) -> CurriculumConfig:
+        return cls(
+            max_hint_level=preset.curriculum_max_hint_level,
+            release_share=preset.curriculum_release_share or None,
+            weight_floor=preset.curriculum_weight_floor,
+            weighted_from_epoch=preset.curriculum_weighted_from_epoch,
+        )
+
+
+class Curriculum:
+    """Per-task hint levels and draw weights, and the deterministic plan of tasks per epoch."""
+
+    def __init__(self, task_ids: Sequence[str], *, seed: int = 0, config: CurriculumConfig | None = None):
+        ids = [str(t) for t in task_ids]
+        if not ids:
+            raise CurriculumError("the curriculum needs at least one task")
+        dupes = [t for t, n in Counter(ids).items() if n > 1]
+        if dupes:
+            raise CurriculumError(f"task ids must be unique; repeated: {', '.join(dupes[:5])}")
+        self.task_ids: list[str] = ids
+        self.seed = int(seed)
+        self.config = config or CurriculumConfig()
+        self.tasks: dict[str, TaskState] = {t: TaskState() for t in ids}
+        self.epoch = 0  # 0-based, like miles' epoch_id; epoch k is "epoch k+1" in the docs
+        self.plan: list[str] = []
+        self.offset = 0
+        self.stale_groups = 0  # groups drawn at a hint level the task has left since (not used)
+
+    # -- what the policy says about one task
+
+    def hint_level(self, task_id: str) -> int:
+        return self._task(task_id).level
+
+    def weight(self, task_id: str) -> float:
+        p = self._task(task_id).last_p
+        if p is None:
+            return UNSEEN_WEIGHT
+        return max(p * (1.0 - p), self.config.weight_floor)
+
+    def observe(self, task_id: str, correct: Sequence[bool], *, level: int | None = None) -> TaskState:
+        """Record one group's results for a task. `level`: the hint level the group was drawn at;
+        a group drawn at a level the task has since left is counted as stale and ignored."""
+        state = self._task(task_id)
+        results = [bool(c) for c in correct]
+        if not results:
+            return state
+        if level is not None and level != state.level:
+            self.stale_groups += 1
+            return state
+        p = sum(results) / len(results)
+        state.groups += 1
+        if p == 0.0:
+            state.zero_groups += 1
+            if state.level < self.config.max_hint_level:
+                state.level += 1
+                state.last_p = None  # a new prompt: its learnability is unknown
+            else:
+                state.last_p = 0.0
+        elif self.config.release_share is not None and state.level > 0 and p >= self.config.release_share:
+            state.level -= 1
+            state.last_p = None
+        else:
+            state.last_p = p
+        return state
+
+    # -- the plan
+
+    def next_tasks(self, n: int) -> list[tuple[str, int]]:
+        """The next n (task_id, hint_level) draws, moving on to new epochs as plans run out."""
+        out: list[tuple[str, int]] = []
+        if not self.plan:
+            self.plan, self.offset = self._plan(self.epoch), 0
+        while len(out) < n:
+            if self.offset >= len(self.plan):
+                self.epoch += 1
+                self.plan, self.offset = self._plan(self.epoch), 0
+            take = self.plan[self.offset : self.offset + (n - len(out))]
+            self.offset += len(take)
+            out.extend((t, self.tasks[t].level) for t in take)
+        return out
+
+    def _plan(self, epoch: int) -> list[str]:
+        rng = random.Random(f"t2sql-curriculum:{self.seed}:{epoch}")
+        if epoch + 1 < self.config.weighted_from_epoch:
+            order = list(self.task_ids)
+            rng.shuffle(order)
+            return order
+        weights = [self.weight(t) for t in self.task_ids]
+        return rng.choices(self.task_ids, weights=weights, k=len(self.task_ids))
+
+    # -- reporting and state
+
+    def summary(self) -> dict[str, Any]:
+        levels = Counter(s.level for s in self.tasks.values())
+        weights = [self.weight(t) for t in self.task_ids]
+        return {
+            "epoch": self.epoch + 1,
+            "tasks": len(self.task_ids),
+            "hinted": sum(n for lvl, n in levels.items() if lvl > 0),
+            **{f"hint_level_{lvl}": levels.get(lvl, 0) for lvl in range(self.config.max_hint_level + 1)},
+            "unseen": sum(1 for s in self.tasks.values() if s.last_p is None),
+            "mean_weight": sum(weights) / len(weights),
+            "stale_groups": self.stale_groups,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "seed": self.seed,
+            "config": asdict(self.config),
+            "epoch": self.epoch,
+            "plan": list(self.plan),
+            "offset": self.offset,
+            "stale_groups": self.stale_groups,
+            "tasks": {t: asdict(s) for t, s in self.tasks.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a saved state. Tasks unknown to this dataset are dropped (and counted in the log);
+        tasks the state does not know start fresh; a plan naming a dropped task is rebuilt."""
+        if state.get("format") != STATE_FORMAT:
+            raise CurriculumError(f"not a curriculum state (format {state.get('format')!r}, expected {STATE_FORMAT!r})")
+        saved = state.get("tasks") or {}
+        dropped = [t for t in saved if t not in self.tasks]
+        for t, s in saved.items():
+            if t in self.tasks:
+                self.tasks[t] = TaskState(**{k: s[k] for k in ("level", "last_p", "groups", "zero_groups") if k in s})
+                self.tasks[t].level = min(self.tasks[t].level, self.config.max_hint_level)
+        if dropped:
+            log.warning("curriculum state names %d task(s) not in this dataset; dropped them", len(dropped))
+        self.seed = int(state.get("seed", self.seed))
+        self.epoch = int(state.get("epoch", 0))
+        self.stale_groups = int(state.get("stale_groups", 0))
+        plan = [str(t) for t in state.get("plan") or []]
+        if all(t in self.tasks for t in plan):
+            self.plan, self.offset = plan, int(state.get("offset", 0))
+        else:
+            self.plan, self.offset = self._plan(self.epoch), 0
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the state as JSON, atomically (temp file + rename)."""
+        with atomic_write(path) as f:
+            json.dump(self.state_dict(), f)
+
+    def load(self, path: str | os.PathLike) -> None:
+        try:
+            state = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise CurriculumError(f"{path}: not valid JSON ({e}); delete it to start the curriculum afresh") from e
+        self.load_state_dict(state)
+
+    def _task(self, task_id: str) -> TaskState:
+        try:
+            return self.tasks[str(task_id)]
+        except KeyError:
+            raise CurriculumError(f"unknown task {task_id!r}: not in the curriculum's dataset") from None
+
+
+# ---------------------------------------------------------------- reading miles samples
+
+
+def sample_correct(sample: Any) -> bool:
+    """Whether a rolled-out sample answered correctly (the order of sources is in the module doc)."""
+    reward = getattr(sample, "reward", None)
+    meta = getattr(sample, "metadata", None)
+    episode = meta.get("t2sql") if isinstance(meta, Mapping) else None  # t2sql.miles.adapter's record
+    for source in (reward, episode, meta):
+        if isinstance(source, Mapping):
+            if "correct" in source:
+                return bool(source["correct"])
+            if "outcome" in source:
+                return source["outcome"] == "correct"
+    if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+        return float(reward) >= CORRECT_REWARD_THRESHOLD
+    return False
+
+
+def _is_aborted(sample: Any) -> bool:
+    status = getattr(sample, "status", None)
+    return getattr(status, "name", str(status)).upper().endswith("ABORTED")
+
+
+def _flatten(group: Any) -> list[Any]:
+    if isinstance(group, (list, tuple)):
+        return [s for item in group for s in _flatten(item)]
+    return [group]
+
+
+def task_key(sample: Any, fallback: str) -> str:
+    meta = getattr(sample, "metadata", None) or {}
+    label = getattr(sample, "label", None)
+    for source in (meta, label if isinstance(label, Mapping) else {}):
+        if source.get("question_id") not in (None, ""):
+            return str(source["question_id"])
+    return fallback
+
+
+# ---------------------------------------------------------------- miles glue
+
+
+def _preset_for(args: Any) -> Any:
+    from t2sql.episode.reward import get_preset
+
+    return get_preset(getattr(args, "text_to_sql_recipe", None))
+
+
+def curriculum_state_path(directory: str | os.PathLike, rollout_id: Any) -> Path:
+    """Beside miles' own data-source state (rollout/global_dataset_state_dict_<id>.pt)."""
+    return Path(directory) / "rollout" / f"t2sql_curriculum_{rollout_id}.json"
+
+
+def make_data_source_class(base: type) -> type:
+    """A curriculum data source over `base`, which must be shaped like miles'
+    RolloutDataSourceWithBuffer (args, dataset.samples, buffer, _get_samples_from_buffer, epoch_id,
+    sample_group_index, sample_index, save/load)."""
+
+    class CurriculumDataSource(base):  # type: ignore[misc, valid-type]
+        def __init__(self, args: Any):
+            super().__init__(args)
+            self.curriculum: Curriculum | None = None
+            preset = _preset_for(args)
+            if not getattr(preset, "curriculum", False):
+                log.info("curriculum: off in preset %s; drawing tasks as miles does", preset.name)
+                return
+            if getattr(self, "dataset", None) is None:
+                raise CurriculumError("the curriculum needs miles' global dataset (it draws the tasks itself): drop --disable-rollout-global-dataset")
+            samples = self.dataset.samples
+            if samples and not isinstance(samples[0].prompt, list):
+                raise CurriculumError(
+                    "the curriculum adds hints to chat messages: run without --apply-chat-template "
+                    "(t2sql's adapter renders the messages itself)"
+                )
+            keys = [task_key(s, f"row-{i}") for i, s in enumerate(samples)]
+            # Keyed to the sample objects, not positions: miles re-permutes dataset.samples on
+            # --rollout-shuffle (at every epoch and on load), the objects stay the same.
+            self._by_key = dict(zip(keys, samples))
+            if len(self._by_key) != len(keys):
+                raise CurriculumError("two prompt rows share a question_id; make them unique (t2sql convert does)")
+            self.curriculum = Curriculum(
+                keys, seed=getattr(args, "rollout_seed", 0) or 0, config=CurriculumConfig.from_preset(preset)
+            )
+            log.info("curriculum: on, %d tasks, %s", len(keys), self.curriculum.config)
+
+        def get_samples(self, num_samples: int) -> list[list[Any]]:
+            if self.curriculum is None:
+                return super().get_samples(num_samples)
+            groups = self._get_samples_from_buffer(num_samples)
+            for key, level in self.curriculum.next_tasks(num_samples - len(groups)):
+                groups.append(self._group(key, level))
+            self.epoch_id = self.curriculum.epoch
+            return groups
+
+        def _group(self, key: str, level: int) -> list[Any]:
+            prompt_sample = copy.deepcopy(self._by_key[key])
+            meta = dict(prompt_sample.metadata or {})
+            meta[META_TASK_KEY] = key
+            meta[META_HINT_LEVEL] = level
+            if level > 0:
+                label = prompt_sample.label if isinstance(prompt_sample.label, Mapping) else {}
+                hint = build_hint(meta.get("evidence", ""), label.get("gold_sql", ""), level)
+                prompt_sample.prompt = apply_hint(prompt_sample.prompt, hint)
+            prompt_sample.metadata = meta
+            group = []
+            for _ in range(self.args.n_samples_per_prompt):
+                sample = copy.deepcopy(prompt_sample)
+                sample.group_index = self.sample_group_index
+                sample.index = self.sample_index
+                self.sample_index += 1
+                group.append(sample)
+            self.sample_group_index += 1
+            return group
+
+        def record_groups(self, all_samples: Iterable[Any]) -> int:
+            """Feed finished groups to the policy; returns how many groups were recorded."""
+            if self.curriculum is None:
+                return 0
+            recorded = 0
+            for group in all_samples:
+                samples = [s for s in _flatten(group) if not _is_aborted(s)]
+                if not samples:
+                    continue
+                meta = samples[0].metadata or {}
+                key = meta.get(META_TASK_KEY) or task_key(samples[0], "")
+                if key not in self._by_key:
+                    continue  # not one of ours (e.g. an eval sample)
+                self.curriculum.observe(key, [sample_correct(s) for s in samples], level=meta.get(META_HINT_LEVEL))
+                recorded += 1
+            return recorded
+
+        def save(self, rollout_id: Any) -> None:
+            super().save(rollout_id)
+            if self.curriculum is not None and getattr(self.args, "save", None):
+                self.curriculum.save(curriculum_state_path(self.args.save, rollout_id))
+
+        def load(self, rollout_id: Any = None) -> None:
+            super().load(rollout_id)
+            if self.curriculum is None or not getattr(self.args, "load", None):
+                return
+            path = curriculum_state_path(self.args.load, rollout_id)
+            if path.exists():
+                self.curriculum.load(path)
+                log.info("curriculum: restored from %s: %s", path, self.curriculum.summary())
+            else:
+                log.info("curriculum: no state at %s; starting fresh", path)
+
+    return CurriculumDataSource
+
+
+def record_rollout(args: Any, all_samples: list[Any], data_source: Any) -> None:
+    """miles --rollout-all-samples-process-path hook: every group of the rollout, filtered or not.
+
+    miles calls it as `f(args, all_samples, data_source)` where `data_source` is the bound method
+    `data_source.get_samples` (miles/rollout/inference_rollout/inference_rollout_train.py and the
+    legacy sglang_rollout.py both pass it so), not the data source: the source is its `__self__`.
+    The object itself is accepted too."""
+    source = getattr(data_source, "__self__", data_source)
+    record = getattr(source, "record_groups", None)
+    if record is None:
+        raise CurriculumError(
+            "record_rollout needs the curriculum data source (got "
+            f"{type(source).__name__}): add --data-source-path t2sql.curriculum.CurriculumDataSource"
+        )
+    n = record(all_samples)
+    if source.curriculum is not None:
+        log.info("curriculum: recorded %d groups; %s", n, source.curriculum.summary())
+
+
+def __getattr__(name: str) -> Any:
+    # `CurriculumDataSource` is built on first access so that importing this module never imports miles.
+    if name == "CurriculumDataSource":
+        from miles.rollout.data_source import RolloutDataSourceWithBuffer
+
+        cls = make_data_source_class(RolloutDataSourceWithBuffer)
+        cls.__module__ = __name__
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---------------------------------------------------------------- `t2sql curriculum`: inspect a saved state
+
+
+def read_task_rows(path: str | os.PathLike) -> dict[str, dict[str, str]]:
+    """question_id -> {"evidence", "gold_sql"} from a t2sql jsonl; bad lines are reported and skipped."""
+    import sys
+
+    rows: dict[str, dict[str, str]] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                meta = row.get("metadata") or {}
+                label = row.get("label") or {}
+                key = str(meta.get("question_id") or label.get("question_id"))
+                rows[key] = {"evidence": meta.get("evidence", ""), "gold_sql": label.get("gold_sql", "")}
+            except (json.JSONDecodeError, AttributeError) as e:
+                print(f"{path}:{n}: skipped, not a t2sql row ({e})", file=sys.stderr)
+    return rows
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("state", help="a saved state: <save>/rollout/t2sql_curriculum_<rollout_id>.json")
+    parser.add_argument("--data", help="the training jsonl, to print the hint each hinted task now gets")
+    parser.add_argument("--top", type=int, default=10, help="hinted tasks to list (most 0/N groups first)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+
+
+def run(args: Any) -> int:
+    import sys
+
+    try:
+        try:
+            state = json.loads(Path(args.state).read_text())
+        except json.JSONDecodeError as e:
+            raise CurriculumError(f"{args.state}: not valid JSON ({e})") from e
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise CurriculumError(f"{args.state}: not a curriculum state (expected format {STATE_FORMAT!r})")
+        policy = Curriculum(list(state.get("tasks") or {}), config=CurriculumConfig(**state.get("config", {})))
+        policy.load_state_dict(state)
+        rows = read_task_rows(args.data) if args.data else {}
+    except (OSError, CurriculumError, TypeError) as e:
+        print(f"t2sql curriculum: {e}", file=sys.stderr)
+        return 2
+    hinted = sorted(
+        (t for t, s in policy.tasks.items() if s.level > 0),
+        key=lambda t: (-policy.tasks[t].zero_groups, -policy.tasks[t].level, t),
+    )[: max(args.top, 0)]
+    report = {
+        "summary": policy.summary(),
+        "hinted": [
+            {
+                "task": t,
+                **asdict(policy.tasks[t]),
+                "weight": policy.weight(t),
+                **({"hint": build_hint(rows[t]["evidence"], rows[t]["gold_sql"], policy.tasks[t].level)}
+                   if t in rows else {}),
+            }
+            for t in hinted
+        ],
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    summary = report["summary"]
+    width = max(len(k) for k in summary)
+    for k, v in summary.items():
+        print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if report["hinted"]:
+        print(f"\n{'task':<12} {'level':>5} {'groups':>6} {'0/N':>4} {'last_p':>6} {'weight':>6}")
+        for r in report["hinted"]:
+            p = "-" if r["last_p"] is None else f"{r['last_p']:.2f}"
+            print(f"{r['task']:<12} {r['level']:>5} {r['groups']:>6} {r['zero_groups']:>4} {p:>6} {r['weight']:>6.3f}")
+            if "hint" in r:
+                print(textwrap.indent(r["hint"], "    "))
+    return 0
