@@ -12,16 +12,13 @@ from types import SimpleNamespace
 import pytest
 
 from t2sql.miles import curriculum as cur
-from t2sql.miles.curriculum import (
-    Curriculum,
-    CurriculumConfig,
-    CurriculumError,
-    apply_hint,
-    build_hint,
-    gold_parts,
-    record_rollout,
-    sample_correct,
-)
+
+from t2sql.miles import hints
+
+from t2sql.commands import curriculum as curriculum_command
+from t2sql.miles.curriculum import Curriculum, CurriculumConfig, record_rollout, sample_correct
+from t2sql.errors import CurriculumError
+from t2sql.miles.hints import apply_hint, build_hint, gold_parts
 
 JOIN_SQL = (
     "SELECT COUNT(T1.id) FROM superhero AS T1 INNER JOIN colour AS T2 "
@@ -69,7 +66,7 @@ def test_hint_levels_add_evidence_then_skeleton_then_select_list():
     one = build_hint(EVIDENCE, JOIN_SQL, 1)
     two = build_hint(EVIDENCE, JOIN_SQL, 2)
     three = build_hint(EVIDENCE, JOIN_SQL, 3)
-    assert one == f"{cur.HINT_HEADER}\n- Evidence, restated: {EVIDENCE}"
+    assert one == f"{hints.HINT_HEADER}\n- Evidence, restated: {EVIDENCE}"
     assert two == one + "\n- The answer's FROM/JOIN skeleton: FROM superhero AS T1 INNER JOIN colour AS T2"
     assert three == two + "\n- The answer's SELECT list: COUNT(T1.id)"
     # The hint never gives away the WHERE clause or the join conditions.
@@ -221,7 +218,7 @@ def test_bad_states_and_configs_are_rejected(tmp_path):
 
 
 def test_config_from_presets():
-    from t2sql.episode.reward import get_preset
+    from t2sql.episode.presets import get_preset
 
     recipe = get_preset("qwen3.6-35b-a3b")
     assert recipe.curriculum is True
@@ -550,8 +547,8 @@ def _cli(argv):
     import argparse
 
     parser = argparse.ArgumentParser()
-    cur.add_arguments(parser)
-    return cur.run(parser.parse_args(argv))
+    curriculum_command.add_arguments(parser)
+    return curriculum_command.run(parser.parse_args(argv))
 
 
 def test_inspect_command_reports_hinted_tasks_with_their_hint(tmp_path, capsys):
@@ -599,7 +596,7 @@ def test_a_hinted_prompt_reaches_the_episode_the_model_sees():
     from t2sql.episode.machine import Episode, Task
     from t2sql.serving.grader import Grader
     from t2sql.episode.prompt import build_prompt
-    from t2sql.episode.reward import get_preset
+    from t2sql.episode.presets import get_preset
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]

@@ -15,6 +15,8 @@ from conftest import bird_root
 
 from t2sql.data import convert as data
 
+from t2sql.data import tasks as data_tasks
+
 BIRD = bird_root()
 pytestmark = pytest.mark.skipif(BIRD is None, reason="BIRD dev data (../shared/data/bird) not present")
 
@@ -71,7 +73,7 @@ def test_prompt_is_the_episode_prompt(converted):
     from t2sql import Database
     from t2sql.episode.machine import Task
     from t2sql.episode.prompt import build_prompt
-    from t2sql.episode.reward import get_preset
+    from t2sql.episode.presets import get_preset
 
     _, rows, _ = converted
     row = rows[7]
@@ -179,16 +181,16 @@ def test_field_map_and_ids_synthesized_when_absent(tmp_path, dev_rows):
     # BIRD's train.json style: no question_id, and here the gold under another name.
     hero = [r for r in dev_rows if r["db_id"] == "superhero"][:3]
     rows = [{"db_id": r["db_id"], "question": r["question"], "hint": r["evidence"], "query": r["SQL"]} for r in hero]
-    fields = data.parse_field_map(["gold_sql=query", "evidence=hint"])
+    fields = data_tasks.parse_field_map(["gold_sql=query", "evidence=hint"])
     _, built = data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), None, split="train",
                                   fields=fields)
     assert [r["label"]["question_id"] for r in built] == ["train-1", "train-2", "train-3"]
     assert [r["label"]["gold_sql"] for r in built] == [r["SQL"].strip() for r in hero]
     assert built[0]["metadata"]["evidence"] == hero[0]["evidence"].strip()
     with pytest.raises(data.DataError, match="unknown field"):
-        data.parse_field_map(["sql=query"])
+        data_tasks.parse_field_map(["sql=query"])
     with pytest.raises(data.DataError, match="CANONICAL=SOURCE"):
-        data.parse_field_map(["gold_sql"])
+        data_tasks.parse_field_map(["gold_sql"])
 
 
 def test_release_layout(tmp_path):

@@ -122,7 +122,7 @@ def test_a_huge_reply_is_refused_without_holding_it(tmp_path, mode):
 
 
 def test_stored_transcripts_are_cut_and_say_so():
-    from t2sql.eval.runner import MAX_STORED_CHARS, stored_messages
+    from t2sql.eval.results import MAX_STORED_CHARS, stored_messages
 
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a" * (MAX_STORED_CHARS + 5000)}]
     kept, cut = stored_messages(messages)

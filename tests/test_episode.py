@@ -13,7 +13,7 @@ import pytest
 
 from t2sql.episode.machine import Episode, EpisodeFinished, Task, TaskError
 from t2sql.serving.grader import Grader
-from t2sql.episode.reward import get_preset
+from t2sql.episode.presets import get_preset
 from conftest import bird_or_sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -308,7 +308,7 @@ def test_template_opened_think(rows, db_root, grader):
 # -- evidence rules through episodes (recipe)
 
 def _labels(t: Task, kind: str) -> str:
-    from t2sql.episode.reward import evidence_label_lines, evidence_pieces
+    from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
 
     return evidence_label_lines(evidence_pieces(t.evidence), kind, "right.")
 

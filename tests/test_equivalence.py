@@ -18,9 +18,11 @@ from conftest import bird_or_sample
 
 import t2sql
 from t2sql.episode import equivalence as eq
+from t2sql.commands import equivalence as measuring
 from t2sql.episode.machine import Episode, Task
 from t2sql.serving.grader import Grader
-from t2sql.episode.reward import get_preset, registered_terms
+from t2sql.episode.presets import get_preset
+from t2sql.episode.terms import registered_terms
 
 BIRD = bird_or_sample()  # BIRD dev beside the checkout, $T2SQL_BIRD, else the embedded sample
 pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD data not present")
@@ -81,12 +83,12 @@ def test_equivalent_rewrites_are_never_refuted(checker):
     seen: dict[str, int] = {}
     for row in rows({"superhero"}):
         db = t2sql.Database(db_path(row))
-        for category, sql in eq.derive_rewrites(row["SQL"]):
+        for category, sql in measuring.derive_rewrites(row["SQL"]):
             assert db.grade(sql, row["SQL"]).outcome == "match", (category, sql)  # they mean the same
             report = checker.check_sync(db_path(row), sql, row["SQL"], CONFIG)
             assert not report.refuted, (row["question_id"], category, sql, report.detail)
             seen[category] = seen.get(category, 0) + 1
-    assert set(seen) == set(eq.REWRITES) and min(seen.values()) >= 10, seen
+    assert set(seen) == set(measuring.REWRITES) and min(seen.values()) >= 10, seen
 
 
 def test_known_false_positive_pairs_are_refuted(checker):
@@ -106,7 +108,7 @@ def test_known_false_positive_pairs_are_refuted(checker):
 def test_derived_pairs_from_bird_golds_are_caught_in_part():
     # The measurement in miniature: some derived false positives are refuted, no rewrite is.
     data = rows({"superhero"})[:15]
-    result = eq.measure(data, str(BIRD), CONFIG, concurrency=2, progress=False)
+    result = measuring.measure(data, str(BIRD), CONFIG, concurrency=2, progress=False)
     by = {(r["kind"], r["category"]): r for r in result["rows"]}
     mutations = [r for r in result["rows"] if r["kind"] == "mutation"]
     assert sum(r["kept"] for r in mutations) > 20
@@ -244,7 +246,7 @@ def test_copy_cache_is_bounded_and_builds_each_copy_once():
 def test_bad_configuration_is_refused_clearly():
     with pytest.raises(eq.EquivalenceError, match="copies must be >= 1"):
         eq.EquivalenceConfig(copies=0, seed=1, max_bytes=1, timeout_s=1.0)
-    from t2sql.episode.reward import PresetError
+    from t2sql.errors import PresetError
 
     with pytest.raises(PresetError, match="equivalence_timeout_s"):
         RECIPE.replace(equivalence_timeout_s=0)
@@ -332,7 +334,7 @@ def test_measure_command_prints_a_table_and_json(tmp_path):
     assert "entry 12 skipped" in proc.stderr
     result = json.loads(proc.stdout)
     assert result["questions"] == 12
-    assert {r["category"] for r in result["rows"]} == set(eq.MUTATIONS) | set(eq.REWRITES)
+    assert {r["category"] for r in result["rows"]} == set(measuring.MUTATIONS) | set(measuring.REWRITES)
     table = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--measure", "--data", str(data),
                             "--db-root", str(BIRD)], capture_output=True, text=True, timeout=120)
     assert table.returncode == 0, table.stderr

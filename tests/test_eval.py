@@ -40,21 +40,12 @@ from t2sql.eval.endpoint import (
     parse_chat_completion,
     parse_generate,
 )
-from t2sql.eval.runner import (
-    ENDPOINT_ERROR,
-    EvalError,
-    OpenAIPolicy,
-    OraclePolicy,
-    ResultsFile,
-    SglangPolicy,
-    evaluate,
-    format_summary,
-    load_tasks,
-    sample_dir,
-    sample_questions,
-    summarize,
-)
-from t2sql.episode.reward import get_preset
+from t2sql.eval.results import ENDPOINT_ERROR, format_summary
+from t2sql.errors import EvalError
+from t2sql.eval.results import ResultsFile, summarize
+from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
+from t2sql.eval.policies import OpenAIPolicy, OraclePolicy, SglangPolicy
+from t2sql.episode.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,7 +100,7 @@ def read_lines(path: Path) -> list[dict]:
 
 def evidence_lines(task, kind: str) -> str:
     """The recipe's enumerated evidence lines for `task` ("Requirement" or "Verification")."""
-    from t2sql.episode.reward import evidence_label_lines, evidence_pieces
+    from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
 
     return evidence_label_lines(evidence_pieces(task.evidence), kind, "yes.")
 
@@ -601,7 +592,7 @@ def test_progress_lines_without_a_terminal(tmp_path, preset, sample_tasks, capfd
 
 
 def test_run_from_the_command_line_parser_in_sglang_mode(tmp_path, sample_tasks, capsys):
-    from t2sql.eval import runner as evaluate
+    from t2sql.commands import eval as evaluate
     from t2sql.cli import build_parser
 
     tasks = sample_tasks[:2]

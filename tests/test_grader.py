@@ -15,7 +15,7 @@ import time
 import pytest
 
 import t2sql
-import t2sql.serving.grader as grader_module
+import t2sql.serving.gold_cache as gold_cache_module
 from t2sql.serving.grader import Grader, GradeResult
 from t2sql.serving.manifest import DatabaseChanged, Manifest
 from conftest import bird_or_sample
@@ -282,7 +282,7 @@ def test_full_disk_when_writing_the_cache(tmp_path, monkeypatch):
     def disk_full(fd, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(grader_module, "_os_write", disk_full)
+    monkeypatch.setattr(gold_cache_module, "_os_write", disk_full)
     gold = "SELECT COUNT(*) FROM hero_power"
     with Grader(concurrency=1, cache_dir=tmp_path) as g:
         r = g.grade_sync(SUPERHERO, gold, gold)
@@ -352,7 +352,7 @@ def test_bad_arguments_say_what_to_do(tmp_path):
     with pytest.raises(RuntimeError, match="closed"):
         g.run_tool_sync(SUPERHERO, COUNT_HEROES)
     (tmp_path / "secret").write_bytes(b"short")
-    with pytest.raises(grader_module.GoldCacheError, match="32-byte"):
+    with pytest.raises(gold_cache_module.GoldCacheError, match="32-byte"):
         Grader(cache_dir=tmp_path)
 
 
@@ -375,7 +375,7 @@ def test_close_interrupts_running_queries():
 def test_a_changed_hash_secret_never_gives_a_wrong_verdict(grader):
     gold = "SELECT superhero_name FROM superhero WHERE id < 20"
     assert grader.grade_sync(SUPERHERO, gold, gold).outcome == "match"
-    previous = grader_module._installed_secret
+    previous = gold_cache_module._installed_secret
     t2sql.set_hash_secret(os.urandom(32))  # e.g. another library in the process fixed a secret
     try:
         r = grader.grade_sync(SUPERHERO, gold, gold)

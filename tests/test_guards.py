@@ -214,7 +214,8 @@ def test_guard_terms_are_registered_and_scored_from_the_recipe_preset():
     import asyncio
 
     from t2sql.episode.guards import GUARD_TERMS
-    from t2sql.episode.reward import get_preset, registered_terms, score
+    from t2sql.episode.presets import get_preset
+    from t2sql.episode.terms import registered_terms, score
 
     assert set(GUARD_TERMS) <= {t.name for t in registered_terms()}
     preset = get_preset("qwen3.6-35b-a3b")
@@ -237,7 +238,8 @@ def test_guard_terms_are_registered_and_scored_from_the_recipe_preset():
 def test_guard_terms_are_off_in_bare_and_never_push_below_the_floor():
     import asyncio
 
-    from t2sql.episode.reward import get_preset, score
+    from t2sql.episode.presets import get_preset
+    from t2sql.episode.terms import score
 
     loop = " ".join([PARAGRAPH] * 4)
     traj = _trajectory([loop, loop, loop], ["SELECT 1", "select 1", "SELECT 1"], outcome="no_solution")
@@ -260,7 +262,7 @@ def test_guards_in_a_real_episode_are_named_in_metrics_and_reward():
     import t2sql
     from t2sql.episode.machine import Episode, Task
     from t2sql.serving.grader import Grader
-    from t2sql.episode.reward import get_preset
+    from t2sql.episode.presets import get_preset
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]  # "superpowers of 3-D Man"

@@ -93,26 +93,27 @@ def test_launcher_command_parses_under_miles_and_megatron(checkpoint, tmp_path):
     from miles.utils.arguments import parse_args
     from miles.utils.external_utils.model_args_utils import load_model_args
 
+    from t2sql.miles import flags as train_flags
     from t2sql.miles import train
 
     config = train.config_from_args(train.build_parser().parse_args(
         ["train", "--output-dir", str(tmp_path), "--dry-run"]))
     config.model_dir.mkdir(parents=True, exist_ok=True)
     config.torch_dist_path.mkdir(parents=True)  # --ref-load must exist
-    argv = train.train_argv(config)
+    argv = train_flags.train_argv(config)
     argv[argv.index("--hf-checkpoint") + 1] = str(checkpoint)
     # The model's own flags, as miles' execute_train adds them for megatron_model_type.
-    argv += load_model_args(train.MEGATRON_MODEL_TYPE).split()
+    argv += load_model_args(train_flags.MEGATRON_MODEL_TYPE).split()
     # Megatron asks the GPU's compute capability for grouped GEMM: answer as an H200 would.
     with patch("sys.argv", ["train.py", *argv]), \
             patch.object(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0)):
         args = parse_args()
-    assert args.custom_generate_function_path == train.GENERATE_PATH
-    assert args.custom_rm_path == train.REWARD_PATH
-    assert args.rollout_all_samples_process_path == train.CURRICULUM_HOOK_PATH
-    assert args.data_source_path == train.CURRICULUM_DATA_SOURCE_PATH
-    assert args.custom_rollout_log_function_path == train.ROLLOUT_LOG_PATH
-    assert args.loss_type == "custom_loss" and args.custom_loss_function_path == train.CISPO_LOSS_PATH
+    assert args.custom_generate_function_path == train_flags.GENERATE_PATH
+    assert args.custom_rm_path == train_flags.REWARD_PATH
+    assert args.rollout_all_samples_process_path == train_flags.CURRICULUM_HOOK_PATH
+    assert args.data_source_path == train_flags.CURRICULUM_DATA_SOURCE_PATH
+    assert args.custom_rollout_log_function_path == train_flags.ROLLOUT_LOG_PATH
+    assert args.loss_type == "custom_loss" and args.custom_loss_function_path == train_flags.CISPO_LOSS_PATH
     assert args.text_to_sql_recipe == config.recipe  # generate.add_arguments was registered by miles
     assert args.hidden_size == 2048 and args.num_layers == 40
 

@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 
 from t2sql.episode import prompt as P
+
+from t2sql import errors
+
+from t2sql.episode import schema as schema_module
+
+from t2sql.episode import parsing
 from t2sql.episode.machine import Task
-from t2sql.episode.reward import get_preset
+from t2sql.episode.presets import get_preset
 from conftest import bird_or_sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,27 +139,27 @@ HEADER = "original_column_name,column_name,column_description,data_format,value_
 )
 def test_descriptions_in_odd_encodings(tmp_path, encoding, text, expected):
     _write_desc(tmp_path, "Things.csv", (HEADER + text).encode(encoding))
-    desc = P.read_descriptions(tmp_path)
+    desc = schema_module.read_descriptions(tmp_path)
     assert desc == {"things": {"name": (expected if encoding != "cp1252" else "kinds",
                                         "" if encoding != "cp1252" else expected)}}
 
 
 def test_descriptions_missing_folder_and_bad_rows(tmp_path):
-    assert P.read_descriptions(tmp_path) == {}
+    assert schema_module.read_descriptions(tmp_path) == {}
     _write_desc(tmp_path, "t.csv", (HEADER + ",,no column name,text,\r\nok,,fine,text,commonsense evidence: x\r\n").encode())
-    assert P.read_descriptions(tmp_path) == {"t": {"ok": ("fine", "x")}}
+    assert schema_module.read_descriptions(tmp_path) == {"t": {"ok": ("fine", "x")}}
 
 
 @needs_bird
 def test_bird_mojibake_bullets_are_read_back():
     # toxicology's CSVs are UTF-8 holding U+0095 (a Windows-1252 bullet decoded as Latin-1)
-    values = P.read_descriptions(BIRD / "toxicology")["atom"]["element"][1]
+    values = schema_module.read_descriptions(BIRD / "toxicology")["atom"]["element"][1]
     assert values.startswith("\u2022 cl: chlorine \u2022 c: carbon") and "\x95" not in values
 
 
 @needs_bird
 def test_bird_replacement_characters_become_dashes():
-    desc = P.read_descriptions(BIRD / "student_club")
+    desc = schema_module.read_descriptions(BIRD / "student_club")
     assert "\ufffd" not in desc["zip_code"]["type"][1]
     assert desc["zip_code"]["type"][1].startswith("- Standard:")
 
@@ -193,11 +199,11 @@ def test_schema_drops_least_relevant_tables_whole_and_names_them():
     assert "Not shown" in r.text and all(t in r.text.split("Not shown")[1] for t in r.dropped_tables)
     kept = [t for t in schema.tables if t.name not in r.dropped_tables]
     for t in kept:  # never cut mid-statement: every kept statement is whole
-        assert P._clean(t.sql).rstrip(";") + ";" in r.text
+        assert schema_module._clean(t.sql).rstrip(";") + ";" in r.text
     shown = r.text.split("Not shown")[0]
     for t in schema.tables:
         if t.name in r.dropped_tables:
-            assert P._clean(t.sql) not in shown and f"-- {t.name} columns:" not in shown
+            assert schema_module._clean(t.sql) not in shown and f"-- {t.name} columns:" not in shown
 
 
 @needs_bird
@@ -218,7 +224,7 @@ def test_schema_cache_per_file(tmp_path):
     assert P.load_schema(path) is a
     os.utime(path, ns=(1, 1))  # a changed file is loaded again
     assert P.load_schema(path) is not a
-    with pytest.raises(P.SchemaError, match="check --db-root"):
+    with pytest.raises(errors.SchemaError, match="check --db-root"):
         P.load_schema(str(tmp_path / "missing.sqlite"))
 
 
@@ -236,8 +242,8 @@ def test_schema_cache_per_file(tmp_path):
     ],
 )
 def test_split_think(text, think, visible):
-    assert P.split_think(text) == (think, visible)
-    assert P.strip_think(text) == visible
+    assert parsing.split_think(text) == (think, visible)
+    assert parsing.strip_think(text) == visible
 
 
 # -- solutions
@@ -255,7 +261,7 @@ def test_split_think(text, think, visible):
     ],
 )
 def test_parse_solution(visible, expected):
-    assert P.parse_solution(visible) == expected
+    assert parsing.parse_solution(visible) == expected
 
 
 # -- tool calls
@@ -264,23 +270,23 @@ XML = "<tool_call>\n<function=execute_sql_query>\n<parameter=query>\nSELECT * FR
 
 
 def test_xml_and_json_forms():
-    (call,) = P.parse_tool_calls("let me look " + XML)
+    (call,) = parsing.parse_tool_calls("let me look " + XML)
     assert call.valid and call.query == "SELECT * FROM t" and call.name == "execute_sql_query"
     j = '<tool_call>\n{"name": "execute_sql_query", "arguments": {"query": "SELECT 2"}}\n</tool_call>'
-    (call,) = P.parse_tool_calls(j)
+    (call,) = parsing.parse_tool_calls(j)
     assert call.valid and call.query == "SELECT 2"
     s = '<tool_call>{"name": "execute_sql_query", "arguments": "{\\"query\\": \\"SELECT 3\\"}"}</tool_call>'
-    (call,) = P.parse_tool_calls(s)
+    (call,) = parsing.parse_tool_calls(s)
     assert call.valid and call.query == "SELECT 3"
-    calls = P.parse_tool_calls(XML + "\n" + j)
+    calls = parsing.parse_tool_calls(XML + "\n" + j)
     assert [c.query for c in calls] == ["SELECT * FROM t", "SELECT 2"]
-    (call,) = P.parse_tool_calls(XML.replace("</tool_call>", ""))  # stop string trimmed
+    (call,) = parsing.parse_tool_calls(XML.replace("</tool_call>", ""))  # stop string trimmed
     assert call.valid
 
 
 def test_multiline_sql_survives_the_xml_form():
     sql = "SELECT a,\n       b\nFROM t\nWHERE x = '<y>'"
-    (call,) = P.parse_tool_calls(f"<tool_call><function=execute_sql_query><parameter=query>{sql}</parameter></function></tool_call>")
+    (call,) = parsing.parse_tool_calls(f"<tool_call><function=execute_sql_query><parameter=query>{sql}</parameter></function></tool_call>")
     assert call.query == sql
 
 
@@ -305,12 +311,12 @@ def test_multiline_sql_survives_the_xml_form():
     ],
 )
 def test_malformed_tool_calls_are_invalid_never_exceptions(text, error):
-    (call,) = P.parse_tool_calls(text)
+    (call,) = parsing.parse_tool_calls(text)
     assert not call.valid and error in call.error
 
 
 def test_structured_tool_calls():
-    calls = P.parse_structured_tool_calls([
+    calls = parsing.parse_structured_tool_calls([
         {"id": "c1", "type": "function", "function": {"name": "execute_sql_query", "arguments": '{"query": "SELECT 1"}'}},
         {"id": "c2", "type": "function", "function": {"name": "execute_sql_query", "arguments": {"query": "SELECT 2"}}},
         {"id": "c3", "type": "function", "function": {"name": "execute_sql_query", "arguments": "{bad"}},
@@ -326,9 +332,9 @@ def test_structured_tool_calls():
 
 def test_prose_drops_tool_calls_and_solutions():
     text = "I restate it. " + XML + " more <solution>SELECT secret_column</solution> end"
-    out = P.prose(text)
+    out = parsing.prose(text)
     assert "restate" in out and "end" in out and "secret_column" not in out and "SELECT * FROM t" not in out
-    assert "secret" not in P.prose("a <solution>SELECT secret")
+    assert "secret" not in parsing.prose("a <solution>SELECT secret")
 
 
 @needs_bird

@@ -25,11 +25,13 @@ from loopback_model import END_OF_TURN, Conversation, LoopbackModel, Reply, Task
 from miles_standins import GenerateFnInput, Sample
 from t2sql.data import convert as data
 from t2sql.miles import adapter as sql_episode
+from t2sql.miles import metrics
 from t2sql.episode import machine as episode_module
 from t2sql.eval.endpoint import OpenAIChatClient, RetryPolicy
-from t2sql.eval.runner import OpenAIPolicy, evaluate, load_tasks
+from t2sql.eval.policies import OpenAIPolicy
+from t2sql.eval.runner import evaluate, load_tasks
 from t2sql.episode.prompt import build_prompt, tool_specs
-from t2sql.episode.reward import get_preset
+from t2sql.episode.presets import get_preset
 
 LAYERS, TOPK = 2, 2
 ANSWER_ROOM = 1536  # tokens: a thought and a <solution> with its Verification lines
@@ -248,7 +250,7 @@ def test_episodes_that_end_on_a_model_turn(qwen36_tokenizer, rows, tool_messages
     s, model = run_generate(tok, row, turns)
     assert s.metadata["t2sql"]["outcome"] == outcome and s.status is Sample.Status.COMPLETED
     check_stream(tok, s, model, row["prompt"], turns, tool_messages, ended_on_model_turn=True)
-    assert sql_episode.rollout_metrics([s])["t2sql/accuracy"] == 0.0
+    assert metrics.rollout_metrics([s])["t2sql/accuracy"] == 0.0
 
 
 def test_turn_cut_is_truncated_at_the_per_turn_limit(qwen36_tokenizer, rows, tool_messages):

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, bird_root
 from t2sql.data import convert as data
-from t2sql.episode.reward import evidence_pieces
+from t2sql.episode.evidence import evidence_pieces
 
 RELEASE = REPO.parent / "shared" / "data" / "release"
 pytestmark = pytest.mark.skipif(not (RELEASE / "arcwise_plat_sql.json").is_file(),

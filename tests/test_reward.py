@@ -7,23 +7,15 @@ import dataclasses
 
 import pytest
 
-from t2sql.episode import reward
-from t2sql.episode.reward import (
-    OUTCOMES,
-    PRESETS,
-    RESERVED_SWITCHES,
-    Preset,
-    PresetError,
-    RewardTerm,
-    Trajectory,
-    content_tokens,
-    coverage,
-    get_preset,
-    register_term,
-    registered_terms,
-    score,
-    unregister_term,
-)
+
+from t2sql.episode import evidence
+
+from t2sql.episode import presets
+from t2sql.episode.presets import OUTCOMES, PRESETS, RESERVED_SWITCHES, Preset, get_preset
+from t2sql.errors import PresetError
+from t2sql.episode.reward import RewardTerm, Trajectory
+from t2sql.episode.evidence import content_tokens, coverage
+from t2sql.episode.terms import register_term, registered_terms, score, unregister_term
 
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
@@ -70,7 +62,7 @@ def test_outcome_table(outcome, expected, preset):
 
 
 def test_every_outcome_has_a_row_and_unknown_outcomes_are_errors():
-    assert {o for o, _ in reward.outcome_table(RECIPE)} == set(OUTCOMES)
+    assert {o for o, _ in presets.outcome_table(RECIPE)} == set(OUTCOMES)
     with pytest.raises(PresetError, match="unknown outcome 'wrong'"):
         RECIPE.outcome_reward("wrong")
 
@@ -239,17 +231,17 @@ def test_enumerated_no_evidence_no_penalty():
     for ev in ("", "  ", " ; ;"):  # a trailing ';' leaves a blank piece that does not count
         b = enumerated(("<solution>x</solution>",), 0, evidence=ev)
         assert not b.evidence.has_evidence and b.total == 1.0
-    assert reward.evidence_pieces("a refers to b; c refers to d;") == ["a refers to b", "c refers to d"]
+    assert evidence.evidence_pieces("a refers to b; c refers to d;") == ["a refers to b", "c refers to d"]
 
 
 def test_enumerated_labels_tolerate_case_and_spacing_and_not_other_words():
     text = "REQUIREMENT  of external   knowledge 1(x): .\nrequirement of External Knowledge  2 ( y): ."
-    assert reward.evidence_labels(text, "requirement", 2) == 2
-    assert reward.evidence_labels("Requirement of external knowledge 3 (z)", "requirement", 2) == 0  # no piece 3
-    assert reward.evidence_labels("Requirement of knowledge 1 (x)", "requirement", 1) == 0
-    assert reward.evidence_labels(labels("Requirement"), "verification", 2) == 0
+    assert evidence.evidence_labels(text, "requirement", 2) == 2
+    assert evidence.evidence_labels("Requirement of external knowledge 3 (z)", "requirement", 2) == 0  # no piece 3
+    assert evidence.evidence_labels("Requirement of knowledge 1 (x)", "requirement", 1) == 0
+    assert evidence.evidence_labels(labels("Requirement"), "verification", 2) == 0
     # Each number counts once: one label written three times is one label.
-    assert reward.evidence_labels(labels("Verification", (2, 2, 2)), "verification", 2) == 1
+    assert evidence.evidence_labels(labels("Verification", (2, 2, 2)), "verification", 2) == 1
 
 
 def test_enumerated_labels_inside_think_do_not_count():

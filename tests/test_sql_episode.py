@@ -25,7 +25,8 @@ from conftest import bird_or_sample
 from miles_standins import GenerateFnInput, Sample
 from t2sql.data import convert as data
 from t2sql.miles import adapter as sql_episode
-from t2sql.episode.reward import get_preset
+from t2sql.miles import metrics
+from t2sql.episode.presets import get_preset
 
 BIRD = bird_or_sample()
 
@@ -546,7 +547,7 @@ def test_rollout_metrics_count_correct_not_reward_one():
     # reward == 1 pass@k would count as a miss.
     pattern = [[True, False, False, False], [True, True, False, True], [False] * 4]
     samples = [_graded_sample(g, c, 0.9 if c else 0.0) for g, row in enumerate(pattern) for c in row]
-    m = sql_episode.rollout_metrics(samples, group_size=4)
+    m = metrics.rollout_metrics(samples, group_size=4)
     assert m["t2sql/accuracy"] == pytest.approx(4 / 12)
     assert m["t2sql/samples"] == 12
 
@@ -564,16 +565,16 @@ def test_rollout_metrics_count_correct_not_reward_one():
 def test_rollout_metrics_leave_out_incomplete_groups_and_ungraded_samples():
     samples = [_graded_sample(0, True, 1.0), _graded_sample(0, False, 0.0), _graded_sample(1, True, 1.0),
                Sample(group_index=1)]  # an aborted sample: no reward, no record
-    m = sql_episode.rollout_metrics(samples, group_size=2)
+    m = metrics.rollout_metrics(samples, group_size=2)
     assert m["t2sql/accuracy"] == pytest.approx(2 / 3)
     assert m["t2sql/pass@1"] == pytest.approx(0.5)  # group 0 only; group 1 has one graded sample
-    assert sql_episode.rollout_metrics([Sample()], group_size=2) == {}
+    assert metrics.rollout_metrics([Sample()], group_size=2) == {}
 
 
 def test_episode_record_carries_what_the_metrics_read(rows):
     row = rows[0]
     s, server, tok = run_episode(row, [f"<solution>{row['label']['gold_sql']}</solution>"])
-    m = sql_episode.rollout_metrics([s])
+    m = metrics.rollout_metrics([s])
     assert m["t2sql/accuracy"] == 1.0
     assert s.metadata["t2sql"]["has_evidence"] is bool(row["metadata"].get("evidence"))
 

@@ -18,8 +18,10 @@ import pytest
 
 from conftest import bird_root
 
-from t2sql.miles import train
-from t2sql.episode.reward import get_preset
+from t2sql.errors import LaunchError
+from t2sql.miles import flags as train_flags
+from t2sql.miles import prepare
+from t2sql.episode.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "tests" / "snapshots" / "train_dry_run.txt"
@@ -73,7 +75,7 @@ def test_launcher_is_the_same_command():
 
 
 def test_recipe_settings_are_in_the_command():
-    flags = _flags(train.render_dry_run(train.TrainConfig(output_dir="/d", run_id="r"), environ={}))
+    flags = _flags(train_flags.render_dry_run(train_flags.TrainConfig(output_dir="/d", run_id="r"), environ={}))
     preset = get_preset("qwen3.6-35b-a3b")
     assert _value(flags, "--num-rollout") == "160"
     assert int(_value(flags, "--rollout-batch-size")) * 160 >= 5 * 2033  # 5 epochs of the train split
@@ -96,28 +98,28 @@ def test_recipe_settings_are_in_the_command():
 
 
 def test_options_change_the_command():
-    c = train.TrainConfig(output_dir="/d", run_id="r", num_nodes=2, loss="cispo", wandb_project="p",
+    c = train_flags.TrainConfig(output_dir="/d", run_id="r", num_nodes=2, loss="cispo", wandb_project="p",
                           wandb_team="t", extra_args="--lr 2e-6 --foo 'a b'")
-    text = train.render_dry_run(c, environ={"WANDB_API_KEY": "sekrit"})
+    text = train_flags.render_dry_run(c, environ={"WANDB_API_KEY": "sekrit"})
     flags = _flags(text)
     assert _value(flags, "--actor-num-nodes") == "2"
     assert "export MILES_SCRIPT_EXTERNAL_RAY=1" in text
-    assert _value(flags, "--custom-loss-function-path") == train.CISPO_LOSS_PATH
+    assert _value(flags, "--custom-loss-function-path") == train_flags.CISPO_LOSS_PATH
     assert _value(flags, "--loss-type") == "custom_loss"
     assert (_value(flags, "--wandb-project"), _value(flags, "--wandb-team"), _value(flags, "--wandb-group")) == (
         "p", "t", "r")
     assert "sekrit" not in text and "export WANDB_API_KEY='***'" in text
     assert flags[-4:] == ["--lr", "2e-6", "--foo", "a b"]  # extra args last: they win in argparse
-    assert train.runtime_env(c, {"WANDB_API_KEY": "sekrit"})["WANDB_API_KEY"] == "sekrit"  # the real run gets it
+    assert train_flags.runtime_env(c, {"WANDB_API_KEY": "sekrit"})["WANDB_API_KEY"] == "sekrit"  # the real run gets it
 
 
 def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
     def flags(**kw) -> list[str]:
-        return _flags(train.render_dry_run(train.TrainConfig(output_dir="/d", run_id="r", **kw), environ={}))
+        return _flags(train_flags.render_dry_run(train_flags.TrainConfig(output_dir="/d", run_id="r", **kw), environ={}))
 
     recipe = flags()
     assert get_preset("qwen3.6-35b-a3b").loss == "cispo" and get_preset("bare").loss == "grpo"
-    assert _value(recipe, "--custom-loss-function-path") == train.CISPO_LOSS_PATH
+    assert _value(recipe, "--custom-loss-function-path") == train_flags.CISPO_LOSS_PATH
     assert _value(recipe, "--data-source-path") == "t2sql.curriculum.CurriculumDataSource"
     assert _value(recipe, "--rollout-all-samples-process-path") == "t2sql.curriculum.record_rollout"
     bare = flags(recipe="bare")
@@ -130,22 +132,22 @@ def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
     proc = _run([*TRAIN, "train", "--dry-run", "--recipe", "bare", *FIXED])
     assert proc.returncode == 0 and "loss grpo" in proc.stdout.splitlines()[0]
     # miles cannot run the curriculum's after-rollout hook under --fully-async: refused up front.
-    with pytest.raises(train.LaunchError, match="--fully-async"):
-        train.train_argv(train.TrainConfig(run_id="r", extra_args="--fully-async"))
-    assert "--fully-async" in train.train_argv(train.TrainConfig(run_id="r", recipe="bare", extra_args="--fully-async"))
+    with pytest.raises(LaunchError, match="--fully-async"):
+        train_flags.train_argv(train_flags.TrainConfig(run_id="r", extra_args="--fully-async"))
+    assert "--fully-async" in train_flags.train_argv(train_flags.TrainConfig(run_id="r", recipe="bare", extra_args="--fully-async"))
 
 
 def test_bad_options_are_refused_clearly():
-    with pytest.raises(train.LaunchError, match="--loss"):
-        train.TrainConfig(loss="ppo2")
+    with pytest.raises(LaunchError, match="--loss"):
+        train_flags.TrainConfig(loss="ppo2")
     proc = _run([*TRAIN, "train", "--dry-run", "--recipe", "nope", *FIXED])
     assert proc.returncode == 1 and "nope" in proc.stderr and "qwen3.6-35b-a3b" in proc.stderr
-    with pytest.raises(train.LaunchError, match="KEY=VALUE"):
-        train.runtime_env(train.TrainConfig(extra_env=["novalue"]), {})
+    with pytest.raises(LaunchError, match="KEY=VALUE"):
+        train_flags.runtime_env(train_flags.TrainConfig(extra_env=["novalue"]), {})
 
 
 def test_train_without_gpus_or_miles_stops_before_starting(tmp_path):
-    if train.count_gpus() >= 8:
+    if prepare.count_gpus() >= 8:
         pytest.skip("this node has GPUs: the refusal path is not reachable")
     out = tmp_path / "run"
     proc = _run([*TRAIN, "train", "--output-dir", str(out), "--miles-path", str(tmp_path / "no-miles"),
@@ -158,15 +160,15 @@ def test_train_without_gpus_or_miles_stops_before_starting(tmp_path):
 
 def test_disk_check_gives_the_numbers(tmp_path):
     free = shutil.disk_usage(tmp_path).free
-    with pytest.raises(train.LaunchError) as e:
-        train.check_disk(tmp_path / "not" / "yet", {"hf checkpoint": free + 10**12})
+    with pytest.raises(LaunchError) as e:
+        prepare.check_disk(tmp_path / "not" / "yet", {"hf checkpoint": free + 10**12})
     msg = str(e.value)
     assert "not enough free disk" in msg and f"free {free / 1e9:.1f} GB" in msg and "hf checkpoint" in msg
-    train.check_disk(tmp_path, {"small": 1})  # fits: no error
+    prepare.check_disk(tmp_path, {"small": 1})  # fits: no error
 
 
 def test_prepare_refuses_model_step_without_gpus(tmp_path):
-    if train.count_gpus() >= 8:
+    if prepare.count_gpus() >= 8:
         pytest.skip("this node has GPUs")
     proc = _run([*TRAIN, "prepare", "--output-dir", str(tmp_path), "--skip-disk-check",
                  "--data-release", str(tmp_path)])
@@ -190,7 +192,7 @@ def test_prepare_data_only_from_a_local_release(tmp_path):
     proc = _run([*TRAIN, "prepare", "--output-dir", str(out), "--data-release", str(release),
                  "--skip-model"])
     assert proc.returncode == 0, proc.stderr
-    counts = {s: len((out / "data" / f"{s}.jsonl").read_text().splitlines()) for s in train.SPLITS}
+    counts = {s: len((out / "data" / f"{s}.jsonl").read_text().splitlines()) for s in train_flags.SPLITS}
     assert counts == {"train": 30, "validation": 20, "arcwise": 10}
     manifest = json.loads((out / "data" / "validation.manifest.json").read_text())
     assert list(manifest["databases"]) == ["superhero"] and len(manifest["databases"]["superhero"]["sha256"]) == 64

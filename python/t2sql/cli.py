@@ -13,13 +13,13 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "grade": ("t2sql.grading", "compare predicted SQL with gold SQL on a database"),
-    "eval": ("t2sql.eval.runner", "run episodes against a model endpoint (or the oracle policy)"),
+    "grade": ("t2sql.commands.grade", "compare predicted SQL with gold SQL on a database"),
+    "eval": ("t2sql.commands.eval", "run episodes against a model endpoint (or the oracle policy)"),
     "gold": ("t2sql.commands.gold", "run every gold query of a split, fill the gold cache, report"),
-    "convert": ("t2sql.data.convert", "convert a BIRD-layout data release into miles jsonl"),
-    "bench": ("t2sql.bench.grader", "benchmarks of the grading core against its peers"),
-    "curriculum": ("t2sql.miles.curriculum", "inspect a saved curriculum state (hint levels, weights, hints)"),
-    "equivalence": ("t2sql.episode.equivalence", "measure the equivalence check on BIRD-layout data"),
+    "convert": ("t2sql.commands.convert", "convert a BIRD-layout data release into miles jsonl"),
+    "bench": ("t2sql.commands.bench", "benchmarks of the grading core against its peers"),
+    "curriculum": ("t2sql.commands.curriculum", "inspect a saved curriculum state (hint levels, weights, hints)"),
+    "equivalence": ("t2sql.commands.equivalence", "measure the equivalence check on BIRD-layout data"),
     "prompt": ("t2sql.commands.prompt", "print the rendered prompt of one task"),
 }
 

@@ -9,14 +9,11 @@ Every path of `grader` runs in a fresh process, so its wall time and its peak me
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 GOLD = "SELECT a, b, c, d FROM t"
@@ -197,24 +194,3 @@ def format_grader(report: dict) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    suites = p.add_subparsers(dest="suite", metavar="SUITE", required=True)
-    g = suites.add_parser("grader", help="the grading core vs its peers on a large table")
-    g.add_argument("--rows", default="1000000,5000000", help="table sizes, comma-separated")
-    g.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "t2sql-bench"),
-                   help="where the benchmark tables are built (and reused)")
-    g.add_argument("--repeat", type=int, default=5, help="runs of the fast paths, round-robin (best is kept)")
-    g.add_argument("--skip", default="", help="comma-separated paths to skip (e.g. python_counter)")
-    g.add_argument("--json", action="store_true", help="print the report as JSON")
-    s = suites.add_parser("serving", help="the Grader at training scale (tool latency, grades/s, loop stalls)")
-    importlib.import_module("t2sql.bench.serving").add_arguments(s)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.suite == "serving":
-        return importlib.import_module("t2sql.bench.serving").run(args)
-    rows = [int(x) for x in str(args.rows).split(",") if x.strip()]
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    report = bench_grader(rows, Path(args.work_dir), max(1, args.repeat), skip)
-    print(json.dumps(report, indent=2) if args.json else format_grader(report))
-    return 0

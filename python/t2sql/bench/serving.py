@@ -15,35 +15,15 @@ Numbers depend on the machine and on whatever else runs on it; ratios are what h
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import t2sql
-
-SAMPLE = Path(t2sql.__file__).parent / "sample"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", help="BIRD question json (default: $T2SQL_BIRD/dev.json when set, "
-                        "else the bundled superhero sample)")
-    parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: beside --data)")
-    parser.add_argument("--tool-calls", type=int, default=2000, help="small queries timed per path")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers for 'all cores'")
-    parser.add_argument("--tasks", type=int, default=256, help="concurrent asyncio tasks")
-    parser.add_argument("--backend", choices=["thread", "process"], default="thread")
-    parser.add_argument("--pairs", type=int, default=None, help="use only the first N pairs (smoke runs)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="run each grade configuration N times and report the median run")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
 def _say(message: str) -> None:
@@ -325,8 +305,8 @@ def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> 
     once, five times (what asyncio itself costs for the benchmark's burst of tasks)."""
     import threading
 
-    from t2sql.serving.grader import DEFAULT_WORKER_NICE
     from t2sql.serving.backends import lower_priority
+    from t2sql.serving.grader import DEFAULT_WORKER_NICE
 
     async def meter_for(duration: float) -> tuple[float, float]:
         meter = _StallMeter()
@@ -480,92 +460,3 @@ def bench_gold_precompute(pairs, workers: int, backend: str) -> dict[str, Any]:
     return out
 
 
-def _load_pairs(args) -> list[tuple[str, str]]:
-    bird = Path(os.environ["T2SQL_BIRD"]) if os.environ.get("T2SQL_BIRD") else None
-    data = Path(args.data) if args.data else (bird / "dev.json" if bird and (bird / "dev.json").is_file()
-                                             else SAMPLE / "dev.json")
-    root = Path(args.db_root) if args.db_root else data.parent
-    questions = json.loads(data.read_text())[: args.pairs]
-    return [(str(root / q["db_id"] / f"{q['db_id']}.sqlite"), q["SQL"]) for q in questions]
-
-
-def run(args) -> int:
-    try:
-        pairs = _load_pairs(args)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"error: cannot read the question file: {e}", file=sys.stderr)
-        return 2
-    if min(args.workers, args.tasks, args.tool_calls, args.repeat) < 1:
-        print("error: --workers, --tasks, --tool-calls and --repeat must be at least 1", file=sys.stderr)
-        return 2
-    _say("tool-call latency")
-    result = {
-        "sqlite": t2sql.sqlite_version(),
-        "cores": os.cpu_count(),
-        "pairs": len(pairs),
-        "backend": args.backend,
-        "load_average": round(os.getloadavg()[0], 2),  # other work on the machine skews everything
-        "effective_cores": effective_cores(args.workers),
-        "tool_latency": bench_tool_latency(pairs[0][0], args.tool_calls),
-        "grades": bench_grades(pairs, args.workers, args.tasks, args.backend, args.repeat),
-        "rollout": bench_rollout(pairs, args.workers, args.tasks, args.backend),
-        "stall_floor": bench_stall_floor(pairs, args.workers, args.tasks),
-        "gold_precompute": bench_gold_precompute(pairs, args.workers, args.backend),
-    }
-    result["effective_cores_after"] = effective_cores(args.workers)
-    _say("")
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print_table(result)
-    return 0
-
-
-def print_table(r: dict[str, Any]) -> None:
-    print(f"t2sql bench serving — SQLite {r['sqlite']}, {r['cores']} cores, {r['pairs']} BIRD dev pairs, "
-          f"backend {r['backend']}")
-    print(f"machine: load average {r['load_average']} at start; effective cores {r['effective_cores']} before, "
-          f"{r.get('effective_cores_after', '?')} after (a pure-CPU job alone vs in {r['cores']} processes; "
-          "this caps every speedup below)\n")
-    t = r["tool_latency"]
-    print(f"tool call, small query on a warm connection ({t['queries']} calls: {t['query']})")
-    print(f"  {'path':<34}{'p50 µs':>10}{'p99 µs':>10}{'p50 overhead µs':>18}")
-    for key, name in TOOL_PATHS.items():
-        row = t[key]
-        print(f"  {name:<34}{row['p50_us']:>10.1f}{row['p99_us']:>10.1f}{row['p50_overhead_us']:>18.1f}")
-    print("\ngrades, pred = gold")
-    print(f"  {'run':<40}{'golds':>6}{'seconds':>9}{'grades/s':>10}{'speedup':>9}"
-          f"{'stall max/p99 ms':>18}{'gc max ms':>11}")
-    for name, row in r["grades"].items():
-        speed = f"{row['speedup']:.2f}x" if "speedup" in row else ""
-        stall = ("" if row["loop_max_stall_ms"] is None
-                 else f"{row['loop_max_stall_ms']:.1f}/{row['loop_p99_stall_ms']:.1f}")
-        gc_max = "" if row["gc_max_pause_ms"] is None else f"{row['gc_max_pause_ms']:.1f}"
-        print(f"  {name:<40}{row['gold_cache']:>6}{row['seconds']:>9.3f}{row['grades_per_s']:>10.1f}"
-              f"{speed:>9}{stall:>18}{gc_max:>11}")
-        if row["not_matched"]:
-            print(f"    !! {row['not_matched']} pairs did not match")
-    ro = r["rollout"]
-    print(f"\nrollout shape: {ro['trajectories']} episodes at once, 5 tool calls + 1 grade each, 5-50 ms model "
-          f"turns between calls")
-    print(f"  {ro['sql_calls']} SQL calls in {ro['seconds']:.3f} s ({ro['sql_calls_per_s']:.1f}/s); loop stall "
-          f"max {ro['loop_max_stall_ms']:.1f} ms, p99 {ro['loop_p99_stall_ms']:.1f} ms; longest GC pause "
-          f"{ro['gc_max_pause_ms']:.1f} ms")
-    if ro["not_matched"]:
-        print(f"    !! {ro['not_matched']} episodes did not match")
-    f = r["stall_floor"]
-    print("\nloop stall without the Grader (the floor this machine sets), max / p99 ms")
-    print(f"  {'the loop alone, nothing else running':<58}{f['idle']['loop_max_stall_ms']:>7.1f} / "
-          f"{f['idle']['loop_p99_stall_ms']:.1f}")
-    raw = f["raw_sql_threads"]
-    print(f"  {'beside ' + str(raw['threads']) + ' threads grading the same pairs on the core':<58}"
-          f"{raw['loop_max_stall_ms']:>7.1f} / {raw['loop_p99_stall_ms']:.1f}")
-    only = f["asyncio_tasks_only"]
-    print(f"  {'asyncio alone: ' + str(only['tasks']) + ' tasks that only await, started at once':<58}"
-          f"{only['loop_max_stall_ms']:>7.1f} / {only['loop_p99_stall_ms']:.1f}")
-    g = r["gold_precompute"]
-    print("\ngold precompute (disk cache)")
-    for label in ("cold", "warm"):
-        row = g[label]
-        print(f"  {label:<34}{row['seconds']:>10.3f} s  computed {row['computed']}, from disk "
-              f"{row['from_disk']}, failed {row['failed']}")

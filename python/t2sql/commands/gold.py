@@ -103,7 +103,7 @@ def _locate(row: int, question_id: str, db_id: str, gold_sql: Any, metadata: dic
 def load_tasks(data: str | os.PathLike, db_root: str | None,
                method_fallback: str | None = None) -> tuple[list[GoldTask], list[GoldRecord]]:
     """Every readable row's gold, plus a failure record for each unreadable line."""
-    from t2sql.data.convert import load_questions
+    from t2sql.data.tasks import load_questions
 
     raw, problems = load_questions(data)
     bad = [GoldRecord("", "", p.row, None, None, None, "skipped", f"line {p.row}: {p.message}")
@@ -163,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _grading_settings(args):
     """(the method of a task, float_digits, timeout, column order, the preset)."""
-    from t2sql.episode.reward import DEFAULT_PRESET, get_preset
+    from t2sql.episode.presets import DEFAULT_PRESET, get_preset
 
     preset = get_preset(args.recipe or DEFAULT_PRESET)
     if args.semantics:
@@ -177,7 +177,7 @@ def _grading_settings(args):
 
 
 def run(args) -> int:
-    from t2sql.data.convert import DataError
+    from t2sql.errors import DataError
     from t2sql.progress import Progress
     from t2sql.serving.grader import Grader
     from t2sql.grading import method_counts

@@ -13,7 +13,8 @@ import json
 import sys
 from typing import Any
 
-from t2sql.data.convert import DataError, load_questions
+from t2sql.errors import DataError
+from t2sql.data.tasks import load_questions
 
 
 class PromptCommandError(ValueError):
@@ -59,8 +60,10 @@ def add_arguments(parser: Any) -> None:
 
 def run(args: Any) -> int:
     from t2sql.episode.machine import Task, TaskError
-    from t2sql.episode.prompt import SchemaError, build_prompt, tool_specs
-    from t2sql.episode.reward import PresetError, get_preset
+    from t2sql.errors import SchemaError
+    from t2sql.episode.prompt import build_prompt, tool_specs
+    from t2sql.errors import PresetError
+    from t2sql.episode.presets import get_preset
 
     try:
         preset = get_preset(args.preset)

@@ -42,31 +42,19 @@ so a reader never sees half a file.
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections import Counter
 import os
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
-from t2sql.atomic import atomic_write
-from t2sql.progress import Progress
 
-# Canonical field -> the key in BIRD's question files.
-BIRD_FIELDS: dict[str, str] = {
-    "question_id": "question_id",
-    "db_id": "db_id",
-    "question": "question",
-    "evidence": "evidence",
-    "gold_sql": "SQL",
-    "difficulty": "difficulty",
-    "grading_method": "grading_method",  # optional: the task's own comparison (BIRD-Verified)
-}
-REQUIRED_FIELDS = ("db_id", "question", "gold_sql")
+from t2sql.atomic import atomic_write
+from t2sql.data.tasks import BIRD_FIELDS, Problem, database_path, load_questions, normalize_rows, validate_rows
+from t2sql.errors import DataError
+from t2sql.progress import Progress
 
 # The recipe's data release: split name -> task count (for the summary's sanity check).
 RELEASE_SPLITS: dict[str, int] = {"train": 2033, "validation": 398, "arcwise": 498}
@@ -82,37 +70,6 @@ RELEASE_DB_DIRS: dict[str, str] = {"train": "train_databases", "validation": "tr
 
 DEFAULT_RECIPE = "qwen3.6-35b-a3b"
 DEFAULT_GOLD_TIMEOUT_S = 60.0
-
-
-class DataError(ValueError):
-    """The question file or databases cannot be converted; `problems` lists every reason."""
-
-    def __init__(self, message: str, problems: list[Problem] | None = None):
-        self.problems = list(problems or [])
-        kinds = Counter(p.kind for p in self.problems)
-        lines = [message]
-        if len(kinds) > 1:
-            lines.append("  by kind: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
-        # The rarer kinds first, so 2 odd rows are not buried under 2,000 missing databases.
-        shown = sorted(self.problems, key=lambda p: (kinds[p.kind], p.row))
-        lines += [f"  {p}" for p in shown[:50]]
-        if len(self.problems) > 50:
-            lines.append(f"  ... and {len(self.problems) - 50} more")
-        super().__init__("\n".join(lines))
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One reason a row cannot be converted. `row` counts from 1 (JSON array index + 1, or line)."""
-
-    kind: str  # missing_database | duplicate_id | empty_gold | empty_question | missing_field | gold_error | bad_line
-    row: int
-    question_id: str
-    message: str
-
-    def __str__(self) -> str:
-        qid = f" (question_id {self.question_id})" if self.question_id else ""
-        return f"row {self.row}{qid}: {self.kind}: {self.message}"
 
 
 @dataclass
@@ -149,151 +106,6 @@ class SplitReport:
             "methods": dict(self.methods),
             "problems": [p.__dict__ for p in self.problems],
         }
-
-
-def parse_field_map(items: Iterable[str] | None) -> dict[str, str]:
-    """`["gold_sql=query", ...]` -> the full canonical-to-source map (BIRD's names by default)."""
-    mapping = dict(BIRD_FIELDS)
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not value:
-            raise DataError(f"--field-map {item!r}: expected CANONICAL=SOURCE, e.g. gold_sql=query")
-        if key not in BIRD_FIELDS:
-            raise DataError(
-                f"--field-map {item!r}: unknown field {key!r}; the fields are {', '.join(BIRD_FIELDS)}"
-            )
-        mapping[key] = value
-    return mapping
-
-
-def database_path(db_root: str | os.PathLike, db_id: str) -> Path:
-    """BIRD's layout: <root>/<db_id>/<db_id>.sqlite."""
-    return Path(db_root) / db_id / f"{db_id}.sqlite"
-
-
-def load_questions(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], list[Problem]]:
-    """Read a JSON array or JSON lines file -> [(row number, object)], problems for skipped lines."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"question file not found: {path}")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}:{line}: not UTF-8 (byte {e.start}); save the file as UTF-8") from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-        rows, problems = [], []
-        for i, item in enumerate(items, start=1):
-            if isinstance(item, dict):
-                rows.append((i, item))
-            else:
-                problems.append(Problem("bad_line", i, "", f"expected an object, got {type(item).__name__}"))
-        return rows, problems
-    rows, problems = [], []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            problems.append(Problem("bad_line", lineno, "", f"not valid JSON ({e.msg})"))
-            continue
-        if not isinstance(item, dict):
-            problems.append(Problem("bad_line", lineno, "", "expected a JSON object"))
-            continue
-        rows.append((lineno, item))
-    return rows, problems
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-def normalize_rows(
-    raw: list[tuple[int, dict]], fields: dict[str, str], split: str, method_fallback: str | None = None
-) -> tuple[list[tuple[int, dict[str, Any]]], list[Problem]]:
-    """Source objects -> canonical dicts (str fields, plus "originals": the source's original_*
-    fields, kept as they are); structural problems (missing fields, ids, an unreadable
-    grading_method unless `method_fallback` names the method to use instead)."""
-    from t2sql.episode.machine import TaskError, task_method
-
-    problems: list[Problem] = []
-    qid_key = fields["question_id"]
-    has_ids = [qid_key in obj for _, obj in raw]
-    synthesize_ids = not any(has_ids)  # BIRD's train.json carries no question_id at all
-    out = []
-    for row, obj in raw:
-        task = {name: _text(obj.get(src)).strip() for name, src in fields.items()}
-        # Keep the gold text exactly as given (only trimmed); question ids as strings.
-        if synthesize_ids:
-            task["question_id"] = f"{split}-{row}"
-        missing = [fields[f] for f in REQUIRED_FIELDS if fields[f] not in obj]
-        if not synthesize_ids and qid_key not in obj:
-            missing.insert(0, qid_key)
-        if missing:
-            problems.append(
-                Problem("missing_field", row, task["question_id"], f"missing field(s) {', '.join(missing)}")
-            )
-            continue
-        if task["grading_method"]:
-            try:
-                task["grading_method"] = task_method(task["grading_method"], task["question_id"], method_fallback)
-            except TaskError as e:
-                problems.append(Problem("bad_grading_method", row, task["question_id"], str(e)))
-                continue
-        task["originals"] = {k: v for k, v in obj.items() if k.startswith("original_")}
-        out.append((row, task))
-    return out, problems
-
-
-def validate_rows(
-    rows: list[tuple[int, dict[str, str]]], db_root: Path
-) -> tuple[list[tuple[int, dict[str, str]]], list[Problem]]:
-    """Checks that need no SQL: duplicates, empty text, database files present."""
-    from t2sql import Database, DatabaseError
-
-    problems: list[Problem] = []
-    seen: dict[str, int] = {}
-    db_ok: dict[str, str | None] = {}  # db_id -> None if usable, else the reason
-    valid = []
-    for row, task in rows:
-        qid = task["question_id"]
-        bad = []
-        if qid in seen:
-            bad.append(Problem("duplicate_id", row, qid, f"question_id already used by row {seen[qid]}"))
-        else:
-            seen[qid] = row
-        if not task["gold_sql"]:
-            bad.append(Problem("empty_gold", row, qid, "the gold SQL is empty"))
-        if not task["question"]:
-            bad.append(Problem("empty_question", row, qid, "the question is empty"))
-        db_id = task["db_id"]
-        if db_id not in db_ok:
-            path = database_path(db_root, db_id)
-            if not db_id:
-                db_ok[db_id] = "db_id is empty"
-            elif not path.is_file():
-                db_ok[db_id] = f"database not found: {path} (expected <db-root>/<db_id>/<db_id>.sqlite)"
-            else:
-                try:
-                    Database(str(path))
-                    db_ok[db_id] = None
-                except DatabaseError as e:
-                    db_ok[db_id] = f"database unreadable: {path}: {e}"
-        if db_ok[db_id] is not None:
-            bad.append(Problem("missing_database", row, qid, db_ok[db_id]))
-        if bad:
-            problems.extend(bad)
-        else:
-            valid.append((row, task))
-    return valid, problems
 
 
 def check_gold(
@@ -348,8 +160,8 @@ def build_rows(
     """Canonical tasks -> miles rows, with the prompt the episode itself would build."""
     from t2sql import Database
     from t2sql.episode.machine import Task
+    from t2sql.episode.presets import get_preset
     from t2sql.episode.prompt import build_prompt, tool_specs
-    from t2sql.episode.reward import get_preset
 
     preset = get_preset(recipe)
     tools = tool_specs()
@@ -517,54 +329,3 @@ def summary_table(reports: list[SplitReport]) -> str:
         )
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from t2sql.grading import method_arg
-
-    parser.add_argument("--questions", required=True, help="BIRD-layout question file (.json array or .jsonl)")
-    parser.add_argument("--db-root", required=True, help="directory holding <db_id>/<db_id>.sqlite")
-    parser.add_argument("--out-dir", required=True, help="where <split-name>.jsonl is written")
-    parser.add_argument("--split-name", default=None, help="output name and split label (default: the file's stem)")
-    parser.add_argument(
-        "--field-map", nargs="*", default=[], metavar="FIELD=KEY",
-        help=f"source keys for the canonical fields {', '.join(BIRD_FIELDS)} (default BIRD's: gold_sql=SQL)",
-    )
-    parser.add_argument("--recipe", default=DEFAULT_RECIPE, help="preset the prompt is built for")
-    parser.add_argument("--no-check-gold", action="store_true", help="skip executing every gold query")
-    parser.add_argument("--gold-timeout", type=float, default=DEFAULT_GOLD_TIMEOUT_S, help="seconds per gold query")
-    parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
-    parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
-    parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
-                        help="the method for rows whose grading_method cannot be read (a bare 'subset'); "
-                             "without it such a row fails the conversion")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-
-
-def run(args: argparse.Namespace) -> int:
-    from t2sql.grading import describe_methods
-
-    split = args.split_name or Path(args.questions).stem
-    try:
-        fields = parse_field_map(args.field_map)
-        report, _ = convert_split(
-            args.questions, args.db_root, Path(args.out_dir) / f"{split}.jsonl",
-            split=split, fields=fields, recipe=args.recipe, check_gold_sql=not args.no_check_gold,
-            gold_timeout_s=args.gold_timeout, concurrency=args.concurrency, drop_invalid=args.drop_invalid,
-            method_fallback=args.grading_method_fallback,
-        )
-    except DataError as e:
-        if getattr(args, "json", False):
-            print(json.dumps({"error": str(e).splitlines()[0], "problems": [p.__dict__ for p in e.problems]}))
-        else:
-            print(f"t2sql convert: {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        for p in report.problems:
-            print(f"skipped: {p}", file=sys.stderr)
-        print(summary_table([report]))
-        print("grading methods: " + describe_methods(report.methods))
-        print(f"wrote {report.out_path}")
-    return 0

@@ -38,7 +38,9 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+
+from t2sql.episode.presets import Preset
+from t2sql.episode.reward import RewardTerm, Trajectory
 
 # Trigrams for turn-to-turn similarity: long enough that two different turns on the same schema
 # rarely share most of them, short enough that small edits do not hide a copy.
@@ -219,7 +221,7 @@ def check_turns(
     )
 
 
-def guard_report(trajectory: Any, preset: Any) -> GuardReport:
+def guard_report(trajectory: Trajectory, preset: Preset) -> GuardReport:
     """The report for a t2sql.episode.reward.Trajectory under a preset's thresholds."""
     texts = trajectory.texts or trajectory.visible  # raw text when the episode kept it
     return _cached_report(
@@ -258,12 +260,10 @@ GUARD_TERMS: dict[str, tuple[str, str]] = {
 }
 
 
-def reward_terms() -> list[Any]:
+def reward_terms() -> list[RewardTerm]:
     """One t2sql.episode.reward.RewardTerm per guard: minus the preset's penalty per counted event."""
-    from t2sql.episode.reward import RewardTerm
-
     def make(switch: str, field: str):
-        def term(trajectory: Any, preset: Any) -> float:
+        def term(trajectory: Trajectory, preset: Preset) -> float:
             return -getattr(preset, switch) * getattr(guard_report(trajectory, preset), field)
 
         return term

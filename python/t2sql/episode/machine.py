@@ -28,14 +28,15 @@ A database that is missing or broken (DatabaseError) is the data's fault: `gold_
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import t2sql
+from t2sql.episode import parsing, terms
 from t2sql.episode import prompt as prompts
 from t2sql.episode import reward as rewards
-from t2sql.episode.reward import Preset
+from t2sql.episode.presets import Preset
 
 if TYPE_CHECKING:
     from t2sql.serving.grader import Grader
@@ -241,8 +242,8 @@ class Episode:
         if cut not in CUTS:
             raise ValueError(f"cut must be None, 'turn' or 'context', got {cut!r}")
         text = text or ""
-        think, visible = prompts.split_think(text)
-        self._turns.append(_Turn(text, think, visible, prompts.prose(visible), self.count_tokens(think)))
+        think, visible = parsing.split_think(text)
+        self._turns.append(_Turn(text, think, visible, parsing.prose(visible), self.count_tokens(think)))
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if tool_calls:
             message["tool_calls"] = [dict(c) if isinstance(c, Mapping) else c for c in tool_calls]
@@ -253,15 +254,15 @@ class Episode:
         if cut == "turn":
             return await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.max_turn_tokens}")
 
-        solution = prompts.parse_solution(visible)
+        solution = parsing.parse_solution(visible)
         if solution is not None and not solution.strip():
             # An empty block answers nothing: log it as no_solution, not as the core's "unsafe".
             return await self._finish("no_solution", "the <solution> block is empty")
         if solution is not None:
             return await self._grade(solution)
 
-        calls = (prompts.parse_structured_tool_calls(tool_calls) if tool_calls
-                 else prompts.parse_tool_calls(visible))
+        calls = (parsing.parse_structured_tool_calls(tool_calls) if tool_calls
+                 else parsing.parse_tool_calls(visible))
         if not calls:
             return await self._finish("no_solution", "the turn has neither a tool call nor a <solution>")
 
@@ -280,7 +281,7 @@ class Episode:
         self.messages.extend(tool_messages)
         return TurnOutcome(False, tool_messages)
 
-    async def _run_call(self, call: prompts.ToolCall) -> str:
+    async def _run_call(self, call: parsing.ToolCall) -> str:
         self._tool_calls += 1
         number, budget = self._tool_calls, self.preset.max_tool_calls
         if call.query is not None:
@@ -344,11 +345,10 @@ class Episode:
         if outcome is None:
             raise RuntimeError(f"the grader returned an unknown outcome {graded.outcome!r}")
         grade = graded.to_dict() if hasattr(graded, "to_dict") else dict(vars(graded))
-        return await self._finish(outcome, graded.detail or graded.outcome, solution=solution, grade=grade,
-                                  graded=graded)
+        return await self._finish(outcome, graded.detail or graded.outcome, solution=solution, grade=grade)
 
     async def _finish(self, outcome: str, detail: str, *, solution: str | None = None,
-                      grade: dict[str, Any] | None = None, graded: Any = None) -> TurnOutcome:
+                      grade: dict[str, Any] | None = None) -> TurnOutcome:
         answer_turn = len(self._turns) - 1 if solution is not None else None
         trajectory = rewards.Trajectory(
             outcome=outcome,
@@ -361,10 +361,8 @@ class Episode:
             solution=solution,
             texts=tuple(t.text for t in self._turns),
             task=self.task,
-            grade=graded,
-            grader=self.grader,
         )
-        breakdown = await rewards.score(trajectory, self.preset)
+        breakdown = await terms.score(trajectory, self.preset)
         evidence = breakdown.evidence
         metrics: dict[str, Any] = {
             "turns": len(self._turns),

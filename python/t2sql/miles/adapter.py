@@ -54,19 +54,14 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+from t2sql.chat_template import ChatTemplate
+from t2sql.errors import AdapterError
+
 log = logging.getLogger("t2sql.miles.adapter")
 
 DEFAULT_RECIPE = "qwen3.6-35b-a3b"
 DEFAULT_REWARD_KEY = "reward"
 METADATA_KEY = "t2sql"  # sample.metadata[METADATA_KEY] holds the episode result
-# Qwen's end-of-turn token: the fallback when the chat template does not show one. Never taken from
-# the tokenizer's eos_token, which may be "<|endoftext|>" (transformers' default for Qwen3.5's class).
-END_OF_TURN = "<|im_end|>"
-_PROBE = "t2sql-end-of-turn-probe"
-
-
-class AdapterError(RuntimeError):
-    """The adapter cannot run a sample (misconfiguration, or a malformed engine response)."""
 
 
 # ---------------------------------------------------------------------------------------- flags
@@ -122,8 +117,8 @@ class _Context:
     """The preset and one Grader per process (miles runs every trajectory on one event loop)."""
 
     def __init__(self, settings: _Settings):
+        from t2sql.episode.presets import get_preset
         from t2sql.serving.grader import Grader
-        from t2sql.episode.reward import get_preset
 
         preset = get_preset(settings.recipe)
         if settings.tool_timeout_s is not None or settings.grade_timeout_s is not None:
@@ -201,81 +196,6 @@ async def _post(url: str, payload: dict) -> dict:
         response = await client.post(url, json=payload)
         response.raise_for_status()
         return response.json()
-
-
-# -------------------------------------------------------------------------------------- tokens
-
-
-class _Renderer:
-    """The chat template with the episode's tools and the run's template kwargs, every time."""
-
-    def __init__(self, tokenizer: Any, tools: list[dict], template_kwargs: dict | None):
-        self.tokenizer = tokenizer
-        self.tools = tools
-        self.kwargs = dict(template_kwargs or {})
-        self._end_of_turn: str | None = None
-
-    def text(self, messages: list[dict], *, generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tools=self.tools, add_generation_prompt=generation_prompt, tokenize=False, **self.kwargs
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def end_of_turn(self) -> str:
-        """The token the template writes right after an assistant message's text (Qwen: <|im_end|>),
-        read from the template itself: render a probe assistant message and take what follows it up
-        to the first whitespace. END_OF_TURN when the template writes nothing recognisable there."""
-        if self._end_of_turn is None:
-            probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _PROBE}]
-            try:
-                text = self.text(probe, generation_prompt=False)
-            except Exception:  # noqa: BLE001 - a template that refuses the probe: use Qwen's token
-                text = ""
-            cut = text.rfind(_PROBE)
-            after = text[cut + len(_PROBE):].split(None, 1) if cut >= 0 else []
-            self._end_of_turn = after[0] if after else END_OF_TURN
-        return self._end_of_turn
-
-    def tool_segment(self, before: list[dict], tool_messages: list[dict], *, closed: bool) -> str:
-        """The text to append after a model turn: the template's closing of that turn the model did
-        not generate, then the tool messages and the next generation prompt.
-
-        closed: the model's ids already end with the end-of-turn token.
-        """
-        without = self.text(before, generation_prompt=False)
-        with_tools = self.text(before + tool_messages, generation_prompt=True)
-        if not with_tools.startswith(without):
-            # Some templates render the LAST assistant turn differently (Qwen3 adds an empty
-            # <think></think> to it): take the suffix from a stand-in conversation whose assistant
-            # turn renders the same either way, as miles' own tool_call_utils does.
-            without, with_tools = self._stand_in(tool_messages)
-        suffix = with_tools[len(without):]
-        end = self.end_of_turn()
-        cut = without.rfind(end)
-        closing = without[cut:] if cut >= 0 else ""  # e.g. "<|im_end|>\n"
-        if closed and closing.startswith(end):
-            closing = closing[len(end):]  # the model generated the end token; only the "\n" is missing
-        return closing + suffix
-
-    def _stand_in(self, tool_messages: list[dict]) -> tuple[str, str]:
-        calls = [
-            {"id": m.get("tool_call_id") or f"call_{i}", "type": "function",
-             "function": {"name": m.get("name") or "execute_sql_query", "arguments": {}}}
-            for i, m in enumerate(tool_messages)
-        ]
-        base = [{"role": "user", "content": "stand-in"},
-                {"role": "assistant", "content": "", "reasoning_content": " ", "tool_calls": calls}]
-        without = self.text(base, generation_prompt=False)
-        with_tools = self.text(base + tool_messages, generation_prompt=True)
-        if not with_tools.startswith(without):
-            raise AdapterError(
-                "the chat template renders earlier turns differently once tool messages are added "
-                "(not append-only), so tool tokens cannot be appended; use a template that keeps "
-                "earlier turns unchanged"
-            )
-        return without, with_tools
 
 
 def _decode_routed_experts(info: str, num_tokens: int, num_layers: int | None, topk: int | None) -> Any:
@@ -357,7 +277,7 @@ async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form 
     tokenizer = state.tokenizer
     episode = Episode(task, preset, ctx.grader, prompt=messages,
                       count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
-    render = _Renderer(tokenizer, episode.tools, getattr(args, "apply_chat_template_kwargs", None))
+    render = ChatTemplate(tokenizer, episode.tools, getattr(args, "apply_chat_template_kwargs", None))
 
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
     routing_replay = bool(getattr(args, "use_rollout_routing_replay", False))
@@ -529,7 +449,7 @@ async def _regrade(args: Any, sample: Any, key: str) -> dict:
     """No episode record (a sample from elsewhere, or replayed raw): grade the last <solution> of
     the response against the label; the outcome table only (the trajectory is not known)."""
     from t2sql.episode.machine import VERDICT_OUTCOMES, Task
-    from t2sql.episode.prompt import parse_solution, strip_think
+    from t2sql.episode.parsing import parse_solution, strip_think
 
     ctx = _context(args)
     preset = ctx.preset
@@ -554,76 +474,6 @@ async def _regrade(args: Any, sample: Any, key: str) -> dict:
                         {"regraded": 1.0})
 
 
-
 # --------------------------------------------------------------------------- training metrics
 
 
-def _record_of(sample: Any) -> dict | None:
-    meta = getattr(sample, "metadata", None)
-    record = meta.get(METADATA_KEY) if isinstance(meta, dict) else None
-    return record if isinstance(record, dict) else None
-
-
-def _sample_correct(sample: Any) -> bool | None:
-    """The episode's `correct` (the reward dict's, else the episode record's); None when unknown."""
-    reward = getattr(sample, "reward", None)
-    if isinstance(reward, dict) and "correct" in reward:
-        return bool(reward["correct"])
-    record = _record_of(sample)
-    return bool(record["correct"]) if record and "correct" in record else None
-
-
-def _pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased pass@k of a group of n samples with c correct (Chen et al., 2021)."""
-    if n - c < k:
-        return 1.0
-    miss = 1.0
-    for i in range(n - c + 1, n + 1):
-        miss *= 1.0 - k / i
-    return 1.0 - miss
-
-
-def rollout_metrics(samples: list[Any], group_size: int | None = None) -> dict[str, float]:
-    """The episode's own numbers for one rollout, keyed `t2sql/...`: accuracy (share correct: a
-    shaped reward of 0.9 is still a correct answer, which miles' reward == 1 pass@k misses), pass@k
-    over `correct` for k = 1, 2, 4, .. up to the group size, and the evidence and tool-call rates."""
-    graded = [(s, c) for s in samples if (c := _sample_correct(s)) is not None]
-    if not graded:
-        return {}
-    out: dict[str, float] = {
-        "t2sql/accuracy": sum(c for _, c in graded) / len(graded),
-        "t2sql/samples": float(len(graded)),
-    }
-    records = [r for s, _ in graded if (r := _record_of(s)) is not None]
-    if records:
-        out["t2sql/tool_calls_mean"] = sum(r.get("tool_calls", 0) for r in records) / len(records)
-        out["t2sql/invalid_tool_calls_mean"] = sum(r.get("invalid_tool_calls", 0) for r in records) / len(records)
-        with_evidence = [r for r in records if r.get("has_evidence")]
-        if with_evidence:
-            out["t2sql/evidence_restated_rate"] = sum(bool(r.get("evidence_restated")) for r in with_evidence) / len(with_evidence)
-            out["t2sql/evidence_checked_rate"] = sum(bool(r.get("evidence_checked")) for r in with_evidence) / len(with_evidence)
-    if group_size and group_size > 1:
-        groups: dict[Any, list[bool]] = {}
-        for s, c in graded:
-            groups.setdefault(getattr(s, "group_index", None), []).append(c)
-        complete = [g for key, g in groups.items() if key is not None and len(g) == group_size]
-        k = 1
-        while complete and k <= group_size:
-            out[f"t2sql/pass@{k}"] = sum(_pass_at_k(len(g), sum(g), k) for g in complete) / len(complete)
-            k *= 2
-    return out
-
-
-def log_rollout(rollout_id: Any, args: Any, samples: list[Any], rollout_extra_metrics: Any,
-                rollout_time: float) -> bool:
-    """miles --custom-rollout-log-function-path hook: the episode's metrics (`rollout_metrics`) go in
-    beside miles' own. miles' default logging then runs on them unchanged; returning True tells miles
-    its default has already run."""
-    from miles.ray.rollout import metrics as miles_metrics
-
-    extra = dict(rollout_extra_metrics or {})
-    extra.update(rollout_metrics(samples, getattr(args, "n_samples_per_prompt", None)))
-    plain = copy.copy(args)
-    plain.custom_rollout_log_function_path = None  # miles' default, not this hook again
-    miles_metrics.log_rollout_data(rollout_id, plain, samples, extra, rollout_time)
-    return True

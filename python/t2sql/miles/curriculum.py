@@ -46,14 +46,15 @@ import json
 import logging
 import os
 import random
-import re
-import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
 from t2sql.atomic import atomic_write
+from t2sql.errors import CurriculumError
+from t2sql.miles.hints import apply_hint, build_hint
 
 log = logging.getLogger(__name__)
 
@@ -62,145 +63,8 @@ UNSEEN_WEIGHT = 0.25  # the largest p(1-p): an unknown task is treated as the mo
 # A bare numeric reward counts as correct from here: between incorrect (0) and correct (1), and
 # above any correct answer's reward after the recipe's shaping penalties.
 CORRECT_REWARD_THRESHOLD = 0.5
-HINT_HEADER = "Hint (this question was missed before):"
 META_TASK_KEY = "t2sql_task_key"
 META_HINT_LEVEL = "t2sql_hint_level"
-
-
-class CurriculumError(ValueError):
-    """The curriculum cannot run as configured; the message says what to change."""
-
-
-# ---------------------------------------------------------------- the gold query's parts
-
-_SQL_TOKEN = re.compile(
-    r"""'(?:[^']|'')*'      # string literal
-      |"(?:[^"]|"")*"       # quoted identifier
-      |`[^`]*`
-      |\[[^\]]*\]
-      |\w+
-      |\S""",
-    re.X,
-)
-_CLAUSE_END = {"WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "UNION", "INTERSECT", "EXCEPT", "WINDOW"}
-_JOIN_WORDS = {"JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "NATURAL", "OUTER"}
-
-
-@dataclass(frozen=True)
-class GoldParts:
-    from_skeleton: str  # e.g. "FROM superhero AS T1 INNER JOIN colour AS T2"; "" if none
-    select_list: str  # e.g. "COUNT(T1.id)"; "" if not found
-    tables: tuple[str, ...] = ()  # every table named after FROM/JOIN at any depth, first-seen order
-
-
-def gold_parts(sql: str) -> GoldParts:
-    """The FROM/JOIN skeleton and SELECT list of the main (outermost) SELECT of a query.
-
-    Both are cut from the query's own text (whitespace collapsed), so they read as written.
-    """
-    sql = sql or ""
-    matches = list(_SQL_TOKEN.finditer(sql))
-    toks = [(m.group(0), m.group(0).upper()) for m in matches]
-    depth_of: list[int] = []
-    depth = 0
-    for text, _ in toks:
-        if text == ")":
-            depth -= 1
-        depth_of.append(depth)
-        if text == "(":
-            depth += 1
-    tables: list[str] = []
-    for i, (_, upper) in enumerate(toks[:-1]):
-        name = toks[i + 1][0]
-        if upper in ("FROM", "JOIN") and name != "(" and name not in tables:
-            tables.append(name)
-    top = [i for i, d in enumerate(depth_of) if d == 0]
-    select_at = next((i for i in top if toks[i][1] == "SELECT"), None)
-    if select_at is None:
-        return GoldParts("", "", tuple(tables))
-    from_at = next((i for i in top if i > select_at and toks[i][1] == "FROM"), None)
-    start = select_at + 1
-    while start < len(toks) and toks[start][1] in ("DISTINCT", "ALL"):
-        start += 1
-    end = from_at if from_at is not None else next(
-        (i for i in top if i > select_at and toks[i][1] in _CLAUSE_END | {";"}), len(toks)
-    )
-    select_list = _squash(sql[matches[start].start() : matches[end - 1].end()]) if end > start else ""
-    if from_at is None:
-        return GoldParts("", select_list, tuple(tables))
-
-    segments: list[str] = []
-    run_start: int | None = None  # first kept token of the current run of consecutive kept tokens
-
-    def close_run(upto: int) -> None:
-        nonlocal run_start
-        if run_start is not None:
-            segments.append(_squash(sql[matches[run_start].start() : matches[upto - 1].end()]))
-            run_start = None
-
-    i = from_at
-    skipping = False  # inside an ON/USING condition
-    while i < len(toks):
-        text, upper = toks[i]
-        d = depth_of[i]
-        if d < 0 or (d == 0 and (upper in _CLAUSE_END or text == ";")):
-            break
-        if d == 0 and upper in ("ON", "USING"):
-            skipping = True
-        elif d == 0 and (upper in _JOIN_WORDS or text == ","):
-            skipping = False
-        if skipping:
-            close_run(i)
-            i += 1
-            continue
-        if text == "(" and d == 0:  # a derived table or a parenthesised join: shown as a subquery
-            close_run(i)
-            j = i + 1
-            while j < len(toks) and depth_of[j] > 0:
-                j += 1
-            segments.append("(subquery)")
-            i = j + 1
-            continue
-        if run_start is None:
-            run_start = i
-        i += 1
-    close_run(i)
-    return GoldParts(" ".join(segments).replace(" ,", ","), select_list, tuple(tables))
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
-def build_hint(evidence: str, gold_sql: str, level: int) -> str:
-    """The hint text for a level (0 = no hint, ""); see the module doc for what each level adds."""
-    if level <= 0:
-        return ""
-    parts = gold_parts(gold_sql)
-    lines = [HINT_HEADER]
-    evidence = " ".join((evidence or "").split())
-    if evidence:
-        lines.append(f"- Evidence, restated: {evidence}")
-    if level >= 2 or not evidence:
-        if parts.from_skeleton:
-            lines.append(f"- The answer's FROM/JOIN skeleton: {parts.from_skeleton}")
-        elif parts.tables:  # e.g. SELECT (SELECT ...) - (SELECT ...): no FROM of its own
-            lines.append(f"- The answer reads the tables: {', '.join(parts.tables)}")
-    if level >= 3 and parts.select_list:
-        lines.append(f"- The answer's SELECT list: {parts.select_list}")
-    return "\n".join(lines) if len(lines) > 1 else ""
-
-
-def apply_hint(messages: Sequence[Mapping[str, Any]], hint: str) -> list[dict[str, Any]]:
-    """A copy of the chat messages with the hint appended to the last user message."""
-    out = [dict(m) for m in messages]
-    if not hint:
-        return out
-    for m in reversed(out):
-        if m.get("role") == "user":
-            m["content"] = f"{m.get('content') or ''}\n\n{hint}"
-            return out
-    raise CurriculumError("the prompt has no user message to add a hint to")
 
 
 # ---------------------------------------------------------------- the policy
@@ -433,7 +297,7 @@ def task_key(sample: Any, fallback: str) -> str:
 
 
 def _preset_for(args: Any) -> Any:
-    from t2sql.episode.reward import get_preset
+    from t2sql.episode.presets import get_preset
 
     return get_preset(getattr(args, "text_to_sql_recipe", None))
 
@@ -569,83 +433,3 @@ def __getattr__(name: str) -> Any:
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# ---------------------------------------------------------------- `t2sql curriculum`: inspect a saved state
-
-
-def read_task_rows(path: str | os.PathLike) -> dict[str, dict[str, str]]:
-    """question_id -> {"evidence", "gold_sql"} from a t2sql jsonl; bad lines are reported and skipped."""
-    import sys
-
-    rows: dict[str, dict[str, str]] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                meta = row.get("metadata") or {}
-                label = row.get("label") or {}
-                key = str(meta.get("question_id") or label.get("question_id"))
-                rows[key] = {"evidence": meta.get("evidence", ""), "gold_sql": label.get("gold_sql", "")}
-            except (json.JSONDecodeError, AttributeError) as e:
-                print(f"{path}:{n}: skipped, not a t2sql row ({e})", file=sys.stderr)
-    return rows
-
-
-def add_arguments(parser: Any) -> None:
-    parser.add_argument("state", help="a saved state: <save>/rollout/t2sql_curriculum_<rollout_id>.json")
-    parser.add_argument("--data", help="the training jsonl, to print the hint each hinted task now gets")
-    parser.add_argument("--top", type=int, default=10, help="hinted tasks to list (most 0/N groups first)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-
-
-def run(args: Any) -> int:
-    import sys
-
-    try:
-        try:
-            state = json.loads(Path(args.state).read_text())
-        except json.JSONDecodeError as e:
-            raise CurriculumError(f"{args.state}: not valid JSON ({e})") from e
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise CurriculumError(f"{args.state}: not a curriculum state (expected format {STATE_FORMAT!r})")
-        policy = Curriculum(list(state.get("tasks") or {}), config=CurriculumConfig(**state.get("config", {})))
-        policy.load_state_dict(state)
-        rows = read_task_rows(args.data) if args.data else {}
-    except (OSError, CurriculumError, TypeError) as e:
-        print(f"t2sql curriculum: {e}", file=sys.stderr)
-        return 2
-    hinted = sorted(
-        (t for t, s in policy.tasks.items() if s.level > 0),
-        key=lambda t: (-policy.tasks[t].zero_groups, -policy.tasks[t].level, t),
-    )[: max(args.top, 0)]
-    report = {
-        "summary": policy.summary(),
-        "hinted": [
-            {
-                "task": t,
-                **asdict(policy.tasks[t]),
-                "weight": policy.weight(t),
-                **({"hint": build_hint(rows[t]["evidence"], rows[t]["gold_sql"], policy.tasks[t].level)}
-                   if t in rows else {}),
-            }
-            for t in hinted
-        ],
-    }
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    summary = report["summary"]
-    width = max(len(k) for k in summary)
-    for k, v in summary.items():
-        print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
-    if report["hinted"]:
-        print(f"\n{'task':<12} {'level':>5} {'groups':>6} {'0/N':>4} {'last_p':>6} {'weight':>6}")
-        for r in report["hinted"]:
-            p = "-" if r["last_p"] is None else f"{r['last_p']:.2f}"
-            print(f"{r['task']:<12} {r['level']:>5} {r['groups']:>6} {r['zero_groups']:>4} {p:>6} {r['weight']:>6.3f}")
-            if "hint" in r:
-                print(textwrap.indent(r["hint"], "    "))
-    return 0

@@ -22,102 +22,40 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import errno
 import functools
 import hashlib
-import json
 import logging
 import os
-import struct
 import threading
 import time
 import weakref
-from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from t2sql import (
     DatabaseError,
     Digest,
     QueryTimeout,
     SqlError,
-    T2sqlError,
     UnsafeQuery,
     hash_secret_id,
     resolve_semantics,
-    set_hash_secret,
     sqlite_version,
 )
+from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
+from t2sql.serving.backends import Job, ThreadBackend, VerdictData, WorkerLost, next_job_id
+from t2sql.serving.gold_cache import _column_order, _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
 from t2sql.serving.manifest import FileIdentity, Manifest, file_identity
-from t2sql.serving.backends import (
-    Job,
-    ProcessBackend,
-    RayBackend,
-    ThreadBackend,
-    VerdictData,
-    WorkerLost,
-    next_job_id,
-)
+from t2sql.serving.results import GoldResult, GradeResult
+from t2sql.serving.workers import ProcessBackend, RayBackend
 
 log = logging.getLogger("t2sql.serving.grader")
 
 BACKENDS = ("thread", "process", "ray")
 
-# New calls that may start their loop-side work in one iteration of the event loop. Each costs
-# tens of µs of loop time (40-90 µs on the 2-core test VM), so a burst of hundreds of calls (a rollout's trajectories all starting at
-# once) is spread over iterations of at most ~1-2 ms instead of stalling the loop for tens of ms.
-CALLS_PER_ITERATION = 16
 
 # How much nicer than the event loop's thread the SQL workers run (see Grader's worker_nice).
 DEFAULT_WORKER_NICE = 10
-
-
-@dataclass(frozen=True)
-class GradeResult:
-    """One prediction graded against one gold query.
-
-    outcome: match | mismatch | pred_error | pred_timeout | unsafe | gold_error | gold_timeout.
-    retried: the first attempt timed out (prediction or gold) and this is the second.
-    gold_cached: the gold digest came from the cache (memory or disk), not a fresh run.
-    elapsed_s: wall time of the whole call, queueing included.
-    """
-
-    outcome: str
-    detail: str
-    retried: bool
-    pred_rows: int | None
-    gold_rows: int | None
-    elapsed_s: float
-    semantics: str
-    gold_cached: bool = False
-    pred_digest: bytes | None = None  # the prediction's digest (t2sql.Digest.from_bytes) when it ran to its end
-
-    @property
-    def matched(self) -> bool:
-        return self.outcome == "match"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["pred_digest"] = self.pred_digest.hex() if self.pred_digest else None  # JSON-safe
-        return d
-
-
-@dataclass(frozen=True)
-class GoldResult:
-    """A gold query's digest (or its failure), as `Grader.gold` returns it."""
-
-    outcome: str  # "ok" | "gold_error" | "gold_timeout"
-    detail: str
-    rows: int | None
-    columns: int | None
-    elapsed_s: float  # SQLite's time for the gold query when it ran (kept in the digest)
-    source: str  # "memory" | "disk" | "computed" | "failed"
-    digest: bytes | None = None  # Digest.to_bytes(), for grading against
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == "ok"
 
 
 @dataclass(frozen=True)
@@ -125,80 +63,6 @@ class _DbIdentity:
     file: FileIdentity  # when first seen (size, times, inode, a writer's side files)
     stat: tuple[int, int]  # (size, version): what connection caches compare
     cache_id: str  # what the gold cache keys on: manifest sha256, or path + the file identity
-
-
-class GoldCacheError(T2sqlError):
-    """The gold cache directory cannot be used (unreadable secret, not a directory, ...)."""
-
-
-# Which cache's hash secret this process runs with (set_hash_secret is process-wide).
-_installed_secret: tuple[bytes, str] | None = None
-_secret_lock = threading.Lock()
-
-
-def _install_process_secret(secret: bytes, owner: str) -> None:
-    global _installed_secret
-    with _secret_lock:
-        if _installed_secret is None:
-            set_hash_secret(secret)
-            _installed_secret = (secret, owner)
-        elif _installed_secret[0] != secret:
-            raise GoldCacheError(
-                f"this process already grades with the hash secret of {_installed_secret[1]}; "
-                f"the gold cache {owner} was made with another secret and cannot be used in the "
-                "same process: use one cache directory per process (or delete that cache)"
-            )
-
-
-class _Admission:
-    """Lets at most `per_iteration` new calls into the Grader per event-loop iteration; the
-    others wait in arrival order and are let in over the following iterations.
-
-    asyncio runs every ready callback of an iteration before it looks at timers or I/O again,
-    so without this a burst of N calls costs the loop N times one call's set-up in one go.
-    The budget is renewed by a callback at the start of the next iteration; it is scheduled
-    only once half the budget is spent, so sparse calls (one per iteration, the quiet case)
-    do not pay an extra loop iteration each."""
-
-    def __init__(self, per_iteration: int):
-        self._per_iteration = per_iteration
-        self._renew_at = max(1, per_iteration // 2)
-        self._used = 0
-        self._waiting: deque[asyncio.Future] = deque()
-        self._renewal_scheduled = False
-
-    def enter(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future | None:
-        """None: go ahead. Else a future to await: it is done when this call's turn comes (a
-        cancelled one is skipped by _renew). A plain function, not a coroutine: in a burst,
-        most calls come here only to wait, and that must cost the loop as little as possible."""
-        if self._used < self._per_iteration and not self._waiting:
-            self._used += 1
-            if self._used >= self._renew_at:
-                self._schedule_renewal(loop)
-            return None
-        ticket = loop.create_future()
-        self._waiting.append(ticket)
-        self._schedule_renewal(loop)
-        return ticket
-
-    def _schedule_renewal(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self._renewal_scheduled:
-            self._renewal_scheduled = True
-            loop.call_soon(self._renew, loop)
-
-    def _renew(self, loop: asyncio.AbstractEventLoop) -> None:
-        """A new iteration: a fresh budget, spent first on the calls that waited (they resume
-        in the next iteration, in order)."""
-        self._renewal_scheduled = False
-        let_in = 0
-        while self._waiting and let_in < self._per_iteration:
-            fut = self._waiting.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                let_in += 1
-        self._used = let_in
-        if self._waiting or let_in >= self._renew_at:
-            self._schedule_renewal(loop)
 
 
 class Grader:
@@ -248,7 +112,7 @@ class Grader:
         if cache_dir is not None:
             # A new cache adopts the secret this process already grades with, so one process
             # can use several cache directories; an existing cache keeps its own secret.
-            self._disk = _DiskGoldCache(Path(cache_dir), _installed_secret[0] if _installed_secret else None)
+            self._disk = _DiskGoldCache(Path(cache_dir), installed_secret())
             secret = self._disk.secret
             _install_process_secret(secret, str(self._disk.root))
 
@@ -621,158 +485,6 @@ class Grader:
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
 
 
-def _gold_key(cache_id: str, gold_sql: str, semantics: str, float_digits: int | None, column_order: str,
-              version: str) -> str:
-    parts = [cache_id, gold_sql, semantics, float_digits, version]
-    if column_order != "strict":  # strict keys stay what they were before column order existed
-        parts.append(column_order)
-    text = json.dumps(parts, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _column_order(name: str) -> str:
-    order = (name or "strict").strip().lower()
-    if order not in ("strict", "ignore"):
-        raise ValueError(f'column_order must be "strict" or "ignore", got {name!r}')
-    return order
-
-
 # ---------------------------------------------------------------------- the disk cache
 
-_MAGIC = b"t2sql-gold-digest-v1\n"
-_os_write = os.write  # the cache's only write path (tests make it fail with ENOSPC)
 
-
-class _DiskGoldCache:
-    """Gold digests on disk: `<root>/gold/<k[:2]>/<k>.digest`, one file per key.
-
-    A file is MAGIC + u32 header length + header JSON (key, secret id, the gold's SQLite
-    seconds) + Digest.to_bytes() + sha256 of everything before it. Written to a temp file, fsynced
-    and renamed, so a reader (in any process) sees a whole entry or none; a file that fails
-    any check is reported, deleted and recomputed. `<root>/secret` holds the 32-byte hash
-    secret every process using this cache installs, so their digests compare.
-    """
-
-    def __init__(self, root: Path, new_secret: bytes | None = None):
-        self.root = root.resolve()
-        self._new_secret = new_secret
-        try:
-            (self.root / "gold").mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise GoldCacheError(f"cannot create the gold cache under {self.root}: {e}") from e
-        self.secret = self._read_or_create_secret()
-        self._lock = threading.Lock()
-        self._counters = {"cache_corrupt": 0, "cache_write_errors": 0, "cache_writes": 0}
-
-    def counters(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counters)
-
-    def _count(self, name: str) -> None:
-        with self._lock:
-            self._counters[name] += 1
-
-    def _read_or_create_secret(self) -> bytes:
-        path = self.root / "secret"
-        if not path.exists():
-            # Create under a private name, then link: os.link never overwrites, so when two
-            # processes race, exactly one secret wins and both read it.
-            tmp = self.root / f".secret.{os.getpid()}.{threading.get_ident()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.write(fd, self._new_secret or os.urandom(32))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            finally:
-                os.unlink(tmp)
-        try:
-            secret = path.read_bytes()
-        except OSError as e:
-            raise GoldCacheError(f"cannot read the gold cache secret {path}: {e}") from e
-        if len(secret) != 32:
-            raise GoldCacheError(
-                f"{path} holds {len(secret)} bytes, not a 32-byte hash secret; delete {path} and "
-                f"{self.root / 'gold'} to start a fresh cache"
-            )
-        return secret
-
-    def path_for(self, key: str) -> Path:
-        return self.root / "gold" / key[:2] / f"{key}.digest"
-
-    def load(self, key: str, semantics: str, float_digits: int | None,
-             column_order: str = "strict") -> tuple[bytes, float] | None:
-        """(digest bytes, the gold's SQLite seconds when it ran), or None to run the gold."""
-        path = self.path_for(key)
-        try:
-            blob = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            return self._reject(path, f"unreadable ({e})")
-        try:
-            if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 4 + 32:
-                raise ValueError("not a t2sql gold digest file")
-            body, checksum = blob[:-32], blob[-32:]
-            if hashlib.sha256(body).digest() != checksum:
-                raise ValueError("checksum mismatch (torn or altered file)")
-            (header_len,) = struct.unpack_from(">I", body, len(_MAGIC))
-            start = len(_MAGIC) + 4
-            header = json.loads(body[start:start + header_len])
-            data = body[start + header_len:]
-            if header.get("key") != key:
-                raise ValueError("entry belongs to another key")
-            digest = Digest.from_bytes(data)
-            if digest.secret_id != hash_secret_id():
-                raise ValueError("made with another hash secret")
-            if (digest.semantics, digest.float_digits, digest.column_order) != (semantics, float_digits, column_order):
-                raise ValueError("semantics, float_digits or column order differ from the key")
-            elapsed_s = float(header.get("elapsed_s", 0.0))
-        except Exception as e:  # any fault in a cache file means: drop it and run the gold
-            return self._reject(path, f"{type(e).__name__}: {e}")
-        return data, elapsed_s
-
-    def _reject(self, path: Path, why: str) -> None:
-        log.warning("gold cache entry %s is unusable (%s): deleted, the gold runs again", path, why)
-        self._count("cache_corrupt")
-        try:
-            path.unlink()
-        except OSError:
-            pass
-        return None
-
-    def store(self, key: str, data: bytes, elapsed_s: float = 0.0) -> bool:
-        """Write one entry; a failure (full disk, read-only) is reported and the grader goes
-        on without it: the digest stays in memory."""
-        path = self.path_for(key)
-        header = json.dumps({"key": key, "secret_id": hash_secret_id(), "elapsed_s": elapsed_s}).encode()
-        body = _MAGIC + struct.pack(">I", len(header)) + header + data
-        blob = body + hashlib.sha256(body).digest()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(blob)
-                while view:
-                    n = _os_write(fd, view)
-                    view = view[n:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            what = "the disk is full" if e.errno == errno.ENOSPC else str(e)
-            log.warning("could not write gold cache entry %s (%s); continuing without it", path, what)
-            self._count("cache_write_errors")
-            return False
-        self._count("cache_writes")
-        return True

@@ -1,0 +1,63 @@
+"""`t2sql convert`: a BIRD-layout data release into miles jsonl (t2sql.data.convert)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from t2sql.data.convert import DEFAULT_GOLD_TIMEOUT_S, DEFAULT_RECIPE, convert_split, summary_table
+from t2sql.data.tasks import BIRD_FIELDS, parse_field_map
+from t2sql.errors import DataError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from t2sql.grading import method_arg
+
+    parser.add_argument("--questions", required=True, help="BIRD-layout question file (.json array or .jsonl)")
+    parser.add_argument("--db-root", required=True, help="directory holding <db_id>/<db_id>.sqlite")
+    parser.add_argument("--out-dir", required=True, help="where <split-name>.jsonl is written")
+    parser.add_argument("--split-name", default=None, help="output name and split label (default: the file's stem)")
+    parser.add_argument(
+        "--field-map", nargs="*", default=[], metavar="FIELD=KEY",
+        help=f"source keys for the canonical fields {', '.join(BIRD_FIELDS)} (default BIRD's: gold_sql=SQL)",
+    )
+    parser.add_argument("--recipe", default=DEFAULT_RECIPE, help="preset the prompt is built for")
+    parser.add_argument("--no-check-gold", action="store_true", help="skip executing every gold query")
+    parser.add_argument("--gold-timeout", type=float, default=DEFAULT_GOLD_TIMEOUT_S, help="seconds per gold query")
+    parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
+    parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
+    parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
+                        help="the method for rows whose grading_method cannot be read (a bare 'subset'); "
+                             "without it such a row fails the conversion")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from t2sql.grading import describe_methods
+
+    split = args.split_name or Path(args.questions).stem
+    try:
+        fields = parse_field_map(args.field_map)
+        report, _ = convert_split(
+            args.questions, args.db_root, Path(args.out_dir) / f"{split}.jsonl",
+            split=split, fields=fields, recipe=args.recipe, check_gold_sql=not args.no_check_gold,
+            gold_timeout_s=args.gold_timeout, concurrency=args.concurrency, drop_invalid=args.drop_invalid,
+            method_fallback=args.grading_method_fallback,
+        )
+    except DataError as e:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": str(e).splitlines()[0], "problems": [p.__dict__ for p in e.problems]}))
+        else:
+            print(f"t2sql convert: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        for p in report.problems:
+            print(f"skipped: {p}", file=sys.stderr)
+        print(summary_table([report]))
+        print("grading methods: " + describe_methods(report.methods))
+        print(f"wrote {report.out_path}")
+    return 0

@@ -1,0 +1,175 @@
+"""`t2sql eval`: the command line of the eval runner (t2sql.eval.runner)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from t2sql.errors import EvalError
+from t2sql.eval.policies import build_policy
+from t2sql.eval.results import _result_dict, format_summary
+from t2sql.eval.runner import (
+    EvalRun,
+    evaluate,
+    load_tasks,
+    sample_dir,
+    sample_questions,
+)
+
+if TYPE_CHECKING:
+    from t2sql.episode.presets import Preset
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from t2sql.grading import method_arg
+
+    what = parser.add_argument_group("what to evaluate")
+    what.add_argument("--policy", choices=("model", "oracle"), default="model",
+                      help="model: an endpoint writes the turns; oracle: scripted gold answers, no endpoint")
+    what.add_argument("--data", default=None,
+                      help="BIRD question json (list) or converted miles jsonl (default: the embedded superhero sample)")
+    what.add_argument("--db-root", default=None,
+                      help="directory holding <db_id>/<db_id>.sqlite (default: beside --data, or the embedded sample)")
+    what.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    what.add_argument("--samples", type=int, default=1,
+                      help="episodes per task (with --temperature > 0): accuracy is then avg@k, plus pass@k "
+                           "and maj@k (majority vote of the k answers by result; each task's vote is a line "
+                           "of the results file)")
+    what.add_argument("--preset", default=None,
+                      help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
+    what.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
+                      help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
+                           "without it such a task is skipped with a line saying why")
+
+    model = parser.add_argument_group("model endpoint")
+    model.add_argument("--endpoint", default=None, help="server URL, e.g. http://127.0.0.1:30000")
+    model.add_argument("--model", default=None, help="model name the server serves (--api openai)")
+    model.add_argument("--api", choices=("openai", "sglang"), default="openai",
+                       help="openai: /v1/chat/completions; sglang: token-level /generate as in training")
+    model.add_argument("--tokenizer", default=None, help="tokenizer path or hub name for --api sglang")
+    model.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                       help='chat template kwargs, e.g. \'{"enable_thinking": true}\' (sglang: every render; '
+                            "openai: sent as chat_template_kwargs)")
+    model.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the server's)")
+    model.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
+    model.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                       help="environment variable holding a bearer token for --api openai, if set")
+    model.add_argument("--timeout", type=float, default=600.0,
+                       help="seconds one whole request may take, the reply's last byte included")
+    model.add_argument("--max-response-mb", type=float, default=16.0,
+                       help="a reply larger than this is refused unread (an endpoint_error), never held whole")
+    model.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff")
+    model.add_argument("--retry-backoff", type=float, default=1.0, help="first backoff in seconds (doubles)")
+
+    run_group = parser.add_argument_group("run")
+    run_group.add_argument("--out", default=None,
+                           help="results jsonl, appended; rerun to resume (default: "
+                                "eval-<model or policy>-<preset>-<data>.jsonl under $T2SQL_HOME/eval, "
+                                "else ~/.local/share/t2sql/eval)")
+    run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
+    run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+
+
+def results_home() -> Path:
+    """Where eval results go without --out: $T2SQL_HOME/eval, else $XDG_DATA_HOME/t2sql/eval,
+    else ~/.local/share/t2sql/eval. Never the current directory (nor a checkout's root)."""
+    if os.environ.get("T2SQL_HOME"):
+        return Path(os.environ["T2SQL_HOME"]) / "eval"
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "t2sql" / "eval"
+
+
+def default_out(who: str | None, preset_name: str, data: Path) -> str:
+    """<results_home>/eval-<model or policy>-<preset>-<data>.jsonl: a rerun of the same command
+    finds its own file and resumes it."""
+    parts = [who or "model", preset_name, data.stem if data.stem != "dev" else f"{data.parent.name}-dev"]
+    name = "eval-" + "-".join(re.sub(r"[^A-Za-z0-9._]+", "_", p).strip("_") for p in parts) + ".jsonl"
+    return str(results_home() / name)
+
+
+def describe_preset(preset: Preset, width: int = 100) -> str:
+    """The preset in full, as a few readable lines (every field, wrapped)."""
+    import textwrap
+
+    fields = _preset_dict(preset)
+    name = fields.pop("name", getattr(preset, "name", "?"))
+    body = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
+    return f"preset {name}:\n" + textwrap.fill(body, width, initial_indent="  ", subsequent_indent="  ")
+
+
+def _preset_dict(preset: Preset) -> dict[str, Any]:
+    to_dict = getattr(preset, "to_dict", None)
+    return to_dict() if callable(to_dict) else _result_dict(preset)
+
+
+def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
+    from t2sql.episode.presets import get_preset
+    from t2sql.grading import describe_methods, method_counts
+
+    log = lambda message: print(message, file=sys.stderr)  # noqa: E731
+    try:
+        if args.limit is not None and args.limit < 1:
+            raise EvalError(f"--limit must be >= 1, got {args.limit}")
+        if args.samples < 1:
+            raise EvalError(f"--samples must be >= 1, got {args.samples}")
+        if args.samples > 1 and args.policy == "model" and not args.temperature:
+            log(f"note: --samples {args.samples} without --temperature > 0: samples differ only if the "
+                "server's default sampling is random")
+        if args.data is None and args.db_root is not None:
+            raise EvalError("--db-root needs --data (the embedded sample brings its own database)")
+        data, db_root = (args.data, args.db_root) if args.data else (sample_questions(), sample_dir())
+        try:
+            preset = get_preset(args.preset)  # None: the recipe's default
+        except ValueError as e:
+            raise EvalError(str(e)) from None
+        loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)
+        for message in loaded.skipped:
+            log(f"skipped: {message}")
+        policy = build_policy(args, preset, tokenizer=tokenizer)
+    except EvalError as e:
+        log(f"t2sql eval: {e}")
+        return 2
+
+    preset_name = getattr(preset, "name", args.preset)
+    if args.out is None:
+        args.out = default_out(args.model if args.policy == "model" else args.policy, preset_name, Path(data))
+    run_info = {
+        "policy": policy.name,
+        "model": args.model if args.policy == "model" else None,
+        "preset": preset_name,
+    }
+    log(f"t2sql eval: {len(loaded.tasks)} tasks from {data} | policy {policy.name}"
+        + (f" | model {args.model} at {args.endpoint}" if args.policy == "model" else ""))
+    methods = method_counts(preset.method_for(t.grading_method) for t in loaded.tasks)
+    log("grading methods: " + describe_methods(methods))
+    log(describe_preset(preset))
+    log(f"results: {args.out}" + (" (resuming: it exists)" if Path(args.out).exists() else ""))
+
+    async def main() -> EvalRun:
+        try:
+            return await evaluate(
+                loaded.tasks, policy, preset, args.out, concurrency=args.concurrency, run_info=run_info, log=log,
+                samples=args.samples,
+            )
+        finally:
+            await policy.aclose()
+
+    try:
+        outcome = asyncio.run(main())
+    except EvalError as e:
+        log(f"t2sql eval: {e}")
+        return 2
+    summary = {**outcome.summary, "ran": outcome.ran, "resumed_skipped": outcome.skipped_finished,
+               "aborted": outcome.aborted, "out": str(args.out), "run": run_info}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_summary(outcome.summary))
+        print(f"results: {args.out}")
+    return 1 if (outcome.aborted or outcome.summary["unfinished"]) else 0

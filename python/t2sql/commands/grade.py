@@ -1,0 +1,255 @@
+"""`t2sql grade`: one pair, or a --pairs file (one result line per input line), through the Rust core."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+from t2sql._grader import Database, DatabaseError, T2sqlError, Verdict
+from t2sql.atomic import atomic_write
+from t2sql.grading import OUTCOMES, check_method, grade, method_arg
+
+
+def _float_digits(text: str) -> int | None:
+    if text == "exact":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of digits or 'exact', got {text!r}") from None
+    if not 1 <= value <= 17:
+        raise argparse.ArgumentTypeError("float digits must be between 1 and 17, or 'exact'")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Grade predicted SQL against gold SQL. Exit status: one pair: 0 match, 1 any other verdict, "
+        "2 trouble (bad arguments, a missing or unreadable database or file); --pairs: 0 every line "
+        "graded, 1 some lines could not be graded (malformed, or their database is missing), 2 trouble."
+    )
+    p.add_argument("--db", help="SQLite database file (single grade)")
+    p.add_argument("--db-id", help="the database <db-root>/<db_id>/<db_id>.sqlite instead of --db "
+                                   "(default root: the bundled superhero sample)")
+    p.add_argument("--pred", help="predicted SQL (single grade)")
+    p.add_argument("--gold", help="gold SQL (single grade)")
+    p.add_argument("--pairs", help='JSONL file, one {"id","db_id","pred","gold"} per line')
+    p.add_argument("--db-root", help="databases at DIR/<db_id>/<db_id>.sqlite (with --pairs or --db-id)")
+    p.add_argument("--out", help="JSONL output, one line per input line, in order (with --pairs)")
+    p.add_argument("--semantics", default="multiset", type=_method_arg,
+                   metavar="multiset|set|ordered|list|subset,=,N|subset,>=,N|auto|task",
+                   help="how results are compared (default multiset); task: each --pairs line's own "
+                        '"grading_method" (a line without one: multiset)')
+    p.add_argument("--column-order", default="strict", choices=["strict", "ignore"],
+                   help="ignore: compare each row as the multiset of its cells (default strict)")
+    p.add_argument("--float-digits", type=_float_digits, default=12, metavar="N|exact",
+                   help="significant digits for non-integral REALs (default 12), or 'exact'")
+    p.add_argument("--timeout-s", type=float, default=30.0, help="per-query timeout in seconds")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _method_arg(text: str) -> str:
+    if text.strip().lower() == "task":
+        return "task"
+    return method_arg(text)
+
+
+EXIT_MATCH, EXIT_OTHER, EXIT_TROUBLE = 0, 1, 2
+BAD_INPUT = "bad_input"  # a --pairs line that could not be read as a pair
+
+
+def _fail(message: str) -> int:
+    print(f"t2sql grade: {message}", file=sys.stderr)
+    return EXIT_TROUBLE
+
+
+def _utf8_problem(**texts: str | None) -> str | None:
+    """Command-line text that is not valid UTF-8 (Python keeps such bytes as lone surrogates)."""
+    for name, text in texts.items():
+        if text is None:
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"--{name.replace('_', '-')} is not valid UTF-8; pass the SQL as UTF-8 text"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.timeout_s <= 0:
+        return _fail(f"--timeout-s must be positive, got {args.timeout_s}")
+    problem = _utf8_problem(pred=args.pred, gold=args.gold, db=args.db, db_id=args.db_id, pairs=args.pairs,
+                            out=args.out, db_root=args.db_root)
+    if problem:
+        return _fail(problem)
+    if args.pairs:
+        if not args.db_root or not args.out:
+            return _fail("--pairs needs --db-root DIR and --out FILE.jsonl")
+        return _grade_pairs(args)
+    if args.semantics == "task":
+        return _fail("--semantics task takes each --pairs line's grading_method; a single grade names its method")
+    if args.db and args.db_id:
+        return _fail("pass --db FILE or --db-id NAME, not both")
+    missing = [f for f in ("pred", "gold") if getattr(args, f) is None]
+    if not (args.db or args.db_id):
+        missing.insert(0, "db")
+    if missing:
+        return _fail("needs --db (or --db-id), --pred and --gold (or --pairs FILE --db-root DIR --out FILE); "
+                     f"missing: {', '.join('--' + m for m in missing)}")
+    db_path = args.db
+    if args.db_id:
+        from t2sql.data.tasks import database_path
+        from t2sql.eval.runner import sample_dir
+
+        db_path = str(database_path(args.db_root or sample_dir(), args.db_id))
+    try:
+        v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order)
+    except DatabaseError as e:
+        return _fail(str(e))
+    if args.json:
+        print(json.dumps(_verdict_dict(v)))
+    else:
+        print(f"{v.outcome}: {v.detail}")
+    return EXIT_MATCH if v.outcome == "match" else EXIT_OTHER
+
+
+def _verdict_dict(v: Verdict) -> dict:
+    return {
+        "outcome": v.outcome,
+        "detail": v.detail,
+        "semantics": v.semantics,
+        "pred_rows": v.pred_rows,
+        "gold_rows": v.gold_rows,
+        "elapsed_s": round(v.elapsed_s, 6),
+    }
+
+
+def _read_pairs(path: str) -> Iterator[tuple[int, dict | None, str]]:
+    """Yield (line number, row or None, problem) for each non-blank line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield lineno, None, "not UTF-8"
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield lineno, None, f"not JSON ({e.msg})"
+                continue
+            if not isinstance(row, dict):
+                yield lineno, None, "not a JSON object"
+                continue
+            missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
+            bad = [k for k in ("db_id", "pred", "gold", "grading_method")
+                   if k in row and row[k] is not None and not isinstance(row[k], str)]
+            if missing or bad:
+                yield lineno, row, (f"missing {missing}" if missing else f"not strings: {bad}")
+                continue
+            if row.get("grading_method") is not None:
+                try:
+                    row["grading_method"] = check_method(row["grading_method"])
+                except ValueError as e:
+                    yield lineno, row, f"grading_method: {e}"
+                    continue
+            yield lineno, row, ""
+
+
+def _check_pair_files(args: argparse.Namespace) -> str | None:
+    """What is wrong with --pairs / --db-root / --out before any grading starts, if anything."""
+    pairs, out, root = Path(args.pairs), Path(args.out), Path(args.db_root)
+    if not pairs.is_file():
+        return f"no such pairs file: {pairs}" if not pairs.exists() else f"--pairs {pairs} is not a file"
+    if not os.access(pairs, os.R_OK):
+        return f"cannot read --pairs {pairs}: permission denied"
+    if not root.is_dir():
+        return f"--db-root {root} is not a directory (expected DIR/<db_id>/<db_id>.sqlite)"
+    if out.is_dir():
+        return f"--out {out} is a directory; pass a file name such as {out / 'verdicts.jsonl'}"
+    if out.exists() and os.path.samefile(out, pairs):
+        return f"--out {out} is the --pairs file itself; write the verdicts to another file"
+    parent = out.parent if str(out.parent) else Path(".")
+    if parent.exists() and not os.access(parent, os.W_OK):
+        return f"cannot write --out {out}: {parent} is not writable"
+    return None
+
+
+def _grade_pairs(args: argparse.Namespace) -> int:
+    from t2sql.progress import Progress
+
+    problem = _check_pair_files(args)
+    if problem:
+        return _fail(problem)
+    with open(args.pairs, "rb") as f:
+        total = sum(1 for line in f if line.strip())
+    counts: Counter[str] = Counter()
+    databases: dict[str, Database | DatabaseError] = {}
+    ungraded = 0  # lines with no verdict: malformed, or their database could not be opened
+    out_path = Path(args.out)
+    started = time.perf_counter()
+    # Written to a temporary file and renamed at the end: a crash never leaves a partial output.
+    try:
+        with atomic_write(out_path) as out, Progress(total, "grading") as bar:
+            for lineno, row, problem in _read_pairs(args.pairs):
+                bar.advance()
+                line_id = row.get("id") if isinstance(row, dict) else None
+                if problem:
+                    print(f"{args.pairs}:{lineno}: not graded: {problem}", file=sys.stderr)
+                    record = {"id": line_id, "line": lineno, "outcome": BAD_INPUT, "detail": problem}
+                    ungraded += 1
+                else:
+                    record, graded = _grade_row(row, args, databases)
+                    record["line"] = lineno
+                    ungraded += not graded
+                counts[record["outcome"]] += 1
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    except OSError as e:
+        return _fail(f"cannot write --out {out_path}: {e.strerror or e}")
+    elapsed = time.perf_counter() - started
+    lines = sum(counts.values())
+    outcomes = OUTCOMES + (BAD_INPUT,)
+    summary = {"lines": lines, "graded": lines - counts.get(BAD_INPUT, 0), "ungraded": ungraded,
+               "counts": {k: counts.get(k, 0) for k in outcomes}, "elapsed_s": round(elapsed, 3),
+               "out": str(out_path)}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{'outcome':<14}{'count':>8}{'share':>9}")
+        for k in outcomes:
+            n = counts.get(k, 0)
+            print(f"{k:<14}{n:>8}{(n / lines if lines else 0):>9.1%}")
+        print(f"{'total':<14}{lines:>8}   ({ungraded} not graded, {elapsed:.2f}s) -> {out_path}")
+    return EXIT_OTHER if ungraded else EXIT_MATCH
+
+
+def _grade_row(row: dict, args: argparse.Namespace, databases: dict) -> tuple[dict, bool]:
+    """A pair's record, and whether it got a verdict (False: its database could not be read)."""
+    db = databases.get(row["db_id"])
+    if db is None:  # the first line on this database opens it, once
+        from t2sql.data.tasks import database_path
+
+        try:
+            db = Database(str(database_path(args.db_root, row["db_id"])))
+        except DatabaseError as e:
+            db = e
+        databases[row["db_id"]] = db
+    if isinstance(db, DatabaseError):
+        return {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}"}, False
+    method = args.semantics
+    if method == "task":
+        method = row.get("grading_method") or "multiset"
+    try:
+        v = db.grade(row["pred"], row["gold"], method, args.float_digits, args.timeout_s,
+                     column_order=args.column_order)
+        return {"id": row["id"], "outcome": v.outcome, "detail": v.detail, "semantics": v.semantics}, True
+    except T2sqlError as e:  # a broken database file mid-run: report, go on
+        return {"id": row["id"], "outcome": "gold_error", "detail": str(e)}, False

@@ -1,0 +1,345 @@
+"""The eval's results file (one JSON line per episode, resumable) and its summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from t2sql.atomic import write_bytes_atomic
+from t2sql.episode.presets import OUTCOMES
+from t2sql.errors import EvalError
+from t2sql.eval.endpoint import CallStats
+
+if TYPE_CHECKING:
+    from t2sql.episode.machine import Episode, Task
+
+
+ENDPOINT_ERROR = "endpoint_error"  # not an episode outcome: the model never finished the episode
+
+
+EVAL_ERROR = "eval_error"  # not an episode outcome: this program failed (a bug); recorded, run goes on
+
+
+UNFINISHED = frozenset({ENDPOINT_ERROR, EVAL_ERROR})  # lines a rerun retries
+
+
+DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
+
+
+@dataclass
+class ResultsFile:
+    """The --out jsonl: what is already finished, and an appender for new lines."""
+
+    path: Path
+    # (question_id, sample) -> the last line that finished it / the last error line of an unfinished one
+    finished: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    errored: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    votes: dict[str, dict[str, Any]] = field(default_factory=dict)  # question_id -> its latest vote line
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> ResultsFile:
+        results = cls(Path(path))
+        if results.path.is_dir():
+            raise EvalError(f"--out {results.path} is a directory; pass a file name such as results.jsonl")
+        if results.path.exists():
+            results._read()
+        else:
+            results.path.parent.mkdir(parents=True, exist_ok=True)
+        return results
+
+    def _read(self) -> None:
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        complete, tail = lines[:-1], lines[-1]
+        if tail.strip():
+            # A line without its newline is a write a crash cut short: drop it, keep the rest intact.
+            self.warnings.append(
+                f"{self.path}: the last line is truncated ({len(tail)} bytes, from an interrupted run); "
+                "it is dropped and that episode runs again"
+            )
+            self._rewrite(b"".join(line + b"\n" for line in complete))
+        for number, raw in enumerate(complete, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+                if isinstance(record, dict) and record.get("record") == VOTE_RECORD:
+                    self.votes[str(record["question_id"])] = record
+                    continue
+                key = episode_key(record)
+                outcome = record["outcome"]
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+                self.warnings.append(f"{self.path}: line {number} is not a result line; ignored")
+                continue
+            self._note(key, outcome, record)
+
+    def _note(self, key: tuple[str, int], outcome: str, record: dict[str, Any]) -> None:
+        if outcome in UNFINISHED:
+            if key not in self.finished:
+                self.errored[key] = record
+        else:
+            self.finished[key] = record
+            self.errored.pop(key, None)
+
+    def _rewrite(self, content: bytes) -> None:
+        write_bytes_atomic(self.path, content)
+
+    def check_compatible(self, run_info: dict[str, Any]) -> None:
+        """Resuming must not mix results of another model, policy or preset into one file."""
+        for record in self.finished.values():
+            old = record.get("run") or {}
+            clash = {k: (old.get(k), v) for k, v in run_info.items() if k in old and old[k] != v}
+            if clash:
+                what = ", ".join(f"{k} {a!r} (file) vs {b!r} (now)" for k, (a, b) in clash.items())
+                raise EvalError(
+                    f"--out {self.path} holds results of another run: {what}; "
+                    "pass a new --out, or the same settings to resume"
+                )
+            return
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
+        # One write of one whole line, flushed: a crash leaves at most a truncated last line.
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+        if record.get("record") == VOTE_RECORD:
+            self.votes[str(record["question_id"])] = record
+            return
+        self._note(episode_key(record), record["outcome"], record)
+
+
+VOTE_RECORD = "vote"  # the "record" field of a vote line in the results file
+
+
+VOTING_OUTCOMES = ("correct", "incorrect")  # a solution that ran to a result; errors, timeouts, unsafe: no vote
+
+
+def _maj_at_k(votes: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    correct = sum(1 for v in votes if v.get("correct"))
+    return {"k": k, "questions": len(votes), "correct": correct,
+            "accuracy": correct / len(votes) if votes else None}
+
+
+def episode_key(record: dict[str, Any]) -> tuple[str, int]:
+    """What a result line is the result of: its question and, with --samples, which sample."""
+    return str(record["question_id"]), int(record.get("sample") or 0)
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _result_dict(result: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.asdict(result)
+    if isinstance(result, dict):
+        return dict(result)
+    return {k: v for k, v in vars(result).items() if not k.startswith("_")}
+
+
+# The longest message text a results line keeps (a turn of 3k tokens is ~12k characters).
+MAX_STORED_CHARS = 100_000
+
+
+def stored_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The transcript as a results line keeps it: each text over MAX_STORED_CHARS cut there, with
+    a marker saying how much was cut. Returns (messages, characters cut)."""
+    kept: list[dict[str, Any]] = []
+    cut_total = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str) and len(content) > MAX_STORED_CHARS:
+            cut = len(content) - MAX_STORED_CHARS
+            cut_total += cut
+            m = {**m, "content": content[:MAX_STORED_CHARS] + f"\n[t2sql: {cut} more characters not stored]"}
+        kept.append(m)
+    return kept, cut_total
+
+
+def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats: CallStats, elapsed_s: float) -> dict[str, Any]:
+    result = _result_dict(episode.result)
+    # A task without evidence has no evidence rules: None, so rates count only tasks that have them.
+    has_evidence = result.get("has_evidence", True)
+    restated = result.get("evidence_restated") if has_evidence else None
+    checked = result.get("evidence_checked") if has_evidence else None
+    metrics = result.get("metrics") or {}
+    record: dict[str, Any] = {
+        "question_id": task.question_id,
+        "db_id": task.db_id,
+        "difficulty": task.difficulty,
+        "outcome": result.get("outcome"),
+        "reward": result.get("reward"),
+        "correct": bool(result.get("correct")),
+        "turns": result.get("turns"),
+        "tool_calls": result.get("tool_calls"),
+        "invalid_tool_calls": result.get("invalid_tool_calls"),
+        "evidence_restated": restated,
+        "evidence_checked": checked,
+        "evidence_rules_met": metrics.get("evidence_rules_met", sum(1 for v in (restated, checked) if v is True)),
+        "solution": result.get("solution"),
+        "detail": result.get("detail"),
+        "reward_terms": result.get("reward_terms"),
+        "grade": result.get("grade"),
+        "metrics": metrics,
+        "endpoint": stats.to_dict(),
+        "elapsed_s": round(elapsed_s, 3),
+        "run": run_info,
+    }
+    record["messages"], cut = stored_messages(episode.messages)
+    if cut:
+        record["stored_chars_cut"] = cut
+    return record
+
+
+def error_record(
+    task: Task, episode: Episode | None, run_info: dict[str, Any], stats: CallStats, elapsed_s: float, error: str,
+    outcome: str = ENDPOINT_ERROR, retryable: bool = True,
+) -> dict[str, Any]:
+    return {
+        "question_id": task.question_id,
+        "db_id": task.db_id,
+        "difficulty": task.difficulty,
+        "outcome": outcome,
+        "reward": None,
+        "correct": False,
+        "error": error,
+        "retryable": retryable,  # False: the endpoint refused in a way a retry cannot fix
+        "endpoint": stats.to_dict(),
+        "elapsed_s": round(elapsed_s, 3),
+        "run": run_info,
+        "messages": stored_messages(episode.messages)[0] if episode is not None else [],
+    }
+
+
+def summarize(
+    records: Iterable[dict[str, Any]],
+    *,
+    pending: Iterable[Any] = (),
+    errored: Iterable[dict[str, Any]] = (),
+    samples: int = 1,
+    votes: Iterable[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """Accuracy (correct only), outcome breakdown, means, accuracy by difficulty, over finished episodes.
+
+    With several samples per question, accuracy is the mean over every episode (avg@k), pass@k
+    the share of questions, among those with all k samples finished, that any sample answered,
+    and maj@k the share whose majority vote (see `vote`) is correct.
+    """
+    records = list(records)
+    pending = list(pending)
+    errored = list(errored)
+    n = len(records)
+    outcomes = Counter(str(r.get("outcome")) for r in records)
+    by_difficulty: dict[str, dict[str, Any]] = {}
+    for r in records:
+        d = str(r.get("difficulty") or "unknown")
+        slot = by_difficulty.setdefault(d, {"episodes": 0, "correct": 0})
+        slot["episodes"] += 1
+        slot["correct"] += bool(r.get("correct"))
+    for slot in by_difficulty.values():
+        slot["accuracy"] = slot["correct"] / slot["episodes"]
+    order = {d: i for i, d in enumerate(DIFFICULTY_ORDER)}
+    by_difficulty = dict(sorted(by_difficulty.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+    def mean(key: str) -> float | None:
+        values = [float(r[key]) for r in records if isinstance(r.get(key), (int, float))]
+        return sum(values) / len(values) if values else None
+
+    def rate(key: str) -> float | None:
+        values = [r.get(key) for r in records if isinstance(r.get(key), bool)]  # None: task has no evidence
+        return sum(values) / len(values) if values else None
+
+    breakdown = {k: outcomes.get(k, 0) for k in OUTCOMES}
+    for k, v in outcomes.items():
+        if k not in breakdown:
+            breakdown[k] = v
+    correct = sum(1 for r in records if r.get("correct"))
+    return {
+        "episodes": n,
+        "correct": correct,
+        "accuracy": correct / n if n else None,
+        "mean_reward": mean("reward"),
+        "outcomes": breakdown,
+        "mean_turns": mean("turns"),
+        "mean_tool_calls": mean("tool_calls"),
+        "mean_invalid_tool_calls": mean("invalid_tool_calls"),
+        "evidence_restated_rate": rate("evidence_restated"),
+        "evidence_checked_rate": rate("evidence_checked"),
+        "by_difficulty": by_difficulty,
+        "unfinished": len(pending),
+        "endpoint_errors": sum(1 for r in errored if r.get("outcome", ENDPOINT_ERROR) == ENDPOINT_ERROR),
+        "eval_errors": sum(1 for r in errored if r.get("outcome") == EVAL_ERROR),
+        "last_error": errored[-1].get("error") if errored else None,
+        "samples": samples,
+        "pass_at_k": _pass_at_k(records, samples) if samples > 1 else None,
+        "maj_at_k": _maj_at_k(list(votes), samples) if samples > 1 else None,
+        "completion_tokens": sum(int((r.get("endpoint") or {}).get("completion_tokens") or 0) for r in records),
+    }
+
+
+def _pass_at_k(records: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    by_question: dict[str, list[bool]] = {}
+    for r in records:
+        by_question.setdefault(str(r.get("question_id")), []).append(bool(r.get("correct")))
+    complete = [hits for hits in by_question.values() if len(hits) >= k]
+    passed = sum(1 for hits in complete if any(hits))
+    return {"k": k, "questions": len(complete), "passed": passed,
+            "pass": passed / len(complete) if complete else None}
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    def num(value: Any, digits: int = 3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    n = summary["episodes"]
+    lines = [
+        f"{'episodes finished':<26}{n:>8}",
+        f"{'accuracy (correct only)':<26}{num(summary['accuracy']):>8}   {summary['correct']}/{n}",
+        f"{'mean reward':<26}{num(summary['mean_reward']):>8}",
+    ]
+    pass_k = summary.get("pass_at_k")
+    if pass_k:
+        lines.append(f"{'pass@' + str(pass_k['k']):<26}{num(pass_k['pass']):>8}   "
+                     f"{pass_k['passed']}/{pass_k['questions']} questions")
+    maj_k = summary.get("maj_at_k")
+    if maj_k:
+        lines.append(f"{'maj@' + str(maj_k['k']):<26}{num(maj_k['accuracy']):>8}   "
+                     f"{maj_k['correct']}/{maj_k['questions']} questions")
+    lines += [
+        f"{'mean turns':<26}{num(summary['mean_turns'], 2):>8}",
+        f"{'mean tool calls':<26}{num(summary['mean_tool_calls'], 2):>8}",
+        f"{'mean invalid tool calls':<26}{num(summary['mean_invalid_tool_calls'], 2):>8}",
+        f"{'evidence restated':<26}{num(summary['evidence_restated_rate']):>8}",
+        f"{'evidence checked':<26}{num(summary['evidence_checked_rate']):>8}",
+        "",
+        f"{'outcome':<26}{'count':>8}{'share':>9}",
+    ]
+    for outcome, count in summary["outcomes"].items():
+        share = count / n if n else 0.0
+        lines.append(f"  {outcome:<24}{count:>8}{share:>9.3f}")
+    lines += ["", f"{'difficulty':<26}{'episodes':>8}{'accuracy':>9}"]
+    for difficulty, slot in summary["by_difficulty"].items():
+        lines.append(f"  {difficulty:<24}{slot['episodes']:>8}{slot['accuracy']:>9.3f}")
+    if summary["unfinished"]:
+        lines += [
+            "",
+            f"unfinished: {summary['unfinished']} episode(s) ({summary['endpoint_errors']} endpoint errors, "
+            f"{summary['eval_errors']} eval errors); "
+            "rerun the same command to retry them",
+        ]
+        if summary["last_error"]:
+            lines.append(f"last error: {summary['last_error']}")
+    return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""What the Grader returns: a grade (GradeResult) and a gold query's digest (GoldResult)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """One prediction graded against one gold query.
+
+    outcome: match | mismatch | pred_error | pred_timeout | unsafe | gold_error | gold_timeout.
+    retried: the first attempt timed out (prediction or gold) and this is the second.
+    gold_cached: the gold digest came from the cache (memory or disk), not a fresh run.
+    elapsed_s: wall time of the whole call, queueing included.
+    """
+
+    outcome: str
+    detail: str
+    retried: bool
+    pred_rows: int | None
+    gold_rows: int | None
+    elapsed_s: float
+    semantics: str
+    gold_cached: bool = False
+    pred_digest: bytes | None = None  # the prediction's digest (t2sql.Digest.from_bytes) when it ran to its end
+
+    @property
+    def matched(self) -> bool:
+        return self.outcome == "match"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pred_digest"] = self.pred_digest.hex() if self.pred_digest else None  # JSON-safe
+        return d
+
+
+@dataclass(frozen=True)
+class GoldResult:
+    """A gold query's digest (or its failure), as `Grader.gold` returns it."""
+
+    outcome: str  # "ok" | "gold_error" | "gold_timeout"
+    detail: str
+    rows: int | None
+    columns: int | None
+    elapsed_s: float  # SQLite's time for the gold query when it ran (kept in the digest)
+    source: str  # "memory" | "disk" | "computed" | "failed"
+    digest: bytes | None = None  # Digest.to_bytes(), for grading against
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
