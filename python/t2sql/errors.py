@@ -1,39 +1,49 @@
-"""Every error t2sql raises, one family under T2sqlError (the core's own errors are in t2sql._grader)."""
+"""Every error t2sql raises: one family under T2sqlError.
+
+The core's errors (DatabaseError, SqlError, QueryTimeout, UnsafeQuery, QueryCancelled) are raised by
+the Rust core and re-exported here; the rest are Python's. Where an error used to derive from
+ValueError or RuntimeError it still does, so code that caught those keeps working.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from t2sql._grader import DatabaseError, QueryCancelled, QueryTimeout, SqlError, T2sqlError, UnsafeQuery
+
 if TYPE_CHECKING:
     from t2sql.data.tasks import Problem
 
+__all__ = ["DatabaseError", "QueryCancelled", "QueryTimeout", "SqlError", "T2sqlError", "UnsafeQuery"]
 
-class EvalError(Exception):
+
+
+class EvalError(T2sqlError):
     """A usage or data problem that stops the run before it starts; the message says what to do."""
 
 
-class LaunchError(RuntimeError):
+class LaunchError(T2sqlError, RuntimeError):
     """The run cannot start; the message names what is missing and what to do."""
 
 
-class SchemaError(ValueError):
+class SchemaError(T2sqlError, ValueError):
     """The database's schema cannot be read (missing file, not SQLite, no tables)."""
 
 
-class CurriculumError(ValueError):
+class CurriculumError(T2sqlError, ValueError):
     """The curriculum cannot run as configured; the message says what to change."""
 
 
-class AdapterError(RuntimeError):
+class AdapterError(T2sqlError, RuntimeError):
     """The adapter cannot run a sample (misconfiguration, or a malformed engine response)."""
 
 
-class PresetError(ValueError):
+class PresetError(T2sqlError, ValueError):
     """An unknown preset name, an unknown field, or a value out of range."""
 
 
-class DataError(ValueError):
+class DataError(T2sqlError, ValueError):
     """The question file or databases cannot be converted; `problems` lists every reason."""
 
     def __init__(self, message: str, problems: list[Problem] | None = None):
@@ -48,3 +58,41 @@ class DataError(ValueError):
         if len(self.problems) > 50:
             lines.append(f"  ... and {len(self.problems) - 50} more")
         super().__init__("\n".join(lines))
+
+
+class CispoConfigError(T2sqlError, ValueError):
+    """The loss was asked for something CISPO cannot do; the message says which flag to change."""
+
+
+class EndpointError(T2sqlError):
+    """The model endpoint failed (after its retries, or in a way a retry cannot fix)."""
+
+    def __init__(self, message: str, *, url: str, attempts: int, retryable: bool):
+        super().__init__(message)
+        self.url = url
+        self.attempts = attempts
+        self.retryable = retryable
+
+
+class EquivalenceError(T2sqlError, ValueError):
+    """The check is configured wrongly (a bad number of copies, an unknown kind, ...)."""
+
+
+class DatabaseTooLarge(EquivalenceError):
+    """The database is above the size cap for in-memory copies."""
+
+
+class TaskError(T2sqlError, ValueError):
+    """A data row cannot become a Task (a field is missing or the database cannot be located)."""
+
+
+class EpisodeFinished(T2sqlError, RuntimeError):
+    """on_turn was called after the episode ended."""
+
+
+class GoldCacheError(T2sqlError):
+    """The gold cache directory cannot be used (unreadable secret, not a directory, ...)."""
+
+
+class PromptCommandError(T2sqlError, ValueError):
+    """The task cannot be found or read; the message says what to pass."""

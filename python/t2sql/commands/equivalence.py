@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
-import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import t2sql
+from t2sql.data.tasks import database_path
 from t2sql.episode.equivalence import (
     EquivalenceChecker,
     EquivalenceConfig,
@@ -285,7 +285,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
     check_times: list[float] = []
 
     def one(row: dict[str, Any]) -> None:
-        db_path = os.path.join(db_root, row["db_id"], f"{row['db_id']}.sqlite")
+        db_path = str(database_path(db_root, row["db_id"]))
         gold = row["SQL"]
         db = original(db_path)
         try:
@@ -416,8 +416,8 @@ def run(args: Any) -> int:
     import json
     import sys
 
-    from t2sql.errors import PresetError
     from t2sql.episode.presets import get_preset
+    from t2sql.errors import PresetError
 
     if not args.measure:
         print("t2sql equivalence: nothing to do; pass --measure (the check itself runs inside episodes)",
@@ -449,7 +449,7 @@ def run(args: Any) -> int:
     if args.limit is not None:
         rows = rows[: args.limit]
     missing = sorted({r["db_id"] for r in rows
-                      if not os.path.isfile(os.path.join(args.db_root, r["db_id"], f"{r['db_id']}.sqlite"))})
+                      if not database_path(args.db_root, r["db_id"]).is_file()})
     if missing:
         print(f"t2sql equivalence: no database for {', '.join(missing)} under {args.db_root} "
               "(expected <db-root>/<db_id>/<db_id>.sqlite)", file=sys.stderr)

@@ -13,12 +13,8 @@ import json
 import sys
 from typing import Any
 
-from t2sql.errors import DataError
 from t2sql.data.tasks import load_questions
-
-
-class PromptCommandError(ValueError):
-    """The task cannot be found or read; the message says what to pass."""
+from t2sql.errors import DataError, PromptCommandError
 
 
 def read_rows(path: str) -> list[Any]:
@@ -60,10 +56,9 @@ def add_arguments(parser: Any) -> None:
 
 def run(args: Any) -> int:
     from t2sql.episode.machine import Task, TaskError
-    from t2sql.errors import SchemaError
-    from t2sql.episode.prompt import build_prompt, tool_specs
-    from t2sql.errors import PresetError
     from t2sql.episode.presets import get_preset
+    from t2sql.episode.prompt import build_prompt, tool_specs
+    from t2sql.errors import PresetError, SchemaError
 
     try:
         preset = get_preset(args.preset)

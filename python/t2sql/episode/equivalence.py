@@ -68,6 +68,7 @@ from typing import Any
 import t2sql
 from t2sql.episode.presets import Preset
 from t2sql.episode.reward import RewardTerm, TermResult, Trajectory
+from t2sql.errors import DatabaseTooLarge, EquivalenceError
 from t2sql.serving.manifest import file_identity
 
 KINDS: tuple[str, ...] = ("sample", "duplicate", "shuffle", "nullify")
@@ -83,10 +84,6 @@ SKIP_REASONS = ("not_correct", "too_large", "database_error", "no_informative_co
 DEFAULT_CACHE_COPIES = 64
 DEFAULT_CACHE_BYTES = 1 << 30
 CACHE_MIB_ENV = "T2SQL_EQUIVALENCE_CACHE_MIB"  # the process's copy cache size, for big databases
-
-
-class EquivalenceError(ValueError):
-    """The check is configured wrongly (a bad number of copies, an unknown kind, ...)."""
 
 
 @dataclass(frozen=True)
@@ -179,10 +176,6 @@ def skipped(reason: str, detail: str = "") -> EquivalenceReport:
 
 
 # ---------------------------------------------------------------------------------- the copy cache
-
-
-class DatabaseTooLarge(EquivalenceError):
-    """The database is above the size cap for in-memory copies."""
 
 
 # Gold digests kept per copy: a group of 16 samples of one task grades against the same gold.

@@ -47,7 +47,7 @@ from t2sql.episode.reward import RewardTerm, Trajectory
 TURN_SHINGLE_N = 3
 
 _WORD_OR_MARK = re.compile(r"\w+|[^\w\s]")
-# Case-sensitive, like t2sql.episode.prompt.parse_solution: only what the parser treats as a block counts.
+# Case-sensitive, like t2sql.episode.parsing.parse_solution: only what the parser treats as a block counts.
 _SOLUTION_TAG = re.compile(r"<(/?)solution>")
 # A tool-call block as t2sql.episode.prompt parses it (an unclosed one runs to the end of the turn).
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|$)", re.S)

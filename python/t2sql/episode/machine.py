@@ -37,6 +37,7 @@ from t2sql.episode import parsing, terms
 from t2sql.episode import prompt as prompts
 from t2sql.episode import reward as rewards
 from t2sql.episode.presets import Preset
+from t2sql.errors import EpisodeFinished, TaskError
 
 if TYPE_CHECKING:
     from t2sql.serving.grader import Grader
@@ -53,14 +54,6 @@ VERDICT_OUTCOMES: dict[str, str] = {
     "gold_error": "gold_error",
     "gold_timeout": "gold_error",
 }
-
-
-class TaskError(ValueError):
-    """A data row cannot become a Task (a field is missing or the database cannot be located)."""
-
-
-class EpisodeFinished(RuntimeError):
-    """on_turn was called after the episode ended."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +101,9 @@ class Task:
             )
         db_id = str(fields["db_id"])
         if db_root is not None:
-            db_path = str(Path(db_root) / db_id / f"{db_id}.sqlite")
+            from t2sql.data.tasks import database_path
+
+            db_path = str(database_path(db_root, db_id))
         elif isinstance(fields.get("db_path"), str) and fields["db_path"]:
             db_path = fields["db_path"]
         else:
@@ -154,7 +149,7 @@ class TurnOutcome:
 
 @dataclass(frozen=True)
 class EpisodeResult:
-    outcome: str  # one of t2sql.episode.reward.OUTCOMES
+    outcome: str  # one of t2sql.episode.presets.OUTCOMES
     reward: float
     correct: bool  # what evaluation scores
     solution: str | None

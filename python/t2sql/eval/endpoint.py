@@ -6,7 +6,7 @@ Two wire formats, both plain JSON over HTTP:
   llama.cpp, ...). One call = one assistant turn; the server applies the chat template.
 - `SglangGenerateClient`: sglang's token-level `/generate`, the call miles makes in training:
   `input_ids` in, `text`, `meta_info.finish_reason.type` and `meta_info.output_token_logprobs`
-  out. The caller owns the token ids (see `t2sql.eval.runner.SglangPolicy`).
+  out. The caller owns the token ids (see `t2sql.eval.policies.SglangPolicy`).
 
 Both retry what may heal (connection errors, timeouts, HTTP 408/429/5xx, a garbled body) with
 exponential backoff and raise `EndpointError` once the retries are spent, or at once for what will
@@ -24,6 +24,8 @@ from typing import Any
 
 import httpx
 
+from t2sql.errors import EndpointError
+
 # HTTP statuses worth another try: the server is busy, restarting or overloaded.
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # The largest reply read: one turn of a few thousand tokens is tens of KB (with per-token
@@ -34,16 +36,6 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 class _BodyTooLarge(Exception):
     def __init__(self, size: int):
         self.size = size
-
-
-class EndpointError(Exception):
-    """The model endpoint failed (after its retries, or in a way a retry cannot fix)."""
-
-    def __init__(self, message: str, *, url: str, attempts: int, retryable: bool):
-        super().__init__(message)
-        self.url = url
-        self.attempts = attempts
-        self.retryable = retryable
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
                --out results.jsonl [--concurrency N] [--preset NAME] [--limit N]
     t2sql eval --policy oracle --out oracle.jsonl          # no model: checks data + pipeline
 
-Every episode is the same `t2sql.episode.machine.Episode` that training runs: this module only moves
+Every episode is the same `t2sql.Episode` that training runs: this module only moves
 turns between it and a model (a *policy*):
 
     episode = Episode(task, preset, grader)

@@ -6,7 +6,7 @@
     --custom-rollout-log-function-path t2sql.sql_episode.log_rollout
 
 `generate(input)` (miles' new-form custom generate: the parameter must be named `input`) runs one
-`t2sql.episode.machine.Episode` over sglang's `/generate`, token by token:
+`t2sql.Episode` over sglang's `/generate`, token by token:
 
 - Rendering: the messages (the data row's prompt, then the episode's assistant and tool messages)
   go through `tokenizer.apply_chat_template(messages, tools=episode.tools, tokenize=False,

@@ -28,16 +28,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from t2sql.errors import CispoConfigError
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
 # Same guard as miles' policy loss: a log-ratio beyond +-20 is numerical noise, and exp() of it
 # would overflow float32.
 LOG_RATIO_CLAMP = 20.0
-
-
-class CispoConfigError(ValueError):
-    """The loss was asked for something CISPO cannot do; the message says which flag to change."""
 
 
 # ---------------------------------------------------------------- plain-Python reference

@@ -13,16 +13,12 @@ from pathlib import Path
 
 from t2sql import (
     Digest,
-    T2sqlError,
     hash_secret_id,
     set_hash_secret,
 )
+from t2sql.errors import GoldCacheError
 
 log = logging.getLogger("t2sql.serving.gold_cache")
-
-
-class GoldCacheError(T2sqlError):
-    """The gold cache directory cannot be used (unreadable secret, not a directory, ...)."""
 
 
 # Which cache's hash secret this process runs with (set_hash_secret is process-wide).

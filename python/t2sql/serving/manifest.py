@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from t2sql import DatabaseError
 from t2sql.atomic import write_bytes_atomic
+from t2sql.data.tasks import database_path as bird_database_path
 
 MANIFEST_VERSION = 1
 
@@ -112,7 +113,7 @@ def database_path(db_root: str | os.PathLike, db_id: str) -> str:
     root = Path(db_root)
     if not db_id or "/" in db_id or "\\" in db_id or db_id in (".", ".."):
         raise UnknownDatabase(f"invalid db_id {db_id!r}: expected a directory name under {root}")
-    path = root / db_id / f"{db_id}.sqlite"
+    path = bird_database_path(root, db_id)
     if path.is_file():
         return str(path)
     available = sorted(list_databases(root))
@@ -128,7 +129,7 @@ def list_databases(db_root: str | os.PathLike) -> list[str]:
     root = Path(db_root)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / f"{p.name}.sqlite").is_file())
+    return sorted(p.name for p in root.iterdir() if bird_database_path(root, p.name).is_file())
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
