@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from t2sql.episode.presets import Preset
-from t2sql.episode.reward import RewardTerm, Trajectory
+from t2sql.episode.reward import RewardTerm, TermResult, Trajectory
 
 # Trigrams for turn-to-turn similarity: long enough that two different turns on the same schema
 # rarely share most of them, short enough that small edits do not hide a copy.
@@ -237,7 +237,7 @@ def guard_report(trajectory: Trajectory, preset: Preset) -> GuardReport:
 
 @functools.lru_cache(maxsize=256)
 def _cached_report(texts, visible, tool_queries, ngram_n, ngram_share, min_ngrams, similarity) -> GuardReport:
-    # Each guard term and the episode's metrics ask for the same report: compute it once.
+    # The four guard terms ask for the same report: compute it once.
     return check_turns(
         texts,
         visible,
@@ -261,10 +261,13 @@ GUARD_TERMS: dict[str, tuple[str, str]] = {
 
 
 def reward_terms() -> list[RewardTerm]:
-    """One t2sql.episode.reward.RewardTerm per guard: minus the preset's penalty per counted event."""
+    """One t2sql.episode.reward.RewardTerm per guard: minus the preset's penalty per counted event.
+    Each returns the whole report's named counts as its metrics, so they reach the episode's
+    metrics through the score (a preset with every guard off logs none: nothing was scored)."""
     def make(switch: str, field: str):
-        def term(trajectory: Trajectory, preset: Preset) -> float:
-            return -getattr(preset, switch) * getattr(guard_report(trajectory, preset), field)
+        def term(trajectory: Trajectory, preset: Preset) -> TermResult:
+            report = guard_report(trajectory, preset)
+            return TermResult(-getattr(preset, switch) * getattr(report, field), report.to_metrics())
 
         return term
 

@@ -377,8 +377,7 @@ class Episode:
         }
         if breakdown.unapplied:
             metrics["unapplied_switches"] = list(breakdown.unapplied)
-        metrics.update(_guard_metrics(trajectory, self.preset))
-        metrics.update(breakdown.metrics)  # named metrics of the reward terms (e.g. the equivalence check)
+        metrics.update(breakdown.metrics)  # named metrics of the reward terms (the guards, the equivalence check)
         self.result = EpisodeResult(
             outcome=outcome,
             reward=breakdown.total,
@@ -396,10 +395,3 @@ class Episode:
             metrics=metrics,
         )
         return TurnOutcome(True, [])
-
-
-def _guard_metrics(trajectory: rewards.Trajectory, preset: Preset) -> dict[str, float]:
-    # The repetition guards' named counts (t2sql.episode.guards), logged for every episode.
-    from t2sql.episode import guards
-
-    return guards.guard_report(trajectory, preset).to_metrics()
