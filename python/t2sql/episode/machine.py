@@ -339,7 +339,7 @@ class Episode:
         outcome = VERDICT_OUTCOMES.get(graded.outcome)
         if outcome is None:
             raise RuntimeError(f"the grader returned an unknown outcome {graded.outcome!r}")
-        grade = graded.to_dict() if hasattr(graded, "to_dict") else dict(vars(graded))
+        grade = graded.to_dict()
         return await self._finish(outcome, graded.detail or graded.outcome, solution=solution, grade=grade)
 
     async def _finish(self, outcome: str, detail: str, *, solution: str | None = None,

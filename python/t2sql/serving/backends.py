@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import t2sql
 from t2sql import Cancel, Database, Digest
 from t2sql._grader import SqlPool, lower_thread_priority
+from t2sql.serving.results import GradeResult
 
 # Connections kept per thread; an RL run touches a few dozen databases, BIRD train ~70.
 MAX_CONNECTIONS_PER_THREAD = 128
@@ -64,19 +65,6 @@ class ToolPreview:
     truncated: bool
     elapsed_s: float
     text: str
-
-
-@dataclass(frozen=True)
-class VerdictData:
-    """The fields of a t2sql.Verdict, picklable."""
-
-    outcome: str
-    detail: str
-    semantics: str
-    pred_rows: int | None
-    gold_rows: int | None
-    elapsed_s: float
-    pred_digest: bytes | None = None  # the prediction's digest when it ran to its end
 
 
 class WorkerLost(t2sql.SqlError):
@@ -138,7 +126,7 @@ def run_job(job: Job, cancel: Cancel | None):
     if job.kind == "grade":
         gold = Digest.from_bytes(job.gold)
         v = db.grade_against(job.sql, gold, o["timeout_s"], cancel=cancel)
-        return VerdictData(v.outcome, v.detail, v.semantics, v.pred_rows, v.gold_rows, v.elapsed_s, v.pred_digest)
+        return GradeResult.from_verdict(v)
     raise ValueError(f"unknown job kind {job.kind!r}")
 
 

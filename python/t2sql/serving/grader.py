@@ -43,7 +43,7 @@ from t2sql import (
     sqlite_version,
 )
 from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
-from t2sql.serving.backends import Job, ThreadBackend, VerdictData, WorkerLost, next_job_id
+from t2sql.serving.backends import Job, ThreadBackend, WorkerLost, next_job_id
 from t2sql.serving.gold_cache import _column_order, _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
 from t2sql.serving.manifest import FileIdentity, Manifest, file_identity
 from t2sql.serving.results import GoldResult, GradeResult
@@ -234,11 +234,10 @@ class Grader:
                 retried = True
                 self._count("retries")
                 continue
-            return GradeResult(
-                verdict.outcome, verdict.detail, retried, verdict.pred_rows,
-                verdict.gold_rows if verdict.gold_rows is not None else gold.rows,
-                time.perf_counter() - started, verdict.semantics or resolved, gold.source != "computed",
-                verdict.pred_digest,
+            return dataclasses.replace(
+                verdict, retried=retried, gold_rows=verdict.gold_rows if verdict.gold_rows is not None else gold.rows,
+                elapsed_s=time.perf_counter() - started, semantics=verdict.semantics or resolved,
+                gold_cached=gold.source != "computed",
             )
         raise AssertionError("unreachable: the second attempt always returns")
 
@@ -458,21 +457,22 @@ class Grader:
         self._count("gold_computed")
         return GoldResult("ok", "", d.rows, d.columns, elapsed_s, "computed", data)
 
-    async def _grade_prediction(self, db_path, identity, pred_sql, gold: GoldResult, timeout_s) -> VerdictData:
+    async def _grade_prediction(self, db_path, identity, pred_sql, gold: GoldResult, timeout_s) -> GradeResult:
+        """The core's verdict as a GradeResult (grade() then fills in the call's own fields)."""
         job = Job("grade", db_path, identity.stat, pred_sql, {"timeout_s": timeout_s}, gold.digest,
                   job_id=next_job_id())
         try:
-            return await self._submit(job)
+            return GradeResult.from_verdict(await self._submit(job))
         except UnsafeQuery as e:
-            return VerdictData("unsafe", str(e), "", None, gold.rows, 0.0)
+            return GradeResult("unsafe", str(e), False, None, gold.rows, 0.0, "")
         except QueryTimeout as e:
-            return VerdictData("pred_timeout", str(e), "", None, gold.rows, 0.0)
+            return GradeResult("pred_timeout", str(e), False, None, gold.rows, 0.0, "")
         except WorkerLost as e:
-            return VerdictData("pred_error", str(e), "", None, gold.rows, 0.0)
+            return GradeResult("pred_error", str(e), False, None, gold.rows, 0.0, "")
         except DatabaseError:
             raise
         except SqlError as e:
-            return VerdictData("pred_error", str(e), "", None, gold.rows, 0.0)
+            return GradeResult("pred_error", str(e), False, None, gold.rows, 0.0, "")
 
     def _run_sync(self, coro):
         self._check_open()
