@@ -117,7 +117,7 @@ def test_gold_that_fails_to_run_is_reported(tmp_path, dev_rows):
         data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), tmp_path / "o.jsonl", split="x")
     problems = {p.row: p for p in e.value.problems}
     assert set(problems) == {2, 3} and {p.kind for p in problems.values()} == {"gold_error"}
-    assert "no_such_column" in problems[2].message and "UnsafeQuery" in problems[3].message
+    assert "no_such_column" in problems[2].message and "unsafe" in problems[3].message
 
 
 def test_failure_leaves_an_existing_output_untouched(tmp_path, dev_rows):

@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -116,42 +114,26 @@ def check_gold(
     concurrency: int | None = None,
     progress_label: str = "gold",
 ) -> tuple[list[Problem], list[float]]:
-    """Execute every gold query on the read-only grading path; problems for those that fail.
+    """Run every gold query through a Grader (t2sql.serving.golds, as `t2sql gold` does); problems
+    for those that fail. Returns (problems, SQLite seconds per row in input order)."""
+    import asyncio
 
-    One Database per (thread, file): a Database must not be shared by threads at once.
-    Returns (problems, seconds per row in input order).
-    """
-    from t2sql import Database, T2sqlError
+    from t2sql.serving.golds import GoldTask, run_golds
+    from t2sql.serving.grader import Grader
 
-    local = threading.local()
+    tasks = [GoldTask(row, t["question_id"], t["db_id"], t["gold_sql"], str(database_path(db_root, t["db_id"])))
+             for row, t in rows]
 
-    def run_one(task: dict[str, str]) -> tuple[str | None, float]:
-        cache = getattr(local, "dbs", None)
-        if cache is None:
-            cache = local.dbs = {}
-        path = str(database_path(db_root, task["db_id"]))
-        start = time.perf_counter()
-        try:
-            db = cache.get(path)
-            if db is None:
-                db = cache[path] = Database(path)
-            db.digest(task["gold_sql"], "multiset", 12, timeout_s)
-            return None, time.perf_counter() - start
-        except T2sqlError as e:
-            return f"{type(e).__name__}: {e}", time.perf_counter() - start
+    async def run_all():
+        async with Grader(concurrency=concurrency or min(4, os.cpu_count() or 1)) as grader:
+            with Progress(len(tasks), progress_label) as bar:
+                return await run_golds(tasks, grader, semantics="multiset", float_digits=12, timeout_s=timeout_s,
+                                       on_done=bar.advance)
 
-    workers = concurrency or min(4, os.cpu_count() or 1)
-    problems: list[Problem] = []
-    seconds: list[float] = []
-    with ThreadPoolExecutor(max_workers=workers) as pool, Progress(len(rows), progress_label) as bar:
-        for (row, task), (error, elapsed) in zip(rows, pool.map(run_one, (t for _, t in rows))):
-            seconds.append(elapsed)
-            bar.advance()
-            if error is not None:
-                problems.append(
-                    Problem("gold_error", row, task["question_id"], f"gold SQL fails on {task['db_id']}: {error}")
-                )
-    return problems, seconds
+    records = asyncio.run(run_all())
+    problems = [Problem("gold_error", r.row, r.question_id, f"gold SQL fails on {r.db_id}: {r.error}")
+                for r in records if r.failed]
+    return problems, [r.seconds or 0.0 for r in records]
 
 
 def build_rows(

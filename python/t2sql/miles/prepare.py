@@ -126,12 +126,14 @@ def write_manifests(c: TrainConfig, split_roots: dict[str, Path]) -> list[Path]:
 
 
 def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
-    """Run every gold query once through the Grader, filling the on-disk gold cache that the
-    training run's Grader reads (--text-to-sql-cache-dir). Failures are reported, not fatal:
-    convert already refused gold that fails to run, so a failure here is a timeout to look at."""
+    """Run every gold query once through the Grader (t2sql.serving.golds, as `t2sql gold` does),
+    filling the on-disk gold cache that the training run's Grader reads (--text-to-sql-cache-dir).
+    Failures are reported, not fatal: convert already refused gold that fails to run, so a failure
+    here is a timeout to look at."""
     import asyncio
 
     from t2sql.progress import Progress
+    from t2sql.serving.golds import GoldTask, run_golds
     from t2sql.serving.grader import Grader
 
     preset = _preset(c)
@@ -140,33 +142,29 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
         path = c.split_path(split)
         if path.is_file():
             with path.open(encoding="utf-8") as f:
-                for line in f:
+                for n, line in enumerate(f, 1):
                     row = json.loads(line)
-                    tasks.append((row["metadata"]["db_path"], row["label"]["gold_sql"], row["label"]["question_id"],
-                                  row["label"].get("grading_method")))
+                    label = row["label"]
+                    tasks.append(GoldTask(n, label["question_id"], label.get("db_id", ""), label["gold_sql"],
+                                          row["metadata"]["db_path"], method=label.get("grading_method")))
 
     async def run_all() -> list:
-        grader = Grader(concurrency=concurrency, cache_dir=c.cache_dir, grade_timeout_s=preset.grade_timeout_s)
-        try:
+        async with Grader(concurrency=concurrency, cache_dir=c.cache_dir,
+                          grade_timeout_s=preset.grade_timeout_s) as grader:
             with Progress(len(tasks), "gold cache") as bar:
-                async def one(t):
-                    r = await grader.gold(t[0], t[1], semantics=preset.method_for(t[3]),
-                                          float_digits=preset.float_digits, column_order=preset.column_order)
-                    bar.advance()
-                    return r
-                return await asyncio.gather(*(one(t) for t in tasks))
-        finally:
-            await grader.aclose()
+                return await run_golds(tasks, grader, semantics=lambda t: preset.method_for(t.method),
+                                       float_digits=preset.float_digits, timeout_s=preset.grade_timeout_s,
+                                       on_done=bar.advance, column_order=preset.column_order)
 
     started = time.perf_counter()
-    results = asyncio.run(run_all())
+    records = asyncio.run(run_all())
     elapsed = time.perf_counter() - started
-    failed = [(t[2], r.outcome, r.detail) for t, r in zip(tasks, results) if not r.ok]
-    for qid, outcome, detail in failed:
-        print(f"gold {qid}: {outcome}: {detail}", file=sys.stderr)
-    slowest = max((r.elapsed_s for r in results), default=0.0)
+    failed = [r for r in records if r.failed]
+    for r in failed:
+        print(f"gold {r.question_id}: {r.source}: {r.error}", file=sys.stderr)
+    slowest = max((r.seconds or 0.0 for r in records), default=0.0)
     slow = f", slowest {slowest:.2f}s" if slowest > 0 else ""
-    return f"{len(results) - len(failed)}/{len(results)} gold digests in {c.cache_dir} ({elapsed:.1f}s{slow})"
+    return f"{len(records) - len(failed)}/{len(records)} gold digests in {c.cache_dir} ({elapsed:.1f}s{slow})"
 
 
 def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
