@@ -27,8 +27,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from t2sql.atomic import write_bytes_atomic
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
-from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path, write_atomic
+from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path
 
 
 def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
@@ -161,7 +162,7 @@ def run(args) -> int:
     )
     if args.report:
         report = {"summary": summary, "queries": [asdict(r) for r in records]}
-        write_atomic(Path(args.report), (json.dumps(report, indent=1) + "\n").encode())
+        write_bytes_atomic(Path(args.report), (json.dumps(report, indent=1) + "\n").encode())
     if args.json:
         print(json.dumps(summary, indent=1))
     else:

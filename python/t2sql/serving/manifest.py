@@ -150,23 +150,23 @@ class Manifest:
     def build(cls, db_root: str | os.PathLike, db_ids: list[str] | None = None) -> Manifest:
         """Hash every database under `db_root` (or just `db_ids`)."""
         root = Path(db_root).resolve()
-        entries = {}
-        for db_id in db_ids if db_ids is not None else list_databases(root):
-            path = Path(database_path(root, db_id))
-            entries[db_id] = ManifestEntry.of(db_id, str(path.relative_to(root)), path)
-        return cls(root, entries)
+        ids = db_ids if db_ids is not None else list_databases(root)
+        return cls.record({db_id: database_path(root, db_id) for db_id in ids}, root=root)
 
     @classmethod
-    def record(cls, paths_by_id: dict[str, str | os.PathLike]) -> Manifest:
-        """Hash the given files (db_id -> path); the root is their common ancestor."""
+    def record(cls, paths_by_id: dict[str, str | os.PathLike], *, root: str | os.PathLike | None = None) -> Manifest:
+        """Hash the given files (db_id -> path) under `root` (default: their common ancestor)."""
         if not paths_by_id:
             raise ValueError("no databases to record")
-        absolute = {db_id: Path(p).resolve() for db_id, p in paths_by_id.items()}
-        root = Path(os.path.commonpath([str(p.parent.parent) for p in absolute.values()]))
-        entries = {}
-        for db_id, path in sorted(absolute.items()):
-            entries[db_id] = ManifestEntry.of(db_id, str(path.relative_to(root)), path)
-        return cls(root, entries)
+        if root is None:
+            absolute = {db_id: Path(p).resolve() for db_id, p in paths_by_id.items()}
+            base = Path(os.path.commonpath([str(p.parent.parent) for p in absolute.values()]))
+        else:  # the files as named under root (a symlinked database stays at its place in the tree)
+            base = Path(root).resolve()
+            absolute = {db_id: base / Path(p).relative_to(base) for db_id, p in paths_by_id.items()}
+        entries = {db_id: ManifestEntry.of(db_id, str(path.relative_to(base)), path)
+                   for db_id, path in sorted(absolute.items())}
+        return cls(base, entries)
 
     @classmethod
     def load(cls, path: str | os.PathLike, db_root: str | os.PathLike | None = None) -> Manifest:
@@ -197,7 +197,7 @@ class Manifest:
                 for db_id, e in sorted(self.entries.items())
             },
         }
-        write_atomic(Path(path), (json.dumps(data, indent=1) + "\n").encode())
+        write_bytes_atomic(Path(path), (json.dumps(data, indent=1) + "\n").encode())
 
     def entry_for(self, db_path: str | os.PathLike) -> ManifestEntry | None:
         return self._by_path.get(str(Path(db_path).resolve()))
@@ -238,8 +238,3 @@ class Manifest:
 
 def _int_or_none(value: object) -> int | None:
     return None if value is None else int(value)  # type: ignore[arg-type]
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so readers see the old file or the whole new one, never half."""
-    write_bytes_atomic(path, data)
