@@ -406,3 +406,14 @@ def test_task_errors_say_what_is_missing(rows, db_root):
         Task.from_row({"question_id": 1, "db_id": "x", "question": "q", "SQL": "SELECT 1"})
     with pytest.raises(TaskError, match="must be a JSON object"):
         Task.from_row(["not", "a", "row"], db_root)
+
+
+def test_one_rule_names_the_cut_for_every_transport():
+    from t2sql.episode.machine import cut_reason
+
+    assert cut_reason(False, 100, 100, 50, 200) is None  # stopped on its own
+    assert cut_reason(True, 100, 100, 150, 200) == "turn"  # the per-turn limit stopped it
+    assert cut_reason(True, 60, 100, 200, 200) == "context"  # the context budget set its limit
+    assert cut_reason(True, 100, 100, 200, 200) == "context"  # full context, even at the turn limit
+    assert cut_reason(True, 100, 100) == "turn"  # context use unknown
+    assert cut_reason(False, 100, 100, 201, 200) == "context"  # ran past the budget (a short estimate)

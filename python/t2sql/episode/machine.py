@@ -44,6 +44,19 @@ if TYPE_CHECKING:
 
 CUTS = (None, "turn", "context")
 
+
+def cut_reason(stopped_at_length: bool, allowed: int, turn_limit: int, used: int | None = None,
+               context_limit: int | None = None) -> str | None:
+    """Which cut ended a turn (None, "turn" or "context"): the one rule the miles adapter and every
+    eval policy apply. A turn stopped at its token limit is a context cut when the context budget,
+    not the per-turn limit, set that limit (allowed < turn_limit) or the context is now full, and a
+    turn cut otherwise; a turn that ran past the context budget (an estimate was short) is a
+    context cut too. `used`: tokens of the whole context after the turn, when known."""
+    known = used is not None and context_limit is not None
+    if stopped_at_length:
+        return "context" if allowed < turn_limit or (known and used >= context_limit) else "turn"
+    return "context" if known and used > context_limit else None
+
 # The grader's verdict outcome -> the episode's outcome category.
 VERDICT_OUTCOMES: dict[str, str] = {
     "match": "correct",

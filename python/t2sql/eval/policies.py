@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
+from t2sql.episode.machine import cut_reason
 from t2sql.errors import EvalError
 from t2sql.eval.endpoint import CallStats, OpenAIChatClient, RetryPolicy, SglangGenerateClient
 
@@ -135,11 +136,7 @@ class _OpenAISession:
             self.unseen_chars = 0
         else:
             self.unseen_chars += len(reply.text)
-        cut = None
-        if reply.finish_reason == "length":
-            cut = "context" if max_tokens < turn_limit else "turn"
-        elif self.known_tokens is not None and self.known_tokens > context_limit:
-            cut = "context"  # the estimate was short and the turn went past the budget
+        cut = cut_reason(reply.finish_reason == "length", max_tokens, turn_limit, self.known_tokens, context_limit)
         return PolicyTurn(reply.text, cut=cut, tool_calls=reply.tool_calls)
 
     def observe(self, tool_messages: list[dict[str, Any]]) -> None:
@@ -212,9 +209,8 @@ class _SglangSession:
         output_ids = reply.output_ids if reply.output_ids is not None else self.render.encode(reply.text)
         self.ids.extend(output_ids)
         self.closed = bool(output_ids) and self.policy.tokenizer.decode([output_ids[-1]]) == self.render.end_of_turn()
-        cut = None
-        if reply.finish_reason == "length":
-            cut = "context" if max_new < turn_limit else "turn"
+        cut = cut_reason(reply.finish_reason == "length", max_new, turn_limit, len(self.ids),
+                         int(self.policy.preset.max_context_tokens))
         return PolicyTurn(reply.text, cut=cut)
 
     def observe(self, tool_messages: list[dict[str, Any]]) -> None:

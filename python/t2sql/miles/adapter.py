@@ -262,7 +262,7 @@ def _task_row(sample: Any) -> dict:
 
 async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form with `input`
     """miles' custom generate: one text-to-SQL episode -> one Sample (see the module doc)."""
-    from t2sql.episode.machine import Episode, Task
+    from t2sql.episode.machine import Episode, Task, cut_reason
     from t2sql.episode.prompt import build_prompt_async
 
     args = input.args
@@ -344,9 +344,7 @@ async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form 
             sample.rollout_routed_experts = _decode_routed_experts(
                 info, len(sample.tokens) - 1, getattr(args, "num_layers", None), getattr(args, "moe_router_topk", None)
             )
-        cut = None
-        if finish == "length":
-            cut = "context" if max_new < per_turn or len(sample.tokens) >= context_limit else "turn"
+        cut = cut_reason(finish == "length", max_new, per_turn, len(sample.tokens), context_limit)
         turn = await episode.on_turn(text, cut=cut)
         if turn.done:
             if cut is not None:
