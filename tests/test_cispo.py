@@ -25,7 +25,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from t2sql.miles.cispo import CispoConfigError, cispo_eps, cispo_reference, clipped_weight
+from t2sql.errors import CispoConfigError
+from t2sql.miles.cispo import cispo_eps, cispo_reference, clipped_weight
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 LOG_PROBS = [[-1.0, -2.0, -0.5], [-3.0]]

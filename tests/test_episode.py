@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from t2sql.episode.machine import Episode, EpisodeFinished, Task, TaskError
+from t2sql.episode.machine import Episode, Task
+from t2sql.errors import EpisodeFinished, TaskError
 from t2sql.serving.grader import Grader
 from t2sql.episode.presets import get_preset
 from conftest import bird_or_sample

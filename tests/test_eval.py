@@ -31,15 +31,8 @@ from loopback_model import (
     structured_tool_call,
     xml_tool_call,
 )
-from t2sql.eval.endpoint import (
-    EndpointError,
-    OpenAIChatClient,
-    RetryPolicy,
-    SglangGenerateClient,
-    join_url,
-    parse_chat_completion,
-    parse_generate,
-)
+from t2sql.errors import EndpointError
+from t2sql.eval.endpoint import OpenAIChatClient, RetryPolicy, SglangGenerateClient, join_url, parse_chat_completion, parse_generate
 from t2sql.eval.results import ENDPOINT_ERROR, format_summary
 from t2sql.errors import EvalError
 from t2sql.eval.results import ResultsFile, summarize

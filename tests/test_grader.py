@@ -16,7 +16,8 @@ import pytest
 
 import t2sql
 import t2sql.serving.gold_cache as gold_cache_module
-from t2sql.serving.grader import Grader, GradeResult
+from t2sql.serving.grader import Grader
+from t2sql.serving.results import GradeResult
 from t2sql.serving.manifest import DatabaseChanged, Manifest
 from conftest import bird_or_sample
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 from collections import Counter
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from t2sql._grader import Database, Verdict
+from t2sql.errors import TaskError
+
+if TYPE_CHECKING:
+    pass
 
 OUTCOMES = ("match", "mismatch", "pred_error", "pred_timeout", "unsafe", "gold_error", "gold_timeout")
 
@@ -71,5 +75,15 @@ def method_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-
-
+def task_method(method: str, question_id: Any, fallback: str | None = None) -> str:
+    """A task's grading_method by its canonical name ("list" -> "ordered", " multiset" ->
+    "multiset"); one that cannot be read is a TaskError naming the task, or `fallback` if given."""
+    try:
+        return check_method(method)
+    except ValueError as e:
+        if fallback:
+            return check_method(fallback)
+        raise TaskError(
+            f"task {question_id!r}: grading_method {method!r} cannot be read ({e}); fix it in the data, "
+            "or choose a method for such tasks with --grading-method-fallback METHOD"
+        ) from None

@@ -11,11 +11,8 @@ from typing import Any
 
 import t2sql
 from t2sql.data.tasks import database_path
-from t2sql.episode.equivalence import (
-    EquivalenceChecker,
-    EquivalenceConfig,
-    EquivalenceError,
-)
+from t2sql.episode.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.errors import EquivalenceError
 
 MUTATIONS: dict[str, str] = {
     "drop_distinct": "DISTINCT removed (the data has no duplicates there)",

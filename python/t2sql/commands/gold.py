@@ -35,7 +35,8 @@ from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path
 def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
                  method_fallback: str | None = None) -> GoldTask:
     """A BIRD question or a converted miles row -> the gold to run."""
-    from t2sql.episode.machine import TaskError, task_method
+    from t2sql.errors import TaskError
+    from t2sql.grading import task_method
 
     label = obj.get("label") if isinstance(obj.get("label"), dict) else None
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}

@@ -110,7 +110,8 @@ def normalize_rows(
     """Source objects -> canonical dicts (str fields, plus "originals": the source's original_*
     fields, kept as they are); structural problems (missing fields, ids, an unreadable
     grading_method unless `method_fallback` names the method to use instead)."""
-    from t2sql.episode.machine import TaskError, task_method
+    from t2sql.errors import TaskError
+    from t2sql.grading import task_method
 
     problems: list[Problem] = []
     qid_key = fields["question_id"]

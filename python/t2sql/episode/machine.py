@@ -38,6 +38,7 @@ from t2sql.episode import prompt as prompts
 from t2sql.episode import reward as rewards
 from t2sql.episode.presets import Preset
 from t2sql.errors import EpisodeFinished, TaskError
+from t2sql.grading import task_method
 
 if TYPE_CHECKING:
     from t2sql.serving.grader import Grader
@@ -136,22 +137,6 @@ class Task:
             difficulty=str(fields.get("difficulty") or ""),
             grading_method=method,
         )
-
-
-def task_method(method: str, question_id: Any, fallback: str | None = None) -> str:
-    """A task's grading_method by its canonical name ("list" -> "ordered", " multiset" ->
-    "multiset"); one that cannot be read is a TaskError naming the task, or `fallback` if given."""
-    from t2sql.grading import check_method
-
-    try:
-        return check_method(method)
-    except ValueError as e:
-        if fallback:
-            return check_method(fallback)
-        raise TaskError(
-            f"task {question_id!r}: grading_method {method!r} cannot be read ({e}); fix it in the data, "
-            "or choose a method for such tasks with --grading-method-fallback METHOD"
-        ) from None
 
 
 @dataclass(frozen=True)

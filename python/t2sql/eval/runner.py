@@ -43,10 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from t2sql.errors import EvalError
-from t2sql.eval.endpoint import (
-    CallStats,
-    EndpointError,
-)
+from t2sql.eval.endpoint import CallStats
+from t2sql.errors import EndpointError
 from t2sql.eval.policies import Policy
 from t2sql.eval.results import (
     EVAL_ERROR,
