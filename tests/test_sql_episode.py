@@ -522,7 +522,7 @@ def test_concurrent_trajectories_on_one_loop(rows):
     for s, row in zip(samples, rows):
         assert s.label == row["label"]
         qid = row["label"]["question_id"]
-        assert f"<tool_response>\n" in s.response and qid in s.response.split("<tool_response>")[1]
+        assert "<tool_response>\n" in s.response and qid in s.response.split("<tool_response>")[1]
         assert len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length
         assert tuple(s.rollout_routed_experts.shape) == (len(s.tokens) - 1, LAYERS, TOPK)
         expected = "correct" if int(qid) % 2 == 0 else "incorrect"
