@@ -249,8 +249,9 @@ def test_miles_entry_point_matches_reference_through_logits(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == "miles" or m.startswith("miles.")]:
         monkeypatch.delitem(sys.modules, name)
-    from t2sql.miles.cispo import cispo_loss, cispo_reference
     from miles.backends.training_utils.cp_utils import get_sum_of_sample_mean
+
+    from t2sql.miles.cispo import cispo_loss, cispo_reference
 
     torch.manual_seed(0)
     vocab = 7

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import bird_root
-
 from t2sql.data import convert as data
-
 from t2sql.data import tasks as data_tasks
 
 BIRD = bird_root()
@@ -72,8 +70,8 @@ def test_prompt_is_the_episode_prompt(converted):
     """Training rows carry exactly what t2sql.episode.prompt builds for the task (eval sees the same)."""
     from t2sql import Database
     from t2sql.episode.machine import Task
-    from t2sql.episode.prompt import build_prompt
     from t2sql.episode.presets import get_preset
+    from t2sql.episode.prompt import build_prompt
 
     _, rows, _ = converted
     row = rows[7]

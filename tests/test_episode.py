@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from t2sql.episode.machine import Episode, EpisodeFinished, Task, TaskError
-from t2sql.serving.grader import Grader
-from t2sql.episode.presets import get_preset
 from conftest import bird_or_sample
+from t2sql.episode.machine import Episode, EpisodeFinished, Task, TaskError
+from t2sql.episode.presets import get_preset
+from t2sql.serving.grader import Grader
 
 REPO = Path(__file__).resolve().parents[1]
 

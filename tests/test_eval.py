@@ -31,6 +31,8 @@ from loopback_model import (
     structured_tool_call,
     xml_tool_call,
 )
+from t2sql.episode.presets import get_preset
+from t2sql.errors import EvalError
 from t2sql.eval.endpoint import (
     EndpointError,
     OpenAIChatClient,
@@ -40,12 +42,9 @@ from t2sql.eval.endpoint import (
     parse_chat_completion,
     parse_generate,
 )
-from t2sql.eval.results import ENDPOINT_ERROR, format_summary
-from t2sql.errors import EvalError
-from t2sql.eval.results import ResultsFile, summarize
-from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
 from t2sql.eval.policies import OpenAIPolicy, OraclePolicy, SglangPolicy
-from t2sql.episode.presets import get_preset
+from t2sql.eval.results import ENDPOINT_ERROR, ResultsFile, format_summary, summarize
+from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -592,8 +591,8 @@ def test_progress_lines_without_a_terminal(tmp_path, preset, sample_tasks, capfd
 
 
 def test_run_from_the_command_line_parser_in_sglang_mode(tmp_path, sample_tasks, capsys):
-    from t2sql.commands import eval as evaluate
     from t2sql.cli import build_parser
+    from t2sql.commands import eval as evaluate
 
     tasks = sample_tasks[:2]
     tokenizer = ByteTokenizer()

@@ -12,10 +12,6 @@ from pathlib import Path
 
 from conftest import bird_or_sample
 
-
-
-
-
 DATA_ROOT = bird_or_sample()
 DEV = DATA_ROOT / "dev.json"
 

@@ -261,8 +261,8 @@ def test_guards_in_a_real_episode_are_named_in_metrics_and_reward():
 
     import t2sql
     from t2sql.episode.machine import Episode, Task
-    from t2sql.serving.grader import Grader
     from t2sql.episode.presets import get_preset
+    from t2sql.serving.grader import Grader
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]  # "superpowers of 3-D Man"

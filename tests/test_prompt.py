@@ -9,16 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from t2sql.episode import prompt as P
-
+from conftest import bird_or_sample
 from t2sql import errors
-
-from t2sql.episode import schema as schema_module
-
 from t2sql.episode import parsing
+from t2sql.episode import prompt as P
+from t2sql.episode import schema as schema_module
 from t2sql.episode.machine import Task
 from t2sql.episode.presets import get_preset
-from conftest import bird_or_sample
 
 REPO = Path(__file__).resolve().parents[1]
 

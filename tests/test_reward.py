@@ -7,15 +7,12 @@ import dataclasses
 
 import pytest
 
-
-from t2sql.episode import evidence
-
-from t2sql.episode import presets
-from t2sql.episode.presets import OUTCOMES, PRESETS, RESERVED_SWITCHES, Preset, get_preset
-from t2sql.errors import PresetError
-from t2sql.episode.reward import RewardTerm, Trajectory
+from t2sql.episode import evidence, presets
 from t2sql.episode.evidence import content_tokens, coverage
+from t2sql.episode.presets import OUTCOMES, PRESETS, RESERVED_SWITCHES, Preset, get_preset
+from t2sql.episode.reward import RewardTerm, Trajectory
 from t2sql.episode.terms import register_term, registered_terms, score, unregister_term
+from t2sql.errors import PresetError
 
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")

@@ -24,9 +24,9 @@ import pytest
 from conftest import bird_or_sample
 from miles_standins import GenerateFnInput, Sample
 from t2sql.data import convert as data
+from t2sql.episode.presets import get_preset
 from t2sql.miles import adapter as sql_episode
 from t2sql.miles import metrics
-from t2sql.episode.presets import get_preset
 
 BIRD = bird_or_sample()
 

@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import bird_root
-
+from t2sql.episode.presets import get_preset
 from t2sql.errors import LaunchError
 from t2sql.miles import flags as train_flags
 from t2sql.miles import prepare
-from t2sql.episode.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "tests" / "snapshots" / "train_dry_run.txt"

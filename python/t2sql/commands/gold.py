@@ -178,9 +178,9 @@ def _grading_settings(args):
 
 def run(args) -> int:
     from t2sql.errors import DataError
+    from t2sql.grading import method_counts
     from t2sql.progress import Progress
     from t2sql.serving.grader import Grader
-    from t2sql.grading import method_counts
 
     if args.workers is not None and args.workers < 1:
         print("error: --workers must be at least 1", file=sys.stderr)

@@ -28,8 +28,8 @@ import asyncio
 import copy
 from typing import TYPE_CHECKING, Any
 
-from t2sql.episode.presets import Preset
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
+from t2sql.episode.presets import Preset
 from t2sql.episode.schema import RenderedSchema, load_schema, render_schema
 
 if TYPE_CHECKING:

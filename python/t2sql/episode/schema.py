@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from t2sql.episode.presets import Preset
 from t2sql.episode.evidence import content_tokens
+from t2sql.episode.presets import Preset
 from t2sql.errors import SchemaError
 
 if TYPE_CHECKING:

@@ -99,9 +99,9 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
     miles rows use the db_path recorded at conversion.
     """
-    from t2sql.errors import DataError
     from t2sql.data.tasks import load_questions
     from t2sql.episode.machine import Task
+    from t2sql.errors import DataError
 
     path = Path(data)
     try:
