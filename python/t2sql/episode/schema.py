@@ -1,4 +1,5 @@
-"""The database schema as the prompt shows it: loaded once per file (CREATE statements, BIRD column descriptions, example values), rendered within a budget."""
+"""The database schema as the prompt shows it: loaded once per file (CREATE statements, BIRD
+column descriptions, example values), rendered within a budget."""
 
 from __future__ import annotations
 

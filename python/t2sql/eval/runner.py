@@ -212,7 +212,8 @@ async def run_episode(
     return record
 
 
-async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, run_info: dict[str, Any]) -> dict[str, Any]:
+async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any,
+                       run_info: dict[str, Any]) -> dict[str, Any]:
     from t2sql.episode.machine import Episode
     from t2sql.episode.prompt import build_prompt_async
 
