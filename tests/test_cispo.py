@@ -75,7 +75,8 @@ def test_reference_gradient_is_the_stop_gradient_surrogate():
     # weights held fixed reproduces the analytic gradient.
     _, grads = cispo_reference(LOG_PROBS, OLD_LOG_PROBS, ADVANTAGES, MASKS, eps_low=EPS_LOW, eps_high=EPS_HIGH)
     h = 1e-6
-    weights = [[clipped_weight(lp, o, EPS_LOW, EPS_HIGH) for lp, o in zip(r, ro)] for r, ro in zip(LOG_PROBS, OLD_LOG_PROBS)]
+    weights = [[clipped_weight(lp, o, EPS_LOW, EPS_HIGH) for lp, o in zip(r, ro)]
+               for r, ro in zip(LOG_PROBS, OLD_LOG_PROBS)]
 
     def frozen_loss(lps):
         total = 0.0
@@ -92,7 +93,8 @@ def test_reference_gradient_is_the_stop_gradient_surrogate():
 
 
 def test_fully_masked_sample_contributes_nothing():
-    loss, grads = cispo_reference([[-1.0, -2.0]], [[-1.5, -2.0]], [[3.0, 3.0]], [[0.0, 0.0]], eps_low=0.2, eps_high=0.28)
+    loss, grads = cispo_reference([[-1.0, -2.0]], [[-1.5, -2.0]], [[3.0, 3.0]], [[0.0, 0.0]],
+                                  eps_low=0.2, eps_high=0.28)
     assert loss == 0.0 and grads == [[0.0, 0.0]]
 
 
@@ -185,7 +187,8 @@ MILES_STANDIN = {
     "miles/backends/training_utils/cp_utils.py": """
         import torch
 
-        def get_local_response_loss_masks(total_lengths, response_lengths, loss_masks, qkv_format="thd", max_seq_lens=None):
+        def get_local_response_loss_masks(total_lengths, response_lengths, loss_masks, qkv_format="thd",
+                                          max_seq_lens=None):
             return loss_masks
 
         def get_sum_of_sample_mean(total_lengths, response_lengths, loss_masks, calculate_per_token_loss=False,

@@ -384,7 +384,8 @@ def _args(tmp_path, recipe="qwen3.6-35b-a3b", **over):
     with data.open("w") as f:
         for t in TASKS:
             row = {
-                "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": f"Question {t['question_id']}"}],
+                "prompt": [{"role": "system", "content": "sys"},
+                           {"role": "user", "content": f"Question {t['question_id']}"}],
                 "label": {"gold_sql": t["gold_sql"], "db_id": "superhero", "question_id": t["question_id"]},
                 "metadata": {"question_id": t["question_id"], "db_id": "superhero", "evidence": t["evidence"]},
             }

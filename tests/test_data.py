@@ -141,7 +141,8 @@ def test_drop_invalid_writes_the_valid_rows(tmp_path, dev_rows):
 def test_jsonl_bad_lines_fail_the_conversion_by_line_number(tmp_path, dev_rows):
     hero = [r for r in dev_rows if r["db_id"] == "superhero"][:3]
     path = tmp_path / "q.jsonl"
-    path.write_text(json.dumps(hero[0]) + "\n{not json\n" + json.dumps(hero[1]) + "\n[1, 2]\n" + json.dumps(hero[2]) + "\n")
+    path.write_text(json.dumps(hero[0]) + "\n{not json\n" + json.dumps(hero[1]) + "\n[1, 2]\n"
+                    + json.dumps(hero[2]) + "\n")
     out = tmp_path / "o.jsonl"
     root = _small_db_root(tmp_path)
     with pytest.raises(data.DataError, match="nothing written") as info:

@@ -61,7 +61,8 @@ def no_evidence_task(rows, db_root) -> Task:
 
 
 def xml(sql: str) -> str:
-    return f"<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n{sql}\n</parameter>\n</function>\n</tool_call>"
+    return (f"<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n{sql}\n"
+            "</parameter>\n</function>\n</tool_call>")
 
 
 def js(sql: str) -> str:
@@ -155,13 +156,15 @@ def test_unsafe_solution(rows, db_root, grader):
     t = task(rows, db_root)
     before = sha(t.db_path)
     e = Episode(t, RECIPE, grader)
-    play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>", "<solution>DELETE FROM superhero</solution>")
+    play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>",
+         "<solution>DELETE FROM superhero</solution>")
     r = e.result
     assert r.outcome == "unsafe" and r.invalid_tool_calls == 2
     assert r.reward == -1.0  # penalties never go below the floor in the recipe
     assert sha(t.db_path) == before
     e = Episode(t, RECIPE.replace(penalties_below_floor=True), grader)
-    play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>", "<solution>DELETE FROM superhero</solution>")
+    play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>",
+         "<solution>DELETE FROM superhero</solution>")
     assert e.result.reward < -1.0
 
 

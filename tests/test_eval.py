@@ -109,7 +109,8 @@ def explore_then_answer(tool_form):
 
     def plan(task, conv: Conversation) -> Reply:
         if conv.turn == 1:
-            return Reply(text=f"<think>look first</think>\n{evidence_lines(task, 'Requirement')}{tool_form(task.gold_sql)}")
+            return Reply(text=f"<think>look first</think>\n{evidence_lines(task, 'Requirement')}"
+                              f"{tool_form(task.gold_sql)}")
         return Reply(text=f"<think>done</think>\n{evidence_lines(task, 'Verification')}"
                           f"<solution>\n{task.gold_sql}\n</solution>")
 
@@ -517,7 +518,8 @@ def test_load_tasks_reports_and_skips_bad_rows(tmp_path, sample_tasks):
     loaded = load_tasks(data, sample_dir())
     assert [t.question_id for t in loaded.tasks] == [str(rows[0]["question_id"]), str(rows[2]["question_id"])]
     assert len(loaded.skipped) == 2
-    assert any("row 2" in s and "not valid JSON" in s for s in loaded.skipped) and any("no_such_db" in s for s in loaded.skipped)
+    assert (any("row 2" in s and "not valid JSON" in s for s in loaded.skipped)
+            and any("no_such_db" in s for s in loaded.skipped))
     with pytest.raises(EvalError, match="no usable task"):
         load_tasks(data, tmp_path)  # no database under this root
     assert len(load_tasks(sample_questions(), sample_dir(), limit=7).tasks) == 7

@@ -133,7 +133,8 @@ def _fresh_grader():
     sql_episode.close_contexts()
 
 
-def run_generate(tok, row: dict, turns: list, *, max_new_tokens: int = 3072, **arg_over) -> tuple[Sample, LoopbackModel]:
+def run_generate(tok, row: dict, turns: list, *, max_new_tokens: int = 3072,
+                 **arg_over) -> tuple[Sample, LoopbackModel]:
     """sql_episode.generate over the loopback server; turns[i] is the assistant message (or a Reply)
     that plays turn i."""
 

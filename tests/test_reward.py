@@ -17,7 +17,8 @@ from t2sql.errors import PresetError
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
 COVERAGE = RECIPE.replace(evidence_rule="coverage")
-EVIDENCE = "female superheroes refers to gender = 'Female'; published by Dark Horse Comics refers to publisher_name = 'Dark Horse Comics'"
+EVIDENCE = ("female superheroes refers to gender = 'Female'; "
+            "published by Dark Horse Comics refers to publisher_name = 'Dark Horse Comics'")
 RESTATING = "The evidence says female means gender = 'Female' and the publisher_name is 'Dark Horse Comics'."
 
 
@@ -169,7 +170,8 @@ def test_sql_in_tool_calls_counts_only_when_the_preset_says_so():
     t = Trajectory(
         outcome="correct",
         evidence=EVIDENCE,
-        visible=("SELECT * FROM x WHERE gender = 'Female' AND publisher_name = 'Dark Horse Comics' -- superheroes published",),
+        visible=("SELECT * FROM x WHERE gender = 'Female' AND publisher_name = 'Dark Horse Comics' "
+                 "-- superheroes published",),
         prose=("let me look",),
         answer_turn=0,
         invalid_tool_calls=0,

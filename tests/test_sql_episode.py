@@ -38,7 +38,8 @@ IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 TEMPLATE = (
     "{%- set nl = '\\n' -%}"
     "{%- if tools -%}"
-    "<|im_start|>system{{ nl }}{% if messages[0].role == 'system' %}{{ messages[0].content }}{{ nl }}{{ nl }}{% endif %}"
+    "<|im_start|>system{{ nl }}"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}{{ nl }}{{ nl }}{% endif %}"
     "# Tools{{ nl }}<tools>{% for t in tools %}{{ nl }}{{ t | tojson }}{% endfor %}{{ nl }}</tools><|im_end|>{{ nl }}"
     "{%- elif messages[0].role == 'system' -%}<|im_start|>system{{ nl }}{{ messages[0].content }}<|im_end|>{{ nl }}"
     "{%- endif -%}"
@@ -51,7 +52,8 @@ TEMPLATE = (
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_start|>assistant{{ nl }}"
-    "{%- if enable_thinking is defined and not enable_thinking %}<think>{{ nl }}{{ nl }}</think>{{ nl }}{{ nl }}{% endif -%}"
+    "{%- if enable_thinking is defined and not enable_thinking %}"
+    "<think>{{ nl }}{{ nl }}</think>{{ nl }}{{ nl }}{% endif -%}"
     "{%- endif -%}"
 )
 
