@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 

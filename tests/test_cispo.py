@@ -76,7 +76,8 @@ def test_reference_gradient_is_the_stop_gradient_surrogate():
     # weights held fixed reproduces the analytic gradient.
     _, grads = cispo_reference(LOG_PROBS, OLD_LOG_PROBS, ADVANTAGES, MASKS, eps_low=EPS_LOW, eps_high=EPS_HIGH)
     h = 1e-6
-    weights = [[clipped_weight(lp, o, EPS_LOW, EPS_HIGH) for lp, o in zip(r, ro)] for r, ro in zip(LOG_PROBS, OLD_LOG_PROBS)]
+    weights = [[clipped_weight(lp, o, EPS_LOW, EPS_HIGH) for lp, o in zip(r, ro)]
+               for r, ro in zip(LOG_PROBS, OLD_LOG_PROBS)]
 
     def frozen_loss(lps):
         total = 0.0
@@ -93,7 +94,8 @@ def test_reference_gradient_is_the_stop_gradient_surrogate():
 
 
 def test_fully_masked_sample_contributes_nothing():
-    loss, grads = cispo_reference([[-1.0, -2.0]], [[-1.5, -2.0]], [[3.0, 3.0]], [[0.0, 0.0]], eps_low=0.2, eps_high=0.28)
+    loss, grads = cispo_reference([[-1.0, -2.0]], [[-1.5, -2.0]], [[3.0, 3.0]], [[0.0, 0.0]],
+                                  eps_low=0.2, eps_high=0.28)
     assert loss == 0.0 and grads == [[0.0, 0.0]]
 
 
@@ -186,7 +188,8 @@ MILES_STANDIN = {
     "miles/backends/training_utils/cp_utils.py": """
         import torch
 
-        def get_local_response_loss_masks(total_lengths, response_lengths, loss_masks, qkv_format="thd", max_seq_lens=None):
+        def get_local_response_loss_masks(total_lengths, response_lengths, loss_masks, qkv_format="thd",
+                                          max_seq_lens=None):
             return loss_masks
 
         def get_sum_of_sample_mean(total_lengths, response_lengths, loss_masks, calculate_per_token_loss=False,
@@ -250,8 +253,9 @@ def test_miles_entry_point_matches_reference_through_logits(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == "miles" or m.startswith("miles.")]:
         monkeypatch.delitem(sys.modules, name)
-    from t2sql.miles.cispo import cispo_loss, cispo_reference
     from miles.backends.training_utils.cp_utils import get_sum_of_sample_mean
+
+    from t2sql.miles.cispo import cispo_loss, cispo_reference
 
     torch.manual_seed(0)
     vocab = 7

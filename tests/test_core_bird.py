@@ -12,7 +12,8 @@ from conftest import bird_root
 from t2sql import Database, resolve_semantics
 
 BIRD = bird_root()
-pytestmark = pytest.mark.skipif(BIRD is None, reason="BIRD dev data not found beside the checkout (../shared/data/bird)")
+pytestmark = pytest.mark.skipif(BIRD is None,
+                                reason="BIRD dev data not found beside the checkout (../shared/data/bird)")
 
 
 @pytest.fixture(scope="module")

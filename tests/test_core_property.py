@@ -142,7 +142,8 @@ def _stored(tmp_path_factory, case):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=pair(), semantics=st.sampled_from(["multiset", "ordered", "set"]), digits=st.sampled_from([None, 12, 6, 15]))
+@given(case=pair(), semantics=st.sampled_from(["multiset", "ordered", "set"]),
+       digits=st.sampled_from([None, 12, 6, 15]))
 def test_core_agrees_with_python_reference(tmp_path_factory, case, semantics, digits):
     ncols, pred_ncols, _, _ = case
     path, gold_sql, pred_sql, gold_rows, pred_rows = _stored(tmp_path_factory, case)

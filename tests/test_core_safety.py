@@ -64,9 +64,14 @@ ATTACKS: list[tuple[str, str, type | None]] = [
     ("whitespace", "   \n\t ", UnsafeQuery),
     ("comment_only", "-- nothing here", UnsafeQuery),
     ("semicolons_only", ";;", UnsafeQuery),
-    ("endless_recursive_cte", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c", QueryTimeout),
-    ("billions_cross_join", "SELECT count(*) FROM people a, people b, people c, people d, people e, people f, people g, people h", QueryTimeout),
-    ("sort_of_billions", "SELECT a.name FROM people a, people b, people c, people d, people e, people f ORDER BY random() LIMIT 1", QueryTimeout),
+    ("endless_recursive_cte", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+     QueryTimeout),
+    ("billions_cross_join",
+     "SELECT count(*) FROM people a, people b, people c, people d, people e, people f, people g, people h",
+     QueryTimeout),
+    ("sort_of_billions",
+     "SELECT a.name FROM people a, people b, people c, people d, people e, people f ORDER BY random() LIMIT 1",
+     QueryTimeout),
     ("huge_randomblob", "SELECT randomblob(2000000000)", SqlError),
     ("huge_zeroblob", "SELECT length(zeroblob(1000000000))", SqlError),
     ("huge_string", "SELECT length(replace(hex(zeroblob(10000000)), '0', '0000'))", SqlError),
@@ -166,7 +171,8 @@ def test_cross_join_of_billions_exits_early_when_graded(sandbox):
     _, db_path = sandbox
     db = Database(str(db_path))
     start = time.monotonic()
-    v = db.grade("SELECT a.id FROM people a, people b, people c, people d, people e", "SELECT id FROM people", timeout_s=30)
+    v = db.grade("SELECT a.id FROM people a, people b, people c, people d, people e", "SELECT id FROM people",
+                 timeout_s=30)
     assert v.outcome == "mismatch" and "stopped early" in v.detail
     assert time.monotonic() - start < 2.0, "the early exit costs gold-count rows, not billions"
 
@@ -227,7 +233,8 @@ def test_many_threads_grade_one_file_at_once(sandbox):
     def work(i: int):
         db = Database(str(db_path))
         for _ in range(20):
-            v = db.grade(f"SELECT id, name FROM people WHERE id > {i}", f"SELECT id, name FROM people WHERE id >= {i + 1}")
+            v = db.grade(f"SELECT id, name FROM people WHERE id > {i}",
+                         f"SELECT id, name FROM people WHERE id >= {i + 1}")
             with lock:
                 results.append(v.outcome)
 

@@ -11,13 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from t2sql.miles import curriculum as cur
-
-from t2sql.miles import hints
-
 from t2sql.commands import curriculum as curriculum_command
-from t2sql.miles.curriculum import Curriculum, CurriculumConfig, record_rollout, sample_correct
 from t2sql.errors import CurriculumError
+from t2sql.miles import curriculum as cur
+from t2sql.miles import hints
+from t2sql.miles.curriculum import Curriculum, CurriculumConfig, record_rollout, sample_correct
 from t2sql.miles.hints import apply_hint, build_hint, gold_parts
 
 JOIN_SQL = (
@@ -386,7 +384,8 @@ def _args(tmp_path, recipe="qwen3.6-35b-a3b", **over):
     with data.open("w") as f:
         for t in TASKS:
             row = {
-                "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": f"Question {t['question_id']}"}],
+                "prompt": [{"role": "system", "content": "sys"},
+                           {"role": "user", "content": f"Question {t['question_id']}"}],
                 "label": {"gold_sql": t["gold_sql"], "db_id": "superhero", "question_id": t["question_id"]},
                 "metadata": {"question_id": t["question_id"], "db_id": "superhero", "evidence": t["evidence"]},
             }
@@ -594,9 +593,9 @@ def test_a_hinted_prompt_reaches_the_episode_the_model_sees():
 
     import t2sql
     from t2sql.episode.machine import Episode, Task
-    from t2sql.serving.grader import Grader
-    from t2sql.episode.prompt import build_prompt
     from t2sql.episode.presets import get_preset
+    from t2sql.episode.prompt import build_prompt
+    from t2sql.serving.grader import Grader
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]

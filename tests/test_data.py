@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import bird_root
-
 from t2sql.data import convert as data
-
 from t2sql.data import tasks as data_tasks
 
 BIRD = bird_root()
@@ -72,8 +70,8 @@ def test_prompt_is_the_episode_prompt(converted):
     """Training rows carry exactly what t2sql.episode.prompt builds for the task (eval sees the same)."""
     from t2sql import Database
     from t2sql.episode.machine import Task
-    from t2sql.episode.prompt import build_prompt
     from t2sql.episode.presets import get_preset
+    from t2sql.episode.prompt import build_prompt
 
     _, rows, _ = converted
     row = rows[7]
@@ -143,7 +141,8 @@ def test_drop_invalid_writes_the_valid_rows(tmp_path, dev_rows):
 def test_jsonl_bad_lines_fail_the_conversion_by_line_number(tmp_path, dev_rows):
     hero = [r for r in dev_rows if r["db_id"] == "superhero"][:3]
     path = tmp_path / "q.jsonl"
-    path.write_text(json.dumps(hero[0]) + "\n{not json\n" + json.dumps(hero[1]) + "\n[1, 2]\n" + json.dumps(hero[2]) + "\n")
+    path.write_text(json.dumps(hero[0]) + "\n{not json\n" + json.dumps(hero[1]) + "\n[1, 2]\n"
+                    + json.dumps(hero[2]) + "\n")
     out = tmp_path / "o.jsonl"
     root = _small_db_root(tmp_path)
     with pytest.raises(data.DataError, match="nothing written") as info:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import bird_or_sample
 from t2sql.episode.machine import Episode, Task
+from t2sql.episode.presets import get_preset
 from t2sql.errors import EpisodeFinished, TaskError
 from t2sql.serving.grader import Grader
-from t2sql.episode.presets import get_preset
-from conftest import bird_or_sample
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,8 @@ def no_evidence_task(rows, db_root) -> Task:
 
 
 def xml(sql: str) -> str:
-    return f"<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n{sql}\n</parameter>\n</function>\n</tool_call>"
+    return (f"<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n{sql}\n"
+            "</parameter>\n</function>\n</tool_call>")
 
 
 def js(sql: str) -> str:
@@ -156,13 +157,15 @@ def test_unsafe_solution(rows, db_root, grader):
     t = task(rows, db_root)
     before = sha(t.db_path)
     e = Episode(t, RECIPE, grader)
-    play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>", "<solution>DELETE FROM superhero</solution>")
+    play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>",
+         "<solution>DELETE FROM superhero</solution>")
     r = e.result
     assert r.outcome == "unsafe" and r.invalid_tool_calls == 2
     assert r.reward == -1.0  # penalties never go below the floor in the recipe
     assert sha(t.db_path) == before
     e = Episode(t, RECIPE.replace(penalties_below_floor=True), grader)
-    play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>", "<solution>DELETE FROM superhero</solution>")
+    play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>",
+         "<solution>DELETE FROM superhero</solution>")
     assert e.result.reward < -1.0
 
 

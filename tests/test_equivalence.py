@@ -11,18 +11,17 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from conftest import bird_or_sample
 
 import t2sql
-from t2sql.episode import equivalence as eq
+from conftest import bird_or_sample
 from t2sql.commands import equivalence as measuring
+from t2sql.episode import equivalence as eq
 from t2sql.episode.machine import Episode, Task
-from t2sql.serving.grader import Grader
 from t2sql.episode.presets import get_preset
 from t2sql.episode.terms import registered_terms
+from t2sql.serving.grader import Grader
 
 BIRD = bird_or_sample()  # BIRD dev beside the checkout, $T2SQL_BIRD, else the embedded sample
 pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD data not present")

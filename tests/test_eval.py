@@ -31,14 +31,19 @@ from loopback_model import (
     structured_tool_call,
     xml_tool_call,
 )
-from t2sql.errors import EndpointError
-from t2sql.eval.endpoint import OpenAIChatClient, RetryPolicy, SglangGenerateClient, join_url, parse_chat_completion, parse_generate
-from t2sql.eval.results import ENDPOINT_ERROR, format_summary
-from t2sql.errors import EvalError
-from t2sql.eval.results import ResultsFile, summarize
-from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
-from t2sql.eval.policies import OpenAIPolicy, OraclePolicy, SglangPolicy
 from t2sql.episode.presets import get_preset
+from t2sql.errors import EndpointError, EvalError
+from t2sql.eval.endpoint import (
+    OpenAIChatClient,
+    RetryPolicy,
+    SglangGenerateClient,
+    join_url,
+    parse_chat_completion,
+    parse_generate,
+)
+from t2sql.eval.policies import OpenAIPolicy, OraclePolicy, SglangPolicy
+from t2sql.eval.results import ENDPOINT_ERROR, ResultsFile, format_summary, summarize
+from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,7 +108,8 @@ def explore_then_answer(tool_form):
 
     def plan(task, conv: Conversation) -> Reply:
         if conv.turn == 1:
-            return Reply(text=f"<think>look first</think>\n{evidence_lines(task, 'Requirement')}{tool_form(task.gold_sql)}")
+            return Reply(text=f"<think>look first</think>\n{evidence_lines(task, 'Requirement')}"
+                              f"{tool_form(task.gold_sql)}")
         return Reply(text=f"<think>done</think>\n{evidence_lines(task, 'Verification')}"
                           f"<solution>\n{task.gold_sql}\n</solution>")
 
@@ -511,7 +517,8 @@ def test_load_tasks_reports_and_skips_bad_rows(tmp_path, sample_tasks):
     loaded = load_tasks(data, sample_dir())
     assert [t.question_id for t in loaded.tasks] == [str(rows[0]["question_id"]), str(rows[2]["question_id"])]
     assert len(loaded.skipped) == 2
-    assert any("row 2" in s and "not valid JSON" in s for s in loaded.skipped) and any("no_such_db" in s for s in loaded.skipped)
+    assert (any("row 2" in s and "not valid JSON" in s for s in loaded.skipped)
+            and any("no_such_db" in s for s in loaded.skipped))
     with pytest.raises(EvalError, match="no usable task"):
         load_tasks(data, tmp_path)  # no database under this root
     assert len(load_tasks(sample_questions(), sample_dir(), limit=7).tasks) == 7
@@ -585,8 +592,8 @@ def test_progress_lines_without_a_terminal(tmp_path, preset, sample_tasks, capfd
 
 
 def test_run_from_the_command_line_parser_in_sglang_mode(tmp_path, sample_tasks, capsys):
-    from t2sql.commands import eval as evaluate
     from t2sql.cli import build_parser
+    from t2sql.commands import eval as evaluate
 
     tasks = sample_tasks[:2]
     tokenizer = ByteTokenizer()

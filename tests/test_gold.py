@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import bird_or_sample
-
-
-
-
 
 DATA_ROOT = bird_or_sample()
 DEV = DATA_ROOT / "dev.json"

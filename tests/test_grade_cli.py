@@ -85,7 +85,8 @@ def test_float_digits_flag(db_root):
 
 def test_semantics_flag(db_root):
     db = str(db_root / "alpha" / "alpha.sqlite")
-    args = ["grade", "--db", db, "--pred", "SELECT id FROM t ORDER BY id DESC", "--gold", "SELECT id FROM t ORDER BY id", "--json"]
+    args = ["grade", "--db", db, "--pred", "SELECT id FROM t ORDER BY id DESC",
+            "--gold", "SELECT id FROM t ORDER BY id", "--json"]
     assert json.loads(t2sql(*args).stdout)["outcome"] == "match"
     assert json.loads(t2sql(*args, "--semantics", "ordered", check=False).stdout)["outcome"] == "mismatch"
     assert json.loads(t2sql(*args, "--semantics", "auto", check=False).stdout)["semantics"] == "ordered"
@@ -193,7 +194,8 @@ def test_pairs_on_bird_dev(tmp_path):
     pairs = tmp_path / "bird_pairs.jsonl"
     with pairs.open("w") as f:
         for q in questions:
-            f.write(json.dumps({"id": q["question_id"], "db_id": q["db_id"], "pred": q["SQL"], "gold": q["SQL"]}) + "\n")
+            f.write(json.dumps({"id": q["question_id"], "db_id": q["db_id"], "pred": q["SQL"], "gold": q["SQL"]})
+                    + "\n")
     out = tmp_path / "v.jsonl"
     proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(bird), "--out", str(out), "--json")
     summary = json.loads(proc.stdout)

@@ -16,14 +16,10 @@ import pytest
 
 import t2sql
 import t2sql.serving.gold_cache as gold_cache_module
-from t2sql.serving.grader import Grader
-from t2sql.serving.results import GradeResult
-from t2sql.serving.manifest import DatabaseChanged, Manifest
 from conftest import bird_or_sample
-
-
-
-
+from t2sql.serving.grader import Grader
+from t2sql.serving.manifest import DatabaseChanged, Manifest
+from t2sql.serving.results import GradeResult
 
 DATA_ROOT = bird_or_sample()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")

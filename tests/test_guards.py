@@ -137,8 +137,10 @@ def test_repeated_turn_counted_against_any_earlier_turn():
 
 def test_bare_tool_call_turns_are_left_to_the_tool_query_guard():
     call = "<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n{}\n</parameter>\n</function>\n</tool_call>"
-    a = call.format("SELECT COUNT(*) FROM superhero AS T1 JOIN colour AS T2 ON T1.eye_colour_id = T2.id WHERE T2.colour = 'Blue'")
-    b = call.format("SELECT COUNT(*) FROM superhero AS T1 JOIN colour AS T2 ON T1.eye_colour_id = T2.id WHERE T2.colour = 'blue'")
+    a = call.format("SELECT COUNT(*) FROM superhero AS T1 JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
+                    "WHERE T2.colour = 'Blue'")
+    b = call.format("SELECT COUNT(*) FROM superhero AS T1 JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
+                    "WHERE T2.colour = 'blue'")
     queries = [a.split("\n")[3], b.split("\n")[3]]
     probing = check_turns([a, b], [a, b], queries, **THRESHOLDS)
     assert probing.repeated_turns == 0 and probing.repeated_tool_queries == 0  # probing case is exploration
@@ -155,7 +157,8 @@ def test_bare_tool_call_turns_are_left_to_the_tool_query_guard():
 def test_clean_episode_reports_zero_everywhere():
     texts = [
         "<think>restate</think>The evidence says blue eyes refers to colour = 'Blue'.<tool_call>...</tool_call>",
-        "<think>ok</think>Blue is colour id 7. <solution>SELECT COUNT(*) FROM superhero WHERE eye_colour_id = 7</solution>",
+        "<think>ok</think>Blue is colour id 7. "
+        "<solution>SELECT COUNT(*) FROM superhero WHERE eye_colour_id = 7</solution>",
     ]
     visible = [t.split("</think>", 1)[1] for t in texts]
     report = check_turns(texts, visible, ["SELECT id FROM colour WHERE colour = 'Blue'"], **THRESHOLDS)
@@ -261,8 +264,8 @@ def test_guards_in_a_real_episode_are_named_in_metrics_and_reward():
 
     import t2sql
     from t2sql.episode.machine import Episode, Task
-    from t2sql.serving.grader import Grader
     from t2sql.episode.presets import get_preset
+    from t2sql.serving.grader import Grader
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]  # "superpowers of 3-D Man"

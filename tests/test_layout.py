@@ -25,7 +25,7 @@ def test_every_t2sql_exception_is_a_t2sql_error():
 
 
 def test_the_public_api_imports_from_the_top():
-    from t2sql import Database, Episode, Grader, Preset, Task, T2sqlError, Verdict, get_preset, grade  # noqa: F401
+    from t2sql import Database, Episode, Grader, Preset, T2sqlError, Task, Verdict, get_preset, grade  # noqa: F401
 
     assert get_preset().name and Episode.__module__ == "t2sql.episode.machine"
     assert set(t2sql.__all__) <= set(dir(t2sql)) | set(t2sql._LAZY)

@@ -179,11 +179,11 @@ def _miles_args(checkpoint: Path, splits_dir: Path, port: int, tmp_path: Path, s
 def test_rollout_and_eval_through_miles(qwen36_tokenizer, qwen36_dir, splits, tmp_path):
     import shutil
 
-    from miles.rollout.base_types import RolloutFnConstructorInput, RolloutFnEvalInput, RolloutFnTrainInput
-    from miles.rollout.inference_rollout.compatibility import call_rollout_function, load_rollout_function
     from miles.ray.rollout import metrics as miles_metrics
     from miles.ray.rollout.rollout_data_conversion import postprocess_rollout_data
     from miles.ray.rollout.train_data_conversion import convert_samples_to_train_data
+    from miles.rollout.base_types import RolloutFnConstructorInput, RolloutFnEvalInput, RolloutFnTrainInput
+    from miles.rollout.inference_rollout.compatibility import call_rollout_function, load_rollout_function
     from miles.utils.misc import load_function
     from miles.utils.types import Sample
 
@@ -206,10 +206,10 @@ def test_rollout_and_eval_through_miles(qwen36_tokenizer, qwen36_dir, splits, tm
         answer = "SELECT 1" if task.question_id == missed else task.gold_sql
         return Reply(text=_model_text(tok, _assistant("Answer.", f"<solution>{answer}</solution>")))
 
+    import requests
     from miles.router.router import MilesRouter
     from miles.utils.http_utils import find_available_port
     from miles.utils.test_utils.uvicorn_thread_server import UvicornThreadServer
-    import requests
 
     script = TaskScript(tasks, plan)
     with LoopbackModel(script, tok, routing=(LAYERS, TOPK)) as model:
@@ -279,16 +279,15 @@ def test_rollout_and_eval_through_miles(qwen36_tokenizer, qwen36_dir, splits, tm
 
 def test_cispo_through_miles_loss_dispatcher():
     import torch
+    import torch.distributed as dist
     from miles.backends.training_utils.cp_utils import get_sum_of_sample_mean
     from miles.backends.training_utils.loss_hub.losses import get_loss_function
     from miles.backends.training_utils.parallel import GroupInfo, ParallelState, set_parallel_state
+    from miles.utils.http_utils import find_available_port
 
     from t2sql.miles.cispo import cispo_loss, cispo_reference
 
     # One process, tensor-parallel size 1: the default group miles' cross-entropy reduces over.
-    import torch.distributed as dist
-    from miles.utils.http_utils import find_available_port
-
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_available_port(29500)}", rank=0,
                                 world_size=1)

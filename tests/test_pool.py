@@ -12,13 +12,9 @@ import time
 import pytest
 
 import t2sql
-from t2sql.serving.grader import Grader
-from t2sql.serving.backends import ToolPreview, WorkerLost
 from conftest import bird_or_sample
-
-
-
-
+from t2sql.serving.backends import ToolPreview, WorkerLost
+from t2sql.serving.grader import Grader
 
 DATA_ROOT = bird_or_sample()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")

@@ -9,16 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from t2sql.episode import prompt as P
-
+from conftest import bird_or_sample
 from t2sql import errors
-
-from t2sql.episode import schema as schema_module
-
 from t2sql.episode import parsing
+from t2sql.episode import prompt as P
+from t2sql.episode import schema as schema_module
 from t2sql.episode.machine import Task
 from t2sql.episode.presets import get_preset
-from conftest import bird_or_sample
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,7 +143,8 @@ def test_descriptions_in_odd_encodings(tmp_path, encoding, text, expected):
 
 def test_descriptions_missing_folder_and_bad_rows(tmp_path):
     assert schema_module.read_descriptions(tmp_path) == {}
-    _write_desc(tmp_path, "t.csv", (HEADER + ",,no column name,text,\r\nok,,fine,text,commonsense evidence: x\r\n").encode())
+    _write_desc(tmp_path, "t.csv",
+                (HEADER + ",,no column name,text,\r\nok,,fine,text,commonsense evidence: x\r\n").encode())
     assert schema_module.read_descriptions(tmp_path) == {"t": {"ok": ("fine", "x")}}
 
 
@@ -266,7 +264,8 @@ def test_parse_solution(visible, expected):
 
 # -- tool calls
 
-XML = "<tool_call>\n<function=execute_sql_query>\n<parameter=query>\nSELECT * FROM t\n</parameter>\n</function>\n</tool_call>"
+XML = ("<tool_call>\n<function=execute_sql_query>\n<parameter=query>\nSELECT * FROM t\n</parameter>\n"
+       "</function>\n</tool_call>")
 
 
 def test_xml_and_json_forms():
@@ -286,22 +285,31 @@ def test_xml_and_json_forms():
 
 def test_multiline_sql_survives_the_xml_form():
     sql = "SELECT a,\n       b\nFROM t\nWHERE x = '<y>'"
-    (call,) = parsing.parse_tool_calls(f"<tool_call><function=execute_sql_query><parameter=query>{sql}</parameter></function></tool_call>")
+    (call,) = parsing.parse_tool_calls(
+        f"<tool_call><function=execute_sql_query><parameter=query>{sql}</parameter></function></tool_call>")
     assert call.query == sql
 
 
 @pytest.mark.parametrize(
     "text, error",
     [
-        ("<tool_call>\n<function=run_sql>\n<parameter=query>SELECT 1</parameter>\n</function>\n</tool_call>", "unknown tool 'run_sql'"),
-        ("<tool_call><function=execute_sql_query><parameter=sql>SELECT 1</parameter></function></tool_call>", "'query' argument is missing"),
-        ("<tool_call><function=execute_sql_query><parameter=query>  \n </parameter></function></tool_call>", "'query' argument is empty"),
-        ("<tool_call><function=execute_sql_query><parameter=query>SELECT 1</parameter></tool_call>", "not closed with </function>"),
-        ("<tool_call><function=execute_sql_query><parameter=query>SELECT 1</function></tool_call>", "not closed with </parameter>"),
-        ("<tool_call><function=execute_sql_query><parameter=query>a</parameter><parameter=query>b</parameter></function></tool_call>", "given twice"),
+        ("<tool_call>\n<function=run_sql>\n<parameter=query>SELECT 1</parameter>\n</function>\n</tool_call>",
+         "unknown tool 'run_sql'"),
+        ("<tool_call><function=execute_sql_query><parameter=sql>SELECT 1</parameter></function></tool_call>",
+         "'query' argument is missing"),
+        ("<tool_call><function=execute_sql_query><parameter=query>  \n </parameter></function></tool_call>",
+         "'query' argument is empty"),
+        ("<tool_call><function=execute_sql_query><parameter=query>SELECT 1</parameter></tool_call>",
+         "not closed with </function>"),
+        ("<tool_call><function=execute_sql_query><parameter=query>SELECT 1</function></tool_call>",
+         "not closed with </parameter>"),
+        ("<tool_call><function=execute_sql_query><parameter=query>a</parameter><parameter=query>b</parameter>"
+         "</function></tool_call>", "given twice"),
         ('<tool_call>{"name": "execute_sql_query", "arguments": {"query": "SELECT 1"}</tool_call>', "not valid JSON"),
-        ('<tool_call>{"name": "execute_sql_query", "arguments": "{query: 1}"}</tool_call>', "arguments string is not valid JSON"),
-        ('<tool_call>{"name": "execute_sql_query", "arguments": {"query": 7}}</tool_call>', "missing (or not a string)"),
+        ('<tool_call>{"name": "execute_sql_query", "arguments": "{query: 1}"}</tool_call>',
+         "arguments string is not valid JSON"),
+        ('<tool_call>{"name": "execute_sql_query", "arguments": {"query": 7}}</tool_call>',
+         "missing (or not a string)"),
         ('<tool_call>{"name": "execute_sql_query", "arguments": ["SELECT 1"]}</tool_call>', "not an object"),
         ('<tool_call>{"arguments": {"query": "SELECT 1"}}</tool_call>', "no function name"),
         ('<tool_call>["execute_sql_query"]</tool_call>', "JSON is not an object"),
@@ -317,8 +325,10 @@ def test_malformed_tool_calls_are_invalid_never_exceptions(text, error):
 
 def test_structured_tool_calls():
     calls = parsing.parse_structured_tool_calls([
-        {"id": "c1", "type": "function", "function": {"name": "execute_sql_query", "arguments": '{"query": "SELECT 1"}'}},
-        {"id": "c2", "type": "function", "function": {"name": "execute_sql_query", "arguments": {"query": "SELECT 2"}}},
+        {"id": "c1", "type": "function",
+         "function": {"name": "execute_sql_query", "arguments": '{"query": "SELECT 1"}'}},
+        {"id": "c2", "type": "function",
+         "function": {"name": "execute_sql_query", "arguments": {"query": "SELECT 2"}}},
         {"id": "c3", "type": "function", "function": {"name": "execute_sql_query", "arguments": "{bad"}},
         {"id": "c4", "type": "function", "function": {"name": "other", "arguments": "{}"}},
         {"id": "c5"},

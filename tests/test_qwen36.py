@@ -24,14 +24,14 @@ from conftest import bird_or_sample
 from loopback_model import END_OF_TURN, Conversation, LoopbackModel, Reply, TaskScript, expert_id
 from miles_standins import GenerateFnInput, Sample
 from t2sql.data import convert as data
-from t2sql.miles import adapter as sql_episode
-from t2sql.miles import metrics
 from t2sql.episode import machine as episode_module
+from t2sql.episode.presets import get_preset
+from t2sql.episode.prompt import build_prompt, tool_specs
 from t2sql.eval.endpoint import OpenAIChatClient, RetryPolicy
 from t2sql.eval.policies import OpenAIPolicy
 from t2sql.eval.runner import evaluate, load_tasks
-from t2sql.episode.prompt import build_prompt, tool_specs
-from t2sql.episode.presets import get_preset
+from t2sql.miles import adapter as sql_episode
+from t2sql.miles import metrics
 
 LAYERS, TOPK = 2, 2
 ANSWER_ROOM = 1536  # tokens: a thought and a <solution> with its Verification lines
@@ -133,7 +133,8 @@ def _fresh_grader():
     sql_episode.close_contexts()
 
 
-def run_generate(tok, row: dict, turns: list, *, max_new_tokens: int = 3072, **arg_over) -> tuple[Sample, LoopbackModel]:
+def run_generate(tok, row: dict, turns: list, *, max_new_tokens: int = 3072,
+                 **arg_over) -> tuple[Sample, LoopbackModel]:
     """sql_episode.generate over the loopback server; turns[i] is the assistant message (or a Reply)
     that plays turn i."""
 

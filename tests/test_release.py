@@ -18,7 +18,8 @@ RELEASE = REPO.parent / "shared" / "data" / "release"
 pytestmark = pytest.mark.skipif(not (RELEASE / "arcwise_plat_sql.json").is_file(),
                                 reason="the recipe's task files (../shared/data/release) are not here")
 
-FILES = {"train": "bird-verified-train.json", "validation": "bird-verified-val.json", "arcwise": "arcwise_plat_sql.json"}
+FILES = {"train": "bird-verified-train.json", "validation": "bird-verified-val.json",
+         "arcwise": "arcwise_plat_sql.json"}
 # The release README's table of grading_method values (train / validation), by canonical name.
 METHODS = {
     "train": {"set": 2027, "ordered": 4, "subset,=,5": 11, "subset,=,3": 8, "subset,=,10": 6, "subset,=,1": 1,

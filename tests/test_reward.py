@@ -7,20 +7,18 @@ import dataclasses
 
 import pytest
 
-
-from t2sql.episode import evidence
-
-from t2sql.episode import presets
-from t2sql.episode.presets import OUTCOMES, PRESETS, RESERVED_SWITCHES, Preset, get_preset
-from t2sql.errors import PresetError
-from t2sql.episode.reward import RewardTerm, Trajectory
+from t2sql.episode import evidence, presets
 from t2sql.episode.evidence import content_tokens, coverage
+from t2sql.episode.presets import OUTCOMES, PRESETS, RESERVED_SWITCHES, Preset, get_preset
+from t2sql.episode.reward import RewardTerm, Trajectory
 from t2sql.episode.terms import register_term, registered_terms, score, unregister_term
+from t2sql.errors import PresetError
 
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
 COVERAGE = RECIPE.replace(evidence_rule="coverage")
-EVIDENCE = "female superheroes refers to gender = 'Female'; published by Dark Horse Comics refers to publisher_name = 'Dark Horse Comics'"
+EVIDENCE = ("female superheroes refers to gender = 'Female'; "
+            "published by Dark Horse Comics refers to publisher_name = 'Dark Horse Comics'")
 RESTATING = "The evidence says female means gender = 'Female' and the publisher_name is 'Dark Horse Comics'."
 
 
@@ -172,7 +170,8 @@ def test_sql_in_tool_calls_counts_only_when_the_preset_says_so():
     t = Trajectory(
         outcome="correct",
         evidence=EVIDENCE,
-        visible=("SELECT * FROM x WHERE gender = 'Female' AND publisher_name = 'Dark Horse Comics' -- superheroes published",),
+        visible=("SELECT * FROM x WHERE gender = 'Female' AND publisher_name = 'Dark Horse Comics' "
+                 "-- superheroes published",),
         prose=("let me look",),
         answer_turn=0,
         invalid_tool_calls=0,

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import t2sql
-from t2sql.miles.curriculum import Curriculum
 from t2sql.episode.machine import Task
-from t2sql.episode.prompt import build_prompt
 from t2sql.episode.presets import get_preset
+from t2sql.episode.prompt import build_prompt
+from t2sql.miles.curriculum import Curriculum
 
 SAMPLE = Path(t2sql.__file__).parent / "sample"  # the embedded BIRD superhero sample
 
@@ -44,7 +44,8 @@ def test_prompt_reads_a_converted_jsonl_and_skips_bad_lines(tmp_path):
 
 
 def test_prompt_errors_say_what_to_pass(tmp_path):
-    out_of_range = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE), "--index", "100000")
+    out_of_range = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE),
+                             "--index", "100000")
     assert out_of_range.returncode == 2 and "out of range" in out_of_range.stderr
     unknown = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE), "--question-id", "nope")
     assert unknown.returncode == 2 and "no row with question_id 'nope'" in unknown.stderr

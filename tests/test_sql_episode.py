@@ -24,9 +24,9 @@ import pytest
 from conftest import bird_or_sample
 from miles_standins import GenerateFnInput, Sample
 from t2sql.data import convert as data
+from t2sql.episode.presets import get_preset
 from t2sql.miles import adapter as sql_episode
 from t2sql.miles import metrics
-from t2sql.episode.presets import get_preset
 
 BIRD = bird_or_sample()
 
@@ -38,7 +38,8 @@ IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 TEMPLATE = (
     "{%- set nl = '\\n' -%}"
     "{%- if tools -%}"
-    "<|im_start|>system{{ nl }}{% if messages[0].role == 'system' %}{{ messages[0].content }}{{ nl }}{{ nl }}{% endif %}"
+    "<|im_start|>system{{ nl }}"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}{{ nl }}{{ nl }}{% endif %}"
     "# Tools{{ nl }}<tools>{% for t in tools %}{{ nl }}{{ t | tojson }}{% endfor %}{{ nl }}</tools><|im_end|>{{ nl }}"
     "{%- elif messages[0].role == 'system' -%}<|im_start|>system{{ nl }}{{ messages[0].content }}<|im_end|>{{ nl }}"
     "{%- endif -%}"
@@ -51,7 +52,8 @@ TEMPLATE = (
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_start|>assistant{{ nl }}"
-    "{%- if enable_thinking is defined and not enable_thinking %}<think>{{ nl }}{{ nl }}</think>{{ nl }}{{ nl }}{% endif -%}"
+    "{%- if enable_thinking is defined and not enable_thinking %}"
+    "<think>{{ nl }}{{ nl }}</think>{{ nl }}{{ nl }}{% endif -%}"
     "{%- endif -%}"
 )
 
@@ -522,7 +524,7 @@ def test_concurrent_trajectories_on_one_loop(rows):
     for s, row in zip(samples, rows):
         assert s.label == row["label"]
         qid = row["label"]["question_id"]
-        assert f"<tool_response>\n" in s.response and qid in s.response.split("<tool_response>")[1]
+        assert "<tool_response>\n" in s.response and qid in s.response.split("<tool_response>")[1]
         assert len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length
         assert tuple(s.rollout_routed_experts.shape) == (len(s.tokens) - 1, LAYERS, TOPK)
         expected = "correct" if int(qid) % 2 == 0 else "incorrect"

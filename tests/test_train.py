@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import bird_root
-
+from t2sql.episode.presets import get_preset
 from t2sql.errors import LaunchError
 from t2sql.miles import flags as train_flags
 from t2sql.miles import prepare
-from t2sql.episode.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "tests" / "snapshots" / "train_dry_run.txt"
@@ -115,7 +114,8 @@ def test_options_change_the_command():
 
 def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
     def flags(**kw) -> list[str]:
-        return _flags(train_flags.render_dry_run(train_flags.TrainConfig(output_dir="/d", run_id="r", **kw), environ={}))
+        return _flags(train_flags.render_dry_run(train_flags.TrainConfig(output_dir="/d", run_id="r", **kw),
+                                                 environ={}))
 
     recipe = flags()
     assert get_preset("qwen3.6-35b-a3b").loss == "cispo" and get_preset("bare").loss == "grpo"
@@ -134,7 +134,8 @@ def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
     # miles cannot run the curriculum's after-rollout hook under --fully-async: refused up front.
     with pytest.raises(LaunchError, match="--fully-async"):
         train_flags.train_argv(train_flags.TrainConfig(run_id="r", extra_args="--fully-async"))
-    assert "--fully-async" in train_flags.train_argv(train_flags.TrainConfig(run_id="r", recipe="bare", extra_args="--fully-async"))
+    assert "--fully-async" in train_flags.train_argv(
+        train_flags.TrainConfig(run_id="r", recipe="bare", extra_args="--fully-async"))
 
 
 def test_bad_options_are_refused_clearly():

@@ -1,4 +1,5 @@
-"""`t2sql equivalence --measure`: how often the equivalence check refutes known-wrong rewrites of gold queries (and never a known-equivalent one)."""
+"""`t2sql equivalence --measure`: how often the equivalence check refutes known-wrong rewrites of
+gold queries (and never a known-equivalent one)."""
 
 from __future__ import annotations
 

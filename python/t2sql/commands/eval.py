@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--policy", choices=("model", "oracle"), default="model",
                       help="model: an endpoint writes the turns; oracle: scripted gold answers, no endpoint")
     what.add_argument("--data", default=None,
-                      help="BIRD question json (list) or converted miles jsonl (default: the embedded superhero sample)")
+                      help="BIRD question json (list) or converted miles jsonl "
+                           "(default: the embedded superhero sample)")
     what.add_argument("--db-root", default=None,
                       help="directory holding <db_id>/<db_id>.sqlite (default: beside --data, or the embedded sample)")
     what.add_argument("--limit", type=int, default=None, help="only the first N tasks")

@@ -56,10 +56,9 @@ def add_arguments(parser: Any) -> None:
 
 def run(args: Any) -> int:
     from t2sql.episode.machine import Task
-    from t2sql.errors import TaskError
     from t2sql.episode.presets import get_preset
     from t2sql.episode.prompt import build_prompt, tool_specs
-    from t2sql.errors import PresetError, SchemaError
+    from t2sql.errors import PresetError, SchemaError, TaskError
 
     try:
         preset = get_preset(args.preset)

@@ -1,4 +1,5 @@
-"""The one reader of BIRD-layout task files: where a task's database lives, the question file's rows, their fields normalized and validated (bad rows reported by number)."""
+"""The one reader of BIRD-layout task files: where a task's database lives, the question file's
+rows, their fields normalized and validated (bad rows reported by number)."""
 
 from __future__ import annotations
 

@@ -439,7 +439,8 @@ def default_checker() -> EquivalenceChecker:
 TERM_NAME = "equivalence"
 
 
-async def check_trajectory(trajectory: Trajectory, preset: Preset, checker: EquivalenceChecker | None = None) -> EquivalenceReport:
+async def check_trajectory(trajectory: Trajectory, preset: Preset,
+                           checker: EquivalenceChecker | None = None) -> EquivalenceReport:
     """The report for a finished episode (a t2sql.episode.reward.Trajectory)."""
     if trajectory.outcome != "correct":
         return skipped("not_correct")

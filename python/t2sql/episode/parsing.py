@@ -1,4 +1,5 @@
-"""Parsers of one assistant turn: thinking, the <solution> block, tool calls (XML or JSON, in the text or structured). Total functions: model text never makes them raise."""
+"""Parsers of one assistant turn: thinking, the <solution> block, tool calls (XML or JSON, in the
+text or structured). Total functions: model text never makes them raise."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every number of an episode, in one named, frozen Preset: budgets, tool preview caps, timeouts, the outcome table, the shaping penalties. Nothing else in t2sql hard-codes one of them."""
+"""Every number of an episode, in one named, frozen Preset: budgets, tool preview caps, timeouts,
+the outcome table, the shaping penalties. Nothing else in t2sql hard-codes one of them."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ import asyncio
 import copy
 from typing import TYPE_CHECKING, Any
 
-from t2sql.episode.presets import Preset
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
+from t2sql.episode.presets import Preset
 from t2sql.episode.schema import RenderedSchema, load_schema, render_schema
 
 if TYPE_CHECKING:
@@ -119,7 +119,8 @@ Answer: when you are ready, give exactly one SQLite query inside <solution>...</
 SELECT name FROM people WHERE age > 30
 </solution>
 The reply holding <solution> ends the task (if it holds several, the last one counts). The query is run \
-and its result compared with the correct result: {order_rule}; {column_rule}. Return only the columns the question asks for. A reply with neither a tool call nor \
+and its result compared with the correct result: {order_rule}; {column_rule}. \
+Return only the columns the question asks for. A reply with neither a tool call nor \
 a <solution> ends the task without an answer."""
 
 

@@ -1,4 +1,5 @@
-"""The database schema as the prompt shows it: loaded once per file (CREATE statements, BIRD column descriptions, example values), rendered within a budget."""
+"""The database schema as the prompt shows it: loaded once per file (CREATE statements, BIRD
+column descriptions, example values), rendered within a budget."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from t2sql.episode.presets import Preset
 from t2sql.episode.evidence import content_tokens
+from t2sql.episode.presets import Preset
 from t2sql.errors import SchemaError
 
 if TYPE_CHECKING:

@@ -169,7 +169,8 @@ def stored_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     return kept, cut_total
 
 
-def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats: CallStats, elapsed_s: float) -> dict[str, Any]:
+def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats: CallStats,
+                   elapsed_s: float) -> dict[str, Any]:
     result = _result_dict(episode.result)
     # A task without evidence has no evidence rules: None, so rates count only tasks that have them.
     has_evidence = result.get("has_evidence", True)

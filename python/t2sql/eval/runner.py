@@ -42,9 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from t2sql.errors import EvalError
+from t2sql.errors import EndpointError, EvalError
 from t2sql.eval.endpoint import CallStats
-from t2sql.errors import EndpointError
 from t2sql.eval.policies import Policy
 from t2sql.eval.results import (
     EVAL_ERROR,
@@ -97,9 +96,9 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
     miles rows use the db_path recorded at conversion.
     """
-    from t2sql.errors import DataError
     from t2sql.data.tasks import load_questions
     from t2sql.episode.machine import Task
+    from t2sql.errors import DataError
 
     path = Path(data)
     try:
@@ -210,7 +209,8 @@ async def run_episode(
     return record
 
 
-async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any, run_info: dict[str, Any]) -> dict[str, Any]:
+async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any,
+                       run_info: dict[str, Any]) -> dict[str, Any]:
     from t2sql.episode.machine import Episode
     from t2sql.episode.prompt import build_prompt_async
 

@@ -12,8 +12,9 @@ To look at a saved state (hint levels, weights, the hint each hinted task now ge
 
 `CurriculumDataSource` is a subclass of miles' `RolloutDataSourceWithBuffer`, created on first
 access (miles is imported only then); `record_rollout(args, all_samples, get_samples)` runs after
-every rollout (miles passes the data source's bound `get_samples`, not the source) and feeds each group's results to the policy. The policy's state is saved beside
-miles' own data-source state at every checkpoint and restored on resume.
+every rollout (miles passes the data source's bound `get_samples`, not the source) and feeds each
+group's results to the policy. The policy's state is saved beside miles' own data-source state at
+every checkpoint and restored on resume.
 
 The rules (the numbers are preset fields in t2sql.episode.reward, `curriculum_*`):
 
@@ -321,7 +322,8 @@ def make_data_source_class(base: type) -> type:
                 log.info("curriculum: off in preset %s; drawing tasks as miles does", preset.name)
                 return
             if getattr(self, "dataset", None) is None:
-                raise CurriculumError("the curriculum needs miles' global dataset (it draws the tasks itself): drop --disable-rollout-global-dataset")
+                raise CurriculumError("the curriculum needs miles' global dataset (it draws the tasks itself): "
+                                      "drop --disable-rollout-global-dataset")
             samples = self.dataset.samples
             if samples and not isinstance(samples[0].prompt, list):
                 raise CurriculumError(

@@ -1,4 +1,5 @@
-"""Training metrics of a rollout step: accuracy, pass@k over correct, the evidence rates and tool-call means (miles' --custom-rollout-log-function-path)."""
+"""Training metrics of a rollout step: accuracy, pass@k over correct, the evidence rates and
+tool-call means (miles' --custom-rollout-log-function-path)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ def rollout_metrics(samples: list[Any], group_size: int | None = None) -> dict[s
         out["t2sql/invalid_tool_calls_mean"] = sum(r.get("invalid_tool_calls", 0) for r in records) / len(records)
         with_evidence = [r for r in records if r.get("has_evidence")]
         if with_evidence:
-            out["t2sql/evidence_restated_rate"] = sum(bool(r.get("evidence_restated")) for r in with_evidence) / len(with_evidence)
-            out["t2sql/evidence_checked_rate"] = sum(bool(r.get("evidence_checked")) for r in with_evidence) / len(with_evidence)
+            out["t2sql/evidence_restated_rate"] = (sum(bool(r.get("evidence_restated")) for r in with_evidence)
+                                                   / len(with_evidence))
+            out["t2sql/evidence_checked_rate"] = (sum(bool(r.get("evidence_checked")) for r in with_evidence)
+                                                  / len(with_evidence))
     if group_size and group_size > 1:
         groups: dict[Any, list[bool]] = {}
         for s, c in graded:

@@ -6,8 +6,9 @@ import asyncio
 from collections import deque
 
 # New calls that may start their loop-side work in one iteration of the event loop. Each costs
-# tens of µs of loop time (40-90 µs on the 2-core test VM), so a burst of hundreds of calls (a rollout's trajectories all starting at
-# once) is spread over iterations of at most ~1-2 ms instead of stalling the loop for tens of ms.
+# tens of µs of loop time (40-90 µs on the 2-core test VM), so a burst of hundreds of calls (a
+# rollout's trajectories all starting at once) is spread over iterations of at most ~1-2 ms instead
+# of stalling the loop for tens of ms.
 CALLS_PER_ITERATION = 16
 
 

@@ -1,4 +1,5 @@
-"""Many gold queries through one Grader, each reported on its own line: what `t2sql gold`, `t2sql convert`'s gold check and `t2sql-train prepare`'s gold cache all run."""
+"""Many gold queries through one Grader, each reported on its own line: what `t2sql gold`,
+`t2sql convert`'s gold check and `t2sql-train prepare`'s gold cache all run."""
 
 from __future__ import annotations
 

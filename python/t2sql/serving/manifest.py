@@ -227,7 +227,8 @@ class Manifest:
                 f"{entry.size}. Databases are opened immutable, so a changed file can give wrong "
                 "grades: restore the original file, or re-run `t2sql gold` to re-record it"
             )
-        same_stat = (identity.mtime_ns, identity.ctime_ns, identity.inode) == (entry.mtime_ns, entry.ctime_ns, entry.inode)
+        same_stat = ((identity.mtime_ns, identity.ctime_ns, identity.inode)
+                     == (entry.mtime_ns, entry.ctime_ns, entry.inode))
         if (hash_always or not same_stat) and sha256_file(db_path) != entry.sha256:
             raise DatabaseChanged(
                 f"{db_path} changed since the manifest was written (same size, different sha256). "

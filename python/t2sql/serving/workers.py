@@ -1,4 +1,5 @@
-"""Backends that run the Grader's SQL in other processes: worker processes on this node, or Ray actors; jobs go out and replies come back over pipes."""
+"""Backends that run the Grader's SQL in other processes: worker processes on this node, or Ray
+actors; jobs go out and replies come back over pipes."""
 
 from __future__ import annotations
 
