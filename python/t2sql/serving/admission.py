@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-# New calls that may start their loop-side work in one iteration of the event loop. Each costs
-# tens of µs of loop time (40-90 µs on the 2-core test VM), so a burst of hundreds of calls (a
-# rollout's trajectories all starting at once) is spread over iterations of at most ~1-2 ms instead
-# of stalling the loop for tens of ms.
+# New calls that may start their loop-side work in one iteration of the event loop. Each call's
+# set-up costs the loop some time, so a burst of hundreds of calls (a rollout's trajectories all
+# starting at once) is spread over several short iterations instead of one long stall (the stall
+# measurements: `t2sql bench serving`, docs/benchmarks.md).
 CALLS_PER_ITERATION = 16
 
 
