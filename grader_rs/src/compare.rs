@@ -179,7 +179,10 @@ pub fn grade_against(
         ),
         (Run::TooManyRows { .. }, Some((_, need, _))) => verdict(
             Outcome::Mismatch,
-            format!("more than {need} distinct gold row{} {method}", plural(*need)),
+            format!(
+                "more than {need} distinct gold row{} {method}",
+                plural(*need)
+            ),
             None,
         ),
         (Run::TooManyRows { .. }, None) => verdict(
@@ -191,8 +194,16 @@ pub fn grade_against(
             None,
         ),
         (Run::Done(pred), Some((exact, need, _))) => {
-            let ok = if *exact { pred.rows == *need } else { pred.rows >= *need };
-            let need_text = if *exact { format!("{need}") } else { format!("at least {need}") };
+            let ok = if *exact {
+                pred.rows == *need
+            } else {
+                pred.rows >= *need
+            };
+            let need_text = if *exact {
+                format!("{need}")
+            } else {
+                format!("at least {need}")
+            };
             if ok {
                 verdict(
                     Outcome::Match,
@@ -206,7 +217,11 @@ pub fn grade_against(
             } else {
                 verdict(
                     Outcome::Mismatch,
-                    format!("{} distinct row{}, need {need_text} {method}", pred.rows, plural(pred.rows)),
+                    format!(
+                        "{} distinct row{}, need {need_text} {method}",
+                        pred.rows,
+                        plural(pred.rows)
+                    ),
                     Some(pred.rows),
                 )
             }
@@ -309,7 +324,13 @@ mod test {
         (dir, gc)
     }
 
-    fn verdict(gc: &GuardedConnection, pred: &str, gold: &str, method: &str, order: ColumnOrder) -> Verdict {
+    fn verdict(
+        gc: &GuardedConnection,
+        pred: &str,
+        gold: &str,
+        method: &str,
+        order: ColumnOrder,
+    ) -> Verdict {
         let spec = DigestSpec {
             semantics: resolve_semantics(gold, method).unwrap(),
             float_digits: Some(12),
@@ -329,29 +350,50 @@ mod test {
         };
         assert_eq!(
             v("SELECT id, name FROM t WHERE id IN (1, 3, 5)", "subset,=,3"),
-            (Outcome::Match, "3 distinct rows, each a gold row (subset,=,3)".into())
+            (
+                Outcome::Match,
+                "3 distinct rows, each a gold row (subset,=,3)".into()
+            )
         );
         // Duplicates of a gold row count once.
-        assert_eq!(v("SELECT id, name FROM t WHERE id = 5", "subset,=,1").0, Outcome::Match);
+        assert_eq!(
+            v("SELECT id, name FROM t WHERE id = 5", "subset,=,1").0,
+            Outcome::Match
+        );
         assert_eq!(
             v("SELECT id, name FROM t WHERE id < 3", "subset,=,3"),
-            (Outcome::Mismatch, "2 distinct rows, need 3 (subset,=,3)".into())
+            (
+                Outcome::Mismatch,
+                "2 distinct rows, need 3 (subset,=,3)".into()
+            )
         );
         assert_eq!(
             v("SELECT id, name FROM t", "subset,=,3"),
-            (Outcome::Mismatch, "more than 3 distinct gold rows (subset,=,3)".into())
+            (
+                Outcome::Mismatch,
+                "more than 3 distinct gold rows (subset,=,3)".into()
+            )
         );
         assert_eq!(
             v("SELECT id, upper(name) FROM t LIMIT 3", "subset,=,3"),
-            (Outcome::Mismatch, "a row that is not in the gold (subset,=,3)".into())
+            (
+                Outcome::Mismatch,
+                "a row that is not in the gold (subset,=,3)".into()
+            )
         );
         assert_eq!(v("SELECT id, name FROM t", "subset,>=,3").0, Outcome::Match);
         assert_eq!(
             v("SELECT id, name FROM t LIMIT 2", "subset,>=,3"),
-            (Outcome::Mismatch, "2 distinct rows, need at least 3 (subset,>=,3)".into())
+            (
+                Outcome::Mismatch,
+                "2 distinct rows, need at least 3 (subset,>=,3)".into()
+            )
         );
         // N above the gold's distinct rows (5): every gold row is needed.
-        assert_eq!(v("SELECT DISTINCT id, name FROM t", "subset,=,10").0, Outcome::Match);
+        assert_eq!(
+            v("SELECT DISTINCT id, name FROM t", "subset,=,10").0,
+            Outcome::Match
+        );
         assert_eq!(
             v("SELECT id FROM t", "subset,=,3"),
             (Outcome::Mismatch, "column count 1 vs 2 (subset,=,3)".into())
@@ -363,13 +405,30 @@ mod test {
         let (_d, gc) = fixture();
         let gold = "SELECT id, name FROM t ORDER BY id";
         let reversed = "SELECT id, name FROM t ORDER BY id DESC";
-        assert_eq!(verdict(&gc, reversed, gold, "list", ColumnOrder::Strict).detail,
-                   "same rows in a different order (ordered)");
-        assert_eq!(verdict(&gc, reversed, gold, "multiset", ColumnOrder::Strict).outcome, Outcome::Match);
+        assert_eq!(
+            verdict(&gc, reversed, gold, "list", ColumnOrder::Strict).detail,
+            "same rows in a different order (ordered)"
+        );
+        assert_eq!(
+            verdict(&gc, reversed, gold, "multiset", ColumnOrder::Strict).outcome,
+            Outcome::Match
+        );
         let swapped = "SELECT name, id FROM t ORDER BY id";
-        assert_eq!(verdict(&gc, swapped, gold, "list", ColumnOrder::Strict).outcome, Outcome::Mismatch);
+        assert_eq!(
+            verdict(&gc, swapped, gold, "list", ColumnOrder::Strict).outcome,
+            Outcome::Mismatch
+        );
         let v = verdict(&gc, swapped, gold, "list", ColumnOrder::Ignore);
-        assert_eq!((v.outcome, v.detail.as_str()), (Outcome::Match, "6 rows match (ordered; columns in any order)"));
-        assert!(matches!(resolve_semantics(gold, "subset"), Err(GradeError::Invalid(_))));
+        assert_eq!(
+            (v.outcome, v.detail.as_str()),
+            (
+                Outcome::Match,
+                "6 rows match (ordered; columns in any order)"
+            )
+        );
+        assert!(matches!(
+            resolve_semantics(gold, "subset"),
+            Err(GradeError::Invalid(_))
+        ));
     }
 }

@@ -597,7 +597,11 @@ mod test {
             Ok(out) => assert_eq!(out.rows.len(), 5),
             Err(e) => assert_eq!(e, GradeError::Timeout(0.8)),
         }
-        assert!(started.elapsed() < Duration::from_millis(1800), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(1800),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -111,7 +111,12 @@ mod bindings {
     }
 
     /// What a tool call may show; the floors keep a preview readable and a count meaningful.
-    fn tool_options(max_rows: usize, max_cell_chars: usize, max_chars: usize, count_cap: u64) -> ToolOptions {
+    fn tool_options(
+        max_rows: usize,
+        max_cell_chars: usize,
+        max_chars: usize,
+        count_cap: u64,
+    ) -> ToolOptions {
         ToolOptions {
             max_rows,
             max_cell_chars,
@@ -122,7 +127,9 @@ mod bindings {
 
     fn column_order(name: &str) -> PyResult<digest::ColumnOrder> {
         digest::ColumnOrder::parse(name).ok_or_else(|| {
-            PyValueError::new_err(format!("column_order must be \"strict\" or \"ignore\", got {name:?}"))
+            PyValueError::new_err(format!(
+                "column_order must be \"strict\" or \"ignore\", got {name:?}"
+            ))
         })
     }
 
@@ -270,8 +277,9 @@ mod bindings {
         }
         #[staticmethod]
         fn from_bytes(data: &[u8]) -> PyResult<Self> {
-            let inner = digest::Digest::from_bytes(data)
-                .map_err(|why| PyValueError::new_err(format!("not a t2sql digest ({why}): recompute it")))?;
+            let inner = digest::Digest::from_bytes(data).map_err(|why| {
+                PyValueError::new_err(format!("not a t2sql digest ({why}): recompute it"))
+            })?;
             Ok(Digest {
                 inner,
                 elapsed_s: 0.0,
@@ -354,7 +362,9 @@ mod bindings {
         /// error or an early exit (another column count, more rows than the gold, a foreign row).
         #[getter]
         fn pred_digest<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
-            self.pred_digest.as_ref().map(|d| PyBytes::new(py, &d.to_bytes()))
+            self.pred_digest
+                .as_ref()
+                .map(|d| PyBytes::new(py, &d.to_bytes()))
         }
         fn __repr__(&self) -> String {
             format!(
@@ -557,7 +567,6 @@ mod bindings {
         }
     }
 
-
     fn tool_result(py: Python<'_>, out: exec::ToolOutput) -> PyResult<ToolResult> {
         let rows = PyList::empty(py);
         for r in &out.rows {
@@ -621,7 +630,9 @@ mod bindings {
         #[pyo3(signature = (size, *, nice = 0))]
         fn new(size: usize, nice: i32) -> PyResult<Self> {
             if size == 0 {
-                return Err(PyValueError::new_err("an SQL pool needs at least one worker"));
+                return Err(PyValueError::new_err(
+                    "an SQL pool needs at least one worker",
+                ));
             }
             let pool = crate::pool::Pool::new(size, nice)
                 .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
@@ -647,7 +658,12 @@ mod bindings {
             max_chars: usize,
             count_cap: u64,
         ) -> PyResult<()> {
-            let work = crate::pool::Work::Tool(tool_options(max_rows, max_cell_chars, max_chars, count_cap));
+            let work = crate::pool::Work::Tool(tool_options(
+                max_rows,
+                max_cell_chars,
+                max_chars,
+                count_cap,
+            ));
             self.submit(job_id, path, size, version, sql_text(sql)?, timeout_s, work)
         }
 
@@ -666,7 +682,12 @@ mod bindings {
             column_order: &str,
         ) -> PyResult<()> {
             let sql = sql_text(sql)?;
-            let work = crate::pool::Work::Digest(digest_spec(&sql, semantics, float_digits, column_order)?);
+            let work = crate::pool::Work::Digest(digest_spec(
+                &sql,
+                semantics,
+                float_digits,
+                column_order,
+            )?);
             self.submit(job_id, path, size, version, sql, timeout_s, work)
         }
 
@@ -702,7 +723,10 @@ mod bindings {
                         let d = Digest { inner, elapsed_s };
                         let pair = PyTuple::new(
                             py,
-                            [d.to_bytes(py).into_any(), elapsed_s.into_pyobject(py)?.into_any()],
+                            [
+                                d.to_bytes(py).into_any(),
+                                elapsed_s.into_pyobject(py)?.into_any(),
+                            ],
                         )?;
                         (pair.into_any().unbind(), py.None())
                     }
