@@ -120,9 +120,6 @@ const POW10: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
-/// log10(2), to estimate a decimal magnitude from the binary exponent.
-const LOG10_2: f64 = 0.301_029_995_663_981_2;
-
 /// Round a finite, nonzero `x` to `digits` significant decimal digits, correctly (ties to
 /// even on the exact binary value, like Python's `f"{x:.{digits-1}e}"`). Returns
 /// (mantissa, exponent) with `x ≈ mantissa · 10^exponent` and exactly `digits` digits in the
@@ -139,7 +136,7 @@ pub fn round_significant(x: f64, digits: u32) -> (i64, i32) {
         // floor(log2|x|)·log10(2) is the decimal magnitude or one below it.
         let e2 = ((x.to_bits() >> 52) & 0x7ff) as i32 - 1023;
         // floor() without a libm call: shift into the positive range, truncate, shift back.
-        let mut magnitude = (f64::from(e2) * LOG10_2 + 400.0) as i32 - 400;
+        let mut magnitude = (f64::from(e2) * std::f64::consts::LOG10_2 + 400.0) as i32 - 400;
         let lo = POW10[digits as usize - 1];
         let hi = POW10[digits as usize];
         for _ in 0..2 {

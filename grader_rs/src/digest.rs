@@ -50,7 +50,11 @@ impl Semantics {
     /// Read a method leniently: case and spaces do not matter; `list` is `ordered`;
     /// `subset,=,N` / `subset,>=,N` (also `==`). A bare `subset` (no count) is an error.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let compact: String = s.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_lowercase();
+        let compact: String = s
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+            .to_lowercase();
         match compact.as_str() {
             "multiset" => return Ok(Semantics::Multiset),
             "ordered" | "list" => return Ok(Semantics::Ordered),
@@ -69,7 +73,9 @@ impl Semantics {
             };
             return match n.parse::<u64>() {
                 Ok(n) if n >= 1 => Ok(Semantics::Subset { exact, n }),
-                _ => Err(format!("{s:?}: the count must be a whole number of rows, at least 1")),
+                _ => Err(format!(
+                    "{s:?}: the count must be a whole number of rows, at least 1"
+                )),
             };
         }
         Err(format!(
@@ -255,7 +261,11 @@ impl Digest {
             return Err("row keys on a digest that keeps none".into());
         }
         let gold_keys = is_subset.then(|| {
-            Arc::new((0..nkeys).map(|i| u128_at(WIRE_HEAD_LEN + 16 * i)).collect::<Vec<u128>>())
+            Arc::new(
+                (0..nkeys)
+                    .map(|i| u128_at(WIRE_HEAD_LEN + 16 * i))
+                    .collect::<Vec<u128>>(),
+            )
         });
         if let Some(keys) = &gold_keys {
             if keys.len() as u64 != u64_at(15) || keys.windows(2).any(|w| w[0] >= w[1]) {
@@ -418,7 +428,9 @@ impl Accumulator {
 
     #[inline(never)]
     fn is_gold_row(&self, key: u128) -> bool {
-        self.gold_keys.as_ref().is_some_and(|gold| gold.binary_search(&key).is_ok())
+        self.gold_keys
+            .as_ref()
+            .is_some_and(|gold| gold.binary_search(&key).is_ok())
     }
 
     pub fn finish(self) -> Digest {
@@ -550,7 +562,8 @@ unsafe extern "C" fn digest_final(ctx: *mut ffi::sqlite3_context) {
             Some(a) => a.finish(),
             None => match *shared.spec.lock().unwrap() {
                 Some((spec, columns)) => {
-                    Accumulator::new(spec, columns, shared.gold_keys.lock().unwrap().clone()).finish()
+                    Accumulator::new(spec, columns, shared.gold_keys.lock().unwrap().clone())
+                        .finish()
                 }
                 None => return fail(ctx, c"digest aggregate used outside grading"),
             },
@@ -719,10 +732,29 @@ mod test {
     fn methods_parse_leniently_and_name_themselves() {
         assert_eq!(Semantics::parse(" Multiset"), Ok(Semantics::Multiset));
         assert_eq!(Semantics::parse("LIST"), Ok(Semantics::Ordered));
-        assert_eq!(Semantics::parse("subset, = ,5"), Ok(Semantics::Subset { exact: true, n: 5 }));
-        assert_eq!(Semantics::parse("subset,==,2"), Ok(Semantics::Subset { exact: true, n: 2 }));
-        assert_eq!(Semantics::parse("Subset,>=,10"), Ok(Semantics::Subset { exact: false, n: 10 }));
-        for bad in ["subset", "subset,=,0", "subset,<,3", "subset,=,x", "bag", ""] {
+        assert_eq!(
+            Semantics::parse("subset, = ,5"),
+            Ok(Semantics::Subset { exact: true, n: 5 })
+        );
+        assert_eq!(
+            Semantics::parse("subset,==,2"),
+            Ok(Semantics::Subset { exact: true, n: 2 })
+        );
+        assert_eq!(
+            Semantics::parse("Subset,>=,10"),
+            Ok(Semantics::Subset {
+                exact: false,
+                n: 10
+            })
+        );
+        for bad in [
+            "subset",
+            "subset,=,0",
+            "subset,<,3",
+            "subset,=,x",
+            "bag",
+            "",
+        ] {
             assert!(Semantics::parse(bad).is_err(), "{bad:?}");
         }
         for s in ["multiset", "ordered", "set", "subset,=,5", "subset,>=,1"] {
@@ -751,7 +783,10 @@ mod test {
         assert_ne!(run(ColumnOrder::Strict, &ab), run(ColumnOrder::Strict, &ba));
         // Cells stay with their row: {(1,y),(2,x)} is another result.
         let swapped = [vec![I(1), T(b"y")], vec![I(2), T(b"x")]];
-        assert_ne!(run(ColumnOrder::Ignore, &ab), run(ColumnOrder::Ignore, &swapped));
+        assert_ne!(
+            run(ColumnOrder::Ignore, &ab),
+            run(ColumnOrder::Ignore, &swapped)
+        );
         // A multiset of cells, not a set: (1,1) is not (1).
         let one = |order| {
             let mut acc = Accumulator::new(spec(order), 2, None);

@@ -63,11 +63,7 @@ pub fn run_tool(
 ) -> Result<ToolOutput> {
     let start = Instant::now();
     let (mut stmt, _) = gc.prepare_checked(sql)?;
-    let columns: Vec<String> = stmt
-        .column_names()
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+    let columns: Vec<String> = stmt.column_names().map(str::to_string).collect();
     let n = columns.len();
     gc.arm(budget)?;
     let mut rows_out = Vec::new();

@@ -446,14 +446,12 @@ fn authorize(auth: &AuthState, digest_fn: &str, ctx: AuthContext<'_>) -> Authori
         }
         A::Select | A::Read { .. } | A::Recursive => Authorization::Allow,
         A::Function { function_name } => {
-            if DENIED_FUNCTIONS
+            let denied = DENIED_FUNCTIONS
                 .iter()
-                .any(|f| f.eq_ignore_ascii_case(function_name))
-            {
-                auth.deny(format!("function {function_name}()"))
-            } else if function_name.eq_ignore_ascii_case(digest_fn)
-                && !auth.allow_digest_fn.load(Ordering::Relaxed)
-            {
+                .any(|f| f.eq_ignore_ascii_case(function_name));
+            let digest_off = function_name.eq_ignore_ascii_case(digest_fn)
+                && !auth.allow_digest_fn.load(Ordering::Relaxed);
+            if denied || digest_off {
                 auth.deny(format!("function {function_name}()"))
             } else {
                 Authorization::Allow
@@ -479,7 +477,7 @@ fn authorize(auth: &AuthState, digest_fn: &str, ctx: AuthContext<'_>) -> Authori
         A::Analyze { .. } => auth.deny("ANALYZE".into()),
         A::Reindex { .. } => auth.deny("REINDEX".into()),
         A::AlterTable { .. } => auth.deny("ALTER TABLE".into()),
-        other => auth.deny(format!("{}", action_name(&other))),
+        other => auth.deny(action_name(&other)),
     }
 }
 
@@ -490,10 +488,7 @@ fn is_pragma_table(name: &str) -> bool {
 fn action_name(a: &AuthAction<'_>) -> String {
     // CREATE/DROP of any object (including TEMP and virtual tables) and anything unknown.
     let s = format!("{a:?}");
-    s.split(|c: char| c == ' ' || c == '{')
-        .next()
-        .unwrap_or("action")
-        .to_string()
+    s.split([' ', '{']).next().unwrap_or("action").to_string()
 }
 
 #[cfg(test)]
@@ -597,7 +592,11 @@ mod test {
             Ok(out) => assert_eq!(out.rows.len(), 5),
             Err(e) => assert_eq!(e, GradeError::Timeout(0.8)),
         }
-        assert!(started.elapsed() < Duration::from_millis(1800), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(1800),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! - `nullify`: in each table, about a third of the values of one nullable column that is
 //!   neither a key nor under a UNIQUE index become NULL (tells COUNT(col) from COUNT(*), a
 //!   missing IS NOT NULL, inner from outer joins).
+//!
 //! Rows are chosen by a keyed hash of the rowid: the same seed gives the same copy.
 
 use std::time::Duration;
@@ -120,9 +121,9 @@ fn pick_free_column(
     let candidates: Vec<&Column> = cols
         .iter()
         .filter(|c| {
-            !c.pk
-                && !(nullable && c.not_null)
-                && !unique.iter().any(|u| u.eq_ignore_ascii_case(&c.name))
+            let keyed = c.pk || unique.iter().any(|u| u.eq_ignore_ascii_case(&c.name));
+            let nullable_ok = !nullable || !c.not_null;
+            !keyed && nullable_ok
         })
         .collect();
     if candidates.is_empty() {
@@ -193,8 +194,8 @@ pub fn perturbed_copy(
         }
         let cols = columns(&dst, table).map_err(fail)?;
         // Each table draws its rows independently (the same rowids in two tables are not
-        // chosen together).
-        let seed_sql = (mix(seed, index as u64 ^ 0x7461_626c_65) >> 1) as i64;
+        // chosen together); the constant is the bytes of "table".
+        let seed_sql = (mix(seed, index as u64 ^ 0x74_61_62_6c_65) >> 1) as i64;
         // A table-level failure (a CHECK constraint, say) leaves that table unperturbed.
         let _ = match kind {
             Perturbation::Sample => dst.execute(

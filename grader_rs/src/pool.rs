@@ -206,7 +206,8 @@ fn run(
     job: &Job,
     cancel: Arc<AtomicBool>,
 ) -> Result<Output> {
-    let fresh = !matches!(connections.get(&job.path), Some((identity, _)) if *identity == job.identity);
+    let fresh =
+        !matches!(connections.get(&job.path), Some((identity, _)) if *identity == job.identity);
     if fresh {
         let gc = GuardedConnection::open(&job.path, true)?;
         if connections.len() >= MAX_CONNECTIONS_PER_WORKER && !connections.contains_key(&job.path) {
@@ -228,7 +229,9 @@ fn run(
             compare::gold_digest(gc, &job.sql, *spec, &budget)
                 .map(|d| Output::Digest(d, start.elapsed().as_secs_f64()))
         }
-        Work::Grade(gold) => compare::grade_against(gc, &job.sql, gold, &budget).map(Output::Verdict),
+        Work::Grade(gold) => {
+            compare::grade_against(gc, &job.sql, gold, &budget).map(Output::Verdict)
+        }
     }
 }
 
@@ -304,7 +307,8 @@ mod test {
         let (_dir, path) = fixture();
         let pool = Pool::new(2, 0).unwrap();
         for id in 0..50 {
-            pool.submit(tool(id, &path, &format!("SELECT COUNT(*) + {id} FROM t"))).unwrap();
+            pool.submit(tool(id, &path, &format!("SELECT COUNT(*) + {id} FROM t")))
+                .unwrap();
         }
         let mut done = wait_for(&pool, 50);
         done.sort_by_key(|c| c.id);
@@ -318,7 +322,10 @@ mod test {
         }
         // Every wake byte was consumed by the drains: nothing is left to read.
         let mut byte = [0u8; 1];
-        assert!((&pool.wake_rx).read(&mut byte).is_err(), "drained: nothing left to read");
+        assert!(
+            (&pool.wake_rx).read(&mut byte).is_err(),
+            "drained: nothing left to read"
+        );
     }
 
     /// A reader that only drains when the socket is readable (as an event loop does) must
@@ -334,10 +341,18 @@ mod test {
         let mut collected = 0u64;
         let fd = pool.wake_fd();
         while collected < total {
-            let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
             // SAFETY: one valid pollfd for the duration of the call.
             let ready = unsafe { libc::poll(&mut pfd, 1, 5000) };
-            assert!(ready > 0, "no wake for 5 s with {} of {total} collected", collected);
+            assert!(
+                ready > 0,
+                "no wake for 5 s with {} of {total} collected",
+                collected
+            );
             collected += pool.drain().len() as u64;
         }
         assert_eq!(collected, total);

@@ -1,0 +1,304 @@
+//! `Database` (one hardened read-only connection), its `ToolResult` previews, the `Cancel`
+//! token, and the SQLite-wide settings (version, heap limit).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use super::args::{check_timeout, digest_spec, pred_text, sql_text, tool_options};
+use super::digest::{Digest, Verdict};
+use super::errors::to_py;
+use crate::compare;
+use crate::error::GradeError;
+use crate::exec::{self, Cell};
+use crate::guard::{self, Budget, GuardedConnection};
+
+/// A cancellation token: `cancel()` from any thread interrupts the query that holds it.
+#[pyclass(frozen, module = "t2sql._grader")]
+pub struct Cancel {
+    flag: Arc<AtomicBool>,
+}
+
+#[pymethods]
+impl Cancel {
+    #[new]
+    fn new() -> Self {
+        Cancel {
+            flag: Arc::new(AtomicBool::new(false)),
+        }
+    }
+    fn cancel(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+    }
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+}
+
+fn budget(timeout_s: f64, cancel: Option<&Bound<'_, Cancel>>) -> PyResult<Budget> {
+    Ok(Budget {
+        timeout_s: check_timeout(timeout_s)?,
+        cancel: cancel.map(|c| Arc::clone(&c.get().flag)),
+    })
+}
+
+fn cell_to_py(py: Python<'_>, c: &Cell) -> PyResult<Py<PyAny>> {
+    Ok(match c {
+        Cell::Null => py.None(),
+        Cell::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+        Cell::Real(x) => x.into_pyobject(py)?.into_any().unbind(),
+        Cell::Text(t) => t.into_pyobject(py)?.into_any().unbind(),
+        Cell::Blob(b) => PyBytes::new(py, b).into_any().unbind(),
+    })
+}
+
+/// What the model sees for one `execute_sql_query` call.
+#[pyclass(frozen, get_all, module = "t2sql._grader")]
+pub struct ToolResult {
+    columns: Vec<String>,
+    rows: Py<PyList>,
+    row_count: u64,
+    row_count_capped: bool,
+    truncated: bool,
+    elapsed_s: f64,
+    text: String,
+}
+
+#[pymethods]
+impl ToolResult {
+    fn __repr__(&self) -> String {
+        let plus = if self.row_count_capped { "+" } else { "" };
+        format!(
+            "ToolResult(columns={:?}, row_count={}{plus}, truncated={})",
+            self.columns, self.row_count, self.truncated
+        )
+    }
+}
+
+/// A hardened read-only connection to one SQLite file. Calls on one Database are
+/// serialized; open one per thread for parallel work (t2sql.Grader does).
+#[pyclass(frozen, module = "t2sql._grader")]
+pub struct Database {
+    conn: Mutex<GuardedConnection>,
+    #[pyo3(get)]
+    path: String,
+    /// Opened immutable (no locks); false when a writer's side file made it read with locks.
+    #[pyo3(get)]
+    immutable: bool,
+}
+
+impl Database {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&GuardedConnection) -> crate::error::Result<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let gc = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&gc)
+        })
+        .map_err(to_py)
+    }
+}
+
+#[pymethods]
+impl Database {
+    #[new]
+    #[pyo3(signature = (path, *, immutable = true))]
+    fn new(py: Python<'_>, path: std::path::PathBuf, immutable: bool) -> PyResult<Self> {
+        let path = path.to_string_lossy().into_owned();
+        let gc = py
+            .detach(|| GuardedConnection::open(&path, immutable))
+            .map_err(to_py)?;
+        Ok(Database {
+            immutable: gc.immutable,
+            conn: Mutex::new(gc),
+            path,
+        })
+    }
+
+    #[pyo3(signature = (sql, timeout_s = 10.0, *, max_rows = 20, max_cell_chars = 120, max_chars = 4000, count_cap = 10000, cancel = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_tool(
+        &self,
+        py: Python<'_>,
+        sql: &Bound<'_, PyAny>,
+        timeout_s: f64,
+        max_rows: usize,
+        max_cell_chars: usize,
+        max_chars: usize,
+        count_cap: u64,
+        cancel: Option<&Bound<'_, Cancel>>,
+    ) -> PyResult<ToolResult> {
+        let sql = sql_text(sql)?;
+        let budget = budget(timeout_s, cancel)?;
+        let opts = tool_options(max_rows, max_cell_chars, max_chars, count_cap);
+        let out = self.with(py, |gc| exec::run_tool(gc, &sql, opts, &budget))?;
+        tool_result(py, out)
+    }
+
+    #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, column_order = "strict", cancel = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn digest(
+        &self,
+        py: Python<'_>,
+        sql: &Bound<'_, PyAny>,
+        semantics: &str,
+        float_digits: Option<u32>,
+        timeout_s: f64,
+        column_order: &str,
+        cancel: Option<&Bound<'_, Cancel>>,
+    ) -> PyResult<Digest> {
+        let sql = sql_text(sql)?;
+        let spec = digest_spec(&sql, semantics, float_digits, column_order)?;
+        let budget = budget(timeout_s, cancel)?;
+        let start = std::time::Instant::now();
+        let inner = self.with(py, |gc| compare::gold_digest(gc, &sql, spec, &budget))?;
+        Ok(Digest {
+            inner,
+            elapsed_s: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    #[pyo3(signature = (pred_sql, gold, timeout_s = 30.0, *, cancel = None))]
+    fn grade_against(
+        &self,
+        py: Python<'_>,
+        pred_sql: &Bound<'_, PyAny>,
+        gold: &Bound<'_, Digest>,
+        timeout_s: f64,
+        cancel: Option<&Bound<'_, Cancel>>,
+    ) -> PyResult<Verdict> {
+        let pred = match pred_text(py, pred_sql)? {
+            Ok(s) => s,
+            Err(detail) => {
+                let g = &gold.get().inner;
+                return Ok(Verdict::pred_error(detail, g.semantics, Some(g.rows)));
+            }
+        };
+        let budget = budget(timeout_s, cancel)?;
+        let g = gold.get().inner.clone();
+        Ok(self
+            .with(py, |gc| compare::grade_against(gc, &pred, &g, &budget))?
+            .into())
+    }
+
+    #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, column_order = "strict", cancel = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn grade(
+        &self,
+        py: Python<'_>,
+        pred_sql: &Bound<'_, PyAny>,
+        gold_sql: &Bound<'_, PyAny>,
+        semantics: &str,
+        float_digits: Option<u32>,
+        timeout_s: f64,
+        column_order: &str,
+        cancel: Option<&Bound<'_, Cancel>>,
+    ) -> PyResult<Verdict> {
+        let gold = sql_text(gold_sql)?;
+        let spec = digest_spec(&gold, semantics, float_digits, column_order)?;
+        let budget = budget(timeout_s, cancel)?;
+        let pred = match pred_text(py, pred_sql)? {
+            Ok(s) => s,
+            Err(detail) => return Ok(Verdict::pred_error(detail, spec.semantics, None)),
+        };
+        Ok(self
+            .with(py, |gc| compare::grade(gc, &pred, &gold, spec, &budget))?
+            .into())
+    }
+
+    /// An in-memory copy of this database with `kind` ("sample", "duplicate", "shuffle")
+    /// applied under `seed`, opened with the same hardening (see perturb.rs).
+    #[pyo3(signature = (kind, seed, *, max_bytes = crate::perturb::DEFAULT_MAX_BYTES))]
+    fn perturbed(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        seed: u64,
+        max_bytes: u64,
+    ) -> PyResult<Database> {
+        let kind = crate::perturb::Perturbation::parse(kind).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown perturbation {kind:?}: use sample, duplicate, shuffle or nullify"
+            ))
+        })?;
+        let copy = self.with(py, |gc| {
+            crate::perturb::perturbed_copy(gc, kind, seed, max_bytes)
+        })?;
+        let path = copy.path.clone();
+        Ok(Database {
+            immutable: copy.immutable,
+            conn: Mutex::new(copy),
+            path,
+        })
+    }
+
+    /// Step through the result without reading a value; returns the row count.
+    #[pyo3(signature = (sql, timeout_s = 30.0, *, cancel = None))]
+    fn count_rows(
+        &self,
+        py: Python<'_>,
+        sql: &Bound<'_, PyAny>,
+        timeout_s: f64,
+        cancel: Option<&Bound<'_, Cancel>>,
+    ) -> PyResult<u64> {
+        let sql = sql_text(sql)?;
+        let budget = budget(timeout_s, cancel)?;
+        self.with(py, |gc| exec::count_rows(gc, &sql, &budget))
+    }
+
+    /// (type, name, sql) of every schema object with SQL text, from sqlite_master.
+    fn schema(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String)>> {
+        self.with(py, |gc| {
+            let mut stmt = gc
+                .conn
+                .prepare("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")
+                .map_err(|e| GradeError::Database(format!("{}: {e}", gc.path)))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| GradeError::Database(format!("{}: {e}", gc.path)))?;
+            Ok(rows)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Database({:?})", self.path)
+    }
+}
+
+pub(crate) fn tool_result(py: Python<'_>, out: exec::ToolOutput) -> PyResult<ToolResult> {
+    let rows = PyList::empty(py);
+    for r in &out.rows {
+        let cells = r
+            .iter()
+            .map(|c| cell_to_py(py, c))
+            .collect::<PyResult<Vec<_>>>()?;
+        rows.append(PyTuple::new(py, cells)?)?;
+    }
+    Ok(ToolResult {
+        columns: out.columns,
+        rows: rows.unbind(),
+        row_count: out.row_count,
+        row_count_capped: out.row_count_capped,
+        truncated: out.truncated,
+        elapsed_s: out.elapsed_s,
+        text: out.text,
+    })
+}
+
+#[pyfunction]
+pub(crate) fn sqlite_version() -> &'static str {
+    rusqlite::version()
+}
+
+/// Set SQLite's process-wide hard heap limit in bytes (0 = none); returns the previous one.
+#[pyfunction]
+pub(crate) fn set_heap_limit(bytes: i64) -> i64 {
+    guard::set_heap_limit(bytes)
+}

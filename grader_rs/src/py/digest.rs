@@ -1,0 +1,177 @@
+//! `Digest` (a result's streaming digest; the wire format is `crate::digest`'s), `Verdict`
+//! (one graded prediction), and the functions that name a method or key the row hashes.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use super::errors::to_py;
+use crate::compare::{self, Outcome};
+use crate::digest::{self, Semantics};
+
+/// A result's streaming digest: counts plus a 128-bit keyed hash (never rows).
+#[pyclass(frozen, module = "t2sql._grader", eq)]
+#[derive(PartialEq)]
+pub struct Digest {
+    pub(crate) inner: digest::Digest,
+    pub(crate) elapsed_s: f64,
+}
+
+#[pymethods]
+impl Digest {
+    #[getter]
+    fn semantics(&self) -> String {
+        self.inner.semantics.name()
+    }
+    #[getter]
+    fn column_order(&self) -> &'static str {
+        self.inner.column_order.name()
+    }
+    #[getter]
+    fn float_digits(&self) -> Option<u32> {
+        self.inner.float_digits
+    }
+    #[getter]
+    fn rows(&self) -> u64 {
+        self.inner.rows
+    }
+    #[getter]
+    fn columns(&self) -> u32 {
+        self.inner.columns
+    }
+    #[getter]
+    fn elapsed_s(&self) -> f64 {
+        self.elapsed_s
+    }
+    #[getter]
+    fn secret_id(&self) -> String {
+        format!("{:016x}", self.inner.secret_id)
+    }
+    /// Whether two digests of this secret say the results are equal under this digest's
+    /// method (what majority voting groups by; never re-executes anything).
+    fn same_result(&self, other: &Digest) -> bool {
+        let (a, b) = (&self.inner, &other.inner);
+        a.secret_id == b.secret_id
+            && a.semantics == b.semantics
+            && a.float_digits == b.float_digits
+            && a.column_order == b.column_order
+            && a.rows == b.rows
+            && a.columns == b.columns
+            && a.key == b.key
+    }
+    /// A fixed binary layout for caches (digest.rs); `from_bytes` validates it.
+    pub(crate) fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.to_bytes())
+    }
+    #[staticmethod]
+    pub(crate) fn from_bytes(data: &[u8]) -> PyResult<Self> {
+        let inner = digest::Digest::from_bytes(data).map_err(|why| {
+            PyValueError::new_err(format!("not a t2sql digest ({why}): recompute it"))
+        })?;
+        Ok(Digest {
+            inner,
+            elapsed_s: 0.0,
+        })
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Digest(semantics={:?}, rows={}, columns={}, float_digits={:?})",
+            self.inner.semantics.name(),
+            self.inner.rows,
+            self.inner.columns,
+            self.inner.float_digits
+        )
+    }
+}
+
+#[pyclass(frozen, module = "t2sql._grader")]
+pub struct Verdict {
+    #[pyo3(get)]
+    outcome: &'static str,
+    #[pyo3(get)]
+    detail: String,
+    #[pyo3(get)]
+    semantics: String,
+    #[pyo3(get)]
+    pred_rows: Option<u64>,
+    #[pyo3(get)]
+    gold_rows: Option<u64>,
+    #[pyo3(get)]
+    elapsed_s: f64,
+    pred_digest: Option<digest::Digest>,
+}
+
+impl From<compare::Verdict> for Verdict {
+    fn from(v: compare::Verdict) -> Self {
+        Verdict {
+            outcome: v.outcome.name(),
+            detail: v.detail,
+            semantics: v.semantics.name(),
+            pred_rows: v.pred_rows,
+            gold_rows: v.gold_rows,
+            elapsed_s: v.elapsed_s,
+            pred_digest: v.pred_digest,
+        }
+    }
+}
+
+impl Verdict {
+    /// A prediction that never reached SQLite (not valid UTF-8).
+    pub(crate) fn pred_error(detail: String, semantics: Semantics, gold_rows: Option<u64>) -> Self {
+        Verdict {
+            outcome: Outcome::PredError.name(),
+            detail,
+            semantics: semantics.name(),
+            pred_rows: None,
+            gold_rows,
+            elapsed_s: 0.0,
+            pred_digest: None,
+        }
+    }
+}
+
+#[pymethods]
+impl Verdict {
+    #[getter]
+    fn matched(&self) -> bool {
+        self.outcome == Outcome::Match.name()
+    }
+    /// The prediction's digest (`Digest.from_bytes`) when it ran to its end; None after an
+    /// error or an early exit (another column count, more rows than the gold, a foreign row).
+    #[getter]
+    fn pred_digest<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.pred_digest
+            .as_ref()
+            .map(|d| PyBytes::new(py, &d.to_bytes()))
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Verdict(outcome={:?}, detail={:?})",
+            self.outcome, self.detail
+        )
+    }
+}
+
+#[pyfunction]
+pub(crate) fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<String> {
+    compare::resolve_semantics(gold_sql, semantics)
+        .map(|s| s.name())
+        .map_err(to_py)
+}
+
+/// Key every row hash with this secret from now on (a disk cache shared by processes sets it).
+#[pyfunction]
+pub(crate) fn set_hash_secret(secret: &[u8]) -> PyResult<()> {
+    if secret.len() < 16 {
+        return Err(PyValueError::new_err(
+            "the hash secret must be at least 16 bytes",
+        ));
+    }
+    digest::set_secret(secret);
+    Ok(())
+}
+
+#[pyfunction]
+pub(crate) fn hash_secret_id() -> String {
+    format!("{:016x}", digest::secret_id())
+}
