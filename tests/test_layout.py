@@ -69,3 +69,39 @@ def test_no_import_cycle():
     for name in MODULES:
         if name not in state:
             visit(name, [name])
+
+
+def test_the_cores_names_and_defaults_are_the_ones_python_uses():
+    from t2sql import _grader, grading
+    from t2sql.episode.machine import VERDICT_OUTCOMES
+    from t2sql.serving.grader import Grader
+
+    assert grading.OUTCOMES == _grader.OUTCOMES and set(VERDICT_OUTCOMES) == set(_grader.OUTCOMES)
+    tool = inspect.signature(Grader.run_tool).parameters
+    assert {k: tool[k].default for k in ("max_rows", "max_cell_chars", "max_chars", "count_cap")} == {
+        k: v for k, v in _grader.TOOL_DEFAULTS.items() if k != "timeout_s"}
+    init = inspect.signature(Grader).parameters
+    assert init["tool_timeout_s"].default == _grader.TOOL_DEFAULTS["timeout_s"]
+    assert init["grade_timeout_s"].default == _grader.GRADE_DEFAULTS["timeout_s"]
+    assert inspect.signature(grading.grade).parameters["float_digits"].default == _grader.GRADE_DEFAULTS["float_digits"]
+    assert t2sql.get_preset("bare").replace(float_digits=_grader.MAX_FLOAT_DIGITS).float_digits == 17
+
+
+def test_a_gold_digest_from_another_secret_is_its_own_error():
+    # In a fresh process: the hash secret is process-wide, and other tests' gold caches rely on it.
+    import subprocess
+    import sys
+
+    code = (
+        "import os, t2sql\n"
+        "db = t2sql.Database(t2sql.__file__.replace('__init__.py', 'sample/superhero/superhero.sqlite'))\n"
+        "gold = db.digest('SELECT id FROM superhero')\n"
+        "t2sql.set_hash_secret(os.urandom(32))\n"
+        "try:\n"
+        "    db.grade_against('SELECT id FROM superhero', gold)\n"
+        "except t2sql.HashSecretMismatch as e:\n"
+        "    print(isinstance(e, t2sql.T2sqlError), 'another hash secret' in str(e))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]

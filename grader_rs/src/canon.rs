@@ -26,6 +26,8 @@ const TAG_NAN: u8 = 6;
 
 /// Largest number of significant digits a rounding can ask for (an f64 holds 15–17).
 pub const MAX_FLOAT_DIGITS: u32 = 17;
+/// Significant digits floats are compared to when the caller names none.
+pub const DEFAULT_FLOAT_DIGITS: u32 = 12;
 
 /// Append the canonical encoding of one cell to `buf`.
 #[inline]

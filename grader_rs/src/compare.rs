@@ -8,6 +8,9 @@ use crate::exec::{digest, Run};
 use crate::guard::{Budget, GuardedConnection};
 use crate::sqltext;
 
+/// A grade's deadline when the caller names none (each of gold and prediction gets it).
+pub const DEFAULT_GRADE_TIMEOUT_S: f64 = 30.0;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Match,
@@ -20,6 +23,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order reports list them.
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Match,
+        Outcome::Mismatch,
+        Outcome::PredError,
+        Outcome::PredTimeout,
+        Outcome::Unsafe,
+        Outcome::GoldError,
+        Outcome::GoldTimeout,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Outcome::Match => "match",
@@ -104,7 +118,7 @@ pub fn grade_against(
 ) -> Result<Verdict> {
     let start = Instant::now();
     if gold.secret_id != secret_id() {
-        return Err(GradeError::Invalid(
+        return Err(GradeError::SecretMismatch(
             "the gold digest was made with another hash secret (set_hash_secret): recompute it"
                 .into(),
         ));
@@ -772,7 +786,7 @@ mod test {
         foreign.secret_id ^= 1;
         assert!(matches!(
             grade_against(&gc, GOLD, &foreign, &budget),
-            Err(GradeError::Invalid(_))
+            Err(GradeError::SecretMismatch(_))
         ));
         let subset = spec(
             Semantics::Subset { exact: true, n: 2 },

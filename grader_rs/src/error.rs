@@ -19,9 +19,12 @@ pub enum GradeError {
     /// The database file is missing, unreadable, corrupt or not SQLite.
     #[error("{0}")]
     Database(String),
-    /// A caller's mistake that is not about SQL (e.g. digests made with different secrets).
+    /// A caller's mistake that is not about SQL (an unknown method name, a closed pool, ...).
     #[error("{0}")]
     Invalid(String),
+    /// A gold digest made under another hash secret than the process's: compute it again.
+    #[error("{0}")]
+    SecretMismatch(String),
 }
 
 pub type Result<T> = std::result::Result<T, GradeError>;

@@ -24,6 +24,19 @@ pub struct ToolOptions {
     pub count_cap: u64,
 }
 
+impl ToolOptions {
+    /// The preview a tool call gets when the caller names no limits.
+    pub const DEFAULT: ToolOptions = ToolOptions {
+        max_rows: 20,
+        max_cell_chars: 120,
+        max_chars: 4000,
+        count_cap: 10000,
+    };
+}
+
+/// A tool call's deadline when the caller names none.
+pub const DEFAULT_TOOL_TIMEOUT_S: f64 = 10.0;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {
     Null,

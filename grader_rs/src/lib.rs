@@ -30,9 +30,11 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use py::database::{set_heap_limit, sqlite_version, Cancel, Database, ToolResult};
     use py::digest::{hash_secret_id, resolve_semantics, set_hash_secret, Digest, Verdict};
     use py::errors::{
-        DatabaseError, QueryCancelled, QueryTimeout, SqlError, T2sqlError, UnsafeQuery,
+        DatabaseError, HashSecretMismatch, QueryCancelled, QueryTimeout, SqlError, T2sqlError,
+        UnsafeQuery,
     };
     use py::pool::{lower_thread_priority, SqlPool};
+    use py::sqltext::sql_tokens;
 
     let py = m.py();
     m.add("T2sqlError", py.get_type::<T2sqlError>())?;
@@ -41,6 +43,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add("QueryTimeout", py.get_type::<QueryTimeout>())?;
     m.add("QueryCancelled", py.get_type::<QueryCancelled>())?;
     m.add("DatabaseError", py.get_type::<DatabaseError>())?;
+    m.add("HashSecretMismatch", py.get_type::<HashSecretMismatch>())?;
     m.add_class::<Cancel>()?;
     m.add_class::<Database>()?;
     m.add_class::<Digest>()?;
@@ -53,5 +56,22 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_function(wrap_pyfunction!(hash_secret_id, m)?)?;
     m.add_function(wrap_pyfunction!(set_heap_limit, m)?)?;
     m.add_function(wrap_pyfunction!(lower_thread_priority, m)?)?;
+    m.add_function(wrap_pyfunction!(sql_tokens, m)?)?;
+
+    // The core's defaults and names, for the Python layers above (one place for each).
+    let outcomes: Vec<&str> = compare::Outcome::ALL.iter().map(|o| o.name()).collect();
+    m.add("OUTCOMES", pyo3::types::PyTuple::new(py, outcomes)?)?;
+    m.add("MAX_FLOAT_DIGITS", canon::MAX_FLOAT_DIGITS)?;
+    let tool = pyo3::types::PyDict::new(py);
+    tool.set_item("timeout_s", exec::DEFAULT_TOOL_TIMEOUT_S)?;
+    tool.set_item("max_rows", exec::ToolOptions::DEFAULT.max_rows)?;
+    tool.set_item("max_cell_chars", exec::ToolOptions::DEFAULT.max_cell_chars)?;
+    tool.set_item("max_chars", exec::ToolOptions::DEFAULT.max_chars)?;
+    tool.set_item("count_cap", exec::ToolOptions::DEFAULT.count_cap)?;
+    m.add("TOOL_DEFAULTS", tool)?;
+    let grade = pyo3::types::PyDict::new(py);
+    grade.set_item("timeout_s", compare::DEFAULT_GRADE_TIMEOUT_S)?;
+    grade.set_item("float_digits", canon::DEFAULT_FLOAT_DIGITS)?;
+    m.add("GRADE_DEFAULTS", grade)?;
     Ok(())
 }

@@ -4,7 +4,7 @@ Everything SQL runs here, with the GIL released. The Python package re-exports t
 names from `t2sql`; import them from there.
 """
 
-from typing import Literal, Sequence
+from typing import Literal
 
 Semantics = Literal["multiset", "ordered", "set", "auto"]
 Outcome = Literal[
@@ -31,6 +31,18 @@ class QueryCancelled(T2sqlError):
 
 class DatabaseError(T2sqlError):
     """The database file is missing, unreadable, corrupt or not SQLite."""
+
+class HashSecretMismatch(T2sqlError):
+    """A gold digest made under another hash secret than the process's: compute it again."""
+
+# The core's verdict outcomes, in report order.
+OUTCOMES: tuple[Outcome, ...]
+# Floats compare to at most this many significant digits (float_digits).
+MAX_FLOAT_DIGITS: int
+# What a tool call and a grade get when the caller names nothing; the defaults written `...`
+# below are these values.
+TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap
+GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits
 
 class Cancel:
     """A cancellation token: `cancel()` from any thread interrupts the query that holds it."""
@@ -85,20 +97,20 @@ class Database:
     def run_tool(
         self,
         sql: str,
-        timeout_s: float = 10.0,
+        timeout_s: float = ...,
         *,
-        max_rows: int = 20,
-        max_cell_chars: int = 120,
-        max_chars: int = 4000,
-        count_cap: int = 10000,
+        max_rows: int = ...,
+        max_cell_chars: int = ...,
+        max_chars: int = ...,
+        count_cap: int = ...,
         cancel: Cancel | None = None,
     ) -> ToolResult: ...
     def digest(
         self,
         sql: str,
         semantics: Semantics = "multiset",
-        float_digits: int | None = 12,
-        timeout_s: float = 30.0,
+        float_digits: int | None = ...,
+        timeout_s: float = ...,
         *,
         cancel: Cancel | None = None,
     ) -> Digest: ...
@@ -106,19 +118,19 @@ class Database:
         self,
         pred_sql: str,
         gold: Digest,
-        timeout_s: float = 30.0,
+        timeout_s: float = ...,
         *,
         cancel: Cancel | None = None,
     ) -> Verdict:
-        """Grade against a gold digest (its semantics and float_digits apply). ValueError when
-        the digest was made under another hash secret: recompute it."""
+        """Grade against a gold digest (its semantics and float_digits apply). HashSecretMismatch
+        when the digest was made under another hash secret: recompute it."""
     def grade(
         self,
         pred_sql: str,
         gold_sql: str,
         semantics: Semantics = "multiset",
-        float_digits: int | None = 12,
-        timeout_s: float = 30.0,
+        float_digits: int | None = ...,
+        timeout_s: float = ...,
         *,
         cancel: Cancel | None = None,
     ) -> Verdict: ...
@@ -128,7 +140,7 @@ class Database:
         """An in-memory copy with rows sampled, rows duplicated, one column's values shuffled or partly NULLed
         per table, chosen by `seed` (deterministic), hardened like the original. ValueError when
         the file is larger than max_bytes."""
-    def count_rows(self, sql: str, timeout_s: float = 30.0, *, cancel: Cancel | None = None) -> int:
+    def count_rows(self, sql: str, timeout_s: float = ..., *, cancel: Cancel | None = None) -> int:
         """Step through the result without reading a value (same checks as every query)."""
     def schema(self) -> list[tuple[str, str, str]]: ...  # (type, name, sql) from sqlite_master
 
@@ -160,6 +172,9 @@ def resolve_semantics(gold_sql: str, semantics: Semantics) -> Literal["multiset"
 def sqlite_version() -> str: ...
 def set_hash_secret(secret: bytes) -> None: ...
 def hash_secret_id() -> str: ...
+def sql_tokens(sql: str) -> list[tuple[Literal["word", "quoted", "semicolon", "open", "close", "other"], int, int]]:
+    """The significant tokens of `sql` (whitespace and comments skipped) as (kind, start, end),
+    in characters; the scanner the safety policy uses."""
 def lower_thread_priority(nice: int) -> None:
     """Make the calling thread `nice` steps nicer (Linux; elsewhere, or if refused, a no-op)."""
 def set_heap_limit(bytes: int) -> int:

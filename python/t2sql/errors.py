@@ -1,6 +1,7 @@
 """Every error t2sql raises: one family under T2sqlError.
 
-The core's errors (DatabaseError, SqlError, QueryTimeout, UnsafeQuery, QueryCancelled) are raised by
+The core's errors (DatabaseError, SqlError, QueryTimeout, UnsafeQuery, QueryCancelled,
+HashSecretMismatch) are raised by
 the Rust core and re-exported here; the rest are Python's. Where an error used to derive from
 ValueError or RuntimeError it still does, so code that caught those keeps working.
 """
@@ -10,12 +11,28 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from t2sql._grader import DatabaseError, QueryCancelled, QueryTimeout, SqlError, T2sqlError, UnsafeQuery
+from t2sql._grader import (
+    DatabaseError,
+    HashSecretMismatch,
+    QueryCancelled,
+    QueryTimeout,
+    SqlError,
+    T2sqlError,
+    UnsafeQuery,
+)
 
 if TYPE_CHECKING:
     from t2sql.data.tasks import Problem
 
-__all__ = ["DatabaseError", "QueryCancelled", "QueryTimeout", "SqlError", "T2sqlError", "UnsafeQuery"]
+__all__ = [
+    "DatabaseError",
+    "HashSecretMismatch",
+    "QueryCancelled",
+    "QueryTimeout",
+    "SqlError",
+    "T2sqlError",
+    "UnsafeQuery",
+]
 
 
 

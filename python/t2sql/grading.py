@@ -11,13 +11,14 @@ import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
 
+from t2sql import _grader
 from t2sql._grader import Database, Verdict
 from t2sql.errors import TaskError
 
 if TYPE_CHECKING:
     pass
 
-OUTCOMES = ("match", "mismatch", "pred_error", "pred_timeout", "unsafe", "gold_error", "gold_timeout")
+OUTCOMES = _grader.OUTCOMES  # the core's verdict outcomes, in report order
 
 
 def grade(
@@ -25,8 +26,8 @@ def grade(
     pred_sql: str,
     gold_sql: str,
     semantics: str = "multiset",
-    float_digits: int | None = 12,
-    timeout_s: float = 30.0,
+    float_digits: int | None = _grader.GRADE_DEFAULTS["float_digits"],
+    timeout_s: float = _grader.GRADE_DEFAULTS["timeout_s"],
     column_order: str = "strict",
 ) -> Verdict:
     """Grade `pred_sql` against `gold_sql` on `db` (a path or an open Database).

@@ -121,7 +121,7 @@ impl Database {
         })
     }
 
-    #[pyo3(signature = (sql, timeout_s = 10.0, *, max_rows = 20, max_cell_chars = 120, max_chars = 4000, count_cap = 10000, cancel = None))]
+    #[pyo3(signature = (sql, timeout_s = exec::DEFAULT_TOOL_TIMEOUT_S, *, max_rows = exec::ToolOptions::DEFAULT.max_rows, max_cell_chars = exec::ToolOptions::DEFAULT.max_cell_chars, max_chars = exec::ToolOptions::DEFAULT.max_chars, count_cap = exec::ToolOptions::DEFAULT.count_cap, cancel = None))]
     #[allow(clippy::too_many_arguments)]
     fn run_tool(
         &self,
@@ -141,7 +141,7 @@ impl Database {
         tool_result(py, out)
     }
 
-    #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, column_order = "strict", cancel = None))]
+    #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(crate::canon::DEFAULT_FLOAT_DIGITS), timeout_s = crate::compare::DEFAULT_GRADE_TIMEOUT_S, *, column_order = "strict", cancel = None))]
     #[allow(clippy::too_many_arguments)]
     fn digest(
         &self,
@@ -164,7 +164,7 @@ impl Database {
         })
     }
 
-    #[pyo3(signature = (pred_sql, gold, timeout_s = 30.0, *, cancel = None))]
+    #[pyo3(signature = (pred_sql, gold, timeout_s = crate::compare::DEFAULT_GRADE_TIMEOUT_S, *, cancel = None))]
     fn grade_against(
         &self,
         py: Python<'_>,
@@ -187,7 +187,7 @@ impl Database {
             .into())
     }
 
-    #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(12), timeout_s = 30.0, *, column_order = "strict", cancel = None))]
+    #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(crate::canon::DEFAULT_FLOAT_DIGITS), timeout_s = crate::compare::DEFAULT_GRADE_TIMEOUT_S, *, column_order = "strict", cancel = None))]
     #[allow(clippy::too_many_arguments)]
     fn grade(
         &self,
@@ -239,7 +239,7 @@ impl Database {
     }
 
     /// Step through the result without reading a value; returns the row count.
-    #[pyo3(signature = (sql, timeout_s = 30.0, *, cancel = None))]
+    #[pyo3(signature = (sql, timeout_s = crate::compare::DEFAULT_GRADE_TIMEOUT_S, *, cancel = None))]
     fn count_rows(
         &self,
         py: Python<'_>,

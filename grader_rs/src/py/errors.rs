@@ -44,6 +44,13 @@ create_exception!(
     "The database is missing, unreadable or not SQLite."
 );
 
+create_exception!(
+    _grader,
+    HashSecretMismatch,
+    T2sqlError,
+    "A gold digest made under another hash secret than the process's: compute it again."
+);
+
 pub(crate) fn to_py(e: GradeError) -> PyErr {
     let msg = e.to_string();
     match e {
@@ -53,5 +60,6 @@ pub(crate) fn to_py(e: GradeError) -> PyErr {
         GradeError::Cancelled => QueryCancelled::new_err(msg),
         GradeError::Database(_) => DatabaseError::new_err(msg),
         GradeError::Invalid(_) => PyValueError::new_err(msg),
+        GradeError::SecretMismatch(_) => HashSecretMismatch::new_err(msg),
     }
 }

@@ -7,3 +7,4 @@ pub(crate) mod database;
 pub(crate) mod digest;
 pub(crate) mod errors;
 pub(crate) mod pool;
+pub(crate) mod sqltext;

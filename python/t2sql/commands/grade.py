@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from t2sql._grader import Database, DatabaseError, T2sqlError, Verdict
+from t2sql._grader import MAX_FLOAT_DIGITS, Database, DatabaseError, T2sqlError, Verdict
 from t2sql.atomic import atomic_write
 from t2sql.grading import OUTCOMES, check_method, grade, method_arg
 
@@ -23,8 +23,8 @@ def _float_digits(text: str) -> int | None:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of digits or 'exact', got {text!r}") from None
-    if not 1 <= value <= 17:
-        raise argparse.ArgumentTypeError("float digits must be between 1 and 17, or 'exact'")
+    if not 1 <= value <= MAX_FLOAT_DIGITS:
+        raise argparse.ArgumentTypeError(f"float digits must be between 1 and {MAX_FLOAT_DIGITS}, or 'exact'")
     return value
 
 

@@ -356,7 +356,7 @@ class EquivalenceChecker:
                 raise
             except t2sql.DatabaseError as e:
                 return _done(False, None, "database_error", verdicts, str(e), started)
-            except ValueError as e:  # the process's hash secret changed between digest and grade
+            except t2sql.HashSecretMismatch as e:  # the process's secret changed between digest and grade
                 outcome, detail = "gold_error", f"gold digest not comparable: {e}"
             verdict = CopyVerdict(kind, seed, outcome, detail, outcome in REFUTING,
                                   outcome in REFUTING or outcome in AGREEING, time.perf_counter() - t0)

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from t2sql._grader import MAX_FLOAT_DIGITS
 from t2sql.errors import PresetError
 
 OUTCOMES: tuple[str, ...] = (
@@ -148,8 +149,8 @@ class Preset:
             problems.append(f"column_order must be one of {', '.join(COLUMN_ORDERS)}")
         if self.evidence_rule not in EVIDENCE_RULES:
             problems.append(f"evidence_rule must be one of {', '.join(EVIDENCE_RULES)}")
-        if self.float_digits is not None and not 1 <= self.float_digits <= 17:
-            problems.append("float_digits must be None or 1..17")
+        if self.float_digits is not None and not 1 <= self.float_digits <= MAX_FLOAT_DIGITS:
+            problems.append(f"float_digits must be None or 1..{MAX_FLOAT_DIGITS}")
         if not 0.0 < self.evidence_share <= 1.0:
             problems.append("evidence_share must be in (0, 1]")
         for f in ("evidence_penalty", "invalid_tool_penalty", "invalid_tool_penalty_cap",

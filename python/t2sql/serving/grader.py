@@ -35,6 +35,7 @@ from pathlib import Path
 from t2sql import (
     DatabaseError,
     Digest,
+    HashSecretMismatch,
     QueryTimeout,
     SqlError,
     UnsafeQuery,
@@ -42,6 +43,7 @@ from t2sql import (
     resolve_semantics,
     sqlite_version,
 )
+from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
 from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
 from t2sql.serving.backends import Job, ThreadBackend, WorkerLost, next_job_id
 from t2sql.serving.gold_cache import _column_order, _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
@@ -71,8 +73,8 @@ class Grader:
         *,
         concurrency: int | None = None,
         cache_dir: str | os.PathLike | None = None,
-        tool_timeout_s: float = 10.0,
-        grade_timeout_s: float = 30.0,
+        tool_timeout_s: float = TOOL_DEFAULTS["timeout_s"],
+        grade_timeout_s: float = GRADE_DEFAULTS["timeout_s"],
         backend: str = "thread",
         manifest: Manifest | str | os.PathLike | None = None,
         worker_heap_limit: int | None = None,
@@ -161,10 +163,10 @@ class Grader:
         sql: str,
         *,
         timeout_s: float | None = None,
-        max_rows: int = 20,
-        max_cell_chars: int = 120,
-        max_chars: int = 4000,
-        count_cap: int = 10000,
+        max_rows: int = TOOL_DEFAULTS["max_rows"],
+        max_cell_chars: int = TOOL_DEFAULTS["max_cell_chars"],
+        max_chars: int = TOOL_DEFAULTS["max_chars"],
+        count_cap: int = TOOL_DEFAULTS["count_cap"],
     ):
         """One `execute_sql_query` call. Raises UnsafeQuery / SqlError / QueryTimeout /
         DatabaseError exactly like Database.run_tool."""
@@ -190,7 +192,7 @@ class Grader:
         gold_sql: str,
         *,
         semantics: str = "multiset",
-        float_digits: int | None = 12,
+        float_digits: int | None = GRADE_DEFAULTS["float_digits"],
         timeout_s: float | None = None,
         column_order: str = "strict",
     ) -> GradeResult:
@@ -220,9 +222,7 @@ class Grader:
                                    time.perf_counter() - started, resolved, False)
             try:
                 verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
-            except ValueError as e:
-                if "hash secret" not in str(e):
-                    raise
+            except HashSecretMismatch:
                 # The process's secret changed (set_hash_secret) after this gold was made: its
                 # cache key no longer matches, so this runs the gold again under the new one.
                 gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, order, timeout)
@@ -247,7 +247,7 @@ class Grader:
         gold_sql: str,
         *,
         semantics: str = "multiset",
-        float_digits: int | None = 12,
+        float_digits: int | None = GRADE_DEFAULTS["float_digits"],
         timeout_s: float | None = None,
         column_order: str = "strict",
     ) -> GoldResult:
