@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import t2sql
+from t2sql import sqltext
 from t2sql.data.tasks import database_path
 from t2sql.episode.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.errors import EquivalenceError
@@ -36,44 +37,27 @@ REWRITES: dict[str, str] = {
 }
 
 
-_CLAUSE_END = ("GROUP", "ORDER", "LIMIT", "HAVING", "UNION", "EXCEPT", "INTERSECT", "WINDOW")
 
 
 def _masked(sql: str) -> tuple[str, list[int]]:
-    """`sql` with the inside of string literals and quoted identifiers blanked (same length), and
-    the parenthesis depth at every position."""
-    out = list(sql)
+    """`sql` with the inside of string literals and quoted identifiers blanked, and its comments
+    blanked (same length), and the parenthesis depth at every position (t2sql.sqltext's tokens)."""
+    out = [" " if not ch.isspace() else ch for ch in sql]  # blank unless a token covers it
     depth = [0] * len(sql)
-    d, i, n = 0, 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch in "'\"`[":
-            close = "]" if ch == "[" else ch
-            j = i + 1
-            while j < n:
-                if sql[j] == close:
-                    if close != "]" and j + 1 < n and sql[j + 1] == close:
-                        j += 2
-                        continue
-                    break
-                j += 1
-            for k in range(i + 1, min(j, n)):
-                out[k] = " "
-                depth[k] = d
-            depth[i] = d
-            if j < n:
-                depth[j] = d
-            i = j + 1
-            continue
-        if ch == "(":
-            depth[i] = d
-            d += 1
-        elif ch == ")":
-            d -= 1
-            depth[i] = d
+    after = 0  # the depth after the previous token
+    last = 0
+    for t in sqltext.tokens(sql):
+        depth[last:t.start] = [after] * (t.start - last)
+        depth[t.start:t.end] = [t.depth] * (t.end - t.start)
+        if t.kind == "quoted":
+            out[t.start] = sql[t.start]
+            if t.end - 1 > t.start:
+                out[t.end - 1] = sql[t.end - 1]
         else:
-            depth[i] = d
-        i += 1
+            out[t.start:t.end] = sql[t.start:t.end]
+        after = t.depth + 1 if t.kind == "open" else t.depth
+        last = t.end
+    depth[last:] = [after] * (len(sql) - last)
     return "".join(out), depth
 
 
@@ -94,7 +78,7 @@ def _where_clause(sql: str) -> tuple[int, int] | None:
         return None
     start = starts[0] + len("WHERE")
     end = len(sql)
-    for kw in _CLAUSE_END:
+    for kw in sqltext.CLAUSE_KEYWORDS:
         for pos in _words(masked, depth, kw):
             if pos > start:
                 end = min(end, pos)

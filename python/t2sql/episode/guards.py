@@ -5,8 +5,8 @@ plain function, counted, named in the episode's metrics, and (when its preset sw
 into a reward term by `reward_terms()`:
 
 - repeated tool query (`repeated_tool_queries`): a tool query equal to an earlier one of the same
-  episode after `normalize_sql` (whitespace collapsed, keywords/identifiers lower-cased, trailing
-  semicolons dropped; the text inside '...' string literals is kept as written, because
+  episode after `normalize_sql` (whitespace collapsed, comments dropped, keywords/identifiers
+  lower-cased, trailing semicolons dropped; the text inside '...' string literals is kept as written, because
   `name = 'Bob'` and `name = 'bob'` are different queries in SQLite). It spends a tool call to
   learn nothing new. Count = calls that repeat an earlier one.
 - solution re-draft (`solution_redrafts`): in the visible text (outside <think>), a `<solution>`
@@ -39,6 +39,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from t2sql import sqltext
 from t2sql.episode.presets import Preset
 from t2sql.episode.reward import RewardTerm, TermResult, Trajectory
 
@@ -57,34 +58,16 @@ _TOOL_CALL_BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|$)", re.S)
 
 
 def normalize_sql(query: str) -> str:
-    """The form two tool queries are compared in (see the module doc)."""
+    """The form two tool queries are compared in (see the module doc): t2sql.sqltext's tokens,
+    lower-cased except '...' string literals, one space where the query had whitespace or a
+    comment between two tokens."""
     out: list[str] = []
-    i, n = 0, len(query)
-    pending_space = False
-    while i < n:
-        ch = query[i]
-        if ch == "'":  # string literal: copied verbatim, '' is an escaped quote
-            j = i + 1
-            while j < n:
-                if query[j] == "'":
-                    if j + 1 < n and query[j + 1] == "'":
-                        j += 2
-                        continue
-                    break
-                j += 1
-            token = query[i : j + 1]
-            i = j + 1
-        elif ch.isspace():
-            pending_space = True
-            i += 1
-            continue
-        else:
-            token = ch.lower()
-            i += 1
-        if pending_space and out:
+    last = None
+    for t in sqltext.tokens(query):
+        if last is not None and t.start > last:
             out.append(" ")
-        pending_space = False
-        out.append(token)
+        out.append(t.text if t.text.startswith("'") else t.text.lower())
+        last = t.end
     return "".join(out).rstrip("; ").strip()
 
 

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from t2sql import sqltext
 from t2sql.errors import CurriculumError
 
 HINT_HEADER = "Hint (this question was missed before):"
-
-
-_SQL_TOKEN = re.compile(
-    r"""'(?:[^']|'')*'      # string literal
-      |"(?:[^"]|"")*"       # quoted identifier
-      |`[^`]*`
-      |\[[^\]]*\]
-      |\w+
-      |\S""",
-    re.X,
-)
-
-
-_CLAUSE_END = {"WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "UNION", "INTERSECT", "EXCEPT", "WINDOW"}
 
 
 _JOIN_WORDS = {"JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "NATURAL", "OUTER"}
@@ -42,16 +28,9 @@ def gold_parts(sql: str) -> GoldParts:
     Both are cut from the query's own text (whitespace collapsed), so they read as written.
     """
     sql = sql or ""
-    matches = list(_SQL_TOKEN.finditer(sql))
-    toks = [(m.group(0), m.group(0).upper()) for m in matches]
-    depth_of: list[int] = []
-    depth = 0
-    for text, _ in toks:
-        if text == ")":
-            depth -= 1
-        depth_of.append(depth)
-        if text == "(":
-            depth += 1
+    matches = sqltext.tokens(sql)
+    toks = [(t.text, t.upper) for t in matches]
+    depth_of = [t.depth for t in matches]
     tables: list[str] = []
     for i, (_, upper) in enumerate(toks[:-1]):
         name = toks[i + 1][0]
@@ -66,9 +45,9 @@ def gold_parts(sql: str) -> GoldParts:
     while start < len(toks) and toks[start][1] in ("DISTINCT", "ALL"):
         start += 1
     end = from_at if from_at is not None else next(
-        (i for i in top if i > select_at and toks[i][1] in _CLAUSE_END | {";"}), len(toks)
+        (i for i in top if i > select_at and toks[i][1] in sqltext.CLAUSE_KEYWORDS | {";"}), len(toks)
     )
-    select_list = _squash(sql[matches[start].start() : matches[end - 1].end()]) if end > start else ""
+    select_list = _squash(sql[matches[start].start : matches[end - 1].end]) if end > start else ""
     if from_at is None:
         return GoldParts("", select_list, tuple(tables))
 
@@ -78,7 +57,7 @@ def gold_parts(sql: str) -> GoldParts:
     def close_run(upto: int) -> None:
         nonlocal run_start
         if run_start is not None:
-            segments.append(_squash(sql[matches[run_start].start() : matches[upto - 1].end()]))
+            segments.append(_squash(sql[matches[run_start].start : matches[upto - 1].end]))
             run_start = None
 
     i = from_at
@@ -86,7 +65,7 @@ def gold_parts(sql: str) -> GoldParts:
     while i < len(toks):
         text, upper = toks[i]
         d = depth_of[i]
-        if d < 0 or (d == 0 and (upper in _CLAUSE_END or text == ";")):
+        if d < 0 or (d == 0 and (upper in sqltext.CLAUSE_KEYWORDS or text == ";")):
             break
         if d == 0 and upper in ("ON", "USING"):
             skipping = True
