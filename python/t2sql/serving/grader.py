@@ -45,7 +45,7 @@ from t2sql import (
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
 from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
-from t2sql.serving.backends import Job, ThreadBackend, WorkerLost, next_job_id
+from t2sql.serving.backends import DigestJob, GradeJob, Job, ThreadBackend, ToolJob, WorkerLost, next_job_id
 from t2sql.serving.gold_cache import _column_order, _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
 from t2sql.serving.manifest import FileIdentity, Manifest, file_identity
 from t2sql.serving.results import GoldResult, GradeResult
@@ -175,15 +175,9 @@ class Grader:
         if ticket is not None:
             await ticket
         identity = self._known_identity(db_path) or await self._new_identity(db_path)
-        options = {
-            "timeout_s": float(timeout_s or self.tool_timeout_s),
-            "max_rows": max_rows,
-            "max_cell_chars": max_cell_chars,
-            "max_chars": max_chars,
-            "count_cap": count_cap,
-        }
         self._count("tool_calls")
-        return await self._submit(Job("tool", db_path, identity.stat, sql, options, job_id=next_job_id()))
+        return await self._submit(ToolJob(db_path, identity.stat, sql, float(timeout_s or self.tool_timeout_s),
+                                          max_rows, max_cell_chars, max_chars, count_cap, job_id=next_job_id()))
 
     async def grade(
         self,
@@ -438,9 +432,8 @@ class Grader:
 
     async def _run_gold(self, db_path, identity, gold_sql, semantics, float_digits, column_order,
                         timeout_s) -> GoldResult:
-        options = {"semantics": semantics, "float_digits": float_digits, "timeout_s": timeout_s,
-                   "column_order": column_order}
-        job = Job("digest", db_path, identity.stat, gold_sql, options, job_id=next_job_id())
+        job = DigestJob(db_path, identity.stat, gold_sql, semantics, float_digits, timeout_s, column_order,
+                        job_id=next_job_id())
         started = time.perf_counter()
         try:
             data, elapsed_s = await self._submit(job)
@@ -459,8 +452,7 @@ class Grader:
 
     async def _grade_prediction(self, db_path, identity, pred_sql, gold: GoldResult, timeout_s) -> GradeResult:
         """The core's verdict as a GradeResult (grade() then fills in the call's own fields)."""
-        job = Job("grade", db_path, identity.stat, pred_sql, {"timeout_s": timeout_s}, gold.digest,
-                  job_id=next_job_id())
+        job = GradeJob(db_path, identity.stat, pred_sql, gold.digest, timeout_s, job_id=next_job_id())
         try:
             return GradeResult.from_verdict(await self._submit(job))
         except UnsafeQuery as e:
