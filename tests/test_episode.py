@@ -17,11 +17,6 @@ from t2sql.episode.presets import get_preset
 from t2sql.errors import EpisodeFinished, TaskError
 from t2sql.serving.grader import Grader
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-
-
 BIRD = bird_or_sample()
 pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD sample not present")
 

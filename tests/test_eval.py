@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bird_root
+from conftest import REPO, bird_root
 from loopback_model import (
     ByteTokenizer,
     Conversation,
@@ -44,8 +44,6 @@ from t2sql.eval.endpoint import (
 from t2sql.eval.policies import OpenAIPolicy, OraclePolicy, SglangPolicy
 from t2sql.eval.results import ENDPOINT_ERROR, ResultsFile, format_summary, summarize
 from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def bird_dir() -> Path | None:

@@ -17,11 +17,6 @@ from t2sql.episode import schema as schema_module
 from t2sql.episode.machine import Task
 from t2sql.episode.presets import get_preset
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-
-
 BIRD = bird_or_sample()
 RECIPE = get_preset()
 

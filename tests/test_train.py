@@ -12,17 +12,15 @@ import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import bird_root
+from conftest import REPO, bird_root
 from t2sql.episode.presets import get_preset
 from t2sql.errors import LaunchError
 from t2sql.miles import flags as train_flags
 from t2sql.miles import prepare
 
-REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT = REPO / "tests" / "snapshots" / "train_dry_run.txt"
 LAUNCHER = REPO / "launcher" / "run_qwen3_6_35b_a3b_text_to_sql.py"
 BIRD = bird_root()
