@@ -15,12 +15,6 @@ def test_tokens_carry_text_character_offsets_and_depth():
     assert [t.kind for t in toks][-1] == "semicolon"
 
 
-def test_keywords_are_found_at_a_depth_and_never_as_a_qualified_name():
-    toks = sqltext.tokens("SELECT t.order FROM t WHERE x IN (SELECT y FROM u ORDER BY y) ORDER BY 1")
-    assert [toks[i].start for i in sqltext.keyword_positions(toks, "order")] == [62]
-    assert len(sqltext.keyword_positions(toks, "ORDER", depth=None)) == 2
-
-
 def test_repeated_queries_compare_without_comments_or_spacing_but_keep_string_case():
     assert normalize_sql("SELECT  a\nFROM t -- first try\n;") == normalize_sql("select a from t")
     assert normalize_sql("SELECT a FROM t WHERE n = 'Bob'") != normalize_sql("SELECT a FROM t WHERE n = 'bob'")

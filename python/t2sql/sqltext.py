@@ -38,12 +38,3 @@ def tokens(sql: str) -> list[Token]:
         if kind == "open":
             depth += 1
     return out
-
-
-def keyword_positions(toks: list[Token], word: str, depth: int | None = 0) -> list[int]:
-    """Indexes of the keyword `word` (any case) at `depth` (None: any depth); a qualified name's
-    part (`t.order`) is not a keyword."""
-    word = word.upper()
-    return [i for i, t in enumerate(toks)
-            if t.kind == "word" and t.upper == word and (depth is None or t.depth == depth)
-            and not (i and toks[i - 1].text == ".")]

@@ -118,6 +118,7 @@ def check_gold(
     for those that fail. Returns (problems, SQLite seconds per row in input order)."""
     import asyncio
 
+    from t2sql._grader import GRADE_DEFAULTS
     from t2sql.serving.golds import GoldTask, run_golds
     from t2sql.serving.grader import Grader
 
@@ -127,7 +128,8 @@ def check_gold(
     async def run_all():
         async with Grader(concurrency=concurrency or min(4, os.cpu_count() or 1)) as grader:
             with Progress(len(tasks), progress_label) as bar:
-                return await run_golds(tasks, grader, semantics="multiset", float_digits=12, timeout_s=timeout_s,
+                return await run_golds(tasks, grader, semantics="multiset",
+                                       float_digits=GRADE_DEFAULTS["float_digits"], timeout_s=timeout_s,
                                        on_done=bar.advance)
 
     records = asyncio.run(run_all())

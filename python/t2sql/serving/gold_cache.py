@@ -23,8 +23,6 @@ log = logging.getLogger("t2sql.serving.gold_cache")
 
 # Which cache's hash secret this process runs with (set_hash_secret is process-wide).
 _installed_secret: tuple[bytes, str] | None = None
-
-
 _secret_lock = threading.Lock()
 
 
