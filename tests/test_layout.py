@@ -28,6 +28,10 @@ def test_the_public_api_imports_from_the_top():
     from t2sql import Database, Episode, Grader, Preset, T2sqlError, Task, Verdict, get_preset, grade  # noqa: F401
 
     assert get_preset().name and Episode.__module__ == "t2sql.episode.machine"
+    from t2sql import errors
+
+    family = {n for n, v in vars(errors).items() if inspect.isclass(v) and issubclass(v, t2sql.T2sqlError)}
+    assert set(errors.__all__) == family  # `from t2sql.errors import *` gives every error
     assert set(t2sql.__all__) <= set(dir(t2sql)) | set(t2sql._LAZY)
 
 

@@ -25,12 +25,27 @@ if TYPE_CHECKING:
     from t2sql.data.tasks import Problem
 
 __all__ = [
+    "AdapterError",
+    "CispoConfigError",
+    "CurriculumError",
+    "DataError",
     "DatabaseError",
+    "DatabaseTooLarge",
+    "EndpointError",
+    "EpisodeFinished",
+    "EquivalenceError",
+    "EvalError",
+    "GoldCacheError",
     "HashSecretMismatch",
+    "LaunchError",
+    "PresetError",
+    "PromptCommandError",
     "QueryCancelled",
     "QueryTimeout",
+    "SchemaError",
     "SqlError",
     "T2sqlError",
+    "TaskError",
     "UnsafeQuery",
 ]
 
