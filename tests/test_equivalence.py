@@ -56,7 +56,7 @@ def db_path(row: dict) -> str:
 
 @pytest.fixture(scope="module")
 def checker():
-    c = eq.EquivalenceChecker(concurrency=2)
+    c = eq.EquivalenceChecker()
     yield c
     c.close()
 
@@ -135,7 +135,7 @@ def test_a_gold_failing_on_a_copy_makes_that_copy_uninformative(checker):
 
 def test_a_prediction_timing_out_on_a_copy_is_not_refuted():
     config = eq.EquivalenceConfig(copies=3, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=0.3)
-    with eq.EquivalenceChecker(concurrency=1) as c:
+    with eq.EquivalenceChecker() as c:
         report = c.check_sync(SUPERHERO, SLOW_ELSEWHERE, "SELECT 'x'", config)
         assert not report.refuted
         assert [v.outcome for v in report.copies if v.kind == "duplicate"] == ["pred_timeout"]
@@ -156,7 +156,7 @@ def test_a_prediction_timing_out_on_a_copy_is_not_refuted():
 def test_same_seed_same_verdict_other_seed_other_copies():
     def run(seed: int) -> list[tuple]:
         config = eq.EquivalenceConfig(copies=4, seed=seed, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
-        with eq.EquivalenceChecker(concurrency=1) as c:  # a fresh cache: the copies are rebuilt
+        with eq.EquivalenceChecker() as c:  # a fresh cache: the copies are rebuilt
             out = []
             for pred, gold in ((PRED_IN, GOLD_JOIN), (GOLD_JOIN, GOLD_JOIN), ("SELECT superhero_name FROM superhero",
                                                                                "SELECT full_name FROM superhero")):
@@ -172,7 +172,7 @@ def test_same_seed_same_verdict_other_seed_other_copies():
     seeds = [s for _, s in eq.copy_plan(4, 7)] + [s for _, s in eq.copy_plan(4, 8)]
     assert len(set(seeds)) == 8 and all(0 <= s < 1 << 64 for s in seeds)
     # Another seed makes other copies: the row counts of the same query differ on some copy.
-    a = eq.EquivalenceChecker(concurrency=1)
+    a = eq.EquivalenceChecker()
     try:
         counts = {seed: a.cache.get(SUPERHERO, "sample", eq.copy_seed(seed, 0), max_bytes=CONFIG.max_bytes)
                   .count_rows("SELECT * FROM hero_power") for seed in (7, 8)}
@@ -182,7 +182,7 @@ def test_same_seed_same_verdict_other_seed_other_copies():
 
 
 def test_the_gold_runs_once_per_copy_for_a_whole_group():
-    with eq.EquivalenceChecker(concurrency=1) as c:
+    with eq.EquivalenceChecker() as c:
         for pred in (PRED_IN, GOLD_JOIN, f"SELECT * FROM ({GOLD_JOIN})"):
             c.check_sync(SUPERHERO, pred, GOLD_JOIN, CONFIG)
         entries = [c.cache.entry(SUPERHERO, kind, seed, max_bytes=CONFIG.max_bytes)
@@ -197,7 +197,7 @@ def test_the_gold_runs_once_per_copy_for_a_whole_group():
 def test_a_database_over_the_cap_is_skipped_and_never_refuted():
     size = os.path.getsize(SUPERHERO)
     config = eq.EquivalenceConfig(copies=3, seed=1, max_bytes=size - 1, timeout_s=5.0)
-    with eq.EquivalenceChecker(concurrency=1) as c:
+    with eq.EquivalenceChecker() as c:
         report = c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, config)
         assert (report.checked, report.refuted, report.skipped_reason) == (False, False, "too_large")
         assert "equivalence_max_bytes" in report.detail and len(c.cache) == 0 and c.cache.builds == 0
@@ -205,7 +205,7 @@ def test_a_database_over_the_cap_is_skipped_and_never_refuted():
         assert m["equivalence_skipped_reason"] == "too_large" and m["equivalence_refuted"] == 0.0
     # Under the per-file cap, but its copies would not fit in the cache together: skipped, not thrashed.
     small = eq.CopyCache(max_bytes=3 * size)
-    with eq.EquivalenceChecker(concurrency=1, cache=small) as c:
+    with eq.EquivalenceChecker(cache=small) as c:
         report = c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, CONFIG)
         assert report.skipped_reason == "too_large" and "copy cache" in report.detail and small.builds == 0
         three = eq.EquivalenceConfig(copies=2, seed=1, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
@@ -213,7 +213,7 @@ def test_a_database_over_the_cap_is_skipped_and_never_refuted():
 
 
 def test_a_missing_database_is_skipped_as_a_database_error(tmp_path):
-    with eq.EquivalenceChecker(concurrency=1) as c:
+    with eq.EquivalenceChecker() as c:
         report = c.check_sync(str(tmp_path / "nope.sqlite"), "SELECT 1", "SELECT 1", CONFIG)
     assert report.skipped_reason == "database_error" and not report.refuted and "nope.sqlite" in report.detail
 
@@ -255,10 +255,9 @@ def test_the_loop_keeps_running_and_cancel_interrupts_the_query():
     slow_config = eq.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=30.0)
 
     async def main():
-        c = eq.EquivalenceChecker(concurrency=1)
-        try:
+        with Grader(concurrency=1) as grader:
             ticks = 0
-            task = asyncio.ensure_future(c.check(SUPERHERO, SLOW_ELSEWHERE, "SELECT 'x'", slow_config))
+            task = asyncio.ensure_future(grader.equivalence(SUPERHERO, SLOW_ELSEWHERE, "SELECT 'x'", slow_config))
             started = time.monotonic()
             while time.monotonic() - started < 0.8:
                 await asyncio.sleep(0.01)
@@ -266,17 +265,58 @@ def test_the_loop_keeps_running_and_cancel_interrupts_the_query():
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            # The single worker thread is free again at once: the next check is not queued behind
-            # a 30 s query.
+            # The single worker is free again at once: the next check is not queued behind a
+            # 30 s query.
             t0 = time.monotonic()
-            report = await c.check(SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
-            return ticks, time.monotonic() - t0, report
-        finally:
-            c.close()
+            report = await grader.equivalence(SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
+            return ticks, time.monotonic() - t0, report, grader.stats()
 
-    ticks, waited, report = asyncio.run(main())
+    ticks, waited, report, stats = asyncio.run(main())
     assert ticks > 30  # the loop was never blocked by the running query
     assert waited < 5.0 and not report.refuted and report.checked
+    assert stats["equivalence_checks"] == 2
+
+
+def test_the_check_counts_against_the_graders_one_concurrency_limit():
+    """With one SQL worker, a tool call sent while a check runs waits for the check (it would run
+    beside it if the check had threads of its own), and no other thread runs SQL."""
+    slow_config = eq.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=30.0)
+
+    async def main():
+        with Grader(concurrency=1) as grader:
+            await grader.run_tool(SUPERHERO, "SELECT 1")  # the worker thread exists
+            threads_before = {t.name for t in threading.enumerate()}
+            check = asyncio.ensure_future(grader.equivalence(SUPERHERO, SLOW_ELSEWHERE, "SELECT 'x'", slow_config))
+            await asyncio.sleep(0.5)  # the check is on the worker, in its slow query
+            tool = asyncio.ensure_future(grader.run_tool(SUPERHERO, "SELECT COUNT(*) FROM superhero"))
+            await asyncio.sleep(0.5)
+            tool_waited = not tool.done()
+            threads_during = {t.name for t in threading.enumerate()}
+            check.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await check
+            result = await asyncio.wait_for(tool, 10)
+            return tool_waited, threads_before, threads_during, result
+
+    tool_waited, before, during, result = asyncio.run(main())
+    assert tool_waited, "a tool call ran beside the equivalence check on a Grader of one worker"
+    assert result.row_count == 1
+    assert during == before  # the check started no thread of its own
+    assert not any("equivalence" in name for name in during)
+
+
+def test_a_process_worker_runs_the_check_with_its_own_copies():
+    async def main():
+        with Grader(concurrency=1, backend="process") as grader:
+            lucky = await grader.equivalence(SUPERHERO, PRED_IN, GOLD_JOIN, CONFIG)
+            exact = await grader.equivalence(SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
+            return lucky, exact
+
+    builds_here = eq.default_checker().cache.builds
+    lucky, exact = asyncio.run(main())
+    assert lucky.refuted and lucky.refuting_copy.split(":")[0] in eq.KINDS
+    assert exact.checked and not exact.refuted
+    assert eq.default_checker().cache.builds == builds_here  # the copies were built in the worker
 
 
 # -- inside a real episode

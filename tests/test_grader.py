@@ -497,3 +497,48 @@ def test_worker_threads_run_nicer_than_the_event_loop():
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base
     # close() joins the workers.
     assert not set(_sql_worker_thread_ids()) & set(workers)
+
+
+def test_the_sql_pool_reads_a_jobs_fields_by_name(tmp_path):
+    """The Rust pool takes the job itself and reads its fields by name: a job type with the same
+    fields in another order runs the same query, and one lacking a field is refused at submit."""
+    from typing import NamedTuple
+
+    from t2sql._grader import SqlPool
+    from t2sql.serving.backends import ToolJob
+
+    class Reordered(NamedTuple):
+        count_cap: int
+        max_chars: int
+        max_cell_chars: int
+        max_rows: int
+        timeout_s: float
+        sql: str
+        identity: tuple[int, int]
+        db_path: str
+        job_id: int
+
+    class Incomplete(NamedTuple):
+        job_id: int
+        db_path: str
+        identity: tuple[int, int]
+        sql: str
+        timeout_s: float
+
+    pool = SqlPool(1)
+    try:
+        pool.submit_tool(ToolJob(SUPERHERO, (0, 0), "SELECT 7", 5.0, 3, 40, 1000, 100, job_id=1))
+        pool.submit_tool(Reordered(100, 1000, 40, 3, 5.0, "SELECT 8", (0, 0), SUPERHERO, 2))
+        with pytest.raises(AttributeError, match="max_rows"):
+            pool.submit_tool(Incomplete(3, SUPERHERO, (0, 0), "SELECT 9", 5.0))
+        done: dict[int, object] = {}
+        deadline = time.monotonic() + 10
+        while len(done) < 2 and time.monotonic() < deadline:
+            for job_id, value, error in pool.drain():
+                assert error is None, error
+                done[job_id] = value
+            time.sleep(0.01)
+    finally:
+        pool.close()
+    assert sorted(done) == [1, 2]
+    assert done[1].rows == [(7,)] and done[2].rows == [(8,)]

@@ -2,11 +2,14 @@
 //!
 //! Jobs go in with `submit`; each worker runs them on its own connections (one per database
 //! file, reopened when the file's identity changes) and puts the outcome on a completion list.
+//! A job may also be a call (`Task::Call`): work of the layer above that runs its own SQL (the
+//! equivalence check on perturbed copies), so that it too counts against the pool's size.
 //! The first completion after a `drain` writes one byte to a socket, so an event loop watching
 //! `wake_fd` wakes up once and collects every outcome that is ready in one go. A worker needs no
 //! interpreter lock at any point, so a job boundary never waits for the event loop's thread (or
 //! the garbage collector) to let go of Python.
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::os::unix::io::{AsRawFd, RawFd};
@@ -31,8 +34,21 @@ pub enum Work {
     Grade(Digest),
 }
 
+/// A function run on a worker in place of a query; it gets the job's cancel flag.
+pub type Call = Box<dyn FnOnce(Arc<AtomicBool>) -> Output + Send>;
+
+pub enum Task {
+    Query(Query),
+    Call(Call),
+}
+
 pub struct Job {
     pub id: u64,
+    pub task: Task,
+}
+
+/// SQL on a database file.
+pub struct Query {
     pub path: String,
     /// (size, version) of the file as the caller saw it (t2sql.manifest.FileIdentity): a
     /// connection opened on another identity is reopened (the file was replaced or written).
@@ -47,6 +63,8 @@ pub enum Output {
     /// The gold's digest and SQLite's seconds for it.
     Digest(Digest, f64),
     Verdict(Verdict),
+    /// What a `Task::Call` returned, for its caller to downcast.
+    Called(Box<dyn Any + Send>),
 }
 
 pub struct Completion {
@@ -151,21 +169,29 @@ impl Pool {
     /// Stop the workers: running and queued jobs are cancelled (they complete as cancelled,
     /// ready for a last `drain`), then every thread is joined.
     pub fn close(&self) {
-        self.shared.closed.store(true, Ordering::SeqCst);
-        for flag in lock(&self.shared.flags).values() {
-            flag.store(true, Ordering::SeqCst);
-        }
-        self.shared.job_ready.notify_all();
+        self.stop();
         let threads = std::mem::take(&mut *lock(&self.threads));
         for t in threads {
             let _ = t.join();
         }
     }
+
+    /// Refuse new jobs and cancel every one submitted; the workers exit when the queue is empty.
+    fn stop(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        for flag in lock(&self.shared.flags).values() {
+            flag.store(true, Ordering::SeqCst);
+        }
+        self.shared.job_ready.notify_all();
+    }
 }
 
 impl Drop for Pool {
+    /// Stops the workers without waiting for them: a call job may be waiting for a lock the
+    /// dropping thread holds (Python's, when the binding is dropped), so joining could deadlock.
+    /// The workers own what they use and exit once their current job ends.
     fn drop(&mut self) {
-        self.close();
+        self.stop();
     }
 }
 
@@ -187,13 +213,16 @@ fn work(shared: &Shared) {
                     .unwrap_or_else(|p| p.into_inner());
             }
         };
-        let flag = lock(&shared.flags).get(&job.id).cloned();
-        let result = match flag {
-            Some(ref f) if !f.load(Ordering::SeqCst) => run(&mut connections, &job, Arc::clone(f)),
-            _ => Err(GradeError::Cancelled),
+        let id = job.id;
+        let flag = lock(&shared.flags).get(&id).cloned();
+        let result = match (flag, job.task) {
+            (Some(f), _) if f.load(Ordering::SeqCst) => Err(GradeError::Cancelled),
+            (Some(f), Task::Query(query)) => run(&mut connections, &query, f),
+            (Some(f), Task::Call(call)) => Ok(call(f)),
+            (None, _) => Err(GradeError::Cancelled),
         };
-        lock(&shared.flags).remove(&job.id);
-        lock(&shared.done).push(Completion { id: job.id, result });
+        lock(&shared.flags).remove(&id);
+        lock(&shared.done).push(Completion { id, result });
         if !shared.wake_pending.swap(true, Ordering::SeqCst) {
             // Non-blocking: if the socket is full, a byte is already waiting to be read.
             let _ = (&shared.wake_tx).write(&[1]);
@@ -203,7 +232,7 @@ fn work(shared: &Shared) {
 
 fn run(
     connections: &mut HashMap<String, ((u64, i64), GuardedConnection)>,
-    job: &Job,
+    job: &Query,
     cancel: Arc<AtomicBool>,
 ) -> Result<Output> {
     let fresh =
@@ -289,15 +318,17 @@ mod test {
     fn tool(id: u64, path: &str, sql: &str) -> Job {
         Job {
             id,
-            path: path.into(),
-            identity: (0, 0),
-            sql: sql.into(),
-            timeout_s: 10.0,
-            work: Work::Tool(ToolOptions {
-                max_rows: 5,
-                max_cell_chars: 50,
-                max_chars: 1000,
-                count_cap: 100,
+            task: Task::Query(Query {
+                path: path.into(),
+                identity: (0, 0),
+                sql: sql.into(),
+                timeout_s: 10.0,
+                work: Work::Tool(ToolOptions {
+                    max_rows: 5,
+                    max_cell_chars: 50,
+                    max_chars: 1000,
+                    count_cap: 100,
+                }),
             }),
         }
     }
@@ -390,5 +421,64 @@ mod test {
         assert_eq!(done.len(), 1);
         assert!(matches!(done[0].result, Err(GradeError::Cancelled)));
         assert!(pool.submit(tool(2, &path, "SELECT 1")).is_err());
+    }
+
+    /// A call takes a worker like a query does: on a pool of one, the query queued behind a
+    /// call starts only once the call returns; the call sees its own cancel flag.
+    #[test]
+    fn a_call_holds_a_worker_and_sees_its_cancel_flag() {
+        let (_dir, path) = fixture();
+        let pool = Pool::new(1, 0).unwrap();
+        let started = Instant::now();
+        let call: Call = Box::new(|flag: Arc<AtomicBool>| {
+            while !flag.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Output::Called(Box::new(Instant::now()))
+        });
+        pool.submit(Job {
+            id: 1,
+            task: Task::Call(call),
+        })
+        .unwrap();
+        pool.submit(tool(2, &path, "SELECT 2")).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(pool.drain().is_empty(), "the query ran beside the call");
+        pool.cancel(1);
+        let mut done = wait_for(&pool, 2);
+        done.sort_by_key(|c| c.id);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let returned_at = match &done[0].result {
+            Ok(Output::Called(value)) => *value.downcast_ref::<Instant>().expect("an Instant"),
+            _ => panic!("the call did not return its value"),
+        };
+        assert!(returned_at.duration_since(started) >= Duration::from_millis(200));
+        assert!(matches!(done[1].result, Ok(Output::Tool(_))));
+    }
+
+    #[test]
+    fn a_queued_call_that_is_cancelled_never_runs() {
+        let (_dir, path) = fixture();
+        let pool = Pool::new(1, 0).unwrap();
+        pool.submit(tool(1, &path, ENDLESS)).unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&ran);
+        let call: Call = Box::new(move |_| {
+            seen.store(true, Ordering::SeqCst);
+            Output::Called(Box::new(()))
+        });
+        pool.submit(Job {
+            id: 2,
+            task: Task::Call(call),
+        })
+        .unwrap();
+        pool.cancel(2);
+        pool.cancel(1);
+        let done = wait_for(&pool, 2);
+        assert_eq!(done.len(), 2);
+        assert!(done
+            .iter()
+            .all(|c| matches!(c.result, Err(GradeError::Cancelled))));
+        assert!(!ran.load(Ordering::SeqCst));
     }
 }

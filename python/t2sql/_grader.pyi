@@ -4,7 +4,7 @@ Everything SQL runs here, with the GIL released. The Python package re-exports t
 names from `t2sql`; import them from there.
 """
 
-from typing import Literal
+from typing import Callable, Literal, Protocol
 
 Semantics = Literal["multiset", "ordered", "set", "auto"]
 Outcome = Literal[
@@ -144,25 +144,43 @@ class Database:
         """Step through the result without reading a value (same checks as every query)."""
     def schema(self) -> list[tuple[str, str, str]]: ...  # (type, name, sql) from sqlite_master
 
+class _Job(Protocol):
+    """The fields SqlPool reads, by name, from every job (t2sql.serving.backends)."""
+
+    job_id: int
+    db_path: str
+    identity: tuple[int, int]  # the file's (size, version) as the Grader saw it
+    sql: str
+    timeout_s: float
+
+class _ToolJob(_Job, Protocol):
+    max_rows: int
+    max_cell_chars: int
+    max_chars: int
+    count_cap: int
+
+class _DigestJob(_Job, Protocol):
+    semantics: Semantics
+    float_digits: int | None
+    column_order: Literal["strict", "ignore"]
+
+class _GradeJob(_Job, Protocol):
+    gold: bytes  # Digest.to_bytes()
+
 class SqlPool:
     """SQL worker threads that never take the GIL. Submit jobs by id; when `wake_fd()` turns
     readable, `drain()` returns (id, value, error) for every finished job: value is a ToolResult,
-    (digest bytes, seconds) or a Verdict, error the exception the same call on a Database raises
-    (QueryCancelled for a cancelled job)."""
+    (digest bytes, seconds), a Verdict or what a call returned, error the exception the same call
+    on a Database raises (QueryCancelled for a cancelled job) or the call raised."""
 
     def __init__(self, size: int, *, nice: int = 0) -> None: ...
     def wake_fd(self) -> int: ...
-    def submit_tool(
-        self, job_id: int, path: str, size: int, version: int, sql: str, timeout_s: float,
-        max_rows: int, max_cell_chars: int, max_chars: int, count_cap: int,
-    ) -> None: ...
-    def submit_digest(
-        self, job_id: int, path: str, size: int, version: int, sql: str, semantics: Semantics,
-        float_digits: int | None, timeout_s: float,
-    ) -> None: ...
-    def submit_grade(
-        self, job_id: int, path: str, size: int, version: int, sql: str, gold: bytes, timeout_s: float
-    ) -> None: ...
+    def submit_tool(self, job: _ToolJob) -> None: ...
+    def submit_digest(self, job: _DigestJob) -> None: ...
+    def submit_grade(self, job: _GradeJob) -> None: ...
+    def submit_call(self, job_id: int, function: Callable[[Cancel], object]) -> None:
+        """Run `function(cancel)` on a worker in a query's place (it counts against the pool's
+        size); the worker takes the GIL to call it."""
     def cancel(self, job_id: int) -> None: ...
     def drain(self) -> list[tuple[int, object | None, BaseException | None]]: ...
     def close(self) -> None:

@@ -22,6 +22,13 @@ pub struct Cancel {
     flag: Arc<AtomicBool>,
 }
 
+impl Cancel {
+    /// A token on a flag that someone else sets too (a pool job's cancel flag).
+    pub(crate) fn sharing(flag: Arc<AtomicBool>) -> Self {
+        Cancel { flag }
+    }
+}
+
 #[pymethods]
 impl Cancel {
     #[new]

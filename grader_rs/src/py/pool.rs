@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::args::{check_timeout, digest_spec, sql_text, tool_options};
-use super::database::tool_result;
+use super::database::{tool_result, Cancel};
 use super::digest::{Digest, Verdict};
 use super::errors::to_py;
 
@@ -14,35 +14,63 @@ type Drained = Vec<(u64, Py<PyAny>, Py<PyAny>)>;
 
 /// SQL worker threads that never take the GIL (see pool.rs). Jobs are submitted with an id;
 /// when `wake_fd` turns readable, `drain()` returns `(id, value, error)` for every finished
-/// job: value is a ToolResult, `(digest bytes, seconds)` or a Verdict; error an exception.
+/// job: value is a ToolResult, `(digest bytes, seconds)`, a Verdict or what a call returned;
+/// error an exception.
 #[pyclass(frozen, module = "t2sql._grader")]
 pub struct SqlPool {
     pool: crate::pool::Pool,
 }
 
+/// The fields every job names, read by name from the Python job (t2sql.serving.backends:
+/// ToolJob, DigestJob, GradeJob), so a job whose fields move or are renamed fails at once.
+#[derive(FromPyObject)]
+struct Target {
+    job_id: u64,
+    db_path: String,
+    /// (size, version) of the file as the Grader saw it (t2sql.serving.manifest.FileIdentity).
+    identity: (u64, i64),
+    timeout_s: f64,
+}
+
+/// A ToolJob's preview limits.
+#[derive(FromPyObject)]
+struct ToolLimits {
+    max_rows: usize,
+    max_cell_chars: usize,
+    max_chars: usize,
+    count_cap: u64,
+}
+
+/// A DigestJob's grading method.
+#[derive(FromPyObject)]
+struct DigestOptions {
+    semantics: String,
+    float_digits: Option<u32>,
+    column_order: String,
+}
+
 impl SqlPool {
-    #[allow(clippy::too_many_arguments)]
-    fn submit(
+    fn submit_task(&self, id: u64, task: crate::pool::Task) -> PyResult<()> {
+        self.pool
+            .submit(crate::pool::Job { id, task })
+            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+    }
+
+    fn submit_query(
         &self,
-        id: u64,
-        path: String,
-        size: u64,
-        version: i64,
+        job: &Bound<'_, PyAny>,
         sql: String,
-        timeout_s: f64,
         work: crate::pool::Work,
     ) -> PyResult<()> {
-        let job = crate::pool::Job {
-            id,
-            path,
-            identity: (size, version),
+        let target: Target = job.extract()?;
+        let query = crate::pool::Query {
+            path: target.db_path,
+            identity: target.identity,
             sql,
-            timeout_s: check_timeout(timeout_s)?,
+            timeout_s: check_timeout(target.timeout_s)?,
             work,
         };
-        self.pool
-            .submit(job)
-            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+        self.submit_task(target.job_id, crate::pool::Task::Query(query))
     }
 }
 
@@ -65,61 +93,54 @@ impl SqlPool {
         self.pool.wake_fd()
     }
 
-    #[pyo3(signature = (job_id, path, size, version, sql, timeout_s, max_rows, max_cell_chars, max_chars, count_cap))]
-    #[allow(clippy::too_many_arguments)]
-    fn submit_tool(
-        &self,
-        job_id: u64,
-        path: String,
-        size: u64,
-        version: i64,
-        sql: &Bound<'_, PyAny>,
-        timeout_s: f64,
-        max_rows: usize,
-        max_cell_chars: usize,
-        max_chars: usize,
-        count_cap: u64,
-    ) -> PyResult<()> {
-        let work =
-            crate::pool::Work::Tool(tool_options(max_rows, max_cell_chars, max_chars, count_cap));
-        self.submit(job_id, path, size, version, sql_text(sql)?, timeout_s, work)
+    /// Queue a ToolJob.
+    fn submit_tool(&self, job: &Bound<'_, PyAny>) -> PyResult<()> {
+        let limits: ToolLimits = job.extract()?;
+        let work = crate::pool::Work::Tool(tool_options(
+            limits.max_rows,
+            limits.max_cell_chars,
+            limits.max_chars,
+            limits.count_cap,
+        ));
+        self.submit_query(job, sql_text(&job.getattr("sql")?)?, work)
     }
 
-    #[pyo3(signature = (job_id, path, size, version, sql, semantics, float_digits, timeout_s, column_order = "strict"))]
-    #[allow(clippy::too_many_arguments)]
-    fn submit_digest(
-        &self,
-        job_id: u64,
-        path: String,
-        size: u64,
-        version: i64,
-        sql: &Bound<'_, PyAny>,
-        semantics: &str,
-        float_digits: Option<u32>,
-        timeout_s: f64,
-        column_order: &str,
-    ) -> PyResult<()> {
-        let sql = sql_text(sql)?;
-        let work =
-            crate::pool::Work::Digest(digest_spec(&sql, semantics, float_digits, column_order)?);
-        self.submit(job_id, path, size, version, sql, timeout_s, work)
+    /// Queue a DigestJob.
+    fn submit_digest(&self, job: &Bound<'_, PyAny>) -> PyResult<()> {
+        let options: DigestOptions = job.extract()?;
+        let sql = sql_text(&job.getattr("sql")?)?;
+        let spec = digest_spec(
+            &sql,
+            &options.semantics,
+            options.float_digits,
+            &options.column_order,
+        )?;
+        self.submit_query(job, sql, crate::pool::Work::Digest(spec))
     }
 
-    /// Raises SqlError at once for a prediction that is not valid text.
-    #[pyo3(signature = (job_id, path, size, version, sql, gold, timeout_s))]
-    #[allow(clippy::too_many_arguments)]
-    fn submit_grade(
-        &self,
-        job_id: u64,
-        path: String,
-        size: u64,
-        version: i64,
-        sql: &Bound<'_, PyAny>,
-        gold: &[u8],
-        timeout_s: f64,
-    ) -> PyResult<()> {
-        let work = crate::pool::Work::Grade(Digest::from_bytes(gold)?.inner);
-        self.submit(job_id, path, size, version, sql_text(sql)?, timeout_s, work)
+    /// Queue a GradeJob (its `gold` is Digest.to_bytes()). Raises SqlError at once for a
+    /// prediction that is not valid text.
+    fn submit_grade(&self, job: &Bound<'_, PyAny>) -> PyResult<()> {
+        let gold = job.getattr("gold")?;
+        let gold = gold.cast::<pyo3::types::PyBytes>()?;
+        let work = crate::pool::Work::Grade(Digest::from_bytes(gold.as_bytes())?.inner);
+        self.submit_query(job, sql_text(&job.getattr("sql")?)?, work)
+    }
+
+    /// Run `function(cancel)` on a worker, where a query would run: the work of the layer above
+    /// that runs its own SQL (the equivalence check) counts against the pool's size like every
+    /// query. The worker takes the GIL to call it; the function should release it for its SQL
+    /// (the core's Database calls do) and watch `cancel` (a Cancel that `cancel(job_id)` sets).
+    /// Its return value, or the exception it raised, comes back through drain().
+    fn submit_call(&self, job_id: u64, function: Py<PyAny>) -> PyResult<()> {
+        let call: crate::pool::Call = Box::new(move |flag| {
+            let returned: PyResult<Py<PyAny>> = Python::attach(move |py| {
+                let cancel = Py::new(py, Cancel::sharing(flag))?;
+                function.call1(py, (cancel,))
+            });
+            crate::pool::Output::Called(Box::new(returned))
+        });
+        self.submit_task(job_id, crate::pool::Task::Call(call))
     }
 
     fn cancel(&self, job_id: u64) {
@@ -146,6 +167,13 @@ impl SqlPool {
                 }
                 Ok(crate::pool::Output::Verdict(v)) => {
                     (Py::new(py, Verdict::from(v))?.into_any(), py.None())
+                }
+                Ok(crate::pool::Output::Called(returned)) => {
+                    match returned.downcast::<PyResult<Py<PyAny>>>().map(|b| *b) {
+                        Ok(Ok(value)) => (value, py.None()),
+                        Ok(Err(e)) => (py.None(), e.into_value(py).into_any()),
+                        Err(_) => unreachable!("submit_call's functions return PyResult"),
+                    }
                 }
                 Err(e) => (py.None(), to_py(e).into_value(py).into_any()),
             };

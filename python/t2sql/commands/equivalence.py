@@ -1,5 +1,12 @@
 """`t2sql equivalence --measure`: how often the equivalence check refutes known-wrong rewrites of
-gold queries (and never a known-equivalent one)."""
+gold queries (and never a known-equivalent one).
+
+False-positive pairs are derived from gold queries by edits that change a query's meaning but, on a
+given database, often not its result; only the edits whose result still matches the gold on the
+real database are kept (those are the matches a grader would wrongly call correct). Some kept pairs
+are equivalent under the schema's constraints (dropping DISTINCT over a primary key, say), so the
+share refuted is a lower bound on the share of truly different pairs caught. Equivalent rewrites
+must never be refuted."""
 
 from __future__ import annotations
 
@@ -253,7 +260,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
             dbs[path] = t2sql.Database(path)
         return dbs[path]
 
-    checker = EquivalenceChecker(concurrency=concurrency)
+    checker = EquivalenceChecker()
     table: dict[tuple[str, str], MeasureRow] = {}
     for cat in MUTATIONS:
         table[("mutation", cat)] = MeasureRow("mutation", cat)

@@ -354,6 +354,7 @@ class Episode:
             solution=solution,
             texts=tuple(t.text for t in self._turns),
             task=self.task,
+            grader=self.grader,
         )
         breakdown = await terms.score(trajectory, self.preset)
         evidence = breakdown.evidence

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from t2sql.episode.machine import Task
+    from t2sql.serving.grader import Grader
 
 import dataclasses
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class Trajectory:
     solution: str | None = None
     texts: tuple[str, ...] = ()  # per assistant turn: the raw text, <think> included
     task: Task | None = dataclasses.field(default=None, compare=False)  # for terms that run SQL on its database
+    grader: Grader | None = dataclasses.field(default=None, compare=False)  # where those terms run their SQL
 
     def check_evidence(self, preset: Preset) -> EvidenceCheck:
         if preset.evidence_rule == "enumerated":

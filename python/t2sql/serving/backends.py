@@ -1,13 +1,15 @@
 """Where the SQL of a `t2sql.Grader` runs: threads, worker processes, or Ray actors.
 
-Every backend runs the same three jobs (`tool`, `digest`, `grade`) with connections cached
-per worker per database file, and exposes `submit_async(job, loop) -> (asyncio future, an
-object whose cancel() cancels the job)`. At most `size` jobs run at once: the pool itself is
-the Grader's one concurrency limit, shared by tool calls, golds and predictions.
+Every backend runs the same four jobs (a tool call, a gold digest, a grade, an equivalence
+check) with connections cached per worker per database file, and exposes
+`submit_async(job, loop) -> (asyncio future, an object whose cancel() cancels the job)`. At most
+`size` jobs run at once: the pool itself is the Grader's one concurrency limit, shared by tool
+calls, golds, predictions and equivalence checks.
 
 - thread: `size` SQL threads of the Rust core (`t2sql._grader.SqlPool`) that never take the
-  GIL; their outcomes reach the event loop through one wake socket. Cheapest, one heap for
-  everything.
+  GIL for a query; their outcomes reach the event loop through one wake socket. Cheapest, one
+  heap for everything. An equivalence check is Python that drives the core on perturbed copies:
+  the worker takes the GIL to call it, and the core releases it around each of its queries.
 - process: one worker process per slot, each with its own SQLite heap (and an optional
   heap limit), so a memory bomb in one query cannot starve the others; a dead worker is
   replaced and its job fails with a typed error.
@@ -20,6 +22,7 @@ errors cross as (class name, message) and are re-raised as the same t2sql except
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import threading
 import weakref
@@ -30,6 +33,7 @@ from typing import NamedTuple, Union
 import t2sql
 from t2sql import Cancel, Database, Digest
 from t2sql._grader import SqlPool, lower_thread_priority
+from t2sql.serving.equivalence import EquivalenceConfig, default_checker
 from t2sql.serving.results import GradeResult
 
 # Connections kept per thread; an RL run touches a few dozen databases, BIRD train ~70.
@@ -80,7 +84,19 @@ class GradeJob(NamedTuple):
     job_id: int = 0
 
 
-Job = Union[ToolJob, DigestJob, GradeJob]
+class EquivalenceJob(NamedTuple):
+    """One equivalence check (t2sql.serving.equivalence): the whole check, on one worker, with that
+    worker's copy cache."""
+
+    db_path: str
+    identity: tuple[int, int]
+    pred_sql: str
+    gold_sql: str
+    config: EquivalenceConfig
+    job_id: int = 0
+
+
+Job = Union[ToolJob, DigestJob, GradeJob, EquivalenceJob]
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,8 @@ def connection(db_path: str, identity: tuple[int, int]) -> Database:
 
 def run_job(job: Job, cancel: Cancel | None):
     """Run one job on this thread's connection. Raises the core's exceptions unchanged."""
+    if type(job) is EquivalenceJob:  # on copies of the database, not on its connection
+        return default_checker().check_sync(job.db_path, job.pred_sql, job.gold_sql, job.config, cancel=cancel)
     db = connection(job.db_path, job.identity)
     if type(job) is ToolJob:
         return db.run_tool(job.sql, job.timeout_s, max_rows=job.max_rows, max_cell_chars=job.max_cell_chars,
@@ -215,15 +233,15 @@ class ThreadBackend:
         return fut, _PoolCancel(self._pool, job.job_id)
 
     def _send(self, job: Job) -> None:
-        size, version = job.identity
+        # The pool reads each job's fields by name (grader_rs/src/py/pool.rs).
         if type(job) is ToolJob:
-            self._pool.submit_tool(job.job_id, job.db_path, size, version, job.sql, job.timeout_s,
-                                   job.max_rows, job.max_cell_chars, job.max_chars, job.count_cap)
+            self._pool.submit_tool(job)
         elif type(job) is DigestJob:
-            self._pool.submit_digest(job.job_id, job.db_path, size, version, job.sql, job.semantics,
-                                     job.float_digits, job.timeout_s, job.column_order)
+            self._pool.submit_digest(job)
         elif type(job) is GradeJob:
-            self._pool.submit_grade(job.job_id, job.db_path, size, version, job.sql, job.gold, job.timeout_s)
+            self._pool.submit_grade(job)
+        elif type(job) is EquivalenceJob:
+            self._pool.submit_call(job.job_id, functools.partial(run_job, job))
         else:
             raise TypeError(f"not a job: {job!r}")
 

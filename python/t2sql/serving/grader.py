@@ -6,6 +6,7 @@ and one grade, and every task's gold result is needed again and again. One Grade
 - the SQL workers (threads by default; worker processes or Ray actors, see t2sql.serving.backends), whose
   size is the one concurrency limit shared by tool calls, golds and predictions;
 - connections cached per worker thread per database file;
+- the equivalence check of correct predictions, as one job on a worker;
 - the gold digest cache: in memory, and on disk under `cache_dir` when given, keyed by the
   database's identity, the gold SQL, the semantics, float_digits and the SQLite version;
 - timeouts and the single retry of a grade whose prediction or gold timed out;
@@ -29,7 +30,6 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 
 from t2sql import (
@@ -45,9 +45,19 @@ from t2sql import (
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
 from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
-from t2sql.serving.backends import DigestJob, GradeJob, Job, ThreadBackend, ToolJob, WorkerLost, next_job_id
+from t2sql.serving.backends import (
+    DigestJob,
+    EquivalenceJob,
+    GradeJob,
+    Job,
+    ThreadBackend,
+    ToolJob,
+    WorkerLost,
+    next_job_id,
+)
+from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport
 from t2sql.serving.gold_cache import _column_order, _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
-from t2sql.serving.manifest import FileIdentity, Manifest, file_identity
+from t2sql.serving.manifest import FileIdentity, GraderIdentity, Manifest, file_identity
 from t2sql.serving.results import GoldResult, GradeResult
 from t2sql.serving.workers import ProcessBackend, RayBackend
 
@@ -58,13 +68,6 @@ BACKENDS = ("thread", "process", "ray")
 
 # How much nicer than the event loop's thread the SQL workers run (see Grader's worker_nice).
 DEFAULT_WORKER_NICE = 10
-
-
-@dataclass(frozen=True)
-class _DbIdentity:
-    file: FileIdentity  # when first seen (size, times, inode, a writer's side files)
-    stat: tuple[int, int]  # (size, version): what connection caches compare
-    cache_id: str  # what the gold cache keys on: manifest sha256, or path + the file identity
 
 
 class Grader:
@@ -135,7 +138,7 @@ class Grader:
         self.concurrency = self._backend.size
 
         self._lock = threading.Lock()
-        self._identities: dict[str, _DbIdentity] = {}
+        self._identities: dict[str, GraderIdentity] = {}
         self._memory: dict[tuple, GoldResult] = {}
         self._keys: dict[tuple, str] = {}  # (identity, gold, semantics, digits) -> cache key
         self._inflight: dict[tuple, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
@@ -153,6 +156,7 @@ class Grader:
             "gold_disk_hits": 0,
             "gold_computed": 0,
             "gold_failures": 0,
+            "equivalence_checks": 0,
         }
 
     # ------------------------------------------------------------------ public asyncio API
@@ -258,6 +262,20 @@ class Grader:
         return await self._gold(db_path, identity, gold_sql, resolved, float_digits, _column_order(column_order),
                                 float(timeout_s or self.grade_timeout_s))
 
+    async def equivalence(self, db_path: str, pred_sql: str, gold_sql: str,
+                          config: EquivalenceConfig) -> EquivalenceReport:
+        """The equivalence check of a correct prediction (t2sql.serving.equivalence), as one job on
+        one SQL worker: its queries on the perturbed copies count against the one concurrency
+        limit. Cancelling the awaiting task interrupts the running query."""
+        self._check_open()
+        ticket = self._admit()
+        if ticket is not None:
+            await ticket
+        identity = self._known_identity(db_path) or await self._new_identity(db_path)
+        self._count("equivalence_checks")
+        return await self._submit(EquivalenceJob(db_path, identity.stat, pred_sql, gold_sql, config,
+                                                 job_id=next_job_id()))
+
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
 
@@ -350,7 +368,7 @@ class Grader:
         except OSError as e:
             raise DatabaseError(f"cannot read database file {db_path}: {e}") from None
 
-    def _known_identity(self, db_path: str) -> _DbIdentity | None:
+    def _known_identity(self, db_path: str) -> GraderIdentity | None:
         """The file's identity if it is unchanged since it was checked, else None (then
         _new_identity checks it). Three stats cost microseconds, so they run on the loop, for
         every call: a file changed under a running Grader (its content, its times, its inode, or
@@ -361,7 +379,7 @@ class Grader:
             return known
         return None
 
-    async def _new_identity(self, db_path: str) -> _DbIdentity:
+    async def _new_identity(self, db_path: str) -> GraderIdentity:
         """A file seen for the first time or changed: checked against the manifest (whose
         sha256 runs in a thread) and recorded."""
         now = self._identity_now(db_path)
@@ -373,7 +391,7 @@ class Grader:
         else:
             cache_id = (f"file:{os.path.realpath(db_path)}:{now.size}:{now.mtime_ns}:{now.ctime_ns}:"
                         f"{now.inode}:{now.device}:{now.side}")
-        identity = _DbIdentity(now, (now.size, now.version), cache_id)
+        identity = GraderIdentity(now, (now.size, now.version), cache_id)
         with self._lock:
             self._identities[db_path] = identity
         return identity
@@ -475,8 +493,3 @@ class Grader:
                 thread.start()
                 self._sync_loop, self._sync_thread = loop, thread
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
-
-
-# ---------------------------------------------------------------------- the disk cache
-
-

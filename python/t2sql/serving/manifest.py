@@ -91,6 +91,15 @@ def file_identity(path: str | os.PathLike) -> FileIdentity:
 
 
 @dataclass(frozen=True)
+class GraderIdentity:
+    """What a Grader records of a database at its first use (or after it changed)."""
+
+    file: FileIdentity  # when first seen (size, times, inode, a writer's side files)
+    stat: tuple[int, int]  # (size, version): what connection caches compare
+    cache_id: str  # what the gold cache keys on: manifest sha256, or path + the file identity
+
+
+@dataclass(frozen=True)
 class ManifestEntry:
     db_id: str
     path: str  # relative to the manifest's db_root
