@@ -109,3 +109,39 @@ def test_a_gold_digest_from_another_secret_is_its_own_error():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]
+
+
+def test_the_core_stub_names_every_parameter_the_core_takes():
+    """_grader.pyi is what editors and type checkers see: every function and method of the compiled
+    core is in it, with the same parameter names (a keyword the core takes but the stub lacks, like
+    column_order once, is invisible to users)."""
+    from t2sql import _grader
+
+    stub = ast.parse((PACKAGE / "_grader.pyi").read_text())
+
+    def params(node: ast.FunctionDef) -> list[str]:
+        a = node.args
+        return [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs] if p.arg != "self"]
+
+    stubbed: dict[str, list[str]] = {}
+    for node in stub.body:
+        if isinstance(node, ast.FunctionDef):
+            stubbed[node.name] = params(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name != "__init__":
+                    stubbed[f"{node.name}.{item.name}"] = params(item)
+    mismatched, checked = [], 0
+    for name, value in vars(_grader).items():
+        members = [(name, value)]
+        if inspect.isclass(value) and not issubclass(value, BaseException):
+            members = [(f"{name}.{m}", f) for m, f in vars(value).items()
+                       if not m.startswith("_") and callable(f) and getattr(f, "__text_signature__", None)]
+        for qualified, function in members:
+            if not callable(function) or inspect.isclass(function) or name.startswith("_"):
+                continue
+            runtime = [p for p in inspect.signature(function).parameters if p != "self"]
+            checked += 1
+            if stubbed.get(qualified) != runtime:
+                mismatched.append(f"{qualified}: core {runtime}, stub {stubbed.get(qualified)}")
+    assert checked > 20 and not mismatched, mismatched

@@ -6,7 +6,12 @@ names from `t2sql`; import them from there.
 
 from typing import Callable, Literal, Protocol
 
-Semantics = Literal["multiset", "ordered", "set", "auto"]
+# A grading method: multiset, set, ordered (or list), auto (ordered when the gold has ORDER BY, else
+# multiset), or subset with a count: "subset,=,N" (exactly N distinct gold rows) / "subset,>=,N" (at
+# least N). Names are read leniently (case, spaces). The canonical name of a resolved method is one
+# of "multiset", "ordered", "set" or "subset,=,N" / "subset,>=,N" (a str).
+Semantics = str
+Resolved = str
 Outcome = Literal[
     "match", "mismatch", "pred_error", "pred_timeout", "unsafe", "gold_error", "gold_timeout"
 ]
@@ -63,20 +68,22 @@ class ToolResult:
 
 class Digest:
     """A result's streaming digest: counts plus a 128-bit keyed hash (never rows)."""
-    semantics: Literal["multiset", "ordered", "set"]
+    semantics: Resolved
     float_digits: int | None
-    rows: int  # rows for multiset/ordered; distinct rows for set
+    rows: int  # rows for multiset/ordered; distinct rows for set and subset
     columns: int
     elapsed_s: float
     secret_id: str  # which hash secret made it; digests of different secrets never compare
     def to_bytes(self) -> bytes: ...
     @staticmethod
     def from_bytes(data: bytes) -> Digest: ...
+    def same_result(self, other: Digest) -> bool:
+        """Whether two digests (same method and secret) stand for equal results: maj@K's vote."""
 
 class Verdict:
     outcome: Outcome
     detail: str
-    semantics: Literal["multiset", "ordered", "set"]
+    semantics: Resolved
     pred_rows: int | None
     gold_rows: int | None
     elapsed_s: float
@@ -112,6 +119,7 @@ class Database:
         float_digits: int | None = ...,
         timeout_s: float = ...,
         *,
+        column_order: Literal["strict", "ignore"] = "strict",
         cancel: Cancel | None = None,
     ) -> Digest: ...
     def grade_against(
@@ -132,8 +140,10 @@ class Database:
         float_digits: int | None = ...,
         timeout_s: float = ...,
         *,
+        column_order: Literal["strict", "ignore"] = "strict",
         cancel: Cancel | None = None,
-    ) -> Verdict: ...
+    ) -> Verdict:
+        """column_order="ignore" compares each row as the multiset of its cells."""
     def perturbed(
         self, kind: Literal["sample", "duplicate", "shuffle", "nullify"], seed: int, *, max_bytes: int = 268435456
     ) -> Database:
@@ -186,7 +196,9 @@ class SqlPool:
     def close(self) -> None:
         """Cancel what runs or waits and join the workers; a last drain() collects those jobs."""
 
-def resolve_semantics(gold_sql: str, semantics: Semantics) -> Literal["multiset", "ordered", "set"]: ...
+def resolve_semantics(gold_sql: str, semantics: Semantics) -> Resolved:
+    """The canonical method `semantics` names for this gold ("auto" resolved against its SQL);
+    ValueError for a name that cannot be read."""
 def sqlite_version() -> str: ...
 def set_hash_secret(secret: bytes) -> None: ...
 def hash_secret_id() -> str: ...
