@@ -21,3 +21,17 @@ def test_bench_grader_smoke(tmp_path):
         path = size["paths"][name]
         assert path["seconds"] > 0 and path["peak_mb"] > 0, name
     assert size["parallel"]["speedup"] > 0
+
+
+def test_bench_grader_help_lists_its_paths_and_bad_flags_are_usage_errors():
+    from t2sql.bench.grader import PATHS
+
+    run = lambda *a: subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "grader", *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=60)
+    help_text = run("--help").stdout
+    assert all(f"  {name} " in help_text for name in PATHS)
+    for flags, said in ((["--skip", "t2sql_nope"], "unknown path(s) in --skip: t2sql_nope"),
+                        (["--rows", "lots"], "--rows takes positive row counts"),
+                        (["--rows", "0"], "--rows takes positive row counts")):
+        proc = run(*flags)
+        assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import t2sql
-from t2sql.bench.grader import bench_grader, format_grader
+from t2sql.bench.grader import PATHS, bench_grader, format_grader
 from t2sql.bench.serving import (
     TOOL_PATHS,
     _say,
@@ -27,12 +27,16 @@ from t2sql.data.tasks import database_path
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     suites = p.add_subparsers(dest="suite", metavar="SUITE", required=True)
-    g = suites.add_parser("grader", help="the grading core vs its peers on a large table")
+    paths = "\n".join(f"  {name:<17} {label}" for name, (label, _) in PATHS.items())
+    g = suites.add_parser("grader", help="the grading core vs its peers on a large table",
+                          description="The grading core vs its peers on a large table: each path in its own "
+                                      "process, timed after its imports, with its peak memory.\n\npaths:\n" + paths,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("--rows", default="1000000,5000000", help="table sizes, comma-separated")
     g.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "t2sql-bench"),
                    help="where the benchmark tables are built (and reused)")
     g.add_argument("--repeat", type=int, default=5, help="runs of the fast paths, round-robin (best is kept)")
-    g.add_argument("--skip", default="", help="comma-separated paths to skip (e.g. python_counter)")
+    g.add_argument("--skip", default="", help="comma-separated paths to skip (e.g. python_counter; paths above)")
     g.add_argument("--json", action="store_true", help="print the report as JSON")
     s = suites.add_parser("serving", help="the Grader at training scale (tool latency, grades/s, loop stalls)")
     add_serving_arguments(s)
@@ -41,8 +45,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.suite == "serving":
         return run_serving(args)
-    rows = [int(x) for x in str(args.rows).split(",") if x.strip()]
+    try:
+        rows = [int(x) for x in str(args.rows).split(",") if x.strip()]
+    except ValueError:
+        rows = []
+    if not rows or min(rows) < 1:
+        print(f"t2sql bench grader: --rows takes positive row counts, comma-separated, not {args.rows!r}",
+              file=sys.stderr)
+        return 2
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = sorted(skip - set(PATHS))
+    if unknown:
+        print(f"t2sql bench grader: unknown path(s) in --skip: {', '.join(unknown)}; the paths are "
+              f"{', '.join(PATHS)}", file=sys.stderr)
+        return 2
     report = bench_grader(rows, Path(args.work_dir), max(1, args.repeat), skip)
     print(json.dumps(report, indent=2) if args.json else format_grader(report))
     return 0
