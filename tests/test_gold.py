@@ -165,3 +165,16 @@ def test_a_cache_secret_of_the_wrong_size_is_one_clear_line(tmp_path):
     proc = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--cache-dir", str(cache))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "holds 5 bytes, not a 32-byte hash secret" in proc.stderr
+
+
+def test_bird_questions_find_their_databases_beside_the_file_and_any_method_is_taken(tmp_path):
+    """As `t2sql eval` does: without --db-root a BIRD question file's databases are beside it; and
+    --semantics takes every grading method `t2sql grade` takes."""
+    from t2sql.eval.runner import sample_questions
+
+    for method in ("auto", "list", "subset,>=,1"):
+        proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "gold", "--data", str(sample_questions()),
+                               "--semantics", method, "--json"], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-500:]
+        summary = json.loads(proc.stdout)
+        assert summary["ok"] == 129 and summary["failures"] == [], method

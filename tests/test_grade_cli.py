@@ -67,9 +67,31 @@ def test_trouble_is_exit_2_with_one_line_and_no_traceback(db_root, tmp_path):
          b"--gold", b"SELECT '\xff'"], capture_output=True, timeout=120)
     assert not_utf8.returncode == 2 and b"Traceback" not in not_utf8.stderr
     assert b"--gold is not valid UTF-8" in not_utf8.stderr
-    bad_timeout = t2sql("grade", "--db", db, "--pred", "SELECT 1", "--gold", "SELECT 1", "--timeout-s", "0",
-                        check=False)
-    assert bad_timeout.returncode == 2 and "Traceback" not in bad_timeout.stderr
+    for timeout in ("0", "-3", "nan", "inf", "soon"):
+        bad_timeout = t2sql("grade", "--db", db, "--pred", "SELECT 1", "--gold", "SELECT 1", "--timeout-s", timeout,
+                            check=False)
+        assert bad_timeout.returncode == 2 and "Traceback" not in bad_timeout.stderr, timeout
+        assert "--timeout-s" in bad_timeout.stderr and "seconds" in bad_timeout.stderr
+    not_utf8_db = subprocess.run(
+        [sys.executable.encode(), b"-m", b"t2sql.cli", b"grade", b"--db", b"/tmp/\xff.sqlite", b"--pred", b"SELECT 1",
+         b"--gold", b"SELECT 1"], capture_output=True, timeout=120)
+    assert not_utf8_db.returncode == 2 and b"--db is not valid UTF-8; pass the path" in not_utf8_db.stderr
+
+
+def test_every_time_limit_flag_refuses_nan_and_inf():
+    """A limit of nan or inf is no limit: every command refuses it as a usage error (exit 2)."""
+    commands = [
+        ("grade", "--db-id", "superhero", "--pred", "SELECT 1", "--gold", "SELECT 1", "--timeout-s"),
+        ("gold", "--timeout"),
+        ("convert", "--out", "/nonexistent/never-written.jsonl", "--gold-timeout"),
+        ("eval", "--policy", "model", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--timeout"),
+        ("eval", "--policy", "model", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--max-response-mb"),
+    ]
+    for command in commands:
+        for value in ("nan", "inf", "-1"):
+            proc = t2sql(*command, value, check=False)
+            assert proc.returncode == 2, (command, value, proc.stderr[-300:])
+            assert "Traceback" not in proc.stderr and "positive, finite" in proc.stderr, (command, value)
 
 
 def test_float_digits_flag(db_root):

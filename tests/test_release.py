@@ -63,6 +63,38 @@ def test_a_fallback_method_is_chosen_by_flag_never_silently():
     assert problems == []
     methods = {t["question_id"]: t["grading_method"] for _, t in rows}
     assert methods["1104"] == methods["1105"] == "set"
+    given = {t["question_id"]: t["grading_method_given"] for _, t in rows if "grading_method_given" in t}
+    assert given == {"1104": "subset", "1105": "subset"}
+
+
+def _stand_in_databases(root, split: str) -> None:
+    """An empty SQLite file for every db_id of the split (the release's databases are not here)."""
+    import sqlite3
+
+    for db_id in {obj["db_id"] for _, obj in _rows(split)}:
+        (root / db_id).mkdir(parents=True, exist_ok=True)
+        sqlite3.connect(root / db_id / f"{db_id}.sqlite").execute("CREATE TABLE t(x)").connection.close()
+
+
+def test_convert_gold_and_eval_say_which_tasks_the_fallback_graded(tmp_path):
+    from t2sql.eval.runner import load_tasks
+
+    _stand_in_databases(tmp_path / "db", "train")
+    train, fallback = str(RELEASE / FILES["train"]), ["--grading-method-fallback", "set"]
+    said = "grading_method 'subset' cannot be read; graded as 'set' (--grading-method-fallback)"
+    convert = subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", "--questions", train, "--db-root",
+                              str(tmp_path / "db"), "--out-dir", str(tmp_path / "out"), "--no-check-gold", *fallback],
+                             capture_output=True, text=True, timeout=300)
+    assert convert.returncode == 0, convert.stderr
+    assert f"note: task 1104: {said}" in convert.stderr and f"note: task 1105: {said}" in convert.stderr
+    written = [json.loads(line) for line in (tmp_path / "out" / "bird-verified-train.jsonl").read_text().splitlines()]
+    kept = {r["metadata"]["question_id"]: r["metadata"].get("grading_method_given") for r in written}
+    assert kept["1104"] == kept["1105"] == "subset" and sum(v is not None for v in kept.values()) == 2
+    gold = subprocess.run([sys.executable, "-m", "t2sql.cli", "gold", "--data", train, "--db-root",
+                           str(tmp_path / "db"), "--json", *fallback], capture_output=True, text=True, timeout=300)
+    assert f"note: task 1104: {said}" in gold.stderr and f"note: task 1105: {said}" in gold.stderr
+    loaded = load_tasks(train, tmp_path / "db", method_fallback="set")
+    assert loaded.notes == [f"task 1104: {said}", f"task 1105: {said}"]
 
 
 
@@ -122,4 +154,5 @@ def test_arcwise_tasks_on_the_three_databases_run_end_to_end(tmp_path):
     assert ev.returncode == 0, ev.stderr
     summary = json.loads(ev.stdout)
     assert summary["episodes"] == 140 and summary["accuracy"] == 1.0 and summary["mean_reward"] == 1.0
-    assert ev.stderr.count("not found") == 358
+    assert ev.stderr.count("not found") == 358 and summary["rows_skipped"] == 358
+    assert "140 tasks from" in ev.stderr and "(358 rows skipped, listed above)" in ev.stderr

@@ -7,6 +7,7 @@ module only converts arguments.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
@@ -74,6 +75,38 @@ def method_arg(text: str) -> str:
         return check_method(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def seconds_arg(text: str) -> float:
+    """argparse type of a time limit: a positive, finite number of seconds (nan and inf are not
+    limits), or a usage error."""
+    return _positive(text, "number of seconds")
+
+
+def positive_arg(text: str) -> float:
+    """argparse type of a positive, finite amount (megabytes, a backoff)."""
+    return _positive(text, "number")
+
+
+def _positive(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {what}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"give a positive, finite {what}, not {text!r}")
+    return value
+
+
+def fallback_note(given: str, question_id: Any, used: str | None) -> str | None:
+    """The line that says a task was graded by the fallback method because its own grading_method
+    cannot be read (None when it can): a fallback is a user's choice, never a silent one."""
+    try:
+        check_method(given)
+        return None
+    except ValueError:
+        return (f"task {question_id}: grading_method {given!r} cannot be read; graded as {used!r} "
+                "(--grading-method-fallback)")
 
 
 def task_method(method: str, question_id: Any, fallback: str | None = None) -> str:

@@ -13,7 +13,7 @@ from t2sql.errors import DataError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from t2sql.grading import method_arg
+    from t2sql.grading import method_arg, seconds_arg
 
     parser.add_argument("--questions", required=True, help="BIRD-layout question file (.json array or .jsonl)")
     parser.add_argument("--db-root", required=True, help="directory holding <db_id>/<db_id>.sqlite")
@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--recipe", default=DEFAULT_RECIPE, help="preset the prompt is built for")
     parser.add_argument("--no-check-gold", action="store_true", help="skip executing every gold query")
-    parser.add_argument("--gold-timeout", type=float, default=DEFAULT_GOLD_TIMEOUT_S, help="seconds per gold query")
+    parser.add_argument("--gold-timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
+                        help="seconds per gold query")
     parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
     parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
@@ -59,5 +60,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"skipped: {p}", file=sys.stderr)
         print(summary_table([report]))
         print("grading methods: " + describe_methods(report.methods))
+        for note in report.fallbacks:
+            print(f"note: {note}", file=sys.stderr)
         print(f"wrote {report.out_path}")
     return 0

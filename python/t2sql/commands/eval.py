@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from t2sql.grading import method_arg
+    from t2sql.grading import method_arg, positive_arg, seconds_arg
 
     what = parser.add_argument_group("what to evaluate")
     what.add_argument("--policy", choices=("model", "oracle"), default="model",
@@ -61,12 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
     model.add_argument("--api-key-env", default="OPENAI_API_KEY",
                        help="environment variable holding a bearer token for --api openai, if set")
-    model.add_argument("--timeout", type=float, default=600.0,
+    model.add_argument("--timeout", type=seconds_arg, default=600.0,
                        help="seconds one whole request may take, the reply's last byte included")
-    model.add_argument("--max-response-mb", type=float, default=16.0,
+    model.add_argument("--max-response-mb", type=positive_arg, default=16.0,
                        help="a reply larger than this is refused unread (an endpoint_error), never held whole")
     model.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff")
-    model.add_argument("--retry-backoff", type=float, default=1.0, help="first backoff in seconds (doubles)")
+    model.add_argument("--retry-backoff", type=positive_arg, default=1.0, help="first backoff in seconds (doubles)")
 
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", default=None,
@@ -132,6 +132,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)
         for message in loaded.skipped:
             log(f"skipped: {message}")
+        for note in loaded.notes:
+            log(f"note: {note}")
         policy = build_policy(args, preset, tokenizer=tokenizer)
     except EvalError as e:
         log(f"t2sql eval: {e}")
@@ -145,7 +147,9 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         "model": args.model if args.policy == "model" else None,
         "preset": preset_name,
     }
-    log(f"t2sql eval: {len(loaded.tasks)} tasks from {data} | policy {policy.name}"
+    log(f"t2sql eval: {len(loaded.tasks)} tasks from {data}"
+        + (f" ({len(loaded.skipped)} rows skipped, listed above)" if loaded.skipped else "")
+        + f" | policy {policy.name}"
         + (f" | model {args.model} at {args.endpoint}" if args.policy == "model" else ""))
     methods = method_counts(preset.method_for(t.grading_method) for t in loaded.tasks)
     log("grading methods: " + describe_methods(methods))
@@ -166,11 +170,14 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     except EvalError as e:
         log(f"t2sql eval: {e}")
         return 2
-    summary = {**outcome.summary, "ran": outcome.ran, "resumed_skipped": outcome.skipped_finished,
+    summary = {**outcome.summary, "ran": outcome.ran, "rows_skipped": len(loaded.skipped),
+               "resumed_skipped": outcome.skipped_finished,
                "aborted": outcome.aborted, "out": str(args.out), "run": run_info}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(outcome.summary))
+        if loaded.skipped:
+            print(f"rows skipped: {len(loaded.skipped)} (not tasks: each is named on stderr above)")
         print(f"results: {args.out}")
     return 1 if (outcome.aborted or outcome.summary["unfinished"]) else 0

@@ -36,7 +36,7 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
                  method_fallback: str | None = None) -> GoldTask:
     """A BIRD question or a converted miles row -> the gold to run."""
     from t2sql.errors import TaskError
-    from t2sql.grading import task_method
+    from t2sql.grading import fallback_note, task_method
 
     label = obj.get("label") if isinstance(obj.get("label"), dict) else None
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
@@ -53,7 +53,9 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
         except TaskError as e:
             return GoldTask(row, question_id, db_id, str(gold_sql or ""), None, str(e), method_unreadable=True)
     task = _locate(row, question_id, db_id, gold_sql, metadata, db_root)
-    return GoldTask(task.row, task.question_id, task.db_id, task.gold_sql, task.db_path, task.problem, method)
+    note = fallback_note(str(raw_method), question_id, method) if method is not None else None
+    return GoldTask(task.row, task.question_id, task.db_id, task.gold_sql, task.db_path, task.problem, method,
+                    method_note=note)
 
 
 def _locate(row: int, question_id: str, db_id: str, gold_sql: Any, metadata: dict, db_root: str | None) -> GoldTask:
@@ -75,21 +77,25 @@ def _locate(row: int, question_id: str, db_id: str, gold_sql: Any, metadata: dic
 
 def load_tasks(data: str | os.PathLike, db_root: str | None,
                method_fallback: str | None = None) -> tuple[list[GoldTask], list[GoldRecord]]:
-    """Every readable row's gold, plus a failure record for each unreadable line."""
+    """Every readable row's gold, plus a failure record for each unreadable line. Without db_root,
+    BIRD rows find their databases beside the question file (BIRD's layout, as `t2sql eval` does)
+    and converted rows use the db_path recorded at conversion."""
     from t2sql.data.tasks import load_questions
 
     raw, problems = load_questions(data)
     bad = [GoldRecord("", "", p.row, None, None, None, "skipped", f"line {p.row}: {p.message}")
            for p in problems]
-    return [extract_task(row, obj, db_root, method_fallback) for row, obj in raw], bad
+    beside = str(Path(data).parent)
+    return [extract_task(row, obj, db_root if db_root is not None or isinstance(obj.get("metadata"), dict)
+                         else beside, method_fallback) for row, obj in raw], bad
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from t2sql.grading import method_arg
+    from t2sql.grading import method_arg, seconds_arg
 
     parser.add_argument("--data", required=True, help="split: BIRD question json/jsonl or converted miles jsonl")
-    parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite "
-                        "(default: each row's metadata.db_path)")
+    parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: BIRD rows "
+                        "beside --data, converted rows their metadata.db_path)")
     parser.add_argument("--workers", type=int, default=None, help="SQL workers (default: all cores)")
     parser.add_argument("--cache-dir", help="gold cache directory to fill (and the manifest's home)")
     parser.add_argument("--manifest", help="database manifest to write (default: CACHE_DIR/manifest.json)")
@@ -98,14 +104,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     parser.add_argument("--recipe", default=None, help="preset whose semantics/float_digits/grade timeout "
                         "to use (default: the recipe's default preset)")
-    parser.add_argument("--semantics", choices=["multiset", "ordered", "set", "auto"], default=None,
+    parser.add_argument("--semantics", type=method_arg, default=None,
+                        metavar="multiset|set|ordered|list|subset,=,N|subset,>=,N|auto",
                         help="one method for every task (default: each task's grading_method when the "
                              "preset honors task methods, else the preset's)")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                         help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
                              "without it such a task is reported as a failure")
     parser.add_argument("--float-digits", type=int, default=None)
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per gold query")
+    parser.add_argument("--timeout", type=seconds_arg, default=None, help="seconds per gold query")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
 
 
@@ -142,6 +149,9 @@ def run(args) -> int:
     except (DataError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for task in tasks:
+        if task.method_note:
+            print(f"note: {task.method_note}", file=sys.stderr)
 
     manifest_path = args.manifest or (os.path.join(args.cache_dir, "manifest.json") if args.cache_dir else None)
     paths_by_id = {t.db_id: t.db_path for t in tasks if t.db_path is not None}

@@ -13,7 +13,7 @@ from typing import Iterator
 
 from t2sql._grader import MAX_FLOAT_DIGITS, Database, DatabaseError, T2sqlError, Verdict
 from t2sql.atomic import atomic_write
-from t2sql.grading import OUTCOMES, check_method, grade, method_arg
+from t2sql.grading import OUTCOMES, check_method, grade, method_arg, seconds_arg
 
 
 def _float_digits(text: str) -> int | None:
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gold", help="gold SQL (single grade)")
     p.add_argument("--pairs", help='JSONL file, one {"id","db_id","pred","gold"} per line')
     p.add_argument("--db-root", help="databases at DIR/<db_id>/<db_id>.sqlite (with --pairs or --db-id)")
-    p.add_argument("--out", help="JSONL output, one line per input line, in order (with --pairs)")
+    p.add_argument("--out", help="JSONL output, one line per non-blank input line, in order (with --pairs)")
     p.add_argument("--semantics", default="multiset", type=_method_arg,
                    metavar="multiset|set|ordered|list|subset,=,N|subset,>=,N|auto|task",
                    help="how results are compared (default multiset); task: each --pairs line's own "
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ignore: compare each row as the multiset of its cells (default strict)")
     p.add_argument("--float-digits", type=_float_digits, default=12, metavar="N|exact",
                    help="significant digits for non-integral REALs (default 12), or 'exact'")
-    p.add_argument("--timeout-s", type=float, default=30.0, help="per-query timeout in seconds")
+    p.add_argument("--timeout-s", type=seconds_arg, default=30.0, help="per-query timeout in seconds")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -77,13 +77,12 @@ def _utf8_problem(**texts: str | None) -> str | None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            return f"--{name.replace('_', '-')} is not valid UTF-8; pass the SQL as UTF-8 text"
+            what = "the SQL" if name in ("pred", "gold") else "the path"
+            return f"--{name.replace('_', '-')} is not valid UTF-8; pass {what} as UTF-8 text"
     return None
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.timeout_s <= 0:
-        return _fail(f"--timeout-s must be positive, got {args.timeout_s}")
     problem = _utf8_problem(pred=args.pred, gold=args.gold, db=args.db, db_id=args.db_id, pairs=args.pairs,
                             out=args.out, db_root=args.db_root)
     if problem:

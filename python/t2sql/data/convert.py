@@ -84,6 +84,7 @@ class SplitReport:
     problems: list[Problem] = field(default_factory=list)
     dropped: int = 0
     methods: dict[str, int] = field(default_factory=dict)  # grading_method -> rows ("" = none: the preset's)
+    fallbacks: list[str] = field(default_factory=list)  # one note per task graded by --grading-method-fallback
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +103,7 @@ class SplitReport:
             ),
             "dropped": self.dropped,
             "methods": dict(self.methods),
+            "fallbacks": list(self.fallbacks),
             "problems": [p.__dict__ for p in self.problems],
         }
 
@@ -179,6 +181,7 @@ def build_rows(
                     "evidence": task.evidence,
                     "difficulty": task.difficulty,
                     **({"grading_method": task.grading_method} if task.grading_method else {}),
+                    **({"grading_method_given": t["grading_method_given"]} if "grading_method_given" in t else {}),
                     "split": split,
                     "recipe": recipe,
                     **t.get("originals", {}),
@@ -218,7 +221,7 @@ def convert_split(
 
     Raises DataError (nothing written) when any row has a problem and drop_invalid is off.
     """
-    from t2sql.grading import method_counts
+    from t2sql.grading import fallback_note, method_counts
 
     db_root = Path(db_root)
     if not db_root.is_dir():
@@ -257,6 +260,8 @@ def convert_split(
         )
     report.dropped = len({p.row for p in problems})
     report.methods = method_counts(t.get("grading_method") or "(preset's)" for _, t in rows)
+    report.fallbacks = [fallback_note(t["grading_method_given"], t["question_id"], t["grading_method"])
+                        for _, t in rows if "grading_method_given" in t]
     built = build_rows(rows, db_root, split=split, recipe=recipe)
     if out_path is not None:
         report.rows_written = write_jsonl_atomic(out_path, built)

@@ -38,7 +38,7 @@ from t2sql.episode import prompt as prompts
 from t2sql.episode import reward as rewards
 from t2sql.episode.presets import Preset
 from t2sql.errors import EpisodeFinished, TaskError
-from t2sql.grading import task_method
+from t2sql.grading import fallback_note, task_method
 
 if TYPE_CHECKING:
     from t2sql.serving.grader import Grader
@@ -80,6 +80,7 @@ class Task:
     gold_sql: str
     difficulty: str = ""
     grading_method: str | None = None  # the task's own comparison (BIRD-Verified), canonical name
+    grading_method_given: str | None = None  # the data's unreadable method, when the fallback replaced it
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], db_root: str | Path | None = None, *,
@@ -122,11 +123,9 @@ class Task:
             db_path = fields["db_path"]
         else:
             raise TaskError(f"task {qid!r} has no db_path; pass the database root (<root>/<db_id>/<db_id>.sqlite)")
-        method = fields.get("grading_method")
-        if method is not None and str(method).strip():
-            method = task_method(str(method), qid, method_fallback)
-        else:
-            method = None
+        given = fields.get("grading_method")
+        method = task_method(str(given), qid, method_fallback) if given is not None and str(given).strip() else None
+        replaced = method is not None and fallback_note(str(given), qid, method) is not None
         return cls(
             question_id=str(qid),
             db_id=db_id,
@@ -136,6 +135,7 @@ class Task:
             gold_sql=gold,  # type: ignore[arg-type]
             difficulty=str(fields.get("difficulty") or ""),
             grading_method=method,
+            grading_method_given=str(given) if replaced else None,
         )
 
 

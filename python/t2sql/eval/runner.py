@@ -38,7 +38,7 @@ import asyncio
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,7 @@ def sample_questions() -> Path:
 class LoadedTasks:
     tasks: list[Task]
     skipped: list[str]  # one message per row that could not become a task
+    notes: list[str] = field(default_factory=list)  # tasks graded by --grading-method-fallback
 
 
 def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, limit: int | None = None,
@@ -99,6 +100,7 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     from t2sql.data.tasks import load_questions
     from t2sql.episode.machine import Task
     from t2sql.errors import DataError
+    from t2sql.grading import fallback_note
 
     path = Path(data)
     try:
@@ -108,6 +110,7 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     if db_root is not None and not Path(db_root).is_dir():
         raise EvalError(f"--db-root {db_root} is not a directory (it must hold <db_id>/<db_id>.sqlite)")
     skipped = [f"{path}: {p}" for p in problems]
+    notes: list[str] = []
     tasks: list[Task] = []
     seen: set[str] = set()
     for row_number, row in raw:
@@ -119,6 +122,8 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
         except Exception as e:  # noqa: BLE001 - one bad row must not stop the run; it is reported
             skipped.append(f"{path}: row {row_number}: {type(e).__name__}: {e}; row skipped")
             continue
+        if task.grading_method_given is not None:
+            notes.append(fallback_note(task.grading_method_given, task.question_id, task.grading_method))
         if task.question_id in seen:
             skipped.append(f"{path}: row {row_number}: duplicate question_id {task.question_id}; row skipped")
             continue
@@ -135,7 +140,7 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     if not tasks:
         detail = ("\n  " + "\n  ".join(skipped[:10])) if skipped else ""
         raise EvalError(f"--data {path}: no usable task{detail}")
-    return LoadedTasks(tasks, skipped)
+    return LoadedTasks(tasks, skipped, notes)
 
 
 # ---------------------------------------------------------------------------------------------

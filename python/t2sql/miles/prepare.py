@@ -227,6 +227,8 @@ def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
         print(data.summary_table(reports))
         for r in reports:
             print(f"{r.split} grading methods: " + describe_methods(r.methods))
+            for note in r.fallbacks:
+                print(f"note: {r.split}: {note}", file=sys.stderr)
         steps.append(("convert data", ", ".join(f"{r.split} {r.rows_written}" for r in reports)))
         manifests = write_manifests(c, split_roots)
         steps.append(("database manifest", ", ".join(str(m) for m in manifests)))

@@ -97,7 +97,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from t2sql.grading import method_arg
+    from t2sql.grading import method_arg, seconds_arg
 
     parser = argparse.ArgumentParser(prog="t2sql-train", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-repo", default=None, help="Hugging Face dataset id of the data release")
     p.add_argument("--field-map", nargs="*", default=[], metavar="FIELD=KEY", help="see `t2sql convert --help`")
     p.add_argument("--splits", nargs="+", default=list(SPLITS), help="splits of the release to convert")
-    p.add_argument("--gold-timeout", type=float, default=60.0, help="seconds per gold query while validating")
+    p.add_argument("--gold-timeout", type=seconds_arg, default=60.0, help="seconds per gold query while validating")
     p.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     p.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                    help="the method for tasks whose grading_method cannot be read (two BIRD-Verified train "

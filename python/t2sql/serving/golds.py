@@ -17,6 +17,7 @@ class GoldTask:
     problem: str | None = None
     method: str | None = None  # the task's own grading_method (canonical), if it has one
     method_unreadable: bool = False  # its grading_method could not be read (then `problem` says why)
+    method_note: str | None = None  # said when --grading-method-fallback replaced an unreadable method
 
 
 @dataclass
