@@ -360,6 +360,19 @@ def test_episode_takes_the_penalty_and_reports_the_metrics():
     assert "equivalence_refuted" not in bare.metrics
 
 
+def test_a_trajectory_without_a_grader_is_checked_on_a_thread_of_its_own():
+    """score() on a Trajectory a user built (no Grader): the check still runs, off the loop."""
+    from t2sql.episode.reward import Trajectory
+
+    def trajectory(solution: str) -> Trajectory:
+        return Trajectory(outcome="correct", evidence="", visible=("x",), prose=("x",), answer_turn=0,
+                          invalid_tool_calls=0, solution=solution, task=_task())
+
+    lucky = asyncio.run(eq.check_trajectory(trajectory(PRED_IN), RECIPE))
+    exact = asyncio.run(eq.check_trajectory(trajectory(GOLD_JOIN), RECIPE))
+    assert lucky.refuted and exact.checked and not exact.refuted
+
+
 # -- the measurement command
 
 
