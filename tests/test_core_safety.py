@@ -197,7 +197,7 @@ def test_cancel_interrupts_a_running_query_from_another_thread(sandbox):
     token.cancel()
     t.join(5)
     assert not t.is_alive()
-    assert time.monotonic() - cancelled_at < 0.5
+    assert time.monotonic() - cancelled_at < 1.5  # far below the 60 s limit; loose for a loaded CI machine
     assert len(errors) == 1 and isinstance(errors[0], QueryCancelled)
     assert token.cancelled
     # A token that already fired stops the next query before it starts.
