@@ -174,11 +174,7 @@ class Grader:
     ):
         """One `execute_sql_query` call. Raises UnsafeQuery / SqlError / QueryTimeout /
         DatabaseError exactly like Database.run_tool."""
-        self._check_open()
-        ticket = self._admit()
-        if ticket is not None:
-            await ticket
-        identity = self._known_identity(db_path) or await self._new_identity(db_path)
+        identity = await self._enter(db_path)
         self._count("tool_calls")
         return await self._submit(ToolJob(db_path, identity.stat, sql, float(timeout_s or self.tool_timeout_s),
                                           max_rows, max_cell_chars, max_chars, count_cap, job_id=next_job_id()))
@@ -198,12 +194,8 @@ class Grader:
         set, ordered / list, subset,=,N, subset,>=,N, or auto) and `column_order` (strict, or
         ignore: each row compared as the multiset of its cells). SQL problems are outcomes,
         never exceptions; a missing or changed database raises DatabaseError."""
-        self._check_open()
         started = time.perf_counter()
-        ticket = self._admit()
-        if ticket is not None:
-            await ticket
-        identity = self._known_identity(db_path) or await self._new_identity(db_path)
+        identity = await self._enter(db_path)
         timeout = float(timeout_s or self.grade_timeout_s)
         resolved = resolve_semantics(gold_sql, semantics)
         order = _column_order(column_order)
@@ -216,8 +208,7 @@ class Grader:
                     retried = True
                     self._count("retries")
                     continue
-                return GradeResult(gold.outcome, gold.detail, retried, None, None,
-                                   time.perf_counter() - started, resolved, False)
+                return _gold_failed(gold, retried, started, resolved)
             try:
                 verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
             except HashSecretMismatch:
@@ -225,8 +216,7 @@ class Grader:
                 # cache key no longer matches, so this runs the gold again under the new one.
                 gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, order, timeout)
                 if not gold.ok:
-                    return GradeResult(gold.outcome, gold.detail, retried, None, None,
-                                       time.perf_counter() - started, resolved, False)
+                    return _gold_failed(gold, retried, started, resolved)
                 verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
             if verdict.outcome == "pred_timeout" and attempt == 0:
                 retried = True
@@ -253,11 +243,7 @@ class Grader:
 
         Concurrent requests for the same gold share one run. A failed or timed-out gold is
         not cached: the next request runs it again."""
-        self._check_open()
-        ticket = self._admit()
-        if ticket is not None:
-            await ticket
-        identity = self._known_identity(db_path) or await self._new_identity(db_path)
+        identity = await self._enter(db_path)
         resolved = resolve_semantics(gold_sql, semantics)
         return await self._gold(db_path, identity, gold_sql, resolved, float_digits, _column_order(column_order),
                                 float(timeout_s or self.grade_timeout_s))
@@ -267,11 +253,7 @@ class Grader:
         """The equivalence check of a correct prediction (t2sql.serving.equivalence), as one job on
         one SQL worker: its queries on the perturbed copies count against the one concurrency
         limit. Cancelling the awaiting task interrupts the running query."""
-        self._check_open()
-        ticket = self._admit()
-        if ticket is not None:
-            await ticket
-        identity = self._known_identity(db_path) or await self._new_identity(db_path)
+        identity = await self._enter(db_path)
         self._count("equivalence_checks")
         return await self._submit(EquivalenceJob(db_path, identity.stat, pred_sql, gold_sql, config,
                                                  job_id=next_job_id()))
@@ -345,9 +327,18 @@ class Grader:
             cancel.cancel()  # queued: never runs; running: SQLite stops at its next progress check
             raise
 
+    async def _enter(self, db_path: str) -> GraderIdentity:
+        """The start of every public call: refuse a closed Grader, wait for admission, and
+        return the file's identity (checked again if it changed)."""
+        self._check_open()
+        ticket = self._admit()
+        if ticket is not None:
+            await ticket
+        return self._known_identity(db_path) or await self._new_identity(db_path)
+
     def _admit(self) -> asyncio.Future | None:
-        """The start of every public call: None, or a future to await first if a burst of calls
-        is under way on this loop (see _Admission)."""
+        """None, or a future to await first if a burst of calls is under way on this loop
+        (see _Admission)."""
         loop = asyncio.get_running_loop()
         last = self._last_admission
         if last is not None and last[0]() is loop:
@@ -493,3 +484,9 @@ class Grader:
                 thread.start()
                 self._sync_loop, self._sync_thread = loop, thread
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
+
+
+def _gold_failed(gold: GoldResult, retried: bool, started: float, semantics: str) -> GradeResult:
+    """grade()'s result when the gold query itself failed or timed out."""
+    return GradeResult(gold.outcome, gold.detail, retried, None, None, time.perf_counter() - started,
+                       semantics, False)
