@@ -346,12 +346,7 @@ mod test {
         method: &str,
         order: ColumnOrder,
     ) -> Verdict {
-        let spec = DigestSpec {
-            semantics: resolve_semantics(gold, method).unwrap(),
-            float_digits: Some(12),
-            column_order: order,
-            row_limit: None,
-        };
+        let spec = spec(resolve_semantics(gold, method).unwrap(), Some(12), order);
         grade(gc, pred, gold, spec, &Budget::new(10.0)).unwrap()
     }
 
@@ -359,10 +354,7 @@ mod test {
     fn subset_verdicts_say_why() {
         let (_d, gc) = fixture();
         let gold = "SELECT id, name FROM t";
-        let v = |pred: &str, method: &str| {
-            let v = verdict(&gc, pred, gold, method, ColumnOrder::Strict);
-            (v.outcome, v.detail)
-        };
+        let v = |pred: &str, method: &str| judged(&gc, pred, gold, method);
         assert_eq!(
             v("SELECT id, name FROM t WHERE id IN (1, 3, 5)", "subset,=,3"),
             (

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import t2sql
+from t2sql._grader import GRADE_DEFAULTS
 from t2sql.errors import DatabaseTooLarge, EquivalenceError
 from t2sql.serving.manifest import file_identity
 
@@ -44,7 +45,7 @@ class EquivalenceConfig:
     max_bytes: int
     timeout_s: float
     semantics: str = "multiset"
-    float_digits: int | None = 12
+    float_digits: int | None = GRADE_DEFAULTS["float_digits"]
     column_order: str = "strict"
 
     def __post_init__(self) -> None:
