@@ -94,6 +94,23 @@ def test_every_time_limit_flag_refuses_nan_and_inf():
             assert "Traceback" not in proc.stderr and "positive, finite" in proc.stderr, (command, value)
 
 
+def test_retry_backoff_may_be_zero_but_not_negative_nan_or_inf():
+    """No backoff between retries is a choice (RetryPolicy takes 0); a negative or endless one is not."""
+    import argparse
+
+    from t2sql.commands.eval import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["--retry-backoff", "0"]).retry_backoff == 0.0
+    assert parser.parse_args(["--retry-backoff", "0.25"]).retry_backoff == 0.25
+    for value in ("nan", "inf", "-1", "soon"):
+        proc = t2sql("eval", "--policy", "model", "--endpoint", "http://127.0.0.1:9", "--model", "m",
+                     "--retry-backoff", value, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (value, proc.stderr[-300:])
+        assert "--retry-backoff" in proc.stderr, value
+
+
 def test_float_digits_flag(db_root):
     db = str(db_root / "alpha" / "alpha.sqlite")
     pred, gold = "SELECT 0.1 + 0.2", "SELECT 0.3"

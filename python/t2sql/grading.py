@@ -84,17 +84,24 @@ def seconds_arg(text: str) -> float:
 
 
 def positive_arg(text: str) -> float:
-    """argparse type of a positive, finite amount (megabytes, a backoff)."""
+    """argparse type of a positive, finite amount (megabytes)."""
     return _positive(text, "number")
 
 
-def _positive(text: str, what: str) -> float:
+def wait_arg(text: str) -> float:
+    """argparse type of a wait that may be none (a retry's backoff): zero or a positive, finite
+    number of seconds."""
+    return _positive(text, "number of seconds", zero_allowed=True)
+
+
+def _positive(text: str, what: str, *, zero_allowed: bool = False) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a {what}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"give a positive, finite {what}, not {text!r}")
+    if not (math.isfinite(value) and (value > 0 or (zero_allowed and value == 0))):
+        kind = "zero or a positive, finite" if zero_allowed else "a positive, finite"
+        raise argparse.ArgumentTypeError(f"give {kind} {what}, not {text!r}")
     return value
 
 

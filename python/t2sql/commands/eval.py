@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from t2sql.grading import method_arg, positive_arg, seconds_arg
+    from t2sql.grading import method_arg, positive_arg, seconds_arg, wait_arg
 
     what = parser.add_argument_group("what to evaluate")
     what.add_argument("--policy", choices=("model", "oracle"), default="model",
@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--max-response-mb", type=positive_arg, default=16.0,
                        help="a reply larger than this is refused unread (an endpoint_error), never held whole")
     model.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff")
-    model.add_argument("--retry-backoff", type=positive_arg, default=1.0, help="first backoff in seconds (doubles)")
+    model.add_argument("--retry-backoff", type=wait_arg, default=1.0, help="first backoff in seconds (doubles)")
 
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", default=None,
