@@ -105,25 +105,22 @@ def _positive(text: str, what: str, *, zero_allowed: bool = False) -> float:
     return value
 
 
-def fallback_note(given: str, question_id: Any, used: str | None) -> str | None:
+def fallback_note(given: str, question_id: Any, used: str) -> str:
     """The line that says a task was graded by the fallback method because its own grading_method
-    cannot be read (None when it can): a fallback is a user's choice, never a silent one."""
-    try:
-        check_method(given)
-        return None
-    except ValueError:
-        return (f"task {question_id}: grading_method {given!r} cannot be read; graded as {used!r} "
-                "(--grading-method-fallback)")
+    cannot be read (task_method said so): a fallback is a user's choice, never a silent one."""
+    return (f"task {question_id}: grading_method {given!r} cannot be read; graded as {used!r} "
+            "(--grading-method-fallback)")
 
 
-def task_method(method: str, question_id: Any, fallback: str | None = None) -> str:
+def task_method(method: str, question_id: Any, fallback: str | None = None) -> tuple[str, bool]:
     """A task's grading_method by its canonical name ("list" -> "ordered", " multiset" ->
-    "multiset"); one that cannot be read is a TaskError naming the task, or `fallback` if given."""
+    "multiset"), and whether `fallback` replaced it: one that cannot be read is a TaskError naming
+    the task, or `fallback` if given."""
     try:
-        return check_method(method)
+        return check_method(method), False
     except ValueError as e:
         if fallback:
-            return check_method(fallback)
+            return check_method(fallback), True
         raise TaskError(
             f"task {question_id!r}: grading_method {method!r} cannot be read ({e}); fix it in the data, "
             "or choose a method for such tasks with --grading-method-fallback METHOD"

@@ -46,14 +46,15 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
     qid = source.get("question_id", metadata.get("question_id"))
     question_id = str(qid) if qid is not None else f"row-{row}"
     raw_method = source.get("grading_method", metadata.get("grading_method"))
-    method = None
+    method, note = None, None
     if raw_method is not None and str(raw_method).strip():
         try:
-            method = task_method(str(raw_method), question_id, method_fallback)
+            method, replaced = task_method(str(raw_method), question_id, method_fallback)
         except TaskError as e:
             return GoldTask(row, question_id, db_id, str(gold_sql or ""), None, str(e), method_unreadable=True)
+        if replaced:
+            note = fallback_note(str(raw_method), question_id, method)
     task = _locate(row, question_id, db_id, gold_sql, metadata, db_root)
-    note = fallback_note(str(raw_method), question_id, method) if method is not None else None
     return GoldTask(task.row, task.question_id, task.db_id, task.gold_sql, task.db_path, task.problem, method,
                     method_note=note)
 

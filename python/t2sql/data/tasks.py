@@ -112,7 +112,7 @@ def normalize_rows(
     fields, kept as they are); structural problems (missing fields, ids, an unreadable
     grading_method unless `method_fallback` names the method to use instead)."""
     from t2sql.errors import TaskError
-    from t2sql.grading import fallback_note, task_method
+    from t2sql.grading import task_method
 
     problems: list[Problem] = []
     qid_key = fields["question_id"]
@@ -135,11 +135,11 @@ def normalize_rows(
         if task["grading_method"]:
             given = task["grading_method"]
             try:
-                task["grading_method"] = task_method(given, task["question_id"], method_fallback)
+                task["grading_method"], replaced = task_method(given, task["question_id"], method_fallback)
             except TaskError as e:
                 problems.append(Problem("bad_grading_method", row, task["question_id"], str(e)))
                 continue
-            if fallback_note(given, task["question_id"], task["grading_method"]):
+            if replaced:
                 task["grading_method_given"] = given  # kept in the row's metadata, reported by convert
         task["originals"] = {k: v for k, v in obj.items() if k.startswith("original_")}
         out.append((row, task))

@@ -38,7 +38,7 @@ from t2sql.episode import prompt as prompts
 from t2sql.episode import reward as rewards
 from t2sql.episode.presets import Preset
 from t2sql.errors import EpisodeFinished, TaskError
-from t2sql.grading import fallback_note, task_method
+from t2sql.grading import task_method
 
 if TYPE_CHECKING:
     from t2sql.serving.grader import Grader
@@ -124,8 +124,8 @@ class Task:
         else:
             raise TaskError(f"task {qid!r} has no db_path; pass the database root (<root>/<db_id>/<db_id>.sqlite)")
         given = fields.get("grading_method")
-        method = task_method(str(given), qid, method_fallback) if given is not None and str(given).strip() else None
-        replaced = method is not None and fallback_note(str(given), qid, method) is not None
+        method, replaced = (task_method(str(given), qid, method_fallback) if given is not None and str(given).strip()
+                            else (None, False))
         return cls(
             question_id=str(qid),
             db_id=db_id,
