@@ -239,3 +239,14 @@ def test_pairs_on_bird_dev(tmp_path):
     proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(bird), "--out", str(out), "--json")
     summary = json.loads(proc.stdout)
     assert summary["counts"]["match"] == 432 and summary["graded"] == 432 and proc.returncode == 0
+
+
+def test_grade_on_the_bundled_sample_never_loads_the_eval_client():
+    """cli.py's promise: `t2sql grade` (here --db-id on the bundled sample) imports no eval module."""
+    code = ("import sys\n"
+            "from t2sql.cli import main\n"
+            "rc = main(['grade', '--db-id', 'superhero', '--pred', 'SELECT 1', '--gold', 'SELECT 1'])\n"
+            "print(rc, sorted(m for m in sys.modules if m.startswith('t2sql.eval')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "0 []", proc.stdout

@@ -22,7 +22,7 @@ from t2sql.bench.serving import (
     bench_tool_latency,
     effective_cores,
 )
-from t2sql.data.tasks import database_path
+from t2sql.data.tasks import database_path, sample_questions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,9 +64,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-SAMPLE = Path(t2sql.__file__).parent / "sample"
-
-
 def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="BIRD question json (default: $T2SQL_BIRD/dev.json when set, "
                         "else the bundled superhero sample)")
@@ -84,7 +81,7 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
 def _load_pairs(args) -> list[tuple[str, str]]:
     bird = Path(os.environ["T2SQL_BIRD"]) if os.environ.get("T2SQL_BIRD") else None
     data = Path(args.data) if args.data else (bird / "dev.json" if bird and (bird / "dev.json").is_file()
-                                             else SAMPLE / "dev.json")
+                                             else sample_questions())
     root = Path(args.db_root) if args.db_root else data.parent
     questions = json.loads(data.read_text())[: args.pairs]
     return [(str(database_path(root, q["db_id"])), q["SQL"]) for q in questions]

@@ -103,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
                      f"missing: {', '.join('--' + m for m in missing)}")
     db_path = args.db
     if args.db_id:
-        from t2sql.data.tasks import database_path
-        from t2sql.eval.runner import sample_dir
+        from t2sql.data.tasks import database_path, sample_dir
 
         db_path = str(database_path(args.db_root or sample_dir(), args.db_id))
     try:

@@ -26,6 +26,20 @@ BIRD_FIELDS: dict[str, str] = {
 REQUIRED_FIELDS = ("db_id", "question", "gold_sql")
 
 
+def sample_dir() -> Path:
+    """The embedded BIRD sample (superhero + its 129 dev questions), also inside an installed wheel."""
+    try:
+        from importlib.resources import files
+
+        return Path(str(files("t2sql") / "sample"))
+    except (ModuleNotFoundError, TypeError):  # pragma: no cover - odd loaders
+        return Path(__file__).resolve().parent.parent / "sample"
+
+
+def sample_questions() -> Path:
+    return sample_dir() / "dev.json"
+
+
 @dataclass(frozen=True)
 class Problem:
     """One reason a row cannot be converted. `row` counts from 1 (JSON array index + 1, or line)."""

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t2sql.data.tasks import sample_dir, sample_questions  # noqa: F401 - their old home, re-exported
 from t2sql.errors import EndpointError, EvalError
 from t2sql.eval.endpoint import CallStats
 from t2sql.eval.policies import Policy
@@ -67,20 +68,6 @@ MAX_TURNS_GUARD = 64
 
 # ---------------------------------------------------------------------------------------------
 # Sample and data
-
-
-def sample_dir() -> Path:
-    """The embedded BIRD sample (superhero + its 129 dev questions), also inside an installed wheel."""
-    try:
-        from importlib.resources import files
-
-        return Path(str(files("t2sql") / "sample"))
-    except (ModuleNotFoundError, TypeError):  # pragma: no cover - odd loaders
-        return Path(__file__).resolve().parent / "sample"
-
-
-def sample_questions() -> Path:
-    return sample_dir() / "dev.json"
 
 
 @dataclass
