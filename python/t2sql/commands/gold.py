@@ -32,7 +32,7 @@ from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path
 
 
-def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
+def extract_task(row: int, obj: dict[str, Any], db_root: str | os.PathLike | None,
                  method_fallback: str | None = None) -> GoldTask:
     """A BIRD question or a converted miles row -> the gold to run."""
     from t2sql.errors import TaskError
@@ -59,7 +59,8 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | None,
                     method_note=note)
 
 
-def _locate(row: int, question_id: str, db_id: str, gold_sql: Any, metadata: dict, db_root: str | None) -> GoldTask:
+def _locate(row: int, question_id: str, db_id: str, gold_sql: Any, metadata: dict,
+            db_root: str | os.PathLike | None) -> GoldTask:
     if not isinstance(gold_sql, str) or not gold_sql.strip():
         return GoldTask(row, question_id, db_id, "", None, "the row has no gold SQL (label.gold_sql or SQL)")
     if not db_id:
@@ -81,14 +82,12 @@ def load_tasks(data: str | os.PathLike, db_root: str | None,
     """Every readable row's gold, plus a failure record for each unreadable line. Without db_root,
     BIRD rows find their databases beside the question file (BIRD's layout, as `t2sql eval` does)
     and converted rows use the db_path recorded at conversion."""
-    from t2sql.data.tasks import load_questions
+    from t2sql.data.tasks import load_questions, row_db_root
 
     raw, problems = load_questions(data)
     bad = [GoldRecord("", "", p.row, None, None, None, "skipped", f"line {p.row}: {p.message}")
            for p in problems]
-    beside = str(Path(data).parent)
-    return [extract_task(row, obj, db_root if db_root is not None or isinstance(obj.get("metadata"), dict)
-                         else beside, method_fallback) for row, obj in raw], bad
+    return [extract_task(row, obj, row_db_root(obj, db_root, data), method_fallback) for row, obj in raw], bad
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

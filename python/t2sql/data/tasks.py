@@ -75,6 +75,14 @@ def database_path(db_root: str | os.PathLike, db_id: str) -> Path:
     return Path(db_root) / db_id / f"{db_id}.sqlite"
 
 
+def row_db_root(row: dict, db_root: str | os.PathLike | None, data: str | os.PathLike) -> str | os.PathLike | None:
+    """Where a row's database is looked up: `db_root` when given; else a BIRD row's sits beside
+    its question file (BIRD's layout) and a converted row (it has metadata) keeps its db_path."""
+    if db_root is None and not isinstance(row.get("metadata"), dict):
+        return Path(data).parent
+    return db_root
+
+
 def load_questions(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], list[Problem]]:
     """Read a JSON array or JSON lines file -> [(row number, object)], problems for skipped lines."""
     path = Path(path)

@@ -84,7 +84,7 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
     miles rows use the db_path recorded at conversion.
     """
-    from t2sql.data.tasks import load_questions
+    from t2sql.data.tasks import load_questions, row_db_root
     from t2sql.episode.machine import Task
     from t2sql.errors import DataError
     from t2sql.grading import fallback_note
@@ -101,11 +101,8 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     tasks: list[Task] = []
     seen: set[str] = set()
     for row_number, row in raw:
-        root = db_root
-        if root is None and not isinstance(row.get("metadata"), dict):
-            root = path.parent
         try:
-            task = Task.from_row(row, root, method_fallback=method_fallback)
+            task = Task.from_row(row, row_db_root(row, db_root, path), method_fallback=method_fallback)
         except Exception as e:  # noqa: BLE001 - one bad row must not stop the run; it is reported
             skipped.append(f"{path}: row {row_number}: {type(e).__name__}: {e}; row skipped")
             continue
