@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 
-
 class EvalError(T2sqlError):
     """A usage or data problem that stops the run before it starts; the message says what to do."""
 

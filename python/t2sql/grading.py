@@ -10,14 +10,11 @@ import argparse
 import math
 import os
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from t2sql import _grader
 from t2sql._grader import Database, Verdict
 from t2sql.errors import TaskError
-
-if TYPE_CHECKING:
-    pass
 
 OUTCOMES = _grader.OUTCOMES  # the core's verdict outcomes, in report order
 

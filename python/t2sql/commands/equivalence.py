@@ -44,8 +44,6 @@ REWRITES: dict[str, str] = {
 }
 
 
-
-
 def _masked(sql: str) -> tuple[str, list[int]]:
     """`sql` with the inside of string literals and quoted identifiers blanked, and its comments
     blanked (same length), and the parenthesis depth at every position (t2sql.sqltext's tokens)."""

@@ -6,13 +6,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from t2sql.episode.prompt import TOOL_NAME
-
-if TYPE_CHECKING:
-    pass
-
 
 _THINK_OPEN = "<think>"
 

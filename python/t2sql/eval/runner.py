@@ -67,7 +67,7 @@ MAX_TURNS_GUARD = 64
 
 
 # ---------------------------------------------------------------------------------------------
-# Sample and data
+# Tasks
 
 
 @dataclass
@@ -125,14 +125,6 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
         detail = ("\n  " + "\n  ".join(skipped[:10])) if skipped else ""
         raise EvalError(f"--data {path}: no usable task{detail}")
     return LoadedTasks(tasks, skipped, notes)
-
-
-# ---------------------------------------------------------------------------------------------
-# Policies: who writes the assistant turns
-
-
-# ---------------------------------------------------------------------------------------------
-# Results file: append-only jsonl, resumable
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,13 +345,3 @@ async def evaluate(
         votes=votes,
     )
     return EvalRun(counts["ran"], skipped, counts["errors"], aborted[0] if aborted else None, summary)
-
-
-# ---------------------------------------------------------------------------------------------
-# Summary
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-
-

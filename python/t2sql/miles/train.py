@@ -35,7 +35,7 @@ import shlex
 import sys
 from dataclasses import fields
 
-from t2sql.errors import LaunchError
+from t2sql.errors import DataError, LaunchError, PresetError
 from t2sql.miles.flags import (
     LOSS_BLOCKS,
     MEGATRON_MODEL_TYPE,
@@ -47,16 +47,6 @@ from t2sql.miles.flags import (
     train_argv,
 )
 from t2sql.miles.prepare import _import_miles_command_utils, missing_for_train, prepare
-
-# ------------------------------------------------------------------------------------------ blocks
-# Each block returns a list of argv tokens; `train_blocks` joins them in order.
-
-
-# -------------------------------------------------------------------------------- preflight checks
-
-
-# ------------------------------------------------------------------------------------------ prepare
-
 
 # -------------------------------------------------------------------------------------------- train
 
@@ -159,17 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prepare":
             return prepare(config, args)
         return train(config, args)
-    except LaunchError as e:
+    except (LaunchError, DataError, PresetError) as e:  # each carries its own instructions
         print(f"t2sql-train {args.command}: {e}", file=sys.stderr)
         return 1
-    except Exception as e:  # DataError and PresetError carry their own instructions
-        from t2sql.errors import DataError
-
-        try:
-            from t2sql.errors import PresetError
-        except ImportError:  # pragma: no cover
-            PresetError = DataError  # noqa: N806
-        if isinstance(e, (DataError, PresetError)):
-            print(f"t2sql-train {args.command}: {e}", file=sys.stderr)
-            return 1
-        raise

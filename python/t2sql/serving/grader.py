@@ -25,7 +25,6 @@ import concurrent.futures
 import dataclasses
 import functools
 import hashlib
-import logging
 import os
 import threading
 import time
@@ -60,8 +59,6 @@ from t2sql.serving.gold_cache import _column_order, _DiskGoldCache, _gold_key, _
 from t2sql.serving.manifest import FileIdentity, GraderIdentity, Manifest, file_identity
 from t2sql.serving.results import GoldResult, GradeResult
 from t2sql.serving.workers import ProcessBackend, RayBackend
-
-log = logging.getLogger("t2sql.serving.grader")
 
 BACKENDS = ("thread", "process", "ray")
 
