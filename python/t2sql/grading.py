@@ -45,11 +45,9 @@ def grade(
 def check_method(method: str) -> str:
     """The canonical name of a grading method ("list" -> "ordered", " Subset, =,5" ->
     "subset,=,5"); raises ValueError saying what is wrong (a bare "subset" has no count)."""
-    from t2sql._grader import resolve_semantics
-
     if method.strip().lower() == "auto":
         return "auto"
-    return resolve_semantics("", method)
+    return _grader.resolve_semantics("", method)
 
 
 def method_counts(methods: Iterable[str]) -> dict[str, int]:

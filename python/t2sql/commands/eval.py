@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from t2sql.data.tasks import sample_dir, sample_questions
 from t2sql.errors import EvalError
 from t2sql.eval.policies import build_policy
-from t2sql.eval.results import _result_dict, format_summary
+from t2sql.eval.results import format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
 
 if TYPE_CHECKING:
@@ -93,15 +93,10 @@ def describe_preset(preset: Preset, width: int = 100) -> str:
     """The preset in full, as a few readable lines (every field, wrapped)."""
     import textwrap
 
-    fields = _preset_dict(preset)
-    name = fields.pop("name", getattr(preset, "name", "?"))
+    fields = preset.to_dict()
+    name = fields.pop("name")
     body = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
     return f"preset {name}:\n" + textwrap.fill(body, width, initial_indent="  ", subsequent_indent="  ")
-
-
-def _preset_dict(preset: Preset) -> dict[str, Any]:
-    to_dict = getattr(preset, "to_dict", None)
-    return to_dict() if callable(to_dict) else _result_dict(preset)
 
 
 def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:

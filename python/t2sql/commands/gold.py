@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from t2sql.atomic import write_bytes_atomic
+from t2sql.errors import TaskError
+from t2sql.grading import fallback_note, task_method
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path
 
@@ -35,9 +37,6 @@ from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path
 def extract_task(row: int, obj: dict[str, Any], db_root: str | os.PathLike | None,
                  method_fallback: str | None = None) -> GoldTask:
     """A BIRD question or a converted miles row -> the gold to run."""
-    from t2sql.errors import TaskError
-    from t2sql.grading import fallback_note, task_method
-
     label = obj.get("label") if isinstance(obj.get("label"), dict) else None
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     source = label if label is not None else obj
