@@ -1,4 +1,8 @@
-"""Shared test helpers: where the real BIRD data is."""
+"""Shared test helpers: where the real BIRD data is.
+
+Everything the suite needs ships in the repository: tests/data/bird holds three real BIRD dev databases and
+their 432 questions (CC BY-SA 4.0, NOTICE.md beside them), the package carries the superhero sample and
+the recipe's task files. Nothing outside the checkout is read unless $T2SQL_BIRD points at another copy."""
 
 from __future__ import annotations
 
@@ -11,20 +15,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 SAMPLE_ROOT = REPO / "python" / "t2sql" / "sample"  # the embedded superhero sample, BIRD's layout
+BIRD_ROOT = REPO / "tests" / "data" / "bird"  # three BIRD dev databases and their 432 questions
 
 
-def bird_root() -> Path | None:
-    """BIRD dev beside this checkout (../shared/data/bird, as CI lays it out), or $T2SQL_BIRD."""
-    for candidate in (os.environ.get("T2SQL_BIRD"), REPO.parent / "shared" / "data" / "bird"):
-        if candidate and (Path(candidate) / "dev.json").exists():
-            return Path(candidate)
-    return None
-
-
-def bird_or_sample() -> Path:
-    """BIRD dev (432 questions, 3 databases) when present; else the embedded superhero sample
-    (129 questions), so the tests still run on real data."""
-    return bird_root() or SAMPLE_ROOT
+def bird_root() -> Path:
+    """BIRD dev in BIRD's layout (432 questions, 3 databases): $T2SQL_BIRD when set, else the copy in
+    tests/data/bird. A missing copy fails the tests that need it; it never skips them."""
+    return Path(os.environ.get("T2SQL_BIRD") or BIRD_ROOT)
 
 
 @pytest.fixture(scope="session")

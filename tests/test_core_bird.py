@@ -1,4 +1,4 @@
-"""The grading core on real BIRD dev data (../shared/data/bird: 432 questions, 3 databases)."""
+"""The grading core on real BIRD dev data (tests/data/bird: 432 questions, 3 databases)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from conftest import bird_root
 from t2sql import Database, resolve_semantics
 
 BIRD = bird_root()
-pytestmark = pytest.mark.skipif(BIRD is None,
-                                reason="BIRD dev data not found beside the checkout (../shared/data/bird)")
 
 
 @pytest.fixture(scope="module")

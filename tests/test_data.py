@@ -16,7 +16,6 @@ from t2sql.data import convert as data
 from t2sql.data import tasks as data_tasks
 
 BIRD = bird_root()
-pytestmark = pytest.mark.skipif(BIRD is None, reason="BIRD dev data (../shared/data/bird) not present")
 
 
 @pytest.fixture(scope="module")

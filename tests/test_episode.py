@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bird_or_sample
+from conftest import bird_root
 from t2sql.episode.machine import Episode, Task
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EpisodeFinished, TaskError
 from t2sql.serving.grader import Grader
 
-BIRD = bird_or_sample()
-pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD sample not present")
+BIRD = bird_root()
 
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import t2sql
-from conftest import bird_or_sample
+from conftest import bird_root
 from t2sql.commands import equivalence as measuring
 from t2sql.episode import equivalence as eq
 from t2sql.episode.machine import Episode, Task
@@ -23,8 +23,7 @@ from t2sql.episode.presets import get_preset
 from t2sql.episode.terms import registered_terms
 from t2sql.serving.grader import Grader
 
-BIRD = bird_or_sample()  # BIRD dev beside the checkout, $T2SQL_BIRD, else the embedded sample
-pytestmark = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD data not present")
+BIRD = bird_root()  # BIRD dev: tests/data/bird, or $T2SQL_BIRD
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
 CONFIG = eq.EquivalenceConfig.from_preset(RECIPE)

@@ -46,10 +46,6 @@ from t2sql.eval.results import ENDPOINT_ERROR, ResultsFile, format_summary, summ
 from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
 
 
-def bird_dir() -> Path | None:
-    return bird_root()
-
-
 @pytest.fixture(scope="module")
 def preset():
     return get_preset()
@@ -455,9 +451,7 @@ def test_resume_after_killing_a_running_eval(tmp_path, sample_tasks):
 
 
 def test_oracle_over_all_bird_dev_questions(tmp_path, preset):
-    bird = bird_dir()
-    if bird is None:
-        pytest.skip("the shared BIRD data (../shared/data/bird) is not beside this checkout")
+    bird = bird_root()
     loaded = load_tasks(bird / "dev.json", None)
     assert len(loaded.tasks) == 432 and not loaded.skipped
     out = tmp_path / "oracle.jsonl"

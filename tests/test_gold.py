@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import bird_or_sample
+from conftest import bird_root
 
-DATA_ROOT = bird_or_sample()
+DATA_ROOT = bird_root()
 DEV = DATA_ROOT / "dev.json"
 
 

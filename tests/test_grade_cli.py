@@ -226,7 +226,6 @@ def test_pairs_summary_table(db_root, tmp_path):
     assert "match" in proc.stdout and "total" in proc.stdout and "100.0%" in proc.stdout
 
 
-@pytest.mark.skipif(bird_root() is None, reason="BIRD dev data not found beside the checkout")
 def test_pairs_on_bird_dev(tmp_path):
     bird = bird_root()
     questions = json.loads((bird / "dev.json").read_text())

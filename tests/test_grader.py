@@ -16,12 +16,12 @@ import pytest
 
 import t2sql
 import t2sql.serving.gold_cache as gold_cache_module
-from conftest import bird_or_sample
+from conftest import bird_root
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import DatabaseChanged, Manifest
 from t2sql.serving.results import GradeResult
 
-DATA_ROOT = bird_or_sample()
+DATA_ROOT = bird_root()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")
 
 COUNT_HEROES = "SELECT COUNT(*) FROM superhero"

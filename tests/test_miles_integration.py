@@ -40,7 +40,7 @@ if MILES_SRC:
         if path and path not in sys.path:
             sys.path.insert(0, path)
 
-from conftest import bird_or_sample  # noqa: E402
+from conftest import bird_root  # noqa: E402
 from loopback_model import Conversation, LoopbackModel, Reply, TaskScript  # noqa: E402
 
 LAYERS, TOPK = 2, 2  # the small checkpoint config the rollout test loads (routing replay shape)
@@ -131,7 +131,7 @@ def splits(tmp_path_factory):
     """Three BIRD tasks converted by `t2sql convert` (train) and two for evaluation."""
     from t2sql.data import convert as data
 
-    root = bird_or_sample()
+    root = bird_root()
     questions = [q for q in json.loads((root / "dev.json").read_text()) if q.get("evidence")]
     picked = {db: [q for q in questions if q["db_id"] == db] for db in ("superhero", "toxicology", "student_club")}
     train_q = [qs[0] for qs in picked.values() if qs]

@@ -12,11 +12,11 @@ import time
 import pytest
 
 import t2sql
-from conftest import bird_or_sample
+from conftest import bird_root
 from t2sql.serving.backends import ToolPreview, WorkerLost
 from t2sql.serving.grader import Grader
 
-DATA_ROOT = bird_or_sample()
+DATA_ROOT = bird_root()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")
 COUNT_HEROES = "SELECT COUNT(*) FROM superhero"
 ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bird_or_sample
+from conftest import bird_root
 from t2sql import errors
 from t2sql.episode import parsing
 from t2sql.episode import prompt as P
@@ -17,10 +17,9 @@ from t2sql.episode import schema as schema_module
 from t2sql.episode.machine import Task
 from t2sql.episode.presets import get_preset
 
-BIRD = bird_or_sample()
+BIRD = bird_root()
 RECIPE = get_preset()
 
-needs_bird = pytest.mark.skipif(not (BIRD / "dev.json").exists(), reason="BIRD sample not present")
 
 
 def bird_task(question_id: int) -> Task:
@@ -78,7 +77,6 @@ def test_user_prompt_lists_each_evidence_piece_with_both_labels():
 
 # -- the prompt on a real BIRD database
 
-@needs_bird
 def test_build_prompt_on_superhero():
     task = bird_task(772)  # Dark Horse Comics, female heroes: has evidence
     msgs = P.build_prompt(task, RECIPE)
@@ -99,7 +97,6 @@ def test_build_prompt_on_superhero():
     con.close()
 
 
-@needs_bird
 def test_no_evidence_is_shown_as_none():
     rows = json.loads((BIRD / "dev.json").read_text())
     row = next(r for r in rows if not r["evidence"].strip())
@@ -143,14 +140,12 @@ def test_descriptions_missing_folder_and_bad_rows(tmp_path):
     assert schema_module.read_descriptions(tmp_path) == {"t": {"ok": ("fine", "x")}}
 
 
-@needs_bird
 def test_bird_mojibake_bullets_are_read_back():
     # toxicology's CSVs are UTF-8 holding U+0095 (a Windows-1252 bullet decoded as Latin-1)
     values = schema_module.read_descriptions(BIRD / "toxicology")["atom"]["element"][1]
     assert values.startswith("\u2022 cl: chlorine \u2022 c: carbon") and "\x95" not in values
 
 
-@needs_bird
 def test_bird_replacement_characters_become_dashes():
     desc = schema_module.read_descriptions(BIRD / "student_club")
     assert "\ufffd" not in desc["zip_code"]["type"][1]
@@ -159,7 +154,6 @@ def test_bird_replacement_characters_become_dashes():
 
 # -- shortening, in the stated order
 
-@needs_bird
 def test_schema_shortening_order():
     schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
     full = P.render_schema(schema, RECIPE)
@@ -179,7 +173,6 @@ def test_schema_shortening_order():
     assert "\n    " not in lengths[4].text and "CREATE TABLE event ( event_id TEXT" in lengths[4].text
 
 
-@needs_bird
 def test_schema_drops_least_relevant_tables_whole_and_names_them():
     schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
     compact = P.render_schema(schema, RECIPE.replace(schema_max_chars=len(P.render_schema(
@@ -199,7 +192,6 @@ def test_schema_drops_least_relevant_tables_whole_and_names_them():
             assert schema_module._clean(t.sql) not in shown and f"-- {t.name} columns:" not in shown
 
 
-@needs_bird
 def test_one_table_over_budget_is_kept_whole_and_reported():
     schema = P.load_schema(str(BIRD / "superhero" / "superhero.sqlite"))
     r = P.render_schema(schema, RECIPE.replace(schema_max_chars=50), question="superhero names")
@@ -207,7 +199,6 @@ def test_one_table_over_budget_is_kept_whole_and_reported():
     assert len([t for t in schema.tables if t.name not in r.dropped_tables]) == 1
 
 
-@needs_bird
 def test_schema_cache_per_file(tmp_path):
     src = BIRD / "superhero"
     dst = tmp_path / "superhero"
@@ -342,7 +333,6 @@ def test_prose_drops_tool_calls_and_solutions():
     assert "secret" not in parsing.prose("a <solution>SELECT secret")
 
 
-@needs_bird
 def test_render_is_cached_per_schema_unless_tables_are_dropped():
     schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
     a = P.render_schema(schema, RECIPE, question="q1")

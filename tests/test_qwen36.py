@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import qwen36
-from conftest import bird_or_sample
+from conftest import bird_root
 from loopback_model import END_OF_TURN, Conversation, LoopbackModel, Reply, TaskScript, expert_id
 from miles_standins import GenerateFnInput, Sample
 from t2sql.data import convert as data
@@ -55,7 +55,7 @@ def test_tokenizer_is_qwen36s_vocabulary_and_template(qwen36_tokenizer):
 
 def test_encodings_equal_qwen_tokenizers_tiktoken_encoder(qwen36_tokenizer):
     reference = qwen36.tiktoken_encoder()
-    root = bird_or_sample()
+    root = bird_root()
     questions = json.loads((root / "dev.json").read_text())
     texts = [q[k] for q in questions for k in ("question", "evidence", "SQL")]
     preset = get_preset()
@@ -101,7 +101,7 @@ def render(tok: Any, messages: list[dict], *, generation_prompt: bool) -> list[i
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory) -> dict[str, dict]:
     """One converted task (miles row: prompt messages, label, metadata) per BIRD database."""
-    root = bird_or_sample()
+    root = bird_root()
     questions = json.loads((root / "dev.json").read_text())
     picked = []
     for db_id in DATABASES:
@@ -288,7 +288,7 @@ def test_aborted_sample_keeps_its_tokens_and_experts_consistent(qwen36_tokenizer
 
 
 def _eval_tasks():
-    root = bird_or_sample()
+    root = bird_root()
     tasks = load_tasks(root / "dev.json", root).tasks
     return root, [next(t for t in tasks if t.db_id == db and t.evidence) for db in DATABASES]
 
@@ -373,7 +373,7 @@ def test_prompt_tokens_leave_the_episode_its_budget_on_the_three_databases(qwen3
     from t2sql import Database
 
     tok, preset = qwen36_tokenizer, get_preset()
-    root = bird_or_sample()
+    root = bird_root()
     tasks = load_tasks(root / "dev.json", root).tasks
     prompt_tokens: dict[str, int] = {}
     for task in tasks:

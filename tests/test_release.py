@@ -1,4 +1,4 @@
-"""The recipe's own task files (../shared/data/release): every row parsed and validated as far as
+"""The recipe's own task files (shipped in the package, python/t2sql/release): every row parsed and validated as far as
 can be without its database, and the arcwise tasks whose databases are here run end to end."""
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from collections import Counter
 
 import pytest
 
-from conftest import REPO, bird_root
+from conftest import bird_root
 from t2sql.data import convert as data
+from t2sql.data.tasks import release_dir
 from t2sql.episode.evidence import evidence_pieces
 
-RELEASE = REPO.parent / "shared" / "data" / "release"
-pytestmark = pytest.mark.skipif(not (RELEASE / "arcwise_plat_sql.json").is_file(),
-                                reason="the recipe's task files (../shared/data/release) are not here")
+RELEASE = release_dir()  # the installed package's copy: what a user's t2sql reads
 
 FILES = {"train": "bird-verified-train.json", "validation": "bird-verified-val.json",
          "arcwise": "arcwise_plat_sql.json"}
@@ -131,7 +130,6 @@ def test_convert_and_gold_report_the_unreadable_method_by_question_id(tmp_path):
     assert summary["methods"]["unreadable"] == 2 and summary["methods"]["subset,=,5"] == 11
 
 
-@pytest.mark.skipif(bird_root() is None, reason="BIRD dev databases not found (../shared/data/bird)")
 def test_arcwise_tasks_on_the_three_databases_run_end_to_end(tmp_path):
     bird = bird_root()
     # Convert: the 140 tasks whose databases are here; the others are reported and dropped.
@@ -156,3 +154,18 @@ def test_arcwise_tasks_on_the_three_databases_run_end_to_end(tmp_path):
     assert summary["episodes"] == 140 and summary["accuracy"] == 1.0 and summary["mean_reward"] == 1.0
     assert ev.stderr.count("not found") == 358 and summary["rows_skipped"] == 358
     assert "140 tasks from" in ev.stderr and "(358 rows skipped, listed above)" in ev.stderr
+
+
+def test_the_shipped_files_are_the_release_and_carry_their_notice():
+    # What the package installs is byte for byte the public release (its MANIFEST), with its licence notice.
+    import hashlib
+
+    listed = {}
+    for line in (RELEASE / "MANIFEST.sha256").read_text().splitlines():
+        digest, name = line.split()
+        listed[name.removeprefix("./")] = digest
+    assert set(listed) == set(FILES.values())
+    for name, digest in listed.items():
+        assert hashlib.sha256((RELEASE / name).read_bytes()).hexdigest() == digest, name
+    notice = (RELEASE / "NOTICE.md").read_text()
+    assert "CC BY-SA 4.0" in notice and "The BIRD Team" in notice

@@ -21,14 +21,14 @@ from typing import Any, Callable
 import jinja2
 import pytest
 
-from conftest import bird_or_sample
+from conftest import bird_root
 from miles_standins import GenerateFnInput, Sample
 from t2sql.data import convert as data
 from t2sql.episode.presets import get_preset
 from t2sql.miles import adapter as sql_episode
 from t2sql.miles import metrics
 
-BIRD = bird_or_sample()
+BIRD = bird_root()
 
 LAYERS, TOPK = 3, 2
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"

@@ -175,7 +175,6 @@ def test_prepare_refuses_model_step_without_gpus(tmp_path):
     assert not (tmp_path / "models").exists()
 
 
-@pytest.mark.skipif(BIRD is None, reason="BIRD dev data (../shared/data/bird) not present")
 def test_prepare_data_only_from_a_local_release(tmp_path):
     # A release in the documented layout: <split>.json beside databases/<db_id>/<db_id>.sqlite.
     release = tmp_path / "release"

@@ -40,6 +40,12 @@ def sample_questions() -> Path:
     return sample_dir() / "dev.json"
 
 
+def release_dir() -> Path:
+    """The recipe's task files, shipped in the package (BIRD-Verified train and validation, Arcwise-Plat-SQL;
+    CC BY-SA 4.0, NOTICE.md beside them). Their databases are not shipped."""
+    return sample_dir().parent / "release"
+
+
 @dataclass(frozen=True)
 class Problem:
     """One reason a row cannot be converted. `row` counts from 1 (JSON array index + 1, or line)."""
