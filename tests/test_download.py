@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -271,3 +272,19 @@ def test_progress_off_a_terminal_is_plain_lines_with_the_resume_said(server, tmp
     assert "\r" not in err and "dev.zip: resuming at 1.0 MB of 2.0 MB" in err
     assert "dev.zip: 2.0 MB/2.0 MB" in err and "B/s" in err
 
+
+def test_bench_download_runs_and_reports_both_clients(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "download", "--size-mb", "4", "--repeat", "1",
+                           "--work-dir", str(tmp_path), "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["bytes"] == 4_000_000 and report["t2sql"]["mb_per_s"] > 0
+    if shutil.which("curl"):
+        assert report["curl"]["mb_per_s"] > 0 and report["ratio"] > 0 and "curl -sS" in report["curl"]["command"]
+    else:
+        assert report["curl_missing"]
+    assert list(tmp_path.iterdir()) == []  # the served file and the copies are gone
+    bad = subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "download", "--size-mb", "0"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "--size-mb" in bad.stderr and "Traceback" not in bad.stderr
