@@ -77,9 +77,12 @@ class Request:
 class LoopbackFileServer:
     """Serves named files (`add`) at http://127.0.0.1:PORT/NAME from a thread; `with` starts and stops it."""
 
-    def __init__(self, *, rate: float | None = None) -> None:
+    def __init__(self, *, rate: float | None = None, tls: tuple[str, str] | None = None) -> None:
+        """rate: bytes per second for every response (None: as fast as the socket takes). tls: (certificate
+        file, key file) to serve https:// instead."""
         self.files: dict[str, ServedFile] = {}
-        self.rate = rate  # bytes per second for every response (None: as fast as the socket takes)
+        self.rate = rate
+        self.tls = tls
         self.requests: list[Request] = []
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
@@ -132,7 +135,7 @@ class LoopbackFileServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def url(self, name: str) -> str:
         return f"{self.base_url}/{name.lstrip('/')}"
@@ -143,8 +146,14 @@ class LoopbackFileServer:
         class Handler(_Handler):
             server_owner = owner
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        if self.tls:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="loopback-http",
                                         daemon=True)
         self._thread.start()
@@ -163,6 +172,14 @@ class LoopbackFileServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up (a download that gave up on a response) is not the server's error."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -9,7 +9,6 @@ import socket
 import threading
 from typing import Any
 
-import httpcore
 import httpx
 
 _READ_BYTES = 1 << 20  # socket reads (httpcore asks for 64 KiB: a quarter of the rate on a fast link)
@@ -79,13 +78,15 @@ def make_client(stall_timeout_s: float) -> httpx.Client:
     for transport in [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]:
         pool = getattr(transport, "_pool", None)
         backend = getattr(pool, "_network_backend", None)
-        if isinstance(backend, httpcore.NetworkBackend):
+        if backend is not None and hasattr(backend, "connect_tcp"):
             pool._network_backend = _BigReads(backend)
     return client
 
 
-class _BigReadStream(httpcore.NetworkStream):
-    def __init__(self, stream: httpcore.NetworkStream) -> None:
+class _BigReadStream:
+    """httpcore's NetworkStream, asked for at least _READ_BYTES a read (duck-typed, as httpcore takes it)."""
+
+    def __init__(self, stream: Any) -> None:
         self._stream = stream
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -97,15 +98,17 @@ class _BigReadStream(httpcore.NetworkStream):
     def close(self) -> None:
         self._stream.close()
 
-    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> _BigReadStream:
         return _BigReadStream(self._stream.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
         return self._stream.get_extra_info(info)
 
 
-class _BigReads(httpcore.NetworkBackend):
-    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+class _BigReads:
+    """httpcore's NetworkBackend whose streams read big."""
+
+    def __init__(self, backend: Any) -> None:
         self._backend = backend
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
