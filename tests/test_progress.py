@@ -51,3 +51,42 @@ def test_a_short_run_without_a_terminal_prints_nothing():
     with Progress(3, "work", stream=quiet, interval_s=0, enabled=False) as bar:
         bar.advance(3)
     assert quiet.getvalue() == ""
+
+
+def _read_pty(master: int) -> str:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return b"".join(chunks).decode()
+
+
+def test_bytes_on_a_terminal_show_size_rate_and_time_left():
+    master, slave = os.openpty()
+    with os.fdopen(slave, "w") as tty:
+        with Progress(8_000_000, "dev.zip", stream=tty, unit="bytes", done=2_000_000) as bar:
+            for _ in range(3):
+                bar.advance(1_000_000)
+    written = _read_pty(master)
+    assert written.startswith("\rdev.zip [") and "5.0 MB/8.0 MB" in written and "B/s ETA " in written
+
+
+def test_bytes_without_a_terminal_are_plain_lines_and_a_resumed_start_is_not_in_the_rate(monkeypatch):
+    import t2sql.progress as progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    with Progress(10_000_000, "train.zip", stream=stream, interval_s=0, unit="bytes", done=6_000_000) as bar:
+        clock[0] += 2.0
+        bar.advance(2_000_000)  # 2 MB in 2 s: 1 MB/s (not 8 MB in 2 s), 2 MB left: 2 s
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "train.zip: 8.0 MB/10.0 MB 1.0 MB/s (2s, about 2s left)"
+    assert "\r" not in stream.getvalue()
+    assert progress.format_bytes(8_919_543_554) == "8.92 GB" and progress.format_duration(3725) == "1h02m"

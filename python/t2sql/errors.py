@@ -26,11 +26,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdapterError",
+    "ChecksumMismatch",
     "CispoConfigError",
     "CurriculumError",
     "DataError",
     "DatabaseError",
     "DatabaseTooLarge",
+    "DownloadError",
+    "DownloadStalled",
     "EndpointError",
     "EpisodeFinished",
     "EquivalenceError",
@@ -38,6 +41,7 @@ __all__ = [
     "GoldCacheError",
     "HashSecretMismatch",
     "LaunchError",
+    "NoSpaceError",
     "PresetError",
     "PromptCommandError",
     "QueryCancelled",
@@ -127,3 +131,36 @@ class GoldCacheError(T2sqlError):
 
 class PromptCommandError(T2sqlError, ValueError):
     """The task cannot be found or read; the message says what to pass."""
+
+
+class DownloadError(T2sqlError):
+    """A file cannot be downloaded (an HTTP error, a network failure, a file that changed or came back
+    short); the message names the URL and says what to do. `status` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, url: str, status: int | None = None):
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class DownloadStalled(DownloadError):
+    """The server stopped sending: no byte for the stall timeout, on every try."""
+
+
+class ChecksumMismatch(DownloadError):
+    """The file downloaded whole but its sha256 is not the pinned one (the partial file is deleted)."""
+
+    def __init__(self, message: str, *, url: str, expected: str, actual: str):
+        super().__init__(message, url=url)
+        self.expected = expected
+        self.actual = actual
+
+
+class NoSpaceError(T2sqlError):
+    """Not enough free disk for what is to be written; `needed` and `free` are in bytes."""
+
+    def __init__(self, message: str, *, path: str, needed: int, free: int | None):
+        super().__init__(message)
+        self.path = path
+        self.needed = needed
+        self.free = free

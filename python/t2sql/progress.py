@@ -1,6 +1,10 @@
 """Progress on stderr: a bar redrawn in place on a terminal; with no terminal (a log file, a job
 scheduler), one plain line every `interval_s` seconds (default 30, $T2SQL_PROGRESS_INTERVAL), so
-a long run is never silent for minutes. Short runs off a terminal print nothing."""
+a long run is never silent for minutes. Short runs off a terminal print nothing.
+
+Two units: counts of items ("12/40 3.1/s"), and bytes (`unit="bytes"`: "1.20 GB/8.92 GB 45.3 MB/s",
+with the time left on the terminal too), for downloads. A bytes bar can start part way (`done=`, a
+resumed download): the rate and the time left count only what moved in this run."""
 
 from __future__ import annotations
 
@@ -20,11 +24,17 @@ def _interval_from_env() -> float:
 
 class Progress:
     def __init__(self, total: int | None, label: str, stream=None, *, enabled: bool | None = None,
-                 interval_s: float | None = None) -> None:
-        """enabled: None (default) = report; False = silent (a caller that reports itself)."""
+                 interval_s: float | None = None, unit: str = "count", done: int = 0) -> None:
+        """enabled: None (default) = report; False = silent (a caller that reports itself).
+        unit: "count" or "bytes"; done: where the count starts. A caller may set `total` and `done`
+        later (a download that learns its size, or restarts from zero)."""
+        if unit not in ("count", "bytes"):
+            raise ValueError(f"unit is 'count' or 'bytes', not {unit!r}")
         self.total = total
         self.label = label
-        self.done = 0
+        self.unit = unit
+        self.done = done
+        self._moved = 0  # advanced in this run: what the rate is of
         self.status = ""  # a caller's short note after the count (e.g. "acc 0.712")
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -55,6 +65,7 @@ class Progress:
 
     def advance(self, n: int = 1, status: str | None = None) -> None:
         self.done += n
+        self._moved += n
         if status is not None:
             self.status = status
         if not self.enabled:
@@ -64,19 +75,34 @@ class Progress:
         elif time.monotonic() - self._last_line >= self.interval_s:
             self._line()
 
-    def _counts(self) -> str:
+    def _rate(self) -> float:
         elapsed = time.monotonic() - self._start
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
-        return f"{count} {rate:6.1f}/s" + (f" {self.status}" if self.status else "")
+        return self._moved / elapsed if elapsed > 0 else 0.0
+
+    def _left_s(self) -> float | None:
+        """Seconds left at the rate so far; None when unknown."""
+        if not self.total or not self._moved:
+            return None
+        return max(0, self.total - self.done) * (time.monotonic() - self._start) / self._moved
+
+    def _counts(self) -> str:
+        rate = self._rate()
+        if self.unit == "bytes":
+            count = f"{format_bytes(self.done)}/{format_bytes(self.total)}" if self.total else format_bytes(self.done)
+            text = f"{count} {format_bytes(rate)}/s"
+        else:
+            count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
+            text = f"{count} {rate:6.1f}/s"
+        return text + (f" {self.status}" if self.status else "")
 
     def _line(self) -> None:
         self._last_line = time.monotonic()
         self._lines += 1
         elapsed = self._last_line - self._start
+        left = self._left_s()
         eta = ""
-        if self.total and self.done:
-            eta = f", about {(self.total - self.done) * elapsed / self.done:.0f}s left"
+        if left is not None:
+            eta = f", about {format_duration(left) if self.unit == 'bytes' else f'{left:.0f}s'} left"
         self.stream.write(f"{self.label}: {self._counts()} ({elapsed:.0f}s{eta})\n")
         self.stream.flush()
 
@@ -90,5 +116,30 @@ class Progress:
             line = f"\r{self.label} [{'#' * int(frac * 30):<30}] {self._counts()} "
         else:
             line = f"\r{self.label} {self._counts()} "
+        if self.unit == "bytes":
+            left = self._left_s()
+            line += f"ETA {format_duration(left)} " if left is not None else ""
         self.stream.write(line)
         self.stream.flush()
+
+
+def format_bytes(n: float) -> str:
+    """A size for people, in decimal units as download sizes are quoted: 512 B, 12.3 kB, 312.4 MB, 8.92 GB."""
+    n = float(n)
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("kB", "MB", "GB", "TB"):
+        n /= 1000
+        if n < 1000 or unit == "TB":
+            return f"{n:.2f} {unit}" if unit in ("GB", "TB") else f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_duration(seconds: float) -> str:
+    """45s, 2m50s, 1h05m."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -1,4 +1,5 @@
-"""`t2sql bench grader|serving`: the grading core against its peers, and the Grader at training scale."""
+"""`t2sql bench grader|serving|download`: the grading core against its peers, the Grader at training scale,
+and the data downloader against curl."""
 
 from __future__ import annotations
 
@@ -40,11 +41,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print the report as JSON")
     s = suites.add_parser("serving", help="the Grader at training scale (tool latency, grades/s, loop stalls)")
     add_serving_arguments(s)
+    d = suites.add_parser("download", help="t2sql's downloader against curl, one file served on loopback",
+                          description="The download rate of t2sql's downloader (sha256 computed, as prepare runs "
+                                      "it) against curl, for one generated file served on 127.0.0.1 by the same "
+                                      "server; best of --repeat rounds, side by side, with the ratio (target 0.8x).")
+    d.add_argument("--size-mb", type=int, default=300, help="size of the served file in MB (default 300)")
+    d.add_argument("--repeat", type=int, default=3, help="rounds, round-robin (the best is kept)")
+    d.add_argument("--work-dir", default=tempfile.gettempdir(),
+                   help="where the file and the fetched copies are written (needs twice the size free)")
+    d.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.suite == "serving":
         return run_serving(args)
+    if args.suite == "download":
+        return run_download(args)
     try:
         rows = [int(x) for x in str(args.rows).split(",") if x.strip()]
     except ValueError:
@@ -61,6 +73,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
     report = bench_grader(rows, Path(args.work_dir), max(1, args.repeat), skip)
     print(json.dumps(report, indent=2) if args.json else format_grader(report))
+    return 0
+
+
+def run_download(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from t2sql.bench.download import bench_download, format_download
+    from t2sql.errors import T2sqlError
+
+    if args.size_mb < 1 or args.repeat < 1:
+        print("t2sql bench download: --size-mb and --repeat must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        report = bench_download(args.size_mb, Path(args.work_dir), args.repeat)
+    except (T2sqlError, OSError, RuntimeError, subprocess.SubprocessError) as e:
+        print(f"t2sql bench download: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_download(report))
     return 0
 
 
