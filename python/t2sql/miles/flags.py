@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import datetime
 import json
+import math
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,7 @@ class TrainConfig:
     """Every knob of the launch. Defaults are the recipe's; a CLI flag exists for each field."""
 
     output_dir: str = "/root/t2sql"
-    run_id: str = ""  # default: t2sql-<UTC time>
+    run_id: str = ""  # default: default_run_id(), stable, so rerunning the same command resumes
     recipe: str = "qwen3.6-35b-a3b"  # t2sql preset: budgets, reward table
     loss: str = ""  # grpo | cispo; empty: the preset's `loss` (cispo in the recipe, grpo in bare)
     num_nodes: int = 1
@@ -97,14 +98,29 @@ class TrainConfig:
     extra_env: list[str] = field(default_factory=list)  # KEY=VALUE for the Ray runtime env
 
     def __post_init__(self) -> None:
-        if not self.run_id:
-            self.run_id = "t2sql-" + datetime.datetime.now(datetime.timezone.utc).strftime("%y%m%d-%H%M%S")
+        """Every value is checked here, before anything runs: a LaunchError naming the flag (a usage error)."""
+        for name in NUMBERS:
+            check_number(name, getattr(self, name))
         if not self.loss:
             self.loss = _preset(self).loss
         if self.loss not in LOSS_BLOCKS:
             raise LaunchError(f"--loss {self.loss!r}: choose one of {', '.join(LOSS_BLOCKS)}")
-        if self.num_nodes < 1 or self.num_gpus_per_node < 1:
-            raise LaunchError("--num-nodes and --num-gpus-per-node must be >= 1")
+        if not self.run_id:
+            self.run_id = default_run_id(self.recipe, self.loss)
+        check_run_id(self.run_id)
+        try:
+            extra = shlex.split(self.extra_args)
+        except ValueError as e:  # an unclosed quote
+            raise LaunchError(f"--extra-args {self.extra_args!r}: {e}; quote it as a shell would") from None
+        if _preset(self).curriculum and "--fully-async" in extra:
+            raise LaunchError(
+                f"preset {self.recipe} turns the curriculum on, and its after-rollout hook cannot run with "
+                "--fully-async; drop --fully-async or choose a preset with curriculum off (e.g. --recipe bare)"
+            )
+        for item in self.extra_env:
+            key, sep, _ = item.partition("=")
+            if not sep or not key:
+                raise LaunchError(f"--env {item!r}: expected KEY=VALUE")
 
     # One place for the layout under output_dir.
     @property
@@ -129,6 +145,10 @@ class TrainConfig:
         return self.root / "data"
 
     @property
+    def release_dir(self) -> Path:
+        return self.data_dir / "release"  # the data release as prepare --data-repo downloads it
+
+    @property
     def cache_dir(self) -> Path:
         return self.root / "gold_cache"
 
@@ -138,6 +158,82 @@ class TrainConfig:
 
     def split_path(self, split: str) -> Path:
         return self.data_dir / f"{split}.jsonl"
+
+
+# Every numeric knob of TrainConfig and what it must be (the CLI flag is the name with dashes).
+COUNT = "count"  # a whole number >= 1
+POSITIVE = "positive"  # a finite number > 0
+NON_NEGATIVE = "non-negative"  # a finite number >= 0
+FRACTION = "fraction"  # a number in (0, 1]
+NUMBERS = {
+    "num_nodes": COUNT, "num_gpus_per_node": COUNT,
+    "num_rollout": COUNT, "rollout_batch_size": COUNT, "n_samples_per_prompt": COUNT, "global_batch_size": COUNT,
+    "rollout_temperature": NON_NEGATIVE,
+    "eval_interval": COUNT, "n_samples_per_eval_prompt": COUNT, "eval_temperature": NON_NEGATIVE,
+    "eval_top_p": FRACTION,
+    "lr": POSITIVE, "eps_clip": NON_NEGATIVE, "eps_clip_high": NON_NEGATIVE,
+    "tp": COUNT, "ep": COUNT, "cp": COUNT, "max_tokens_per_gpu": COUNT,
+    "sglang_mem_fraction_static": FRACTION, "save_interval": COUNT, "grader_concurrency": COUNT,
+}
+_KIND_TEXT = {
+    COUNT: "a whole number >= 1",
+    POSITIVE: "a positive, finite number",
+    NON_NEGATIVE: "zero or a positive, finite number",
+    FRACTION: "a number above 0 and at most 1",
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def number_problem(name: str, value: object) -> str:
+    """What is wrong with `value` for field `name` (NUMBERS says what it must be), or "" when nothing is."""
+    kind = NUMBERS[name]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and (isinstance(value, int) or math.isfinite(value))  # an int of any size; float nan/inf are no number
+    if ok and kind == COUNT:
+        ok = isinstance(value, int) and value >= 1
+    elif ok:
+        ok = (value > 0 if kind in (POSITIVE, FRACTION) else value >= 0) and (kind != FRACTION or value <= 1)
+    return "" if ok else f"give {_KIND_TEXT[kind]}"
+
+
+def check_number(name: str, value: object) -> None:
+    if problem := number_problem(name, value):
+        raise LaunchError(f"{_flag(name)} {value!r}: {problem}")
+
+
+def read_number(name: str, text: str) -> int | float:
+    """The CLI's reading of field `name`'s flag: an int for a count, else a float; ValueError saying
+    what to give when it is not what NUMBERS says."""
+    try:
+        value: int | float | None = int(text) if NUMBERS[name] == COUNT else float(text)
+    except ValueError:
+        value = None
+    if problem := number_problem(name, value):
+        raise ValueError(f"{problem}, not {text!r}")
+    return value
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id names a directory under <output-dir>/checkpoints: one plain name, never a path."""
+    if not RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+        raise LaunchError(
+            f"--run-id {run_id!r}: give a plain name (letters, digits, '.', '_', '-'; not starting with '-'; "
+            "not '.' or '..'): it names the directory checkpoints/<run-id> under --output-dir"
+        )
+    return run_id
+
+
+def default_run_id(recipe: str, loss: str) -> str:
+    """The run id when none is given: the same for the same preset and loss, so rerunning a command
+    resumes its checkpoints (a new --run-id starts afresh)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{recipe}-{loss}").lstrip("-.")
+    return name or "default"
 
 
 def _preset(config: TrainConfig):
@@ -171,14 +267,10 @@ def data_block(c: TrainConfig) -> list[str]:
 
 def curriculum_block(c: TrainConfig) -> list[str]:
     """The curriculum's two miles hooks when the preset switches it on (t2sql.miles.curriculum reads the
-    preset through --text-to-sql-recipe). miles refuses the after-rollout hook under --fully-async."""
+    preset through --text-to-sql-recipe). miles refuses the after-rollout hook under --fully-async
+    (TrainConfig refuses that pair up front)."""
     if not _preset(c).curriculum:
         return []
-    if "--fully-async" in shlex.split(c.extra_args):
-        raise LaunchError(
-            f"preset {c.recipe} turns the curriculum on, and its after-rollout hook cannot run with "
-            "--fully-async; drop --fully-async or choose a preset with curriculum off (e.g. --recipe bare)"
-        )
     return [
         "--data-source-path", CURRICULUM_DATA_SOURCE_PATH,
         "--rollout-all-samples-process-path", CURRICULUM_HOOK_PATH,
@@ -357,10 +449,8 @@ def runtime_env(c: TrainConfig, environ: dict[str, str] | None = None) -> dict[s
         env["MILES_SCRIPT_EXTERNAL_RAY"] = "1"  # the Ray cluster is started beforehand on every node
     if c.wandb_project and environ.get("WANDB_API_KEY"):
         env["WANDB_API_KEY"] = environ["WANDB_API_KEY"]
-    for item in c.extra_env:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise LaunchError(f"--env {item!r}: expected KEY=VALUE")
+    for item in c.extra_env:  # KEY=VALUE, checked by TrainConfig
+        key, _, value = item.partition("=")
         env[key] = value
     return env
 

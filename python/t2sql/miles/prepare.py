@@ -1,16 +1,28 @@
-"""`t2sql-train prepare`: disk check, checkpoints, the data release as miles jsonl, manifests, the gold cache."""
+"""`t2sql-train prepare`: disk check, checkpoints, the data release as miles jsonl, manifests, the gold cache.
+
+Downloads and the checkpoint conversion are complete or absent: a download counts as done only when
+the completion record (COMPLETE, written last and atomically) is in its directory, after every file
+the Hub lists is there with its size; the torch_dist conversion runs in a temporary directory beside
+its target and is renamed into place once miles' converter has written its own last step (the
+tracker file saying "release"). An interrupted or failed step is resumed (downloads) or redone
+(conversion) by the next `prepare`, and `train` reports it missing until then.
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from t2sql.atomic import write_bytes_atomic
 from t2sql.errors import LaunchError
 from t2sql.miles.flags import (
     CISPO_LOSS_PATH,
@@ -58,10 +70,20 @@ def missing_for_train(c: TrainConfig) -> list[str]:
         )
     if shutil.which("ray") is None:
         missing.append("ray: the `ray` command is not on PATH (pip install 'ray[default]', as in miles' image)")
-    if not c.hf_checkpoint_path.is_dir():
-        missing.append(f"checkpoint: {c.hf_checkpoint_path} not found (run `t2sql-train prepare` first)")
-    if not (c.torch_dist_path / "latest_checkpointed_iteration.txt").is_file():
+    if c.hf_checkpoint:
+        missing += [f"checkpoint: {p}" for p in own_checkpoint_problems(c.hf_checkpoint_path)]
+    elif not is_complete(c.hf_checkpoint_path):
+        state = "not complete" if c.hf_checkpoint_path.exists() else "not found"
+        missing.append(f"checkpoint: {c.hf_checkpoint_path} {state} (run `t2sql-train prepare`; "
+                       "it resumes an unfinished download)")
+    if not is_complete(c.torch_dist_path):
         missing.append(f"torch_dist checkpoint: {c.torch_dist_path} not converted (run `t2sql-train prepare`)")
+    probe = c.save_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
+        missing.append(f"checkpoints: {c.save_dir} cannot be created ({probe} is not a directory you can write); "
+                       "choose another --output-dir")
     for split in SPLITS:
         if not c.split_path(split).is_file():
             missing.append(f"data: {c.split_path(split)} not found (run `t2sql-train prepare`)")
@@ -95,18 +117,208 @@ def _import_miles_command_utils(c: TrainConfig):
     for p in (c.miles_path, c.megatron_path):
         if p not in sys.path:
             sys.path.insert(0, p)
-    import miles.utils.external_utils.command_utils as command_utils  # noqa: PLC0415
-
+    try:
+        import miles.utils.external_utils.command_utils as command_utils  # noqa: PLC0415
+    except ImportError as e:  # a dependency of miles' (ray, ...) that this Python lacks
+        raise LaunchError(f"miles at {c.miles_path} cannot be imported ({e}); run inside miles' Docker image") from None
     return command_utils
 
 
-def _snapshot_download(repo_id: str, local_dir: Path, *, repo_type: str | None = None) -> None:
+def check_output_dir(root: Path, parts: tuple[Path, ...] = ()) -> None:
+    """Create --output-dir (its parent must exist: no folders made from the root up) and prove a file
+    can be written there, before any work; `parts` (its subdirectories) must be directories or absent.
+    A LaunchError saying what to do otherwise."""
+    if root.exists() and not root.is_dir():
+        raise LaunchError(f"--output-dir {root}: exists and is not a directory; choose another --output-dir")
+    if not root.exists():
+        if not root.parent.is_dir():
+            raise LaunchError(f"--output-dir {root}: its parent {root.parent} is not a directory; create it "
+                              "first, or choose another --output-dir")
+        try:
+            root.mkdir(exist_ok=True)
+        except OSError as e:
+            raise LaunchError(f"--output-dir {root}: cannot create it ({e.strerror}); choose a directory "
+                              "you can write, or fix its permissions") from None
     try:
-        from huggingface_hub import snapshot_download
+        fd, probe = tempfile.mkstemp(prefix=".t2sql-write-test.", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise LaunchError(f"--output-dir {root}: cannot write there ({e.strerror}); choose a directory you can "
+                          "write, or fix its permissions") from None
+    for part in parts:
+        if part.exists() and not part.is_dir():
+            raise LaunchError(f"{part} is in the way: prepare keeps a directory there; move it, or choose "
+                              "another --output-dir")
+
+
+# ------------------------------------------------------------------------------- complete or absent
+
+COMPLETE = ".t2sql-complete.json"  # in a downloaded or converted directory, written last, atomically
+
+
+def is_complete(path: Path) -> bool:
+    """Whether prepare finished and verified the download or conversion in `path`."""
+    return (path / COMPLETE).is_file()
+
+
+def mark_complete(path: Path, record: dict) -> None:
+    record = {**record, "completed": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    write_bytes_atomic(path / COMPLETE, (json.dumps(record, indent=1) + "\n").encode())
+
+
+def own_checkpoint_problems(path: Path) -> list[str]:
+    """What is wrong with a checkpoint passed as --hf-checkpoint (the user's own copy, used as is)."""
+    if not path.is_dir():
+        return [f"--hf-checkpoint {path}: not a directory (drop --hf-checkpoint to let prepare download "
+                f"{HF_REPO} into <output-dir>/models)"]
+    if not (path / "config.json").is_file():
+        return [f"--hf-checkpoint {path}: no config.json there; pass the directory of a Hugging Face checkpoint"]
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            return [f"--hf-checkpoint {path}: cannot read {index.name} ({e})"]
+        absent = [s for s in shards if not (path / s).is_file()]
+        if absent:
+            return [f"--hf-checkpoint {path}: {len(absent)} of {len(shards)} weight files named in {index.name} "
+                    f"are missing (first: {absent[0]})"]
+    return []
+
+
+def _hub():
+    try:
+        import huggingface_hub
     except ImportError:
         raise LaunchError("huggingface_hub is not installed: pip install 'huggingface_hub' (or t2sql[train])") from None
-    local_dir.mkdir(parents=True, exist_ok=True)
-    snapshot_download(repo_id=repo_id, repo_type=repo_type, local_dir=str(local_dir))
+    return huggingface_hub
+
+
+def download_repo(repo_id: str, target: Path, *, repo_type: str | None, instead: str) -> str:
+    """Download Hub repository `repo_id` into `target` and mark it complete once every listed file is
+    there with its listed size. A rerun resumes an unfinished one (huggingface_hub keeps its partial
+    files under `target`/.cache); a complete one is kept. `instead`: the local alternative, for the
+    message when the Hub cannot be used. Returns what was done, for prepare's summary."""
+    if is_complete(target):
+        try:
+            had = json.loads((target / COMPLETE).read_text(encoding="utf-8")).get("repo_id")
+        except (OSError, ValueError, AttributeError):
+            had = None
+        if had not in (None, repo_id):
+            raise LaunchError(f"{target} holds {had}, not {repo_id}; move it away (or choose another --output-dir) "
+                              f"to download {repo_id}")
+        return f"{repo_id}: complete in {target} (kept)"
+    hub = _hub()
+    from huggingface_hub.hf_api import RepoFile
+
+    endpoint = hub.constants.ENDPOINT
+    try:
+        api = hub.HfApi()
+        commit = api.repo_info(repo_id, repo_type=repo_type).sha
+        listed = {f.path: (f.lfs.size if f.lfs is not None else f.size)
+                  for f in api.list_repo_tree(repo_id, repo_type=repo_type, revision=commit, recursive=True)
+                  if isinstance(f, RepoFile)}
+        target.mkdir(parents=True, exist_ok=True)
+        hub.snapshot_download(repo_id, repo_type=repo_type, revision=commit, local_dir=str(target))
+    except Exception as e:  # the Hub's and the network's errors, in every version: one line, never a traceback
+        raise LaunchError(download_failure(e, repo_id, repo_type, endpoint, target, instead)) from None
+    if not listed:
+        raise LaunchError(f"{repo_id} on {endpoint} lists no files; check the repository id")
+    wrong = [p for p, size in sorted(listed.items())
+             if not (target / p).is_file() or (size is not None and (target / p).stat().st_size != size)]
+    if wrong:
+        raise LaunchError(f"download of {repo_id} into {target} is not complete: {len(wrong)} of {len(listed)} "
+                          f"files missing or of the wrong size (first: {wrong[0]}); rerun `t2sql-train prepare` "
+                          "to resume it")
+    mark_complete(target, {"repo_id": repo_id, "repo_type": repo_type or "model", "commit": commit,
+                           "endpoint": endpoint, "files": len(listed),
+                           "bytes": sum(size or 0 for size in listed.values())})
+    return f"{repo_id}@{commit[:12]} -> {target} ({len(listed)} files)"
+
+
+def download_failure(error: BaseException, repo_id: str, repo_type: str | None, endpoint: str, target: Path,
+                     instead: str) -> str:
+    """One line: what failed (the repository, the endpoint) and what to do."""
+    from huggingface_hub import constants, errors
+
+    what = f"{'dataset' if repo_type == 'dataset' else 'model'} {repo_id}"
+    resume = "; a rerun of `t2sql-train prepare` resumes the download"
+    if isinstance(error, errors.OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE:
+        return (f"cannot download {what}: HF_HUB_OFFLINE is set, so huggingface_hub makes no requests; unset "
+                f"HF_HUB_OFFLINE, or {instead}")
+    if isinstance(error, errors.GatedRepoError):
+        return (f"cannot download {what} from {endpoint}: the repository is gated; accept its terms on the Hub "
+                "and log in (`hf auth login`, or HF_TOKEN)")
+    if isinstance(error, errors.RepositoryNotFoundError):
+        return (f"cannot download {what}: {endpoint} has no such repository, or it needs a login; check the "
+                f"id, log in (`hf auth login`, or HF_TOKEN) if it is private, or {instead}")
+    root = error
+    for _ in range(20):  # the first cause: what the network or the disk said
+        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
+        if nxt is None:
+            break
+        root = nxt
+    if isinstance(error, errors.HfHubHTTPError) and getattr(error, "response", None) is not None:
+        status = error.response.status_code
+        return f"cannot download {what}: {endpoint} answered HTTP {status}; try again later, or {instead}{resume}"
+    reason = (str(root).strip().splitlines() or [""])[0][:200]
+    if isinstance(root, OSError) and root.errno is not None and root.filename:
+        return f"cannot download {what} into {target}: {root.strerror}: {root.filename}{resume}"
+    return (f"cannot download {what} from {endpoint} ({type(root).__name__}: {reason}); check the network "
+            f"(and HF_ENDPOINT, proxy settings), or {instead}{resume}")
+
+
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's; miles' converter writes "release" into it last
+
+
+def _converted(path: Path) -> bool:
+    tracker = path / TRACKER
+    try:
+        return tracker.read_text(encoding="utf-8").strip() == "release" and (path / "release").is_dir()
+    except OSError:
+        return False
+
+
+def convert_torch_dist(c: TrainConfig, command_utils) -> str:
+    """The torch_dist conversion with miles' own convert_checkpoint, in a temporary directory beside
+    the target, renamed into place once miles' converter wrote its last step."""
+    target = c.torch_dist_path
+    record = {"hf_checkpoint": str(c.hf_checkpoint_path), "megatron_model_type": MEGATRON_MODEL_TYPE}
+    if is_complete(target):
+        return f"{target} (kept)"
+    if target.is_dir() and _converted(target):  # converted by miles itself, or by an earlier t2sql
+        mark_complete(target, record)
+        return f"{target} (found converted: tracker says release)"
+    if target.is_dir() and not any(target.iterdir()):
+        target.rmdir()  # an empty leftover
+    elif target.exists():
+        raise LaunchError(f"{target} holds an unfinished conversion (its {TRACKER} does not say 'release'); "
+                          "remove it and rerun `t2sql-train prepare` to convert again")
+    staging = target.parent / f".{target.name}.partial"  # only prepare writes here: redone from scratch
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    try:
+        command_utils.convert_checkpoint(
+            model_name=MODEL_NAME,
+            megatron_model_type=MEGATRON_MODEL_TYPE,
+            num_gpus_per_node=c.num_gpus_per_node,
+            dir_dst=str(staging),
+            hf_checkpoint=str(c.hf_checkpoint_path),
+            megatron_path=c.megatron_path,
+        )
+    except subprocess.CalledProcessError as e:
+        raise LaunchError(f"checkpoint conversion failed (exit {e.returncode}; its output is above); rerun "
+                          "`t2sql-train prepare` to convert again") from None
+    produced = staging / target.name  # miles writes <dir_dst>/<model_name>_torch_dist
+    if not _converted(produced):
+        raise LaunchError(f"checkpoint conversion ended without its last step ({TRACKER} saying 'release' "
+                          f"in {produced}); rerun `t2sql-train prepare` to convert again")
+    mark_complete(produced, record)
+    os.replace(produced, target)
+    shutil.rmtree(staging)
+    return str(target)
 
 
 def write_manifests(c: TrainConfig, split_roots: dict[str, Path]) -> list[Path]:
@@ -167,22 +379,30 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     return f"{len(records) - len(failed)}/{len(records)} gold digests in {c.cache_dir} ({elapsed:.1f}s{slow})"
 
 
-def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
-    from t2sql.data import convert as data
+def check_prepare_args(c: TrainConfig, args: argparse.Namespace) -> dict[str, str]:
+    """prepare's usage errors, before anything runs (LaunchError/DataError: exit 2). Returns the field map."""
     from t2sql.data import tasks as data_tasks
+
+    if args.skip_model and args.skip_data:
+        raise LaunchError("--skip-model and --skip-data together leave nothing to prepare; drop one")
+    if not args.skip_data:
+        if not args.data_release and not args.data_repo:
+            raise LaunchError("no data: pass --data-release PATH (a local copy) or --data-repo HF_DATASET_ID "
+                              "(or --skip-data)")
+        if args.data_release and not Path(args.data_release).is_dir():
+            raise LaunchError(f"--data-release {args.data_release}: not a directory (a local copy of the "
+                              "data release)")
+    if c.hf_checkpoint and not args.skip_model and (problems := own_checkpoint_problems(c.hf_checkpoint_path)):
+        raise LaunchError(problems[0])
+    return data_tasks.parse_field_map(args.field_map)
+
+
+def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) -> int:
+    """`fields`: check_prepare_args' field map (main runs that first: its errors are usage errors)."""
+    from t2sql.data import convert as data
     from t2sql.grading import describe_methods
 
-    needs = {}
-    if not args.skip_model:
-        if not c.hf_checkpoint_path.is_dir():
-            needs["hf checkpoint"] = DISK_NEEDS["hf checkpoint"]
-        if not (c.torch_dist_path / "latest_checkpointed_iteration.txt").is_file():
-            needs["torch_dist checkpoint"] = DISK_NEEDS["torch_dist checkpoint"]
-    if not args.skip_data and not args.data_release:
-        needs["data release"] = DISK_NEEDS["data release"]
-    if needs and not args.skip_disk_check:
-        check_disk(c.root, needs)
-    # Fail before any download when the model step cannot run here.
+    # Fail before anything is written when the model step cannot run here.
     if not args.skip_model:
         gpus = count_gpus()
         if gpus < c.num_gpus_per_node:
@@ -191,18 +411,27 @@ def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
                 "Run prepare on the training node, or pass --skip-model to prepare only the data."
             )
         _import_miles_command_utils(c)
+    check_output_dir(c.root, (c.data_dir, c.model_dir, c.cache_dir))
+    needs = {}
+    if not args.skip_model:
+        if not c.hf_checkpoint and not is_complete(c.hf_checkpoint_path):
+            needs["hf checkpoint"] = DISK_NEEDS["hf checkpoint"]
+        if not is_complete(c.torch_dist_path):
+            needs["torch_dist checkpoint"] = DISK_NEEDS["torch_dist checkpoint"]
+    if not args.skip_data and not args.data_release and not is_complete(c.release_dir):
+        needs["data release"] = DISK_NEEDS["data release"]
+    if needs and not args.skip_disk_check:
+        check_disk(c.root, needs)
 
     steps: list[tuple[str, str]] = []
     if not args.skip_data:
         if args.data_release:
             release = Path(args.data_release)
-        elif args.data_repo:
-            release = c.data_dir / "release"
-            _snapshot_download(args.data_repo, release, repo_type="dataset")
-            steps.append(("download data", f"{args.data_repo} -> {release}"))
         else:
-            raise LaunchError("no data: pass --data-release PATH (a local copy) or --data-repo HF_DATASET_ID")
-        fields = data_tasks.parse_field_map(args.field_map)
+            release = c.release_dir
+            steps.append(("download data", download_repo(
+                args.data_repo, release, repo_type="dataset",
+                instead="pass --data-release PATH (a local copy of the data release)")))
         reports = []
         split_roots: dict[str, Path] = {}
         built: list[tuple[str, list[dict]]] = []
@@ -235,18 +464,11 @@ def prepare(c: TrainConfig, args: argparse.Namespace) -> int:
         steps.append(("gold", precompute_gold(c)))
     if not args.skip_model:
         command_utils = _import_miles_command_utils(c)
-        if not c.hf_checkpoint_path.is_dir():
-            _snapshot_download(HF_REPO, c.hf_checkpoint_path)
-            steps.append(("download checkpoint", f"{HF_REPO} -> {c.hf_checkpoint_path}"))
-        command_utils.convert_checkpoint(
-            model_name=MODEL_NAME,
-            megatron_model_type=MEGATRON_MODEL_TYPE,
-            num_gpus_per_node=c.num_gpus_per_node,
-            dir_dst=str(c.model_dir),
-            hf_checkpoint=str(c.hf_checkpoint_path),
-            megatron_path=c.megatron_path,
-        )
-        steps.append(("convert checkpoint", str(c.torch_dist_path)))
+        if not c.hf_checkpoint:  # --hf-checkpoint is the user's own copy, used as is
+            steps.append(("download checkpoint", download_repo(
+                HF_REPO, c.hf_checkpoint_path, repo_type=None,
+                instead=f"pass --hf-checkpoint PATH (a local copy of {HF_REPO})")))
+        steps.append(("convert checkpoint", convert_torch_dist(c, command_utils)))
     width = max((len(s) for s, _ in steps), default=0)
     for step, what in steps:
         print(f"{step.ljust(width)}  {what}")

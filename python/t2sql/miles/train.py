@@ -25,6 +25,10 @@ Layout under --output-dir (one place, so prepare and train agree):
     data/{train,validation,arcwise}.jsonl, data/<split>.manifest.json (the database manifests)
     gold_cache/                        gold digests (--text-to-sql-cache-dir)
     checkpoints/<run-id>/              the run's own checkpoints (--save/--load)
+
+Exit status: 0 done; 1 something outside the command failed or is missing (network, disk, GPUs, miles,
+a download or conversion not complete, bad data): the message says what to do; 2 the command line
+is wrong (a flag's value, a quote left open): fix the command.
 """
 
 from __future__ import annotations
@@ -34,19 +38,23 @@ import json
 import shlex
 import sys
 from dataclasses import fields
+from typing import Callable, NoReturn
 
 from t2sql.errors import DataError, LaunchError, PresetError
 from t2sql.miles.flags import (
+    HF_REPO,
     LOSS_BLOCKS,
     MEGATRON_MODEL_TYPE,
     MODEL_NAME,
     SPLITS,
     TrainConfig,
+    default_run_id,
+    read_number,
     render_dry_run,
     runtime_env,
     train_argv,
 )
-from t2sql.miles.prepare import _import_miles_command_utils, missing_for_train, prepare
+from t2sql.miles.prepare import _import_miles_command_utils, check_prepare_args, missing_for_train, prepare
 
 # -------------------------------------------------------------------------------------------- train
 
@@ -76,27 +84,51 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- CLI
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line (what is wrong, where the help is) and exit 2, not argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def _number(name: str) -> Callable[[str], int | float]:
+    """argparse type of TrainConfig field `name`'s flag, checked as flags.NUMBERS says."""
+
+    def parse(text: str) -> int | float:
+        try:
+            return read_number(name, text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     d = TrainConfig(run_id="x")
     p.add_argument("--output-dir", default=d.output_dir, help="models, data, gold cache and checkpoints live here")
     p.add_argument("--recipe", default=d.recipe, help="t2sql preset (budgets and reward)")
-    p.add_argument("--num-gpus-per-node", type=int, default=d.num_gpus_per_node)
+    p.add_argument("--num-gpus-per-node", type=_number("num_gpus_per_node"), default=d.num_gpus_per_node)
     p.add_argument("--miles-path", default=d.miles_path, help="miles source checkout (as in miles' image)")
     p.add_argument("--megatron-path", default=d.megatron_path)
-    p.add_argument("--hf-checkpoint", default="", help=f"default: <output-dir>/models/{MODEL_NAME}")
+    p.add_argument("--hf-checkpoint", default="",
+                   help=f"your own local copy of {HF_REPO}, used as is (prepare neither downloads nor writes "
+                        f"into it); default: prepare downloads it to <output-dir>/models/{MODEL_NAME}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from t2sql.grading import method_arg, seconds_arg
 
-    parser = argparse.ArgumentParser(prog="t2sql-train", description=__doc__.splitlines()[0])
+    epilog = __doc__[__doc__.index("Exit status:"):]
+    parser = _Parser(prog="t2sql-train", description=__doc__.splitlines()[0], epilog=epilog)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     d = TrainConfig(run_id="x")
 
-    p = sub.add_parser("prepare", help="download and convert the checkpoint and the data release")
+    p = sub.add_parser("prepare", help="download and convert the checkpoint and the data release", epilog=epilog)
     _add_common(p)
-    p.add_argument("--data-release", default=None, help="a local copy of the data release (a directory)")
-    p.add_argument("--data-repo", default=None, help="Hugging Face dataset id of the data release")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--data-release", default=None, help="a local copy of the data release (a directory)")
+    source.add_argument("--data-repo", default=None,
+                        help="Hugging Face dataset id of the data release (downloaded to <output-dir>/data/release)")
     p.add_argument("--field-map", nargs="*", default=[], metavar="FIELD=KEY", help="see `t2sql convert --help`")
     p.add_argument("--splits", nargs="+", default=list(SPLITS), help="splits of the release to convert")
     p.add_argument("--gold-timeout", type=seconds_arg, default=60.0, help="seconds per gold query while validating")
@@ -108,20 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-data", action="store_true", help="prepare the checkpoint only")
     p.add_argument("--skip-disk-check", action="store_true")
 
-    t = sub.add_parser("train", help="launch the miles run (or print it with --dry-run)")
+    t = sub.add_parser("train", help="launch the miles run (or print it with --dry-run)", epilog=epilog)
     _add_common(t)
-    t.add_argument("--run-id", default="", help="names the checkpoint directory and the wandb group")
+    t.add_argument("--run-id", default="",
+                   help="names the checkpoint directory <output-dir>/checkpoints/<run-id> and the wandb group: a "
+                        "plain name (letters, digits, '.', '_', '-'). Default: <recipe>-<loss> (e.g. "
+                        f"{default_run_id(d.recipe, d.loss)}), so rerunning the same command resumes from its "
+                        "last checkpoint; a new --run-id starts a fresh run")
     t.add_argument("--loss", choices=sorted(LOSS_BLOCKS), default="",
                    help="default: the preset's loss (cispo in qwen3.6-35b-a3b, grpo in bare)")
-    t.add_argument("--num-nodes", type=int, default=d.num_nodes, help="nodes of an already started Ray cluster")
-    t.add_argument("--num-rollout", type=int, default=d.num_rollout)
-    t.add_argument("--rollout-batch-size", type=int, default=d.rollout_batch_size)
-    t.add_argument("--n-samples-per-prompt", type=int, default=d.n_samples_per_prompt)
-    t.add_argument("--global-batch-size", type=int, default=d.global_batch_size)
-    t.add_argument("--eval-interval", type=int, default=d.eval_interval)
-    t.add_argument("--lr", type=float, default=d.lr)
-    t.add_argument("--max-tokens-per-gpu", type=int, default=d.max_tokens_per_gpu)
-    t.add_argument("--grader-concurrency", type=int, default=d.grader_concurrency)
+    t.add_argument("--num-nodes", type=_number("num_nodes"), default=d.num_nodes,
+                   help="nodes of an already started Ray cluster")
+    for name in ("num_rollout", "rollout_batch_size", "n_samples_per_prompt", "global_batch_size", "eval_interval",
+                 "lr", "max_tokens_per_gpu", "grader_concurrency"):
+        t.add_argument("--" + name.replace("_", "-"), type=_number(name), default=getattr(d, name))
     t.add_argument("--wandb-project", default="")
     t.add_argument("--wandb-team", default="")
     t.add_argument("--extra-args", default="", help="more miles flags, appended last (later flags win)")
@@ -144,11 +176,24 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    try:
+    prog = f"t2sql-train {args.command}"
+    try:  # the command line itself: a wrong value is a usage error, exit 2
         config = config_from_args(args)
+        field_map = check_prepare_args(config, args) if args.command == "prepare" else {}
+    except (LaunchError, DataError, PresetError) as e:
+        print(f"{prog}: {e} (see `{prog} --help`)", file=sys.stderr)
+        return 2
+    try:
         if args.command == "prepare":
-            return prepare(config, args)
+            return prepare(config, args, field_map)
         return train(config, args)
     except (LaunchError, DataError, PresetError) as e:  # each carries its own instructions
-        print(f"t2sql-train {args.command}: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a file that cannot be read or written after the checks (disk full, permissions)
+        text = f"{e.strerror}: {e.filename}" if e.filename and e.strerror else f"{type(e).__name__}: {e}"
+        print(f"{prog}: {text}; fix that and rerun (completed steps are kept)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; rerun to continue (completed steps are kept)", file=sys.stderr)
+        return 130
