@@ -215,7 +215,9 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     lines = sum(counts.values())
     outcomes = OUTCOMES + (BAD_INPUT,)
-    summary = {"lines": lines, "graded": lines - counts.get(BAD_INPUT, 0), "ungraded": ungraded,
+    # A line is graded or it is not: a missing database is an ungraded line (outcome gold_error), not both.
+    graded = lines - ungraded
+    summary = {"lines": lines, "graded": graded, "ungraded": ungraded,
                "counts": {k: counts.get(k, 0) for k in outcomes}, "elapsed_s": round(elapsed, 3),
                "out": str(out_path)}
     if args.json:
@@ -225,7 +227,7 @@ def _grade_pairs(args: argparse.Namespace) -> int:
         for k in outcomes:
             n = counts.get(k, 0)
             print(f"{k:<14}{n:>8}{(n / lines if lines else 0):>9.1%}")
-        print(f"{'total':<14}{lines:>8}   ({ungraded} not graded, {elapsed:.2f}s) -> {out_path}")
+        print(f"{'total':<14}{lines:>8}   ({graded} graded, {ungraded} not graded, {elapsed:.2f}s) -> {out_path}")
     return EXIT_OTHER if ungraded else EXIT_MATCH
 
 
