@@ -132,8 +132,16 @@ def test_semantics_flag(db_root):
 
 
 def test_missing_database_and_missing_flags_are_clear(db_root):
-    out = t2sql("grade", "--db", str(db_root / "nope.sqlite"), "--pred", "SELECT 1", "--gold", "SELECT 1", check=False)
-    assert out.returncode == 2 and "not found" in out.stderr
+    missing = str(db_root / "nope.sqlite")
+    out = t2sql("grade", "--db", missing, "--pred", "SELECT 1", "--gold", "SELECT 1", check=False)
+    # The message names the file and the flag that named it; no --db-root was given, so none is mentioned.
+    assert out.returncode == 2 and out.stderr == f"t2sql grade: no such database file: --db {missing}\n"
+    out = t2sql("grade", "--db-id", "nope", "--db-root", str(db_root), "--pred", "SELECT 1", "--gold", "SELECT 1",
+                check=False)
+    assert out.returncode == 2 and f"--db-id nope: no database {db_root / 'nope' / 'nope.sqlite'}" in out.stderr
+    assert f"under --db-root {db_root}" in out.stderr
+    out = t2sql("grade", "--db-id", "nope", "--pred", "SELECT 1", "--gold", "SELECT 1", check=False)
+    assert out.returncode == 2 and "under the bundled sample (pass --db-root DIR" in out.stderr
     out = t2sql("grade", "--db", str(db_root / "alpha" / "alpha.sqlite"), check=False)
     assert out.returncode == 2 and "--pred" in out.stderr
 

@@ -106,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         from t2sql.data.tasks import database_path, sample_dir
 
         db_path = str(database_path(args.db_root or sample_dir(), args.db_id))
+    if not os.path.exists(db_path):  # named by the flag that was given, not by one that was not
+        if args.db:
+            return _fail(f"no such database file: --db {db_path}")
+        where = f"--db-root {args.db_root}" if args.db_root else "the bundled sample (pass --db-root DIR for others)"
+        return _fail(f"--db-id {args.db_id}: no database {db_path} under {where}")
     try:
         v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order)
     except DatabaseError as e:
