@@ -132,8 +132,16 @@ def test_semantics_flag(db_root):
 
 
 def test_missing_database_and_missing_flags_are_clear(db_root):
-    out = t2sql("grade", "--db", str(db_root / "nope.sqlite"), "--pred", "SELECT 1", "--gold", "SELECT 1", check=False)
-    assert out.returncode == 2 and "not found" in out.stderr
+    missing = str(db_root / "nope.sqlite")
+    out = t2sql("grade", "--db", missing, "--pred", "SELECT 1", "--gold", "SELECT 1", check=False)
+    # The message names the file and the flag that named it; no --db-root was given, so none is mentioned.
+    assert out.returncode == 2 and out.stderr == f"t2sql grade: no such database file: --db {missing}\n"
+    out = t2sql("grade", "--db-id", "nope", "--db-root", str(db_root), "--pred", "SELECT 1", "--gold", "SELECT 1",
+                check=False)
+    assert out.returncode == 2 and f"--db-id nope: no database {db_root / 'nope' / 'nope.sqlite'}" in out.stderr
+    assert f"under --db-root {db_root}" in out.stderr
+    out = t2sql("grade", "--db-id", "nope", "--pred", "SELECT 1", "--gold", "SELECT 1", check=False)
+    assert out.returncode == 2 and "under the bundled sample (pass --db-root DIR" in out.stderr
     out = t2sql("grade", "--db", str(db_root / "alpha" / "alpha.sqlite"), check=False)
     assert out.returncode == 2 and "--pred" in out.stderr
 
@@ -166,11 +174,29 @@ def test_pairs_file_one_output_line_per_input_line_in_order(db_root, tmp_path):
     for lineno in (2, 6, 8, 11):
         assert f"pairs.jsonl:{lineno}: not graded" in proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["lines"] == 10 and summary["graded"] == 6 and summary["ungraded"] == 5
+    # x1's database is missing: it is one of the 5 ungraded lines, not also one of the graded ones.
+    assert summary["lines"] == 10 and summary["graded"] == 5 and summary["ungraded"] == 5
     assert summary["counts"]["gold_error"] == 2 and summary["counts"]["match"] == 1
     assert proc.returncode == 1  # some lines could not be graded
     # No temporary file is left beside the output.
     assert [p.name for p in out_file.parent.iterdir()] == ["verdicts.jsonl"]
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_pairs_on_a_missing_database_count_once_as_ungraded(db_root, tmp_path, as_json):
+    """9 lines, 4 on a database that is not there: 5 graded, 4 ungraded, in the JSON and the text summary."""
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"id": i, "db_id": "alpha" if i < 5 else "gone", "pred": "SELECT 1", "gold": "SELECT 1"} for i in range(9)]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(db_root), "--out", str(tmp_path / "v.jsonl"),
+                 *(["--json"] if as_json else []), check=False)
+    assert proc.returncode == 1, proc.stderr
+    if as_json:
+        summary = json.loads(proc.stdout)
+        assert (summary["lines"], summary["graded"], summary["ungraded"]) == (9, 5, 4)
+        assert summary["counts"]["match"] == 5 and summary["counts"]["gold_error"] == 4
+    else:
+        assert "(5 graded, 4 not graded," in proc.stdout, proc.stdout
 
 
 def _one_pair(tmp_path):

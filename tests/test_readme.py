@@ -15,13 +15,16 @@ def test_every_python_example_in_the_readme_runs(tmp_path):
     assert BLOCKS, "the README has no Python example"
     for block in BLOCKS:
         # Echo each bare expression the example comments on, so its claims can be checked below.
-        lines = [f"print(repr({line.split('#')[0].strip()}))" if re.fullmatch(r"v\.\w+\s*(#.*)?", line.strip())
+        # (v.outcome, v.detail, and a call's .outcome such as the subset,=,5 line's).
+        echoed = r"(v\.\w+|db\.grade\(.*\)\.outcome)\s*(#.*)?"
+        lines = [f"print(repr({line.split('  #')[0].strip()}))" if re.fullmatch(echoed, line.strip())
                  else line for line in block.splitlines()]
         proc = subprocess.run([sys.executable, "-c", "\n".join(lines)], capture_output=True, text=True,
                               cwd=tmp_path, timeout=120)
         assert proc.returncode == 0, f"{block}\n{proc.stderr}"
         if "v.detail" in block:
-            assert proc.stdout.splitlines()[:2] == ["'mismatch'", "'row count 5 vs 7 (multiset)'"]
+            # The multiset grade's outcome and detail, then the subset,=,5 grade that the comment says matches.
+            assert proc.stdout.splitlines()[:3] == ["'mismatch'", "'row count 5 vs 7 (multiset)'", "'match'"]
 
 
 def _readme_commands() -> list[str]:

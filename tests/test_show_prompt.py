@@ -35,7 +35,11 @@ def test_prompt_prints_the_messages_an_episode_starts_from():
 
 def test_prompt_reads_a_converted_jsonl_and_skips_bad_lines(tmp_path):
     rows = json.loads((SAMPLE / "dev.json").read_text())
-    row = dict(rows[0], db_path=str(SAMPLE / "superhero" / "superhero.sqlite"))
+    # A converted row keeps the db_path recorded at conversion (in its metadata); a flat row is BIRD's,
+    # found beside the data file.
+    row = {"label": {"gold_sql": rows[0]["SQL"], "db_id": rows[0]["db_id"], "question_id": rows[0]["question_id"]},
+           "metadata": {"question": rows[0]["question"], "evidence": rows[0]["evidence"],
+                        "db_path": str(SAMPLE / "superhero" / "superhero.sqlite")}}
     data = tmp_path / "train.jsonl"
     data.write_text("{not json\n" + json.dumps(row) + "\n")
     proc = t2sql_cli("prompt", "--data", str(data), "--index", "0")
@@ -53,6 +57,36 @@ def test_prompt_errors_say_what_to_pass(tmp_path):
     assert no_db.returncode == 2 and "superhero" in no_db.stderr
     preset = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--db-root", str(SAMPLE), "--preset", "x")
     assert preset.returncode == 2 and "choose one of" in preset.stderr
+
+
+def test_prompt_finds_bird_databases_beside_the_data_file_as_eval_and_gold_do():
+    rows = json.loads((SAMPLE / "dev.json").read_text())
+    proc = t2sql_cli("prompt", "--data", str(SAMPLE / "dev.json"), "--index", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["messages"] == build_prompt(Task.from_row(rows[2], SAMPLE), get_preset())
+
+
+def test_prompt_says_where_it_looked_and_names_db_root_when_a_database_is_missing(tmp_path):
+    data = tmp_path / "dev.json"  # BIRD questions without their databases beside them
+    data.write_text((SAMPLE / "dev.json").read_text())
+    beside = t2sql_cli("prompt", "--data", str(data), "--index", "0")
+    expected = tmp_path / "superhero" / "superhero.sqlite"
+    assert beside.returncode == 2 and "Traceback" not in beside.stderr
+    assert beside.stderr == (f"t2sql prompt: database {expected} not found beside --data {data}; "
+                             "pass --db-root DIR holding <db_id>/<db_id>.sqlite\n")
+    (tmp_path / "empty").mkdir()
+    under = t2sql_cli("prompt", "--data", str(data), "--db-root", str(tmp_path / "empty"), "--index", "0")
+    assert under.returncode == 2 and f"not found under --db-root {tmp_path / 'empty'}" in under.stderr
+    nowhere = t2sql_cli("prompt", "--data", str(data), "--db-root", str(tmp_path / "nowhere"), "--index", "0")
+    assert nowhere.returncode == 2 and f"--db-root {tmp_path / 'nowhere'} is not a directory" in nowhere.stderr
+    # A converted row (it has metadata) with no db_path.
+    row = json.loads((SAMPLE / "dev.json").read_text())[0]
+    converted = tmp_path / "train.jsonl"
+    converted.write_text(json.dumps({"label": {"gold_sql": row["SQL"], "db_id": row["db_id"],
+                                               "question_id": row["question_id"]},
+                                     "metadata": {"question": row["question"], "evidence": row["evidence"]}}) + "\n")
+    no_path = t2sql_cli("prompt", "--data", str(converted))
+    assert no_path.returncode == 2 and "has no db_path" in no_path.stderr and "--db-root DIR" in no_path.stderr
 
 
 def test_curriculum_is_a_t2sql_subcommand(tmp_path):

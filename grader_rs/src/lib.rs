@@ -3,12 +3,14 @@
 //! The work lives in modules named after what they wrap: `guard` (the read-only connection
 //! and the safety policy), `canon` (value equality), `digest` (streaming digests), `exec`
 //! (tool previews and digest runs), `compare` (verdicts), `sqltext` (scanning SQL text),
+//! `checked` (the ranges of the numbers a caller passes),
 //! `perturb` (perturbed copies of a database), `pool` (SQL worker threads).
 //! This file declares them and, with the `python` feature, registers `t2sql._grader`, whose
 //! bindings live in `py`: argument conversion, releasing the GIL, and one Python exception
 //! per error variant.
 
 pub mod canon;
+pub mod checked;
 pub mod compare;
 pub mod digest;
 pub mod error;
@@ -30,8 +32,8 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use py::database::{set_heap_limit, sqlite_version, Cancel, Database, ToolResult};
     use py::digest::{hash_secret_id, resolve_semantics, set_hash_secret, Digest, Verdict};
     use py::errors::{
-        DatabaseError, HashSecretMismatch, QueryCancelled, QueryTimeout, SqlError, T2sqlError,
-        UnsafeQuery,
+        invalid_argument, DatabaseClosed, DatabaseError, HashSecretMismatch, QueryCancelled,
+        QueryTimeout, SqlError, T2sqlError, UnsafeQuery,
     };
     use py::pool::{lower_thread_priority, SqlPool};
     use py::sqltext::sql_tokens;
@@ -43,6 +45,8 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add("QueryTimeout", py.get_type::<QueryTimeout>())?;
     m.add("QueryCancelled", py.get_type::<QueryCancelled>())?;
     m.add("DatabaseError", py.get_type::<DatabaseError>())?;
+    m.add("DatabaseClosed", py.get_type::<DatabaseClosed>())?;
+    m.add("InvalidArgument", invalid_argument(py)?)?;
     m.add("HashSecretMismatch", py.get_type::<HashSecretMismatch>())?;
     m.add_class::<Cancel>()?;
     m.add_class::<Database>()?;

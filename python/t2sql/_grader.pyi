@@ -4,6 +4,7 @@ Everything SQL runs here, with the GIL released. The Python package re-exports t
 names from `t2sql`; import them from there.
 """
 
+from os import PathLike
 from typing import Callable, Literal, Protocol
 
 # A grading method: multiset, set, ordered (or list), auto (ordered when the gold has ORDER BY, else
@@ -37,8 +38,16 @@ class QueryCancelled(T2sqlError):
 class DatabaseError(T2sqlError):
     """The database file is missing, unreadable, corrupt or not SQLite."""
 
+class DatabaseClosed(DatabaseError):
+    """The Database was closed (close(), or the end of its `with` block); open a new one."""
+
 class HashSecretMismatch(T2sqlError):
     """A gold digest made under another hash secret than the process's: compute it again."""
+
+class InvalidArgument(T2sqlError, ValueError):
+    """An argument the core cannot take; the message names it and the range allowed (an integer
+    limit, seed or digit count out of range such as -1, a timeout that is not a positive number of
+    seconds, an unknown method or column order name, a path that is not UTF-8)."""
 
 # The core's verdict outcomes, in report order.
 OUTCOMES: tuple[Outcome, ...]
@@ -94,13 +103,21 @@ class Database:
     """A hardened read-only connection to one SQLite file (see grader.md §3).
 
     Not for sharing between threads at once: calls on one Database are serialized.
-    Open one per thread (t2sql.Grader does this for you).
+    Open one per thread (t2sql.Grader does this for you). `with Database(path) as db:` closes it at
+    the end of the block, as close() does; a closed Database raises DatabaseClosed.
+    Integer arguments are checked: out of their range (a negative limit, say) is InvalidArgument.
     """
     path: str
     # True: opened immutable=1 (no locks, the file trusted not to change). False: read with locks,
     # because the caller asked or a writer's -wal/-journal file was beside it at open.
     immutable: bool
-    def __init__(self, path: str, *, immutable: bool = True) -> None: ...
+    def __init__(self, path: str | bytes | PathLike[str] | PathLike[bytes], *, immutable: bool = True) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None:
+        """Close the file (a call running on another thread finishes first); closing twice is fine."""
+    def __enter__(self) -> Database: ...
+    def __exit__(self, exc_type: object, exc_value: object, traceback: object) -> bool: ...
     def run_tool(
         self,
         sql: str,

@@ -1,8 +1,8 @@
 """Every error t2sql raises: one family under T2sqlError.
 
-The core's errors (DatabaseError, SqlError, QueryTimeout, UnsafeQuery, QueryCancelled,
-HashSecretMismatch) are raised by
-the Rust core and re-exported here; the rest are Python's. Where an error used to derive from
+The core's errors (DatabaseError and its DatabaseClosed, SqlError, QueryTimeout, UnsafeQuery,
+QueryCancelled, HashSecretMismatch, InvalidArgument: an argument out of range, also a ValueError)
+are raised by the Rust core and re-exported here; the rest are Python's. Where an error used to derive from
 ValueError or RuntimeError it still does, so code that caught those keeps working.
 """
 
@@ -12,8 +12,10 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from t2sql._grader import (
+    DatabaseClosed,
     DatabaseError,
     HashSecretMismatch,
+    InvalidArgument,
     QueryCancelled,
     QueryTimeout,
     SqlError,
@@ -30,6 +32,7 @@ __all__ = [
     "CispoConfigError",
     "CurriculumError",
     "DataError",
+    "DatabaseClosed",
     "DatabaseError",
     "DatabaseTooLarge",
     "DownloadError",
@@ -40,6 +43,7 @@ __all__ = [
     "EvalError",
     "GoldCacheError",
     "HashSecretMismatch",
+    "InvalidArgument",
     "LaunchError",
     "NoSpaceError",
     "PresetError",

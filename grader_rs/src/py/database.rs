@@ -4,13 +4,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use super::args::{check_timeout, digest_spec, pred_text, sql_text, tool_options};
+use super::args::{check_timeout, digest_spec, int, path_text, pred_text, sql_text, tool_options};
 use super::digest::{Digest, Verdict};
-use super::errors::to_py;
+use super::errors::{invalid, to_py, DatabaseClosed};
+use crate::checked::{Int, Seconds};
 use crate::compare;
 use crate::error::GradeError;
 use crate::exec::{self, Cell};
@@ -46,7 +46,7 @@ impl Cancel {
     }
 }
 
-fn budget(timeout_s: f64, cancel: Option<&Bound<'_, Cancel>>) -> PyResult<Budget> {
+fn budget(timeout_s: &Seconds, cancel: Option<&Bound<'_, Cancel>>) -> PyResult<Budget> {
     Ok(Budget {
         timeout_s: check_timeout(timeout_s)?,
         cancel: cancel.map(|c| Arc::clone(&c.get().flag)),
@@ -87,10 +87,13 @@ impl ToolResult {
 }
 
 /// A hardened read-only connection to one SQLite file. Calls on one Database are
-/// serialized; open one per thread for parallel work (t2sql.Grader does).
+/// serialized; open one per thread for parallel work (t2sql.Grader does). `close()` (or the
+/// end of a `with` block) closes the file; any later call raises DatabaseClosed.
 #[pyclass(frozen, module = "t2sql._grader")]
 pub struct Database {
-    conn: Mutex<GuardedConnection>,
+    /// None once closed.
+    conn: Mutex<Option<GuardedConnection>>,
+    closed: AtomicBool,
     #[pyo3(get)]
     path: String,
     /// Opened immutable (no locks); false when a writer's side file made it read with locks.
@@ -99,6 +102,15 @@ pub struct Database {
 }
 
 impl Database {
+    fn opened(gc: GuardedConnection) -> Self {
+        Database {
+            immutable: gc.immutable,
+            path: gc.path.clone(),
+            conn: Mutex::new(Some(gc)),
+            closed: AtomicBool::new(false),
+        }
+    }
+
     fn with<T: Send>(
         &self,
         py: Python<'_>,
@@ -106,63 +118,97 @@ impl Database {
     ) -> PyResult<T> {
         py.detach(|| {
             let gc = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-            f(&gc)
+            gc.as_ref().map(f)
         })
+        .ok_or_else(|| {
+            DatabaseClosed::new_err(format!(
+                "Database({:?}) is closed; open a new Database to query it",
+                self.path
+            ))
+        })?
         .map_err(to_py)
     }
 }
 
 #[pymethods]
 impl Database {
+    /// `path`: str, bytes or os.PathLike, as open() takes it.
     #[new]
     #[pyo3(signature = (path, *, immutable = true))]
-    fn new(py: Python<'_>, path: std::path::PathBuf, immutable: bool) -> PyResult<Self> {
-        let path = path.to_string_lossy().into_owned();
+    fn new(py: Python<'_>, path: &Bound<'_, PyAny>, immutable: bool) -> PyResult<Self> {
+        let path = path_text(path)?;
         let gc = py
             .detach(|| GuardedConnection::open(&path, immutable))
             .map_err(to_py)?;
-        Ok(Database {
-            immutable: gc.immutable,
-            conn: Mutex::new(gc),
-            path,
-        })
+        Ok(Database::opened(gc))
     }
 
-    #[pyo3(signature = (sql, timeout_s = exec::DEFAULT_TOOL_TIMEOUT_S, *, max_rows = exec::ToolOptions::DEFAULT.max_rows, max_cell_chars = exec::ToolOptions::DEFAULT.max_cell_chars, max_chars = exec::ToolOptions::DEFAULT.max_chars, count_cap = exec::ToolOptions::DEFAULT.count_cap, cancel = None))]
+    /// Close the file now (a call running on another thread finishes first). Closing a closed
+    /// Database does nothing; any other call on it raises DatabaseClosed.
+    fn close(&self, py: Python<'_>) {
+        self.closed.store(true, Ordering::SeqCst);
+        py.detach(|| {
+            let gc = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+            drop(gc); // the SQLite connection closes here, without the GIL
+        });
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Closes the Database; an exception from the block goes on.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc_value: &Bound<'_, PyAny>,
+        _traceback: &Bound<'_, PyAny>,
+    ) -> bool {
+        self.close(py);
+        false
+    }
+
+    #[pyo3(signature = (sql, timeout_s = Seconds::from(exec::DEFAULT_TOOL_TIMEOUT_S), *, max_rows = Int::from(exec::ToolOptions::DEFAULT.max_rows), max_cell_chars = Int::from(exec::ToolOptions::DEFAULT.max_cell_chars), max_chars = Int::from(exec::ToolOptions::DEFAULT.max_chars), count_cap = Int::from(exec::ToolOptions::DEFAULT.count_cap), cancel = None))]
     #[allow(clippy::too_many_arguments)]
     fn run_tool(
         &self,
         py: Python<'_>,
         sql: &Bound<'_, PyAny>,
-        timeout_s: f64,
-        max_rows: usize,
-        max_cell_chars: usize,
-        max_chars: usize,
-        count_cap: u64,
+        timeout_s: Seconds,
+        max_rows: Int,
+        max_cell_chars: Int,
+        max_chars: Int,
+        count_cap: Int,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<ToolResult> {
         let sql = sql_text(sql)?;
-        let budget = budget(timeout_s, cancel)?;
-        let opts = tool_options(max_rows, max_cell_chars, max_chars, count_cap);
+        let budget = budget(&timeout_s, cancel)?;
+        let opts = tool_options(&max_rows, &max_cell_chars, &max_chars, &count_cap)?;
         let out = self.with(py, |gc| exec::run_tool(gc, &sql, opts, &budget))?;
         tool_result(py, out)
     }
 
-    #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(crate::canon::DEFAULT_FLOAT_DIGITS), timeout_s = crate::compare::DEFAULT_GRADE_TIMEOUT_S, *, column_order = "strict", cancel = None))]
+    #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(Int::from(crate::canon::DEFAULT_FLOAT_DIGITS)), timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, column_order = "strict", cancel = None))]
     #[allow(clippy::too_many_arguments)]
     fn digest(
         &self,
         py: Python<'_>,
         sql: &Bound<'_, PyAny>,
         semantics: &str,
-        float_digits: Option<u32>,
-        timeout_s: f64,
+        float_digits: Option<Int>,
+        timeout_s: Seconds,
         column_order: &str,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<Digest> {
         let sql = sql_text(sql)?;
-        let spec = digest_spec(&sql, semantics, float_digits, column_order)?;
-        let budget = budget(timeout_s, cancel)?;
+        let spec = digest_spec(&sql, semantics, float_digits.as_ref(), column_order)?;
+        let budget = budget(&timeout_s, cancel)?;
         let start = std::time::Instant::now();
         let inner = self.with(py, |gc| compare::gold_digest(gc, &sql, spec, &budget))?;
         Ok(Digest {
@@ -171,13 +217,13 @@ impl Database {
         })
     }
 
-    #[pyo3(signature = (pred_sql, gold, timeout_s = crate::compare::DEFAULT_GRADE_TIMEOUT_S, *, cancel = None))]
+    #[pyo3(signature = (pred_sql, gold, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, cancel = None))]
     fn grade_against(
         &self,
         py: Python<'_>,
         pred_sql: &Bound<'_, PyAny>,
         gold: &Bound<'_, Digest>,
-        timeout_s: f64,
+        timeout_s: Seconds,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<Verdict> {
         let pred = match pred_text(py, pred_sql)? {
@@ -187,14 +233,14 @@ impl Database {
                 return Ok(Verdict::pred_error(detail, g.semantics, Some(g.rows)));
             }
         };
-        let budget = budget(timeout_s, cancel)?;
+        let budget = budget(&timeout_s, cancel)?;
         let g = gold.get().inner.clone();
         Ok(self
             .with(py, |gc| compare::grade_against(gc, &pred, &g, &budget))?
             .into())
     }
 
-    #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(crate::canon::DEFAULT_FLOAT_DIGITS), timeout_s = crate::compare::DEFAULT_GRADE_TIMEOUT_S, *, column_order = "strict", cancel = None))]
+    #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(Int::from(crate::canon::DEFAULT_FLOAT_DIGITS)), timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, column_order = "strict", cancel = None))]
     #[allow(clippy::too_many_arguments)]
     fn grade(
         &self,
@@ -202,14 +248,14 @@ impl Database {
         pred_sql: &Bound<'_, PyAny>,
         gold_sql: &Bound<'_, PyAny>,
         semantics: &str,
-        float_digits: Option<u32>,
-        timeout_s: f64,
+        float_digits: Option<Int>,
+        timeout_s: Seconds,
         column_order: &str,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<Verdict> {
         let gold = sql_text(gold_sql)?;
-        let spec = digest_spec(&gold, semantics, float_digits, column_order)?;
-        let budget = budget(timeout_s, cancel)?;
+        let spec = digest_spec(&gold, semantics, float_digits.as_ref(), column_order)?;
+        let budget = budget(&timeout_s, cancel)?;
         let pred = match pred_text(py, pred_sql)? {
             Ok(s) => s,
             Err(detail) => return Ok(Verdict::pred_error(detail, spec.semantics, None)),
@@ -221,41 +267,40 @@ impl Database {
 
     /// An in-memory copy of this database with `kind` ("sample", "duplicate", "shuffle")
     /// applied under `seed`, opened with the same hardening (see perturb.rs).
-    #[pyo3(signature = (kind, seed, *, max_bytes = crate::perturb::DEFAULT_MAX_BYTES))]
+    #[pyo3(signature = (kind, seed, *, max_bytes = Int::from(crate::perturb::DEFAULT_MAX_BYTES)))]
     fn perturbed(
         &self,
         py: Python<'_>,
         kind: &str,
-        seed: u64,
-        max_bytes: u64,
+        seed: Int,
+        max_bytes: Int,
     ) -> PyResult<Database> {
         let kind = crate::perturb::Perturbation::parse(kind).ok_or_else(|| {
-            PyValueError::new_err(format!(
+            invalid(format!(
                 "unknown perturbation {kind:?}: use sample, duplicate, shuffle or nullify"
             ))
         })?;
+        let (seed, max_bytes) = (
+            int::<u64>("seed", &seed)?,
+            int::<u64>("max_bytes", &max_bytes)?,
+        );
         let copy = self.with(py, |gc| {
             crate::perturb::perturbed_copy(gc, kind, seed, max_bytes)
         })?;
-        let path = copy.path.clone();
-        Ok(Database {
-            immutable: copy.immutable,
-            conn: Mutex::new(copy),
-            path,
-        })
+        Ok(Database::opened(copy))
     }
 
     /// Step through the result without reading a value; returns the row count.
-    #[pyo3(signature = (sql, timeout_s = crate::compare::DEFAULT_GRADE_TIMEOUT_S, *, cancel = None))]
+    #[pyo3(signature = (sql, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, cancel = None))]
     fn count_rows(
         &self,
         py: Python<'_>,
         sql: &Bound<'_, PyAny>,
-        timeout_s: f64,
+        timeout_s: Seconds,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<u64> {
         let sql = sql_text(sql)?;
-        let budget = budget(timeout_s, cancel)?;
+        let budget = budget(&timeout_s, cancel)?;
         self.with(py, |gc| exec::count_rows(gc, &sql, &budget))
     }
 
@@ -275,7 +320,11 @@ impl Database {
     }
 
     fn __repr__(&self) -> String {
-        format!("Database({:?})", self.path)
+        if self.closed() {
+            format!("Database({:?}, closed)", self.path)
+        } else {
+            format!("Database({:?})", self.path)
+        }
     }
 }
 
@@ -306,6 +355,6 @@ pub(crate) fn sqlite_version() -> &'static str {
 
 /// Set SQLite's process-wide hard heap limit in bytes (0 = none); returns the previous one.
 #[pyfunction]
-pub(crate) fn set_heap_limit(bytes: i64) -> i64 {
-    guard::set_heap_limit(bytes)
+pub(crate) fn set_heap_limit(bytes: Int) -> PyResult<i64> {
+    Ok(guard::set_heap_limit(int("bytes", &bytes)?))
 }

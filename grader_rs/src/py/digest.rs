@@ -1,11 +1,10 @@
 //! `Digest` (a result's streaming digest; the wire format is `crate::digest`'s), `Verdict`
 //! (one graded prediction), and the functions that name a method or key the row hashes.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::errors::to_py;
+use super::errors::{invalid, to_py};
 use crate::compare::{self, Outcome};
 use crate::digest::{self, Semantics};
 
@@ -65,9 +64,8 @@ impl Digest {
     }
     #[staticmethod]
     pub(crate) fn from_bytes(data: &[u8]) -> PyResult<Self> {
-        let inner = digest::Digest::from_bytes(data).map_err(|why| {
-            PyValueError::new_err(format!("not a t2sql digest ({why}): recompute it"))
-        })?;
+        let inner = digest::Digest::from_bytes(data)
+            .map_err(|why| invalid(format!("not a t2sql digest ({why}): recompute it")))?;
         Ok(Digest {
             inner,
             elapsed_s: 0.0,
@@ -163,9 +161,7 @@ pub(crate) fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<Str
 #[pyfunction]
 pub(crate) fn set_hash_secret(secret: &[u8]) -> PyResult<()> {
     if secret.len() < 16 {
-        return Err(PyValueError::new_err(
-            "the hash secret must be at least 16 bytes",
-        ));
+        return Err(invalid("the hash secret must be at least 16 bytes".into()));
     }
     digest::set_secret(secret);
     Ok(())

@@ -4,6 +4,8 @@
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 use crate::error::GradeError;
 
@@ -46,10 +48,49 @@ create_exception!(
 
 create_exception!(
     _grader,
+    DatabaseClosed,
+    DatabaseError,
+    "The Database was closed (close() or the end of its with block); open a new one."
+);
+
+create_exception!(
+    _grader,
     HashSecretMismatch,
     T2sqlError,
     "A gold digest made under another hash secret than the process's: compute it again."
 );
+
+/// `InvalidArgument(T2sqlError, ValueError)`: a caller's value the core cannot take (a negative
+/// limit, an unknown method name, ...). Made once with both bases, which create_exception! cannot
+/// give: code that catches ValueError and code that catches T2sqlError both see it.
+pub(crate) fn invalid_argument(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    TYPE.get_or_try_init(py, || {
+        let bases = PyTuple::new(
+            py,
+            [py.get_type::<T2sqlError>(), py.get_type::<PyValueError>()],
+        )?;
+        let namespace = PyDict::new(py);
+        namespace.set_item("__module__", "t2sql._grader")?;
+        namespace.set_item(
+            "__doc__",
+            "An argument the core cannot take (out of range, unknown name); the message names it.",
+        )?;
+        let made = py
+            .get_type::<PyType>()
+            .call1(("InvalidArgument", bases, namespace))?;
+        Ok(made.cast_into::<PyType>()?.unbind())
+    })
+    .map(|t| t.bind(py))
+}
+
+/// An InvalidArgument with this message.
+pub(crate) fn invalid(message: String) -> PyErr {
+    Python::attach(|py| match invalid_argument(py) {
+        Ok(ty) => PyErr::from_type(ty.clone(), message),
+        Err(e) => e,
+    })
+}
 
 pub(crate) fn to_py(e: GradeError) -> PyErr {
     let msg = e.to_string();
@@ -59,7 +100,7 @@ pub(crate) fn to_py(e: GradeError) -> PyErr {
         GradeError::Timeout(_) => QueryTimeout::new_err(msg),
         GradeError::Cancelled => QueryCancelled::new_err(msg),
         GradeError::Database(_) => DatabaseError::new_err(msg),
-        GradeError::Invalid(_) => PyValueError::new_err(msg),
+        GradeError::Invalid(_) => invalid(msg),
         GradeError::SecretMismatch(_) => HashSecretMismatch::new_err(msg),
     }
 }

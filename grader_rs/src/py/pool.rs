@@ -1,13 +1,13 @@
 //! `SqlPool`: the GIL-free SQL worker threads of `crate::pool`, seen from Python.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::args::{check_timeout, digest_spec, sql_text, tool_options};
+use super::args::{check_timeout, digest_spec, int, sql_text, tool_options};
 use super::database::{tool_result, Cancel};
 use super::digest::{Digest, Verdict};
-use super::errors::to_py;
+use super::errors::{invalid, to_py};
+use crate::checked::{Int, Seconds};
 
 /// What SqlPool.drain returns: (job id, value or None, exception or None) per finished job.
 type Drained = Vec<(u64, Py<PyAny>, Py<PyAny>)>;
@@ -25,27 +25,27 @@ pub struct SqlPool {
 /// ToolJob, DigestJob, GradeJob), so a job whose fields move or are renamed fails at once.
 #[derive(FromPyObject)]
 struct Target {
-    job_id: u64,
+    job_id: Int,
     db_path: String,
     /// (size, version) of the file as the Grader saw it (t2sql.serving.manifest.FileIdentity).
-    identity: (u64, i64),
-    timeout_s: f64,
+    identity: (Int, Int),
+    timeout_s: Seconds,
 }
 
 /// A ToolJob's preview limits.
 #[derive(FromPyObject)]
 struct ToolLimits {
-    max_rows: usize,
-    max_cell_chars: usize,
-    max_chars: usize,
-    count_cap: u64,
+    max_rows: Int,
+    max_cell_chars: Int,
+    max_chars: Int,
+    count_cap: Int,
 }
 
 /// A DigestJob's grading method.
 #[derive(FromPyObject)]
 struct DigestOptions {
     semantics: String,
-    float_digits: Option<u32>,
+    float_digits: Option<Int>,
     column_order: String,
 }
 
@@ -63,28 +63,34 @@ impl SqlPool {
         work: crate::pool::Work,
     ) -> PyResult<()> {
         let target: Target = job.extract()?;
+        let (size, version) = &target.identity;
         let query = crate::pool::Query {
             path: target.db_path,
-            identity: target.identity,
+            identity: (
+                int("identity size", size)?,
+                int("identity version", version)?,
+            ),
             sql,
-            timeout_s: check_timeout(target.timeout_s)?,
+            timeout_s: check_timeout(&target.timeout_s)?,
             work,
         };
-        self.submit_task(target.job_id, crate::pool::Task::Query(query))
+        self.submit_task(
+            int("job_id", &target.job_id)?,
+            crate::pool::Task::Query(query),
+        )
     }
 }
 
 #[pymethods]
 impl SqlPool {
     #[new]
-    #[pyo3(signature = (size, *, nice = 0))]
-    fn new(size: usize, nice: i32) -> PyResult<Self> {
+    #[pyo3(signature = (size, *, nice = Int::from(0)))]
+    fn new(size: Int, nice: Int) -> PyResult<Self> {
+        let size: usize = int("size", &size)?;
         if size == 0 {
-            return Err(PyValueError::new_err(
-                "an SQL pool needs at least one worker",
-            ));
+            return Err(invalid("an SQL pool needs at least one worker".into()));
         }
-        let pool = crate::pool::Pool::new(size, nice)
+        let pool = crate::pool::Pool::new(size, int("nice", &nice)?)
             .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
         Ok(SqlPool { pool })
     }
@@ -97,11 +103,11 @@ impl SqlPool {
     fn submit_tool(&self, job: &Bound<'_, PyAny>) -> PyResult<()> {
         let limits: ToolLimits = job.extract()?;
         let work = crate::pool::Work::Tool(tool_options(
-            limits.max_rows,
-            limits.max_cell_chars,
-            limits.max_chars,
-            limits.count_cap,
-        ));
+            &limits.max_rows,
+            &limits.max_cell_chars,
+            &limits.max_chars,
+            &limits.count_cap,
+        )?);
         self.submit_query(job, sql_text(&job.getattr("sql")?)?, work)
     }
 
@@ -112,7 +118,7 @@ impl SqlPool {
         let spec = digest_spec(
             &sql,
             &options.semantics,
-            options.float_digits,
+            options.float_digits.as_ref(),
             &options.column_order,
         )?;
         self.submit_query(job, sql, crate::pool::Work::Digest(spec))
@@ -132,7 +138,8 @@ impl SqlPool {
     /// query. The worker takes the GIL to call it; the function should release it for its SQL
     /// (the core's Database calls do) and watch `cancel` (a Cancel that `cancel(job_id)` sets).
     /// Its return value, or the exception it raised, comes back through drain().
-    fn submit_call(&self, job_id: u64, function: Py<PyAny>) -> PyResult<()> {
+    fn submit_call(&self, job_id: Int, function: Py<PyAny>) -> PyResult<()> {
+        let job_id = int("job_id", &job_id)?;
         let call: crate::pool::Call = Box::new(move |flag| {
             let returned: PyResult<Py<PyAny>> = Python::attach(move |py| {
                 let cancel = Py::new(py, Cancel::sharing(flag))?;
@@ -143,8 +150,9 @@ impl SqlPool {
         self.submit_task(job_id, crate::pool::Task::Call(call))
     }
 
-    fn cancel(&self, job_id: u64) {
-        self.pool.cancel(job_id)
+    fn cancel(&self, job_id: Int) -> PyResult<()> {
+        self.pool.cancel(int("job_id", &job_id)?);
+        Ok(())
     }
 
     fn drain(&self, py: Python<'_>) -> PyResult<Drained> {
@@ -191,6 +199,7 @@ impl SqlPool {
 
 /// Make the calling thread `nice` steps nicer (Linux; elsewhere, or if refused, a no-op).
 #[pyfunction]
-pub(crate) fn lower_thread_priority(nice: i32) {
-    crate::pool::lower_priority(nice)
+pub(crate) fn lower_thread_priority(nice: Int) -> PyResult<()> {
+    crate::pool::lower_priority(int("nice", &nice)?);
+    Ok(())
 }

@@ -106,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         from t2sql.data.tasks import database_path, sample_dir
 
         db_path = str(database_path(args.db_root or sample_dir(), args.db_id))
+    if not os.path.exists(db_path):  # named by the flag that was given, not by one that was not
+        if args.db:
+            return _fail(f"no such database file: --db {db_path}")
+        where = f"--db-root {args.db_root}" if args.db_root else "the bundled sample (pass --db-root DIR for others)"
+        return _fail(f"--db-id {args.db_id}: no database {db_path} under {where}")
     try:
         v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order)
     except DatabaseError as e:
@@ -215,7 +220,9 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     lines = sum(counts.values())
     outcomes = OUTCOMES + (BAD_INPUT,)
-    summary = {"lines": lines, "graded": lines - counts.get(BAD_INPUT, 0), "ungraded": ungraded,
+    # A line is graded or it is not: a missing database is an ungraded line (outcome gold_error), not both.
+    graded = lines - ungraded
+    summary = {"lines": lines, "graded": graded, "ungraded": ungraded,
                "counts": {k: counts.get(k, 0) for k in outcomes}, "elapsed_s": round(elapsed, 3),
                "out": str(out_path)}
     if args.json:
@@ -225,7 +232,7 @@ def _grade_pairs(args: argparse.Namespace) -> int:
         for k in outcomes:
             n = counts.get(k, 0)
             print(f"{k:<14}{n:>8}{(n / lines if lines else 0):>9.1%}")
-        print(f"{'total':<14}{lines:>8}   ({ungraded} not graded, {elapsed:.2f}s) -> {out_path}")
+        print(f"{'total':<14}{lines:>8}   ({graded} graded, {ungraded} not graded, {elapsed:.2f}s) -> {out_path}")
     return EXIT_OTHER if ungraded else EXIT_MATCH
 
 

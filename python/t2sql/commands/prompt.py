@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from t2sql.data.tasks import load_questions
+from t2sql.data.tasks import load_questions, row_db_root
 from t2sql.errors import DataError, PromptCommandError
 
 
@@ -43,10 +44,19 @@ def pick(rows: list[Any], index: int | None, question_id: str | None) -> Any:
     return rows[index]
 
 
+def _missing_database(db_path: str, db_root: str | None, root: Any, data: str) -> str:
+    """Where the database was looked for, and the flag that points elsewhere."""
+    if db_root is not None:
+        return f"database {db_path} not found under --db-root {db_root} (it must hold <db_id>/<db_id>.sqlite)"
+    where = f"beside --data {data}" if root is not None else "at the row's db_path"
+    return f"database {db_path} not found {where}; pass --db-root DIR holding <db_id>/<db_id>.sqlite"
+
+
 def add_arguments(parser: Any) -> None:
     parser.add_argument("--data", required=True, help="BIRD questions (JSON list) or a t2sql jsonl")
     parser.add_argument("--db-root", default=None,
-                        help="databases at <db-root>/<db_id>/<db_id>.sqlite (default: the row's db_path)")
+                        help="databases at <db-root>/<db_id>/<db_id>.sqlite (default: beside --data for BIRD "
+                             "rows, as eval and gold look; a converted row's db_path)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--index", type=int, default=None, help="0-based row number (default 0)")
     which.add_argument("--question-id", default=None, help="the row with this question_id")
@@ -62,8 +72,14 @@ def run(args: Any) -> int:
 
     try:
         preset = get_preset(args.preset)
+        if args.db_root is not None and not Path(args.db_root).is_dir():
+            raise PromptCommandError(f"--db-root {args.db_root} is not a directory "
+                                     "(it must hold <db_id>/<db_id>.sqlite)")
         row = pick(read_rows(args.data), args.index, args.question_id)
-        task = Task.from_row(row, args.db_root)
+        root = row_db_root(row, args.db_root, args.data)  # eval's and gold's rule: beside --data for BIRD rows
+        task = Task.from_row(row, root)
+        if not Path(task.db_path).is_file():
+            raise PromptCommandError(_missing_database(task.db_path, args.db_root, root, args.data))
         messages = build_prompt(task, preset)
     except (OSError, PromptCommandError, TaskError, PresetError, SchemaError) as e:
         print(f"t2sql prompt: {e}", file=sys.stderr)

@@ -122,7 +122,8 @@ class Task:
         elif isinstance(fields.get("db_path"), str) and fields["db_path"]:
             db_path = fields["db_path"]
         else:
-            raise TaskError(f"task {qid!r} has no db_path; pass the database root (<root>/<db_id>/<db_id>.sqlite)")
+            raise TaskError(f"task {qid!r} has no db_path; pass the database root (--db-root DIR holding "
+                            "<db_id>/<db_id>.sqlite)")
         given = fields.get("grading_method")
         method, replaced = (task_method(str(given), qid, method_fallback) if given is not None and str(given).strip()
                             else (None, False))

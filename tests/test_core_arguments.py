@@ -1,0 +1,179 @@
+"""The core's Python API takes its arguments as Python gives them: an integer out of the range the
+core takes (a negative limit, a seed past 2**64) is an InvalidArgument naming the argument and the
+range, never a bare OverflowError; paths may be str, bytes or os.PathLike; a Database closes, by
+close() or a with block, and says so when used after."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+import t2sql
+from t2sql import Database, DatabaseClosed, DatabaseError, InvalidArgument, T2sqlError
+from t2sql._grader import SqlPool
+from t2sql.serving.backends import DigestJob, ToolJob
+
+U64 = "from 0 to 18446744073709551615"
+
+
+@pytest.fixture
+def db_file(tmp_path) -> Path:
+    path = tmp_path / "people.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE people (id INTEGER, name TEXT)")
+    con.executemany("INSERT INTO people VALUES (?, ?)", [(i, f"p{i}") for i in range(5)])
+    con.commit()
+    con.close()
+    return path
+
+
+def refused(call, name: str, range_text: str) -> str:
+    with pytest.raises(InvalidArgument) as info:
+        call()
+    e = info.value
+    assert isinstance(e, ValueError) and isinstance(e, T2sqlError) and not isinstance(e, OverflowError)
+    assert str(e).startswith(f"{name} must be ") and range_text in str(e), str(e)
+    return str(e)
+
+
+def test_invalid_argument_is_one_of_the_core_errors_and_a_value_error():
+    assert issubclass(InvalidArgument, T2sqlError) and issubclass(InvalidArgument, ValueError)
+    assert t2sql.errors.InvalidArgument is InvalidArgument and t2sql.errors.DatabaseClosed is DatabaseClosed
+    assert issubclass(DatabaseClosed, DatabaseError)
+
+
+@pytest.mark.parametrize("name", ["max_rows", "max_cell_chars", "max_chars", "count_cap"])
+@pytest.mark.parametrize("value", [-1, 2**64, 10**5000], ids=["-1", "2**64", "10**5000"])
+def test_tool_limits_out_of_range(db_file, name, value):
+    db = Database(db_file)
+    message = refused(lambda: db.run_tool("SELECT 1", **{name: value}), name, U64)
+    shown = {-1: "got -1", 2**64: f"got {2**64}"}.get(value, "got an integer of 16610 bits")  # not 5000 digits
+    assert message.endswith(shown), message
+    assert db.run_tool("SELECT id FROM people", **{name: 2}).columns == ["id"]  # in range: taken
+
+
+@pytest.mark.parametrize("value", [-1, 0, 18, 2**70])
+@pytest.mark.parametrize("method", ["digest", "grade"])
+def test_float_digits_out_of_range(db_file, method, value):
+    db = Database(db_file)
+    args = ("SELECT id FROM people",) if method == "digest" else ("SELECT id FROM people", "SELECT id FROM people")
+    message = refused(lambda: getattr(db, method)(*args, float_digits=value), "float_digits",
+                      f"from 1 to {t2sql._grader.MAX_FLOAT_DIGITS}, or None (exact)")
+    assert message.endswith(f"got {value}")
+    assert getattr(db, method)(*args, float_digits=None) is not None
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), 10**400],
+                         ids=["-1", "0", "nan", "inf", "10**400"])
+def test_timeouts_are_positive_seconds(db_file, value):
+    db = Database(db_file)
+    gold = db.digest("SELECT id FROM people")
+    calls = [lambda: db.run_tool("SELECT 1", value), lambda: db.digest("SELECT 1", timeout_s=value),
+             lambda: db.grade("SELECT 1", "SELECT 1", timeout_s=value),
+             lambda: db.grade_against("SELECT 1", gold, value), lambda: db.count_rows("SELECT 1", value)]
+    for call in calls:
+        refused(call, "timeout_s", "positive")
+
+
+def test_perturbed_seed_and_max_bytes(db_file):
+    db = Database(db_file)
+    refused(lambda: db.perturbed("sample", -1), "seed", U64)
+    refused(lambda: db.perturbed("sample", 2**64), "seed", U64)
+    refused(lambda: db.perturbed("sample", 1, max_bytes=-1), "max_bytes", U64)
+    assert db.perturbed("sample", 2**64 - 1).count_rows("SELECT * FROM people") <= 5
+
+
+def test_pool_and_process_settings(db_file):
+    refused(lambda: SqlPool(-1), "size", U64)
+    refused(lambda: SqlPool(1, nice=2**40), "nice", "from -2147483648 to 2147483647")
+    refused(lambda: t2sql._grader.lower_thread_priority(2**40), "nice", "from -2147483648 to 2147483647")
+    refused(lambda: t2sql.set_heap_limit(2**70), "bytes", "from -9223372036854775808 to 9223372036854775807")
+    with pytest.raises(InvalidArgument, match="at least one worker"):
+        SqlPool(0)
+    pool = SqlPool(1)
+    try:
+        refused(lambda: pool.cancel(-1), "job_id", U64)
+        refused(lambda: pool.submit_call(-1, lambda cancel: None), "job_id", U64)
+        st = os.stat(db_file)
+        tool = ToolJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", 5.0, 20, 120, 4000, 100, job_id=1)
+        refused(lambda: pool.submit_tool(tool._replace(max_rows=-1)), "max_rows", U64)
+        refused(lambda: pool.submit_tool(tool._replace(count_cap=-3)), "count_cap", U64)
+        refused(lambda: pool.submit_tool(tool._replace(job_id=-1)), "job_id", U64)
+        refused(lambda: pool.submit_tool(tool._replace(timeout_s=-1.0)), "timeout_s", "positive")
+        digest = DigestJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", "multiset", -1, 5.0, "strict", 2)
+        refused(lambda: pool.submit_digest(digest), "float_digits", "from 1 to")
+    finally:
+        pool.close()
+
+
+class _BytesPath:
+    def __init__(self, path: bytes):
+        self.path = path
+
+    def __fspath__(self) -> bytes:
+        return self.path
+
+
+def test_paths_may_be_str_bytes_or_path_like(db_file):
+    for given in (str(db_file), os.fsencode(db_file), db_file, _BytesPath(os.fsencode(db_file))):
+        db = Database(given)
+        assert db.path == str(db_file) and db.run_tool("SELECT count(*) FROM people").rows == [(5,)]
+    with pytest.raises(DatabaseError, match="not found"):
+        Database(os.fsencode(db_file) + b".missing")
+    with pytest.raises(InvalidArgument, match="not valid UTF-8"):
+        Database(b"/tmp/\xff.sqlite")
+    with pytest.raises(TypeError, match="str, bytes or os.PathLike"):
+        Database(3)
+
+
+def test_close_is_idempotent_and_every_later_call_says_the_database_is_closed(db_file):
+    db = Database(db_file)
+    gold = db.digest("SELECT id FROM people")
+    assert not db.closed
+    db.close()
+    db.close()
+    assert db.closed and "closed" in repr(db)
+    calls = [lambda: db.run_tool("SELECT 1"), lambda: db.digest("SELECT 1"), lambda: db.grade("SELECT 1", "SELECT 1"),
+             lambda: db.grade_against("SELECT id FROM people", gold), lambda: db.count_rows("SELECT 1"),
+             lambda: db.schema(), lambda: db.perturbed("sample", 1)]
+    for call in calls:
+        with pytest.raises(DatabaseClosed, match=r"is closed; open a new Database"):
+            call()
+    assert Database(db_file).count_rows("SELECT * FROM people") == 5  # the file itself is fine
+
+
+def test_with_block_closes_the_database_even_when_the_block_raises(db_file):
+    with Database(db_file) as db:
+        assert isinstance(db, Database) and db.count_rows("SELECT * FROM people") == 5
+    assert db.closed
+    with pytest.raises(KeyError):  # the block's exception goes on; the database is closed
+        with Database(db_file) as other:
+            raise KeyError("x")
+    assert other.closed
+    with pytest.raises(DatabaseClosed):
+        other.schema()
+
+
+def test_close_from_another_thread_waits_for_the_running_query(db_file):
+    db = Database(db_file)
+    results: list[object] = []
+    slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) SELECT count(*) FROM c"
+    def query() -> None:
+        try:
+            results.append(db.run_tool(slow, 60).rows)
+        except DatabaseClosed as e:
+            results.append(e)
+
+    worker = threading.Thread(target=query)
+    worker.start()
+    db.close()
+    worker.join(120)
+    # Either the query ran first and finished, or close() came first and it was refused: never a crash.
+    assert db.closed and len(results) == 1
+    assert results[0] == [(3000000,)] or isinstance(results[0], DatabaseClosed), results
+    with pytest.raises(DatabaseClosed):
+        db.run_tool("SELECT 1")
