@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdapterError",
+    "ArchiveError",
     "ChecksumMismatch",
     "CispoConfigError",
     "CurriculumError",
@@ -158,6 +159,17 @@ class ChecksumMismatch(DownloadError):
         super().__init__(message, url=url)
         self.expected = expected
         self.actual = actual
+
+
+class ArchiveError(T2sqlError):
+    """A zip archive cannot be extracted: cut short, damaged (a member whose CRC32 or size does not match), an
+    unsafe member name, or a database in it that is empty or fails its integrity check. The message names the
+    archive (and the member) and says what to do; `archive` and `member` say the same for code."""
+
+    def __init__(self, message: str, *, archive: str, member: str | None = None):
+        super().__init__(message)
+        self.archive = archive
+        self.member = member
 
 
 class NoSpaceError(T2sqlError):

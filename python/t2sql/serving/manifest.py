@@ -197,8 +197,9 @@ class Manifest:
             ) from e
         return cls(root, entries)
 
-    def save(self, path: str | os.PathLike) -> None:
-        data = {
+    def to_dict(self) -> dict:
+        """The manifest as saved (a file that holds these keys and others still loads as a manifest)."""
+        return {
             "version": MANIFEST_VERSION,
             "db_root": str(self.db_root),
             "databases": {
@@ -206,7 +207,9 @@ class Manifest:
                 for db_id, e in sorted(self.entries.items())
             },
         }
-        write_bytes_atomic(Path(path), (json.dumps(data, indent=1) + "\n").encode())
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_bytes_atomic(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode())
 
     def entry_for(self, db_path: str | os.PathLike) -> ManifestEntry | None:
         return self._by_path.get(str(Path(db_path).resolve()))

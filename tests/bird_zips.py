@@ -1,0 +1,188 @@
+"""Zips in BIRD's exact layout, built by the tests (Python's zipfile writes them; t2sql never reads with it).
+
+    dev.zip                                   train.zip
+      dev_20240627/                             train/
+      dev_20240627/dev.json, dev_tables.json    train/train.json
+      dev_20240627/dev_databases.zip            train/train_databases.zip
+        dev_databases/<db_id>/<db_id>.sqlite      train_databases/<db_id>/<db_id>.sqlite
+        dev_databases/<db_id>/database_description/*.csv
+      dev_20240627/.DS_Store, __MACOSX/...      train/.DS_Store, __MACOSX/...
+
+Options: `descriptors` writes the inner members with data descriptors (flag bit 3: zipfile does so when
+the output cannot seek); `zip64` writes ZIP64 everywhere (local and central extras, the ZIP64 end records),
+as an archive over 4 GiB has them, without writing 4 GiB; `inner_compression` / `outer_compression`.
+Used by tests/test_archive.py and by the end-to-end prepare test (a mirror serving these files)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import struct
+import zipfile
+from pathlib import Path
+
+BIRD = Path(__file__).resolve().parent / "data" / "bird"
+SAMPLE_DEV_DBS = ("student_club", "superhero", "toxicology")
+DEV_INNER = "dev_20240627/dev_databases.zip"
+TRAIN_INNER = "train/train_databases.zip"
+DATE = (2024, 6, 27, 12, 0, 0)
+
+
+class Unseekable:
+    """A write-only file: zipfile cannot seek back to fill in a header, so it writes data descriptors."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, data):
+        return self._f.write(data)
+
+    def flush(self):
+        self._f.flush()
+
+
+@contextlib.contextmanager
+def _zip64_everywhere(on: bool):
+    """zipfile writes ZIP64 records past its limits; lowered, it writes them for every member and the end."""
+    if not on:
+        yield
+        return
+    saved = zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT
+    zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = 0, 0
+    try:
+        yield
+    finally:
+        zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = saved
+
+
+def write_zip(dest: Path, members: list[tuple[str, bytes | Path | None]], *, descriptors: bool = False,
+              zip64: bool = False, compression: int = zipfile.ZIP_DEFLATED) -> Path:
+    """A zip of `members` in order: (name, bytes), (name, a file to copy in chunks) or (name/, None) for a
+    directory entry."""
+    dest = Path(dest)
+    with open(dest, "wb") as raw, _zip64_everywhere(zip64):
+        out = Unseekable(raw) if descriptors else raw
+        with zipfile.ZipFile(out, "w", allowZip64=True) as zf:
+            for name, content in members:
+                info = zipfile.ZipInfo(name, DATE)
+                if content is None:
+                    info.external_attr = 0o40755 << 16 | 0x10
+                    zf.writestr(info, b"")
+                    continue
+                info.compress_type = compression
+                info.external_attr = 0o644 << 16
+                with zf.open(info, "w", force_zip64=zip64) as w:
+                    if isinstance(content, Path):
+                        with open(content, "rb") as src:
+                            while block := src.read(1 << 20):
+                                w.write(block)
+                    else:
+                        w.write(content)
+    return dest
+
+
+def database_members(top: str, databases: dict[str, Path], *, junk: bool = True
+                     ) -> list[tuple[str, bytes | Path | None]]:
+    """Inner-zip members for `databases` (db_id -> a folder holding <db_id>.sqlite and maybe
+    database_description/), with macOS junk beside them."""
+    members: list[tuple[str, bytes | Path | None]] = [(f"{top}/", None)]
+    for db_id, folder in sorted(databases.items()):
+        members.append((f"{top}/{db_id}/", None))
+        for path in sorted(Path(folder).rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if path.is_dir():
+                members.append((f"{top}/{db_id}/{rel}/", None))
+            else:
+                members.append((f"{top}/{db_id}/{rel}", path))
+        if junk:
+            members.append((f"__MACOSX/{top}/{db_id}/._{db_id}.sqlite", b"\0\x05\x16\x07mac resource fork"))
+            members.append((f"{top}/{db_id}/._{db_id}.sqlite", b"\0\x05\x16\x07apple double"))
+    if junk:
+        members.append((f"{top}/.DS_Store", b"Bud1" + b"\0" * 60))
+        members.append(("__MACOSX/", None))
+    return members
+
+
+def build_outer(dest: Path, folder: str, inner_name: str, inner: Path, others: dict[str, bytes], *,
+                outer_compression: int = zipfile.ZIP_DEFLATED, zip64: bool = False,
+                outer_descriptors: bool = False) -> Path:
+    members: list[tuple[str, bytes | Path | None]] = [(f"{folder}/", None)]
+    for name, data in others.items():
+        members.append((f"{folder}/{name}", data))
+    members.append((f"{folder}/{inner_name}", inner))
+    members += [(f"{folder}/.DS_Store", b"Bud1" + b"\0" * 60), ("__MACOSX/", None),
+                (f"__MACOSX/{folder}/._{inner_name}", b"\0\x05\x16\x07apple double")]
+    return write_zip(dest, members, zip64=zip64, compression=outer_compression, descriptors=outer_descriptors)
+
+
+def build_dev_zip(dest: Path, databases: dict[str, Path] | None = None, *, descriptors: bool = False,
+                  zip64: bool = False, inner_compression: int = zipfile.ZIP_DEFLATED,
+                  outer_compression: int = zipfile.ZIP_DEFLATED, extra_inner: list | None = None) -> Path:
+    """BIRD's dev.zip (dev_20240627) holding the sample dev databases of tests/data/bird (or `databases`)."""
+    dest = Path(dest)
+    databases = databases if databases is not None else {db: BIRD / db for db in SAMPLE_DEV_DBS}
+    inner = dest.with_name(dest.name + ".inner.zip")
+    write_zip(inner, database_members("dev_databases", databases) + list(extra_inner or []),
+              descriptors=descriptors, zip64=zip64, compression=inner_compression)
+    try:
+        return build_outer(dest, "dev_20240627", "dev_databases.zip", inner,
+                           {"dev.json": (BIRD / "dev.json").read_bytes(),
+                            "dev_tables.json": (BIRD / "dev_tables.json").read_bytes()},
+                           outer_compression=outer_compression, zip64=zip64)
+    finally:
+        inner.unlink()
+
+
+def build_train_zip(dest: Path, databases: dict[str, Path], *, descriptors: bool = False, zip64: bool = False,
+                    inner_compression: int = zipfile.ZIP_DEFLATED,
+                    outer_compression: int = zipfile.ZIP_DEFLATED) -> Path:
+    """BIRD's train.zip holding `databases` (db_id -> folder) as train/train_databases.zip."""
+    dest = Path(dest)
+    inner = dest.with_name(dest.name + ".inner.zip")
+    write_zip(inner, database_members("train_databases", databases), descriptors=descriptors, zip64=zip64,
+              compression=inner_compression)
+    try:
+        return build_outer(dest, "train", "train_databases.zip", inner, {"train.json": b"[]\n"},
+                           outer_compression=outer_compression, zip64=zip64)
+    finally:
+        inner.unlink()
+
+
+def make_database(path: Path, rows: int = 200, *, blob_bytes: int = 0) -> Path:
+    """A small SQLite database; with `blob_bytes`, random blobs of that total (incompressible)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT, price REAL)")
+    con.execute("CREATE INDEX item_name ON item(name)")
+    con.executemany("INSERT INTO item (name, price) VALUES (?, ?)",
+                    [(f"{path.stem}-item-{i}", i * 1.5) for i in range(rows)])
+    if blob_bytes:
+        con.execute("CREATE TABLE blob (id INTEGER PRIMARY KEY, data BLOB)")
+        piece = 1 << 20
+        for _ in range(blob_bytes // piece):
+            con.execute("INSERT INTO blob (data) VALUES (?)", (os.urandom(piece),))
+    con.commit()
+    con.close()
+    return path
+
+
+def make_train_databases(folder: Path, n: int = 3, rows: int = 200) -> dict[str, Path]:
+    """`n` generated databases in BIRD's layout under `folder`: db_id -> its folder."""
+    out = {}
+    for i in range(n):
+        db_id = f"train_db_{i}"
+        make_database(Path(folder) / db_id / f"{db_id}.sqlite", rows=rows + i)
+        desc = Path(folder) / db_id / "database_description"
+        desc.mkdir(exist_ok=True)
+        (desc / "item.csv").write_text("original_column_name,column_description\nid,the item\n")
+        out[db_id] = Path(folder) / db_id
+    return out
+
+
+def local_data_offset(zip_bytes: bytes, name: str) -> int:
+    """Where member `name`'s data starts in a zip's bytes (from its local header)."""
+    with zipfile.ZipFile(__import__("io").BytesIO(zip_bytes)) as zf:
+        offset = zf.getinfo(name).header_offset
+    nlen, xlen = struct.unpack_from("<HH", zip_bytes, offset + 26)
+    return offset + 30 + nlen + xlen
