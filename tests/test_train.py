@@ -23,8 +23,8 @@ from conftest import REPO, bird_root
 from loopback_hub import COMMIT, Hub
 from t2sql.episode.presets import get_preset
 from t2sql.errors import LaunchError
+from t2sql.miles import checkpoint, prepare
 from t2sql.miles import flags as train_flags
-from t2sql.miles import prepare
 
 SNAPSHOT = REPO / "tests" / "snapshots" / "train_dry_run.txt"
 LAUNCHER = REPO / "launcher" / "run_qwen3_6_35b_a3b_text_to_sql.py"
@@ -247,7 +247,7 @@ def _error_line(proc: subprocess.CompletedProcess, code: int) -> str:
     (["prepare", "--num-gpus-per-node", "0", "--skip-model", "--data-release", "."], "--num-gpus-per-node"),
     (["prepare", "--gold-timeout", "0", "--skip-model", "--data-release", "."], "--gold-timeout"),
     (["prepare", "--data-repo", "o/d", "--data-release", "."], "--data-release"),
-    (["prepare", "--skip-model"], "--data-release"),
+    (["prepare", "--skip-model", "--bird-url", "ftp://mirror/bird"], "--bird-url"),
     (["prepare", "--skip-model", "--data-release", "no/such/release"], "--data-release"),
     (["prepare", "--skip-model", "--skip-data"], "--skip-data"),
     (["prepare", "--skip-model", "--data-release", ".", "--field-map", "gold_sql"], "--field-map"),
@@ -443,19 +443,19 @@ def test_a_failed_model_download_is_not_trusted_and_a_rerun_completes_it(tmp_pat
         hub.cut.add("model-00002-of-00002.safetensors")  # the connection drops in the middle of a shard
         line = _error_line(_prepare_model(out, gpu_node, HF_ENDPOINT=hub.url), 1)
         assert train_flags.HF_REPO in line and hub.url in line
-        assert not prepare.is_complete(model_dir) and _conversions(gpu_node) == 0
+        assert not checkpoint.is_complete(model_dir) and _conversions(gpu_node) == 0
         missing = _train_missing(out, gpu_node)
         assert f"checkpoint: {model_dir} not complete" in missing and "torch_dist checkpoint" in missing
 
         hub.cut.clear()
         proc = _prepare_model(out, gpu_node, HF_ENDPOINT=hub.url)
         assert proc.returncode == 0, proc.stderr
-        record = json.loads((model_dir / prepare.COMPLETE).read_text())
+        record = json.loads((model_dir / checkpoint.COMPLETE).read_text())
         assert (record["repo_id"], record["commit"], record["files"]) == (train_flags.HF_REPO, COMMIT, 4)
         for name, content in _model_files().items():
             assert (model_dir / name).read_bytes() == content
         torch_dist = out / "models" / f"{train_flags.MODEL_NAME}_torch_dist"
-        assert prepare.is_complete(torch_dist) and (torch_dist / "latest_checkpointed_iteration.txt").read_text() \
+        assert checkpoint.is_complete(torch_dist) and (torch_dist / "latest_checkpointed_iteration.txt").read_text() \
             == "release"
         assert [p.name for p in (out / "models").iterdir() if p.name.startswith(".")] == []  # no staging left
         missing = _train_missing(out, gpu_node)
@@ -476,7 +476,7 @@ def test_an_empty_leftover_checkpoint_directory_is_downloaded_into(tmp_path, gpu
     with Hub({MODEL_REPO: _model_files()}) as hub:
         proc = _prepare_model(out, gpu_node, HF_ENDPOINT=hub.url)
     assert proc.returncode == 0, proc.stderr
-    assert prepare.is_complete(model_dir) and (model_dir / "config.json").is_file()
+    assert checkpoint.is_complete(model_dir) and (model_dir / "config.json").is_file()
 
 
 def test_a_failed_conversion_is_redone_by_the_next_prepare(tmp_path, gpu_node):
@@ -485,13 +485,13 @@ def test_a_failed_conversion_is_redone_by_the_next_prepare(tmp_path, gpu_node):
     with Hub({MODEL_REPO: _model_files()}) as hub:
         line = _error_line(_prepare_model(out, gpu_node, HF_ENDPOINT=hub.url, STANDIN_CONVERT_FAILS="1"), 1)
         assert "conversion failed" in line and "rerun" in line
-        assert prepare.is_complete(out / "models" / train_flags.MODEL_NAME)  # the download itself finished
+        assert checkpoint.is_complete(out / "models" / train_flags.MODEL_NAME)  # the download itself finished
         assert not torch_dist.exists()  # the half-written conversion never took the target's name
         assert "torch_dist checkpoint" in _train_missing(out, gpu_node)
         proc = _prepare_model(out, gpu_node, HF_ENDPOINT=hub.url)
     assert proc.returncode == 0, proc.stderr
-    assert _conversions(gpu_node) == 2 and prepare.is_complete(torch_dist)
-    assert sorted(p.name for p in torch_dist.iterdir()) == [prepare.COMPLETE, "latest_checkpointed_iteration.txt",
+    assert _conversions(gpu_node) == 2 and checkpoint.is_complete(torch_dist)
+    assert sorted(p.name for p in torch_dist.iterdir()) == [checkpoint.COMPLETE, "latest_checkpointed_iteration.txt",
                                                             "release"]
     assert "torch_dist" not in _train_missing(out, gpu_node)
 
@@ -526,9 +526,9 @@ def test_a_failed_data_download_is_resumed_and_then_converted(tmp_path):
         hub.cut.add("databases/superhero/superhero.sqlite")
         line = _error_line(_run(args, HF_ENDPOINT=hub.url, **env), 1)
         assert "org/t2sql-release" in line and "resumes" in line
-        assert not prepare.is_complete(out / "data" / "release") and not (out / "data" / "train.jsonl").exists()
+        assert not checkpoint.is_complete(out / "data" / "release") and not (out / "data" / "train.jsonl").exists()
         hub.cut.clear()
         proc = _run(args, HF_ENDPOINT=hub.url, **env)
     assert proc.returncode == 0, proc.stderr
-    assert prepare.is_complete(out / "data" / "release")
+    assert checkpoint.is_complete(out / "data" / "release")
     assert len((out / "data" / "validation.jsonl").read_text().splitlines()) == 4

@@ -149,6 +149,10 @@ class TrainConfig:
         return self.data_dir / "release"  # the data release as prepare --data-repo downloads it
 
     @property
+    def bird_dir(self) -> Path:
+        return self.data_dir / "bird"  # BIRD's databases as prepare downloads them: <train|dev>_databases/
+
+    @property
     def cache_dir(self) -> Path:
         return self.root / "gold_cache"
 

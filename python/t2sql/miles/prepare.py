@@ -11,7 +11,6 @@ tracker file saying "release"). An interrupted or failed step is resumed (downlo
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
 import os
@@ -22,13 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from t2sql.atomic import write_bytes_atomic
-from t2sql.errors import LaunchError
+from t2sql.download import bird
+from t2sql.errors import DataError, LaunchError
+from t2sql.miles.checkpoint import convert_torch_dist, download_repo, is_complete, own_checkpoint_problems
 from t2sql.miles.flags import (
     CISPO_LOSS_PATH,
     HF_REPO,
-    MEGATRON_MODEL_TYPE,
-    MODEL_NAME,
     SPLITS,
     TrainConfig,
     _preset,
@@ -152,175 +150,6 @@ def check_output_dir(root: Path, parts: tuple[Path, ...] = ()) -> None:
                               "another --output-dir")
 
 
-# ------------------------------------------------------------------------------- complete or absent
-
-COMPLETE = ".t2sql-complete.json"  # in a downloaded or converted directory, written last, atomically
-
-
-def is_complete(path: Path) -> bool:
-    """Whether prepare finished and verified the download or conversion in `path`."""
-    return (path / COMPLETE).is_file()
-
-
-def mark_complete(path: Path, record: dict) -> None:
-    record = {**record, "completed": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    write_bytes_atomic(path / COMPLETE, (json.dumps(record, indent=1) + "\n").encode())
-
-
-def own_checkpoint_problems(path: Path) -> list[str]:
-    """What is wrong with a checkpoint passed as --hf-checkpoint (the user's own copy, used as is)."""
-    if not path.is_dir():
-        return [f"--hf-checkpoint {path}: not a directory (drop --hf-checkpoint to let prepare download "
-                f"{HF_REPO} into <output-dir>/models)"]
-    if not (path / "config.json").is_file():
-        return [f"--hf-checkpoint {path}: no config.json there; pass the directory of a Hugging Face checkpoint"]
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            return [f"--hf-checkpoint {path}: cannot read {index.name} ({e})"]
-        absent = [s for s in shards if not (path / s).is_file()]
-        if absent:
-            return [f"--hf-checkpoint {path}: {len(absent)} of {len(shards)} weight files named in {index.name} "
-                    f"are missing (first: {absent[0]})"]
-    return []
-
-
-def _hub():
-    try:
-        import huggingface_hub
-    except ImportError:
-        raise LaunchError("huggingface_hub is not installed: pip install 'huggingface_hub' (or t2sql[train])") from None
-    return huggingface_hub
-
-
-def download_repo(repo_id: str, target: Path, *, repo_type: str | None, instead: str) -> str:
-    """Download Hub repository `repo_id` into `target` and mark it complete once every listed file is
-    there with its listed size. A rerun resumes an unfinished one (huggingface_hub keeps its partial
-    files under `target`/.cache); a complete one is kept. `instead`: the local alternative, for the
-    message when the Hub cannot be used. Returns what was done, for prepare's summary."""
-    if is_complete(target):
-        try:
-            had = json.loads((target / COMPLETE).read_text(encoding="utf-8")).get("repo_id")
-        except (OSError, ValueError, AttributeError):
-            had = None
-        if had not in (None, repo_id):
-            raise LaunchError(f"{target} holds {had}, not {repo_id}; move it away (or choose another --output-dir) "
-                              f"to download {repo_id}")
-        return f"{repo_id}: complete in {target} (kept)"
-    hub = _hub()
-    from huggingface_hub.hf_api import RepoFile
-
-    endpoint = hub.constants.ENDPOINT
-    try:
-        api = hub.HfApi()
-        commit = api.repo_info(repo_id, repo_type=repo_type).sha
-        listed = {f.path: (f.lfs.size if f.lfs is not None else f.size)
-                  for f in api.list_repo_tree(repo_id, repo_type=repo_type, revision=commit, recursive=True)
-                  if isinstance(f, RepoFile)}
-        target.mkdir(parents=True, exist_ok=True)
-        hub.snapshot_download(repo_id, repo_type=repo_type, revision=commit, local_dir=str(target))
-    except Exception as e:  # the Hub's and the network's errors, in every version: one line, never a traceback
-        raise LaunchError(download_failure(e, repo_id, repo_type, endpoint, target, instead)) from None
-    if not listed:
-        raise LaunchError(f"{repo_id} on {endpoint} lists no files; check the repository id")
-    wrong = [p for p, size in sorted(listed.items())
-             if not (target / p).is_file() or (size is not None and (target / p).stat().st_size != size)]
-    if wrong:
-        raise LaunchError(f"download of {repo_id} into {target} is not complete: {len(wrong)} of {len(listed)} "
-                          f"files missing or of the wrong size (first: {wrong[0]}); rerun `t2sql-train prepare` "
-                          "to resume it")
-    mark_complete(target, {"repo_id": repo_id, "repo_type": repo_type or "model", "commit": commit,
-                           "endpoint": endpoint, "files": len(listed),
-                           "bytes": sum(size or 0 for size in listed.values())})
-    return f"{repo_id}@{commit[:12]} -> {target} ({len(listed)} files)"
-
-
-def download_failure(error: BaseException, repo_id: str, repo_type: str | None, endpoint: str, target: Path,
-                     instead: str) -> str:
-    """One line: what failed (the repository, the endpoint) and what to do."""
-    from huggingface_hub import constants, errors
-
-    what = f"{'dataset' if repo_type == 'dataset' else 'model'} {repo_id}"
-    resume = "; a rerun of `t2sql-train prepare` resumes the download"
-    if isinstance(error, errors.OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE:
-        return (f"cannot download {what}: HF_HUB_OFFLINE is set, so huggingface_hub makes no requests; unset "
-                f"HF_HUB_OFFLINE, or {instead}")
-    if isinstance(error, errors.GatedRepoError):
-        return (f"cannot download {what} from {endpoint}: the repository is gated; accept its terms on the Hub "
-                "and log in (`hf auth login`, or HF_TOKEN)")
-    if isinstance(error, errors.RepositoryNotFoundError):
-        return (f"cannot download {what}: {endpoint} has no such repository, or it needs a login; check the "
-                f"id, log in (`hf auth login`, or HF_TOKEN) if it is private, or {instead}")
-    root = error
-    for _ in range(20):  # the first cause: what the network or the disk said
-        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
-        if nxt is None:
-            break
-        root = nxt
-    if isinstance(error, errors.HfHubHTTPError) and getattr(error, "response", None) is not None:
-        status = error.response.status_code
-        return f"cannot download {what}: {endpoint} answered HTTP {status}; try again later, or {instead}{resume}"
-    reason = (str(root).strip().splitlines() or [""])[0][:200]
-    if isinstance(root, OSError) and root.errno is not None and root.filename:
-        return f"cannot download {what} into {target}: {root.strerror}: {root.filename}{resume}"
-    return (f"cannot download {what} from {endpoint} ({type(root).__name__}: {reason}); check the network "
-            f"(and HF_ENDPOINT, proxy settings), or {instead}{resume}")
-
-
-TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's; miles' converter writes "release" into it last
-
-
-def _converted(path: Path) -> bool:
-    tracker = path / TRACKER
-    try:
-        return tracker.read_text(encoding="utf-8").strip() == "release" and (path / "release").is_dir()
-    except OSError:
-        return False
-
-
-def convert_torch_dist(c: TrainConfig, command_utils) -> str:
-    """The torch_dist conversion with miles' own convert_checkpoint, in a temporary directory beside
-    the target, renamed into place once miles' converter wrote its last step."""
-    target = c.torch_dist_path
-    record = {"hf_checkpoint": str(c.hf_checkpoint_path), "megatron_model_type": MEGATRON_MODEL_TYPE}
-    if is_complete(target):
-        return f"{target} (kept)"
-    if target.is_dir() and _converted(target):  # converted by miles itself, or by an earlier t2sql
-        mark_complete(target, record)
-        return f"{target} (found converted: tracker says release)"
-    if target.is_dir() and not any(target.iterdir()):
-        target.rmdir()  # an empty leftover
-    elif target.exists():
-        raise LaunchError(f"{target} holds an unfinished conversion (its {TRACKER} does not say 'release'); "
-                          "remove it and rerun `t2sql-train prepare` to convert again")
-    staging = target.parent / f".{target.name}.partial"  # only prepare writes here: redone from scratch
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    try:
-        command_utils.convert_checkpoint(
-            model_name=MODEL_NAME,
-            megatron_model_type=MEGATRON_MODEL_TYPE,
-            num_gpus_per_node=c.num_gpus_per_node,
-            dir_dst=str(staging),
-            hf_checkpoint=str(c.hf_checkpoint_path),
-            megatron_path=c.megatron_path,
-        )
-    except subprocess.CalledProcessError as e:
-        raise LaunchError(f"checkpoint conversion failed (exit {e.returncode}; its output is above); rerun "
-                          "`t2sql-train prepare` to convert again") from None
-    produced = staging / target.name  # miles writes <dir_dst>/<model_name>_torch_dist
-    if not _converted(produced):
-        raise LaunchError(f"checkpoint conversion ended without its last step ({TRACKER} saying 'release' "
-                          f"in {produced}); rerun `t2sql-train prepare` to convert again")
-    mark_complete(produced, record)
-    os.replace(produced, target)
-    shutil.rmtree(staging)
-    return str(target)
-
-
 def write_manifests(c: TrainConfig, split_roots: dict[str, Path]) -> list[Path]:
     """data/<split>.manifest.json: size, mtime and sha256 of every database a split uses
     (t2sql.serving.manifest's format; pass one to a Grader to refuse databases changed since prepare)."""
@@ -379,6 +208,32 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     return f"{len(records) - len(failed)}/{len(records)} gold digests in {c.cache_dir} ({elapsed:.1f}s{slow})"
 
 
+def bird_splits(c: TrainConfig, args: argparse.Namespace) -> tuple[list[tuple[str, Path, Path]], list[str]]:
+    """(split, question file, database root) for the shipped task files, after laying out BIRD's databases
+    they run on under <output-dir>/data/bird; and one note per archive. A database a split's tasks name
+    that is not there is an error naming it with its task count (a note with --drop-invalid, which then
+    converts the tasks that can run)."""
+    from t2sql.data import convert as data
+    from t2sql.data.tasks import release_dir
+
+    laid = bird.fetch(c.bird_dir, bird.archives_for(args.splits), base_url=args.bird_url,
+                      keep_archives=args.keep_archives)
+    for x in laid:  # at once: what was fetched and checked stands even when a split fails below
+        print(f"BIRD databases  {x.note}", flush=True)
+    splits, missing = [], []
+    for split, questions, _ in data.release_splits(release_dir(), args.splits):
+        db_root = bird.folder_for(c.bird_dir, split)
+        if lacking := bird.missing_databases(questions, db_root):
+            missing.append(bird.describe_missing(split, lacking, db_root))
+        splits.append((split, questions, db_root))
+    if missing and not args.drop_invalid:
+        raise DataError("; ".join(missing) + ". The archive lacks them: use another --bird-url, or pass "
+                        "--drop-invalid to convert only the tasks whose databases are there")
+    for text in missing:
+        print(f"note: {text}; --drop-invalid drops their tasks", file=sys.stderr)
+    return splits, [f"{x.folder} ({len(x.databases)} databases)" for x in laid]
+
+
 def check_prepare_args(c: TrainConfig, args: argparse.Namespace) -> dict[str, str]:
     """prepare's usage errors, before anything runs (LaunchError/DataError: exit 2). Returns the field map."""
     from t2sql.data import tasks as data_tasks
@@ -386,9 +241,6 @@ def check_prepare_args(c: TrainConfig, args: argparse.Namespace) -> dict[str, st
     if args.skip_model and args.skip_data:
         raise LaunchError("--skip-model and --skip-data together leave nothing to prepare; drop one")
     if not args.skip_data:
-        if not args.data_release and not args.data_repo:
-            raise LaunchError("no data: pass --data-release PATH (a local copy) or --data-repo HF_DATASET_ID "
-                              "(or --skip-data)")
         if args.data_release and not Path(args.data_release).is_dir():
             raise LaunchError(f"--data-release {args.data_release}: not a directory (a local copy of the "
                               "data release)")
@@ -418,30 +270,40 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
             needs["hf checkpoint"] = DISK_NEEDS["hf checkpoint"]
         if not is_complete(c.torch_dist_path):
             needs["torch_dist checkpoint"] = DISK_NEEDS["torch_dist checkpoint"]
-    if not args.skip_data and not args.data_release and not is_complete(c.release_dir):
+    if not args.skip_data and args.data_repo and not is_complete(c.release_dir):
         needs["data release"] = DISK_NEEDS["data release"]
+    if not args.skip_data and not args.data_release and not args.data_repo:
+        needs.update(bird.disk_needs(c.bird_dir, bird.archives_for(args.splits)))
     if needs and not args.skip_disk_check:
         check_disk(c.root, needs)
 
     steps: list[tuple[str, str]] = []
     if not args.skip_data:
         if args.data_release:
-            release = Path(args.data_release)
-        else:
-            release = c.release_dir
+            splits = data.release_splits(Path(args.data_release), args.splits)
+        elif args.data_repo:
             steps.append(("download data", download_repo(
-                args.data_repo, release, repo_type="dataset",
+                args.data_repo, c.release_dir, repo_type="dataset",
                 instead="pass --data-release PATH (a local copy of the data release)")))
+            splits = data.release_splits(c.release_dir, args.splits)
+        else:  # the task files t2sql ships, on BIRD's databases fetched from BIRD (or --bird-url)
+            splits, notes = bird_splits(c, args)
+            steps.extend(("BIRD databases", note) for note in notes)
         reports = []
         split_roots: dict[str, Path] = {}
         built: list[tuple[str, list[dict]]] = []
         # Validate every split before writing any, so a bad split leaves nothing half-done.
-        for split, questions, db_root in data.release_splits(release, args.splits):
+        for split, questions, db_root in splits:
             report, rows = data.convert_split(
                 questions, db_root, None, split=split, fields=fields, recipe=c.recipe,
                 gold_timeout_s=args.gold_timeout, drop_invalid=args.drop_invalid,
                 method_fallback=args.grading_method_fallback,
             )
+            if not rows:  # every task dropped: a split miles cannot train or evaluate on
+                raise DataError(f"{split}: none of its {report.rows_in} tasks can be converted "
+                                f"({len(report.problems)} problems, e.g. {report.problems[0]}); fix the data or "
+                                f"leave the split out (--splits)" if report.problems else
+                                f"{split}: the question file holds no task")
             reports.append(report)
             split_roots[split] = db_root
             built.append((split, rows))

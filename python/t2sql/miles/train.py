@@ -1,15 +1,17 @@
 """`t2sql-train`: prepare and launch the recipe's miles run (Qwen3.6-35B-A3B, one 8xH200 node).
 
-    t2sql-train prepare --output-dir /data/t2sql [--data-release PATH | --data-repo REPO]
+    t2sql-train prepare --output-dir /data/t2sql [--bird-url BASE | --data-release PATH | --data-repo REPO]
     t2sql-train train   --output-dir /data/t2sql [--num-nodes N] [--loss grpo|cispo] [--dry-run]
 
 The preset (--recipe) chooses the loss (--loss overrides it) and, when its `curriculum` switch is on,
 adds the curriculum's data source and after-rollout hook (t2sql.miles.curriculum).
 
-`prepare` checks free disk first, converts the data release into miles jsonl (t2sql.data.convert),
-records the database manifest, runs every gold query once (validates the data and fills the gold
-cache), then downloads the checkpoint (huggingface_hub) and converts it to Megatron's torch_dist
-format with miles' own `convert_checkpoint` (torchrun on the GPUs).
+`prepare` checks free disk first; by default it downloads BIRD's databases the chosen splits run on
+(train.zip for train and validation, dev.zip for arcwise; resumable, CRC- and quick_check-verified,
+laid out all or nothing: t2sql.download), converts the task files t2sql ships (or --data-release)
+into miles jsonl (t2sql.data.convert), records the database manifest, runs every gold query once
+(validates the data and fills the gold cache), then downloads the checkpoint (huggingface_hub) and
+converts it to Megatron's torch_dist format with miles' own `convert_checkpoint` (torchrun on the GPUs).
 
 `train` builds the full miles command line in named blocks (checkpoint, data, rollout, text-to-sql,
 eval, loss, optimizer, routing replay, parallelism, sglang, logging, misc) — every setting visible
@@ -21,7 +23,8 @@ before starting anything and names what is missing.
 Layout under --output-dir (one place, so prepare and train agree):
     models/Qwen3.6-35B-A3B             the HF checkpoint (--hf-checkpoint)
     models/Qwen3.6-35B-A3B_torch_dist  its torch_dist conversion (--ref-load)
-    data/release/                      the downloaded data release (unless --data-release)
+    data/bird/{train,dev}_databases/   BIRD's databases, <db_id>/<db_id>.sqlite (the default data source)
+    data/release/                      a data release downloaded with --data-repo
     data/{train,validation,arcwise}.jsonl, data/<split>.manifest.json (the database manifests)
     gold_cache/                        gold digests (--text-to-sql-cache-dir)
     checkpoints/<run-id>/              the run's own checkpoints (--save/--load)
@@ -40,7 +43,8 @@ import sys
 from dataclasses import fields
 from typing import Callable, NoReturn
 
-from t2sql.errors import DataError, LaunchError, PresetError
+from t2sql.download.bird import BIRD_URL
+from t2sql.errors import DataError, LaunchError, PresetError, T2sqlError
 from t2sql.miles.flags import (
     HF_REPO,
     LOSS_BLOCKS,
@@ -115,6 +119,16 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         f"into it); default: prepare downloads it to <output-dir>/models/{MODEL_NAME}")
 
 
+def bird_url_arg(text: str) -> str:
+    """--bird-url: an http(s) base URL (BASE/train.zip and BASE/dev.zip are fetched from it)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL (e.g. https://mirror.example/bird)")
+    return text.rstrip("/")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from t2sql.grading import method_arg, seconds_arg
 
@@ -126,9 +140,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="download and convert the checkpoint and the data release", epilog=epilog)
     _add_common(p)
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--data-release", default=None, help="a local copy of the data release (a directory)")
+    source.add_argument("--bird-url", default=None, metavar="BASE", type=bird_url_arg,
+                        help="where BIRD's archives come from: a mirror serving BASE/train.zip and BASE/dev.zip in "
+                             f"BIRD's official layout (default: BIRD's own server, {BIRD_URL}). Without "
+                             "--data-release/--data-repo, prepare converts the task files t2sql ships "
+                             "(BIRD-Verified, Arcwise-Plat-SQL) on BIRD's databases, which it downloads, verifies "
+                             "and lays out under <output-dir>/data/bird")
+    source.add_argument("--data-release", default=None,
+                        help="your own data instead: a local directory with the split files beside their databases")
     source.add_argument("--data-repo", default=None,
-                        help="Hugging Face dataset id of the data release (downloaded to <output-dir>/data/release)")
+                        help="Hugging Face dataset id of a data release (downloaded to <output-dir>/data/release)")
+    p.add_argument("--keep-archives", action="store_true",
+                   help="keep BIRD's downloaded zips (<output-dir>/data/bird/.downloads) after laying them out")
     p.add_argument("--field-map", nargs="*", default=[], metavar="FIELD=KEY", help="see `t2sql convert --help`")
     p.add_argument("--splits", nargs="+", default=list(SPLITS), help="splits of the release to convert")
     p.add_argument("--gold-timeout", type=seconds_arg, default=60.0, help="seconds per gold query while validating")
@@ -187,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prepare":
             return prepare(config, args, field_map)
         return train(config, args)
-    except (LaunchError, DataError, PresetError) as e:  # each carries its own instructions
+    except T2sqlError as e:  # each carries its own instructions (a download, an archive, the data, the launch)
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a file that cannot be read or written after the checks (disk full, permissions)

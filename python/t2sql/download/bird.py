@@ -1,0 +1,139 @@
+"""BIRD's databases for the recipe's splits: which archive each split needs, where it comes from, and
+laying it out verified under `<bird_dir>/<train|dev>_databases/<db_id>/<db_id>.sqlite`.
+
+train and validation (BIRD-Verified) run on BIRD's *train* databases (train.zip); arcwise
+(Arcwise-Plat-SQL) on its *dev* databases (dev.zip, dev_20240627). Each archive is downloaded
+(resumable, t2sql.download.http), its inner databases zip is extracted where it lies inside it
+(t2sql.download.archive: CRC-checked, all or nothing, every database through `PRAGMA quick_check`),
+and the archive is then deleted unless asked to keep it: the peak disk is one archive plus its
+databases. A rerun skips an archive whose laid-out folder is still verified.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from t2sql.data.tasks import load_questions
+from t2sql.download import archive as zips
+from t2sql.download.http import bytes_to_fetch, download
+from t2sql.errors import DataError
+from t2sql.progress import format_bytes
+
+BIRD_URL = "https://bird-bench.oss-cn-beijing.aliyuncs.com"
+
+
+@dataclass(frozen=True)
+class BirdArchive:
+    """One of BIRD's official archives and what t2sql takes from it."""
+
+    file: str  # its name under the base URL
+    size: int  # bytes, as BIRD's server announces it
+    sha256: str | None  # pinned where independent projects agree on one (dev only); applied to BIRD's server only
+    inner_member: str  # the databases zip inside it
+    folder: str  # the laid-out folder under <bird_dir>, as in BIRD's layout
+    databases_bytes: int  # the databases unpacked, for the disk check: an estimate (BIRD publishes none)
+
+
+ARCHIVES: dict[str, BirdArchive] = {
+    "dev": BirdArchive("dev.zip", 346_207_293,
+                       "cdd6d19faeb45a23970b98d3ef6c40a87987c95459c2cf12076897a60cf5a630",
+                       "dev_20240627/dev_databases.zip", "dev_databases", 2 * 10**9),
+    "train": BirdArchive("train.zip", 8_919_543_554, None,
+                         "train/train_databases.zip", "train_databases", 34 * 10**9),
+}
+# The recipe's split -> the BIRD archive whose databases it runs on.
+SPLIT_ARCHIVE: dict[str, str] = {"train": "train", "validation": "train", "arcwise": "dev"}
+
+
+@dataclass(frozen=True)
+class LaidOut:
+    archive: BirdArchive
+    folder: Path  # <bird_dir>/<folder>, verified
+    databases: list[str]
+    note: str  # one line for prepare's summary
+
+
+def archives_for(splits: Iterable[str]) -> list[BirdArchive]:
+    """The archives the named splits need, each once, dev first (the small one)."""
+    unknown = sorted(set(splits) - set(SPLIT_ARCHIVE))
+    if unknown:
+        raise DataError(f"no BIRD databases are known for split(s) {', '.join(unknown)}; the recipe's splits are "
+                        f"{', '.join(SPLIT_ARCHIVE)} (pass --data-release PATH for data of your own)")
+    names = {SPLIT_ARCHIVE[s] for s in splits}
+    return [ARCHIVES[n] for n in ("dev", "train") if n in names]
+
+
+def folder_for(bird_dir: Path, split: str) -> Path:
+    return bird_dir / ARCHIVES[SPLIT_ARCHIVE[split]].folder
+
+
+def _identity(a: BirdArchive) -> dict:
+    # What a laid-out folder is the extraction of; the source URL is left out on purpose: a mirror serves the
+    # same archive, so a folder laid out from one is as good as one from BIRD's server.
+    return {"archive": a.file, "member": a.inner_member, "size": a.size}
+
+
+def disk_needs(bird_dir: Path, archives: Iterable[BirdArchive]) -> dict[str, int]:
+    """Bytes still needed per archive (what remains to download + its databases), for those not laid out."""
+    needs = {}
+    for a in archives:
+        if zips.verified(bird_dir / a.folder, _identity(a)):
+            continue
+        needs[f"BIRD {a.file} (download)"] = bytes_to_fetch(_archive_path(bird_dir, a), a.size)
+        needs[f"BIRD {a.folder} (unpacked, estimated)"] = a.databases_bytes
+    return needs
+
+
+def _archive_path(bird_dir: Path, a: BirdArchive) -> Path:
+    return bird_dir / ".downloads" / a.file
+
+
+def fetch(bird_dir: Path, archives: Iterable[BirdArchive], *, base_url: str | None = None, keep_archives: bool = False,
+          progress: bool = True) -> list[LaidOut]:
+    """Download and lay out each archive's databases (skipping those already verified)."""
+    base = (base_url or BIRD_URL).rstrip("/")
+    official = base == BIRD_URL
+    laid = []
+    for a in archives:
+        folder = bird_dir / a.folder
+        identity = _identity(a)
+        if zips.verified(folder, identity):
+            laid.append(LaidOut(a, folder, _listed(folder), f"{a.folder}: already laid out and verified"))
+            continue
+        dest = _archive_path(bird_dir, a)
+        # BIRD's server announces the size recorded here; a mirror may pack the same files another way.
+        got = download(f"{base}/{a.file}", dest, expected_size=a.size if official else None,
+                       sha256=a.sha256 if official else None, progress=progress)
+        pin = ("sha256 pin checked" if got.sha256_checked else
+               "no sha256 pin for this archive" if a.sha256 is None else
+               f"sha256 pin not applied (from a mirror, not BIRD's server; sha256 {got.sha256})")
+        result = zips.extract_databases(dest, a.inner_member, folder, identity=identity, progress=progress)
+        if not keep_archives:
+            dest.unlink(missing_ok=True)
+        laid.append(LaidOut(a, folder, result.databases,
+                            f"{a.folder}: {len(result.databases)} databases, {format_bytes(result.bytes_written)} "
+                            f"from {base}/{a.file} ({format_bytes(got.size)}; {pin})"))
+    return laid
+
+
+def _listed(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if (p / f"{p.name}.sqlite").is_file())
+
+
+def missing_databases(questions: Path, db_root: Path) -> Counter:
+    """db_id -> task count, for the tasks of `questions` whose database is not under `db_root`."""
+    rows, _ = load_questions(questions)
+    wanted = Counter(str(row.get("db_id", "")) for _, row in rows)
+    return Counter({d: n for d, n in wanted.items() if not (db_root / d / f"{d}.sqlite").is_file()})
+
+
+def describe_missing(split: str, missing: Counter, db_root: Path, shown: int = 20) -> str:
+    items = sorted(missing.items())
+    listed = ", ".join(f"{d} ({n} task{'s' if n != 1 else ''})" for d, n in items[:shown])
+    if len(items) > shown:
+        listed += f", ... and {len(items) - shown} more"
+    return (f"{split}: {len(missing)} database(s) its tasks name are not in {db_root}, "
+            f"{sum(missing.values())} tasks in all: {listed}")

@@ -1,0 +1,118 @@
+"""`t2sql-train prepare` from a fresh node: the shipped task files on BIRD's databases, which prepare
+downloads from a mirror (a real HTTP server on loopback serving zips in BIRD's exact layout), verifies
+and lays out; then conversion, manifests and the gold cache, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from bird_zips import build_dev_zip, build_train_zip, make_train_databases
+from conftest import REPO
+from loopback_http import Fault, LoopbackFileServer
+from t2sql.data.tasks import release_dir
+from t2sql.download import bird
+
+TRAIN = ["-c", "import sys; from t2sql.miles.train import main; sys.exit(main())"]
+
+
+def _prepare(out, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, *TRAIN, "prepare", "--output-dir", str(out), "--skip-model", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=out.parent,
+                          env={**os.environ, "T2SQL_PROGRESS_INTERVAL": "0"})
+
+
+def _arcwise_counts() -> Counter:
+    rows = json.loads((release_dir() / "arcwise_plat_sql.json").read_text())
+    return Counter(r["db_id"] for r in rows)
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
+    """BIRD's dev.zip (the three sample dev databases) and a small train.zip, on a loopback mirror."""
+    folder = tmp_path_factory.mktemp("mirror")
+    build_dev_zip(folder / "dev.zip")
+    build_train_zip(folder / "train.zip", make_train_databases(folder / "train-dbs", n=2))
+    with LoopbackFileServer() as server:
+        server.add("dev.zip", folder / "dev.zip")
+        server.add("train.zip", folder / "train.zip")
+        yield server
+
+
+def test_arcwise_from_a_mirror_end_to_end(tmp_path, mirror):
+    out = tmp_path / "t2sql"
+    proc = _prepare(out, "--splits", "arcwise", "--bird-url", mirror.base_url)
+    # Without --drop-invalid: the eight dev databases the mirror lacks are named with their task counts.
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "dev_databases: 3 databases" in proc.stdout and "sha256 pin not applied (from a mirror" in proc.stdout
+    counts = _arcwise_counts()
+    missing = sorted(set(counts) - {"superhero", "student_club", "toxicology"})
+    assert len(missing) == 8
+    for db_id in missing:
+        assert f"{db_id} ({counts[db_id]} task" in proc.stderr, proc.stderr
+    assert "--drop-invalid" in proc.stderr
+    laid = out / "data" / "bird" / "dev_databases"
+    assert sorted(p.name for p in laid.iterdir() if p.is_dir()) == ["student_club", "superhero", "toxicology"]
+    assert not (out / "data" / "arcwise.jsonl").exists()  # nothing converted
+
+    fetched = mirror.sent("dev.zip")
+    proc = _prepare(out, "--splits", "arcwise", "--bird-url", mirror.base_url, "--drop-invalid")
+    assert proc.returncode == 0, proc.stderr
+    assert mirror.sent("dev.zip") == fetched  # the laid-out folder was verified and kept: no second download
+    rows = [json.loads(line) for line in (out / "data" / "arcwise.jsonl").read_text().splitlines()]
+    assert len(rows) == 140 == counts["superhero"] + counts["student_club"] + counts["toxicology"]
+    manifest = json.loads((out / "data" / "arcwise.manifest.json").read_text())
+    assert "superhero" in json.dumps(manifest)
+    assert "140/140 gold digests" in proc.stdout, proc.stdout
+    assert "dev_databases: already laid out and verified" in proc.stdout
+    assert not (out / "data" / "bird" / ".downloads" / "dev.zip").exists()  # the archive is gone once laid out
+
+
+def test_train_databases_laid_out_beside_dev_ones(tmp_path, mirror):
+    out = tmp_path / "t2sql"
+    proc = _prepare(out, "--splits", "validation", "--bird-url", mirror.base_url, "--drop-invalid")
+    # The small train.zip holds two generated databases, none of the validation tasks' databases: every task
+    # is dropped, which convert refuses (nothing to write), one line, no traceback.
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "validation: " in proc.stderr and "database(s) its tasks name are not in" in proc.stderr
+    laid = out / "data" / "bird" / "train_databases"
+    assert len([p for p in laid.iterdir() if p.is_dir()]) == 2
+    assert not (out / "data" / "bird" / "dev_databases").exists()  # validation needs only train.zip
+
+
+def test_a_mirror_that_answers_404_is_one_line_naming_the_url(tmp_path):
+    with LoopbackFileServer() as empty:
+        proc = _prepare(tmp_path / "t2sql", "--splits", "arcwise", "--bird-url", empty.base_url)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert f"{empty.base_url}/dev.zip" in line and "404" in line and "--bird-url" in line
+    assert not (tmp_path / "t2sql" / "data" / "bird" / "dev_databases").exists()
+
+
+def test_a_cut_download_resumes_and_lays_out_the_same_databases(tmp_path, mirror):
+    mirror.fault(Fault(drop_after=200_000, path="dev.zip"))
+    out = tmp_path / "t2sql"
+    before = mirror.sent("dev.zip")
+    proc = _prepare(out, "--splits", "arcwise", "--bird-url", mirror.base_url, "--drop-invalid")
+    assert proc.returncode == 0, proc.stderr
+    assert mirror.requests[-1].range  # the last request for it resumed with a Range
+    assert mirror.sent("dev.zip") - before < 1.2 * mirror.files["dev.zip"].size
+    for db_id in ("superhero", "student_club", "toxicology"):
+        got = out / "data" / "bird" / "dev_databases" / db_id / f"{db_id}.sqlite"
+        assert got.read_bytes() == (REPO / "tests" / "data" / "bird" / db_id / f"{db_id}.sqlite").read_bytes()
+
+
+def test_the_disk_check_counts_what_the_chosen_splits_need(tmp_path):
+    needs = bird.disk_needs(tmp_path, bird.archives_for(["arcwise"]))
+    assert needs == {"BIRD dev.zip (download)": 346_207_293, "BIRD dev_databases (unpacked, estimated)": 2 * 10**9}
+    both = bird.disk_needs(tmp_path, bird.archives_for(["train", "validation", "arcwise"]))
+    assert sum(both.values()) == 346_207_293 + 2 * 10**9 + 8_919_543_554 + 34 * 10**9
+    assert [a.file for a in bird.archives_for(["validation"])] == ["train.zip"]
