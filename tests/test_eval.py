@@ -42,7 +42,14 @@ from t2sql.eval.endpoint import (
     parse_generate,
 )
 from t2sql.eval.policies import OpenAIPolicy, OraclePolicy, SglangPolicy
-from t2sql.eval.results import ENDPOINT_ERROR, ResultsFile, format_summary, summarize
+from t2sql.eval.results import (
+    ENDPOINT_ERROR,
+    RESULTS_FORMAT,
+    ResultsFile,
+    format_summary,
+    header_record,
+    summarize,
+)
 from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
 
 
@@ -87,7 +94,10 @@ def run(tasks, policy, preset, out, **kw):
 
 
 def read_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The result lines of a results file: its header line (t2sql's own, saying whose run) checked and left out."""
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert lines and lines[0]["format"] == RESULTS_FORMAT, lines[:1]
+    return lines[1:]
 
 
 def evidence_lines(task, kind: str) -> str:
@@ -477,7 +487,7 @@ def test_cli_oracle_on_the_embedded_sample(tmp_path):
     again = subprocess.run(eval_cmd("--policy", "oracle", "--out", str(out)), capture_output=True, text=True,
                            timeout=300)
     assert again.returncode == 0, again.stderr
-    assert "129 of 129 episodes already finished" in again.stderr
+    assert f"0 episodes run: all 129 were in {out}; --fresh to run again" in again.stderr
     assert "accuracy (correct only)" in again.stdout and "1.000" in again.stdout
 
 
@@ -538,15 +548,17 @@ def test_summary_counts_by_outcome_and_difficulty():
 
 def test_results_file_keeps_the_last_line_per_question(tmp_path):
     path = tmp_path / "r.jsonl"
+    identity = {"policy": "oracle", "model": None, "preset": "bare", "data_sha256": "0" * 64}
     path.write_text(
-        json.dumps({"question_id": 1, "outcome": ENDPOINT_ERROR}) + "\n"
+        json.dumps(header_record(identity)) + "\n"
+        + json.dumps({"question_id": 1, "outcome": ENDPOINT_ERROR}) + "\n"
         + "garbage line\n"
         + json.dumps({"question_id": 1, "outcome": "correct"}) + "\n"
         + json.dumps({"question_id": 2, "outcome": ENDPOINT_ERROR}) + "\n"
     )
-    results = ResultsFile.open(path)
-    assert set(results.finished) == {("1", 0)} and set(results.errored) == {("2", 0)}
-    assert any("line 2" in w for w in results.warnings)
+    with ResultsFile.open(path, identity) as results:
+        assert set(results.finished) == {("1", 0)} and set(results.errored) == {("2", 0)}
+        assert any("line 3" in w for w in results.warnings)  # numbered as the file's lines, header included
 
 
 def test_sample_is_packaged_with_its_notice():

@@ -94,10 +94,18 @@ class DataError(T2sqlError, ValueError):
             lines.append("  by kind: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
         # The rarer kinds first, so 2 odd rows are not buried under 2,000 missing databases.
         shown = sorted(self.problems, key=lambda p: (kinds[p.kind], p.row))
-        lines += [f"  {p}" for p in shown[:50]]
-        if len(self.problems) > 50:
-            lines.append(f"  ... and {len(self.problems) - 50} more")
+        lines += cap_lines([f"  {p}" for p in shown], indent="  ")
         super().__init__("\n".join(lines))
+
+
+MAX_LISTED = 50  # a list a person reads (problems, skipped rows, failed golds) stops here, with a count
+
+
+def cap_lines(lines: list[str], limit: int = MAX_LISTED, indent: str = "") -> list[str]:
+    """The first `limit` lines, then "... and N more" (the whole list goes to --json or a report file)."""
+    if len(lines) <= limit:
+        return list(lines)
+    return [*lines[:limit], f"{indent}... and {len(lines) - limit} more"]
 
 
 class CispoConfigError(T2sqlError, ValueError):

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from t2sql.data.tasks import sample_dir, sample_questions
-from t2sql.errors import EvalError
+from t2sql.errors import EvalError, cap_lines
 from t2sql.eval.policies import build_policy
-from t2sql.eval.results import format_summary
+from t2sql.eval.results import data_sha256, format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
 
 if TYPE_CHECKING:
@@ -67,7 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group.add_argument("--out", default=None,
                            help="results jsonl, appended; rerun to resume (default: "
                                 "eval-<model or policy>-<preset>-<data>.jsonl under $T2SQL_HOME/eval, "
-                                "else ~/.local/share/t2sql/eval)")
+                                "else ~/.local/share/t2sql/eval). Only a t2sql results file of the same run (policy, "
+                                "model, preset, sampling, the data's content) is resumed; any other existing file "
+                                "is refused")
+    run_group.add_argument("--fresh", action="store_true",
+                           help="start the results file over instead of resuming it (a file that is not a t2sql "
+                                "results file is refused all the same)")
     run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
 
@@ -81,10 +86,11 @@ def results_home() -> Path:
     return Path(base) / "t2sql" / "eval"
 
 
-def default_out(who: str | None, preset_name: str, data: Path) -> str:
-    """<results_home>/eval-<model or policy>-<preset>-<data>.jsonl: a rerun of the same command
-    finds its own file and resumes it."""
-    parts = [who or "model", preset_name, data.stem if data.stem != "dev" else f"{data.parent.name}-dev"]
+def default_out(who: str | None, preset_name: str, data: Path, data_sha256: str) -> str:
+    """<results_home>/eval-<model or policy>-<preset>-<data>-<its sha256, 8 digits>.jsonl: a rerun of
+    the same command finds its own file and resumes it; two data files of one name do not meet."""
+    parts = [who or "model", preset_name, data.stem if data.stem != "dev" else f"{data.parent.name}-dev",
+             data_sha256[:8]]
     name = "eval-" + "-".join(re.sub(r"[^A-Za-z0-9._]+", "_", p).strip("_") for p in parts) + ".jsonl"
     return str(results_home() / name)
 
@@ -120,8 +126,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         except ValueError as e:
             raise EvalError(str(e)) from None
         loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)
-        for message in loaded.skipped:
-            log(f"skipped: {message}")
+        for line in cap_lines([f"skipped: {message}" for message in loaded.skipped]):
+            log(line)
         for note in loaded.notes:
             log(f"note: {note}")
         policy = build_policy(args, preset, tokenizer=tokenizer)
@@ -130,13 +136,24 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         return 2
 
     preset_name = getattr(preset, "name", args.preset)
-    if args.out is None:
-        args.out = default_out(args.model if args.policy == "model" else args.policy, preset_name, Path(data))
     run_info = {
         "policy": policy.name,
         "model": args.model if args.policy == "model" else None,
         "preset": preset_name,
     }
+    try:
+        digest = data_sha256(data)
+    except OSError as e:
+        log(f"t2sql eval: cannot read --data {data}: {e.strerror}")
+        return 2
+    # What makes this run this run: a results file of any other is refused, never resumed.
+    identity = {**run_info, "sampling": {"temperature": args.temperature, "top_p": args.top_p,
+                                         "chat_template_kwargs": args.chat_template_kwargs},
+                "data_sha256": digest}
+    if args.out is None:
+        args.out = default_out(args.model if args.policy == "model" else args.policy, preset_name, Path(data),
+                               digest)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # t2sql's own folder; --out's must exist
     log(f"t2sql eval: {len(loaded.tasks)} tasks from {data}"
         + (f" ({len(loaded.skipped)} rows skipped, listed above)" if loaded.skipped else "")
         + f" | policy {policy.name}"
@@ -144,13 +161,14 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     methods = method_counts(preset.method_for(t.grading_method) for t in loaded.tasks)
     log("grading methods: " + describe_methods(methods))
     log(describe_preset(preset))
-    log(f"results: {args.out}" + (" (resuming: it exists)" if Path(args.out).exists() else ""))
+    log(f"results: {args.out}" + (" (starting over: --fresh)" if args.fresh and Path(args.out).exists() else
+                                  " (resuming: it exists)" if Path(args.out).exists() else ""))
 
     async def main() -> EvalRun:
         try:
             return await evaluate(
                 loaded.tasks, policy, preset, args.out, concurrency=args.concurrency, run_info=run_info, log=log,
-                samples=args.samples,
+                samples=args.samples, identity=identity, inputs=(data,), fresh=args.fresh,
             )
         finally:
             await policy.aclose()

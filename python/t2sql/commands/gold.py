@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from t2sql.atomic import write_bytes_atomic
-from t2sql.errors import TaskError
+from t2sql.errors import MAX_LISTED, TaskError, cap_lines
 from t2sql.grading import fallback_note, task_method
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path
@@ -236,7 +236,9 @@ def _print_human(summary: dict[str, Any], records: list[GoldRecord]) -> None:
         for s in summary["slowest"]:
             print(f"  {s['question_id']:<14}{s['db_id']:<24}{s['seconds']:>10.4f}{s['rows']:>10}")
     if summary["failures"]:
-        print(f"\nfailures ({summary['failed']})")
-        for f in summary["failures"]:
-            where = f"{f['question_id'] or 'row ' + str(f['row'])} ({f['db_id'] or '?'})"
-            print(f"  {where}: {f['error']}")
+        print(f"\nfailures ({summary['failed']}" + (", all of them in --json and --report)" if summary["failed"] >
+                                                    MAX_LISTED else ")"))
+        lines = [f"  {f['question_id'] or 'row ' + str(f['row'])} ({f['db_id'] or '?'}): {f['error']}"
+                 for f in summary["failures"]]
+        for line in cap_lines(lines, indent="  "):
+            print(line)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,53 +33,167 @@ UNFINISHED = frozenset({ENDPOINT_ERROR, EVAL_ERROR})  # lines a rerun retries
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
 
 
+RESULTS_FORMAT = "t2sql-eval-results"  # the header line's "format": what says a file is t2sql's own
+RESULTS_VERSION = 1
+_HEADER_MAX_BYTES = 1 << 20  # a header is a few hundred bytes; a first line longer than this is not one
+
+
+def data_sha256(path: str | os.PathLike) -> str:
+    """The content hash of a task file: two files of one name with other questions or gold are other runs."""
+    from t2sql.serving.manifest import sha256_file
+
+    return sha256_file(path)
+
+
+def header_record(identity: dict[str, Any]) -> dict[str, Any]:
+    return {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "run": identity}
+
+
 @dataclass
 class ResultsFile:
-    """The --out jsonl: what is already finished, and an appender for new lines."""
+    """The --out jsonl: its first line says it is t2sql's and whose run it holds (`identity`: policy,
+    model, preset, sampling, the data's sha256); then one line per episode. `open` resumes only a file of
+    the same run, refuses any other existing file, and holds a lock until `close` so that one run at a
+    time writes it."""
 
     path: Path
+    identity: dict[str, Any] = field(default_factory=dict)
     # (question_id, sample) -> the last line that finished it / the last error line of an unfinished one
     finished: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     errored: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     votes: dict[str, dict[str, Any]] = field(default_factory=dict)  # question_id -> its latest vote line
     warnings: list[str] = field(default_factory=list)
+    _lock: Any = None
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> ResultsFile:
-        results = cls(Path(path))
-        if results.path.is_dir():
-            raise EvalError(f"--out {results.path} is a directory; pass a file name such as results.jsonl")
-        if results.path.exists():
-            results._read()
-        else:
-            results.path.parent.mkdir(parents=True, exist_ok=True)
+    def open(cls, path: str | os.PathLike, identity: dict[str, Any], *, inputs: Iterable[str | os.PathLike] = (),
+             fresh: bool = False) -> ResultsFile:
+        """inputs: files the run reads (the task file): never its results file. fresh: start a t2sql results
+        file over (another run's included); a file that is not t2sql's is refused all the same."""
+        results = cls(Path(path), dict(identity))
+        results._check_target(inputs)
+        results._lock = _RunLock.take(results.path)
+        try:
+            header = results._header()
+            if header is None or fresh:
+                results._rewrite((json.dumps(header_record(results.identity), ensure_ascii=False) + "\n").encode())
+            else:
+                results._check_identity(header)
+                results._read()
+        except BaseException:
+            results.close()
+            raise
         return results
 
-    def _read(self) -> None:
-        data = self.path.read_bytes()
-        lines = data.split(b"\n")
-        complete, tail = lines[:-1], lines[-1]
-        if tail.strip():
-            # A line without its newline is a write a crash cut short: drop it, keep the rest intact.
-            self.warnings.append(
-                f"{self.path}: the last line is truncated ({len(tail)} bytes, from an interrupted run); "
-                "it is dropped and that episode runs again"
-            )
-            self._rewrite(b"".join(line + b"\n" for line in complete))
-        for number, raw in enumerate(complete, start=1):
-            if not raw.strip():
-                continue
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> ResultsFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_target(self, inputs: Iterable[str | os.PathLike]) -> None:
+        where = f"--out {self.path}"
+        if not self.path.parent.is_dir():
+            raise EvalError(f"{where}: the folder {self.path.parent} does not exist; create it first or pass "
+                            "another --out")
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            if self.path.is_symlink():
+                raise EvalError(f"{where} is a symlink to nothing; pass another --out") from None
+            return
+        if stat.S_ISDIR(st.st_mode):
+            raise EvalError(f"{where} is a directory; pass a file name such as results.jsonl")
+        if not stat.S_ISREG(st.st_mode):
+            raise EvalError(f"{where} is not a regular file (a device, FIFO or socket); pass a file name such as "
+                            "results.jsonl")
+        for source in inputs:
             try:
-                record = json.loads(raw)
-                if isinstance(record, dict) and record.get("record") == VOTE_RECORD:
-                    self.votes[str(record["question_id"])] = record
-                    continue
-                key = episode_key(record)
-                outcome = record["outcome"]
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
-                self.warnings.append(f"{self.path}: line {number} is not a result line; ignored")
-                continue
-            self._note(key, outcome, record)
+                same = os.path.samefile(self.path, source)
+            except OSError:
+                same = False
+            if same:
+                raise EvalError(f"{where} is the data file this run reads ({source}); pass another --out")
+
+    def _header(self) -> dict[str, Any] | None:
+        """The existing file's header; None for no file or an empty one. Anything else is refused."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            return None
+        with f:
+            first = f.readline(_HEADER_MAX_BYTES)
+        if not first.strip():
+            if first:  # a blank first line: not ours
+                raise self._foreign()
+            return None
+        try:
+            header = json.loads(first)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            header = None
+        if not isinstance(header, dict) or header.get("format") != RESULTS_FORMAT:
+            if isinstance(header, dict) and "question_id" in header and "outcome" in header:
+                raise EvalError(f"--out {self.path} holds results of an older t2sql (no header line saying whose "
+                                "run they are), so they cannot be resumed safely; pass another --out, or --fresh "
+                                "to start it over")
+            raise self._foreign()
+        if header.get("version") != RESULTS_VERSION:
+            raise EvalError(f"--out {self.path} is a t2sql results file of format version {header.get('version')}, "
+                            f"this t2sql writes {RESULTS_VERSION}; pass another --out, or --fresh to start it over")
+        return header
+
+    def _foreign(self) -> EvalError:
+        return EvalError(f"--out {self.path} exists and is not a t2sql results file; t2sql never writes into a file "
+                         "that is not its own: pass another --out (or move that file away)")
+
+    def _check_identity(self, header: dict[str, Any]) -> None:
+        old = header.get("run") if isinstance(header.get("run"), dict) else {}
+        keys = sorted(set(old) | set(self.identity))
+        clash = [k for k in keys if old.get(k) != self.identity.get(k)]
+        if clash:
+            what = ", ".join(f"{k} {old.get(k)!r} (file) vs {self.identity.get(k)!r} (now)" for k in clash)
+            raise EvalError(f"--out {self.path} holds results of another run: {what}; pass another --out, the same "
+                            "settings to resume, or --fresh to start it over")
+
+    def _read(self) -> None:
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size  # read what the file holds now, never past it
+            f.readline(_HEADER_MAX_BYTES)
+            number, kept_end = 1, f.tell()
+            while f.tell() < size:
+                raw = f.readline(size - f.tell())
+                number += 1
+                if not raw.endswith(b"\n"):
+                    # A line without its newline is a write a crash cut short: drop it, keep the rest intact.
+                    self.warnings.append(
+                        f"{self.path}: the last line is truncated ({len(raw)} bytes, from an interrupted run); "
+                        "it is dropped and that episode runs again"
+                    )
+                    break
+                kept_end = f.tell()
+                self._take(number, raw)
+        if kept_end < size:
+            os.truncate(self.path, kept_end)  # our own file, locked: cut the torn tail in place
+
+    def _take(self, number: int, raw: bytes) -> None:
+        if not raw.strip():
+            return
+        try:
+            record = json.loads(raw)
+            if isinstance(record, dict) and record.get("record") == VOTE_RECORD:
+                self.votes[str(record["question_id"])] = record
+                return
+            key = episode_key(record)
+            outcome = record["outcome"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+            self.warnings.append(f"{self.path}: line {number} is not a result line; ignored")
+            return
+        self._note(key, outcome, record)
 
     def _note(self, key: tuple[str, int], outcome: str, record: dict[str, Any]) -> None:
         if outcome in UNFINISHED:
@@ -90,19 +206,6 @@ class ResultsFile:
     def _rewrite(self, content: bytes) -> None:
         write_bytes_atomic(self.path, content)
 
-    def check_compatible(self, run_info: dict[str, Any]) -> None:
-        """Resuming must not mix results of another model, policy or preset into one file."""
-        for record in self.finished.values():
-            old = record.get("run") or {}
-            clash = {k: (old.get(k), v) for k, v in run_info.items() if k in old and old[k] != v}
-            if clash:
-                what = ", ".join(f"{k} {a!r} (file) vs {b!r} (now)" for k, (a, b) in clash.items())
-                raise EvalError(
-                    f"--out {self.path} holds results of another run: {what}; "
-                    "pass a new --out, or the same settings to resume"
-                )
-            return
-
     def append(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
         # One write of one whole line, flushed: a crash leaves at most a truncated last line.
@@ -113,6 +216,43 @@ class ResultsFile:
             self.votes[str(record["question_id"])] = record
             return
         self._note(episode_key(record), record["outcome"], record)
+
+
+class _RunLock:
+    """`<results>.lock`, flock'ed for the whole run and holding the writer's pid: a second run on the same
+    results file is refused at once, naming the first. Removed on release; a lock file a killed run left
+    holds no lock and is simply taken over."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def take(cls, results: Path) -> _RunLock:
+        path = results.with_name(results.name + ".lock")
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise EvalError(f"--out {results} is being written by another t2sql eval (pid {holder}); wait for it "
+                                "to finish, or pass another --out") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not a lock file its last holder removed between our open and our flock
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                return cls(path, fd)
+            os.close(fd)
+
+    def release(self) -> None:
+        try:
+            os.unlink(self.path)
+        finally:
+            os.close(self.fd)
 
 
 VOTE_RECORD = "vote"  # the "record" field of a vote line in the results file

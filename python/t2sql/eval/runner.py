@@ -263,22 +263,38 @@ async def evaluate(
     progress: bool | None = None,
     log: Any = None,
     samples: int = 1,
+    identity: dict[str, Any] | None = None,
+    inputs: tuple[str | os.PathLike, ...] = (),
+    fresh: bool = False,
 ) -> EvalRun:
-    """Run every unfinished (task, sample) through `policy`, appending to `out`; summarize."""
+    """Run every unfinished (task, sample) through `policy`, appending to `out`; summarize.
+
+    identity: what makes this run this run (the results file's header; default: run_info); a file of
+    another run is refused. inputs: the files the run reads (never written as results). fresh: start
+    `out` over."""
     if concurrency < 1:
         raise EvalError(f"--concurrency must be >= 1, got {concurrency}")
     if samples < 1:
         raise EvalError(f"--samples must be >= 1, got {samples}")
     log = log or (lambda message: print(message, file=sys.stderr))
     run_info = dict(run_info or {"policy": policy.name, "preset": getattr(preset, "name", None)})
-    results = ResultsFile.open(out)
+    with ResultsFile.open(out, identity if identity is not None else run_info, inputs=inputs,
+                          fresh=fresh) as results:
+        return await _evaluate(results, tasks, policy, preset, concurrency=concurrency, grader=grader,
+                               run_info=run_info, progress=progress, log=log, samples=samples)
+
+
+async def _evaluate(results: ResultsFile, tasks: list[Task], policy: Policy, preset: Preset, *, concurrency: int,
+                    grader: Any, run_info: dict[str, Any], progress: bool | None, log: Any,
+                    samples: int) -> EvalRun:
     for warning in results.warnings:
         log(f"warning: {warning}")
-    results.check_compatible(run_info)
     wanted = [(t, k) for t in tasks for k in range(samples)]
     todo = [(t, k) for t, k in wanted if (t.question_id, k) not in results.finished]
     skipped = len(wanted) - len(todo)
-    if skipped:
+    if wanted and not todo:
+        log(f"0 episodes run: all {len(wanted)} were in {results.path}; --fresh to run again")
+    elif skipped:
         log(f"resuming {results.path}: {skipped} of {len(wanted)} episodes already finished, {len(todo)} to run")
 
     own_grader = grader is None

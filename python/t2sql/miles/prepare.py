@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from t2sql.download import bird
-from t2sql.errors import DataError, LaunchError
+from t2sql.errors import DataError, LaunchError, cap_lines
 from t2sql.miles.checkpoint import convert_torch_dist, download_repo, is_complete, own_checkpoint_problems
 from t2sql.miles.flags import (
     CISPO_LOSS_PATH,
@@ -201,8 +201,8 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     records = asyncio.run(run_all())
     elapsed = time.perf_counter() - started
     failed = [r for r in records if r.failed]
-    for r in failed:
-        print(f"gold {r.question_id}: {r.source}: {r.error}", file=sys.stderr)
+    for line in cap_lines([f"gold {r.question_id}: {r.source}: {r.error}" for r in failed]):
+        print(line, file=sys.stderr)
     slowest = max((r.seconds or 0.0 for r in records), default=0.0)
     slow = f", slowest {slowest:.2f}s" if slowest > 0 else ""
     return f"{len(records) - len(failed)}/{len(records)} gold digests in {c.cache_dir} ({elapsed:.1f}s{slow})"
