@@ -149,8 +149,9 @@ def build_train_zip(dest: Path, databases: dict[str, Path], *, descriptors: bool
         inner.unlink()
 
 
-def make_database(path: Path, rows: int = 200, *, blob_bytes: int = 0) -> Path:
-    """A small SQLite database; with `blob_bytes`, random blobs of that total (incompressible)."""
+def make_database(path: Path, rows: int = 200, *, blob_bytes: int = 0, zero_bytes: int = 0) -> Path:
+    """A small SQLite database; with `blob_bytes`, random blobs of that total (incompressible); with
+    `zero_bytes`, one blob of zeros (it deflates about 1000 to 1)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT, price REAL)")
@@ -162,6 +163,9 @@ def make_database(path: Path, rows: int = 200, *, blob_bytes: int = 0) -> Path:
         piece = 1 << 20
         for _ in range(blob_bytes // piece):
             con.execute("INSERT INTO blob (data) VALUES (?)", (os.urandom(piece),))
+    if zero_bytes:
+        con.execute("CREATE TABLE zeros (id INTEGER PRIMARY KEY, data BLOB)")
+        con.execute("INSERT INTO zeros (data) VALUES (zeroblob(?))", (zero_bytes,))
     con.commit()
     con.close()
     return path
