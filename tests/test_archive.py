@@ -23,9 +23,12 @@ from bird_zips import (
     TRAIN_INNER,
     build_dev_zip,
     build_train_zip,
+    build_wrapped_zip,
+    database_members,
     local_data_offset,
     make_database,
     make_train_databases,
+    write_zip,
 )
 from t2sql.download import archive as archive_mod
 from t2sql.download.archive import MARKER, ExtractResult, extract_databases, inner_size, verified
@@ -382,3 +385,38 @@ def test_peak_rss_of_a_large_extraction(tmp_path):
           f"{rss_kb / 1024:.1f} MiB")
     assert written > 500_000_000
     assert rss_kb < 64 * 1024, f"peak RSS {rss_kb / 1024:.1f} MiB"
+
+
+@pytest.mark.parametrize("deflate", [True, False])
+def test_archive_over_4gib_with_wrapped_32bit_offsets(tmp_path, deflate):
+    """macOS's Archive Utility writes archives over 4 GiB with 32-bit offsets that wrap (Info-ZIP:
+    "overlapped components"); the member is found 4 GiB further on and read whole."""
+    inner = tmp_path / "inner.zip"
+    write_zip(inner, database_members("train_databases", make_train_databases(tmp_path / "src", n=2)),
+              descriptors=True)
+    zp = build_wrapped_zip(tmp_path / "train.zip", "train", "train_databases.zip", inner.read_bytes(),
+                           deflate=deflate)
+    if zp.stat().st_blocks * 512 > 1 << 30:
+        pytest.skip("this file system does not keep sparse files sparse")
+    assert zp.stat().st_size > 1 << 32
+    assert inner_size(zp, TRAIN_INNER) == inner.stat().st_size
+    result = extract_databases(zp, TRAIN_INNER, tmp_path / "train_databases", identity=ID, progress=False)
+    assert result.databases == ["train_db_0", "train_db_1"]
+
+
+def test_two_runs_at_once_on_one_target(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip", descriptors=True)
+    target = tmp_path / "dev_databases"
+    script = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from t2sql.download.archive import extract_databases
+        r = extract_databases(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), identity={"k": 1}, progress=False)
+        print(r.skipped)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(zp), DEV_INNER, str(target)], env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(o.strip() for o, _ in outs) == ["False", "True"]  # one laid it out, the other found it done
+    assert verified(target, {"k": 1}) and leftovers(tmp_path) == []
