@@ -318,15 +318,17 @@ def _find_local_header(f: BinaryIO, recorded: int, cd_start: int, probe_only: bo
 
 
 def _stored_span(f: BinaryIO, member: _Member, data_start: int, limit: int) -> int:
-    """The true size of a stored member whose 32-bit size may have wrapped: the candidate that ends at a
-    zip signature (the next header, a descriptor, the central directory), else the largest that fits."""
-    size, best = member.compressed_size, None
+    """The true size of a stored member whose 32-bit size may have wrapped: the first candidate (the
+    recorded size plus a multiple of 4 GiB) followed by a zip signature (the next header, a descriptor,
+    the central directory) or by a descriptor without one (the member's CRC); else the recorded size."""
+    size = member.compressed_size
     while data_start + size <= limit:
         f.seek(data_start + size)
-        if f.read(2) == b"PK":
+        after = f.read(4)
+        if after[:2] == b"PK" or after == struct.pack("<L", member.crc):
             return size
-        best, size = size, size + _4G
-    return member.compressed_size if best is None else best
+        size += _4G
+    return member.compressed_size
 
 
 class _Stream:
