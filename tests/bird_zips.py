@@ -149,8 +149,9 @@ def build_train_zip(dest: Path, databases: dict[str, Path], *, descriptors: bool
         inner.unlink()
 
 
-def make_database(path: Path, rows: int = 200, *, blob_bytes: int = 0) -> Path:
-    """A small SQLite database; with `blob_bytes`, random blobs of that total (incompressible)."""
+def make_database(path: Path, rows: int = 200, *, blob_bytes: int = 0, zero_bytes: int = 0) -> Path:
+    """A small SQLite database; with `blob_bytes`, random blobs of that total (incompressible); with
+    `zero_bytes`, one blob of zeros (it deflates about 1000 to 1)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT, price REAL)")
@@ -162,6 +163,9 @@ def make_database(path: Path, rows: int = 200, *, blob_bytes: int = 0) -> Path:
         piece = 1 << 20
         for _ in range(blob_bytes // piece):
             con.execute("INSERT INTO blob (data) VALUES (?)", (os.urandom(piece),))
+    if zero_bytes:
+        con.execute("CREATE TABLE zeros (id INTEGER PRIMARY KEY, data BLOB)")
+        con.execute("INSERT INTO zeros (data) VALUES (zeroblob(?))", (zero_bytes,))
     con.commit()
     con.close()
     return path
@@ -186,3 +190,43 @@ def local_data_offset(zip_bytes: bytes, name: str) -> int:
         offset = zf.getinfo(name).header_offset
     nlen, xlen = struct.unpack_from("<HH", zip_bytes, offset + 26)
     return offset + 30 + nlen + xlen
+
+
+def build_wrapped_zip(dest: Path, folder: str, inner_name: str, inner: bytes, *, pad: int = (1 << 32) + (1 << 20),
+                      deflate: bool = True) -> Path:
+    """An archive over 4 GiB written without ZIP64, as macOS's Archive Utility writes them: a stored
+    `<folder>/pad.bin` of `pad` zero bytes (a sparse hole: no disk used), then `<folder>/<inner_name>`, whose
+    local header offset, like the central directory's, is recorded modulo 4 GiB."""
+    dest = Path(dest)
+    body = zlib_raw(inner) if deflate else inner
+    crc = __import__("zlib").crc32(inner)
+    method = 8 if deflate else 0
+    entries = []
+    with open(dest, "wb") as f:
+        name = f"{folder}/pad.bin".encode()
+        f.write(struct.pack("<4s5H3L2H", b"PK\x03\x04", 10, 0, 0, 0, 0x58DB, 0, pad % (1 << 32),
+                            pad % (1 << 32), len(name), 0) + name)
+        entries.append((name, 0, 0, pad, pad, 0))
+        f.seek(f.tell() + pad)  # a hole
+        offset = f.tell()
+        name = f"{folder}/{inner_name}".encode()
+        f.write(struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, method, 0, 0x58DB, crc, len(body), len(inner),
+                            len(name), 0) + name)
+        f.write(body)
+        entries.append((name, method, crc, len(body), len(inner), offset))
+        cd_start = f.tell()
+        for name, method, crc, csize, usize, offset in entries:
+            f.write(struct.pack("<4s6H3L5HLL", b"PK\x01\x02", 0x315, 20, 0, method, 0, 0x58DB, crc,
+                                csize % (1 << 32), usize % (1 << 32), len(name), 0, 0, 0, 0, 0o644 << 16,
+                                offset % (1 << 32)) + name)
+        cd_size = f.tell() - cd_start
+        f.write(struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(entries), len(entries), cd_size,
+                            cd_start % (1 << 32), 0))
+    return dest
+
+
+def zlib_raw(data: bytes) -> bytes:
+    import zlib
+
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()

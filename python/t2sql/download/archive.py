@@ -107,27 +107,42 @@ def extract_databases(archive: Path, inner_member: str, target: Path, *, identit
     Raises ArchiveError (damaged, cut short, unsafe, a database that fails its check) or NoSpaceError."""
     archive, target = Path(archive), Path(target).absolute()
     identity = _jsonable(identity)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _Lock(target):
-        _remove_partials(target)
-        marker = _read_marker(target)
-        if marker is not None and _marker_holds(target, marker, identity):
-            return ExtractResult(target, sorted(marker["databases"]), 0, True)
-        partial = target.parent / f".{target.name}.partial-{os.getpid()}"
-        partial.mkdir()
-        try:
-            written, entries = _extract(archive, inner_member, partial, target, progress)
-            manifest = Manifest(target, entries)
-            data = manifest.to_dict()
-            data["extracted"] = {"format": MARKER_FORMAT, "identity": identity, "inner_member": inner_member,
-                                 "bytes_written": written}
-            with atomic_write(partial / MARKER) as f:
-                f.write(json.dumps(data, indent=1) + "\n")
-            _fsync_dir(partial)
-            _move_into_place(partial, target)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _Lock(target):
+            return _extract_under_lock(archive, inner_member, target, identity, progress)
+    except OSError as e:  # what the walk itself did not already turn into a typed error
+        where = f"{e.filename}: " if e.filename else ""
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            free = shutil.disk_usage(target.parent).free
+            raise NoSpaceError(f"no space left on the disk of {target.parent} while laying out {target} "
+                               f"({where}{e.strerror}; {format_bytes(free)} free). Free space there (or choose a "
+                               "folder on a larger disk) and run again", path=str(target.parent), needed=0,
+                               free=free) from None
+        raise ArchiveError(f"cannot lay out {target} from {archive}: {where}{e.strerror or e}",
+                           archive=str(archive)) from None
+
+
+def _extract_under_lock(archive: Path, inner_member: str, target: Path, identity: dict, progress: bool
+                        ) -> ExtractResult:
+    _remove_partials(target)
+    marker = _read_marker(target)
+    if marker is not None and _marker_holds(target, marker, identity):
+        return ExtractResult(target, sorted(marker["databases"]), 0, True)
+    partial = target.parent / f".{target.name}.partial-{os.getpid()}"
+    partial.mkdir()
+    try:
+        written, entries = _extract(archive, inner_member, partial, target, progress)
+        data = Manifest(target, entries).to_dict()
+        data["extracted"] = {"format": MARKER_FORMAT, "identity": identity, "inner_member": inner_member,
+                             "bytes_written": written}
+        with atomic_write(partial / MARKER) as f:
+            f.write(json.dumps(data, indent=1) + "\n")
+        _fsync_dir(partial)
+        _move_into_place(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return ExtractResult(target, sorted(entries), written, False)
 
 
@@ -303,15 +318,17 @@ def _find_local_header(f: BinaryIO, recorded: int, cd_start: int, probe_only: bo
 
 
 def _stored_span(f: BinaryIO, member: _Member, data_start: int, limit: int) -> int:
-    """The true size of a stored member whose 32-bit size may have wrapped: the candidate that ends at a
-    zip signature (the next header, a descriptor, the central directory), else the largest that fits."""
-    size, best = member.compressed_size, None
+    """The true size of a stored member whose 32-bit size may have wrapped: the first candidate (the
+    recorded size plus a multiple of 4 GiB) followed by a zip signature (the next header, a descriptor,
+    the central directory) or by a descriptor without one (the member's CRC); else the recorded size."""
+    size = member.compressed_size
     while data_start + size <= limit:
         f.seek(data_start + size)
-        if f.read(2) == b"PK":
+        after = f.read(4)
+        if after[:2] == b"PK" or after == struct.pack("<L", member.crc):
             return size
-        best, size = size, size + _4G
-    return member.compressed_size if best is None else best
+        size += _4G
+    return member.compressed_size
 
 
 class _Stream:
@@ -470,8 +487,9 @@ def _extract(archive: Path, inner_member: str, partial: Path, target: Path, prog
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise _no_space(walk, stream, total, partial) from None
-                raise ArchiveError(f"cannot write the databases of {archive} under {partial.parent}: "
-                                   f"{e.strerror or e}", archive=str(archive)) from None
+                where = f"{e.filename}: " if e.filename else ""
+                raise ArchiveError(f"cannot extract {archive} into {partial.parent}: {where}{e.strerror or e}",
+                                   archive=str(archive)) from None
             following = stream.peek(4)
             if following not in (_CENTRAL, _EOCD, _EOCD64):
                 raise _damaged(archive, inner_member, f"unexpected bytes after its entry {len(walk.seen)} "

@@ -1,0 +1,422 @@
+"""t2sql.download.archive on zips built in BIRD's exact layout (tests/bird_zips.py): nested zips read with
+t2sql's own zip reading, data descriptors and ZIP64, CRC failures, truncation, unsafe names, a database that
+fails quick_check, an extraction killed mid-way, reruns that skip or redo, and the peak RSS of a large one."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bird_zips import (
+    BIRD,
+    DEV_INNER,
+    SAMPLE_DEV_DBS,
+    TRAIN_INNER,
+    build_dev_zip,
+    build_train_zip,
+    build_wrapped_zip,
+    database_members,
+    local_data_offset,
+    make_database,
+    make_train_databases,
+    write_zip,
+)
+from t2sql.download import archive as archive_mod
+from t2sql.download.archive import MARKER, ExtractResult, extract_databases, inner_size, verified
+from t2sql.errors import ArchiveError, NoSpaceError
+from t2sql.serving.manifest import Manifest
+
+pytestmark = pytest.mark.timeout(300)
+
+REPO = Path(__file__).resolve().parent.parent
+ID = {"url": "http://127.0.0.1/dev.zip", "size": 1, "sha256": "ab" * 32}
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if ".partial-" in p.name)
+
+
+def assert_dev_layout(target: Path) -> None:
+    assert sorted(p.name for p in target.iterdir()) == [MARKER, *SAMPLE_DEV_DBS]
+    for db in SAMPLE_DEV_DBS:
+        src = BIRD / db
+        want = sorted(p.relative_to(src).as_posix() for p in src.rglob("*"))
+        got = sorted(p.relative_to(target / db).as_posix() for p in (target / db).rglob("*"))
+        assert got == want  # no ._*, .DS_Store, __MACOSX
+        for rel in want:
+            if (src / rel).is_file():
+                assert (target / db / rel).read_bytes() == (src / rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize("descriptors,zip64,inner,outer", [
+    (False, False, zipfile.ZIP_DEFLATED, zipfile.ZIP_DEFLATED),
+    (True, False, zipfile.ZIP_DEFLATED, zipfile.ZIP_DEFLATED),
+    (True, False, zipfile.ZIP_STORED, zipfile.ZIP_STORED),
+    (False, True, zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED),
+    (True, True, zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED),
+], ids=["plain", "descriptors", "descriptors-stored", "zip64", "zip64-descriptors"])
+def test_dev_zip_laid_out_and_verified(tmp_path, descriptors, zip64, inner, outer):
+    zp = build_dev_zip(tmp_path / "dev.zip", descriptors=descriptors, zip64=zip64, inner_compression=inner,
+                       outer_compression=outer)
+    raw = zp.read_bytes()
+    assert (b"PK\x06\x06" in raw) == zip64  # the ZIP64 end record is really there (and read)
+    target = tmp_path / "data" / "bird" / "dev_databases"
+    result = extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert result == ExtractResult(target, list(SAMPLE_DEV_DBS), result.bytes_written, False)
+    assert result.bytes_written == sum(p.stat().st_size for p in target.rglob("*") if p.is_file() and p.name != MARKER)
+    assert_dev_layout(target)
+    assert verified(target, ID)
+    assert not verified(target, {**ID, "sha256": "cd" * 32})
+    assert leftovers(target.parent) == []
+    # the marker is a database manifest rooted at the target: a Grader can check the files against it
+    manifest = Manifest.load(target / MARKER, db_root=target)
+    assert sorted(manifest.entries) == list(SAMPLE_DEV_DBS)
+    for db in SAMPLE_DEV_DBS:
+        manifest.verify(target / db / f"{db}.sqlite", hash_always=True)
+    assert json.loads((target / MARKER).read_text())["extracted"]["identity"] == ID
+
+
+def test_inner_size(tmp_path):
+    for zip64 in (False, True):
+        zp = build_dev_zip(tmp_path / f"dev{zip64}.zip", zip64=zip64)
+        with zipfile.ZipFile(zp) as zf:
+            assert inner_size(zp, DEV_INNER) == zf.getinfo(DEV_INNER).file_size
+
+
+def test_train_zip_generated_databases(tmp_path):
+    dbs = make_train_databases(tmp_path / "src", n=4)
+    zp = build_train_zip(tmp_path / "train.zip", dbs, descriptors=True)
+    target = tmp_path / "out" / "train_databases"
+    result = extract_databases(zp, TRAIN_INNER, target, identity={"etag": '"x-400"'}, progress=False)
+    assert result.databases == sorted(dbs)
+    for db_id, folder in dbs.items():
+        assert (target / db_id / f"{db_id}.sqlite").read_bytes() == (folder / f"{db_id}.sqlite").read_bytes()
+        assert (target / db_id / "database_description" / "item.csv").is_file()
+
+
+def test_no_unzip_and_no_zipfile_reading(tmp_path, monkeypatch):
+    zp = build_dev_zip(tmp_path / "dev.zip", descriptors=True)
+
+    def refuse(*a, **k):
+        raise AssertionError("extraction must not use zipfile or a subprocess")
+
+    monkeypatch.setattr(zipfile, "ZipFile", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
+
+
+def test_progress_counts_inner_bytes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("T2SQL_PROGRESS_INTERVAL", "0")
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID)
+    err = capsys.readouterr().err
+    assert "extracting dev_databases.zip" in err and "1.6 MB/1.6 MB" in err, err
+
+
+@pytest.mark.parametrize("inner", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_flipped_byte_in_a_database(tmp_path, inner):
+    zp = build_dev_zip(tmp_path / "dev.zip", inner_compression=inner, outer_compression=zipfile.ZIP_STORED)
+    raw = bytearray(zp.read_bytes())
+    start = local_data_offset(bytes(raw), DEV_INNER)  # the inner zip lies stored in the outer one
+    with zipfile.ZipFile(zp) as zf:
+        inner_bytes = zf.read(DEV_INNER)
+    member = "dev_databases/superhero/superhero.sqlite"
+    with zipfile.ZipFile(__import__("io").BytesIO(inner_bytes)) as zf:
+        length = zf.getinfo(member).compress_size
+    raw[start + local_data_offset(inner_bytes, member) + length // 2] ^= 0x01
+    zp.write_bytes(bytes(raw))
+    target = tmp_path / "dev_databases"
+    with pytest.raises(ArchiveError) as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    message = str(info.value)
+    assert member in message and str(zp) in message and "delete" in message, message
+    if inner == zipfile.ZIP_STORED:
+        assert "CRC32 mismatch" in message
+    assert info.value.member == member
+    assert not target.exists() and leftovers(tmp_path) == []
+
+
+def test_flipped_byte_in_the_outer_deflate_stream(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip", inner_compression=zipfile.ZIP_STORED)
+    raw = bytearray(zp.read_bytes())
+    start = local_data_offset(bytes(raw), DEV_INNER)
+    raw[start + 400_000] ^= 0x40
+    zp.write_bytes(bytes(raw))
+    with pytest.raises(ArchiveError) as info:
+        extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
+    assert "damaged" in str(info.value) or "truncated" in str(info.value)
+    assert not (tmp_path / "dev_databases").exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.999, 0.05])
+def test_truncated_outer_archive(tmp_path, keep):
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    raw = zp.read_bytes()
+    zp.write_bytes(raw[:int(len(raw) * keep)])
+    with pytest.raises(ArchiveError) as info:
+        extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
+    message = str(info.value)
+    assert "truncated" in message and f"delete {zp}" in message and "download it again" in message, message
+    assert not (tmp_path / "dev_databases").exists() and leftovers(tmp_path) == []
+    with pytest.raises(ArchiveError, match="truncated"):
+        inner_size(zp, DEV_INNER)
+
+
+def test_missing_inner_member(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    with pytest.raises(ArchiveError, match="has no member train/train_databases.zip"):
+        extract_databases(zp, TRAIN_INNER, tmp_path / "train_databases", identity=ID, progress=False)
+
+
+@pytest.mark.parametrize("name", ["dev_databases/../../evil.txt", "/tmp/evil-t2sql.txt", "dev_databases/a/../../x"])
+def test_unsafe_member_name(tmp_path, name):
+    zp = build_dev_zip(tmp_path / "dev.zip", extra_inner=[(name, b"escaped")])
+    target = tmp_path / "deep" / "dev_databases"
+    with pytest.raises(ArchiveError, match="unsafe member name") as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert info.value.member == name
+    assert not target.exists() and leftovers(target.parent) == []
+    assert not any(p.name in ("evil.txt", "x") for p in tmp_path.rglob("*"))
+
+
+def test_database_failing_quick_check(tmp_path):
+    bad = make_database(tmp_path / "src" / "broken" / "broken.sqlite", rows=3000)
+    data = bytearray(bad.read_bytes())
+    page = len(data) // 4096 - 2
+    for k in range(100, 4000, 7):
+        data[page * 4096 + k] ^= 0x5A
+    bad.write_bytes(bytes(data))
+    dbs = {**make_train_databases(tmp_path / "src", n=2), "broken": bad.parent}
+    zp = build_train_zip(tmp_path / "train.zip", dbs)
+    target = tmp_path / "train_databases"
+    with pytest.raises(ArchiveError, match=r"broken .*quick_check") as info:
+        extract_databases(zp, TRAIN_INNER, target, identity=ID, progress=False)
+    assert len(str(info.value)) < 600
+    assert not target.exists() and leftovers(tmp_path) == []
+
+
+def test_empty_database(tmp_path):
+    (tmp_path / "src" / "empty").mkdir(parents=True)
+    (tmp_path / "src" / "empty" / "empty.sqlite").write_bytes(b"")
+    zp = build_train_zip(tmp_path / "train.zip", {"empty": tmp_path / "src" / "empty"})
+    with pytest.raises(ArchiveError, match="database empty .* is empty"):
+        extract_databases(zp, TRAIN_INNER, tmp_path / "train_databases", identity=ID, progress=False)
+    assert not (tmp_path / "train_databases").exists()
+
+
+class _Failing:
+    def __init__(self, f, after: int, error: BaseException):
+        self.f, self.left, self.error = f, after, error
+
+    def write(self, data):
+        self.left -= len(data)
+        if self.left < 0:
+            raise self.error
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError(errno.EIO, "I/O error")])
+def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch, error):
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    written = [0]
+
+    def failing_open(path):
+        written[0] += 1
+        return _Failing(open(path, "wb"), 0 if written[0] > 5 else 1 << 30, error)
+
+    monkeypatch.setattr(archive_mod, "_open_output", failing_open)
+    with pytest.raises((KeyboardInterrupt, ArchiveError)):
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert not target.exists() and not verified(target, ID) and leftovers(tmp_path) == []
+    monkeypatch.undo()
+    assert not extract_databases(zp, DEV_INNER, target, identity=ID, progress=False).skipped
+    assert_dev_layout(target)
+
+
+def test_disk_full_says_how_much_is_needed(tmp_path, monkeypatch):
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    total = [0]
+
+    def full_open(path):
+        total[0] += 1
+        return _Failing(open(path, "wb"), 1 << 30 if total[0] < 8 else 1000,
+                        OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(archive_mod, "_open_output", full_open)
+    with pytest.raises(NoSpaceError) as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    message = str(info.value)
+    assert "no space left" in message and "the databases need about" in message, message
+    assert info.value.needed > 0
+    assert not target.exists() and leftovers(tmp_path) == []
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from t2sql.download import archive
+    real = archive._open_output
+    count = [0]
+    class Killing:
+        def __init__(self, f): self.f = f
+        def write(self, data):
+            count[0] += len(data)
+            if count[0] > 3_000_000:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return self.f.write(data)
+        def __getattr__(self, name): return getattr(self.f, name)
+    archive._open_output = lambda path: Killing(real(path))
+    archive.extract_databases(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), identity={"k": 1}, progress=False)
+""")
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(REPO / "tests")])}
+
+
+def test_sigkill_mid_extraction_then_rerun(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip", descriptors=True)
+    target = tmp_path / "dev_databases"
+    proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(zp), DEV_INNER, str(target)], env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    left = leftovers(tmp_path)
+    assert len(left) == 1 and left[0].startswith(".dev_databases.partial-")  # the dead run's, never trusted
+    assert not target.exists() and not verified(target, {"k": 1})
+    result = extract_databases(zp, DEV_INNER, target, identity={"k": 1}, progress=False)
+    assert not result.skipped and leftovers(tmp_path) == []
+    assert_dev_layout(target)
+
+
+def test_rerun_skips_when_verified(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    stamp = {p: p.stat().st_mtime_ns for p in target.rglob("*")}
+    zp.unlink()  # a verified layout needs no archive
+    again = extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert again == ExtractResult(target, list(SAMPLE_DEV_DBS), 0, True)
+    assert {p: p.stat().st_mtime_ns for p in target.rglob("*")} == stamp
+
+
+def test_rerun_redoes_when_a_database_changed_size(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    with open(target / "superhero" / "superhero.sqlite", "ab") as f:
+        f.write(b"\0" * 4096)
+    (target / "superhero" / "stray.txt").write_text("not from the archive")
+    assert not verified(target, ID)
+    again = extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert not again.skipped and verified(target, ID)
+    assert_dev_layout(target)  # the stray file went with the old folder
+    assert leftovers(tmp_path) == []
+
+
+def test_rerun_redoes_for_another_identity_or_a_deleted_database(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    other = {**ID, "etag": "new"}
+    assert not verified(target, other)
+    assert not extract_databases(zp, DEV_INNER, target, identity=other, progress=False).skipped
+    (target / "toxicology" / "toxicology.sqlite").unlink()
+    assert not verified(target, other)
+    assert not extract_databases(zp, DEV_INNER, target, identity=other, progress=False).skipped
+    assert verified(target, other)
+
+
+def test_unverified_target_is_replaced(tmp_path):
+    """A folder a naive `unzip` left (no marker, empty databases) is never trusted."""
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    (target / "superhero").mkdir(parents=True)
+    (target / "superhero" / "superhero.sqlite").write_bytes(b"")
+    assert not verified(target, ID)
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert_dev_layout(target)
+
+
+RSS_SCRIPT = textwrap.dedent("""
+    import resource, sys
+    from pathlib import Path
+    from t2sql.download.archive import extract_databases
+    result = extract_databases(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), identity={}, progress=False)
+    # VmHWM is this program's own peak; ru_maxrss also counts what the parent had when it forked
+    status = Path("/proc/self/status")
+    hwm = [int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmHWM:")] \
+        if status.exists() else []
+    print(result.bytes_written, hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+""")
+
+
+def test_peak_rss_of_a_large_extraction(tmp_path):
+    """A ~200 MB inner archive (incompressible databases, and 300 MB of zeros that deflate 1000 to 1, with
+    data descriptors) extracts in a
+    process whose peak RSS (VmHWM on Linux, else ru_maxrss) stays under 64 MB."""
+    dbs = {}
+    for db_id, blobs, zeros in (("big_0", 100 << 20, 0), ("big_1", 100 << 20, 0), ("zeros", 0, 300 << 20)):
+        make_database(tmp_path / "src" / db_id / f"{db_id}.sqlite", rows=1000, blob_bytes=blobs, zero_bytes=zeros)
+        dbs[db_id] = tmp_path / "src" / db_id
+    zp = build_train_zip(tmp_path / "train.zip", dbs, descriptors=True)
+    for folder in dbs.values():
+        (folder / f"{folder.name}.sqlite").unlink()
+    size = inner_size(zp, TRAIN_INNER)
+    assert size > 200_000_000
+    proc = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(zp), TRAIN_INNER, str(tmp_path / "out")],
+                          env=_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    written, rss_kb = map(int, proc.stdout.split())
+    print(f"peak RSS extracting a {size / 1e6:.0f} MB inner archive ({written / 1e6:.0f} MB written): "
+          f"{rss_kb / 1024:.1f} MiB")
+    assert written > 500_000_000
+    assert rss_kb < 64 * 1024, f"peak RSS {rss_kb / 1024:.1f} MiB"
+
+
+@pytest.mark.parametrize("deflate", [True, False])
+def test_archive_over_4gib_with_wrapped_32bit_offsets(tmp_path, deflate):
+    """macOS's Archive Utility writes archives over 4 GiB with 32-bit offsets that wrap (Info-ZIP:
+    "overlapped components"); the member is found 4 GiB further on and read whole."""
+    inner = tmp_path / "inner.zip"
+    write_zip(inner, database_members("train_databases", make_train_databases(tmp_path / "src", n=2)),
+              descriptors=True)
+    zp = build_wrapped_zip(tmp_path / "train.zip", "train", "train_databases.zip", inner.read_bytes(),
+                           deflate=deflate)
+    if zp.stat().st_blocks * 512 > 1 << 30:
+        pytest.skip("this file system does not keep sparse files sparse")
+    assert zp.stat().st_size > 1 << 32
+    assert inner_size(zp, TRAIN_INNER) == inner.stat().st_size
+    result = extract_databases(zp, TRAIN_INNER, tmp_path / "train_databases", identity=ID, progress=False)
+    assert result.databases == ["train_db_0", "train_db_1"]
+
+
+def test_two_runs_at_once_on_one_target(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip", descriptors=True)
+    target = tmp_path / "dev_databases"
+    script = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from t2sql.download.archive import extract_databases
+        r = extract_databases(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), identity={"k": 1}, progress=False)
+        print(r.skipped)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(zp), DEV_INNER, str(target)], env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(o.strip() for o, _ in outs) == ["False", "True"]  # one laid it out, the other found it done
+    assert verified(target, {"k": 1}) and leftovers(tmp_path) == []
