@@ -178,3 +178,19 @@ def test_bird_questions_find_their_databases_beside_the_file_and_any_method_is_t
         assert proc.returncode == 0, proc.stderr[-500:]
         summary = json.loads(proc.stdout)
         assert summary["ok"] == 129 and summary["failures"] == [], method
+
+
+def test_failures_are_listed_fifty_at_most_and_whole_in_json(tmp_path):
+    # The recipe's train file without its databases: all 2,064 golds fail; a person reads 50 and a count.
+    from t2sql.data.tasks import release_dir
+
+    empty = tmp_path / "no-databases"
+    empty.mkdir()
+    cmd = [sys.executable, "-m", "t2sql.cli", "gold", "--data", str(release_dir() / "bird-verified-train.json"),
+           "--db-root", str(empty), "--grading-method-fallback", "set", "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    listed = [line for line in proc.stdout.splitlines() if "unknown db_id" in line]
+    assert len(listed) == 50 and "... and 2014 more" in proc.stdout
+    proc = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300)
+    assert len(json.loads(proc.stdout)["failures"]) == 2064

@@ -74,7 +74,7 @@ class ResultsFile:
         results._check_target(inputs)
         results._lock = _RunLock.take(results.path)
         try:
-            header = results._header()
+            header = results._header(fresh)
             if header is None or fresh:
                 results._rewrite((json.dumps(header_record(results.identity), ensure_ascii=False) + "\n").encode())
             else:
@@ -120,8 +120,9 @@ class ResultsFile:
             if same:
                 raise EvalError(f"{where} is the data file this run reads ({source}); pass another --out")
 
-    def _header(self) -> dict[str, Any] | None:
-        """The existing file's header; None for no file or an empty one. Anything else is refused."""
+    def _header(self, fresh: bool = False) -> dict[str, Any] | None:
+        """The existing file's header; None for no file or an empty one. A file that is not t2sql's is
+        refused; with `fresh`, one of t2sql's (an older format's included) is not read further."""
         try:
             f = open(self.path, "rb")
         except FileNotFoundError:
@@ -138,11 +139,13 @@ class ResultsFile:
             header = None
         if not isinstance(header, dict) or header.get("format") != RESULTS_FORMAT:
             if isinstance(header, dict) and "question_id" in header and "outcome" in header:
+                if fresh:
+                    return None
                 raise EvalError(f"--out {self.path} holds results of an older t2sql (no header line saying whose "
                                 "run they are), so they cannot be resumed safely; pass another --out, or --fresh "
                                 "to start it over")
             raise self._foreign()
-        if header.get("version") != RESULTS_VERSION:
+        if header.get("version") != RESULTS_VERSION and not fresh:
             raise EvalError(f"--out {self.path} is a t2sql results file of format version {header.get('version')}, "
                             f"this t2sql writes {RESULTS_VERSION}; pass another --out, or --fresh to start it over")
         return header
