@@ -277,10 +277,15 @@ def test_progress_off_a_terminal_is_plain_lines_with_the_resume_said(server, tmp
 def test_bench_download_runs_and_reports_both_clients(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "download", "--size-mb", "4", "--repeat", "1",
-                           "--work-dir", str(tmp_path), "--json"], capture_output=True, text=True, timeout=300, env=env)
+                           "--extract-mb", "3", "--work-dir", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["bytes"] == 4_000_000 and report["t2sql"]["mb_per_s"] > 0
+    extract = report["extract"]  # the second measurement: peak RSS of extract_databases, in its own interpreter
+    assert extract["databases"] == 3 and extract["bytes_written"] >= extract["database_bytes"] >= 3_000_000
+    assert 0 < extract["baseline_rss_mib"] <= extract["peak_rss_mib"] and extract["target_rss_mib"] == 64
+    assert extract["meets_target"] == (extract["peak_rss_mib"] <= 64) and extract["mb_per_s"] > 0
     if shutil.which("curl"):
         assert report["curl"]["mb_per_s"] > 0 and report["ratio"] > 0 and "curl -sS" in report["curl"]["command"]
     else:
@@ -289,6 +294,9 @@ def test_bench_download_runs_and_reports_both_clients(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "download", "--size-mb", "0"],
                          capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode == 2 and "--size-mb" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "download", "--extract-mb", "-1"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "--extract-mb" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.skipif(not shutil.which("openssl"), reason="makes its test certificate with the openssl command")

@@ -44,11 +44,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = suites.add_parser("download", help="t2sql's downloader against curl, one file served on loopback",
                           description="The download rate of t2sql's downloader (sha256 computed, as prepare runs "
                                       "it) against curl, for one generated file served on 127.0.0.1 by the same "
-                                      "server; best of --repeat rounds, side by side, with the ratio (target 0.8x).")
+                                      "server; best of --repeat rounds, side by side, with the ratio (target 0.8x). "
+                                      "Then the peak RSS of extract_databases (target 64 MiB) on a generated "
+                                      "archive in BIRD's dev layout, in a fresh interpreter.")
     d.add_argument("--size-mb", type=int, default=300, help="size of the served file in MB (default 300)")
     d.add_argument("--repeat", type=int, default=3, help="rounds, round-robin (the best is kept)")
+    d.add_argument("--extract-mb", type=int, default=200,
+                   help="MB of databases in the archive whose extraction is measured (default 200; 0 skips it)")
     d.add_argument("--work-dir", default=tempfile.gettempdir(),
-                   help="where the file and the fetched copies are written (needs twice the size free)")
+                   help="where the file and the fetched copies are written (needs twice --size-mb free, and "
+                        "three times --extract-mb); everything is removed at the end")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -85,8 +90,11 @@ def run_download(args: argparse.Namespace) -> int:
     if args.size_mb < 1 or args.repeat < 1:
         print("t2sql bench download: --size-mb and --repeat must be at least 1", file=sys.stderr)
         return 2
+    if args.extract_mb < 0:
+        print("t2sql bench download: --extract-mb must be 0 (skip the extraction) or more", file=sys.stderr)
+        return 2
     try:
-        report = bench_download(args.size_mb, Path(args.work_dir), args.repeat)
+        report = bench_download(args.size_mb, Path(args.work_dir), args.repeat, args.extract_mb)
     except (T2sqlError, OSError, RuntimeError, subprocess.SubprocessError) as e:
         print(f"t2sql bench download: {e}", file=sys.stderr)
         return 2
