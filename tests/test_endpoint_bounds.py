@@ -104,7 +104,7 @@ def test_a_dripping_body_cannot_outlast_the_timeout(tmp_path):
     with Misbehaving("drip") as server:
         proc, elapsed, _ = run_eval(server.url, tmp_path, "--timeout", "5")
     assert elapsed < 5 + 10, proc.stderr  # the request's 5 s plus the process's start and imports
-    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()[1:]]  # [0]: the header
     assert lines[0]["outcome"] == "endpoint_error"
     assert "no complete answer within 5s" in lines[0]["error"]
     assert proc.returncode == 1  # unfinished episodes: the next run retries them
@@ -114,7 +114,7 @@ def test_a_dripping_body_cannot_outlast_the_timeout(tmp_path):
 def test_a_huge_reply_is_refused_without_holding_it(tmp_path, mode):
     with Misbehaving(mode) as server:
         proc, _, peak = run_eval(server.url, tmp_path, "--timeout", "60")
-    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()[1:]]  # [0]: the header
     assert lines[0]["outcome"] == "endpoint_error" and not lines[0]["retryable"]
     assert f"more than {DEFAULT_MAX_BODY_BYTES} bytes" in lines[0]["error"]
     assert peak < 300, f"peak {peak} MiB"  # the 500 MB reply was never held
@@ -135,5 +135,5 @@ def test_stored_transcripts_are_cut_and_say_so():
 def test_the_size_limit_is_a_flag(tmp_path):
     with Misbehaving("huge_declared") as server:
         run_eval(server.url, tmp_path, "--max-response-mb", "0.5")
-    line = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[0])
+    line = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[1])  # [0]: the header
     assert f"more than {512 * 1024} bytes" in line["error"]

@@ -355,7 +355,7 @@ def test_openai_path_parses_tool_calls_as_the_template_renders_them(qwen36_token
     with LoopbackModel(TaskScript(tasks, plan), tok) as model:
         result = asyncio.run(go(model))
     assert result.summary["accuracy"] == 1.0
-    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()[1:]]  # [0]: the header
     assert all(r["tool_calls"] == 1 and r["invalid_tool_calls"] == 0 for r in lines)
 
 
