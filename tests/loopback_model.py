@@ -3,7 +3,9 @@
 `LoopbackModel` answers as an OpenAI-compatible `/v1/chat/completions` endpoint and as sglang's
 token-level `/generate` (the response schema miles reads: text, meta_info.finish_reason.type,
 meta_info.output_token_logprobs). Replies come from a Python `script(conversation) -> Reply`.
-Faults can be injected: the next N requests fail with an HTTP status, or hang for a while.
+Faults can be injected: the next N requests fail with an HTTP status, or hang for a while, or
+every request gets one fixed JSON body (`answer_raw`: a reply of the wrong shape). With
+`content_parts=True` the chat endpoint returns content as OpenAI's list of text parts.
 
 `ByteTokenizer` is a small tokenizer built here (bytes + three special tokens) with a Qwen-style
 chat template, so the sglang path runs without downloading a model: the server decodes the
@@ -171,11 +173,15 @@ class _Faults:
 class LoopbackModel:
     """A scripted model on http://127.0.0.1:<free port>. Use as a context manager."""
 
-    def __init__(self, script: Script, tokenizer: Any = None, *, routing: tuple[int, int] | None = None):
+    def __init__(self, script: Script, tokenizer: Any = None, *, routing: tuple[int, int] | None = None,
+                 content_parts: bool = False):
         """tokenizer: ByteTokenizer by default, or a Hugging Face tokenizer (encode, decode,
         convert_tokens_to_ids, apply_chat_template). routing: (layers, topk) to answer
-        return_routed_experts as sglang does, for the whole sequence."""
+        return_routed_experts as sglang does, for the whole sequence. content_parts: the chat
+        reply's content as a list of text parts (the text cut in three), as OpenAI may send it."""
         self.script = script
+        self.content_parts = content_parts
+        self.raw: Any = None  # set by answer_raw: every request gets this body as-is
         self.tokenizer = tokenizer or ByteTokenizer()
         self.routing = routing
         self.requests: list[RecordedRequest] = []
@@ -193,6 +199,11 @@ class LoopbackModel:
     def hang_next(self, n: int, seconds: float) -> None:
         with self._lock:
             self.faults.hang, self.faults.hang_s = n, seconds
+
+    def answer_raw(self, body: Any) -> None:
+        """Every request from now on is answered HTTP 200 with `body` (any JSON), not the script's reply."""
+        with self._lock:
+            self.raw = body
 
     def slow(self, seconds: float) -> None:
         with self._lock:
@@ -224,7 +235,7 @@ class LoopbackModel:
                 status, answer = model._handle(self.path, body)
                 self._send(status, answer)
 
-            def _send(self, status: int, answer: dict[str, Any]) -> None:
+            def _send(self, status: int, answer: Any) -> None:
                 data = json.dumps(answer).encode()
                 try:
                     self.send_response(status)
@@ -248,7 +259,7 @@ class LoopbackModel:
         self._server.server_close()
 
     # -- request handling
-    def _handle(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _handle(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         with self._lock:
             record = RecordedRequest(path, body)
             self.requests.append(record)
@@ -261,6 +272,7 @@ class LoopbackModel:
             if self.faults.fail > 0:
                 self.faults.fail -= 1
                 fail = self.faults.fail_status
+            raw = self.raw
         if hang:
             self._release.wait(hang)
         if delay:
@@ -268,6 +280,8 @@ class LoopbackModel:
         if fail:
             record.status = fail
             return fail, {"error": {"message": f"injected failure {fail}"}}
+        if raw is not None:
+            return 200, raw
         if path == "/v1/chat/completions":
             return 200, self._chat(body)
         if path == "/generate":
@@ -301,6 +315,10 @@ class LoopbackModel:
             reply = Reply(text=cut)
             ids = ids[: conversation.max_tokens]
         message: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.content_parts:
+            third = max(1, len(content) // 3)
+            cuts = [content[:third], content[third:2 * third], content[2 * third:]]
+            message["content"] = [{"type": "text", "text": piece} for piece in cuts]
         if reply.reasoning:
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
