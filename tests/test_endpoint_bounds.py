@@ -264,7 +264,7 @@ def test_a_wrong_shaped_reply_is_an_endpoint_error_naming_the_field(tmp_path, ap
         result = _evaluate(tasks, _openai(model.url) if api == "openai" else _sglang(model.url), out,
                            concurrency=1)
         requests = len(model.requests)
-    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    lines = [json.loads(x) for x in out.read_text().splitlines()[1:]]  # [0]: the header
     assert [r["outcome"] for r in lines] == ["endpoint_error"] * len(tasks)
     for r in lines:
         assert f"sent a reply of the wrong shape: {detail}" in r["error"], r["error"]
@@ -308,7 +308,7 @@ def test_content_as_text_parts_is_read_through_whole_episodes(tmp_path):
     with LoopbackModel(TaskScript(tasks, plan), content_parts=True) as model:
         result = _evaluate(tasks, _openai(model.url), out, concurrency=1)
         sent = [r.body for r in model.requests]
-    records = [json.loads(x) for x in out.read_text().splitlines()]
+    records = [json.loads(x) for x in out.read_text().splitlines()[1:]]  # [0]: the header
     assert [(r["outcome"], r["turns"], r["tool_calls"], r["invalid_tool_calls"]) for r in records] == [
         ("correct", 2, 1, 0)] * len(tasks)
     for r in records:  # the parts were joined in order: the episode holds the turns the model wrote

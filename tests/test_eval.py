@@ -316,9 +316,9 @@ def test_endpoint_client_errors_are_typed(tmp_path):
         finally:
             await client.aclose()
 
-    with pytest.raises(EndpointError, match="connection failed") as info:
+    with pytest.raises(EndpointError, match="cannot connect") as info:
         asyncio.run(call_dead_port())
-    assert info.value.attempts == 2 and info.value.retryable
+    assert info.value.attempts == 2 and info.value.retryable and info.value.unreachable
 
     # The wrong --api: each reply format names the other one, and a retry would not help.
     with pytest.raises(EndpointError, match="--api sglang") as info:
@@ -826,3 +826,20 @@ def test_majority_vote_groups_equal_results_written_differently(tmp_path, preset
                 run_info={"policy": "openai", "preset": preset.name})
     assert again.ran == 0 and again.summary["maj_at_k"]["correct"] == 1
     assert not any("not a result line" in m for m in logs)
+
+
+def test_nothing_listening_stops_the_run_early_with_one_line(tmp_path):
+    # A port with nothing behind it: a few tasks' worth of tries, then one clear line and exit 2 (not 129 x 4).
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "t2sql.cli", "eval", "--endpoint", f"http://127.0.0.1:{port}", "--model", "m",
+           "--retry-backoff", "0", "--concurrency", "2", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("t2sql eval: nothing is listening at the endpoint") and "--endpoint" in last
+    tried = read_lines(out)
+    assert 2 <= len(tried) <= 4 and all(r["outcome"] == ENDPOINT_ERROR and r["unreachable"] for r in tried)

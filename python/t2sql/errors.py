@@ -115,11 +115,12 @@ class CispoConfigError(T2sqlError, ValueError):
 class EndpointError(T2sqlError):
     """The model endpoint failed (after its retries, or in a way a retry cannot fix)."""
 
-    def __init__(self, message: str, *, url: str, attempts: int, retryable: bool):
+    def __init__(self, message: str, *, url: str, attempts: int, retryable: bool, unreachable: bool = False):
         super().__init__(message)
         self.url = url
         self.attempts = attempts
         self.retryable = retryable
+        self.unreachable = unreachable  # no try ever connected (refused, unknown host): nothing is listening
 
 
 class EquivalenceError(T2sqlError, ValueError):

@@ -123,6 +123,7 @@ class JsonHttpClient:
         loop = asyncio.get_running_loop()
         last_error = ""
         attempts = self.retry.retries + 1
+        never_connected = True
         for attempt in range(attempts):
             if attempt:
                 stats.retries += 1
@@ -133,11 +134,16 @@ class JsonHttpClient:
                 # The whole request (connect, send, wait, the body to its last byte) within timeout_s.
                 status, content = await asyncio.wait_for(self._exchange(payload), self.retry.timeout_s)
             except asyncio.TimeoutError:
+                never_connected = False
                 last_error = (f"no complete answer within {self.retry.timeout_s:g}s "
                               "(raise --timeout if turns are long)")
             except httpx.TimeoutException:
+                never_connected = False
                 last_error = f"no answer within {self.retry.timeout_s:g}s (raise --timeout if turns are long)"
+            except httpx.ConnectError as exc:
+                last_error = f"cannot connect: {type(exc).__name__}: {exc}"
             except httpx.TransportError as exc:
+                never_connected = False
                 last_error = f"connection failed: {type(exc).__name__}: {exc}"
             except _BodyTooLarge as exc:
                 stats.elapsed_s += loop.time() - started
@@ -150,6 +156,7 @@ class JsonHttpClient:
                     retryable=False,
                 ) from None
             else:
+                never_connected = False
                 text = content.decode("utf-8", "replace")
                 if status == 200:
                     try:
@@ -180,6 +187,7 @@ class JsonHttpClient:
             url=self.url,
             attempts=attempts,
             retryable=True,
+            unreachable=never_connected,
         )
 
     async def _exchange(self, payload: dict[str, Any]) -> tuple[int, bytes]:

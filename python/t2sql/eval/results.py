@@ -350,7 +350,7 @@ def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats
 
 def error_record(
     task: Task, episode: Episode | None, run_info: dict[str, Any], stats: CallStats, elapsed_s: float, error: str,
-    outcome: str = ENDPOINT_ERROR, retryable: bool = True,
+    outcome: str = ENDPOINT_ERROR, retryable: bool = True, unreachable: bool = False,
 ) -> dict[str, Any]:
     return {
         "question_id": task.question_id,
@@ -361,6 +361,7 @@ def error_record(
         "correct": False,
         "error": error,
         "retryable": retryable,  # False: the endpoint refused in a way a retry cannot fix
+        "unreachable": unreachable,  # True: no try connected at all (nothing listening at the endpoint)
         "endpoint": stats.to_dict(),
         "elapsed_s": round(elapsed_s, 3),
         "run": run_info,

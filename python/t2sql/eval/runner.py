@@ -214,7 +214,7 @@ async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any,
             raise RuntimeError(f"episode {task.question_id} did not end after {MAX_TURNS_GUARD} turns")
     except EndpointError as e:
         return error_record(task, episode, run_info, stats, time.monotonic() - started, str(e),
-                            retryable=e.retryable)
+                            retryable=e.retryable, unreachable=e.unreachable)
     except Exception as e:  # noqa: BLE001 - a bug in one episode must not lose the others' results
         error = f"{type(e).__name__}: {e} (a t2sql bug or a broken task; please report it)"
         return error_record(task, episode, run_info, stats, time.monotonic() - started, error, EVAL_ERROR,
@@ -307,11 +307,14 @@ async def _evaluate(results: ResultsFile, tasks: list[Task], policy: Policy, pre
     for item in todo:
         queue.put_nowait(item)
     bar = EpisodeProgress(len(todo), progress)
-    counts = {"ran": 0, "errors": 0, "finished": 0, "fatal_streak": 0}
+    counts = {"ran": 0, "errors": 0, "finished": 0, "fatal_streak": 0, "unreachable": 0}
     aborted: list[str] = []
     # Stop early when the endpoint refuses every request for a reason a retry cannot fix
     # (wrong model name, wrong API): no point sending the remaining thousands of episodes.
     fatal_limit = max(4, concurrency)
+    # And when nothing is listening: a few tasks' worth of tries that never connected, not all of them.
+    unreachable_limit = min(4, concurrency)
+    unreachable: list[str] = []
 
     async def worker() -> None:
         while not aborted:
@@ -324,6 +327,11 @@ async def _evaluate(results: ResultsFile, tasks: list[Task], policy: Policy, pre
             counts["ran"] += 1
             if record["outcome"] in UNFINISHED:
                 counts["errors"] += 1
+                if record.get("unreachable") and counts["finished"] == 0:
+                    counts["unreachable"] += 1
+                    if counts["unreachable"] >= unreachable_limit and not aborted:
+                        unreachable.append(record["error"])
+                        aborted.append(record["error"])
                 fatal = record.get("retryable") is False
                 if counts["finished"] == 0 and fatal:
                     counts["fatal_streak"] += 1
@@ -337,6 +345,11 @@ async def _evaluate(results: ResultsFile, tasks: list[Task], policy: Policy, pre
     try:
         await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(todo))))))
         bar.close()
+        if unreachable:
+            raise EvalError(
+                f"nothing is listening at the endpoint: the first {counts['unreachable']} tasks could not connect, "
+                f"{len(todo) - counts['ran']} not tried ({unreachable[0]}); start the server or check "
+                "--endpoint, then rerun (the results file keeps what ran)")
         if samples > 1:
             # maj@K: every task with all K episodes finished gets (or renews) its vote line.
             for task in tasks:
