@@ -126,7 +126,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         except ValueError as e:
             raise EvalError(str(e)) from None
         loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)
-        for line in cap_lines([f"skipped: {message}" for message in loaded.skipped]):
+        for line in cap_lines([f"skipped: {message}" for message in loaded.skipped], indent="skipped: "):
             log(line)
         for note in loaded.notes:
             log(f"note: {note}")
@@ -179,6 +179,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         log(f"t2sql eval: {e}")
         return 2
     summary = {**outcome.summary, "ran": outcome.ran, "rows_skipped": len(loaded.skipped),
+               "skipped_rows": loaded.skipped,  # every one (stderr lists the first 50)
                "resumed_skipped": outcome.skipped_finished,
                "aborted": outcome.aborted, "out": str(args.out), "run": run_info}
     if args.json:
