@@ -532,3 +532,14 @@ def test_a_failed_data_download_is_resumed_and_then_converted(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert checkpoint.is_complete(out / "data" / "release")
     assert len((out / "data" / "validation.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_closed_stdout_is_exit_141_not_success(tmp_path):
+    # `t2sql-train train --dry-run | head -1`, with a reader that is gone before anything is written.
+    command = (f"set -o pipefail; {shlex.quote(sys.executable)} -c "
+               f"{shlex.quote('import sys; from t2sql.miles.train import main; sys.exit(main())')} train --dry-run "
+               f"--output-dir {shlex.quote(str(tmp_path / 'out'))} 2> {shlex.quote(str(tmp_path / 'err'))} | true")
+    proc = subprocess.run(["bash", "-c", command], env=_env(), timeout=120)
+    assert proc.returncode == 141
+    err = (tmp_path / "err").read_text()
+    assert "Traceback" not in err and "Exception ignored" not in err, err

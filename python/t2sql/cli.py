@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 # subcommand -> (module, one-line help)
@@ -66,14 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # The reader of stdout went away (`... | head -1`): what the command wrote to files is written, but its
-        # output was not all read, so a script must not take it for success. 141 is a shell's code for a
-        # command SIGPIPE ended. Point stdout at /dev/null so the flush at exit cannot raise a second time.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 141
+    except BrokenPipeError:  # what the command wrote to files is written; its output was not all read
+        from t2sql.progress import closed_stdout_exit
+
+        return closed_stdout_exit()
     except (T2sqlError, OSError) as e:
         # Trouble a user can fix (a file that cannot be read or written, a cache that cannot be
         # used): one line that says what, exit 2; never a traceback.

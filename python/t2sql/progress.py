@@ -143,3 +143,18 @@ def format_duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def closed_stdout_exit() -> int:
+    """The exit code of a command whose stdout reader went away (`... | head -1`): 141, a shell's code for
+    a command SIGPIPE ended, so a script never takes half-read output for success. stdout is pointed at
+    /dev/null first, so the interpreter's flush at exit cannot raise (or print) a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no stdout file descriptor at all
+        pass
+    finally:
+        os.close(devnull)
+    return 141
+

@@ -59,6 +59,7 @@ from t2sql.miles.flags import (
     train_argv,
 )
 from t2sql.miles.prepare import _import_miles_command_utils, check_prepare_args, missing_for_train, prepare
+from t2sql.progress import closed_stdout_exit
 
 # -------------------------------------------------------------------------------------------- train
 
@@ -213,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     except T2sqlError as e:  # each carries its own instructions (a download, an archive, the data, the launch)
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `t2sql-train train --dry-run | head -1`: not a success a script may trust
+        return closed_stdout_exit()
     except OSError as e:  # a file that cannot be read or written after the checks (disk full, permissions)
         text = f"{e.strerror}: {e.filename}" if e.filename and e.strerror else f"{type(e).__name__}: {e}"
         print(f"{prog}: {text}; fix that and rerun (completed steps are kept)", file=sys.stderr)
