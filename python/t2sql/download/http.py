@@ -112,7 +112,7 @@ def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
 
 def download(url: str, dest: str | os.PathLike, *, expected_size: int | None = None, sha256: str | None = None,
              progress: bool = True, stall_timeout_s: float = 60.0, retries: int = 5, backoff_s: float = 1.0,
-             hint: str | None = BIRD_URL_HINT, label: str | None = None) -> DownloadResult:
+             hint: str | None = BIRD_URL_HINT, label: str | None = None, durable: bool = True) -> DownloadResult:
     """Fetch `url` into `dest` (resuming a `.part` an earlier call left), verify it, rename it into place.
 
     expected_size: the size the file must have (a server announcing another is an error before any body
@@ -120,13 +120,16 @@ def download(url: str, dest: str | os.PathLike, *, expected_size: int | None = N
     without a terminal). stall_timeout_s: seconds without a byte before a try counts as stalled. retries:
     failed tries in a row (no byte received) allowed before giving up. hint: appended to the messages of
     server and network errors (what else the user can do). label: the progress label (default: the name).
+    durable: fsync the file before the rename, so `dest` is whole even after a power cut. A caller that
+    checks every byte again before use (an archive whose members' CRCs the extraction checks) may pass
+    False: a file a power cut left damaged is then refused there, never trusted.
     """
     dest = Path(dest)
     if dest.exists():
         return _check_existing(url, dest, expected_size, sha256)
     dest.parent.mkdir(parents=True, exist_ok=True)
     job = _Download(url, dest, expected_size=expected_size, sha256=sha256, stall_timeout_s=stall_timeout_s,
-                    retries=retries, backoff_s=backoff_s, hint=hint)
+                    retries=retries, backoff_s=backoff_s, hint=hint, durable=durable)
     # Unbuffered: every byte written is the kernel's at once, so a SIGKILL loses nothing written and a full
     # disk raises at the write, never later at close.
     bar = Progress(None, label or dest.name, unit="bytes", enabled=progress)
@@ -158,8 +161,8 @@ class _Restart(Exception):
 
 class _Download:
     def __init__(self, url: str, dest: Path, *, expected_size: int | None, sha256: str | None,
-                 stall_timeout_s: float, retries: int, backoff_s: float, hint: str | None) -> None:
-        self.url, self.dest = url, dest
+                 stall_timeout_s: float, retries: int, backoff_s: float, hint: str | None, durable: bool) -> None:
+        self.url, self.dest, self.durable = url, dest, durable
         self.part, self.sidecar = part_path(dest), sidecar_path(dest)
         self.expected_size = expected_size
         self.pin = sha256.lower() if sha256 else None
@@ -418,7 +421,8 @@ class _Download:
                 f"{self.url}: the downloaded file's sha256 is {digest}, not the pinned {self.pin}: the server holds "
                 f"another version or the transfer was corrupted; the download was deleted, run again to fetch it "
                 f"anew{self._hint()}", url=self.url, expected=self.pin, actual=digest)
-        os.fsync(self.f.fileno())
+        if self.durable:
+            os.fsync(self.f.fileno())
         os.replace(self.part, self.dest)  # the fd (and the lock) stay valid across the rename
         self.sidecar.unlink(missing_ok=True)
         return DownloadResult(self.dest, size, digest, self.meta.get("etag"), self.meta.get("last_modified"),
