@@ -543,3 +543,14 @@ def test_a_closed_stdout_is_exit_141_not_success(tmp_path):
     assert proc.returncode == 141
     err = (tmp_path / "err").read_text()
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_training_doc_names_the_target_the_image_and_the_default_run_id():
+    doc = (REPO / "docs" / "training.md").read_text()
+    for fact in ("61.3", "90.2", "52.6", "90.0", "160 steps", "8×H200", "radixark/miles:latest", "31f1ca9",
+                 "2e64d788b", train_flags.default_run_id("qwen3.6-35b-a3b", "cispo"),
+                 train_flags.default_run_id("qwen3.6-35b-a3b", "grpo"), checkpoint.COMPLETE):
+        assert fact in doc, fact
+    assert "(a restart resumes)" not in doc
+    env = (REPO / "tests" / "miles_env.sh").read_text()
+    assert "31f1ca9" in env and "2e64d788b" in env  # the pair the doc names is the pair the test ran

@@ -12,6 +12,7 @@ laid out all or nothing: t2sql.download), converts the task files t2sql ships (o
 into miles jsonl (t2sql.data.convert), records the database manifest, runs every gold query once
 (validates the data and fills the gold cache), then downloads the checkpoint (huggingface_hub) and
 converts it to Megatron's torch_dist format with miles' own `convert_checkpoint` (torchrun on the GPUs).
+A download or conversion counts only once complete: a rerun resumes or redoes what did not finish.
 
 `train` builds the full miles command line in named blocks (checkpoint, data, rollout, text-to-sql,
 eval, loss, optimizer, routing replay, parallelism, sglang, logging, misc) — every setting visible
@@ -27,7 +28,8 @@ Layout under --output-dir (one place, so prepare and train agree):
     data/release/                      a data release downloaded with --data-repo
     data/{train,validation,arcwise}.jsonl, data/<split>.manifest.json (the database manifests)
     gold_cache/                        gold digests (--text-to-sql-cache-dir)
-    checkpoints/<run-id>/              the run's own checkpoints (--save/--load)
+    checkpoints/<run-id>/              the run's own checkpoints (--save/--load); run id default
+                                       <recipe>-<loss>, so the same command resumes; a new one starts afresh
 
 Exit status: 0 done; 1 something outside the command failed or is missing (network, disk, GPUs, miles,
 a download or conversion not complete, bad data): the message says what to do; 2 the command line
