@@ -40,3 +40,13 @@ def qwen36_tokenizer(qwen36_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(qwen36_dir)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a `python -c` child that imports t2sql and the tests' helpers: the t2sql this
+    process imported (an installed wheel in CI, a source tree with its built core elsewhere), never a guess
+    at the checkout's python/ (which holds no compiled core after a plain `pip install .`)."""
+    import t2sql
+
+    paths = [str(Path(t2sql.__file__).resolve().parent.parent), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), **extra}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from bird_zips import (
     make_train_databases,
     write_zip,
 )
+from conftest import child_env
 from t2sql.download import archive as archive_mod
 from t2sql.download.archive import MARKER, ExtractResult, extract_databases, inner_size, verified
 from t2sql.errors import ArchiveError, NoSpaceError
@@ -37,7 +37,6 @@ from t2sql.serving.manifest import Manifest
 
 pytestmark = pytest.mark.timeout(300)
 
-REPO = Path(__file__).resolve().parent.parent
 ID = {"url": "http://127.0.0.1/dev.zip", "size": 1, "sha256": "ab" * 32}
 
 
@@ -284,14 +283,10 @@ KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(REPO / "tests")])}
-
-
 def test_sigkill_mid_extraction_then_rerun(tmp_path):
     zp = build_dev_zip(tmp_path / "dev.zip", descriptors=True)
     target = tmp_path / "dev_databases"
-    proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(zp), DEV_INNER, str(target)], env=_env(),
+    proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(zp), DEV_INNER, str(target)], env=child_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     left = leftovers(tmp_path)
@@ -378,7 +373,7 @@ def test_peak_rss_of_a_large_extraction(tmp_path):
     size = inner_size(zp, TRAIN_INNER)
     assert size > 200_000_000
     proc = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(zp), TRAIN_INNER, str(tmp_path / "out")],
-                          env=_env(), capture_output=True, text=True, timeout=240)
+                          env=child_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     written, rss_kb = map(int, proc.stdout.split())
     print(f"peak RSS extracting a {size / 1e6:.0f} MB inner archive ({written / 1e6:.0f} MB written): "
@@ -414,7 +409,7 @@ def test_two_runs_at_once_on_one_target(tmp_path):
         r = extract_databases(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), identity={"k": 1}, progress=False)
         print(r.skipped)
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(zp), DEV_INNER, str(target)], env=_env(),
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(zp), DEV_INNER, str(target)], env=child_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs

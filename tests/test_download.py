@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import child_env
 from loopback_http import Fault, LoopbackFileServer
 from t2sql.download import transport
 from t2sql.download.http import bytes_to_fetch, download, part_path, sidecar_path
@@ -28,7 +29,6 @@ SIZE = 2_000_000
 DATA = hashlib.sha256(b"seed").digest() * (SIZE // 32)  # 2 MB, the same in every process
 OTHER = hashlib.sha256(b"another version").digest() * (SIZE // 32)
 SHA = hashlib.sha256(DATA).hexdigest()
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -233,8 +233,7 @@ print(json.dumps({"resumed": r.resumed, "fetched": r.fetched, "size": r.size}))
 
 
 def child(url: str, dest: Path, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-c", CHILD, url, str(dest), SHA], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", CHILD, url, str(dest), SHA], env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -275,7 +274,7 @@ def test_progress_off_a_terminal_is_plain_lines_with_the_resume_said(server, tmp
 
 
 def test_bench_download_runs_and_reports_both_clients(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    env = child_env()
     proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "download", "--size-mb", "4", "--repeat", "1",
                            "--extract-mb", "3", "--work-dir", str(tmp_path), "--json"],
                           capture_output=True, text=True, timeout=300, env=env)
