@@ -150,3 +150,14 @@ def test_skipped_tasks_are_listed_fifty_at_most(tmp_path):
 
     summary = proc.stdout
     assert "rows skipped: 358" in summary
+
+
+def test_a_closed_stderr_never_stops_the_run(tmp_path):
+    # `t2sql eval ... 2>&1 | head -1`: the reader is gone before the first progress line; the run goes on to the end.
+    out = tmp_path / "results.jsonl"
+    env = {**os.environ, "T2SQL_HOME": str(tmp_path / "home")}
+    command = f"set -o pipefail; {sys.executable} -m t2sql.cli eval --policy oracle --limit 20 --out {out} 2>&1 | true"
+    proc = subprocess.run(["bash", "-c", command], env=env, cwd=tmp_path, timeout=180)
+    assert proc.returncode == 141
+    header, *records = _lines(out)
+    assert header["format"] == RESULTS_FORMAT and len(records) == 20  # every result written

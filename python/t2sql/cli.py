@@ -52,6 +52,26 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. A closed stdout (`t2sql ... | head -1`) is exit 141, never 0; a closed stderr
+    (`2>&1 | head -1`) goes silent and never stops the command, and makes a successful one exit 141 too:
+    a script must not take half-read output for success."""
+    from t2sql.progress import StderrGuard, closed_stdout_exit
+
+    guard = StderrGuard(sys.stderr)
+    sys.stderr = guard
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at the interpreter's exit, so a closed stdout is seen and answered
+    except BrokenPipeError:  # what the command wrote to files is written; its output was not all read
+        return closed_stdout_exit()
+    finally:
+        sys.stderr = guard.stream
+    return 141 if guard.broken and code == 0 else code
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not args.command:
@@ -65,11 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # what the command wrote to files is written; its output was not all read
-        from t2sql.progress import closed_stdout_exit
-
-        return closed_stdout_exit()
     except (T2sqlError, OSError) as e:
+        if isinstance(e, BrokenPipeError):
+            raise  # main answers a closed stdout
         # Trouble a user can fix (a file that cannot be read or written, a cache that cannot be
         # used): one line that says what, exit 2; never a traceback.
         text = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.filename and e.strerror else str(e)

@@ -158,3 +158,42 @@ def closed_stdout_exit() -> int:
         os.close(devnull)
     return 141
 
+
+class StderrGuard:
+    """sys.stderr while a command runs. A write to a closed stderr (`t2sql eval ... 2>&1 | head -1`) must not
+    stop the command half way (an eval still writes every result): the stream goes silent instead, its
+    descriptor pointed at /dev/null, and `broken` remembers it for the exit code."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._silence()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._silence()
+
+    def _silence(self) -> None:
+        self.broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.stream.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no descriptor to point anywhere
+            pass
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding, ...: the real stream's
+        return getattr(self.stream, name)
+
