@@ -71,9 +71,10 @@ def folder_for(bird_dir: Path, split: str) -> Path:
 
 
 def _identity(a: BirdArchive) -> dict:
-    # What a laid-out folder is the extraction of; the source URL is left out on purpose: a mirror serves the
-    # same archive, so a folder laid out from one is as good as one from BIRD's server.
-    return {"archive": a.file, "member": a.inner_member, "size": a.size}
+    # What a laid-out folder is the extraction of. The source URL and the size are left out on purpose: a mirror
+    # serves the same databases (perhaps packed another way), so a folder laid out from one is as good as one
+    # from BIRD's server; every database's size and sha256 are in the marker's manifest.
+    return {"archive": a.file, "member": a.inner_member}
 
 
 def disk_needs(bird_dir: Path, archives: Iterable[BirdArchive]) -> dict[str, int]:
