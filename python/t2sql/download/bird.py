@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from t2sql.data.tasks import load_questions
+from t2sql.data.tasks import database_path, load_questions
 from t2sql.download import archive as zips
 from t2sql.download.http import bytes_to_fetch, download
 from t2sql.errors import DataError
@@ -124,14 +124,14 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], *, base_url: str | No
 
 
 def _listed(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if (p / f"{p.name}.sqlite").is_file())
+    return sorted(p.name for p in folder.iterdir() if database_path(folder, p.name).is_file())
 
 
 def missing_databases(questions: Path, db_root: Path) -> Counter:
     """db_id -> task count, for the tasks of `questions` whose database is not under `db_root`."""
     rows, _ = load_questions(questions)
     wanted = Counter(str(row.get("db_id", "")) for _, row in rows)
-    return Counter({d: n for d, n in wanted.items() if not (db_root / d / f"{d}.sqlite").is_file()})
+    return Counter({d: n for d, n in wanted.items() if not database_path(db_root, d).is_file()})
 
 
 def describe_missing(split: str, missing: Counter, db_root: Path, shown: int = 20) -> str:
