@@ -592,10 +592,11 @@ def test_a_hinted_prompt_reaches_the_episode_the_model_sees():
     from pathlib import Path
 
     import t2sql
-    from t2sql.episode.machine import Episode, Task
+    from t2sql.episode.machine import Episode
     from t2sql.episode.presets import get_preset
     from t2sql.episode.prompt import build_prompt
     from t2sql.serving.grader import Grader
+    from t2sql.tasks import Task
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import bird_root
+from t2sql import tasks as data_tasks
 from t2sql.data import convert as data
-from t2sql.data import tasks as data_tasks
 
 BIRD = bird_root()
 
@@ -54,9 +55,11 @@ def test_converts_all_432_tasks_with_the_row_format(converted, dev_rows):
     for row in rows:
         assert set(row) == {"prompt", "label", "metadata", "tools"}
         label, meta = row["label"], row["metadata"]
-        src = by_id[label["question_id"]]
-        assert isinstance(label["question_id"], str) and label["question_id"] == meta["question_id"]
-        assert label["gold_sql"] == src["SQL"].strip() and label["db_id"] == src["db_id"] == meta["db_id"]
+        src = by_id[meta["question_id"]]
+        # Each fact once (issue 18): the label holds what grading reads, the metadata the rest.
+        assert set(label) <= {"gold_sql", "grading_method"} and not set(label) & set(meta)
+        assert isinstance(meta["question_id"], str)
+        assert label["gold_sql"] == src["SQL"].strip() and src["db_id"] == meta["db_id"]
         assert meta["question"] == src["question"].strip() and meta["evidence"] == src["evidence"].strip()
         assert meta["difficulty"] == src["difficulty"] and meta["split"] == "validation"
         assert Path(meta["db_path"]).is_absolute() and Path(meta["db_path"]).is_file()
@@ -65,17 +68,38 @@ def test_converts_all_432_tasks_with_the_row_format(converted, dev_rows):
         assert [t["function"]["name"] for t in row["tools"]] == ["execute_sql_query"]
 
 
+def test_every_reader_reads_a_row_into_the_same_task(converted, dev_rows):
+    """One reader (t2sql.tasks): a converted row, the same row as older versions wrote it (question_id,
+    db_id and grading_method repeated in the label), and its BIRD question become one Task, whether
+    the eval, `t2sql gold` or `t2sql-train prepare` reads it."""
+    from t2sql.commands.gold import extract_task
+    from t2sql.tasks import Task
+
+    _, rows, _ = converted
+    row = rows[3]
+    meta = row["metadata"]
+    older = {**row, "label": {**row["label"], "question_id": meta["question_id"], "db_id": meta["db_id"]}}
+    bird = next(q for q in dev_rows if str(q["question_id"]) == meta["question_id"])
+    task = Task.from_row(row)
+    assert Task.from_row(older) == task
+    in_bird = str(BIRD / task.db_id / f"{task.db_id}.sqlite")
+    assert Task.from_row(bird, BIRD) == dataclasses.replace(task, db_path=in_bird)
+    assert extract_task(4, row, None).task == task and extract_task(4, older, None).task == task
+    assert (task.question_id, task.db_id) == (meta["question_id"], meta["db_id"])
+    assert task.gold_sql == row["label"]["gold_sql"]
+
+
 def test_prompt_is_the_episode_prompt(converted):
     """Training rows carry exactly what t2sql.episode.prompt builds for the task (eval sees the same)."""
     from t2sql import Database
-    from t2sql.episode.machine import Task
     from t2sql.episode.presets import get_preset
     from t2sql.episode.prompt import build_prompt
+    from t2sql.tasks import Task
 
     _, rows, _ = converted
     row = rows[7]
     task = Task.from_row(row, BIRD)
-    assert task.gold_sql == row["label"]["gold_sql"] and task.question_id == row["label"]["question_id"]
+    assert task.gold_sql == row["label"]["gold_sql"] and task.question_id == row["metadata"]["question_id"]
     assert build_prompt(task, get_preset("qwen3.6-35b-a3b"), Database(task.db_path)) == row["prompt"]
 
 
@@ -133,7 +157,7 @@ def test_drop_invalid_writes_the_valid_rows(tmp_path, dev_rows):
     report, built = data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), tmp_path / "o.jsonl",
                                        split="x", drop_invalid=True)
     assert report.rows_written == 4 and report.dropped == 1
-    assert [r["label"]["question_id"] for r in built] == [str(r["question_id"]) for r in hero[:4]]
+    assert [r["metadata"]["question_id"] for r in built] == [str(r["question_id"]) for r in hero[:4]]
     assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 4
 
 
@@ -182,7 +206,7 @@ def test_field_map_and_ids_synthesized_when_absent(tmp_path, dev_rows):
     fields = data_tasks.parse_field_map(["gold_sql=query", "evidence=hint"])
     _, built = data.convert_split(_questions(tmp_path, rows), _small_db_root(tmp_path), None, split="train",
                                   fields=fields)
-    assert [r["label"]["question_id"] for r in built] == ["train-1", "train-2", "train-3"]
+    assert [r["metadata"]["question_id"] for r in built] == ["train-1", "train-2", "train-3"]
     assert [r["label"]["gold_sql"] for r in built] == [r["SQL"].strip() for r in hero]
     assert built[0]["metadata"]["evidence"] == hero[0]["evidence"].strip()
     with pytest.raises(data.DataError, match="unknown field"):

@@ -19,7 +19,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from loopback_model import ByteTokenizer, LoopbackModel, Reply, TaskScript, xml_tool_call
-from t2sql.data.tasks import sample_dir, sample_questions
 from t2sql.episode.presets import get_preset
 from t2sql.eval.endpoint import (
     DEFAULT_MAX_BODY_BYTES,
@@ -31,6 +30,7 @@ from t2sql.eval.endpoint import (
 )
 from t2sql.eval.policies import OpenAIPolicy, SglangPolicy
 from t2sql.eval.runner import evaluate, load_tasks
+from t2sql.tasks import sample_dir, sample_questions
 
 HUGE = 500 * 1024 * 1024
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import bird_root
-from t2sql.episode.machine import Episode, Task
+from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EpisodeFinished, TaskError
 from t2sql.serving.grader import Grader
+from t2sql.tasks import Task
 
 BIRD = bird_root()
 

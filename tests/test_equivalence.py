@@ -18,10 +18,11 @@ import t2sql
 from conftest import bird_root
 from t2sql.commands import equivalence as measuring
 from t2sql.episode import equivalence as eq
-from t2sql.episode.machine import Episode, Task
+from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.episode.terms import registered_terms
 from t2sql.serving.grader import Grader
+from t2sql.tasks import Task
 
 BIRD = bird_root()  # BIRD dev: tests/data/bird, or $T2SQL_BIRD
 RECIPE = get_preset("qwen3.6-35b-a3b")

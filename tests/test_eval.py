@@ -50,7 +50,8 @@ from t2sql.eval.results import (
     header_record,
     summarize,
 )
-from t2sql.eval.runner import evaluate, load_tasks, sample_dir, sample_questions
+from t2sql.eval.runner import evaluate, load_tasks
+from t2sql.tasks import sample_dir, sample_questions
 
 
 @pytest.fixture(scope="module")

@@ -170,7 +170,7 @@ def test_a_cache_secret_of_the_wrong_size_is_one_clear_line(tmp_path):
 def test_bird_questions_find_their_databases_beside_the_file_and_any_method_is_taken(tmp_path):
     """As `t2sql eval` does: without --db-root a BIRD question file's databases are beside it; and
     --semantics takes every grading method `t2sql grade` takes."""
-    from t2sql.eval.runner import sample_questions
+    from t2sql.tasks import sample_questions
 
     for method in ("auto", "list", "subset,>=,1"):
         proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "gold", "--data", str(sample_questions()),
@@ -182,7 +182,7 @@ def test_bird_questions_find_their_databases_beside_the_file_and_any_method_is_t
 
 def test_failures_are_listed_fifty_at_most_and_whole_in_json(tmp_path):
     # The recipe's train file without its databases: all 2,064 golds fail; a person reads 50 and a count.
-    from t2sql.data.tasks import release_dir
+    from t2sql.tasks import release_dir
 
     empty = tmp_path / "no-databases"
     empty.mkdir()

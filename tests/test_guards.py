@@ -263,9 +263,10 @@ def test_guards_in_a_real_episode_are_named_in_metrics_and_reward():
     from pathlib import Path
 
     import t2sql
-    from t2sql.episode.machine import Episode, Task
+    from t2sql.episode.machine import Episode
     from t2sql.episode.presets import get_preset
     from t2sql.serving.grader import Grader
+    from t2sql.tasks import Task
 
     sample = Path(t2sql.__file__).parent / "sample"
     row = json.loads((sample / "dev.json").read_text())[0]  # "superpowers of 3-D Man"

@@ -1,5 +1,5 @@
 """The shape of the package (issue 12): one exception family, the public API at the top, no module
-over 500 lines, and no import cycle among t2sql's modules at import time."""
+over 500 lines, and no import cycle among t2sql's modules (issue 18: lazy and type-only imports count)."""
 
 import ast
 import importlib
@@ -41,11 +41,11 @@ def test_no_module_is_over_500_lines():
     assert not long
 
 
-def _top_level_imports(path: Path, name: str) -> set[str]:
-    """t2sql modules a module imports when it is imported (not inside functions or TYPE_CHECKING)."""
-    tree = ast.parse(path.read_text())
+def _imports(path: Path, name: str) -> set[str]:
+    """Every t2sql module a module imports: at import time, inside functions (a lazy import still ties
+    the two modules together) and under TYPE_CHECKING (a type-only import is a dependency too)."""
     found: set[str] = set()
-    for node in tree.body:
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -54,25 +54,41 @@ def _top_level_imports(path: Path, name: str) -> set[str]:
     return {m for m in found if m in MODULES and m != name}
 
 
-def test_no_import_cycle():
-    graph = {}
-    for name in MODULES:
-        spec = importlib.util.find_spec(name)
-        graph[name] = _top_level_imports(Path(spec.origin), name)
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}
 
-    def visit(node: str, path: list[str]) -> None:
+    def visit(node: str, path: list[str]) -> list[str] | None:
         state[node] = 1
-        for nxt in graph[node]:
+        for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                raise AssertionError(" -> ".join(path[path.index(nxt):] + [nxt]) if nxt in path else nxt)
-            if nxt not in state:
-                visit(nxt, path + [nxt])
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
         state[node] = 2
+        return None
 
-    for name in MODULES:
-        if name not in state:
-            visit(name, [name])
+    for name in sorted(graph):
+        if name not in state and (found := visit(name, [name])):
+            return found
+    return None
+
+
+def test_no_import_cycle_not_even_a_lazy_or_type_only_one():
+    graph = {name: _imports(Path(importlib.util.find_spec(name).origin), name) for name in MODULES}
+    cycle = _cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_check_sees_type_only_and_lazy_imports(tmp_path):
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from t2sql.tasks import Task\n")
+    b.write_text("def f():\n    from t2sql.episode import machine\n")
+    c.write_text("import json\n")
+    assert _imports(a, "x") == {"t2sql.tasks"}
+    assert _imports(b, "x") == {"t2sql.episode", "t2sql.episode.machine"}
+    assert _imports(c, "x") == set()
+    assert _cycle({"p": {"q"}, "q": {"r"}, "r": {"p"}}) == ["p", "q", "r", "p"]
+    assert _cycle({"p": {"q"}, "q": set()}) is None
 
 
 def test_the_cores_names_and_defaults_are_the_ones_python_uses():
@@ -145,3 +161,18 @@ def test_the_core_stub_names_every_parameter_the_core_takes():
             if stubbed.get(qualified) != runtime:
                 mismatched.append(f"{qualified}: core {runtime}, stub {stubbed.get(qualified)}")
     assert checked > 20 and not mismatched, mismatched
+
+
+def test_import_t2sql_stays_light():
+    """`import t2sql` loads the core and its two small Python modules, nothing heavy: not the
+    episode, the Grader, asyncio, or dataclasses (which alone pulls in inspect, ast and dis)."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    code = "import sys, t2sql; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                env=child_env()).stdout.split())
+    assert {m for m in loaded if m.startswith("t2sql")} == {"t2sql", "t2sql._grader", "t2sql.errors", "t2sql.grading"}
+    assert not loaded & {"dataclasses", "inspect", "asyncio", "torch", "miles", "httpx"}

@@ -15,8 +15,8 @@ import pytest
 from bird_zips import build_dev_zip, build_train_zip, make_train_databases
 from conftest import REPO
 from loopback_http import Fault, LoopbackFileServer
-from t2sql.data.tasks import release_dir
 from t2sql.download import bird
+from t2sql.tasks import release_dir
 
 TRAIN = ["-c", "import sys; from t2sql.miles.train import main; sys.exit(main())"]
 

@@ -14,8 +14,8 @@ from t2sql import errors
 from t2sql.episode import parsing
 from t2sql.episode import prompt as P
 from t2sql.episode import schema as schema_module
-from t2sql.episode.machine import Task
 from t2sql.episode.presets import get_preset
+from t2sql.tasks import Task
 
 BIRD = bird_root()
 RECIPE = get_preset()
@@ -61,7 +61,7 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
 
 
 def test_user_prompt_lists_each_evidence_piece_with_both_labels():
-    from t2sql.episode.machine import Task
+    from t2sql.tasks import Task
 
     task = Task("1", "db", "db.sqlite", "How many?", "a refers to x = 1; b refers to y = 'B';", "SELECT 1")
     text = P.user_prompt(task, "CREATE TABLE t(x)", "enumerated")

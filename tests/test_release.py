@@ -7,13 +7,14 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from conftest import bird_root
 from t2sql.data import convert as data
-from t2sql.data.tasks import release_dir
 from t2sql.episode.evidence import evidence_pieces
+from t2sql.tasks import release_dir
 
 RELEASE = release_dir()  # the installed package's copy: what a user's t2sql reads
 
@@ -38,31 +39,32 @@ def _rows(split: str):
 def test_every_row_is_read_and_its_method_understood(split):
     raw = _rows(split)
     assert len(raw) == {"train": 2064, "validation": 398, "arcwise": 498}[split]
-    rows, problems = data.normalize_rows(raw, data.BIRD_FIELDS, split)
+    rows, problems = data.normalize_rows(raw, data.BIRD_FIELDS, split, "databases")
     # The bare "subset" of two train tasks has no count: a data error, by question_id.
     expected_bad = {"1104", "1105"} if split == "train" else set()
     assert {p.question_id for p in problems} == expected_bad
     assert all(p.kind == "bad_grading_method" and "--grading-method-fallback" in p.message for p in problems)
-    methods = Counter(t["grading_method"] for _, t in rows if t["grading_method"])
+    methods = Counter(t.grading_method for _, t in rows if t.grading_method)
     assert methods == METHODS[split]
     # Every row is otherwise complete, and question ids are unique.
-    assert all(t["question"] and t["gold_sql"] and t["db_id"] for _, t in rows)
-    assert len({t["question_id"] for _, t in rows}) == len(rows)
+    assert all(t.question and t.gold_sql and t.db_id for _, t in rows)
+    assert all(t.db_path == str(Path("databases", t.db_id, f"{t.db_id}.sqlite")) for _, t in rows)
+    assert len({t.question_id for _, t in rows}) == len(rows)
     # The original_* fields of BIRD-Verified travel with the row.
     if split != "arcwise":
-        assert all(set(t["originals"]) == {"original_question", "original_evidence", "original_SQL"} for _, t in rows)
+        assert all(set(t.originals) == {"original_question", "original_evidence", "original_SQL"} for _, t in rows)
     # Evidence pieces: a trailing ';' leaves no empty piece.
     for _, t in rows:
-        assert all(piece for piece in evidence_pieces(t["evidence"]))
+        assert all(piece for piece in evidence_pieces(t.evidence))
 
 
 def test_a_fallback_method_is_chosen_by_flag_never_silently():
     raw = _rows("train")
-    rows, problems = data.normalize_rows(raw, data.BIRD_FIELDS, "train", method_fallback="set")
+    rows, problems = data.normalize_rows(raw, data.BIRD_FIELDS, "train", "databases", method_fallback="set")
     assert problems == []
-    methods = {t["question_id"]: t["grading_method"] for _, t in rows}
+    methods = {t.question_id: t.grading_method for _, t in rows}
     assert methods["1104"] == methods["1105"] == "set"
-    given = {t["question_id"]: t["grading_method_given"] for _, t in rows if "grading_method_given" in t}
+    given = {t.question_id: t.grading_method_given for _, t in rows if t.grading_method_given}
     assert given == {"1104": "subset", "1105": "subset"}
 
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from conftest import REPO
-from t2sql.data.tasks import release_dir, sample_questions
 from t2sql.eval.results import RESULTS_FORMAT, ResultsFile
+from t2sql.tasks import release_dir, sample_questions
 
 EVAL = [sys.executable, "-m", "t2sql.cli", "eval", "--policy", "oracle"]
 

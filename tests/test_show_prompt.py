@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import t2sql
-from t2sql.episode.machine import Task
 from t2sql.episode.presets import get_preset
 from t2sql.episode.prompt import build_prompt
 from t2sql.miles.curriculum import Curriculum
+from t2sql.tasks import Task
 
 SAMPLE = Path(t2sql.__file__).parent / "sample"  # the embedded BIRD superhero sample
 

@@ -507,8 +507,8 @@ def test_concurrent_trajectories_on_one_loop(rows):
     def policy(turn: int, prompt_text: str):
         row = next(r for q, r in by_question.items() if q in prompt_text)
         if turn == 0:
-            return tool_call(f"SELECT '{row['label']['question_id']}' AS qid"), "stop"
-        good = int(row["label"]["question_id"]) % 2 == 0
+            return tool_call(f"SELECT '{row['metadata']['question_id']}' AS qid"), "stop"
+        good = int(row["metadata"]["question_id"]) % 2 == 0
         return f"<solution>{row['label']['gold_sql'] if good else 'SELECT 1'}</solution>", "stop"
 
     async def run_all(args):
@@ -523,7 +523,7 @@ def test_concurrent_trajectories_on_one_loop(rows):
     assert len(server.requests) == 2 * len(rows)
     for s, row in zip(samples, rows):
         assert s.label == row["label"]
-        qid = row["label"]["question_id"]
+        qid = row["metadata"]["question_id"]
         assert "<tool_response>\n" in s.response and qid in s.response.split("<tool_response>")[1]
         assert len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length
         assert tuple(s.rollout_routed_experts.shape) == (len(s.tokens) - 1, LAYERS, TOPK)

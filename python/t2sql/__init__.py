@@ -44,7 +44,7 @@ from t2sql.grading import grade
 _LAZY = {
     "Grader": ("t2sql.serving.grader", "Grader"),
     "Episode": ("t2sql.episode.machine", "Episode"),
-    "Task": ("t2sql.episode.machine", "Task"),
+    "Task": ("t2sql.tasks", "Task"),
     "Preset": ("t2sql.episode.presets", "Preset"),
     "get_preset": ("t2sql.episode.presets", "get_preset"),
 }

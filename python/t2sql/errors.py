@@ -9,7 +9,7 @@ ValueError or RuntimeError it still does, so code that caught those keeps workin
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 from t2sql._grader import (
     DatabaseClosed,
@@ -22,9 +22,6 @@ from t2sql._grader import (
     T2sqlError,
     UnsafeQuery,
 )
-
-if TYPE_CHECKING:
-    from t2sql.data.tasks import Problem
 
 __all__ = [
     "AdapterError",
@@ -55,6 +52,7 @@ __all__ = [
     "SqlError",
     "T2sqlError",
     "TaskError",
+    "UnknownDatabase",
     "UnsafeQuery",
 ]
 
@@ -81,6 +79,23 @@ class AdapterError(T2sqlError, RuntimeError):
 
 class PresetError(T2sqlError, ValueError):
     """An unknown preset name, an unknown field, or a value out of range."""
+
+
+class Problem(NamedTuple):
+    """One reason a row of a question file cannot be converted (DataError lists them). `row` counts
+    from 1 (JSON array index + 1, or line). A named tuple, not a dataclass: `import t2sql` loads this
+    module, and dataclasses would bring inspect and ast with it."""
+
+    # missing_database | duplicate_id | empty_gold | empty_question | missing_field | bad_grading_method |
+    # gold_error | bad_line
+    kind: str
+    row: int
+    question_id: str
+    message: str
+
+    def __str__(self) -> str:
+        qid = f" (question_id {self.question_id})" if self.question_id else ""
+        return f"row {self.row}{qid}: {self.kind}: {self.message}"
 
 
 class DataError(T2sqlError, ValueError):
@@ -129,6 +144,10 @@ class EquivalenceError(T2sqlError, ValueError):
 
 class DatabaseTooLarge(EquivalenceError):
     """The database is above the size cap for in-memory copies."""
+
+
+class UnknownDatabase(DatabaseError):
+    """A db_id (or path) that the data root or the manifest does not have."""
 
 
 class TaskError(T2sqlError, ValueError):

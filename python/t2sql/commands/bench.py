@@ -23,7 +23,7 @@ from t2sql.bench.serving import (
     bench_tool_latency,
     effective_cores,
 )
-from t2sql.data.tasks import database_path, sample_questions
+from t2sql.tasks import database_path, sample_questions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from t2sql.data.convert import DEFAULT_GOLD_TIMEOUT_S, DEFAULT_RECIPE, convert_split, summary_table
-from t2sql.data.tasks import BIRD_FIELDS, parse_field_map
 from t2sql.errors import DataError
+from t2sql.tasks import BIRD_FIELDS, parse_field_map
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except DataError as e:
         if getattr(args, "json", False):
-            print(json.dumps({"error": str(e).splitlines()[0], "problems": [p.__dict__ for p in e.problems]}))
+            print(json.dumps({"error": str(e).splitlines()[0], "problems": [p._asdict() for p in e.problems]}))
         else:
             print(f"t2sql convert: {e}", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ from typing import Any
 from t2sql.errors import CurriculumError
 from t2sql.miles.curriculum import STATE_FORMAT, Curriculum, CurriculumConfig
 from t2sql.miles.hints import build_hint
+from t2sql.tasks import row_fields
 
 
 def read_task_rows(path: str | os.PathLike) -> dict[str, dict[str, str]]:
@@ -24,11 +25,9 @@ def read_task_rows(path: str | os.PathLike) -> dict[str, dict[str, str]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                meta = row.get("metadata") or {}
-                label = row.get("label") or {}
-                key = str(meta.get("question_id") or label.get("question_id"))
-                rows[key] = {"evidence": meta.get("evidence", ""), "gold_sql": label.get("gold_sql", "")}
+                fields = row_fields(json.loads(line))
+                rows[str(fields.get("question_id"))] = {"evidence": fields.get("evidence") or "",
+                                                        "gold_sql": fields["gold_sql"] or ""}
             except (json.JSONDecodeError, AttributeError) as e:
                 print(f"{path}:{n}: skipped, not a t2sql row ({e})", file=sys.stderr)
     return rows

@@ -19,9 +19,9 @@ from typing import Any
 
 import t2sql
 from t2sql import sqltext
-from t2sql.data.tasks import database_path
 from t2sql.episode.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.errors import EquivalenceError
+from t2sql.tasks import database_path
 
 MUTATIONS: dict[str, str] = {
     "drop_distinct": "DISTINCT removed (the data has no duplicates there)",

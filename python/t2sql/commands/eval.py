@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from t2sql.data.tasks import sample_dir, sample_questions
 from t2sql.errors import EvalError, cap_lines
 from t2sql.eval.policies import build_policy
 from t2sql.eval.results import data_sha256, format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
+from t2sql.tasks import sample_dir, sample_questions
 
 if TYPE_CHECKING:
     from t2sql.episode.presets import Preset

@@ -8,7 +8,7 @@ the slow golds:
                [--report FILE] [--allow-failures] [--json]
 
 Input: BIRD's question file (JSON array or JSON lines with question_id, db_id, SQL) or the
-converted miles jsonl (label {"gold_sql" or "sql", "db_id", "question_id"}, metadata).
+converted miles jsonl (label {"gold_sql"}, metadata {"question_id", "db_id", "db_path"}; t2sql.tasks.row_fields).
 A row that cannot be read (bad JSON, no gold SQL, unknown db_id) is reported as a failure
 and skipped. The report (JSON, written atomically) lists per query: question_id, db_id,
 seconds, rows, columns, source (computed/disk/memory) and error. Exit status 1 if any gold
@@ -28,52 +28,50 @@ from pathlib import Path
 from typing import Any
 
 from t2sql.atomic import write_bytes_atomic
-from t2sql.errors import MAX_LISTED, TaskError, cap_lines
-from t2sql.grading import fallback_note, task_method
+from t2sql.errors import MAX_LISTED, TaskError, UnknownDatabase, cap_lines
+from t2sql.grading import fallback_note
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
-from t2sql.serving.manifest import Manifest, UnknownDatabase, database_path
+from t2sql.serving.manifest import Manifest
+from t2sql.tasks import Task, find_database, load_questions, read_method, row_db_root, row_fields
 
 
 def extract_task(row: int, obj: dict[str, Any], db_root: str | os.PathLike | None,
                  method_fallback: str | None = None) -> GoldTask:
-    """A BIRD question or a converted miles row -> the gold to run."""
-    label = obj.get("label") if isinstance(obj.get("label"), dict) else None
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    source = label if label is not None else obj
-    gold_sql = source.get("gold_sql") or source.get("SQL") or source.get("sql") or ""
-    db_id = str(source.get("db_id") or metadata.get("db_id") or "")
-    qid = source.get("question_id", metadata.get("question_id"))
+    """A BIRD question or a converted miles row -> the gold to run. Only what a gold needs is
+    required of the row (question_id, when absent, is "row-N")."""
+    fields = row_fields(obj)
+    gold_sql = fields["gold_sql"] or ""
+    db_id = str(fields.get("db_id") or "")
+    qid = fields.get("question_id")
     question_id = str(qid) if qid is not None else f"row-{row}"
-    raw_method = source.get("grading_method", metadata.get("grading_method"))
-    method, note = None, None
-    if raw_method is not None and str(raw_method).strip():
-        try:
-            method, replaced = task_method(str(raw_method), question_id, method_fallback)
-        except TaskError as e:
-            return GoldTask(row, question_id, db_id, str(gold_sql or ""), None, str(e), method_unreadable=True)
-        if replaced:
-            note = fallback_note(str(raw_method), question_id, method)
-    task = _locate(row, question_id, db_id, gold_sql, metadata, db_root)
-    return GoldTask(task.row, task.question_id, task.db_id, task.gold_sql, task.db_path, task.problem, method,
-                    method_note=note)
+    try:
+        method, given = read_method(fields.get("grading_method"), question_id, method_fallback)
+    except TaskError as e:
+        return GoldTask(row, question_id, db_id, None, str(e), method_unreadable=True)
+    note = fallback_note(given, question_id, method) if given is not None else None
+    db_path, problem = _locate(db_id, gold_sql, fields.get("db_path"), db_root)
+    if db_path is None:
+        return GoldTask(row, question_id, db_id, None, problem, method, method_note=note)
+    task = Task(question_id=question_id, db_id=db_id, db_path=db_path, question=str(fields.get("question") or ""),
+                evidence=str(fields.get("evidence") or ""), gold_sql=gold_sql,
+                difficulty=str(fields.get("difficulty") or ""), grading_method=method, grading_method_given=given)
+    return GoldTask(row, question_id, db_id, task, method=method, method_note=note)
 
 
-def _locate(row: int, question_id: str, db_id: str, gold_sql: Any, metadata: dict,
-            db_root: str | os.PathLike | None) -> GoldTask:
-    if not isinstance(gold_sql, str) or not gold_sql.strip():
-        return GoldTask(row, question_id, db_id, "", None, "the row has no gold SQL (label.gold_sql or SQL)")
+def _locate(db_id: str, gold_sql: str, recorded: Any, db_root: str | os.PathLike | None) -> tuple[str | None, str]:
+    """(the database file, or None and why the row cannot run)."""
+    if not gold_sql.strip():
+        return None, "the row has no gold SQL (label.gold_sql or SQL)"
     if not db_id:
-        return GoldTask(row, question_id, db_id, gold_sql, None, "the row has no db_id")
+        return None, "the row has no db_id"
     if db_root is not None:
         try:
-            return GoldTask(row, question_id, db_id, gold_sql, database_path(db_root, db_id))
+            return find_database(db_root, db_id), ""
         except UnknownDatabase as e:
-            return GoldTask(row, question_id, db_id, gold_sql, None, str(e))
-    path = metadata.get("db_path")
-    if path and os.path.isfile(path):
-        return GoldTask(row, question_id, db_id, gold_sql, str(path))
-    return GoldTask(row, question_id, db_id, gold_sql, None,
-                    f"no --db-root given and the row's metadata.db_path ({path!r}) does not exist")
+            return None, str(e)
+    if recorded and os.path.isfile(recorded):
+        return str(recorded), ""
+    return None, f"no --db-root given and the row's metadata.db_path ({recorded!r}) does not exist"
 
 
 def load_tasks(data: str | os.PathLike, db_root: str | None,
@@ -81,8 +79,6 @@ def load_tasks(data: str | os.PathLike, db_root: str | None,
     """Every readable row's gold, plus a failure record for each unreadable line. Without db_root,
     BIRD rows find their databases beside the question file (BIRD's layout, as `t2sql eval` does)
     and converted rows use the db_path recorded at conversion."""
-    from t2sql.data.tasks import load_questions, row_db_root
-
     raw, problems = load_questions(data)
     bad = [GoldRecord("", "", p.row, None, None, None, "skipped", f"line {p.row}: {p.message}")
            for p in problems]

@@ -14,6 +14,7 @@ from typing import Iterator
 from t2sql._grader import MAX_FLOAT_DIGITS, Database, DatabaseError, T2sqlError, Verdict
 from t2sql.atomic import atomic_write
 from t2sql.grading import OUTCOMES, check_method, grade, method_arg, seconds_arg
+from t2sql.tasks import database_path, sample_dir
 
 
 def _float_digits(text: str) -> int | None:
@@ -103,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
                      f"missing: {', '.join('--' + m for m in missing)}")
     db_path = args.db
     if args.db_id:
-        from t2sql.data.tasks import database_path, sample_dir
 
         db_path = str(database_path(args.db_root or sample_dir(), args.db_id))
     if not os.path.exists(db_path):  # named by the flag that was given, not by one that was not
@@ -240,7 +240,6 @@ def _grade_row(row: dict, args: argparse.Namespace, databases: dict) -> tuple[di
     """A pair's record, and whether it got a verdict (False: its database could not be read)."""
     db = databases.get(row["db_id"])
     if db is None:  # the first line on this database opens it, once
-        from t2sql.data.tasks import database_path
 
         try:
             db = Database(str(database_path(args.db_root, row["db_id"])))

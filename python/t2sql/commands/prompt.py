@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from t2sql.data.tasks import load_questions, row_db_root
 from t2sql.errors import DataError, PromptCommandError
+from t2sql.tasks import Task, load_questions, row_db_root, row_fields
 
 
 def read_rows(path: str) -> list[Any]:
@@ -32,11 +32,8 @@ def read_rows(path: str) -> list[Any]:
 def pick(rows: list[Any], index: int | None, question_id: str | None) -> Any:
     if question_id is not None:
         for row in rows:
-            if isinstance(row, dict):
-                ids = {str(row.get("question_id")), str((row.get("metadata") or {}).get("question_id")),
-                       str((row.get("label") or {}).get("question_id") if isinstance(row.get("label"), dict) else None)}
-                if question_id in ids:
-                    return row
+            if isinstance(row, dict) and str(row_fields(row).get("question_id")) == question_id:
+                return row
         raise PromptCommandError(f"no row with question_id {question_id!r}")
     index = 0 if index is None else index
     if not -len(rows) <= index < len(rows):
@@ -65,7 +62,6 @@ def add_arguments(parser: Any) -> None:
 
 
 def run(args: Any) -> int:
-    from t2sql.episode.machine import Task
     from t2sql.episode.presets import get_preset
     from t2sql.episode.prompt import build_prompt, tool_specs
     from t2sql.errors import PresetError, SchemaError, TaskError

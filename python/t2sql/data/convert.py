@@ -6,11 +6,11 @@ Input (BIRD's own layout, so any BIRD tool reads it):
     DB_ROOT     <DB_ROOT>/<db_id>/<db_id>.sqlite
 
 Output: one jsonl row per task, the fixed row format every part of t2sql reads
-(`t2sql.episode.machine.Task.from_row`, the eval, the miles adapter):
+(`t2sql.tasks.Task.from_row`, the eval, the miles adapter):
 
     {
       "prompt":   [{"role": "system", ...}, {"role": "user", ...}],   # t2sql.episode.prompt.build_prompt
-      "label":    {"gold_sql": str, "db_id": str, "question_id": str},
+      "label":    {"gold_sql": str, "grading_method": str},             # the method only when the task has one
       "metadata": {"question_id": str, "db_id": str, "db_path": str,   # absolute, at conversion
                    "question": str, "evidence": str, "difficulty": str, "split": str,
                    "recipe": str},                                     # the preset the prompt was built for
@@ -42,6 +42,7 @@ so a reader never sees half a file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -50,9 +51,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from t2sql.atomic import atomic_write
-from t2sql.data.tasks import BIRD_FIELDS, Problem, database_path, load_questions, normalize_rows, validate_rows
-from t2sql.errors import DataError
+from t2sql.errors import DataError, Problem
 from t2sql.progress import Progress
+from t2sql.tasks import BIRD_FIELDS, Task, load_questions, normalize_rows, validate_rows
 
 # The recipe's data release: split name -> task count (for the summary's sanity check).
 RELEASE_SPLITS: dict[str, int] = {"train": 2033, "validation": 398, "arcwise": 498}
@@ -104,13 +105,12 @@ class SplitReport:
             "dropped": self.dropped,
             "methods": dict(self.methods),
             "fallbacks": list(self.fallbacks),
-            "problems": [p.__dict__ for p in self.problems],
+            "problems": [p._asdict() for p in self.problems],
         }
 
 
 def check_gold(
-    rows: list[tuple[int, dict[str, str]]],
-    db_root: Path,
+    rows: list[tuple[int, Task]],
     *,
     timeout_s: float = DEFAULT_GOLD_TIMEOUT_S,
     concurrency: int | None = None,
@@ -124,8 +124,7 @@ def check_gold(
     from t2sql.serving.golds import GoldTask, run_golds
     from t2sql.serving.grader import Grader
 
-    tasks = [GoldTask(row, t["question_id"], t["db_id"], t["gold_sql"], str(database_path(db_root, t["db_id"])))
-             for row, t in rows]
+    tasks = [GoldTask.of(row, task) for row, task in rows]
 
     async def run_all():
         async with Grader(concurrency=concurrency or min(4, os.cpu_count() or 1)) as grader:
@@ -140,12 +139,10 @@ def check_gold(
     return problems, [r.seconds or 0.0 for r in records]
 
 
-def build_rows(
-    tasks: list[tuple[int, dict[str, str]]], db_root: Path, *, split: str, recipe: str
-) -> list[dict[str, Any]]:
-    """Canonical tasks -> miles rows, with the prompt the episode itself would build."""
+def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> list[dict[str, Any]]:
+    """Tasks -> miles rows, with the prompt the episode itself would build. Each fact is stored once:
+    the label holds what grading reads, the metadata the rest."""
     from t2sql import Database
-    from t2sql.episode.machine import Task
     from t2sql.episode.presets import get_preset
     from t2sql.episode.prompt import build_prompt, tool_specs
 
@@ -153,25 +150,15 @@ def build_rows(
     tools = tool_specs()
     dbs: dict[str, Any] = {}
     out = []
-    for _, t in tasks:
-        path = database_path(db_root, t["db_id"]).resolve()
-        task = Task(
-            question_id=t["question_id"],
-            db_id=t["db_id"],
-            db_path=str(path),
-            question=t["question"],
-            evidence=t["evidence"],
-            gold_sql=t["gold_sql"],
-            difficulty=t["difficulty"],
-            grading_method=t.get("grading_method") or None,
-        )
-        db = dbs.get(t["db_id"])
+    for _, task in tasks:
+        task = dataclasses.replace(task, db_path=str(Path(task.db_path).resolve()))
+        db = dbs.get(task.db_id)
         if db is None:
-            db = dbs[t["db_id"]] = Database(str(path))
+            db = dbs[task.db_id] = Database(task.db_path)
         out.append(
             {
                 "prompt": build_prompt(task, preset, db),
-                "label": {"gold_sql": task.gold_sql, "db_id": task.db_id, "question_id": task.question_id,
+                "label": {"gold_sql": task.gold_sql,
                           **({"grading_method": task.grading_method} if task.grading_method else {})},
                 "metadata": {
                     "question_id": task.question_id,
@@ -180,11 +167,10 @@ def build_rows(
                     "question": task.question,
                     "evidence": task.evidence,
                     "difficulty": task.difficulty,
-                    **({"grading_method": task.grading_method} if task.grading_method else {}),
-                    **({"grading_method_given": t["grading_method_given"]} if "grading_method_given" in t else {}),
+                    **({"grading_method_given": task.grading_method_given} if task.grading_method_given else {}),
                     "split": split,
                     "recipe": recipe,
-                    **t.get("originals", {}),
+                    **task.originals,
                 },
                 "tools": tools,
             }
@@ -231,19 +217,19 @@ def convert_split(
     report.rows_in = len(raw) + len(problems)
     if not raw:
         raise DataError(f"{questions}: no questions found", problems)
-    rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split, method_fallback)
+    rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split, db_root, method_fallback)
     problems += structural
-    rows, invalid = validate_rows(rows, db_root)
+    rows, invalid = validate_rows(rows)
     problems += invalid
-    report.databases = len({t["db_id"] for _, t in rows})
+    report.databases = len({t.db_id for _, t in rows})
     if check_gold_sql and rows:
         started = time.perf_counter()
         gold_problems, seconds = check_gold(
-            rows, db_root, timeout_s=gold_timeout_s, concurrency=concurrency, progress_label=f"{split}: gold"
+            rows, timeout_s=gold_timeout_s, concurrency=concurrency, progress_label=f"{split}: gold"
         )
         report.gold_seconds = time.perf_counter() - started
         report.gold_checked = len(rows)
-        slow = max(zip(seconds, (t["question_id"] for _, t in rows)), default=None)
+        slow = max(zip(seconds, (t.question_id for _, t in rows)), default=None)
         report.slowest_gold = slow
         failed = {p.row for p in gold_problems}
         rows = [(r, t) for r, t in rows if r not in failed]
@@ -259,10 +245,10 @@ def convert_split(
             blocking,
         )
     report.dropped = len({p.row for p in problems})
-    report.methods = method_counts(t.get("grading_method") or "(preset's)" for _, t in rows)
-    report.fallbacks = [fallback_note(t["grading_method_given"], t["question_id"], t["grading_method"])
-                        for _, t in rows if "grading_method_given" in t]
-    built = build_rows(rows, db_root, split=split, recipe=recipe)
+    report.methods = method_counts(t.grading_method or "(preset's)" for _, t in rows)
+    report.fallbacks = [fallback_note(t.grading_method_given, t.question_id, t.grading_method)
+                        for _, t in rows if t.grading_method_given]
+    built = build_rows(rows, split=split, recipe=recipe)
     if out_path is not None:
         report.rows_written = write_jsonl_atomic(out_path, built)
     else:

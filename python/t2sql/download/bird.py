@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from t2sql.data.tasks import database_path, load_questions
 from t2sql.download import archive as zips
 from t2sql.download.http import bytes_to_fetch, download
 from t2sql.errors import DataError
 from t2sql.progress import format_bytes
+from t2sql.tasks import database_path, list_databases, load_questions
 
 BIRD_URL = "https://bird-bench.oss-cn-beijing.aliyuncs.com"
 
@@ -102,7 +102,7 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], *, base_url: str | No
         folder = bird_dir / a.folder
         identity = _identity(a)
         if zips.verified(folder, identity):
-            laid.append(LaidOut(a, folder, _listed(folder), f"{a.folder}: already laid out and verified"))
+            laid.append(LaidOut(a, folder, list_databases(folder), f"{a.folder}: already laid out and verified"))
             continue
         dest = _archive_path(bird_dir, a)
         # BIRD's server announces the size recorded here; a mirror may pack the same files another way.
@@ -121,10 +121,6 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], *, base_url: str | No
                             f"{a.folder}: {len(result.databases)} databases, {format_bytes(result.bytes_written)} "
                             f"from {base}/{a.file} ({format_bytes(got.size)}; {pin})"))
     return laid
-
-
-def _listed(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if database_path(folder, p.name).is_file())
 
 
 def missing_databases(questions: Path, db_root: Path) -> Counter:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import t2sql
@@ -37,8 +36,8 @@ from t2sql.episode import parsing, terms
 from t2sql.episode import prompt as prompts
 from t2sql.episode import reward as rewards
 from t2sql.episode.presets import Preset
-from t2sql.errors import EpisodeFinished, TaskError
-from t2sql.grading import task_method
+from t2sql.errors import EpisodeFinished
+from t2sql.tasks import Task
 
 if TYPE_CHECKING:
     from t2sql.serving.grader import Grader
@@ -68,76 +67,6 @@ VERDICT_OUTCOMES: dict[str, str] = {
     "gold_error": "gold_error",
     "gold_timeout": "gold_error",
 }
-
-
-@dataclass(frozen=True)
-class Task:
-    question_id: str
-    db_id: str
-    db_path: str
-    question: str
-    evidence: str
-    gold_sql: str
-    difficulty: str = ""
-    grading_method: str | None = None  # the task's own comparison (BIRD-Verified), canonical name
-    grading_method_given: str | None = None  # the data's unreadable method, when the fallback replaced it
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any], db_root: str | Path | None = None, *,
-                 method_fallback: str | None = None) -> "Task":
-        """A task from a BIRD question (question_id, db_id, question, evidence, SQL, difficulty,
-        optionally grading_method) or a converted miles row ({"label": {...}, "metadata": {...}},
-        see t2sql.data.convert).
-
-        With `db_root`, the database is `<db_root>/<db_id>/<db_id>.sqlite` (BIRD's layout);
-        without it, the row's `db_path` (miles rows carry one). A grading_method that cannot be
-        read (the bare "subset" of two BIRD-Verified train tasks) is a TaskError unless
-        `method_fallback` names the method to use instead.
-        """
-        if not isinstance(row, Mapping):
-            raise TaskError(f"a task row must be a JSON object, got {type(row).__name__}")
-        fields: dict[str, Any] = {k: v for k, v in row.items() if k not in ("metadata", "label", "prompt")}
-        if isinstance(row.get("metadata"), Mapping):
-            fields.update(row["metadata"])
-        label = row.get("label")
-        if isinstance(label, Mapping):
-            fields.update(label)
-        elif isinstance(label, str):
-            fields["gold_sql"] = label
-        gold = next((fields[k] for k in ("gold_sql", "SQL", "sql", "query") if isinstance(fields.get(k), str)), None)
-        qid = fields.get("question_id")
-        missing = [name for name, value in (("question_id", qid), ("db_id", fields.get("db_id")),
-                                             ("question", fields.get("question")), ("gold SQL", gold))
-                   if value is None or (isinstance(value, str) and not value.strip())]
-        if missing:
-            raise TaskError(
-                f"task row {qid!r} lacks {', '.join(missing)}; expected BIRD fields (question_id, db_id, "
-                "question, evidence, SQL) or a row written by `t2sql convert`"
-            )
-        db_id = str(fields["db_id"])
-        if db_root is not None:
-            from t2sql.data.tasks import database_path
-
-            db_path = str(database_path(db_root, db_id))
-        elif isinstance(fields.get("db_path"), str) and fields["db_path"]:
-            db_path = fields["db_path"]
-        else:
-            raise TaskError(f"task {qid!r} has no db_path; pass the database root (--db-root DIR holding "
-                            "<db_id>/<db_id>.sqlite)")
-        given = fields.get("grading_method")
-        method, replaced = (task_method(str(given), qid, method_fallback) if given is not None and str(given).strip()
-                            else (None, False))
-        return cls(
-            question_id=str(qid),
-            db_id=db_id,
-            db_path=db_path,
-            question=str(fields["question"]),
-            evidence=str(fields.get("evidence") or ""),
-            gold_sql=gold,  # type: ignore[arg-type]
-            difficulty=str(fields.get("difficulty") or ""),
-            grading_method=method,
-            grading_method_given=str(given) if replaced else None,
-        )
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
 from t2sql.episode.presets import Preset
 from t2sql.episode.schema import RenderedSchema, load_schema, render_schema
+from t2sql.tasks import Task
 
 if TYPE_CHECKING:
     from t2sql import Database
-    from t2sql.episode.machine import Task
 
 TOOL_NAME = "execute_sql_query"
 

@@ -18,18 +18,16 @@ t2sql.episode.terms. The reward of an episode is computed in three steps (docs/e
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from t2sql.episode.machine import Task
-    from t2sql.serving.grader import Grader
-
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Union
 
 from t2sql.episode.evidence import EvidenceCheck, content_tokens, coverage, evidence_labels, evidence_pieces
 from t2sql.episode.presets import Preset
+from t2sql.tasks import Task
+
+if TYPE_CHECKING:
+    from t2sql.serving.grader import Grader
 
 # ---------------------------------------------------------------------------------------------
 # What the reward sees of an episode

@@ -16,9 +16,10 @@ from t2sql.atomic import write_bytes_atomic
 from t2sql.episode.presets import OUTCOMES
 from t2sql.errors import EvalError
 from t2sql.eval.endpoint import CallStats
+from t2sql.tasks import Task
 
 if TYPE_CHECKING:
-    from t2sql.episode.machine import Episode, Task
+    from t2sql.episode.machine import Episode
 
 
 ENDPOINT_ERROR = "endpoint_error"  # not an episode outcome: the model never finished the episode

@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from t2sql.data.tasks import sample_dir, sample_questions  # noqa: F401 - their old home, re-exported
 from t2sql.errors import EndpointError, EvalError
 from t2sql.eval.endpoint import CallStats
 from t2sql.eval.policies import Policy
@@ -57,9 +56,10 @@ from t2sql.eval.results import (
     summarize,
 )
 from t2sql.progress import Progress
+from t2sql.tasks import Task, load_questions, row_db_root
 
 if TYPE_CHECKING:
-    from t2sql.episode.machine import Episode, Task
+    from t2sql.episode.machine import Episode
     from t2sql.episode.presets import Preset
 
 # A turn loop longer than this is a bug in the episode, not a model behaviour; stop it loudly.
@@ -84,8 +84,6 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
     miles rows use the db_path recorded at conversion.
     """
-    from t2sql.data.tasks import load_questions, row_db_root
-    from t2sql.episode.machine import Task
     from t2sql.errors import DataError
     from t2sql.grading import fallback_note
 

@@ -56,6 +56,7 @@ from typing import Any
 
 from t2sql.chat_template import ChatTemplate
 from t2sql.errors import AdapterError
+from t2sql.tasks import Task
 
 log = logging.getLogger("t2sql.miles.adapter")
 
@@ -262,7 +263,7 @@ def _task_row(sample: Any) -> dict:
 
 async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form with `input`
     """miles' custom generate: one text-to-SQL episode -> one Sample (see the module doc)."""
-    from t2sql.episode.machine import Episode, Task, cut_reason
+    from t2sql.episode.machine import Episode, cut_reason
     from t2sql.episode.prompt import build_prompt_async
 
     args = input.args
@@ -446,7 +447,7 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> dict:
 async def _regrade(args: Any, sample: Any, key: str) -> dict:
     """No episode record (a sample from elsewhere, or replayed raw): grade the last <solution> of
     the response against the label; the outcome table only (the trajectory is not known)."""
-    from t2sql.episode.machine import VERDICT_OUTCOMES, Task
+    from t2sql.episode.machine import VERDICT_OUTCOMES
     from t2sql.episode.parsing import parse_solution, strip_think
 
     ctx = _context(args)

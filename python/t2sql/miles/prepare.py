@@ -31,6 +31,7 @@ from t2sql.miles.flags import (
     TrainConfig,
     _preset,
 )
+from t2sql.tasks import Task, parse_field_map, release_dir
 
 # Disk that `prepare` needs, in bytes (bf16 weights of 35B parameters ~ 72 GB, the same again for
 # torch_dist, and the release's databases). Checkpoints saved during training come on top.
@@ -159,7 +160,7 @@ def write_manifests(c: TrainConfig, split_roots: dict[str, Path]) -> list[Path]:
     for split, db_root in split_roots.items():
         path = c.split_path(split)
         with path.open(encoding="utf-8") as f:
-            db_ids = sorted({json.loads(line)["metadata"]["db_id"] for line in f if line.strip()})
+            db_ids = sorted({Task.from_row(json.loads(line)).db_id for line in f if line.strip()})
         out = c.data_dir / f"{split}.manifest.json"
         Manifest.build(db_root, db_ids).save(out)
         written.append(out)
@@ -183,11 +184,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
         path = c.split_path(split)
         if path.is_file():
             with path.open(encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
-                    row = json.loads(line)
-                    label = row["label"]
-                    tasks.append(GoldTask(n, label["question_id"], label.get("db_id", ""), label["gold_sql"],
-                                          row["metadata"]["db_path"], method=label.get("grading_method")))
+                tasks += [GoldTask.of(n, Task.from_row(json.loads(line))) for n, line in enumerate(f, 1)]
 
     async def run_all() -> list:
         async with Grader(concurrency=concurrency, cache_dir=c.cache_dir,
@@ -214,7 +211,6 @@ def bird_splits(c: TrainConfig, args: argparse.Namespace) -> tuple[list[tuple[st
     that is not there is an error naming it with its task count (a note with --drop-invalid, which then
     converts the tasks that can run)."""
     from t2sql.data import convert as data
-    from t2sql.data.tasks import release_dir
 
     laid = bird.fetch(c.bird_dir, bird.archives_for(args.splits), base_url=args.bird_url,
                       keep_archives=args.keep_archives)
@@ -236,8 +232,6 @@ def bird_splits(c: TrainConfig, args: argparse.Namespace) -> tuple[list[tuple[st
 
 def check_prepare_args(c: TrainConfig, args: argparse.Namespace) -> dict[str, str]:
     """prepare's usage errors, before anything runs (LaunchError/DataError: exit 2). Returns the field map."""
-    from t2sql.data import tasks as data_tasks
-
     if args.skip_model and args.skip_data:
         raise LaunchError("--skip-model and --skip-data together leave nothing to prepare; drop one")
     if not args.skip_data:
@@ -246,7 +240,7 @@ def check_prepare_args(c: TrainConfig, args: argparse.Namespace) -> dict[str, st
                               "data release)")
     if c.hf_checkpoint and not args.skip_model and (problems := own_checkpoint_problems(c.hf_checkpoint_path)):
         raise LaunchError(problems[0])
-    return data_tasks.parse_field_map(args.field_map)
+    return parse_field_map(args.field_map)
 
 
 def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) -> int:

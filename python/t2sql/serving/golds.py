@@ -6,18 +6,29 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from t2sql.tasks import Task
+
 
 @dataclass(frozen=True)
 class GoldTask:
+    """One row of a split whose gold is to run: the task, or why the row cannot run."""
+
     row: int  # line (jsonl) or position (JSON array), 1-based
     question_id: str
     db_id: str
-    gold_sql: str
-    db_path: str | None  # None when the db_id is unknown (then `problem` says why)
+    task: Task | None  # None when the row cannot run (then `problem` says why)
     problem: str | None = None
-    method: str | None = None  # the task's own grading_method (canonical), if it has one
+    method: str | None = None  # the row's own grading_method (canonical), read even when the row cannot run
     method_unreadable: bool = False  # its grading_method could not be read (then `problem` says why)
     method_note: str | None = None  # said when --grading-method-fallback replaced an unreadable method
+
+    @classmethod
+    def of(cls, row: int, task: Task) -> GoldTask:
+        return cls(row, task.question_id, task.db_id, task, method=task.grading_method)
+
+    @property
+    def db_path(self) -> str | None:
+        return self.task.db_path if self.task is not None else None
 
 
 @dataclass
@@ -45,11 +56,11 @@ async def run_golds(tasks: list[GoldTask], grader, *, semantics, float_digits: i
 
     async def one(task: GoldTask) -> GoldRecord:
         try:
-            if task.problem is not None:
+            if task.task is None:
                 return GoldRecord(task.question_id, task.db_id, task.row, None, None, None, "skipped", task.problem)
             try:
                 method = semantics(task) if callable(semantics) else semantics
-                g = await grader.gold(task.db_path, task.gold_sql, semantics=method,
+                g = await grader.gold(task.task.db_path, task.task.gold_sql, semantics=method,
                                       float_digits=float_digits, timeout_s=timeout_s, column_order=column_order)
             except Exception as e:  # a database error: this row fails, the others go on
                 return GoldRecord(task.question_id, task.db_id, task.row, None, None, None, "failed",

@@ -36,17 +36,14 @@ from typing import NamedTuple
 
 from t2sql import DatabaseError
 from t2sql.atomic import write_bytes_atomic
-from t2sql.data.tasks import database_path as bird_database_path
+from t2sql.errors import UnknownDatabase
+from t2sql.tasks import find_database, list_databases
 
 MANIFEST_VERSION = 1
 
 
 class DatabaseChanged(DatabaseError):
     """A database file differs from the manifest recorded when the data was prepared."""
-
-
-class UnknownDatabase(DatabaseError):
-    """A db_id (or path) that the data root or the manifest does not have."""
 
 
 # Files beside a database that mean a writer is (or was) at work on it.
@@ -115,32 +112,6 @@ class ManifestEntry:
         return cls(db_id, relative, st.st_size, st.st_mtime_ns, sha256_file(path), st.st_ctime_ns, st.st_ino)
 
 
-def database_path(db_root: str | os.PathLike, db_id: str) -> str:
-    """The file of `db_id` in BIRD's layout `<root>/<db_id>/<db_id>.sqlite`.
-
-    Raises UnknownDatabase (naming a few db_ids that do exist) when it is missing."""
-    root = Path(db_root)
-    if not db_id or "/" in db_id or "\\" in db_id or db_id in (".", ".."):
-        raise UnknownDatabase(f"invalid db_id {db_id!r}: expected a directory name under {root}")
-    path = bird_database_path(root, db_id)
-    if path.is_file():
-        return str(path)
-    available = sorted(list_databases(root))
-    hint = ", ".join(available[:8]) + (" ..." if len(available) > 8 else "") if available else "none"
-    raise UnknownDatabase(
-        f"unknown db_id {db_id!r}: {path} does not exist (databases under {root}: {hint}); "
-        "check --db-root and the data file's db_id"
-    )
-
-
-def list_databases(db_root: str | os.PathLike) -> list[str]:
-    """db_ids under `db_root` laid out as `<db_id>/<db_id>.sqlite`."""
-    root = Path(db_root)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if bird_database_path(root, p.name).is_file())
-
-
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -160,7 +131,7 @@ class Manifest:
         """Hash every database under `db_root` (or just `db_ids`)."""
         root = Path(db_root).resolve()
         ids = db_ids if db_ids is not None else list_databases(root)
-        return cls.record({db_id: database_path(root, db_id) for db_id in ids}, root=root)
+        return cls.record({db_id: find_database(root, db_id) for db_id in ids}, root=root)
 
     @classmethod
     def record(cls, paths_by_id: dict[str, str | os.PathLike], *, root: str | os.PathLike | None = None) -> Manifest:
