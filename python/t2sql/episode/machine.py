@@ -27,6 +27,7 @@ A database that is missing or broken (DatabaseError) is the data's fault: `gold_
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -91,6 +92,13 @@ class EpisodeResult:
     reward_terms: dict[str, float]  # every enabled shaping term's signed amount
     grade: dict[str, Any] | None  # the grader's GradeResult, when graded
     metrics: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The episode record, every field as plain JSON: what `t2sql eval` writes per episode and
+        the miles adapter keeps in sample.metadata (the one list of the fields)."""
+        record = dataclasses.asdict(self)
+        record.update(reward=float(self.reward), correct=bool(self.correct), has_evidence=bool(self.has_evidence))
+        return record
 
 
 @dataclass

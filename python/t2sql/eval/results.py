@@ -286,14 +286,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _result_dict(result: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(result) and not isinstance(result, type):
-        return dataclasses.asdict(result)
-    if isinstance(result, dict):
-        return dict(result)
-    return {k: v for k, v in vars(result).items() if not k.startswith("_")}
-
-
 # The longest message text a results line keeps (a turn of 3k tokens is ~12k characters).
 MAX_STORED_CHARS = 100_000
 
@@ -315,7 +307,7 @@ def stored_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
 
 def episode_record(task: Task, episode: Episode, run_info: dict[str, Any], stats: CallStats,
                    elapsed_s: float) -> dict[str, Any]:
-    result = _result_dict(episode.result)
+    result = episode.result.to_dict()
     # A task without evidence has no evidence rules: None, so rates count only tasks that have them.
     has_evidence = result.get("has_evidence", True)
     restated = result.get("evidence_restated") if has_evidence else None

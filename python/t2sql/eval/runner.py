@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t2sql.episode.rollout import open_grader
 from t2sql.errors import EndpointError, EvalError
 from t2sql.eval.endpoint import CallStats
 from t2sql.eval.policies import Policy
@@ -297,9 +298,7 @@ async def _evaluate(results: ResultsFile, tasks: list[Task], policy: Policy, pre
 
     own_grader = grader is None
     if own_grader:
-        from t2sql.serving.grader import Grader
-
-        grader = Grader(tool_timeout_s=preset.tool_timeout_s, grade_timeout_s=preset.grade_timeout_s)
+        grader = open_grader(preset)
 
     queue: asyncio.Queue[tuple[Task, int]] = asyncio.Queue()
     for item in todo:

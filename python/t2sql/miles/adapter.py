@@ -49,14 +49,16 @@ import base64
 import copy
 import logging
 import sys
-import threading
 from array import array
 from dataclasses import dataclass
 from typing import Any
 
 from t2sql.chat_template import ChatTemplate
+from t2sql.episode import rollout
+from t2sql.episode.machine import EpisodeResult, cut_reason
+from t2sql.episode.prompt import build_prompt_async
+from t2sql.episode.rollout import RolloutContext, RolloutSettings
 from t2sql.errors import AdapterError
-from t2sql.tasks import Task
 
 log = logging.getLogger("t2sql.miles.adapter")
 
@@ -88,77 +90,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------ shared context
 
 
-@dataclass(frozen=True)
-class _Settings:
-    recipe: str
-    db_root: str | None
-    cache_dir: str | None
-    manifest: str | None
-    hash_databases: bool
-    concurrency: int | None
-    tool_timeout_s: float | None
-    grade_timeout_s: float | None
-
-    @classmethod
-    def from_args(cls, args: Any) -> _Settings:
-        get = lambda name, default=None: getattr(args, name, default) if args is not None else default  # noqa: E731
-        return cls(
-            recipe=get("text_to_sql_recipe") or DEFAULT_RECIPE,
-            db_root=get("text_to_sql_db_root"),
-            cache_dir=get("text_to_sql_cache_dir"),
-            manifest=get("text_to_sql_manifest"),
-            hash_databases=bool(get("text_to_sql_hash_databases", False)),
-            concurrency=get("text_to_sql_grader_concurrency"),
-            tool_timeout_s=get("text_to_sql_tool_timeout"),
-            grade_timeout_s=get("text_to_sql_grade_timeout"),
-        )
+def settings(args: Any) -> RolloutSettings:
+    """The rollout settings miles' flags name (args may be None: offline replay, the defaults)."""
+    get = lambda name, default=None: getattr(args, name, default) if args is not None else default  # noqa: E731
+    return RolloutSettings(
+        recipe=get("text_to_sql_recipe") or DEFAULT_RECIPE,
+        db_root=get("text_to_sql_db_root"),
+        cache_dir=get("text_to_sql_cache_dir"),
+        manifest=get("text_to_sql_manifest"),
+        hash_databases=bool(get("text_to_sql_hash_databases", False)),
+        concurrency=get("text_to_sql_grader_concurrency"),
+        tool_timeout_s=get("text_to_sql_tool_timeout"),
+        grade_timeout_s=get("text_to_sql_grade_timeout"),
+    )
 
 
-class _Context:
-    """The preset and one Grader per process (miles runs every trajectory on one event loop)."""
-
-    def __init__(self, settings: _Settings):
-        from t2sql.episode.presets import get_preset
-        from t2sql.serving.grader import Grader
-
-        preset = get_preset(settings.recipe)
-        if settings.tool_timeout_s is not None or settings.grade_timeout_s is not None:
-            preset = preset.replace(
-                tool_timeout_s=settings.tool_timeout_s or preset.tool_timeout_s,
-                grade_timeout_s=settings.grade_timeout_s or preset.grade_timeout_s,
-            )
-        self.settings = settings
-        self.preset = preset
-        self.grader = Grader(
-            concurrency=settings.concurrency,
-            cache_dir=settings.cache_dir,
-            tool_timeout_s=preset.tool_timeout_s,
-            grade_timeout_s=preset.grade_timeout_s,
-            manifest=settings.manifest,
-            hash_databases=settings.hash_databases,
-        )
-        log.info("t2sql preset %s: %s", preset.name, preset.to_dict())
+def _context(args: Any) -> RolloutContext:
+    return rollout.context(settings(args))
 
 
-_contexts: dict[_Settings, _Context] = {}
-_contexts_lock = threading.Lock()
-
-
-def _context(args: Any) -> _Context:
-    settings = _Settings.from_args(args)
-    with _contexts_lock:
-        ctx = _contexts.get(settings)
-        if ctx is None:
-            ctx = _contexts[settings] = _Context(settings)
-        return ctx
-
-
-def close_contexts() -> None:
-    """Close the Graders this process made (tests; miles simply exits)."""
-    with _contexts_lock:
-        for ctx in _contexts.values():
-            ctx.grader.close()
-        _contexts.clear()
+close_contexts = rollout.close_contexts  # tests close the Graders this process made
 
 
 # ------------------------------------------------------------------------------------- miles glue
@@ -263,21 +214,18 @@ def _task_row(sample: Any) -> dict:
 
 async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form with `input`
     """miles' custom generate: one text-to-SQL episode -> one Sample (see the module doc)."""
-    from t2sql.episode.machine import Episode, cut_reason
-    from t2sql.episode.prompt import build_prompt_async
-
     args = input.args
     state = input.state
     sample = copy.deepcopy(input.sample)
     ctx = _context(args)
     preset = ctx.preset
-    task = Task.from_row(_task_row(sample), ctx.settings.db_root)
+    task = ctx.task(_task_row(sample))
     messages = _prompt_messages(sample)
     if messages is None:  # a string prompt (--apply-chat-template): rebuild the messages
         messages = await build_prompt_async(task, preset)
     tokenizer = state.tokenizer
-    episode = Episode(task, preset, ctx.grader, prompt=messages,
-                      count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
+    episode = ctx.episode(task, prompt=messages,
+                          count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
     render = ChatTemplate(tokenizer, episode.tools, getattr(args, "apply_chat_template_kwargs", None))
 
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
@@ -395,23 +343,11 @@ def _record_meta(sample: Any, meta: dict) -> None:
         info.add(meta)
 
 
-def _result_record(result: Any, preset_name: str) -> dict:
-    return {
-        "outcome": result.outcome,
-        "reward": float(result.reward),
-        "correct": bool(result.correct),
-        "solution": result.solution,
-        "turns": result.turns,
-        "tool_calls": result.tool_calls,
-        "invalid_tool_calls": result.invalid_tool_calls,
-        "has_evidence": bool(result.has_evidence),
-        "evidence_restated": result.evidence_restated,
-        "evidence_checked": result.evidence_checked,
-        "detail": result.detail,
-        "reward_terms": dict(result.reward_terms),
-        "metrics": dict(result.metrics),
-        "preset": preset_name,
-    }
+def _result_record(result: EpisodeResult, preset_name: str) -> dict:
+    """The episode record miles keeps: every field but the grade's details, and the preset's name."""
+    record = result.to_dict()
+    del record["grade"]
+    return {**record, "preset": preset_name}
 
 
 generate.add_arguments = add_arguments  # type: ignore[attr-defined]
@@ -447,29 +383,9 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> dict:
 async def _regrade(args: Any, sample: Any, key: str) -> dict:
     """No episode record (a sample from elsewhere, or replayed raw): grade the last <solution> of
     the response against the label; the outcome table only (the trajectory is not known)."""
-    from t2sql.episode.machine import VERDICT_OUTCOMES
-    from t2sql.episode.parsing import parse_solution, strip_think
-
     ctx = _context(args)
-    preset = ctx.preset
-    task = Task.from_row(_task_row(sample), ctx.settings.db_root)
-    response = sample.response or ""
-    # The answer turn is the last one: its text after the last </think>.
-    solution = parse_solution(strip_think(response.rsplit("</think>", 1)[-1]))
-    if solution is None:
-        outcome = "no_solution"
-    else:
-        from t2sql import DatabaseError
-
-        try:
-            graded = await ctx.grader.grade(task.db_path, solution, task.gold_sql,
-                                            semantics=preset.method_for(task.grading_method),
-                                            float_digits=preset.float_digits, timeout_s=preset.grade_timeout_s,
-                                            column_order=preset.column_order)
-            outcome = VERDICT_OUTCOMES[graded.outcome]
-        except DatabaseError:
-            outcome = "gold_error"
-    return _reward_dict(key, outcome, preset.outcome_reward(outcome), outcome == "correct",
+    outcome = await ctx.regrade(ctx.task(_task_row(sample)), sample.response or "")
+    return _reward_dict(key, outcome, ctx.preset.outcome_reward(outcome), outcome == "correct",
                         {"regraded": 1.0})
 
 

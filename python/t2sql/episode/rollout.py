@@ -1,0 +1,123 @@
+"""The rollout seam: what an adapter for any RL framework stands on.
+
+The miles adapter (t2sql.miles.adapter) and `t2sql eval` (t2sql.eval.runner) are two adapters. Each
+holds the framework's side (how a turn is generated, where the reward goes); everything else is here:
+
+- `RolloutSettings`: what a rollout process is configured with (the preset's name, the database root,
+  the gold cache, the manifest, the Grader's concurrency, timeout overrides), from the framework's own
+  flags. Hashable: one context per distinct settings.
+- `RolloutContext`: the per-process state, the preset and one Grader (SQL runs on its worker threads;
+  every episode of the process shares it), and the task reader. `context(settings)` returns the
+  process's context for those settings, made on first use; `close_contexts()` closes them.
+- The episode record: `EpisodeResult.to_dict()` (t2sql.episode.machine), the one list of its fields.
+- `RolloutContext.regrade(task, response)`: a sample that has no episode record (replayed from elsewhere)
+  graded by its last <solution>, with the outcome table only.
+
+docs/episode.md shows the thirty lines an adapter for another framework writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from t2sql._grader import DatabaseError
+from t2sql.episode.machine import VERDICT_OUTCOMES, Episode
+from t2sql.episode.parsing import parse_solution, strip_think
+from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
+from t2sql.serving.grader import Grader
+from t2sql.tasks import Task
+
+log = logging.getLogger("t2sql.rollout")
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    recipe: str = DEFAULT_PRESET  # the preset's name
+    db_root: str | None = None  # databases as <root>/<db_id>/<db_id>.sqlite (None: each row's db_path)
+    cache_dir: str | None = None  # the on-disk gold cache
+    manifest: str | None = None  # refuse databases that differ from this manifest
+    hash_databases: bool = False  # with a manifest: hash each database at first use
+    concurrency: int | None = None  # SQL queries at once in this process (None: the CPU count)
+    tool_timeout_s: float | None = None  # None: the preset's
+    grade_timeout_s: float | None = None  # None: the preset's
+
+    def preset(self) -> Preset:
+        preset = get_preset(self.recipe)
+        if self.tool_timeout_s is not None or self.grade_timeout_s is not None:
+            preset = preset.replace(tool_timeout_s=self.tool_timeout_s or preset.tool_timeout_s,
+                                    grade_timeout_s=self.grade_timeout_s or preset.grade_timeout_s)
+        return preset
+
+
+def open_grader(preset: Preset, **options: Any) -> Grader:
+    """The Grader a preset's episodes run on (`options`: Grader's own, e.g. concurrency, cache_dir)."""
+    return Grader(tool_timeout_s=preset.tool_timeout_s, grade_timeout_s=preset.grade_timeout_s, **options)
+
+
+class RolloutContext:
+    """A preset, the Grader its episodes share, and where their databases are."""
+
+    def __init__(self, preset: Preset, grader: Grader, *, db_root: str | None = None):
+        self.preset = preset
+        self.grader = grader
+        self.db_root = db_root
+
+    @classmethod
+    def open(cls, settings: RolloutSettings) -> RolloutContext:
+        preset = settings.preset()
+        grader = open_grader(preset, concurrency=settings.concurrency, cache_dir=settings.cache_dir,
+                             manifest=settings.manifest, hash_databases=settings.hash_databases)
+        log.info("t2sql preset %s: %s", preset.name, preset.to_dict())
+        return cls(preset, grader, db_root=settings.db_root)
+
+    def task(self, row: Mapping[str, Any]) -> Task:
+        """A data row (a BIRD question or a converted row) as a Task, its database under db_root if set."""
+        return Task.from_row(row, self.db_root)
+
+    def episode(self, task: Task, *, prompt: Sequence[Mapping[str, Any]] | None = None,
+                count_tokens: Callable[[str], int] | None = None) -> Episode:
+        return Episode(task, self.preset, self.grader, prompt=prompt, count_tokens=count_tokens)
+
+    async def regrade(self, task: Task, response: str) -> str:
+        """The outcome of a finished response with no episode record: its last <solution> (after the
+        last </think>) graded as the episode would; no_solution without one; gold_error when the
+        database fails."""
+        solution = parse_solution(strip_think((response or "").rsplit("</think>", 1)[-1]))
+        if solution is None:
+            return "no_solution"
+        p = self.preset
+        try:
+            graded = await self.grader.grade(task.db_path, solution, task.gold_sql,
+                                             semantics=p.method_for(task.grading_method),
+                                             float_digits=p.float_digits, timeout_s=p.grade_timeout_s,
+                                             column_order=p.column_order)
+        except DatabaseError:
+            return "gold_error"
+        return VERDICT_OUTCOMES[graded.outcome]
+
+    def close(self) -> None:
+        self.grader.close()
+
+
+_contexts: dict[RolloutSettings, RolloutContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def context(settings: RolloutSettings) -> RolloutContext:
+    """This process's context for `settings`, made on first use (frameworks call rollouts on one
+    event loop, or a few threads)."""
+    with _contexts_lock:
+        ctx = _contexts.get(settings)
+        if ctx is None:
+            ctx = _contexts[settings] = RolloutContext.open(settings)
+        return ctx
+
+
+def close_contexts() -> None:
+    """Close the Graders this process's contexts made (tests; a framework's process simply exits)."""
+    with _contexts_lock:
+        for ctx in _contexts.values():
+            ctx.close()
+        _contexts.clear()
