@@ -58,7 +58,7 @@ impl Digest {
             && a.columns == b.columns
             && a.key == b.key
     }
-    /// A fixed binary layout for caches (digest.rs); `from_bytes` validates it.
+    /// A fixed binary layout for caches (digest/wire.rs); `from_bytes` validates it.
     pub(crate) fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.inner.to_bytes())
     }
