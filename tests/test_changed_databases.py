@@ -125,6 +125,29 @@ def test_a_writer_holding_its_lock_is_refused_within_a_second(tmp_path):
     assert t2sql.Database(path).run_tool(COUNT).rows == [(2000,)]
 
 
+def test_the_schema_is_read_through_the_guarded_path_like_any_statement(tmp_path):
+    # Database.schema() reads sqlite_master with a statement prepared and stepped like every other:
+    # a writer's lock is answered with the guarded path's error (it was "<path>: database is locked").
+    path = make_db(tmp_path / "s.sqlite", "DELETE")
+    db = t2sql.Database(path, immutable=False)  # read with locks, opened before the writer came
+    assert db.schema() == [("table", "t", "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")]
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, path, "hold"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        errors = []
+        for call in (lambda: db.run_tool(COUNT), db.schema):
+            with pytest.raises(t2sql.DatabaseError, match="locked by a writer") as info:
+                call()
+            errors.append(str(info.value))
+        assert errors[0] == errors[1]
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=30)
+    assert db.schema() == [("table", "t", "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")]
+
+
 def _edit_keeping_size_and_mtime(path: Path) -> None:
     """Change one value in place (same length, same file size) and put the mtime back."""
     st = path.stat()

@@ -21,6 +21,9 @@ pub const MAX_SQL_BYTES: usize = 100_000;
 const ALLOWED_FIRST_WORDS: [&str; 3] = ["SELECT", "WITH", "VALUES"];
 /// Functions that reach outside the database.
 const DENIED_FUNCTIONS: [&str; 2] = ["load_extension", "fts3_tokenizer"];
+/// What `GuardedConnection::schema` reads: every schema object that has SQL text.
+const SCHEMA_SQL: &str =
+    "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid";
 /// How many VM steps between two deadline checks (overhead lost in noise, latency ~µs).
 const PROGRESS_STEPS: i32 = 1000;
 
@@ -376,6 +379,18 @@ impl GuardedConnection {
         *self.control.cancel.lock().unwrap() = None;
     }
 
+    /// (type, name, sql) of every schema object with SQL text, from sqlite_master. A statement
+    /// like any other: checked by the policy, stepped under `budget`, its errors classified.
+    pub fn schema(&self, budget: &Budget) -> Result<Vec<(String, String, String)>> {
+        let (mut stmt, _) = self.prepare_checked(SCHEMA_SQL)?;
+        self.arm(budget)?;
+        let outcome = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
+        self.disarm();
+        outcome.map_err(|e| self.classify_with(e, budget))
+    }
+
     /// Turn a SQLite error into the core's error, naming a timeout or cancel as such.
     pub fn classify_with(&self, e: rusqlite::Error, budget: &Budget) -> GradeError {
         // Some actions reach the authorizer only while stepping (a virtual table's own query).
@@ -623,6 +638,36 @@ mod test {
         drop(writer); // the last connection checkpoints and removes the WAL
         assert!(writer_side_file(path).is_none());
         assert!(GuardedConnection::open(path, true).unwrap().immutable);
+    }
+
+    #[test]
+    fn the_schema_is_read_through_the_guarded_path() {
+        let (_dir, path) = fixture();
+        let gc = GuardedConnection::open(&path, false).unwrap();
+        let table = (
+            "table".to_string(),
+            "t".to_string(),
+            "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)".to_string(),
+        );
+        assert_eq!(gc.schema(&Budget::new(5.0)).unwrap(), vec![table.clone()]);
+        // The call's budget holds: a cancelled token stops it before it steps.
+        let cancelled = Budget {
+            timeout_s: 5.0,
+            cancel: Some(Arc::new(AtomicBool::new(true))),
+        };
+        assert_eq!(gc.schema(&cancelled).unwrap_err(), GradeError::Cancelled);
+        // A writer's lock is answered as for any statement, not as a bare "database is locked".
+        let writer = Connection::open(&path).unwrap();
+        writer.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let locked = crate::exec::count_rows(&gc, "SELECT * FROM t", &Budget::new(5.0));
+        let err = gc.schema(&Budget::new(5.0)).unwrap_err();
+        assert!(
+            matches!(&err, GradeError::Database(m) if m.contains("locked by a writer")),
+            "{err:?}"
+        );
+        assert_eq!(Err(err), locked);
+        writer.execute_batch("ROLLBACK").unwrap();
+        assert_eq!(gc.schema(&Budget::new(5.0)).unwrap(), vec![table]);
     }
 
     #[test]
