@@ -63,7 +63,7 @@ pub struct Verdict {
 /// A grading method by name: `auto` = ordered when the gold's outermost query has ORDER BY,
 /// else multiset; otherwise `Semantics::parse` (lenient: case, spaces, `list` = ordered).
 pub fn resolve_semantics(gold_sql: &str, name: &str) -> Result<Semantics> {
-    if name.trim().eq_ignore_ascii_case("auto") {
+    if is_auto(name) {
         let ordered =
             sqltext::first_statement(gold_sql).is_some_and(|s| sqltext::has_outer_order_by(s.text));
         return Ok(if ordered {
@@ -74,6 +74,51 @@ pub fn resolve_semantics(gold_sql: &str, name: &str) -> Result<Semantics> {
     }
     Semantics::parse(name).map_err(GradeError::Invalid)
 }
+
+/// The method that is resolved against the gold query rather than named outright.
+const AUTO: &str = "auto";
+
+fn is_auto(name: &str) -> bool {
+    name.trim().eq_ignore_ascii_case(AUTO)
+}
+
+/// `resolve_semantics` where the gold may not be known yet: `auto` without a gold is an Invalid
+/// error (it cannot be resolved), every other name is read as it always is.
+pub fn resolve_method(gold_sql: Option<&str>, name: &str) -> Result<Semantics> {
+    match gold_sql {
+        Some(gold) => resolve_semantics(gold, name),
+        None if is_auto(name) => Err(GradeError::Invalid(
+            "grading method \"auto\" needs the gold SQL (it is ordered when the gold's outermost query \
+             has ORDER BY, else multiset): pass gold_sql"
+                .into(),
+        )),
+        None => Semantics::parse(name).map_err(GradeError::Invalid),
+    }
+}
+
+/// Every form a grading method takes, as messages show them: one per `Semantics` variant (a
+/// subset's count written N), then `auto`. The one list of them; Python reads it as METHODS.
+pub fn method_forms() -> Vec<String> {
+    let one_of_each = [
+        Semantics::Multiset,
+        Semantics::Ordered,
+        Semantics::Set,
+        Semantics::Subset { exact: true, n: 1 },
+        Semantics::Subset { exact: false, n: 1 },
+    ];
+    let mut forms: Vec<String> = one_of_each
+        .iter()
+        .map(|s| match s {
+            Semantics::Subset { .. } => format!("{}N", s.name().trim_end_matches('1')),
+            Semantics::Multiset | Semantics::Ordered | Semantics::Set => s.name(),
+        })
+        .collect();
+    forms.push(AUTO.into());
+    forms
+}
+
+/// Every column order, in the order messages list them (Python reads their names as COLUMN_ORDERS).
+pub const COLUMN_ORDERS: [ColumnOrder; 2] = [ColumnOrder::Strict, ColumnOrder::Ignore];
 
 /// The gold's digest. Errors stay errors: the caller decides (gold_error, retry, cache).
 pub fn gold_digest(
@@ -682,6 +727,75 @@ mod test {
             resolve_semantics(GOLD, "bag"),
             Err(GradeError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn auto_needs_the_gold_and_other_names_do_not() {
+        assert_eq!(
+            resolve_method(Some("SELECT id FROM t ORDER BY id"), "Auto").unwrap(),
+            Semantics::Ordered
+        );
+        assert_eq!(
+            resolve_method(Some(GOLD), "auto").unwrap(),
+            Semantics::Multiset
+        );
+        match resolve_method(None, " auto ") {
+            Err(GradeError::Invalid(m)) => assert!(m.contains("needs the gold SQL"), "{m}"),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+        assert_eq!(
+            resolve_method(None, "subset, >=, 4").unwrap(),
+            Semantics::Subset { exact: false, n: 4 }
+        );
+        // An unreadable name says what resolve_semantics says, with or without the gold.
+        for bad in ["bag", "subset", "subset,<,3"] {
+            let (a, b) = (resolve_method(None, bad), resolve_semantics(GOLD, bad));
+            match (a, b) {
+                (Err(GradeError::Invalid(a)), Err(GradeError::Invalid(b))) => assert_eq!(a, b),
+                other => panic!("expected two Invalid errors, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_method_forms_are_what_the_parser_reads_and_names() {
+        let forms = method_forms();
+        assert_eq!(
+            forms,
+            [
+                "multiset",
+                "ordered",
+                "set",
+                "subset,=,N",
+                "subset,>=,N",
+                "auto"
+            ]
+        );
+        for form in &forms {
+            // Every form parses (N as a count), and a parsed method's name is its form again.
+            let named = form.replace('N', "3");
+            let s = resolve_semantics(GOLD, &named).unwrap();
+            if form != AUTO {
+                assert_eq!(s.name().replace('3', "N"), *form);
+            }
+        }
+        for alias in ["list", "subset,==,2", " MULTISET "] {
+            let name = resolve_semantics(GOLD, alias).unwrap().name();
+            assert!(forms.contains(&name.replace('2', "N")), "{alias}: {name}");
+        }
+    }
+
+    #[test]
+    fn the_column_orders_parse_from_their_names() {
+        for order in COLUMN_ORDERS {
+            assert_eq!(ColumnOrder::parse(order.name()), Some(order));
+            // Adding a variant fails here until it is listed.
+            match order {
+                ColumnOrder::Strict | ColumnOrder::Ignore => {}
+            }
+        }
+        let names: Vec<&str> = COLUMN_ORDERS.iter().map(|o| o.name()).collect();
+        assert_eq!(names, ["strict", "ignore"]);
     }
 
     #[test]

@@ -29,13 +29,16 @@ mod py;
 fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
 
-    use py::database::{set_heap_limit, sqlite_version, Cancel, Database, ToolResult};
+    use py::database::{
+        restore_tool_result, set_heap_limit, sqlite_version, Cancel, Database, ToolResult,
+    };
     use py::digest::{hash_secret_id, resolve_semantics, set_hash_secret, Digest, Verdict};
     use py::errors::{
         invalid_argument, DatabaseClosed, DatabaseError, HashSecretMismatch, QueryCancelled,
         QueryTimeout, SqlError, T2sqlError, UnsafeQuery,
     };
     use py::pool::{lower_thread_priority, SqlPool};
+    use py::spec::{GradeSpec, ToolLimits};
     use py::sqltext::sql_tokens;
 
     let py = m.py();
@@ -54,6 +57,8 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<ToolResult>()?;
     m.add_class::<Verdict>()?;
     m.add_class::<SqlPool>()?;
+    m.add_class::<ToolLimits>()?;
+    m.add_class::<GradeSpec>()?;
     m.add_function(wrap_pyfunction!(resolve_semantics, m)?)?;
     m.add_function(wrap_pyfunction!(sqlite_version, m)?)?;
     m.add_function(wrap_pyfunction!(set_hash_secret, m)?)?;
@@ -61,17 +66,24 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_function(wrap_pyfunction!(set_heap_limit, m)?)?;
     m.add_function(wrap_pyfunction!(lower_thread_priority, m)?)?;
     m.add_function(wrap_pyfunction!(sql_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(restore_tool_result, m)?)?;
 
     // The core's defaults and names, for the Python layers above (one place for each).
     let outcomes: Vec<&str> = compare::Outcome::ALL.iter().map(|o| o.name()).collect();
     m.add("OUTCOMES", pyo3::types::PyTuple::new(py, outcomes)?)?;
     m.add("MAX_FLOAT_DIGITS", canon::MAX_FLOAT_DIGITS)?;
+    let methods = compare::method_forms();
+    m.add("METHODS", pyo3::types::PyTuple::new(py, methods)?)?;
+    let orders: Vec<&str> = compare::COLUMN_ORDERS.iter().map(|o| o.name()).collect();
+    m.add("COLUMN_ORDERS", pyo3::types::PyTuple::new(py, orders)?)?;
+    // ToolLimits() as a dict: the numbers themselves live in exec.rs.
+    let limits = ToolLimits::default();
     let tool = pyo3::types::PyDict::new(py);
-    tool.set_item("timeout_s", exec::DEFAULT_TOOL_TIMEOUT_S)?;
-    tool.set_item("max_rows", exec::ToolOptions::DEFAULT.max_rows)?;
-    tool.set_item("max_cell_chars", exec::ToolOptions::DEFAULT.max_cell_chars)?;
-    tool.set_item("max_chars", exec::ToolOptions::DEFAULT.max_chars)?;
-    tool.set_item("count_cap", exec::ToolOptions::DEFAULT.count_cap)?;
+    tool.set_item("timeout_s", limits.timeout_s)?;
+    tool.set_item("max_rows", limits.max_rows)?;
+    tool.set_item("max_cell_chars", limits.max_cell_chars)?;
+    tool.set_item("max_chars", limits.max_chars)?;
+    tool.set_item("count_cap", limits.count_cap)?;
     m.add("TOOL_DEFAULTS", tool)?;
     let grade = pyo3::types::PyDict::new(py);
     grade.set_item("timeout_s", compare::DEFAULT_GRADE_TIMEOUT_S)?;

@@ -55,8 +55,72 @@ OUTCOMES: tuple[Outcome, ...]
 MAX_FLOAT_DIGITS: int
 # What a tool call and a grade get when the caller names nothing; the defaults written `...`
 # below are these values.
-TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap
+TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap: ToolLimits()
 GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits
+# Every form of a grading method as messages show them (a subset's count written N):
+# ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", "auto"); the one list of them.
+METHODS: tuple[str, ...]
+# Every column order: ("strict", "ignore").
+COLUMN_ORDERS: tuple[Literal["strict", "ignore"], ...]
+
+class ToolLimits:
+    """What one `execute_sql_query` call may show and how long it may run, built once and handed
+    to the core whole. Defaults are the core's
+    (TOOL_DEFAULTS). Checked at construction: an integer out of range or a timeout that is not a
+    positive number of seconds is InvalidArgument naming it. A preview shows at least 16
+    characters and counts at least 1 row whatever max_chars and count_cap say. Frozen, comparable,
+    hashable, picklable."""
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = ...,
+        max_rows: int = ...,
+        max_cell_chars: int = ...,
+        max_chars: int = ...,
+        count_cap: int = ...,
+    ) -> None: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def max_rows(self) -> int: ...  # preview rows shown
+    @property
+    def max_cell_chars(self) -> int: ...  # each cell cut to this many characters
+    @property
+    def max_chars(self) -> int: ...  # the whole preview text cut to this many characters
+    @property
+    def count_cap(self) -> int: ...  # rows are counted up to this many
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class GradeSpec:
+    """How a prediction is graded: the method, float digits, column order and the timeout of each
+    query, checked once at construction. The method is read (leniently: case, spaces, `list` =
+    ordered) and resolved here, once: "auto" is ordered when `gold_sql`'s outermost query has ORDER
+    BY, else multiset, and needs `gold_sql` (without it: InvalidArgument). An unreadable method,
+    float_digits outside 1..MAX_FLOAT_DIGITS (None: exact), another column order or a timeout that
+    is not a positive number of seconds is InvalidArgument with the message the grade calls give.
+    Frozen, comparable, hashable, picklable."""
+
+    def __init__(
+        self,
+        method: Semantics = "multiset",
+        *,
+        gold_sql: str | None = None,
+        float_digits: int | None = ...,
+        column_order: Literal["strict", "ignore"] = "strict",
+        timeout_s: float = ...,
+    ) -> None: ...
+    @property
+    def method(self) -> Resolved: ...  # canonical: multiset | ordered | set | subset,=,N | subset,>=,N
+    @property
+    def float_digits(self) -> int | None: ...
+    @property
+    def column_order(self) -> Literal["strict", "ignore"]: ...
+    @property
+    def timeout_s(self) -> float: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
 
 class Cancel:
     """A cancellation token: `cancel()` from any thread interrupts the query that holds it."""
@@ -66,7 +130,8 @@ class Cancel:
     def cancelled(self) -> bool: ...
 
 class ToolResult:
-    """What the model sees for one `execute_sql_query` call."""
+    """What the model sees for one `execute_sql_query` call. Picklable (it comes back from worker
+    processes and Ray actors as itself); equal when every field is."""
     columns: list[str]
     rows: list[tuple[Value, ...]]  # the preview rows, at most max_rows
     row_count: int  # true row count, counted up to count_cap

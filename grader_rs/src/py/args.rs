@@ -104,7 +104,7 @@ pub(crate) fn sql_text(obj: &Bound<'_, PyAny>) -> PyResult<String> {
     Err(pyo3::exceptions::PyTypeError::new_err("SQL must be str"))
 }
 
-fn check_digits(float_digits: Option<&Int>) -> PyResult<Option<u32>> {
+pub(crate) fn check_digits(float_digits: Option<&Int>) -> PyResult<Option<u32>> {
     let max = crate::canon::MAX_FLOAT_DIGITS as i128;
     float_digits
         .map(|d| {
@@ -133,10 +133,15 @@ pub(crate) fn tool_options(
     })
 }
 
-fn column_order(name: &str) -> PyResult<digest::ColumnOrder> {
+pub(crate) fn column_order(name: &str) -> PyResult<digest::ColumnOrder> {
     digest::ColumnOrder::parse(name).ok_or_else(|| {
+        let names: Vec<String> = compare::COLUMN_ORDERS
+            .iter()
+            .map(|o| format!("{:?}", o.name()))
+            .collect();
         invalid(format!(
-            "column_order must be \"strict\" or \"ignore\", got {name:?}"
+            "column_order must be {}, got {name:?}",
+            names.join(" or ")
         ))
     })
 }

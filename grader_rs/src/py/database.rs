@@ -83,6 +83,58 @@ impl ToolResult {
             self.columns, self.row_count, self.truncated
         )
     }
+
+    /// Every field equal (the rows compared as Python compares them).
+    fn __eq__(&self, py: Python<'_>, other: &Self) -> PyResult<bool> {
+        Ok(self.columns == other.columns
+            && self.row_count == other.row_count
+            && self.row_count_capped == other.row_count_capped
+            && self.truncated == other.truncated
+            && self.elapsed_s == other.elapsed_s
+            && self.text == other.text
+            && self.rows.bind(py).eq(other.rows.bind(py))?)
+    }
+
+    /// A result crosses process boundaries (the process and Ray backends) as itself: unpickling
+    /// calls the module's private `_tool_result` with the fields.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let restore = py.import("t2sql._grader")?.getattr("_tool_result")?;
+        let fields = (
+            self.columns.clone(),
+            self.rows.clone_ref(py),
+            self.row_count,
+            self.row_count_capped,
+            self.truncated,
+            self.elapsed_s,
+            self.text.clone(),
+        )
+            .into_pyobject(py)?;
+        PyTuple::new(py, [restore, fields.into_any()])
+    }
+}
+
+/// A ToolResult from its fields, as `ToolResult.__reduce__` hands them to pickle.
+#[pyfunction]
+#[pyo3(name = "_tool_result")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn restore_tool_result(
+    columns: Vec<String>,
+    rows: Bound<'_, PyList>,
+    row_count: u64,
+    row_count_capped: bool,
+    truncated: bool,
+    elapsed_s: f64,
+    text: String,
+) -> ToolResult {
+    ToolResult {
+        columns,
+        rows: rows.unbind(),
+        row_count,
+        row_count_capped,
+        truncated,
+        elapsed_s,
+        text,
+    }
 }
 
 /// A hardened read-only connection to one SQLite file. Calls on one Database are

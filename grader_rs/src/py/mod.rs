@@ -7,4 +7,5 @@ pub(crate) mod database;
 pub(crate) mod digest;
 pub(crate) mod errors;
 pub(crate) mod pool;
+pub(crate) mod spec;
 pub(crate) mod sqltext;

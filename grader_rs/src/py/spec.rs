@@ -1,0 +1,252 @@
+//! The values a caller builds once and hands the core whole: `ToolLimits` (what one tool call may
+//! show and how long it may run) and `GradeSpec` (how a prediction is graded: the method, resolved
+//! once at construction, float digits, column order, timeout). Both are checked when they are
+//! built, with the messages the per-argument calls give, and are frozen, comparable, hashable and
+//! picklable (they cross process boundaries inside jobs).
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyTuple};
+
+use super::args::{check_digits, check_timeout, column_order as parse_column_order, int, sql_text};
+use super::errors::to_py;
+use crate::checked::{Int, Seconds};
+use crate::compare;
+use crate::digest::{ColumnOrder, Semantics};
+use crate::exec::{ToolOptions, DEFAULT_TOOL_TIMEOUT_S};
+
+/// A float as Python writes it (`repr`), so a value's repr reads back as the same value.
+fn float_text(py: Python<'_>, x: f64) -> String {
+    PyFloat::new(py, x)
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| x.to_string())
+}
+
+/// A Python hash from a Rust one (-1 is Python's "error" value).
+fn py_hash(value: impl Hash) -> isize {
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    match h.finish() as isize {
+        -1 => -2,
+        v => v,
+    }
+}
+
+/// `(copyreg.__newobj_ex__, (cls, args, kwargs))`: unpickling calls the constructor again (so the
+/// value is checked again), with the keyword-only arguments as keywords, under every protocol.
+fn reduce_to_new<'py>(
+    slf: &Bound<'py, PyAny>,
+    args: Bound<'py, PyTuple>,
+    kwargs: Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let py = slf.py();
+    let newobj = py.import("copyreg")?.getattr("__newobj_ex__")?;
+    let call = PyTuple::new(
+        py,
+        [
+            slf.get_type().into_any(),
+            args.into_any(),
+            kwargs.into_any(),
+        ],
+    )?;
+    PyTuple::new(py, [newobj, call.into_any()])
+}
+
+/// What one `execute_sql_query` call may show and how long it may run.
+#[pyclass(frozen, module = "t2sql._grader")]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ToolLimits {
+    pub(crate) timeout_s: f64,
+    pub(crate) max_rows: usize,
+    pub(crate) max_cell_chars: usize,
+    pub(crate) max_chars: usize,
+    pub(crate) count_cap: u64,
+}
+
+impl Default for ToolLimits {
+    /// The core's defaults (exec.rs), which TOOL_DEFAULTS shows.
+    fn default() -> Self {
+        let d = ToolOptions::DEFAULT;
+        ToolLimits {
+            timeout_s: DEFAULT_TOOL_TIMEOUT_S,
+            max_rows: d.max_rows,
+            max_cell_chars: d.max_cell_chars,
+            max_chars: d.max_chars,
+            count_cap: d.count_cap,
+        }
+    }
+}
+
+#[pymethods]
+impl ToolLimits {
+    /// Checked as the tool call checks them: the timeout first, then each limit by name.
+    #[new]
+    #[pyo3(signature = (*, timeout_s = Seconds::from(DEFAULT_TOOL_TIMEOUT_S), max_rows = Int::from(ToolOptions::DEFAULT.max_rows), max_cell_chars = Int::from(ToolOptions::DEFAULT.max_cell_chars), max_chars = Int::from(ToolOptions::DEFAULT.max_chars), count_cap = Int::from(ToolOptions::DEFAULT.count_cap)))]
+    fn new(
+        timeout_s: Seconds,
+        max_rows: Int,
+        max_cell_chars: Int,
+        max_chars: Int,
+        count_cap: Int,
+    ) -> PyResult<Self> {
+        Ok(ToolLimits {
+            timeout_s: check_timeout(&timeout_s)?,
+            max_rows: int("max_rows", &max_rows)?,
+            max_cell_chars: int("max_cell_chars", &max_cell_chars)?,
+            max_chars: int("max_chars", &max_chars)?,
+            count_cap: int("count_cap", &count_cap)?,
+        })
+    }
+
+    #[getter]
+    fn timeout_s(&self) -> f64 {
+        self.timeout_s
+    }
+    #[getter]
+    fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+    #[getter]
+    fn max_cell_chars(&self) -> usize {
+        self.max_cell_chars
+    }
+    #[getter]
+    fn max_chars(&self) -> usize {
+        self.max_chars
+    }
+    #[getter]
+    fn count_cap(&self) -> u64 {
+        self.count_cap
+    }
+
+    fn __eq__(&self, other: &Self) -> bool {
+        self == other
+    }
+
+    fn __hash__(&self) -> isize {
+        // Timeouts are positive and finite, so equal floats have equal bits.
+        py_hash((
+            self.timeout_s.to_bits(),
+            self.max_rows,
+            self.max_cell_chars,
+            self.max_chars,
+            self.count_cap,
+        ))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "ToolLimits(timeout_s={}, max_rows={}, max_cell_chars={}, max_chars={}, count_cap={})",
+            float_text(py, self.timeout_s),
+            self.max_rows,
+            self.max_cell_chars,
+            self.max_chars,
+            self.count_cap
+        )
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let kwargs = PyDict::new(py);
+        let me = slf.get();
+        kwargs.set_item("timeout_s", me.timeout_s)?;
+        kwargs.set_item("max_rows", me.max_rows)?;
+        kwargs.set_item("max_cell_chars", me.max_cell_chars)?;
+        kwargs.set_item("max_chars", me.max_chars)?;
+        kwargs.set_item("count_cap", me.count_cap)?;
+        reduce_to_new(slf.as_any(), PyTuple::empty(py), kwargs)
+    }
+}
+
+/// How a prediction is graded: the method (resolved once, here: `auto` against `gold_sql`),
+/// float digits (None: exact), column order and the timeout of each query.
+#[pyclass(frozen, module = "t2sql._grader")]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradeSpec {
+    pub(crate) semantics: Semantics,
+    pub(crate) float_digits: Option<u32>,
+    pub(crate) column_order: ColumnOrder,
+    pub(crate) timeout_s: f64,
+}
+
+#[pymethods]
+impl GradeSpec {
+    /// Checked in the order a grade checks its arguments: the method, the digits, the column
+    /// order, the timeout; each refusal is the InvalidArgument that call raises.
+    #[new]
+    #[pyo3(signature = (method = "multiset", *, gold_sql = None, float_digits = Some(Int::from(crate::canon::DEFAULT_FLOAT_DIGITS)), column_order = "strict", timeout_s = Seconds::from(compare::DEFAULT_GRADE_TIMEOUT_S)))]
+    fn new(
+        method: &str,
+        gold_sql: Option<&Bound<'_, PyAny>>,
+        float_digits: Option<Int>,
+        column_order: &str,
+        timeout_s: Seconds,
+    ) -> PyResult<Self> {
+        let gold = gold_sql.map(sql_text).transpose()?;
+        Ok(GradeSpec {
+            semantics: compare::resolve_method(gold.as_deref(), method).map_err(to_py)?,
+            float_digits: check_digits(float_digits.as_ref())?,
+            column_order: parse_column_order(column_order)?,
+            timeout_s: check_timeout(&timeout_s)?,
+        })
+    }
+
+    /// The resolved method's canonical name: multiset, ordered, set, subset,=,N or subset,>=,N.
+    #[getter]
+    fn method(&self) -> String {
+        self.semantics.name()
+    }
+    #[getter]
+    fn float_digits(&self) -> Option<u32> {
+        self.float_digits
+    }
+    #[getter]
+    fn column_order(&self) -> &'static str {
+        self.column_order.name()
+    }
+    #[getter]
+    fn timeout_s(&self) -> f64 {
+        self.timeout_s
+    }
+
+    fn __eq__(&self, other: &Self) -> bool {
+        self == other
+    }
+
+    fn __hash__(&self) -> isize {
+        py_hash((
+            self.semantics,
+            self.float_digits,
+            self.column_order,
+            self.timeout_s.to_bits(),
+        ))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let digits = match self.float_digits {
+            Some(d) => d.to_string(),
+            None => "None".into(),
+        };
+        format!(
+            "GradeSpec({:?}, float_digits={digits}, column_order={:?}, timeout_s={})",
+            self.semantics.name(),
+            self.column_order.name(),
+            float_text(py, self.timeout_s)
+        )
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let me = slf.get();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("float_digits", me.float_digits)?;
+        kwargs.set_item("column_order", me.column_order.name())?;
+        kwargs.set_item("timeout_s", me.timeout_s)?;
+        // The canonical name reads back as the same method (no gold needed: never "auto").
+        let args = PyTuple::new(py, [me.semantics.name()])?;
+        reduce_to_new(slf.as_any(), args, kwargs)
+    }
+}

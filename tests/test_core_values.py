@@ -1,0 +1,215 @@
+"""The core's value classes: ToolLimits (what a tool call may show), GradeSpec (how a prediction is
+graded, its method resolved once by the core) and ToolResult. Each is checked when it is built, with the
+messages the per-argument calls give; each is frozen, compares and hashes by value, and pickles (they
+cross process boundaries, so the tests send them through a real spawned interpreter too). METHODS and
+COLUMN_ORDERS are the core's one list of the names its parsers read."""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing
+import pickle
+
+import pytest
+
+import t2sql
+from t2sql import Database, GradeSpec, InvalidArgument, ToolLimits, ToolResult
+from t2sql._grader import COLUMN_ORDERS, GRADE_DEFAULTS, MAX_FLOAT_DIGITS, METHODS, TOOL_DEFAULTS
+from t2sql.tasks import sample_dir
+
+SUPERHERO = str(sample_dir() / "superhero" / "superhero.sqlite")
+U64 = "from 0 to 18446744073709551615"
+LIMIT_NAMES = ("max_rows", "max_cell_chars", "max_chars", "count_cap")
+
+
+def refused(call) -> str:
+    with pytest.raises(InvalidArgument) as info:
+        call()
+    assert isinstance(info.value, ValueError) and isinstance(info.value, t2sql.T2sqlError)
+    return str(info.value)
+
+
+def round_trips(value) -> None:
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        back = pickle.loads(pickle.dumps(value, protocol))
+        assert back == value and type(back) is type(value) and repr(back) == repr(value), protocol
+    assert copy.copy(value) == value and copy.deepcopy(value) == value
+
+
+# ---------------------------------------------------------------------------------------------- ToolLimits
+
+
+def test_tool_limits_default_to_the_cores_numbers():
+    limits = ToolLimits()
+    assert {k: getattr(limits, k) for k in TOOL_DEFAULTS} == TOOL_DEFAULTS
+    assert isinstance(limits.timeout_s, float) and all(isinstance(getattr(limits, k), int) for k in LIMIT_NAMES)
+    given = ToolLimits(timeout_s=2, max_rows=3, max_cell_chars=4, max_chars=5, count_cap=6)
+    assert [getattr(given, k) for k in TOOL_DEFAULTS] == [2.0, 3, 4, 5, 6]
+    with pytest.raises(TypeError):
+        ToolLimits(10.0)  # keyword-only: a positional number says nothing about which limit it is
+    with pytest.raises(TypeError):
+        ToolLimits(max_row=3)
+
+
+@pytest.mark.parametrize("name", LIMIT_NAMES)
+def test_tool_limits_refuse_what_a_tool_call_refuses(name):
+    assert refused(lambda: ToolLimits(**{name: -1})) == f"{name} must be an integer {U64}, got -1"
+    assert refused(lambda: ToolLimits(**{name: 2**64})) == f"{name} must be an integer {U64}, got {2**64}"
+    assert refused(lambda: ToolLimits(**{name: 10**5000})).endswith("got an integer of 16610 bits")
+    assert getattr(ToolLimits(**{name: 0}), name) == 0  # in range: taken as given (floors apply when it runs)
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), 10**400],
+                         ids=["0", "-1", "nan", "inf", "10**400"])
+def test_tool_limits_timeouts_are_positive_seconds(value):
+    message = refused(lambda: ToolLimits(timeout_s=value))
+    assert message.startswith("timeout_s must be a positive"), message
+    assert refused(lambda: ToolLimits(timeout_s=0)) == "timeout_s must be a positive number of seconds, got 0"
+
+
+def test_tool_limits_are_frozen_values():
+    a, b = ToolLimits(max_rows=7), ToolLimits(max_rows=7)
+    assert a == b and hash(a) == hash(b) and len({a, b, ToolLimits()}) == 2
+    assert a != ToolLimits(max_rows=8) and a != ToolLimits(max_rows=7, timeout_s=9.5)
+    assert a != (7,) and (a == "ToolLimits") is False
+    with pytest.raises(AttributeError):
+        a.max_rows = 9
+    d = TOOL_DEFAULTS
+    assert repr(ToolLimits(timeout_s=0.25)) == (
+        f"ToolLimits(timeout_s=0.25, max_rows={d['max_rows']}, max_cell_chars={d['max_cell_chars']}, "
+        f"max_chars={d['max_chars']}, count_cap={d['count_cap']})")
+    assert eval(repr(a), {"ToolLimits": ToolLimits}) == a
+    round_trips(a)
+    round_trips(ToolLimits(timeout_s=1e-7, count_cap=2**64 - 1))
+
+
+# ---------------------------------------------------------------------------------------------- GradeSpec
+
+
+def test_grade_spec_defaults_are_the_cores():
+    spec = GradeSpec()
+    assert (spec.method, spec.float_digits, spec.column_order, spec.timeout_s) == (
+        "multiset", GRADE_DEFAULTS["float_digits"], "strict", GRADE_DEFAULTS["timeout_s"])
+    exact = GradeSpec("set", float_digits=None, column_order="ignore", timeout_s=2)
+    assert (exact.method, exact.float_digits, exact.column_order, exact.timeout_s) == ("set", None, "ignore", 2.0)
+    with pytest.raises(TypeError):
+        GradeSpec("set", None)  # everything after the method is keyword-only
+
+
+@pytest.mark.parametrize(("given", "canonical"), [
+    ("multiset", "multiset"), (" MultiSet ", "multiset"), ("list", "ordered"), ("ORDERED", "ordered"),
+    ("set", "set"), ("subset, = ,5", "subset,=,5"), ("subset,==,2", "subset,=,2"), ("Subset,>=,10", "subset,>=,10"),
+])
+def test_grade_spec_reads_a_method_once_into_its_canonical_name(given, canonical):
+    spec = GradeSpec(given)
+    assert spec.method == canonical == t2sql.resolve_semantics("SELECT 1", given)
+    assert GradeSpec(canonical) == spec
+
+
+def test_auto_is_resolved_against_the_gold_at_construction():
+    assert GradeSpec("auto", gold_sql="SELECT id FROM superhero ORDER BY id").method == "ordered"
+    assert GradeSpec(" AUTO ", gold_sql="SELECT id FROM (SELECT id FROM superhero ORDER BY id)").method == "multiset"
+    assert GradeSpec("auto", gold_sql=b"SELECT 1 ORDER BY 1").method == "ordered"
+    message = refused(lambda: GradeSpec("auto"))
+    assert "auto" in message and "needs the gold SQL" in message and "gold_sql" in message
+    # The gold only resolves auto: a named method does not look at it.
+    assert GradeSpec("set", gold_sql="SELECT 1 ORDER BY 1").method == "set"
+    with pytest.raises(TypeError, match="SQL must be str"):
+        GradeSpec("auto", gold_sql=3)
+
+
+@pytest.mark.parametrize("name", ["bag", "subset", "subset,<,3", "subset,=,0", ""])
+def test_an_unreadable_method_says_what_resolve_semantics_says(name):
+    with pytest.raises(InvalidArgument) as today:
+        t2sql.resolve_semantics("SELECT 1", name)
+    assert refused(lambda: GradeSpec(name)) == str(today.value)
+    assert refused(lambda: GradeSpec(name, gold_sql="SELECT 1")) == str(today.value)
+
+
+def test_grade_spec_refuses_what_a_grade_refuses():
+    db = Database(SUPERHERO)
+    gold = "SELECT id FROM superhero LIMIT 1"
+    for digits in (-1, 0, MAX_FLOAT_DIGITS + 1, 2**70):
+        message = refused(lambda: GradeSpec(float_digits=digits))
+        assert message == (f"float_digits must be an integer from 1 to {MAX_FLOAT_DIGITS}, or None (exact), "
+                           f"got {digits}")
+        assert message == refused(lambda: db.digest(gold, float_digits=digits))
+    message = refused(lambda: GradeSpec(column_order="sideways"))
+    assert message == 'column_order must be "strict" or "ignore", got "sideways"'
+    assert message == refused(lambda: db.grade(gold, gold, column_order="sideways"))
+    for timeout in (0, -1.5, float("nan"), 10**400):
+        message = refused(lambda: GradeSpec(timeout_s=timeout))
+        assert message.startswith("timeout_s must be a positive") and message == refused(
+            lambda: db.digest(gold, timeout_s=timeout))
+    # The method is checked first, as a grade checks it.
+    assert "unknown grading method" in refused(lambda: GradeSpec("bag", float_digits=0, timeout_s=0))
+
+
+def test_grade_specs_are_frozen_values():
+    a = GradeSpec("subset,>=,3", float_digits=None, column_order="ignore", timeout_s=7.5)
+    b = GradeSpec(" subset , >= , 3 ", float_digits=None, column_order="IGNORE", timeout_s=7.5)
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b, GradeSpec(), GradeSpec("multiset")}) == 2
+    assert a != GradeSpec("subset,>=,3", column_order="ignore", timeout_s=7.5)  # digits differ
+    assert GradeSpec("list") == GradeSpec("auto", gold_sql="SELECT 1 ORDER BY 1")  # both resolved to ordered
+    assert (GradeSpec() == "multiset") is False
+    with pytest.raises(AttributeError):
+        a.method = "set"
+    assert repr(a) == "GradeSpec(\"subset,>=,3\", float_digits=None, column_order=\"ignore\", timeout_s=7.5)"
+    assert eval(repr(a), {"GradeSpec": GradeSpec}) == a
+    for spec in (a, GradeSpec(), GradeSpec("auto", gold_sql="SELECT 1 ORDER BY 1"), GradeSpec("subset,=,5")):
+        round_trips(spec)
+
+
+# ---------------------------------------------------------------------------------------------- the names
+
+
+def test_methods_and_column_orders_are_what_the_parsers_read():
+    assert METHODS == ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", "auto")
+    assert COLUMN_ORDERS == ("strict", "ignore")
+    for form in METHODS:
+        named = form.replace("N", "4")
+        spec = GradeSpec(named, gold_sql="SELECT 1")
+        if form != "auto":
+            assert spec.method == named  # each form is its own canonical name
+        assert spec.method.replace("4", "N") in METHODS
+    # Every name the method parser reads lands on one of the forms.
+    for alias in ("list", "LIST", "subset,==,4", " set "):
+        assert GradeSpec(alias).method.replace("4", "N") in METHODS
+    db = Database(SUPERHERO)
+    for order in COLUMN_ORDERS:
+        assert GradeSpec(column_order=order).column_order == order
+        assert db.grade("SELECT 1", "SELECT 1", column_order=order).matched
+    assert all(name in refused(lambda: GradeSpec(column_order="both")) for name in COLUMN_ORDERS)
+
+
+# ---------------------------------------------------------------------------------------------- ToolResult
+
+
+def test_a_tool_result_pickles_as_itself():
+    db = Database(SUPERHERO)
+    result = db.run_tool("SELECT id, superhero_name, NULL, x'00ff', 1.5 FROM superhero ORDER BY id LIMIT 3")
+    round_trips(result)
+    back = pickle.loads(pickle.dumps(result))
+    assert isinstance(back, ToolResult) and back.rows == result.rows and back.text == result.text
+    assert back.rows[0][3] == b"\x00\xff" and back.columns == result.columns
+    other = db.run_tool("SELECT 1")
+    assert result != other and (result == "text") is False
+
+
+def _in_a_child(values, db_path: str, sql: str):
+    """Runs in a spawned interpreter: the values arrived by pickle; they go back with a fresh tool result."""
+    return values, [repr(v) for v in values], Database(db_path).run_tool(sql)
+
+
+def test_the_values_cross_a_real_process_boundary():
+    values = [ToolLimits(timeout_s=3.5, max_rows=2), GradeSpec("auto", gold_sql="SELECT 1 ORDER BY 1"),
+              GradeSpec("subset,=,2", float_digits=None, column_order="ignore")]
+    sql = "SELECT superhero_name FROM superhero ORDER BY id LIMIT 4"
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        back, reprs, result = pool.apply(_in_a_child, (values, SUPERHERO, sql))
+    assert back == values and reprs == [repr(v) for v in values]
+    here = Database(SUPERHERO).run_tool(sql)
+    assert isinstance(result, ToolResult)
+    assert (result.columns, result.rows, result.row_count, result.text) == (here.columns, here.rows, here.row_count,
+                                                                            here.text)
