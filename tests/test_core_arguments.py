@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from t2sql import Database, DatabaseClosed, DatabaseError, InvalidArgument, T2sqlError
+from t2sql import Database, DatabaseClosed, DatabaseError, InvalidArgument, T2sqlError, ToolLimits
 from t2sql._grader import SqlPool
 from t2sql.serving.backends import DigestJob, ToolJob
 
@@ -50,10 +50,10 @@ def test_invalid_argument_is_one_of_the_core_errors_and_a_value_error():
 @pytest.mark.parametrize("value", [-1, 2**64, 10**5000], ids=["-1", "2**64", "10**5000"])
 def test_tool_limits_out_of_range(db_file, name, value):
     db = Database(db_file)
-    message = refused(lambda: db.run_tool("SELECT 1", **{name: value}), name, U64)
+    message = refused(lambda: ToolLimits(**{name: value}), name, U64)  # a tool call's limits, one value
     shown = {-1: "got -1", 2**64: f"got {2**64}"}.get(value, "got an integer of 16610 bits")  # not 5000 digits
     assert message.endswith(shown), message
-    assert db.run_tool("SELECT id FROM people", **{name: 2}).columns == ["id"]  # in range: taken
+    assert db.run_tool("SELECT id FROM people", ToolLimits(**{name: 2})).columns == ["id"]  # in range: taken
 
 
 @pytest.mark.parametrize("value", [-1, 0, 18, 2**70])
@@ -72,7 +72,7 @@ def test_float_digits_out_of_range(db_file, method, value):
 def test_timeouts_are_positive_seconds(db_file, value):
     db = Database(db_file)
     gold = db.digest("SELECT id FROM people")
-    calls = [lambda: db.run_tool("SELECT 1", value), lambda: db.digest("SELECT 1", timeout_s=value),
+    calls = [lambda: ToolLimits(timeout_s=value), lambda: db.digest("SELECT 1", timeout_s=value),
              lambda: db.grade("SELECT 1", "SELECT 1", timeout_s=value),
              lambda: db.grade_against("SELECT 1", gold, value), lambda: db.count_rows("SELECT 1", value)]
     for call in calls:
@@ -99,11 +99,9 @@ def test_pool_and_process_settings(db_file):
         refused(lambda: pool.cancel(-1), "job_id", U64)
         refused(lambda: pool.submit_call(-1, lambda cancel: None), "job_id", U64)
         st = os.stat(db_file)
-        tool = ToolJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", 5.0, 20, 120, 4000, 100, job_id=1)
-        refused(lambda: pool.submit_tool(tool._replace(max_rows=-1)), "max_rows", U64)
-        refused(lambda: pool.submit_tool(tool._replace(count_cap=-3)), "count_cap", U64)
+        # A ToolJob's limits were checked when its ToolLimits was built (test_tool_limits_out_of_range).
+        tool = ToolJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", ToolLimits(count_cap=100), job_id=1)
         refused(lambda: pool.submit_tool(tool._replace(job_id=-1)), "job_id", U64)
-        refused(lambda: pool.submit_tool(tool._replace(timeout_s=-1.0)), "timeout_s", "positive")
         digest = DigestJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", "multiset", -1, 5.0, "strict", 2)
         refused(lambda: pool.submit_digest(digest), "float_digits", "from 1 to")
     finally:
@@ -164,7 +162,7 @@ def test_close_from_another_thread_waits_for_the_running_query(db_file):
     slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) SELECT count(*) FROM c"
     def query() -> None:
         try:
-            results.append(db.run_tool(slow, 60).rows)
+            results.append(db.run_tool(slow, ToolLimits(timeout_s=60)).rows)
         except DatabaseClosed as e:
             results.append(e)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from t2sql import Cancel, Database, QueryCancelled, QueryTimeout, SqlError, UnsafeQuery
+from t2sql import Cancel, Database, QueryCancelled, QueryTimeout, SqlError, ToolLimits, UnsafeQuery
 
 TIMEOUT_S = 1.0
 MARGIN_S = 1.0
@@ -122,11 +122,11 @@ def test_attack_is_contained(sandbox, name, sql, expected):
 
     start = time.monotonic()
     if expected is None:
-        result = db.run_tool(sql, TIMEOUT_S)
+        result = db.run_tool(sql, ToolLimits(timeout_s=TIMEOUT_S))
         assert result.row_count >= 1
     else:
         with pytest.raises(expected) as err:
-            db.run_tool(sql, TIMEOUT_S)
+            db.run_tool(sql, ToolLimits(timeout_s=TIMEOUT_S))
         assert str(err.value), "every error carries a message"
     assert time.monotonic() - start < TIMEOUT_S + MARGIN_S
 
@@ -186,7 +186,7 @@ def test_cancel_interrupts_a_running_query_from_another_thread(sandbox):
     def run():
         try:
             db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
-                        60, cancel=token)
+                        ToolLimits(timeout_s=60), cancel=token)
         except BaseException as e:  # noqa: BLE001 - the test inspects it
             errors.append(e)
 
@@ -213,7 +213,8 @@ def test_the_gil_is_released_while_sqlite_works(sandbox):
 
     def slow():
         with pytest.raises(QueryTimeout):
-            db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c", 1.0)
+            db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+                        ToolLimits(timeout_s=1.0))
         done.set()
 
     t = threading.Thread(target=slow)
@@ -293,7 +294,7 @@ def test_bad_arguments_are_value_errors(sandbox):
     _, db_path = sandbox
     db = Database(str(db_path))
     with pytest.raises(ValueError, match="timeout_s"):
-        db.run_tool("SELECT 1", 0)
+        db.run_tool("SELECT 1", ToolLimits(timeout_s=0))
     with pytest.raises(ValueError, match="float_digits"):
         db.grade("SELECT 1", "SELECT 1", float_digits=0)
     with pytest.raises(ValueError, match="grading method"):
@@ -311,7 +312,7 @@ def test_heap_limit_turns_a_memory_bomb_into_an_error(sandbox):
     try:
         # Each value is under the LENGTH limit; ten of them in one row are not under the heap limit.
         with pytest.raises(SqlError, match="memory"):
-            db.run_tool("SELECT " + ", ".join(["randomblob(10000000)"] * 10), 60)
+            db.run_tool("SELECT " + ", ".join(["randomblob(10000000)"] * 10), ToolLimits(timeout_s=60))
     finally:
         t2sql.set_heap_limit(previous)
     assert db.run_tool("SELECT count(*) FROM people").rows == [(200,)]
@@ -323,7 +324,7 @@ def test_a_sort_that_spills_leaves_no_file(sandbox, tmp_path):
     _, db_path = sandbox
     db = Database(str(db_path))
     before = set(os.listdir(tmp_path))
-    db.run_tool("SELECT a.name, b.name FROM people a, people b, people c ORDER BY random()", 30)
+    db.run_tool("SELECT a.name, b.name FROM people a, people b, people c ORDER BY random()", ToolLimits(timeout_s=30))
     assert set(os.listdir(tmp_path)) == before
 
 
@@ -350,7 +351,7 @@ db = t2sql.Database(sys.argv[1])
 start = time.monotonic()
 try:
     if sys.argv[2] == "tool":
-        db.run_tool(sys.argv[3], float(sys.argv[4]), max_rows=20)
+        db.run_tool(sys.argv[3], t2sql.ToolLimits(timeout_s=float(sys.argv[4]), max_rows=20))
         outcome = "ran"
     else:
         outcome = db.grade(sys.argv[3], sys.argv[3], timeout_s=float(sys.argv[4])).outcome
@@ -393,7 +394,7 @@ def test_cancel_reaches_a_grader_task_inside_a_sort():
     async def scenario() -> tuple[float, float]:
         grader = Grader(concurrency=1)
         try:
-            sort = asyncio.ensure_future(grader.run_tool(str(SAMPLE_DB), LONG_SORT, timeout_s=60))
+            sort = asyncio.ensure_future(grader.run_tool(str(SAMPLE_DB), LONG_SORT, ToolLimits(timeout_s=60)))
             await asyncio.sleep(1.3)  # SQLite is filling (and flushing) its sorter
             assert not sort.done(), "the sort finished before the cancel: make LONG_SORT bigger"
             cancelled = time.monotonic()
@@ -401,7 +402,7 @@ def test_cancel_reaches_a_grader_task_inside_a_sort():
             with pytest.raises(asyncio.CancelledError):
                 await sort
             # The one worker is free again: a small query runs at once.
-            await grader.run_tool(str(SAMPLE_DB), "SELECT count(*) FROM superhero", timeout_s=10)
+            await grader.run_tool(str(SAMPLE_DB), "SELECT count(*) FROM superhero", ToolLimits(timeout_s=10))
             return cancelled, time.monotonic()
         finally:
             grader.close()

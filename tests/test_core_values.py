@@ -83,6 +83,24 @@ def test_tool_limits_are_frozen_values():
     round_trips(ToolLimits(timeout_s=1e-7, count_cap=2**64 - 1))
 
 
+def test_a_tool_call_runs_under_one_limits_value():
+    db = Database(SUPERHERO)
+    wide = "SELECT id, superhero_name FROM superhero ORDER BY id"
+    default = db.run_tool(wide)
+    assert len(default.rows) == TOOL_DEFAULTS["max_rows"] == 50  # the recipe's preview, the core's default
+    assert db.run_tool(wide, None).text == default.text == db.run_tool(wide, ToolLimits()).text
+    few = db.run_tool(wide, ToolLimits(max_rows=3, count_cap=10))
+    assert len(few.rows) == 3 and few.row_count == 10 and few.row_count_capped
+    with pytest.raises(t2sql.QueryTimeout, match="after 0.2s"):
+        db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+                    ToolLimits(timeout_s=0.2))
+    with pytest.raises(TypeError):
+        db.run_tool(wide, 10)  # a bare number is not limits
+    # The floors apply when a call runs, as they always did: a preview of at least 16 characters, a count of 1.
+    assert db.run_tool(wide, ToolLimits(max_chars=0)).text == db.run_tool(wide, ToolLimits(max_chars=16)).text
+    assert db.run_tool(wide, ToolLimits(count_cap=0)).text == db.run_tool(wide, ToolLimits(count_cap=1)).text
+
+
 # ---------------------------------------------------------------------------------------------- GradeSpec
 
 

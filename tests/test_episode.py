@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import bird_root
+from t2sql import ToolLimits
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EpisodeFinished, TaskError
@@ -206,6 +207,46 @@ def test_tool_timeout_is_an_error_message(rows, db_root, grader):
     out = play(e, xml(SLOW_SQL))
     assert not out.done
     assert out.tool_messages[0]["content"] == "Error: query timed out after 0.3s\n\n(4 tool calls left.)"
+
+
+def test_a_presets_tool_limits_are_built_once_from_its_fields():
+    preset = BARE.replace(tool_max_rows=3, tool_max_cell_chars=30, tool_max_chars=500, tool_count_cap=40,
+                          tool_timeout_s=2.5)
+    assert preset.tool_limits is preset.tool_limits  # one value per preset, not one per call
+    assert preset.tool_limits == ToolLimits(timeout_s=2.5, max_rows=3, max_cell_chars=30, max_chars=500, count_cap=40)
+    changed = preset.replace(tool_max_rows=4)
+    assert changed.tool_limits.max_rows == 4 and preset.tool_limits.max_rows == 3  # replace() builds its own
+    assert changed.to_dict() == {**preset.to_dict(), "tool_max_rows": 4}  # the value is not a field
+
+
+def test_the_recipes_tool_preview_is_the_cores_default():
+    # One place for those numbers: the core's defaults, which the presets take (and print) as their own.
+    for preset in (RECIPE, BARE):
+        assert preset.tool_limits == ToolLimits()
+    assert (RECIPE.tool_max_rows, RECIPE.tool_max_cell_chars, RECIPE.tool_max_chars, RECIPE.tool_count_cap,
+            RECIPE.tool_timeout_s) == (50, 120, 4000, 10000, 10.0)
+
+
+def test_a_tool_call_hands_the_grader_the_presets_limits_whole(rows, db_root, grader):
+    preset = BARE.replace(tool_max_rows=2)
+    seen: list = []
+
+    class Recording:
+        """The real Grader, its run_tool calls recorded."""
+
+        def __getattr__(self, name):
+            return getattr(grader, name)
+
+        async def run_tool(self, db_path, sql, limits=None):
+            seen.append(limits)
+            return await grader.run_tool(db_path, sql, limits)
+
+    e = Episode(no_evidence_task(rows, db_root), preset, Recording())
+    out = play(e, xml("SELECT id FROM superhero ORDER BY id"))
+    play(e, xml("SELECT 1"))
+    assert len(seen) == 2 and all(limits is preset.tool_limits for limits in seen)
+    assert out.tool_messages[0]["content"].startswith(grader.run_tool_sync(
+        e.task.db_path, "SELECT id FROM superhero ORDER BY id", ToolLimits(max_rows=2)).text)
 
 
 def test_every_tool_result_says_how_many_calls_are_left(rows, db_root, grader):

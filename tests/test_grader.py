@@ -17,6 +17,7 @@ import pytest
 import t2sql
 import t2sql.serving.gold_cache as gold_cache_module
 from conftest import bird_root
+from t2sql import ToolLimits
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import DatabaseChanged, Manifest
 from t2sql.serving.results import GradeResult
@@ -46,7 +47,7 @@ def grader():
 
 def test_tool_call_shows_what_sqlite_returns(grader):
     sql = "SELECT superhero_name, height_cm FROM superhero ORDER BY id LIMIT 7"
-    result = grader.run_tool_sync(SUPERHERO, sql, max_rows=5)
+    result = grader.run_tool_sync(SUPERHERO, sql, ToolLimits(max_rows=5))
     expected = sqlite_rows(SUPERHERO, sql)
     assert result.columns == ["superhero_name", "height_cm"]
     assert [tuple(r) for r in result.rows] == expected[:5]
@@ -60,9 +61,20 @@ def test_tool_errors_are_typed(grader):
     with pytest.raises(t2sql.UnsafeQuery):
         grader.run_tool_sync(SUPERHERO, "DELETE FROM superhero")
     with pytest.raises(t2sql.QueryTimeout):
-        grader.run_tool_sync(SUPERHERO, ENDLESS, timeout_s=0.2)
+        grader.run_tool_sync(SUPERHERO, ENDLESS, ToolLimits(timeout_s=0.2))
     # ...and the grader keeps serving.
     assert grader.run_tool_sync(SUPERHERO, COUNT_HEROES).rows == sqlite_rows(SUPERHERO, COUNT_HEROES)
+
+
+def test_a_graders_tool_timeout_is_the_default_of_a_call_without_limits():
+    with Grader(concurrency=1, tool_timeout_s=0.2) as g:
+        with pytest.raises(t2sql.QueryTimeout, match="after 0.2s"):
+            g.run_tool_sync(SUPERHERO, ENDLESS)
+        # Given limits, the call runs under them (their timeout included), the core's defaults otherwise.
+        with pytest.raises(t2sql.QueryTimeout, match="after 0.3s"):
+            g.run_tool_sync(SUPERHERO, ENDLESS, ToolLimits(timeout_s=0.3))
+        wide = "SELECT id FROM superhero ORDER BY id"
+        assert len(g.run_tool_sync(SUPERHERO, wide).rows) == ToolLimits().max_rows
 
 
 def test_grade_outcomes(grader):
@@ -139,7 +151,7 @@ def test_gold_timeout_is_retried_and_not_cached(grader):
 
 def test_cancelling_the_task_stops_sqlite_at_once():
     async def main(g):
-        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, timeout_s=60))
+        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))
         await asyncio.sleep(0.3)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -168,7 +180,7 @@ def test_event_loop_keeps_ticking_while_sql_runs(grader):
 
         tick = asyncio.create_task(ticker())
         with pytest.raises(t2sql.QueryTimeout):
-            await grader.run_tool(SUPERHERO, ENDLESS, timeout_s=1.0)
+            await grader.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=1.0))
         stop.set()
         await tick
         return lateness
@@ -357,7 +369,7 @@ def test_close_interrupts_running_queries():
     g = Grader(concurrency=1)
 
     async def main():
-        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, timeout_s=60))
+        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))
         await asyncio.sleep(0.3)
         started = time.perf_counter()
         await g.aclose()
@@ -501,18 +513,15 @@ def test_worker_threads_run_nicer_than_the_event_loop():
 
 def test_the_sql_pool_reads_a_jobs_fields_by_name(tmp_path):
     """The Rust pool takes the job itself and reads its fields by name: a job type with the same
-    fields in another order runs the same query, and one lacking a field is refused at submit."""
+    fields in another order runs the same query, and one lacking a field is refused at submit. A tool
+    job's limits are one ToolLimits, read whole: anything else in their place is refused."""
     from typing import NamedTuple
 
     from t2sql._grader import SqlPool
     from t2sql.serving.backends import ToolJob
 
     class Reordered(NamedTuple):
-        count_cap: int
-        max_chars: int
-        max_cell_chars: int
-        max_rows: int
-        timeout_s: float
+        limits: ToolLimits
         sql: str
         identity: tuple[int, int]
         db_path: str
@@ -523,14 +532,16 @@ def test_the_sql_pool_reads_a_jobs_fields_by_name(tmp_path):
         db_path: str
         identity: tuple[int, int]
         sql: str
-        timeout_s: float
 
+    limits = ToolLimits(timeout_s=5.0, max_rows=3, max_cell_chars=40, max_chars=1000, count_cap=100)
     pool = SqlPool(1)
     try:
-        pool.submit_tool(ToolJob(SUPERHERO, (0, 0), "SELECT 7", 5.0, 3, 40, 1000, 100, job_id=1))
-        pool.submit_tool(Reordered(100, 1000, 40, 3, 5.0, "SELECT 8", (0, 0), SUPERHERO, 2))
-        with pytest.raises(AttributeError, match="max_rows"):
-            pool.submit_tool(Incomplete(3, SUPERHERO, (0, 0), "SELECT 9", 5.0))
+        pool.submit_tool(ToolJob(SUPERHERO, (0, 0), "SELECT 7", limits, job_id=1))
+        pool.submit_tool(Reordered(limits, "SELECT 8", (0, 0), SUPERHERO, 2))
+        with pytest.raises(AttributeError, match="limits"):
+            pool.submit_tool(Incomplete(3, SUPERHERO, (0, 0), "SELECT 9"))
+        with pytest.raises(TypeError, match="ToolLimits"):
+            pool.submit_tool(ToolJob(SUPERHERO, (0, 0), "SELECT 9", (5.0, 3, 40, 1000, 100), job_id=3))
         done: dict[int, object] = {}
         deadline = time.monotonic() + 10
         while len(done) < 2 and time.monotonic() < deadline:

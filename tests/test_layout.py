@@ -97,9 +97,10 @@ def test_the_cores_names_and_defaults_are_the_ones_python_uses():
     from t2sql.serving.grader import Grader
 
     assert grading.OUTCOMES == _grader.OUTCOMES and set(VERDICT_OUTCOMES) == set(_grader.OUTCOMES)
-    tool = inspect.signature(Grader.run_tool).parameters
-    assert {k: tool[k].default for k in ("max_rows", "max_cell_chars", "max_chars", "count_cap")} == {
-        k: v for k, v in _grader.TOOL_DEFAULTS.items() if k != "timeout_s"}
+    limits = _grader.ToolLimits()
+    assert {k: getattr(limits, k) for k in _grader.TOOL_DEFAULTS} == _grader.TOOL_DEFAULTS
+    assert inspect.signature(Grader.run_tool).parameters["limits"].default is None  # None: ToolLimits()
+    assert t2sql.get_preset().tool_limits == limits  # the recipe's preview is the core's default
     init = inspect.signature(Grader).parameters
     assert init["tool_timeout_s"].default == _grader.TOOL_DEFAULTS["timeout_s"]
     assert init["grade_timeout_s"].default == _grader.GRADE_DEFAULTS["timeout_s"]

@@ -13,7 +13,8 @@ import pytest
 
 import t2sql
 from conftest import bird_root
-from t2sql.serving.backends import ToolPreview, WorkerLost
+from t2sql import ToolLimits, ToolResult
+from t2sql.serving.backends import WorkerLost
 from t2sql.serving.grader import Grader
 
 DATA_ROOT = bird_root()
@@ -45,7 +46,7 @@ def exercise(g: Grader) -> None:
     with pytest.raises(t2sql.UnsafeQuery):
         g.run_tool_sync(SUPERHERO, "DELETE FROM superhero")
     with pytest.raises(t2sql.QueryTimeout):
-        g.run_tool_sync(SUPERHERO, ENDLESS, timeout_s=0.2)
+        g.run_tool_sync(SUPERHERO, ENDLESS, ToolLimits(timeout_s=0.2))
 
     golds = [f"SELECT superhero_name FROM superhero WHERE publisher_id = {p}" for p in range(1, 9)]
 
@@ -64,7 +65,7 @@ def exercise(g: Grader) -> None:
 
 def cancel_frees_the_worker(g: Grader) -> float:
     async def main():
-        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, timeout_s=60))
+        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))
         await asyncio.sleep(0.5)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -79,7 +80,7 @@ def cancel_frees_the_worker(g: Grader) -> float:
 
 def test_process_backend_serves_the_same_api():
     with Grader(backend="process", concurrency=2) as g:
-        assert isinstance(g.run_tool_sync(SUPERHERO, COUNT_HEROES), ToolPreview)
+        assert isinstance(g.run_tool_sync(SUPERHERO, COUNT_HEROES), ToolResult)
         exercise(g)
 
 
@@ -127,7 +128,7 @@ def test_a_dead_worker_is_replaced_and_its_query_fails_typed():
         assert new_pid != pid
 
         async def tool():
-            t = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, timeout_s=60))
+            t = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))
             await asyncio.sleep(0.5)
             os.kill(new_pid, signal.SIGKILL)
             return await t

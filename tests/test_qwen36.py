@@ -386,8 +386,7 @@ def test_prompt_tokens_leave_the_episode_its_budget_on_the_three_databases(qwen3
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         db = Database(str(path))
         for table in tables:
-            preview = db.run_tool(f'SELECT * FROM "{table}"', preset.tool_timeout_s, max_rows=preset.tool_max_rows,
-                                  max_cell_chars=preset.tool_max_cell_chars, max_chars=preset.tool_max_chars)
+            preview = db.run_tool(f'SELECT * FROM "{table}"', preset.tool_limits)  # what the episode shows
             message = f"<|im_start|>user\n<tool_response>\n{preview.text}\n</tool_response><|im_end|>\n"
             tool_tokens = max(tool_tokens, len(tok.encode(message, add_special_tokens=False)))
     # Every tool call in a turn of its own at the per-turn limit, each showing the widest table's

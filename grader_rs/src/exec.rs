@@ -25,9 +25,10 @@ pub struct ToolOptions {
 }
 
 impl ToolOptions {
-    /// The preview a tool call gets when the caller names no limits.
+    /// The preview a tool call gets when the caller names no limits: the recipe's, which its
+    /// presets take from here (t2sql.ToolLimits(), TOOL_DEFAULTS).
     pub const DEFAULT: ToolOptions = ToolOptions {
-        max_rows: 20,
+        max_rows: 50,
         max_cell_chars: 120,
         max_chars: 4000,
         count_cap: 10000,

@@ -64,12 +64,12 @@ METHODS: tuple[str, ...]
 COLUMN_ORDERS: tuple[Literal["strict", "ignore"], ...]
 
 class ToolLimits:
-    """What one `execute_sql_query` call may show and how long it may run, built once and handed
-    to the core whole. Defaults are the core's
-    (TOOL_DEFAULTS). Checked at construction: an integer out of range or a timeout that is not a
-    positive number of seconds is InvalidArgument naming it. A preview shows at least 16
-    characters and counts at least 1 row whatever max_chars and count_cap say. Frozen, comparable,
-    hashable, picklable."""
+    """What one `execute_sql_query` call may show and how long it may run, built once (a preset
+    builds one: Preset.tool_limits) and handed to the core whole: Database.run_tool, Grader.run_tool
+    and the pool's ToolJob take it. Defaults are the core's (TOOL_DEFAULTS: a 50-row preview, the
+    recipe's). Checked at construction: an integer out of range or a timeout that is not a positive
+    number of seconds is InvalidArgument naming it. A preview shows at least 16 characters and counts
+    at least 1 row whatever max_chars and count_cap say. Frozen, comparable, hashable, picklable."""
 
     def __init__(
         self,
@@ -183,17 +183,8 @@ class Database:
         """Close the file (a call running on another thread finishes first); closing twice is fine."""
     def __enter__(self) -> Database: ...
     def __exit__(self, exc_type: object, exc_value: object, traceback: object) -> bool: ...
-    def run_tool(
-        self,
-        sql: str,
-        timeout_s: float = ...,
-        *,
-        max_rows: int = ...,
-        max_cell_chars: int = ...,
-        max_chars: int = ...,
-        count_cap: int = ...,
-        cancel: Cancel | None = None,
-    ) -> ToolResult: ...
+    def run_tool(self, sql: str, limits: ToolLimits | None = None, *, cancel: Cancel | None = None) -> ToolResult:
+        """One tool call under `limits` (None: ToolLimits(), the core's defaults)."""
     def digest(
         self,
         sql: str,
@@ -243,21 +234,19 @@ class _Job(Protocol):
     db_path: str
     identity: tuple[int, int]  # the file's (size, version) as the Grader saw it
     sql: str
-    timeout_s: float
 
 class _ToolJob(_Job, Protocol):
-    max_rows: int
-    max_cell_chars: int
-    max_chars: int
-    count_cap: int
+    limits: ToolLimits  # read whole; its timeout_s is the job's
 
 class _DigestJob(_Job, Protocol):
+    timeout_s: float
     semantics: Semantics
     float_digits: int | None
     column_order: Literal["strict", "ignore"]
 
 class _GradeJob(_Job, Protocol):
     gold: bytes  # Digest.to_bytes()
+    timeout_s: float
 
 class SqlPool:
     """SQL worker threads that never take the GIL. Submit jobs by id; when `wake_fd()` turns

@@ -1,7 +1,7 @@
 //! Python arguments checked and converted to the core's types: SQL text, paths, integers,
-//! float digits, column order, timeouts, tool preview limits, digest specs. Bad values raise
-//! InvalidArgument (a ValueError) naming the argument (SQL that is not text: SqlError) before
-//! any SQL runs.
+//! float digits, column order, timeouts, digest specs (a tool call's limits are one value,
+//! spec.rs's ToolLimits). Bad values raise InvalidArgument (a ValueError) naming the argument
+//! (SQL that is not text: SqlError) before any SQL runs.
 
 use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
@@ -11,7 +11,6 @@ use super::errors::{invalid, to_py, SqlError};
 use crate::checked::{self, Int, Seconds};
 use crate::compare;
 use crate::digest;
-use crate::exec::ToolOptions;
 
 /// The text of a huge int for a message: Python's own digits, or their count when there are many.
 fn huge_text(obj: &Borrowed<'_, '_, PyAny>) -> String {
@@ -116,21 +115,6 @@ pub(crate) fn check_digits(float_digits: Option<&Int>) -> PyResult<Option<u32>> 
             })
         })
         .transpose()
-}
-
-/// What a tool call may show; the floors keep a preview readable and a count meaningful.
-pub(crate) fn tool_options(
-    max_rows: &Int,
-    max_cell_chars: &Int,
-    max_chars: &Int,
-    count_cap: &Int,
-) -> PyResult<ToolOptions> {
-    Ok(ToolOptions {
-        max_rows: int("max_rows", max_rows)?,
-        max_cell_chars: int("max_cell_chars", max_cell_chars)?,
-        max_chars: int::<usize>("max_chars", max_chars)?.max(16),
-        count_cap: int::<u64>("count_cap", count_cap)?.max(1),
-    })
 }
 
 pub(crate) fn column_order(name: &str) -> PyResult<digest::ColumnOrder> {

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use super::args::{check_timeout, digest_spec, int, path_text, pred_text, sql_text, tool_options};
+use super::args::{check_timeout, digest_spec, int, path_text, pred_text, sql_text};
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py, DatabaseClosed};
+use super::spec::ToolLimits;
 use crate::checked::{Int, Seconds};
 use crate::compare;
 use crate::exec::{self, Cell};
@@ -46,10 +47,15 @@ impl Cancel {
 }
 
 fn budget(timeout_s: &Seconds, cancel: Option<&Bound<'_, Cancel>>) -> PyResult<Budget> {
-    Ok(Budget {
-        timeout_s: check_timeout(timeout_s)?,
+    Ok(budget_of(check_timeout(timeout_s)?, cancel))
+}
+
+/// The budget of a checked timeout (a ToolLimits' own).
+fn budget_of(timeout_s: f64, cancel: Option<&Bound<'_, Cancel>>) -> Budget {
+    Budget {
+        timeout_s,
         cancel: cancel.map(|c| Arc::clone(&c.get().flag)),
-    })
+    }
 }
 
 fn cell_to_py(py: Python<'_>, c: &Cell) -> PyResult<Py<PyAny>> {
@@ -225,22 +231,19 @@ impl Database {
         false
     }
 
-    #[pyo3(signature = (sql, timeout_s = Seconds::from(exec::DEFAULT_TOOL_TIMEOUT_S), *, max_rows = Int::from(exec::ToolOptions::DEFAULT.max_rows), max_cell_chars = Int::from(exec::ToolOptions::DEFAULT.max_cell_chars), max_chars = Int::from(exec::ToolOptions::DEFAULT.max_chars), count_cap = Int::from(exec::ToolOptions::DEFAULT.count_cap), cancel = None))]
-    #[allow(clippy::too_many_arguments)]
+    /// One tool call under `limits` (None: ToolLimits(), the core's defaults).
+    #[pyo3(signature = (sql, limits = None, *, cancel = None))]
     fn run_tool(
         &self,
         py: Python<'_>,
         sql: &Bound<'_, PyAny>,
-        timeout_s: Seconds,
-        max_rows: Int,
-        max_cell_chars: Int,
-        max_chars: Int,
-        count_cap: Int,
+        limits: Option<&Bound<'_, ToolLimits>>,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<ToolResult> {
         let sql = sql_text(sql)?;
-        let budget = budget(&timeout_s, cancel)?;
-        let opts = tool_options(&max_rows, &max_cell_chars, &max_chars, &count_cap)?;
+        let limits = limits.map(|l| *l.get()).unwrap_or_default();
+        let budget = budget_of(limits.timeout_s, cancel);
+        let opts = limits.options();
         let out = self.with(py, |gc| exec::run_tool(gc, &sql, opts, &budget))?;
         tool_result(py, out)
     }

@@ -3,10 +3,11 @@
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::args::{check_timeout, digest_spec, int, sql_text, tool_options};
+use super::args::{check_timeout, digest_spec, int, sql_text};
 use super::database::{tool_result, Cancel};
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py};
+use super::spec::ToolLimits;
 use crate::checked::{Int, Seconds};
 
 /// What SqlPool.drain returns: (job id, value or None, exception or None) per finished job.
@@ -29,16 +30,12 @@ struct Target {
     db_path: String,
     /// (size, version) of the file as the Grader saw it (t2sql.serving.manifest.FileIdentity).
     identity: (Int, Int),
-    timeout_s: Seconds,
 }
 
-/// A ToolJob's preview limits.
+/// A DigestJob's or GradeJob's deadline (a ToolJob's is its limits').
 #[derive(FromPyObject)]
-struct ToolLimits {
-    max_rows: Int,
-    max_cell_chars: Int,
-    max_chars: Int,
-    count_cap: Int,
+struct Deadline {
+    timeout_s: Seconds,
 }
 
 /// A DigestJob's grading method.
@@ -60,6 +57,7 @@ impl SqlPool {
         &self,
         job: &Bound<'_, PyAny>,
         sql: String,
+        timeout_s: f64,
         work: crate::pool::Work,
     ) -> PyResult<()> {
         let target: Target = job.extract()?;
@@ -71,7 +69,7 @@ impl SqlPool {
                 int("identity version", version)?,
             ),
             sql,
-            timeout_s: check_timeout(&target.timeout_s)?,
+            timeout_s,
             work,
         };
         self.submit_task(
@@ -99,16 +97,11 @@ impl SqlPool {
         self.pool.wake_fd()
     }
 
-    /// Queue a ToolJob.
+    /// Queue a ToolJob: its `limits` is one ToolLimits, read whole.
     fn submit_tool(&self, job: &Bound<'_, PyAny>) -> PyResult<()> {
-        let limits: ToolLimits = job.extract()?;
-        let work = crate::pool::Work::Tool(tool_options(
-            &limits.max_rows,
-            &limits.max_cell_chars,
-            &limits.max_chars,
-            &limits.count_cap,
-        )?);
-        self.submit_query(job, sql_text(&job.getattr("sql")?)?, work)
+        let limits = *job.getattr("limits")?.cast::<ToolLimits>()?.get();
+        let work = crate::pool::Work::Tool(limits.options());
+        self.submit_query(job, sql_text(&job.getattr("sql")?)?, limits.timeout_s, work)
     }
 
     /// Queue a DigestJob.
@@ -121,7 +114,9 @@ impl SqlPool {
             options.float_digits.as_ref(),
             &options.column_order,
         )?;
-        self.submit_query(job, sql, crate::pool::Work::Digest(spec))
+        let deadline: Deadline = job.extract()?;
+        let timeout_s = check_timeout(&deadline.timeout_s)?;
+        self.submit_query(job, sql, timeout_s, crate::pool::Work::Digest(spec))
     }
 
     /// Queue a GradeJob (its `gold` is Digest.to_bytes()). Raises SqlError at once for a
@@ -130,7 +125,9 @@ impl SqlPool {
         let gold = job.getattr("gold")?;
         let gold = gold.cast::<pyo3::types::PyBytes>()?;
         let work = crate::pool::Work::Grade(Digest::from_bytes(gold.as_bytes())?.inner);
-        self.submit_query(job, sql_text(&job.getattr("sql")?)?, work)
+        let deadline: Deadline = job.extract()?;
+        let timeout_s = check_timeout(&deadline.timeout_s)?;
+        self.submit_query(job, sql_text(&job.getattr("sql")?)?, timeout_s, work)
     }
 
     /// Run `function(cancel)` on a worker, where a query would run: the work of the layer above

@@ -80,6 +80,19 @@ impl Default for ToolLimits {
     }
 }
 
+impl ToolLimits {
+    /// The preview options: the limits as given, with the floors that keep a preview readable
+    /// (at least 16 characters) and a count meaningful (at least 1 row).
+    pub(crate) fn options(&self) -> ToolOptions {
+        ToolOptions {
+            max_rows: self.max_rows,
+            max_cell_chars: self.max_cell_chars,
+            max_chars: self.max_chars.max(16),
+            count_cap: self.count_cap.max(1),
+        }
+    }
+}
+
 #[pymethods]
 impl ToolLimits {
     /// Checked as the tool call checks them: the timeout first, then each limit by name.

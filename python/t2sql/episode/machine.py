@@ -226,21 +226,17 @@ class Episode:
             return (f"Error: invalid tool call ({call.error}); it was not run but counts as one of your "
                     f"{budget} calls. Call the tool like this:\n{prompts.EXPECTED_FORM}"
                     + self._calls_left_note(number, budget))
-        p = self.preset
+        limits = self.preset.tool_limits
         started = time.monotonic()
         try:
-            result = await self.grader.run_tool(
-                self.task.db_path, call.query, timeout_s=p.tool_timeout_s, max_rows=p.tool_max_rows,
-                max_cell_chars=p.tool_max_cell_chars, max_chars=p.tool_max_chars, count_cap=p.tool_count_cap,
-            )
-            content = result.text
+            content = (await self.grader.run_tool(self.task.db_path, call.query, limits)).text
         except t2sql.UnsafeQuery as e:
             self._executed += 1
             await self._finish("unsafe", f"unsafe query in tool call {number}: {e}")
             return ""
         except t2sql.QueryTimeout:
             self._tool_errors += 1
-            content = f"Error: query timed out after {p.tool_timeout_s:g}s"
+            content = f"Error: query timed out after {limits.timeout_s:g}s"
         except t2sql.SqlError as e:
             self._tool_errors += 1
             content = f"Error: {e}"

@@ -4,10 +4,11 @@ the outcome table, the shaping penalties. Nothing else in t2sql hard-codes one o
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from t2sql._grader import MAX_FLOAT_DIGITS
+from t2sql._grader import MAX_FLOAT_DIGITS, ToolLimits
 from t2sql.errors import PresetError
 
 OUTCOMES: tuple[str, ...] = (
@@ -52,7 +53,7 @@ class Preset:
     """Every number of an episode. Build one with `get_preset(name)` or `preset.replace(...)`.
 
     No field has a default on purpose: a preset states every number, so the numbers live only in
-    the PRESETS table below.
+    the PRESETS table below (the tool preview's are the core's defaults, ToolLimits()).
     """
 
     name: str
@@ -67,7 +68,7 @@ class Preset:
     example_value_chars: int  # each example value cut to this many characters
     column_descriptions: bool  # add BIRD's database_description/*.csv when present
     description_max_chars: int  # each column description cut to this many characters
-    # -- tool preview (what the model sees for one execute_sql_query)
+    # -- tool preview (what the model sees for one execute_sql_query); `tool_limits` is them as one value
     tool_max_rows: int
     tool_max_cell_chars: int
     tool_max_chars: int
@@ -181,6 +182,15 @@ class Preset:
         except KeyError:
             raise PresetError(f"unknown outcome {outcome!r}; expected one of {', '.join(OUTCOMES)}") from None
 
+    @functools.cached_property
+    def tool_limits(self) -> ToolLimits:
+        """The tool_* fields as the one value a tool call takes, built once per preset (a frozen
+        dataclass keeps a cached_property in its __dict__; replace() makes a new preset, so a new
+        one). Raises InvalidArgument for a number the core cannot take."""
+        return ToolLimits(timeout_s=self.tool_timeout_s, max_rows=self.tool_max_rows,
+                          max_cell_chars=self.tool_max_cell_chars, max_chars=self.tool_max_chars,
+                          count_cap=self.tool_count_cap)
+
     def method_for(self, task_method: str | None) -> str:
         """The grading method of a task: its own (when the preset honors task methods and it has
         one), else the preset's `semantics`."""
@@ -207,6 +217,9 @@ class Preset:
         return dataclasses.replace(self, **changes)
 
 
+# The recipe's tool preview is the core's default one: one place for those numbers (exec.rs).
+_CORE_TOOL = ToolLimits()
+
 _RECIPE = Preset(
     name="qwen3.6-35b-a3b",
     max_tool_calls=5,
@@ -218,11 +231,11 @@ _RECIPE = Preset(
     example_value_chars=40,
     column_descriptions=True,
     description_max_chars=240,
-    tool_max_rows=50,
-    tool_max_cell_chars=120,
-    tool_max_chars=4000,
-    tool_count_cap=10000,
-    tool_timeout_s=10.0,
+    tool_max_rows=_CORE_TOOL.max_rows,  # 50
+    tool_max_cell_chars=_CORE_TOOL.max_cell_chars,  # 120
+    tool_max_chars=_CORE_TOOL.max_chars,  # 4000
+    tool_count_cap=_CORE_TOOL.count_cap,  # 10000
+    tool_timeout_s=_CORE_TOOL.timeout_s,  # 10.0 s
     grade_timeout_s=30.0,
     semantics="multiset",
     honor_task_methods=True,  # BIRD-Verified's per-task methods: "name any five" is graded as such

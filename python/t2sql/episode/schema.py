@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t2sql._grader import ToolLimits
 from t2sql.episode.evidence import content_tokens
 from t2sql.episode.presets import Preset
 from t2sql.errors import SchemaError
@@ -120,9 +121,12 @@ def read_descriptions(db_dir: str | os.PathLike) -> dict[str, dict[str, tuple[st
     return out
 
 
+_COLUMNS_QUERY_LIMITS = ToolLimits(timeout_s=5.0)
+
+
 def _table_columns(db: Database, table: str) -> list[str]:
     # PRAGMA is denied by the core's authorizer; an empty SELECT names the columns.
-    return list(db.run_tool(f"SELECT * FROM {_quote_ident(table)} LIMIT 0", 5.0).columns)
+    return list(db.run_tool(f"SELECT * FROM {_quote_ident(table)} LIMIT 0", _COLUMNS_QUERY_LIMITS).columns)
 
 
 def _examples(db: Database, table: str, column: str, n: int, max_chars: int) -> tuple[str, ...]:
@@ -135,7 +139,7 @@ def _examples(db: Database, table: str, column: str, n: int, max_chars: int) -> 
         f"WHERE {_quote_ident(column)} IS NOT NULL LIMIT {n}"
     )
     try:
-        rows = db.run_tool(sql, 2.0, max_rows=n, max_cell_chars=max_chars + 1).rows
+        rows = db.run_tool(sql, ToolLimits(timeout_s=2.0, max_rows=n, max_cell_chars=max_chars + 1)).rows
     except t2sql.T2sqlError:  # examples are a courtesy: a slow or odd column just shows none
         return ()
     return tuple(v for v in (_literal(r[0], max_chars) for r in rows) if v is not None)

@@ -15,8 +15,9 @@ calls, golds, predictions and equivalence checks.
   replaced and its job fails with a typed error.
 - ray: one Ray actor per slot, so SQL spreads over the CPU cores of a whole cluster.
 
-Results that cross a process boundary are plain tuples (`ToolPreview` for tool results);
-errors cross as (class name, message) and are re-raised as the same t2sql exception.
+Results that cross a process boundary are the values the thread backend returns too: the core's
+ToolResult (it pickles as itself), (digest bytes, seconds), a GradeResult; errors cross as (class
+name, message) and are re-raised as the same t2sql exception.
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ import itertools
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import NamedTuple, Union
 
 import t2sql
-from t2sql import Cancel, Database, Digest
+from t2sql import Cancel, Database, Digest, ToolLimits
 from t2sql._grader import SqlPool, lower_thread_priority
 from t2sql.serving.equivalence import EquivalenceConfig, default_checker
 from t2sql.serving.results import GradeResult
@@ -43,7 +43,8 @@ _local = threading.local()
 
 
 class ToolJob(NamedTuple):
-    """One tool call. `identity` is the file's (size, version) seen by the Grader
+    """One tool call under `limits` (its preview limits and timeout, one value the core reads
+    whole). `identity` is the file's (size, version) seen by the Grader
     (t2sql.serving.manifest.FileIdentity): a cached connection opened on another identity is
     reopened (the file was replaced or written, or a writer's side file came or went).
     Jobs are named tuples, not dataclasses: one is made per SQL call on the event loop's thread,
@@ -52,11 +53,7 @@ class ToolJob(NamedTuple):
     db_path: str
     identity: tuple[int, int]
     sql: str
-    timeout_s: float
-    max_rows: int
-    max_cell_chars: int
-    max_chars: int
-    count_cap: int
+    limits: ToolLimits
     job_id: int = 0
 
 
@@ -97,19 +94,6 @@ class EquivalenceJob(NamedTuple):
 
 
 Job = Union[ToolJob, DigestJob, GradeJob, EquivalenceJob]
-
-
-@dataclass(frozen=True)
-class ToolPreview:
-    """A tool result that crossed a process boundary: the same fields as t2sql.ToolResult."""
-
-    columns: list[str]
-    rows: list[tuple]
-    row_count: int
-    row_count_capped: bool
-    truncated: bool
-    elapsed_s: float
-    text: str
 
 
 class WorkerLost(t2sql.SqlError):
@@ -155,8 +139,7 @@ def run_job(job: Job, cancel: Cancel | None):
         return default_checker().check_sync(job.db_path, job.pred_sql, job.gold_sql, job.config, cancel=cancel)
     db = connection(job.db_path, job.identity)
     if type(job) is ToolJob:
-        return db.run_tool(job.sql, job.timeout_s, max_rows=job.max_rows, max_cell_chars=job.max_cell_chars,
-                           max_chars=job.max_chars, count_cap=job.count_cap, cancel=cancel)
+        return db.run_tool(job.sql, job.limits, cancel=cancel)
     if type(job) is DigestJob:
         digest = db.digest(job.sql, job.semantics, job.float_digits, job.timeout_s,
                            column_order=job.column_order, cancel=cancel)
@@ -176,11 +159,6 @@ def run_job_portable(job: Job, cancel: Cancel | None):
         return ("error", type(e).__name__, str(e))
     except Exception as e:  # a bug or an unexpected failure: report it, keep the worker alive
         return ("error", "RuntimeError", f"{type(e).__name__}: {e}")
-    if type(job) is ToolJob:
-        value = ToolPreview(
-            list(value.columns), [tuple(r) for r in value.rows], value.row_count,
-            value.row_count_capped, value.truncated, value.elapsed_s, value.text,
-        )
     return ("ok", value)
 
 

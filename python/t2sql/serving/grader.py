@@ -37,6 +37,8 @@ from t2sql import (
     HashSecretMismatch,
     QueryTimeout,
     SqlError,
+    ToolLimits,
+    ToolResult,
     UnsafeQuery,
     hash_secret_id,
     resolve_semantics,
@@ -83,6 +85,8 @@ class Grader:
     ):
         """
         concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
+        tool_timeout_s: the timeout of a run_tool call given no limits (its limits are then
+            ToolLimits(timeout_s=tool_timeout_s), the core's other defaults).
         cache_dir: keep gold digests on disk here too (shared safely by several processes).
         backend: "thread" | "process" | "ray" (Ray must already be initialised).
         manifest: a Manifest or the path of one; databases not matching it are refused.
@@ -158,23 +162,14 @@ class Grader:
 
     # ------------------------------------------------------------------ public asyncio API
 
-    async def run_tool(
-        self,
-        db_path: str,
-        sql: str,
-        *,
-        timeout_s: float | None = None,
-        max_rows: int = TOOL_DEFAULTS["max_rows"],
-        max_cell_chars: int = TOOL_DEFAULTS["max_cell_chars"],
-        max_chars: int = TOOL_DEFAULTS["max_chars"],
-        count_cap: int = TOOL_DEFAULTS["count_cap"],
-    ):
-        """One `execute_sql_query` call. Raises UnsafeQuery / SqlError / QueryTimeout /
-        DatabaseError exactly like Database.run_tool."""
+    async def run_tool(self, db_path: str, sql: str, limits: ToolLimits | None = None) -> ToolResult:
+        """One `execute_sql_query` call under `limits` (a preset's: Preset.tool_limits; None: the
+        core's defaults with this Grader's tool_timeout_s). Raises UnsafeQuery / SqlError /
+        QueryTimeout / DatabaseError exactly like Database.run_tool."""
         identity = await self._enter(db_path)
         self._count("tool_calls")
-        return await self._submit(ToolJob(db_path, identity.stat, sql, float(timeout_s or self.tool_timeout_s),
-                                          max_rows, max_cell_chars, max_chars, count_cap, job_id=next_job_id()))
+        return await self._submit(ToolJob(db_path, identity.stat, sql, self._tool_limits if limits is None else limits,
+                                          job_id=next_job_id()))
 
     async def grade(
         self,
@@ -260,9 +255,9 @@ class Grader:
 
     # ------------------------------------------------------------------ blocking API
 
-    def run_tool_sync(self, db_path: str, sql: str, **kwargs):
+    def run_tool_sync(self, db_path: str, sql: str, limits: ToolLimits | None = None) -> ToolResult:
         self._check_open()
-        return self._run_sync(self.run_tool(db_path, sql, **kwargs))
+        return self._run_sync(self.run_tool(db_path, sql, limits))
 
     def grade_sync(self, db_path: str, pred_sql: str, gold_sql: str, **kwargs) -> GradeResult:
         self._check_open()
@@ -312,6 +307,12 @@ class Grader:
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counters[name] += n
+
+    @functools.cached_property
+    def _tool_limits(self) -> ToolLimits:
+        """What run_tool gets without limits: built at the first such call, which is where an
+        unusable tool_timeout_s (inf, nan) is refused, as it always was."""
+        return ToolLimits(timeout_s=self.tool_timeout_s)
 
     def _secret_id(self) -> str:
         return self._secret_tag or hash_secret_id()
