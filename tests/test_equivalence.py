@@ -21,13 +21,15 @@ from t2sql.episode import equivalence as eq
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.episode.terms import registered_terms
+from t2sql.errors import EquivalenceError
+from t2sql.serving import equivalence as machinery
 from t2sql.serving.grader import Grader
 from t2sql.tasks import Task
 
 BIRD = bird_root()  # BIRD dev: tests/data/bird, or $T2SQL_BIRD
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
-CONFIG = eq.EquivalenceConfig.from_preset(RECIPE)
+CONFIG = machinery.EquivalenceConfig.from_preset(RECIPE)
 SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
 
 # 3-D Man's powers. Gold joins hero_power; the IN form matches on the real data (no hero has a
@@ -56,7 +58,7 @@ def db_path(row: dict) -> str:
 
 @pytest.fixture(scope="module")
 def checker():
-    c = eq.EquivalenceChecker()
+    c = machinery.EquivalenceChecker()
     yield c
     c.close()
 
@@ -134,15 +136,15 @@ def test_a_gold_failing_on_a_copy_makes_that_copy_uninformative(checker):
 
 
 def test_a_prediction_timing_out_on_a_copy_is_not_refuted():
-    config = eq.EquivalenceConfig(copies=3, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=0.3)
-    with eq.EquivalenceChecker() as c:
+    config = machinery.EquivalenceConfig(copies=3, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=0.3)
+    with machinery.EquivalenceChecker() as c:
         report = c.check_sync(SUPERHERO, SLOW_ELSEWHERE, "SELECT 'x'", config)
         assert not report.refuted
         assert [v.outcome for v in report.copies if v.kind == "duplicate"] == ["pred_timeout"]
         assert not any(v.informative for v in report.copies if v.outcome == "pred_timeout")
         # Only copies that time out: nothing was compared, and the report says so.
-        only_slow = eq.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=0.3)
-        plan = eq.copy_plan(2, CONFIG.seed)
+        only_slow = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=0.3)
+        plan = machinery.copy_plan(2, CONFIG.seed)
         assert [k for k, _ in plan] == ["sample", "duplicate"]
         r2 = c.check_sync(SUPERHERO, SLOW_ELSEWHERE, "SELECT 'x'", only_slow)
         if all(v.outcome == "pred_timeout" for v in r2.copies):
@@ -155,8 +157,8 @@ def test_a_prediction_timing_out_on_a_copy_is_not_refuted():
 
 def test_same_seed_same_verdict_other_seed_other_copies():
     def run(seed: int) -> list[tuple]:
-        config = eq.EquivalenceConfig(copies=4, seed=seed, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
-        with eq.EquivalenceChecker() as c:  # a fresh cache: the copies are rebuilt
+        config = machinery.EquivalenceConfig(copies=4, seed=seed, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
+        with machinery.EquivalenceChecker() as c:  # a fresh cache: the copies are rebuilt
             out = []
             for pred, gold in ((PRED_IN, GOLD_JOIN), (GOLD_JOIN, GOLD_JOIN), ("SELECT superhero_name FROM superhero",
                                                                                "SELECT full_name FROM superhero")):
@@ -166,15 +168,15 @@ def test_same_seed_same_verdict_other_seed_other_copies():
 
     first = run(7)
     assert first == run(7)
-    assert eq.copy_plan(4, 7) == eq.copy_plan(4, 7)
-    kinds = [k for k, _ in eq.copy_plan(4, 7)]
+    assert machinery.copy_plan(4, 7) == machinery.copy_plan(4, 7)
+    kinds = [k for k, _ in machinery.copy_plan(4, 7)]
     assert kinds == ["sample", "duplicate", "shuffle", "nullify"]
-    seeds = [s for _, s in eq.copy_plan(4, 7)] + [s for _, s in eq.copy_plan(4, 8)]
+    seeds = [s for _, s in machinery.copy_plan(4, 7)] + [s for _, s in machinery.copy_plan(4, 8)]
     assert len(set(seeds)) == 8 and all(0 <= s < 1 << 64 for s in seeds)
     # Another seed makes other copies: the row counts of the same query differ on some copy.
-    a = eq.EquivalenceChecker()
+    a = machinery.EquivalenceChecker()
     try:
-        counts = {seed: a.cache.get(SUPERHERO, "sample", eq.copy_seed(seed, 0), max_bytes=CONFIG.max_bytes)
+        counts = {seed: a.cache.get(SUPERHERO, "sample", machinery.copy_seed(seed, 0), max_bytes=CONFIG.max_bytes)
                   .count_rows("SELECT * FROM hero_power") for seed in (7, 8)}
     finally:
         a.close()
@@ -182,11 +184,11 @@ def test_same_seed_same_verdict_other_seed_other_copies():
 
 
 def test_the_gold_runs_once_per_copy_for_a_whole_group():
-    with eq.EquivalenceChecker() as c:
+    with machinery.EquivalenceChecker() as c:
         for pred in (PRED_IN, GOLD_JOIN, f"SELECT * FROM ({GOLD_JOIN})"):
             c.check_sync(SUPERHERO, pred, GOLD_JOIN, CONFIG)
         entries = [c.cache.entry(SUPERHERO, kind, seed, max_bytes=CONFIG.max_bytes)
-                   for kind, seed in eq.copy_plan(CONFIG.copies, CONFIG.seed)]
+                   for kind, seed in machinery.copy_plan(CONFIG.copies, CONFIG.seed)]
         assert c.cache.builds == CONFIG.copies
         assert [len(e.golds) for e in entries] == [1] * CONFIG.copies  # one digest per copy, reused
         # A gold that fails on a copy is not kept: it is tried again next time.
@@ -196,30 +198,30 @@ def test_the_gold_runs_once_per_copy_for_a_whole_group():
 
 def test_a_database_over_the_cap_is_skipped_and_never_refuted():
     size = os.path.getsize(SUPERHERO)
-    config = eq.EquivalenceConfig(copies=3, seed=1, max_bytes=size - 1, timeout_s=5.0)
-    with eq.EquivalenceChecker() as c:
+    config = machinery.EquivalenceConfig(copies=3, seed=1, max_bytes=size - 1, timeout_s=5.0)
+    with machinery.EquivalenceChecker() as c:
         report = c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, config)
         assert (report.checked, report.refuted, report.skipped_reason) == (False, False, "too_large")
         assert "equivalence_max_bytes" in report.detail and len(c.cache) == 0 and c.cache.builds == 0
         m = report.to_metrics()
         assert m["equivalence_skipped_reason"] == "too_large" and m["equivalence_refuted"] == 0.0
     # Under the per-file cap, but its copies would not fit in the cache together: skipped, not thrashed.
-    small = eq.CopyCache(max_bytes=3 * size)
-    with eq.EquivalenceChecker(cache=small) as c:
+    small = machinery.CopyCache(max_bytes=3 * size)
+    with machinery.EquivalenceChecker(cache=small) as c:
         report = c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, CONFIG)
         assert report.skipped_reason == "too_large" and "copy cache" in report.detail and small.builds == 0
-        three = eq.EquivalenceConfig(copies=2, seed=1, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
+        three = machinery.EquivalenceConfig(copies=2, seed=1, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
         assert c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, three).skipped_reason in (None, "")
 
 
 def test_a_missing_database_is_skipped_as_a_database_error(tmp_path):
-    with eq.EquivalenceChecker() as c:
+    with machinery.EquivalenceChecker() as c:
         report = c.check_sync(str(tmp_path / "nope.sqlite"), "SELECT 1", "SELECT 1", CONFIG)
     assert report.skipped_reason == "database_error" and not report.refuted and "nope.sqlite" in report.detail
 
 
 def test_copy_cache_is_bounded_and_builds_each_copy_once():
-    cache = eq.CopyCache(max_copies=2)
+    cache = machinery.CopyCache(max_copies=2)
     got = []
 
     def fetch():
@@ -234,17 +236,17 @@ def test_copy_cache_is_bounded_and_builds_each_copy_once():
     cache.get(SUPERHERO, "sample", 5, max_bytes=CONFIG.max_bytes)
     cache.get(SUPERHERO, "shuffle", 5, max_bytes=CONFIG.max_bytes)
     assert len(cache) == 2 and cache.evictions == 1 and cache.builds == 3
-    by_bytes = eq.CopyCache(max_copies=10, max_bytes=os.path.getsize(SUPERHERO) + 1)
+    by_bytes = machinery.CopyCache(max_copies=10, max_bytes=os.path.getsize(SUPERHERO) + 1)
     by_bytes.get(SUPERHERO, "sample", 5, max_bytes=CONFIG.max_bytes)
     by_bytes.get(SUPERHERO, "shuffle", 5, max_bytes=CONFIG.max_bytes)
     assert len(by_bytes) == 1 and by_bytes.evictions == 1
-    with pytest.raises(eq.EquivalenceError, match="unknown perturbation"):
+    with pytest.raises(EquivalenceError, match="unknown perturbation"):
         cache.get(SUPERHERO, "reverse", 5, max_bytes=CONFIG.max_bytes)
 
 
 def test_bad_configuration_is_refused_clearly():
-    with pytest.raises(eq.EquivalenceError, match="copies must be >= 1"):
-        eq.EquivalenceConfig(copies=0, seed=1, max_bytes=1, timeout_s=1.0)
+    with pytest.raises(EquivalenceError, match="copies must be >= 1"):
+        machinery.EquivalenceConfig(copies=0, seed=1, max_bytes=1, timeout_s=1.0)
     from t2sql.errors import PresetError
 
     with pytest.raises(PresetError, match="equivalence_timeout_s"):
@@ -252,7 +254,7 @@ def test_bad_configuration_is_refused_clearly():
 
 
 def test_the_loop_keeps_running_and_cancel_interrupts_the_query():
-    slow_config = eq.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=30.0)
+    slow_config = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=30.0)
 
     async def main():
         with Grader(concurrency=1) as grader:
@@ -280,7 +282,7 @@ def test_the_loop_keeps_running_and_cancel_interrupts_the_query():
 def test_the_check_counts_against_the_graders_one_concurrency_limit():
     """With one SQL worker, a tool call sent while a check runs waits for the check (it would run
     beside it if the check had threads of its own), and no other thread runs SQL."""
-    slow_config = eq.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=30.0)
+    slow_config = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=30.0)
 
     async def main():
         with Grader(concurrency=1) as grader:
@@ -312,11 +314,11 @@ def test_a_process_worker_runs_the_check_with_its_own_copies():
             exact = await grader.equivalence(SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
             return lucky, exact
 
-    builds_here = eq.default_checker().cache.builds
+    builds_here = machinery.default_checker().cache.builds
     lucky, exact = asyncio.run(main())
-    assert lucky.refuted and lucky.refuting_copy.split(":")[0] in eq.KINDS
+    assert lucky.refuted and lucky.refuting_copy.split(":")[0] in machinery.KINDS
     assert exact.checked and not exact.refuted
-    assert eq.default_checker().cache.builds == builds_here  # the copies were built in the worker
+    assert machinery.default_checker().cache.builds == builds_here  # the copies were built in the worker
 
 
 # -- inside a real episode
@@ -346,7 +348,7 @@ def test_episode_takes_the_penalty_and_reports_the_metrics():
     assert lucky.outcome == "correct" and lucky.correct  # evaluation still scores it correct
     assert lucky.reward_terms["equivalence"] == pytest.approx(-RECIPE.equivalence_penalty)
     assert lucky.metrics["equivalence_refuted"] == 1.0 and lucky.metrics["equivalence_checked"] == 1.0
-    assert lucky.metrics["equivalence_copy"].split(":")[0] in eq.KINDS
+    assert lucky.metrics["equivalence_copy"].split(":")[0] in machinery.KINDS
     assert lucky.metrics["equivalence_skipped_reason"] == ""
     assert "unapplied_switches" not in lucky.metrics
     exact = _play(RECIPE, GOLD_JOIN)

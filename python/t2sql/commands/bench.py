@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import t2sql
+from t2sql.bench.download import bench_download, format_download
 from t2sql.bench.grader import PATHS, bench_grader, format_grader
 from t2sql.bench.serving import (
     TOOL_PATHS,
@@ -23,6 +24,7 @@ from t2sql.bench.serving import (
     bench_tool_latency,
     effective_cores,
 )
+from t2sql.errors import T2sqlError
 from t2sql.tasks import database_path, sample_questions
 
 
@@ -83,9 +85,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_download(args: argparse.Namespace) -> int:
     import subprocess
-
-    from t2sql.bench.download import bench_download, format_download
-    from t2sql.errors import T2sqlError
 
     if args.size_mb < 1 or args.repeat < 1:
         print("t2sql bench download: --size-mb and --repeat must be at least 1", file=sys.stderr)

@@ -9,12 +9,11 @@ from pathlib import Path
 
 from t2sql.data.convert import DEFAULT_GOLD_TIMEOUT_S, DEFAULT_RECIPE, convert_split, summary_table
 from t2sql.errors import DataError
+from t2sql.grading import describe_methods, method_arg, seconds_arg
 from t2sql.tasks import BIRD_FIELDS, parse_field_map
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from t2sql.grading import method_arg, seconds_arg
-
     parser.add_argument("--questions", required=True, help="BIRD-layout question file (.json array or .jsonl)")
     parser.add_argument("--db-root", required=True, help="directory holding <db_id>/<db_id>.sqlite")
     parser.add_argument("--out-dir", required=True, help="where <split-name>.jsonl is written")
@@ -36,8 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from t2sql.grading import describe_methods
-
     split = args.split_name or Path(args.questions).stem
     try:
         fields = parse_field_map(args.field_map)

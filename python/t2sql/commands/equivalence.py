@@ -19,8 +19,10 @@ from typing import Any
 
 import t2sql
 from t2sql import sqltext
-from t2sql.episode.equivalence import EquivalenceChecker, EquivalenceConfig
-from t2sql.errors import EquivalenceError
+from t2sql.episode.presets import get_preset
+from t2sql.errors import EquivalenceError, PresetError
+from t2sql.progress import Progress
+from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.tasks import database_path
 
 MUTATIONS: dict[str, str] = {
@@ -246,7 +248,6 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
             examples: int = 3, progress: bool = True) -> dict[str, Any]:
     """Derive the pairs from every gold in `rows` (BIRD questions), keep those that match on the
     real database, run the check on them; per category: pairs, refuted, refuting copy kind."""
-    from t2sql.progress import Progress
 
     local = threading.local()
 
@@ -402,9 +403,6 @@ def add_arguments(parser: Any) -> None:
 def run(args: Any) -> int:
     import json
     import sys
-
-    from t2sql.episode.presets import get_preset
-    from t2sql.errors import PresetError
 
     if not args.measure:
         print("t2sql equivalence: nothing to do; pass --measure (the check itself runs inside episodes)",

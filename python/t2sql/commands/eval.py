@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t2sql.episode.presets import get_preset
 from t2sql.errors import EvalError, cap_lines
 from t2sql.eval.policies import build_policy
 from t2sql.eval.results import data_sha256, format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
+from t2sql.grading import describe_methods, method_arg, method_counts, positive_arg, seconds_arg, wait_arg
 from t2sql.tasks import sample_dir, sample_questions
 
 if TYPE_CHECKING:
@@ -22,8 +24,6 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from t2sql.grading import method_arg, positive_arg, seconds_arg, wait_arg
-
     what = parser.add_argument_group("what to evaluate")
     what.add_argument("--policy", choices=("model", "oracle"), default="model",
                       help="model: an endpoint writes the turns; oracle: scripted gold answers, no endpoint")
@@ -106,9 +106,6 @@ def describe_preset(preset: Preset, width: int = 100) -> str:
 
 
 def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
-    from t2sql.episode.presets import get_preset
-    from t2sql.grading import describe_methods, method_counts
-
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
     try:
         if args.limit is not None and args.limit < 1:

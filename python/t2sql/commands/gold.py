@@ -28,9 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from t2sql.atomic import write_bytes_atomic
-from t2sql.errors import MAX_LISTED, TaskError, UnknownDatabase, cap_lines
-from t2sql.grading import fallback_note
+from t2sql.episode.presets import DEFAULT_PRESET, get_preset
+from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
+from t2sql.grading import fallback_note, method_arg, method_counts, seconds_arg
+from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
+from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import Manifest
 from t2sql.tasks import Task, find_database, load_questions, read_method, row_db_root, row_fields
 
@@ -86,8 +89,6 @@ def load_tasks(data: str | os.PathLike, db_root: str | None,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from t2sql.grading import method_arg, seconds_arg
-
     parser.add_argument("--data", required=True, help="split: BIRD question json/jsonl or converted miles jsonl")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: BIRD rows "
                         "beside --data, converted rows their metadata.db_path)")
@@ -113,7 +114,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _grading_settings(args):
     """(the method of a task, float_digits, timeout, column order, the preset)."""
-    from t2sql.episode.presets import DEFAULT_PRESET, get_preset
 
     preset = get_preset(args.recipe or DEFAULT_PRESET)
     if args.semantics:
@@ -127,11 +127,6 @@ def _grading_settings(args):
 
 
 def run(args) -> int:
-    from t2sql.errors import DataError
-    from t2sql.grading import method_counts
-    from t2sql.progress import Progress
-    from t2sql.serving.grader import Grader
-
     if args.workers is not None and args.workers < 1:
         print("error: --workers must be at least 1", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from typing import Iterator
 from t2sql._grader import MAX_FLOAT_DIGITS, Database, DatabaseError, T2sqlError, Verdict
 from t2sql.atomic import atomic_write
 from t2sql.grading import OUTCOMES, check_method, grade, method_arg, seconds_arg
+from t2sql.progress import Progress
 from t2sql.tasks import database_path, sample_dir
 
 
@@ -187,8 +188,6 @@ def _check_pair_files(args: argparse.Namespace) -> str | None:
 
 
 def _grade_pairs(args: argparse.Namespace) -> int:
-    from t2sql.progress import Progress
-
     problem = _check_pair_files(args)
     if problem:
         return _fail(problem)

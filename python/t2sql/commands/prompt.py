@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from t2sql.errors import DataError, PromptCommandError
+from t2sql import T2sqlError
+from t2sql.episode.presets import get_preset
+from t2sql.episode.prompt import build_prompt, tool_specs
+from t2sql.errors import DataError, PresetError, PromptCommandError, SchemaError, TaskError
 from t2sql.tasks import Task, load_questions, row_db_root, row_fields
 
 
@@ -62,10 +65,6 @@ def add_arguments(parser: Any) -> None:
 
 
 def run(args: Any) -> int:
-    from t2sql.episode.presets import get_preset
-    from t2sql.episode.prompt import build_prompt, tool_specs
-    from t2sql.errors import PresetError, SchemaError, TaskError
-
     try:
         preset = get_preset(args.preset)
         if args.db_root is not None and not Path(args.db_root).is_dir():
@@ -81,7 +80,6 @@ def run(args: Any) -> int:
         print(f"t2sql prompt: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # the core's DatabaseError and friends: say which database
-        from t2sql import T2sqlError
 
         if isinstance(e, T2sqlError):
             print(f"t2sql prompt: {task.db_path}: {e}", file=sys.stderr)

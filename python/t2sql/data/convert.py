@@ -50,9 +50,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from t2sql import Database
+from t2sql._grader import GRADE_DEFAULTS
 from t2sql.atomic import atomic_write
+from t2sql.episode.presets import get_preset
+from t2sql.episode.prompt import build_prompt, tool_specs
 from t2sql.errors import DataError, Problem
+from t2sql.grading import fallback_note, method_counts
 from t2sql.progress import Progress
+from t2sql.serving.golds import GoldTask, run_golds
+from t2sql.serving.grader import Grader
 from t2sql.tasks import BIRD_FIELDS, Task, load_questions, normalize_rows, validate_rows
 
 # The recipe's data release: split name -> task count (for the summary's sanity check).
@@ -120,10 +127,6 @@ def check_gold(
     for those that fail. Returns (problems, SQLite seconds per row in input order)."""
     import asyncio
 
-    from t2sql._grader import GRADE_DEFAULTS
-    from t2sql.serving.golds import GoldTask, run_golds
-    from t2sql.serving.grader import Grader
-
     tasks = [GoldTask.of(row, task) for row, task in rows]
 
     async def run_all():
@@ -142,9 +145,6 @@ def check_gold(
 def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> list[dict[str, Any]]:
     """Tasks -> miles rows, with the prompt the episode itself would build. Each fact is stored once:
     the label holds what grading reads, the metadata the rest."""
-    from t2sql import Database
-    from t2sql.episode.presets import get_preset
-    from t2sql.episode.prompt import build_prompt, tool_specs
 
     preset = get_preset(recipe)
     tools = tool_specs()
@@ -207,7 +207,6 @@ def convert_split(
 
     Raises DataError (nothing written) when any row has a problem and drop_invalid is off.
     """
-    from t2sql.grading import fallback_note, method_counts
 
     db_root = Path(db_root)
     if not db_root.is_dir():

@@ -1,4 +1,5 @@
-"""The equivalence check: a prediction that matches the gold only by luck of the data loses points.
+"""The equivalence check as a reward term: a prediction that matches the gold only by luck of the data
+loses points. The check itself (the copies, their cache, the verdicts) is t2sql.serving.equivalence's.
 
 A prediction graded `correct` returned the gold's result on the task's database. That does not make
 it the same query: `SELECT name` where the gold says `SELECT DISTINCT name` matches whenever the
@@ -12,7 +13,7 @@ its own SQL on a private connection; the model's SQL never touches a writable co
   shuffle    in each table, one non-key column's values permuted across rows
   nullify    in each table, a third of one nullable non-key column's values set to NULL
 
-The rules (preset fields in t2sql.episode.reward, `equivalence_*`):
+The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
 
 - Only an episode whose outcome is `correct` is checked. Copy i (0-based) of `equivalence_copies`
   is kind `KINDS[i % 4]` (sample, duplicate, shuffle, nullify, sample, ...) with a 64-bit seed derived from
@@ -63,34 +64,7 @@ from typing import Any
 import t2sql
 from t2sql.episode.presets import Preset
 from t2sql.episode.reward import RewardTerm, TermResult, Trajectory
-from t2sql.errors import DatabaseTooLarge, EquivalenceError
-from t2sql.serving.equivalence import (
-    AGREEING,
-    CACHE_MIB_ENV,
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_CACHE_COPIES,
-    GOLDS_PER_COPY,
-    KINDS,
-    REFUTING,
-    SKIP_REASONS,
-    CopyCache,
-    CopyEntry,
-    CopyVerdict,
-    EquivalenceChecker,
-    EquivalenceConfig,
-    EquivalenceReport,
-    copy_plan,
-    copy_seed,
-    default_checker,
-    skipped,
-)
-
-__all__ = [
-    "AGREEING", "CACHE_MIB_ENV", "DEFAULT_CACHE_BYTES", "DEFAULT_CACHE_COPIES", "GOLDS_PER_COPY", "KINDS",
-    "REFUTING", "SKIP_REASONS", "TERM_NAME", "CopyCache", "CopyEntry", "CopyVerdict", "DatabaseTooLarge",
-    "EquivalenceChecker", "EquivalenceConfig", "EquivalenceError", "EquivalenceReport", "check_trajectory",
-    "copy_plan", "copy_seed", "default_checker", "equivalence_term", "reward_terms", "skipped",
-]
+from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport, default_checker, skipped
 
 # ---------------------------------------------------------------------------------- the reward term
 

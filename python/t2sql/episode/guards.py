@@ -26,7 +26,7 @@ into a reward term by `reward_terms()`:
   compared token for token; an empty remainder never matches. Count = turns similar to some
   earlier turn.
 
-The thresholds and penalties are preset fields (t2sql.episode.reward): `repetition_ngram_n`,
+The thresholds and penalties are preset fields (t2sql.episode.presets): `repetition_ngram_n`,
 `repetition_ngram_share`, `repetition_min_ngrams`, `repeated_turn_similarity`, and the penalties
 `repeated_tool_query_penalty`, `redraft_penalty`, `ngram_repetition_penalty`, `repeated_turn_penalty`
 (each taken off once per counted event). Nothing here imports torch, miles or the grader.

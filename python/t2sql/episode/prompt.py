@@ -1,13 +1,13 @@
-"""What the model sees, and how its turns are read.
+"""What the model sees.
 
-- `build_prompt(task, preset, db)`: the system message (role, the one tool, the budget, the answer
-  format, the evidence rules) and the user message (schema, evidence, question).
-- `TOOL_SPEC` / `tool_specs()`: `execute_sql_query(query)` as an OpenAI function spec.
-- Parsers, all total (they never raise on model text): `split_think` / `strip_think`,
-  `parse_solution`, `parse_tool_calls` (qwen3_coder XML and JSON-in-`<tool_call>`),
-  `parse_structured_tool_calls` (OpenAI `tool_calls`), `prose`.
+- `build_prompt(task, preset, db)` (`build_prompt_async` off the event loop): the system message
+  (role, the one tool, the budget, the answer format, the ordering rule of the task's grading method,
+  the evidence rules) and the user message (schema, evidence, question).
+- `TOOL_SPEC` / `tool_specs()`: `execute_sql_query(query)` as an OpenAI function spec, and
+  `EXPECTED_FORM`, the call's form shown after an invalid call.
 
-The schema block is built per database once (`load_schema`, cached by path and file identity) and
+How the model's turns are read is t2sql.episode.parsing's. The schema block is t2sql.episode.schema's:
+built per database once (`load_schema`, cached by path and file identity) and
 rendered per task under `preset.schema_max_chars`. A schema over the budget is shortened in this
 order, one step at a time, until it fits (the step taken is in `RenderedSchema.level`):
 

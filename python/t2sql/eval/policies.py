@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from t2sql.chat_template import ChatTemplate  # the training adapter's: one way to extend the ids
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
 from t2sql.episode.machine import cut_reason
 from t2sql.errors import EvalError
@@ -189,8 +190,6 @@ class SglangPolicy:
 
 class _SglangSession:
     def __init__(self, policy: SglangPolicy, episode: Episode):
-        from t2sql.chat_template import ChatTemplate  # the training adapter's: one way to extend the ids
-
         self.policy = policy
         self.episode = episode
         self.stats = CallStats()

@@ -16,6 +16,7 @@ from t2sql.atomic import write_bytes_atomic
 from t2sql.episode.presets import OUTCOMES
 from t2sql.errors import EvalError
 from t2sql.eval.endpoint import CallStats
+from t2sql.serving.manifest import sha256_file
 from t2sql.tasks import Task
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ _HEADER_MAX_BYTES = 1 << 20  # a header is a few hundred bytes; a first line lon
 
 def data_sha256(path: str | os.PathLike) -> str:
     """The content hash of a task file: two files of one name with other questions or gold are other runs."""
-    from t2sql.serving.manifest import sha256_file
 
     return sha256_file(path)
 

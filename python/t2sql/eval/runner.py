@@ -42,8 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t2sql import Digest
+from t2sql.episode.machine import Episode
+from t2sql.episode.prompt import build_prompt_async
 from t2sql.episode.rollout import open_grader
-from t2sql.errors import EndpointError, EvalError
+from t2sql.errors import DataError, EndpointError, EvalError
 from t2sql.eval.endpoint import CallStats
 from t2sql.eval.policies import Policy
 from t2sql.eval.results import (
@@ -56,6 +59,7 @@ from t2sql.eval.results import (
     error_record,
     summarize,
 )
+from t2sql.grading import fallback_note
 from t2sql.progress import Progress
 from t2sql.tasks import Task, load_questions, row_db_root
 
@@ -85,8 +89,6 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
     miles rows use the db_path recorded at conversion.
     """
-    from t2sql.errors import DataError
-    from t2sql.grading import fallback_note
 
     path = Path(data)
     try:
@@ -139,7 +141,6 @@ async def vote(task: Task, records: list[dict[str, Any]], grader: Any, preset: P
     solution whose grade stopped early (another column count, more rows than the gold) is run once
     more for its digest. The largest group wins; a tie goes to the group holding the earliest
     sample. The winner's correctness is its members' (equal results get the same verdict)."""
-    from t2sql import Digest
 
     method = preset.method_for(task.grading_method)
     voters: list[tuple[int, Any, bool]] = []
@@ -191,8 +192,6 @@ async def run_episode(
 
 async def _run_episode(task: Task, policy: Policy, preset: Preset, grader: Any,
                        run_info: dict[str, Any]) -> dict[str, Any]:
-    from t2sql.episode.machine import Episode
-    from t2sql.episode.prompt import build_prompt_async
 
     started = time.monotonic()
     episode: Episode | None = None

@@ -16,7 +16,7 @@ every rollout (miles passes the data source's bound `get_samples`, not the sourc
 group's results to the policy. The policy's state is saved beside miles' own data-source state at
 every checkpoint and restored on resume.
 
-The rules (the numbers are preset fields in t2sql.episode.reward, `curriculum_*`):
+The rules (the numbers are preset fields in t2sql.episode.presets, `curriculum_*`):
 
 - Hints. A task whose group scores 0/N (no sample correct) gets one hint level more the next time
   it is drawn, up to `curriculum_max_hint_level` (3). A group at a hint level that scores at least
@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from t2sql.atomic import atomic_write
+from t2sql.episode.presets import get_preset
 from t2sql.errors import CurriculumError
 from t2sql.miles.hints import apply_hint, build_hint
 
@@ -298,8 +299,6 @@ def task_key(sample: Any, fallback: str) -> str:
 
 
 def _preset_for(args: Any) -> Any:
-    from t2sql.episode.presets import get_preset
-
     return get_preset(getattr(args, "text_to_sql_recipe", None))
 
 

@@ -21,8 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from t2sql.data import convert as data
 from t2sql.download import bird
 from t2sql.errors import DataError, LaunchError, cap_lines
+from t2sql.grading import describe_methods
 from t2sql.miles.checkpoint import convert_torch_dist, download_repo, is_complete, own_checkpoint_problems
 from t2sql.miles.flags import (
     CISPO_LOSS_PATH,
@@ -31,6 +33,10 @@ from t2sql.miles.flags import (
     TrainConfig,
     _preset,
 )
+from t2sql.progress import Progress
+from t2sql.serving.golds import GoldTask, run_golds
+from t2sql.serving.grader import Grader
+from t2sql.serving.manifest import Manifest
 from t2sql.tasks import Task, parse_field_map, release_dir
 
 # Disk that `prepare` needs, in bytes (bf16 weights of 35B parameters ~ 72 GB, the same again for
@@ -154,7 +160,6 @@ def check_output_dir(root: Path, parts: tuple[Path, ...] = ()) -> None:
 def write_manifests(c: TrainConfig, split_roots: dict[str, Path]) -> list[Path]:
     """data/<split>.manifest.json: size, mtime and sha256 of every database a split uses
     (t2sql.serving.manifest's format; pass one to a Grader to refuse databases changed since prepare)."""
-    from t2sql.serving.manifest import Manifest
 
     written = []
     for split, db_root in split_roots.items():
@@ -173,10 +178,6 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     Failures are reported, not fatal: convert already refused gold that fails to run, so a failure
     here is a timeout to look at."""
     import asyncio
-
-    from t2sql.progress import Progress
-    from t2sql.serving.golds import GoldTask, run_golds
-    from t2sql.serving.grader import Grader
 
     preset = _preset(c)
     tasks = []
@@ -210,7 +211,6 @@ def bird_splits(c: TrainConfig, args: argparse.Namespace) -> tuple[list[tuple[st
     they run on under <output-dir>/data/bird; and one note per archive. A database a split's tasks name
     that is not there is an error naming it with its task count (a note with --drop-invalid, which then
     converts the tasks that can run)."""
-    from t2sql.data import convert as data
 
     laid = bird.fetch(c.bird_dir, bird.archives_for(args.splits), base_url=args.bird_url,
                       keep_archives=args.keep_archives)
@@ -245,8 +245,6 @@ def check_prepare_args(c: TrainConfig, args: argparse.Namespace) -> dict[str, st
 
 def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) -> int:
     """`fields`: check_prepare_args' field map (main runs that first: its errors are usage errors)."""
-    from t2sql.data import convert as data
-    from t2sql.grading import describe_methods
 
     # Fail before anything is written when the model step cannot run here.
     if not args.skip_model:

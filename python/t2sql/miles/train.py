@@ -46,7 +46,9 @@ from dataclasses import fields
 from typing import Callable, NoReturn
 
 from t2sql.download.bird import BIRD_URL
+from t2sql.episode.presets import get_preset
 from t2sql.errors import DataError, LaunchError, PresetError, T2sqlError
+from t2sql.grading import method_arg, seconds_arg
 from t2sql.miles.flags import (
     HF_REPO,
     LOSS_BLOCKS,
@@ -75,7 +77,6 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
         raise LaunchError("cannot start training; missing:\n" + "\n".join(f"  - {m}" for m in missing)
                           + "\n(`t2sql-train train --dry-run` prints the command without starting anything)")
     command_utils = _import_miles_command_utils(c)
-    from t2sql.episode.presets import get_preset
 
     print(json.dumps({"preset": get_preset(c.recipe).to_dict()}, indent=1))
     command_utils.execute_train(
@@ -133,8 +134,6 @@ def bird_url_arg(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from t2sql.grading import method_arg, seconds_arg
-
     epilog = __doc__[__doc__.index("Exit status:"):]
     parser = _Parser(prog="t2sql-train", description=__doc__.splitlines()[0], epilog=epilog)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
