@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from t2sql import Database, DatabaseClosed, DatabaseError, InvalidArgument, T2sqlError, ToolLimits
+from t2sql import Database, DatabaseClosed, DatabaseError, GradeSpec, InvalidArgument, T2sqlError, ToolLimits
 from t2sql._grader import SqlPool
 from t2sql.serving.backends import DigestJob, ToolJob
 
@@ -61,10 +61,11 @@ def test_tool_limits_out_of_range(db_file, name, value):
 def test_float_digits_out_of_range(db_file, method, value):
     db = Database(db_file)
     args = ("SELECT id FROM people",) if method == "digest" else ("SELECT id FROM people", "SELECT id FROM people")
-    message = refused(lambda: getattr(db, method)(*args, float_digits=value), "float_digits",
+    # A digest's and a grade's digits are their GradeSpec's, checked when it is built.
+    message = refused(lambda: GradeSpec(float_digits=value), "float_digits",
                       f"from 1 to {t2sql._grader.MAX_FLOAT_DIGITS}, or None (exact)")
     assert message.endswith(f"got {value}")
-    assert getattr(db, method)(*args, float_digits=None) is not None
+    assert getattr(db, method)(*args, GradeSpec(float_digits=None)) is not None
 
 
 @pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), 10**400],
@@ -72,8 +73,7 @@ def test_float_digits_out_of_range(db_file, method, value):
 def test_timeouts_are_positive_seconds(db_file, value):
     db = Database(db_file)
     gold = db.digest("SELECT id FROM people")
-    calls = [lambda: ToolLimits(timeout_s=value), lambda: db.digest("SELECT 1", timeout_s=value),
-             lambda: db.grade("SELECT 1", "SELECT 1", timeout_s=value),
+    calls = [lambda: ToolLimits(timeout_s=value), lambda: GradeSpec(timeout_s=value),
              lambda: db.grade_against("SELECT 1", gold, value), lambda: db.count_rows("SELECT 1", value)]
     for call in calls:
         refused(call, "timeout_s", "positive")
@@ -102,8 +102,11 @@ def test_pool_and_process_settings(db_file):
         # A ToolJob's limits were checked when its ToolLimits was built (test_tool_limits_out_of_range).
         tool = ToolJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", ToolLimits(count_cap=100), job_id=1)
         refused(lambda: pool.submit_tool(tool._replace(job_id=-1)), "job_id", U64)
-        digest = DigestJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", "multiset", -1, 5.0, "strict", 2)
-        refused(lambda: pool.submit_digest(digest), "float_digits", "from 1 to")
+        # A DigestJob's spec is one GradeSpec, read whole (its digits were checked when it was built).
+        digest = DigestJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", GradeSpec(), job_id=2)
+        refused(lambda: pool.submit_digest(digest._replace(job_id=-1)), "job_id", U64)
+        with pytest.raises(TypeError):
+            pool.submit_digest(digest._replace(spec="multiset"))
     finally:
         pool.close()
 

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from conftest import bird_root
-from t2sql import Database, ToolLimits, resolve_semantics
+from t2sql import Database, GradeSpec, ToolLimits, resolve_semantics
 
 BIRD = bird_root()
 
@@ -30,7 +30,7 @@ def test_all_432_golds_run_hardened_and_match_themselves(questions, databases):
     for q in questions:
         db = databases[q["db_id"]]
         for semantics in ("multiset", "set", "ordered"):
-            v = db.grade(q["SQL"], q["SQL"], semantics=semantics, timeout_s=30)
+            v = db.grade(q["SQL"], q["SQL"], GradeSpec(semantics, gold_sql=q["SQL"], timeout_s=30))
             if v.outcome != "match":
                 failures.append((q["question_id"], semantics, v.outcome, v.detail))
         # The tool path runs every gold too, and counts its rows the same way.
@@ -76,7 +76,7 @@ def test_set_semantics_with_exact_floats_agrees_with_birds_rule(questions, datab
         gold_rows = set(con.execute(q["SQL"]).fetchall())
         for kind, pred in derived_pairs(q["SQL"], _columns(con, _plain(q["SQL"]))).items():
             expected = set(con.execute(pred).fetchall()) == gold_rows
-            v = databases[q["db_id"]].grade(pred, q["SQL"], semantics="set", float_digits=None)
+            v = databases[q["db_id"]].grade(pred, q["SQL"], GradeSpec("set", gold_sql=q["SQL"], float_digits=None))
             assert v.outcome in ("match", "mismatch"), (q["question_id"], kind, v)
             if v.matched == expected:
                 agreements[kind] += 1
@@ -100,8 +100,8 @@ def test_multiset_counts_what_set_ignores(questions, databases):
         db = databases[q["db_id"]]
         g = _plain(q["SQL"])
         dup = f"SELECT * FROM ({g}) UNION ALL SELECT * FROM ({g})"
-        assert db.grade(dup, q["SQL"], semantics="set").outcome == "match"
-        v = db.grade(dup, q["SQL"], semantics="multiset")
+        assert db.grade(dup, q["SQL"], GradeSpec("set", gold_sql=q["SQL"])).outcome == "match"
+        v = db.grade(dup, q["SQL"], GradeSpec("multiset", gold_sql=q["SQL"]))
         assert v.outcome == "mismatch"
         seen_dup_mismatch += 1
     assert seen_dup_mismatch == 150
@@ -122,8 +122,8 @@ def test_auto_semantics_follows_the_golds_outer_order_by(questions, databases):
         values = " UNION ALL ".join(
             "SELECT " + ", ".join(_literal(v) for v in row) for row in reversed(rows)
         )
-        assert db.grade(values, g, semantics="auto").outcome == "mismatch"
-        assert db.grade(values, g, semantics="multiset").outcome == "match"
+        assert db.grade(values, g, GradeSpec("auto", gold_sql=g)).outcome == "mismatch"
+        assert db.grade(values, g, GradeSpec("multiset", gold_sql=g)).outcome == "match"
         checked += 1
         if checked >= 5:
             break
@@ -184,8 +184,8 @@ def test_bird_dev_pairs_under_each_grading_method_agree_with_python(questions, d
             method = method.removesuffix("-ignore")
             pred = pairs[kind]
             expected = _reference(con.execute(pred).fetchall(), gold_rows, method, column_order)
-            v = databases[q["db_id"]].grade(pred, q["SQL"], semantics=method, float_digits=None,
-                                            column_order=column_order)
+            spec = GradeSpec(method, gold_sql=q["SQL"], float_digits=None, column_order=column_order)
+            v = databases[q["db_id"]].grade(pred, q["SQL"], spec)
             assert v.outcome in ("match", "mismatch"), (q["question_id"], method, kind, v)
             if v.matched != expected:
                 disagreements.append((q["question_id"], method, kind, expected, v.detail))

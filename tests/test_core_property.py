@@ -12,7 +12,7 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from t2sql import Database
+from t2sql import Database, GradeSpec
 
 I64 = 2**63
 
@@ -148,7 +148,8 @@ def test_core_agrees_with_python_reference(tmp_path_factory, case, semantics, di
     ncols, pred_ncols, _, _ = case
     path, gold_sql, pred_sql, gold_rows, pred_rows = _stored(tmp_path_factory, case)
     expected = reference(pred_rows, gold_rows, semantics, digits) and pred_ncols == ncols
-    verdict = Database(str(path)).grade(pred_sql, gold_sql, semantics=semantics, float_digits=digits)
+    verdict = Database(str(path)).grade(pred_sql, gold_sql,
+                                        GradeSpec(semantics, gold_sql=gold_sql, float_digits=digits))
     assert verdict.outcome in ("match", "mismatch"), verdict
     assert verdict.matched == expected, (verdict, pred_rows, gold_rows)
 
@@ -164,8 +165,8 @@ def test_grading_methods_and_column_order_agree_with_python_reference(tmp_path_f
     ncols, pred_ncols, _, _ = case
     path, gold_sql, pred_sql, gold_rows, pred_rows = _stored(tmp_path_factory, case)
     expected = reference(pred_rows, gold_rows, method, digits, column_order) and pred_ncols == ncols
-    verdict = Database(str(path)).grade(pred_sql, gold_sql, semantics=method, float_digits=digits,
-                                        column_order=column_order)
+    spec = GradeSpec(method, gold_sql=gold_sql, float_digits=digits, column_order=column_order)
+    verdict = Database(str(path)).grade(pred_sql, gold_sql, spec)
     assert verdict.outcome in ("match", "mismatch"), verdict
     assert verdict.matched == expected, (verdict, pred_rows, gold_rows)
 
@@ -176,10 +177,10 @@ def test_ignoring_column_order_keeps_each_cells_count(tmp_path):
     sqlite3.connect(path).close()
     db = Database(str(path))
     gold = "SELECT 1, 1, 2"
-    assert db.grade("SELECT 2, 1, 1", gold, column_order="ignore").matched
-    assert not db.grade("SELECT 1, 2, 2", gold, column_order="ignore").matched
+    assert db.grade("SELECT 2, 1, 1", gold, GradeSpec(column_order="ignore")).matched
+    assert not db.grade("SELECT 1, 2, 2", gold, GradeSpec(column_order="ignore")).matched
     assert not db.grade("SELECT 2, 1, 1", gold).matched  # strict by default
     # Cells stay in their row: the rows {(1,'a'), (2,'b')} are not {(1,'b'), (2,'a')}.
     two = "SELECT 1, 'a' UNION ALL SELECT 2, 'b'"
-    assert db.grade("SELECT 'b', 2 UNION ALL SELECT 'a', 1", two, column_order="ignore").matched
-    assert not db.grade("SELECT 1, 'b' UNION ALL SELECT 2, 'a'", two, column_order="ignore").matched
+    assert db.grade("SELECT 'b', 2 UNION ALL SELECT 'a', 1", two, GradeSpec(column_order="ignore")).matched
+    assert not db.grade("SELECT 1, 'b' UNION ALL SELECT 2, 'a'", two, GradeSpec(column_order="ignore")).matched

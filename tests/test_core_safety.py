@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from t2sql import Cancel, Database, QueryCancelled, QueryTimeout, SqlError, ToolLimits, UnsafeQuery
+from t2sql import Cancel, Database, GradeSpec, QueryCancelled, QueryTimeout, SqlError, ToolLimits, UnsafeQuery
 
 TIMEOUT_S = 1.0
 MARGIN_S = 1.0
@@ -132,7 +132,7 @@ def test_attack_is_contained(sandbox, name, sql, expected):
 
     # The grading path applies the same policy and maps it to an outcome.
     start = time.monotonic()
-    verdict = db.grade(sql, "SELECT name FROM people ORDER BY id", timeout_s=TIMEOUT_S)
+    verdict = db.grade(sql, "SELECT name FROM people ORDER BY id", GradeSpec(timeout_s=TIMEOUT_S))
     assert time.monotonic() - start < 2 * TIMEOUT_S + MARGIN_S
     outcome_for = {UnsafeQuery: {"unsafe"}, SqlError: {"pred_error"}, QueryTimeout: {"pred_timeout", "mismatch"}}
     if expected is None:
@@ -172,7 +172,7 @@ def test_cross_join_of_billions_exits_early_when_graded(sandbox):
     db = Database(str(db_path))
     start = time.monotonic()
     v = db.grade("SELECT a.id FROM people a, people b, people c, people d, people e", "SELECT id FROM people",
-                 timeout_s=30)
+                 GradeSpec(timeout_s=30))
     assert v.outcome == "mismatch" and "stopped early" in v.detail
     assert time.monotonic() - start < 2.0, "the early exit costs gold-count rows, not billions"
 
@@ -296,13 +296,13 @@ def test_bad_arguments_are_value_errors(sandbox):
     with pytest.raises(ValueError, match="timeout_s"):
         db.run_tool("SELECT 1", ToolLimits(timeout_s=0))
     with pytest.raises(ValueError, match="float_digits"):
-        db.grade("SELECT 1", "SELECT 1", float_digits=0)
+        db.grade("SELECT 1", "SELECT 1", GradeSpec(float_digits=0))
     with pytest.raises(ValueError, match="grading method"):
-        db.grade("SELECT 1", "SELECT 1", semantics="bag")
+        db.grade("SELECT 1", "SELECT 1", GradeSpec("bag", gold_sql="SELECT 1"))
     with pytest.raises(ValueError, match="without a count"):
-        db.grade("SELECT 1", "SELECT 1", semantics="subset")
+        db.grade("SELECT 1", "SELECT 1", GradeSpec("subset", gold_sql="SELECT 1"))
     with pytest.raises(ValueError, match="column_order"):
-        db.grade("SELECT 1", "SELECT 1", column_order="sideways")
+        db.grade("SELECT 1", "SELECT 1", GradeSpec(column_order="sideways"))
 
 
 def test_heap_limit_turns_a_memory_bomb_into_an_error(sandbox):
@@ -354,7 +354,7 @@ try:
         db.run_tool(sys.argv[3], t2sql.ToolLimits(timeout_s=float(sys.argv[4]), max_rows=20))
         outcome = "ran"
     else:
-        outcome = db.grade(sys.argv[3], sys.argv[3], timeout_s=float(sys.argv[4])).outcome
+        outcome = db.grade(sys.argv[3], sys.argv[3], t2sql.GradeSpec(timeout_s=float(sys.argv[4]))).outcome
 except t2sql.QueryTimeout:
     outcome = "timeout"
 elapsed = time.monotonic() - start

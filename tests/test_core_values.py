@@ -145,20 +145,21 @@ def test_an_unreadable_method_says_what_resolve_semantics_says(name):
 
 
 def test_grade_spec_refuses_what_a_grade_refuses():
+    """t2sql.grade takes the spec's parts as arguments and says what GradeSpec says."""
     db = Database(SUPERHERO)
     gold = "SELECT id FROM superhero LIMIT 1"
     for digits in (-1, 0, MAX_FLOAT_DIGITS + 1, 2**70):
         message = refused(lambda: GradeSpec(float_digits=digits))
         assert message == (f"float_digits must be an integer from 1 to {MAX_FLOAT_DIGITS}, or None (exact), "
                            f"got {digits}")
-        assert message == refused(lambda: db.digest(gold, float_digits=digits))
+        assert message == refused(lambda: t2sql.grade(db, gold, gold, float_digits=digits))
     message = refused(lambda: GradeSpec(column_order="sideways"))
     assert message == 'column_order must be "strict" or "ignore", got "sideways"'
-    assert message == refused(lambda: db.grade(gold, gold, column_order="sideways"))
+    assert message == refused(lambda: t2sql.grade(db, gold, gold, column_order="sideways"))
     for timeout in (0, -1.5, float("nan"), 10**400):
         message = refused(lambda: GradeSpec(timeout_s=timeout))
         assert message.startswith("timeout_s must be a positive") and message == refused(
-            lambda: db.digest(gold, timeout_s=timeout))
+            lambda: t2sql.grade(db, gold, gold, timeout_s=timeout))
     # The method is checked first, as a grade checks it.
     assert "unknown grading method" in refused(lambda: GradeSpec("bag", float_digits=0, timeout_s=0))
 
@@ -197,8 +198,21 @@ def test_methods_and_column_orders_are_what_the_parsers_read():
     db = Database(SUPERHERO)
     for order in COLUMN_ORDERS:
         assert GradeSpec(column_order=order).column_order == order
-        assert db.grade("SELECT 1", "SELECT 1", column_order=order).matched
+        assert db.grade("SELECT 1", "SELECT 1", GradeSpec(column_order=order)).matched
     assert all(name in refused(lambda: GradeSpec(column_order="both")) for name in COLUMN_ORDERS)
+
+
+def test_a_methods_name_is_read_by_the_core_before_any_gold():
+    """What a task file or a flag names (check_method, task_method) is read by the core, "auto" kept
+    for the spec to resolve against the gold; an unreadable one says what GradeSpec says."""
+    from t2sql._grader import method_name
+    from t2sql.grading import check_method
+
+    names = [method_name(m) for m in (" List ", " Subset, =,5", "AUTO", "set")]
+    assert names == ["ordered", "subset,=,5", "auto", "set"]
+    assert check_method(" List ") == "ordered" and check_method("Auto") == "auto"
+    for bad in ("subset", "bag"):
+        assert refused(lambda: method_name(bad)) == refused(lambda: GradeSpec(bad))
 
 
 # ---------------------------------------------------------------------------------------------- ToolResult

@@ -4,6 +4,7 @@ episode.md and every row of the reward table, driven turn by turn as the adapter
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+import t2sql
 from conftest import bird_root
-from t2sql import ToolLimits
+from t2sql import GradeSpec, ToolLimits
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EpisodeFinished, TaskError
+from t2sql.serving.equivalence import EquivalenceConfig
 from t2sql.serving.grader import Grader
 from t2sql.tasks import Task
 
@@ -247,6 +250,32 @@ def test_a_tool_call_hands_the_grader_the_presets_limits_whole(rows, db_root, gr
     assert len(seen) == 2 and all(limits is preset.tool_limits for limits in seen)
     assert out.tool_messages[0]["content"].startswith(grader.run_tool_sync(
         e.task.db_path, "SELECT id FROM superhero ORDER BY id", ToolLimits(max_rows=2)).text)
+
+
+def test_an_answer_is_graded_under_the_tasks_spec_built_once_and_handed_whole(rows, db_root, grader):
+    """The preset builds a task's GradeSpec once (the core resolves its method then); the episode hands
+    that very value to the Grader, and the equivalence check grades the copies as the episode did."""
+    row = next(r for r in rows if t2sql.resolve_semantics(r["SQL"], "auto") == "ordered")
+    t = dataclasses.replace(Task.from_row(row, db_root), grading_method="auto")
+    preset = RECIPE.replace(float_digits=6, column_order="ignore", grade_timeout_s=7.0)
+    seen: list = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(grader, name)
+
+        async def grade(self, db_path, pred_sql, gold_sql, spec=None):
+            seen.append(spec)
+            return await grader.grade(db_path, pred_sql, gold_sql, spec)
+
+    e = Episode(t, preset, Recording())
+    assert e.grade_spec == GradeSpec("ordered", float_digits=6, column_order="ignore", timeout_s=7.0)
+    assert preset.grade_spec(t) == e.grade_spec  # auto resolved against this gold's ORDER BY
+    play(e, f"<solution>{t.gold_sql}</solution>")
+    assert len(seen) == 1 and seen[0] is e.grade_spec and e.result.outcome == "correct"
+    config = EquivalenceConfig.from_preset(preset, e.grade_spec)
+    assert (config.spec.method, config.spec.float_digits, config.spec.column_order, config.spec.timeout_s) == (
+        "ordered", 6, "ignore", preset.equivalence_timeout_s)
 
 
 def test_every_tool_result_says_how_many_calls_are_left(rows, db_root, grader):

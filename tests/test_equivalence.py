@@ -16,6 +16,7 @@ import pytest
 
 import t2sql
 from conftest import bird_root
+from t2sql import GradeSpec
 from t2sql.commands import equivalence as measuring
 from t2sql.episode import equivalence as eq
 from t2sql.episode.machine import Episode
@@ -136,14 +137,16 @@ def test_a_gold_failing_on_a_copy_makes_that_copy_uninformative(checker):
 
 
 def test_a_prediction_timing_out_on_a_copy_is_not_refuted():
-    config = machinery.EquivalenceConfig(copies=3, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=0.3)
+    config = machinery.EquivalenceConfig(copies=3, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes,
+                                         spec=GradeSpec(timeout_s=0.3))
     with machinery.EquivalenceChecker() as c:
         report = c.check_sync(SUPERHERO, SLOW_ELSEWHERE, "SELECT 'x'", config)
         assert not report.refuted
         assert [v.outcome for v in report.copies if v.kind == "duplicate"] == ["pred_timeout"]
         assert not any(v.informative for v in report.copies if v.outcome == "pred_timeout")
         # Only copies that time out: nothing was compared, and the report says so.
-        only_slow = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=0.3)
+        only_slow = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes,
+                                                spec=GradeSpec(timeout_s=0.3))
         plan = machinery.copy_plan(2, CONFIG.seed)
         assert [k for k, _ in plan] == ["sample", "duplicate"]
         r2 = c.check_sync(SUPERHERO, SLOW_ELSEWHERE, "SELECT 'x'", only_slow)
@@ -157,7 +160,8 @@ def test_a_prediction_timing_out_on_a_copy_is_not_refuted():
 
 def test_same_seed_same_verdict_other_seed_other_copies():
     def run(seed: int) -> list[tuple]:
-        config = machinery.EquivalenceConfig(copies=4, seed=seed, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
+        config = machinery.EquivalenceConfig(copies=4, seed=seed, max_bytes=CONFIG.max_bytes,
+                                             spec=GradeSpec(timeout_s=5.0))
         with machinery.EquivalenceChecker() as c:  # a fresh cache: the copies are rebuilt
             out = []
             for pred, gold in ((PRED_IN, GOLD_JOIN), (GOLD_JOIN, GOLD_JOIN), ("SELECT superhero_name FROM superhero",
@@ -198,7 +202,7 @@ def test_the_gold_runs_once_per_copy_for_a_whole_group():
 
 def test_a_database_over_the_cap_is_skipped_and_never_refuted():
     size = os.path.getsize(SUPERHERO)
-    config = machinery.EquivalenceConfig(copies=3, seed=1, max_bytes=size - 1, timeout_s=5.0)
+    config = machinery.EquivalenceConfig(copies=3, seed=1, max_bytes=size - 1, spec=GradeSpec(timeout_s=5.0))
     with machinery.EquivalenceChecker() as c:
         report = c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, config)
         assert (report.checked, report.refuted, report.skipped_reason) == (False, False, "too_large")
@@ -210,7 +214,7 @@ def test_a_database_over_the_cap_is_skipped_and_never_refuted():
     with machinery.EquivalenceChecker(cache=small) as c:
         report = c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, CONFIG)
         assert report.skipped_reason == "too_large" and "copy cache" in report.detail and small.builds == 0
-        three = machinery.EquivalenceConfig(copies=2, seed=1, max_bytes=CONFIG.max_bytes, timeout_s=5.0)
+        three = machinery.EquivalenceConfig(copies=2, seed=1, max_bytes=CONFIG.max_bytes, spec=GradeSpec(timeout_s=5.0))
         assert c.check_sync(SUPERHERO, PRED_IN, GOLD_JOIN, three).skipped_reason in (None, "")
 
 
@@ -246,7 +250,7 @@ def test_copy_cache_is_bounded_and_builds_each_copy_once():
 
 def test_bad_configuration_is_refused_clearly():
     with pytest.raises(EquivalenceError, match="copies must be >= 1"):
-        machinery.EquivalenceConfig(copies=0, seed=1, max_bytes=1, timeout_s=1.0)
+        machinery.EquivalenceConfig(copies=0, seed=1, max_bytes=1, spec=GradeSpec(timeout_s=1.0))
     from t2sql.errors import PresetError
 
     with pytest.raises(PresetError, match="equivalence_timeout_s"):
@@ -254,7 +258,8 @@ def test_bad_configuration_is_refused_clearly():
 
 
 def test_the_loop_keeps_running_and_cancel_interrupts_the_query():
-    slow_config = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=30.0)
+    slow_config = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes,
+                                              spec=GradeSpec(timeout_s=30.0))
 
     async def main():
         with Grader(concurrency=1) as grader:
@@ -282,7 +287,8 @@ def test_the_loop_keeps_running_and_cancel_interrupts_the_query():
 def test_the_check_counts_against_the_graders_one_concurrency_limit():
     """With one SQL worker, a tool call sent while a check runs waits for the check (it would run
     beside it if the check had threads of its own), and no other thread runs SQL."""
-    slow_config = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes, timeout_s=30.0)
+    slow_config = machinery.EquivalenceConfig(copies=2, seed=CONFIG.seed, max_bytes=CONFIG.max_bytes,
+                                              spec=GradeSpec(timeout_s=30.0))
 
     async def main():
         with Grader(concurrency=1) as grader:

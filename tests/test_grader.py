@@ -17,7 +17,7 @@ import pytest
 import t2sql
 import t2sql.serving.gold_cache as gold_cache_module
 from conftest import bird_root
-from t2sql import ToolLimits
+from t2sql import GradeSpec, ToolLimits
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import DatabaseChanged, Manifest
 from t2sql.serving.results import GradeResult
@@ -112,17 +112,17 @@ def test_gold_runs_once_for_many_concurrent_grades(grader):
 
 def test_cache_key_includes_semantics_and_float_digits(grader):
     gold = "SELECT gender_id FROM superhero"  # duplicates: multiset and set differ
-    multiset = grader.gold_sync(SUPERHERO, gold, semantics="multiset")
-    as_set = grader.gold_sync(SUPERHERO, gold, semantics="set")
+    multiset = grader.gold_sync(SUPERHERO, gold, GradeSpec("multiset", gold_sql=gold))
+    as_set = grader.gold_sync(SUPERHERO, gold, GradeSpec("set", gold_sql=gold))
     rows = sqlite_rows(SUPERHERO, gold)
     assert multiset.rows == len(rows)
     assert as_set.rows == len(set(rows))
-    grader.gold_sync(SUPERHERO, gold, semantics="multiset", float_digits=None)
+    grader.gold_sync(SUPERHERO, gold, GradeSpec("multiset", gold_sql=gold, float_digits=None))
     assert grader.stats()["gold_computed"] == 3
     # A prediction with the same distinct rows matches only under set semantics.
     pred = "SELECT DISTINCT gender_id FROM superhero"
-    assert grader.grade_sync(SUPERHERO, pred, gold, semantics="set").outcome == "match"
-    assert grader.grade_sync(SUPERHERO, pred, gold, semantics="multiset").outcome == "mismatch"
+    assert grader.grade_sync(SUPERHERO, pred, gold, GradeSpec("set", gold_sql=gold)).outcome == "match"
+    assert grader.grade_sync(SUPERHERO, pred, gold, GradeSpec("multiset", gold_sql=gold)).outcome == "mismatch"
 
 
 def test_failed_gold_is_not_cached(grader):
@@ -134,7 +134,7 @@ def test_failed_gold_is_not_cached(grader):
 
 def test_prediction_timeout_is_retried_once(grader):
     started = time.perf_counter()
-    r = grader.grade_sync(SUPERHERO, ENDLESS, COUNT_HEROES, timeout_s=0.3)
+    r = grader.grade_sync(SUPERHERO, ENDLESS, COUNT_HEROES, GradeSpec(timeout_s=0.3))
     assert r.outcome == "pred_timeout" and r.retried
     assert time.perf_counter() - started >= 0.55  # two attempts of 0.3 s each
     assert grader.stats()["retries"] == 1
@@ -143,7 +143,7 @@ def test_prediction_timeout_is_retried_once(grader):
 
 
 def test_gold_timeout_is_retried_and_not_cached(grader):
-    r = grader.grade_sync(SUPERHERO, COUNT_HEROES, ENDLESS, timeout_s=0.2)
+    r = grader.grade_sync(SUPERHERO, COUNT_HEROES, ENDLESS, GradeSpec(timeout_s=0.2))
     assert r.outcome == "gold_timeout" and r.retried
     stats = grader.stats()
     assert stats["gold_failures"] == 2 and stats["gold_computed"] == 0

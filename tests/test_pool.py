@@ -13,7 +13,7 @@ import pytest
 
 import t2sql
 from conftest import bird_root
-from t2sql import ToolLimits, ToolResult
+from t2sql import GradeSpec, ToolLimits, ToolResult
 from t2sql.serving.backends import WorkerLost
 from t2sql.serving.grader import Grader
 
@@ -59,7 +59,7 @@ def exercise(g: Grader) -> None:
     results = asyncio.run(many())
     assert [r.outcome for r in results] == ["match"] * 48 + ["mismatch"] * 8
     assert g.stats()["gold_computed"] == len(golds)
-    r = g.grade_sync(SUPERHERO, ENDLESS, COUNT_HEROES, timeout_s=0.2)
+    r = g.grade_sync(SUPERHERO, ENDLESS, COUNT_HEROES, GradeSpec(timeout_s=0.2))
     assert r.outcome == "pred_timeout" and r.retried
 
 
@@ -117,7 +117,7 @@ def test_a_dead_worker_is_replaced_and_its_query_fails_typed():
         assert g.grade_sync(SUPERHERO, COUNT_HEROES, COUNT_HEROES).outcome == "match"  # gold cached
 
         async def main():
-            task = asyncio.create_task(g.grade(SUPERHERO, ENDLESS, COUNT_HEROES, timeout_s=60))
+            task = asyncio.create_task(g.grade(SUPERHERO, ENDLESS, COUNT_HEROES, GradeSpec(timeout_s=60)))
             await asyncio.sleep(0.5)  # the gold is done; the prediction is running
             os.kill(pid, signal.SIGKILL)
             return await task
@@ -145,7 +145,7 @@ def test_a_memory_bomb_fails_alone():
         async def main():
             # A gold of ten columns too, so the bomb is not a mismatch before it runs.
             bomb = asyncio.create_task(g.grade(SUPERHERO, MEMORY_BOMB, "SELECT " + ", ".join(["1"] * 10),
-                                               timeout_s=60))
+                                               GradeSpec(timeout_s=60)))
             others = [g.grade(SUPERHERO, COUNT_HEROES, COUNT_HEROES) for _ in range(20)]
             return await bomb, await asyncio.gather(*others)
 
@@ -178,7 +178,7 @@ def test_a_dead_ray_actor_is_replaced(local_ray):
         actor = g._backend._actors[0]
 
         async def main():
-            task = asyncio.create_task(g.grade(SUPERHERO, ENDLESS, COUNT_HEROES, timeout_s=60))
+            task = asyncio.create_task(g.grade(SUPERHERO, ENDLESS, COUNT_HEROES, GradeSpec(timeout_s=60)))
             await asyncio.sleep(1.0)
             local_ray.kill(actor, no_restart=True)
             return await task

@@ -96,6 +96,17 @@ pub fn resolve_method(gold_sql: Option<&str>, name: &str) -> Result<Semantics> {
     }
 }
 
+/// The canonical name of a method as a task or a flag writes it, before any gold is known: `auto`
+/// stays `auto`, every other name is read as `resolve_semantics` reads it ("list" -> "ordered").
+pub fn method_name(name: &str) -> Result<String> {
+    if is_auto(name) {
+        return Ok(AUTO.into());
+    }
+    Semantics::parse(name)
+        .map(Semantics::name)
+        .map_err(GradeError::Invalid)
+}
+
 /// Every form a grading method takes, as messages show them: one per `Semantics` variant (a
 /// subset's count written N), then `auto`. The one list of them; Python reads it as METHODS.
 pub fn method_forms() -> Vec<String> {
@@ -755,6 +766,15 @@ mod test {
                 other => panic!("expected two Invalid errors, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_method_name_is_canonical_and_auto_stays_auto() {
+        assert_eq!(method_name(" List ").unwrap(), "ordered");
+        assert_eq!(method_name(" Subset, =,5").unwrap(), "subset,=,5");
+        assert_eq!(method_name("AUTO").unwrap(), "auto");
+        assert!(matches!(method_name("subset"), Err(GradeError::Invalid(_))));
+        assert!(matches!(method_name("bag"), Err(GradeError::Invalid(_))));
     }
 
     #[test]

@@ -38,7 +38,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
         QueryTimeout, SqlError, T2sqlError, UnsafeQuery,
     };
     use py::pool::{lower_thread_priority, SqlPool};
-    use py::spec::{GradeSpec, ToolLimits};
+    use py::spec::{method_name, GradeSpec, ToolLimits};
     use py::sqltext::sql_tokens;
 
     let py = m.py();
@@ -60,6 +60,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<ToolLimits>()?;
     m.add_class::<GradeSpec>()?;
     m.add_function(wrap_pyfunction!(resolve_semantics, m)?)?;
+    m.add_function(wrap_pyfunction!(method_name, m)?)?;
     m.add_function(wrap_pyfunction!(sqlite_version, m)?)?;
     m.add_function(wrap_pyfunction!(set_hash_secret, m)?)?;
     m.add_function(wrap_pyfunction!(hash_secret_id, m)?)?;
@@ -85,9 +86,11 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     tool.set_item("max_chars", limits.max_chars)?;
     tool.set_item("count_cap", limits.count_cap)?;
     m.add("TOOL_DEFAULTS", tool)?;
+    // GradeSpec() as a dict, the same way.
+    let spec = GradeSpec::default();
     let grade = pyo3::types::PyDict::new(py);
-    grade.set_item("timeout_s", compare::DEFAULT_GRADE_TIMEOUT_S)?;
-    grade.set_item("float_digits", canon::DEFAULT_FLOAT_DIGITS)?;
+    grade.set_item("timeout_s", spec.timeout_s)?;
+    grade.set_item("float_digits", spec.float_digits)?;
     m.add("GRADE_DEFAULTS", grade)?;
     Ok(())
 }

@@ -185,16 +185,8 @@ class Database:
     def __exit__(self, exc_type: object, exc_value: object, traceback: object) -> bool: ...
     def run_tool(self, sql: str, limits: ToolLimits | None = None, *, cancel: Cancel | None = None) -> ToolResult:
         """One tool call under `limits` (None: ToolLimits(), the core's defaults)."""
-    def digest(
-        self,
-        sql: str,
-        semantics: Semantics = "multiset",
-        float_digits: int | None = ...,
-        timeout_s: float = ...,
-        *,
-        column_order: Literal["strict", "ignore"] = "strict",
-        cancel: Cancel | None = None,
-    ) -> Digest: ...
+    def digest(self, sql: str, spec: GradeSpec | None = None, *, cancel: Cancel | None = None) -> Digest:
+        """The result's digest under `spec` (None: GradeSpec(), multiset), each query under its timeout."""
     def grade_against(
         self,
         pred_sql: str,
@@ -206,17 +198,10 @@ class Database:
         """Grade against a gold digest (its semantics and float_digits apply). HashSecretMismatch
         when the digest was made under another hash secret: recompute it."""
     def grade(
-        self,
-        pred_sql: str,
-        gold_sql: str,
-        semantics: Semantics = "multiset",
-        float_digits: int | None = ...,
-        timeout_s: float = ...,
-        *,
-        column_order: Literal["strict", "ignore"] = "strict",
-        cancel: Cancel | None = None,
+        self, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None, *, cancel: Cancel | None = None
     ) -> Verdict:
-        """column_order="ignore" compares each row as the multiset of its cells."""
+        """Grade under `spec` (built for this gold: its "auto" resolved against it; None: GradeSpec()).
+        t2sql.grade() takes the spec's parts as arguments instead."""
     def perturbed(
         self, kind: Literal["sample", "duplicate", "shuffle", "nullify"], seed: int, *, max_bytes: int = 268435456
     ) -> Database:
@@ -239,10 +224,7 @@ class _ToolJob(_Job, Protocol):
     limits: ToolLimits  # read whole; its timeout_s is the job's
 
 class _DigestJob(_Job, Protocol):
-    timeout_s: float
-    semantics: Semantics
-    float_digits: int | None
-    column_order: Literal["strict", "ignore"]
+    spec: GradeSpec  # read whole; its timeout_s is the query's
 
 class _GradeJob(_Job, Protocol):
     gold: bytes  # Digest.to_bytes()
@@ -267,6 +249,9 @@ class SqlPool:
     def close(self) -> None:
         """Cancel what runs or waits and join the workers; a last drain() collects those jobs."""
 
+def method_name(name: Semantics) -> str:
+    """The canonical name of a method as a task or a flag writes it ("list" -> "ordered", "auto"
+    stays "auto"); InvalidArgument saying what is wrong (a bare "subset" has no count)."""
 def resolve_semantics(gold_sql: str, semantics: Semantics) -> Resolved:
     """The canonical method `semantics` names for this gold ("auto" resolved against its SQL);
     ValueError for a name that cannot be read."""

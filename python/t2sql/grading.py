@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any, Iterable
 
 from t2sql import _grader
-from t2sql._grader import Database, Verdict
+from t2sql._grader import Database, GradeSpec, Verdict
 from t2sql.errors import TaskError
 
 OUTCOMES = _grader.OUTCOMES  # the core's verdict outcomes, in report order
@@ -39,15 +39,16 @@ def grade(
     """
     if not isinstance(db, Database):
         db = Database(os.fspath(db))
-    return db.grade(pred_sql, gold_sql, semantics, float_digits, timeout_s, column_order=column_order)
+    spec = GradeSpec(semantics, gold_sql=gold_sql, float_digits=float_digits, column_order=column_order,
+                     timeout_s=timeout_s)
+    return db.grade(pred_sql, gold_sql, spec)
 
 
 def check_method(method: str) -> str:
     """The canonical name of a grading method ("list" -> "ordered", " Subset, =,5" ->
-    "subset,=,5"); raises ValueError saying what is wrong (a bare "subset" has no count)."""
-    if method.strip().lower() == "auto":
-        return "auto"
-    return _grader.resolve_semantics("", method)
+    "subset,=,5", "auto" stays "auto": the core's reading); raises ValueError (InvalidArgument)
+    saying what is wrong (a bare "subset" has no count)."""
+    return _grader.method_name(method)
 
 
 def method_counts(methods: Iterable[str]) -> dict[str, int]:

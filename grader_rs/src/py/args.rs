@@ -130,21 +130,6 @@ pub(crate) fn column_order(name: &str) -> PyResult<digest::ColumnOrder> {
     })
 }
 
-/// The digest a gold query gets: `semantics` resolved against its SQL ("auto").
-pub(crate) fn digest_spec(
-    sql: &str,
-    semantics: &str,
-    float_digits: Option<&Int>,
-    order: &str,
-) -> PyResult<digest::DigestSpec> {
-    Ok(digest::DigestSpec {
-        semantics: compare::resolve_semantics(sql, semantics).map_err(to_py)?,
-        float_digits: check_digits(float_digits)?,
-        column_order: column_order(order)?,
-        row_limit: None,
-    })
-}
-
 pub(crate) fn check_timeout(timeout_s: &Seconds) -> PyResult<f64> {
     checked::seconds("timeout_s", timeout_s).map_err(to_py)
 }

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use super::args::{check_timeout, digest_spec, int, path_text, pred_text, sql_text};
+use super::args::{check_timeout, int, path_text, pred_text, sql_text};
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py, DatabaseClosed};
-use super::spec::ToolLimits;
+use super::spec::{GradeSpec, ToolLimits};
 use crate::checked::{Int, Seconds};
 use crate::compare;
 use crate::exec::{self, Cell};
@@ -248,23 +248,22 @@ impl Database {
         tool_result(py, out)
     }
 
-    #[pyo3(signature = (sql, semantics = "multiset", float_digits = Some(Int::from(crate::canon::DEFAULT_FLOAT_DIGITS)), timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, column_order = "strict", cancel = None))]
-    #[allow(clippy::too_many_arguments)]
+    /// `spec` None: GradeSpec() (multiset, the default digits and timeout).
+    #[pyo3(signature = (sql, spec = None, *, cancel = None))]
     fn digest(
         &self,
         py: Python<'_>,
         sql: &Bound<'_, PyAny>,
-        semantics: &str,
-        float_digits: Option<Int>,
-        timeout_s: Seconds,
-        column_order: &str,
+        spec: Option<&Bound<'_, GradeSpec>>,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<Digest> {
         let sql = sql_text(sql)?;
-        let spec = digest_spec(&sql, semantics, float_digits.as_ref(), column_order)?;
-        let budget = budget(&timeout_s, cancel)?;
+        let spec = spec.map(|s| *s.get()).unwrap_or_default();
+        let budget = budget_of(spec.timeout_s, cancel);
         let start = std::time::Instant::now();
-        let inner = self.with(py, |gc| compare::gold_digest(gc, &sql, spec, &budget))?;
+        let inner = self.with(py, |gc| {
+            compare::gold_digest(gc, &sql, spec.digest_spec(), &budget)
+        })?;
         Ok(Digest {
             inner,
             elapsed_s: start.elapsed().as_secs_f64(),
@@ -294,28 +293,28 @@ impl Database {
             .into())
     }
 
-    #[pyo3(signature = (pred_sql, gold_sql, semantics = "multiset", float_digits = Some(Int::from(crate::canon::DEFAULT_FLOAT_DIGITS)), timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, column_order = "strict", cancel = None))]
-    #[allow(clippy::too_many_arguments)]
+    /// `spec` None: GradeSpec() (multiset, the default digits and timeout); a spec built for this
+    /// gold (its "auto" resolved against it).
+    #[pyo3(signature = (pred_sql, gold_sql, spec = None, *, cancel = None))]
     fn grade(
         &self,
         py: Python<'_>,
         pred_sql: &Bound<'_, PyAny>,
         gold_sql: &Bound<'_, PyAny>,
-        semantics: &str,
-        float_digits: Option<Int>,
-        timeout_s: Seconds,
-        column_order: &str,
+        spec: Option<&Bound<'_, GradeSpec>>,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<Verdict> {
         let gold = sql_text(gold_sql)?;
-        let spec = digest_spec(&gold, semantics, float_digits.as_ref(), column_order)?;
-        let budget = budget(&timeout_s, cancel)?;
+        let spec = spec.map(|s| *s.get()).unwrap_or_default();
+        let budget = budget_of(spec.timeout_s, cancel);
         let pred = match pred_text(py, pred_sql)? {
             Ok(s) => s,
             Err(detail) => return Ok(Verdict::pred_error(detail, spec.semantics, None)),
         };
         Ok(self
-            .with(py, |gc| compare::grade(gc, &pred, &gold, spec, &budget))?
+            .with(py, |gc| {
+                compare::grade(gc, &pred, &gold, spec.digest_spec(), &budget)
+            })?
             .into())
     }
 

@@ -3,11 +3,11 @@
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::args::{check_timeout, digest_spec, int, sql_text};
+use super::args::{check_timeout, int, sql_text};
 use super::database::{tool_result, Cancel};
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py};
-use super::spec::ToolLimits;
+use super::spec::{GradeSpec, ToolLimits};
 use crate::checked::{Int, Seconds};
 
 /// What SqlPool.drain returns: (job id, value or None, exception or None) per finished job.
@@ -36,14 +36,6 @@ struct Target {
 #[derive(FromPyObject)]
 struct Deadline {
     timeout_s: Seconds,
-}
-
-/// A DigestJob's grading method.
-#[derive(FromPyObject)]
-struct DigestOptions {
-    semantics: String,
-    float_digits: Option<Int>,
-    column_order: String,
 }
 
 impl SqlPool {
@@ -104,19 +96,12 @@ impl SqlPool {
         self.submit_query(job, sql_text(&job.getattr("sql")?)?, limits.timeout_s, work)
     }
 
-    /// Queue a DigestJob.
+    /// Queue a DigestJob: its `spec` is one GradeSpec, read whole.
     fn submit_digest(&self, job: &Bound<'_, PyAny>) -> PyResult<()> {
-        let options: DigestOptions = job.extract()?;
+        let spec = *job.getattr("spec")?.cast::<GradeSpec>()?.get();
         let sql = sql_text(&job.getattr("sql")?)?;
-        let spec = digest_spec(
-            &sql,
-            &options.semantics,
-            options.float_digits.as_ref(),
-            &options.column_order,
-        )?;
-        let deadline: Deadline = job.extract()?;
-        let timeout_s = check_timeout(&deadline.timeout_s)?;
-        self.submit_query(job, sql, timeout_s, crate::pool::Work::Digest(spec))
+        let work = crate::pool::Work::Digest(spec.digest_spec());
+        self.submit_query(job, sql, spec.timeout_s, work)
     }
 
     /// Queue a GradeJob (its `gold` is Digest.to_bytes()). Raises SqlError at once for a

@@ -14,7 +14,7 @@ use super::args::{check_digits, check_timeout, column_order as parse_column_orde
 use super::errors::to_py;
 use crate::checked::{Int, Seconds};
 use crate::compare;
-use crate::digest::{ColumnOrder, Semantics};
+use crate::digest::{ColumnOrder, DigestSpec, Semantics};
 use crate::exec::{ToolOptions, DEFAULT_TOOL_TIMEOUT_S};
 
 /// A float as Python writes it (`repr`), so a value's repr reads back as the same value.
@@ -185,6 +185,31 @@ pub struct GradeSpec {
     pub(crate) timeout_s: f64,
 }
 
+impl Default for GradeSpec {
+    /// What a grade gets when the caller names nothing: multiset, the default digits, strict
+    /// column order, the default grade timeout (GRADE_DEFAULTS).
+    fn default() -> Self {
+        GradeSpec {
+            semantics: Semantics::Multiset,
+            float_digits: Some(crate::canon::DEFAULT_FLOAT_DIGITS),
+            column_order: ColumnOrder::Strict,
+            timeout_s: compare::DEFAULT_GRADE_TIMEOUT_S,
+        }
+    }
+}
+
+impl GradeSpec {
+    /// The digest a gold (or a prediction, for a vote) gets under this spec.
+    pub(crate) fn digest_spec(&self) -> DigestSpec {
+        DigestSpec {
+            semantics: self.semantics,
+            float_digits: self.float_digits,
+            column_order: self.column_order,
+            row_limit: None,
+        }
+    }
+}
+
 #[pymethods]
 impl GradeSpec {
     /// Checked in the order a grade checks its arguments: the method, the digits, the column
@@ -262,4 +287,11 @@ impl GradeSpec {
         let args = PyTuple::new(py, [me.semantics.name()])?;
         reduce_to_new(slf.as_any(), args, kwargs)
     }
+}
+
+/// The canonical name of a grading method as a task or a flag writes it ("list" -> "ordered",
+/// " Subset, =,5" -> "subset,=,5", "auto" stays "auto"); InvalidArgument saying what is wrong.
+#[pyfunction]
+pub(crate) fn method_name(name: &str) -> PyResult<String> {
+    compare::method_name(name).map_err(to_py)
 }

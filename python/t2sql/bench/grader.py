@@ -27,23 +27,29 @@ PATHS: dict[str, tuple[str, str]] = {
     ),
     "t2sql_multiset": (
         "t2sql grade, multiset, float_digits=12",
-        "v = t2sql.Database(db).grade(PRED, GOLD, 'multiset', 12, 1e9)\nassert v.outcome == 'match', v",
+        "v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('multiset', float_digits=12, timeout_s=1e9))\n"
+        "assert v.outcome == 'match', v",
     ),
     "t2sql_set": (
         "t2sql grade, set semantics, exact floats (BIRD's rule)",
-        "v = t2sql.Database(db).grade(PRED, GOLD, 'set', None, 1e9)\nassert v.outcome == 'match', v",
+        "v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('set', float_digits=None, timeout_s=1e9))\n"
+        "assert v.outcome == 'match', v",
     ),
     "t2sql_list": (
         "t2sql grade, ordered (list): the rows in the same order, host loop",
-        "v = t2sql.Database(db).grade(PRED, GOLD, 'list', 12, 1e9)\nassert v.outcome == 'match', v",
+        "v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('list', float_digits=12, timeout_s=1e9))\n"
+        "assert v.outcome == 'match', v",
     ),
     "t2sql_subset_all": (
         "t2sql grade, subset,>=,1000: every row of the prediction checked against the gold's keys",
-        "v = t2sql.Database(db).grade(PRED, GOLD, 'subset,>=,1000', 12, 1e9)\nassert v.outcome == 'match', v",
+        "spec = t2sql.GradeSpec('subset,>=,1000', float_digits=12, timeout_s=1e9)\n"
+        "v = t2sql.Database(db).grade(PRED, GOLD, spec)\n"
+        "assert v.outcome == 'match', v",
     ),
     "t2sql_subset_10": (
         "t2sql grade, subset,=,10 against a 10-row prediction (the usual 'name any ten')",
-        "v = t2sql.Database(db).grade(PRED + ' LIMIT 10', GOLD, 'subset,=,10', 12, 1e9)\n"
+        "spec = t2sql.GradeSpec('subset,=,10', float_digits=12, timeout_s=1e9)\n"
+        "v = t2sql.Database(db).grade(PRED + ' LIMIT 10', GOLD, spec)\n"
         "assert v.outcome == 'match', v",
     ),
     "sqlite_vm_sum": (
@@ -75,7 +81,7 @@ FAST_PATHS = ("sqlite_step", "t2sql_multiset", "t2sql_set", "t2sql_list", "t2sql
 
 PARALLEL = """
 def one():
-    v = t2sql.Database(db).grade(PRED, GOLD, 'multiset', 12, 1e9)
+    v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('multiset', float_digits=12, timeout_s=1e9))
     assert v.outcome == 'match', v
 def pair():
     threads = [threading.Thread(target=one) for _ in range(2)]

@@ -277,13 +277,13 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
         gold = row["SQL"]
         db = original(db_path)
         try:
-            n = db.count_rows(gold, config.timeout_s)
+            n = db.count_rows(gold, config.spec.timeout_s)
         except t2sql.T2sqlError:
             n = None
         pairs = [("mutation", c, s) for c, s in derive_mutations(gold, n)]
         pairs += [("rewrite", c, s) for c, s in derive_rewrites(gold)]
         for kind, cat, pred in pairs:
-            v = db.grade(pred, gold, config.semantics, config.float_digits, config.timeout_s)
+            v = db.grade(pred, gold, config.spec)
             entry = {"question_id": row.get("question_id"), "db_id": row["db_id"], "gold": gold, "pred": pred}
             with lock:
                 table[(kind, cat)].candidates += 1
@@ -324,7 +324,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
     finally:
         checker.close()
     return {
-        "config": asdict(config),
+        "config": config.to_dict(),
         "questions": len(rows),
         "rows": [r.to_dict() for r in table.values()],
         "refuted_rewrites": refuted_rewrites,

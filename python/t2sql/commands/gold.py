@@ -23,12 +23,13 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from t2sql._grader import METHODS, GradeSpec
 from t2sql.atomic import write_bytes_atomic
-from t2sql.episode.presets import DEFAULT_PRESET, get_preset
+from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
 from t2sql.grading import fallback_note, method_arg, method_counts, seconds_arg
 from t2sql.progress import Progress
@@ -101,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe", default=None, help="preset whose semantics/float_digits/grade timeout "
                         "to use (default: the recipe's default preset)")
     parser.add_argument("--semantics", type=method_arg, default=None,
-                        metavar="multiset|set|ordered|list|subset,=,N|subset,>=,N|auto",
+                        metavar="|".join(METHODS),
                         help="one method for every task (default: each task's grading_method when the "
                              "preset honors task methods, else the preset's)")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
@@ -112,18 +113,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
 
 
-def _grading_settings(args):
-    """(the method of a task, float_digits, timeout, column order, the preset)."""
+@dataclass(frozen=True)
+class _Grading:
+    """How this run grades: the preset's grading spec of each task, with the flags' overrides."""
 
-    preset = get_preset(args.recipe or DEFAULT_PRESET)
-    if args.semantics:
-        semantics = args.semantics
-    else:
-        def semantics(task: GoldTask) -> str:
-            return preset.method_for(task.method)
-    float_digits = args.float_digits if args.float_digits is not None else preset.float_digits
-    timeout = args.timeout if args.timeout is not None else preset.grade_timeout_s
-    return semantics, float_digits, timeout, preset.column_order, preset
+    preset: Preset
+    semantics: str | None  # --semantics: one method for every task
+    float_digits: int | None
+    timeout_s: float
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> _Grading:
+        preset = get_preset(args.recipe or DEFAULT_PRESET)
+        return cls(preset, args.semantics, args.float_digits if args.float_digits is not None else preset.float_digits,
+                   args.timeout if args.timeout is not None else preset.grade_timeout_s)
+
+    def method(self, task_method: str | None) -> str:
+        return self.semantics or self.preset.method_for(task_method)
+
+    def spec(self, task: Task) -> GradeSpec:
+        return GradeSpec(self.method(task.grading_method), gold_sql=task.gold_sql, float_digits=self.float_digits,
+                         column_order=self.preset.column_order, timeout_s=self.timeout_s)
 
 
 def run(args) -> int:
@@ -134,7 +144,7 @@ def run(args) -> int:
         print(f"error: --db-root {args.db_root} is not a directory", file=sys.stderr)
         return 2
     try:
-        semantics, float_digits, timeout, column_order, preset = _grading_settings(args)
+        grading = _Grading.of(args)
         tasks, bad_lines = load_tasks(args.data, args.db_root, args.grading_method_fallback)
     except (DataError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -149,18 +159,15 @@ def run(args) -> int:
 
     started = time.perf_counter()
     with Progress(len(tasks), "gold") as bar:
-        with Grader(concurrency=args.workers, cache_dir=args.cache_dir, grade_timeout_s=timeout,
+        with Grader(concurrency=args.workers, cache_dir=args.cache_dir, grade_timeout_s=grading.timeout_s,
                     backend=args.backend, manifest=manifest) as grader:
-            records = asyncio.run(run_golds(tasks, grader, semantics=semantics, float_digits=float_digits,
-                                            timeout_s=timeout, on_done=bar.advance, column_order=column_order))
+            records = asyncio.run(run_golds(tasks, grader, grading.spec, on_done=bar.advance))
             stats = grader.stats()
     wall = time.perf_counter() - started
     records = bad_lines + records
 
-    summary = _summary(records, wall, stats, semantics if isinstance(semantics, str) else "task", float_digits)
-    summary["methods"] = method_counts(
-        "unreadable" if t.method_unreadable else semantics(t) if callable(semantics) else semantics for t in tasks
-    )
+    summary = _summary(records, wall, stats, grading.semantics or "task", grading.float_digits)
+    summary["methods"] = method_counts("unreadable" if t.method_unreadable else grading.method(t.method) for t in tasks)
     if args.report:
         report = {"summary": summary, "queries": [asdict(r) for r in records]}
         write_bytes_atomic(Path(args.report), (json.dumps(report, indent=1) + "\n").encode())

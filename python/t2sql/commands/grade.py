@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from t2sql._grader import MAX_FLOAT_DIGITS, Database, DatabaseError, T2sqlError, Verdict
+from t2sql._grader import COLUMN_ORDERS, MAX_FLOAT_DIGITS, METHODS, Database, DatabaseError, T2sqlError, Verdict
 from t2sql.atomic import atomic_write
 from t2sql.grading import OUTCOMES, check_method, grade, method_arg, seconds_arg
 from t2sql.progress import Progress
@@ -45,10 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db-root", help="databases at DIR/<db_id>/<db_id>.sqlite (with --pairs or --db-id)")
     p.add_argument("--out", help="JSONL output, one line per non-blank input line, in order (with --pairs)")
     p.add_argument("--semantics", default="multiset", type=_method_arg,
-                   metavar="multiset|set|ordered|list|subset,=,N|subset,>=,N|auto|task",
-                   help="how results are compared (default multiset); task: each --pairs line's own "
-                        '"grading_method" (a line without one: multiset)')
-    p.add_argument("--column-order", default="strict", choices=["strict", "ignore"],
+                   metavar="|".join((*METHODS, "task")),
+                   help="how results are compared (default multiset; list = ordered); task: each --pairs "
+                        'line\'s own "grading_method" (a line without one: multiset)')
+    p.add_argument("--column-order", default="strict", choices=COLUMN_ORDERS,
                    help="ignore: compare each row as the multiset of its cells (default strict)")
     p.add_argument("--float-digits", type=_float_digits, default=12, metavar="N|exact",
                    help="significant digits for non-integral REALs (default 12), or 'exact'")
@@ -251,8 +251,7 @@ def _grade_row(row: dict, args: argparse.Namespace, databases: dict) -> tuple[di
     if method == "task":
         method = row.get("grading_method") or "multiset"
     try:
-        v = db.grade(row["pred"], row["gold"], method, args.float_digits, args.timeout_s,
-                     column_order=args.column_order)
+        v = grade(db, row["pred"], row["gold"], method, args.float_digits, args.timeout_s, args.column_order)
         return {"id": row["id"], "outcome": v.outcome, "detail": v.detail, "semantics": v.semantics}, True
     except T2sqlError as e:  # a broken database file mid-run: report, go on
         return {"id": row["id"], "outcome": "gold_error", "detail": str(e)}, False

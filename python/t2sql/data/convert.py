@@ -42,6 +42,7 @@ so a reader never sees half a file.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from t2sql import Database
-from t2sql._grader import GRADE_DEFAULTS
+from t2sql._grader import GradeSpec
 from t2sql.atomic import atomic_write
 from t2sql.episode.presets import get_preset
 from t2sql.episode.prompt import build_prompt, tool_specs
@@ -125,16 +126,13 @@ def check_gold(
 ) -> tuple[list[Problem], list[float]]:
     """Run every gold query through a Grader (t2sql.serving.golds, as `t2sql gold` does); problems
     for those that fail. Returns (problems, SQLite seconds per row in input order)."""
-    import asyncio
-
     tasks = [GoldTask.of(row, task) for row, task in rows]
+    spec = GradeSpec(timeout_s=timeout_s)  # does it run: any method will do, the default one
 
     async def run_all():
         async with Grader(concurrency=concurrency or min(4, os.cpu_count() or 1)) as grader:
             with Progress(len(tasks), progress_label) as bar:
-                return await run_golds(tasks, grader, semantics="multiset",
-                                       float_digits=GRADE_DEFAULTS["float_digits"], timeout_s=timeout_s,
-                                       on_done=bar.advance)
+                return await run_golds(tasks, grader, lambda task: spec, on_done=bar.advance)
 
     records = asyncio.run(run_all())
     problems = [Problem("gold_error", r.row, r.question_id, f"gold SQL fails on {r.db_id}: {r.error}")

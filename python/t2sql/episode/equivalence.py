@@ -19,9 +19,10 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
   is kind `KINDS[i % 4]` (sample, duplicate, shuffle, nullify, sample, ...) with a 64-bit seed derived from
   `equivalence_seed` and i (`copy_plan`). The seeds do not depend on the task, so the copies of a
   database are built once per process and shared by every task on it.
-- Per copy, the core grades the prediction against the gold with the preset's semantics and
-  float_digits, each query under `equivalence_timeout_s`. Copies run in plan order; the first one
-  that tells the queries apart refutes the match and the rest are not run.
+- Per copy, the core grades the prediction against the gold as the episode graded it (the task's
+  grading spec: method, float_digits, column order), each query under `equivalence_timeout_s`.
+  Copies run in plan order; the first one that tells the queries apart refutes the match and the
+  rest are not run.
     match                      the copy agrees: not refuted by it
     mismatch                   refuted (the results differ)
     pred_error                 refuted: the gold runs on this valid state of the schema and the
@@ -80,7 +81,8 @@ async def check_trajectory(trajectory: Trajectory, preset: Preset) -> Equivalenc
     task = trajectory.task
     if task is None or not trajectory.solution:
         return skipped("no_task", "the trajectory carries no task or solution")
-    config = EquivalenceConfig.from_preset(preset, getattr(task, "grading_method", None))
+    spec = trajectory.grade_spec if trajectory.grade_spec is not None else preset.grade_spec(task)
+    config = EquivalenceConfig.from_preset(preset, spec)
     if trajectory.grader is not None:
         return await trajectory.grader.equivalence(task.db_path, trajectory.solution, task.gold_sql, config)
     cancel = t2sql.Cancel()

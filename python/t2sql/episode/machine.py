@@ -10,7 +10,7 @@ outcome, the reward and the metrics. The rules, in the order they are applied to
 1. cut="context" (the context budget cut the turn): the episode ends as `context_cut`, never graded,
    even if the turn holds a solution. cut="turn" (the per-turn limit cut it): `turn_cut`.
 2. A `<solution>` in the visible text (outside <think>): the episode ends; the LAST block is the
-   answer; it is graded through the grader with the preset's semantics, float_digits and timeout.
+   answer; it is graded through the grader under the task's grading spec (Preset.grade_spec).
    Tool calls in the same turn are ignored. An empty block is `no_solution` (not graded).
 3. Tool calls (structured `tool_calls` when the endpoint returned any, else parsed from the text),
    in order. Every call, well-formed or not, takes the next number: calls 1..max_tool_calls run
@@ -135,6 +135,7 @@ class Episode:
         built = prompt if prompt is not None else prompts.build_prompt(task, preset)
         self.messages: list[dict[str, Any]] = [dict(m) for m in built]
         self.tools: list[dict[str, Any]] = prompts.tool_specs()
+        self.grade_spec = preset.grade_spec(task)  # how the answer is graded: built once, carried whole
         self.result: EpisodeResult | None = None
         self._turns: list[_Turn] = []
         self._tool_calls = 0
@@ -258,13 +259,8 @@ class Episode:
         return f"\n\n({left} tool call{'s' if left != 1 else ''} left.)"
 
     async def _grade(self, solution: str) -> TurnOutcome:
-        p = self.preset
         try:
-            graded = await self.grader.grade(
-                self.task.db_path, solution, self.task.gold_sql,
-                semantics=p.method_for(self.task.grading_method), float_digits=p.float_digits,
-                timeout_s=p.grade_timeout_s, column_order=p.column_order,
-            )
+            graded = await self.grader.grade(self.task.db_path, solution, self.task.gold_sql, self.grade_spec)
         except t2sql.DatabaseError as e:
             return await self._finish("gold_error", f"the task's database failed at grading: {e}",
                                       solution=solution)
@@ -289,6 +285,7 @@ class Episode:
             texts=tuple(t.text for t in self._turns),
             task=self.task,
             grader=self.grader,
+            grade_spec=self.grade_spec,
         )
         breakdown = await terms.score(trajectory, self.preset)
         evidence = breakdown.evidence

@@ -8,8 +8,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from t2sql._grader import MAX_FLOAT_DIGITS, ToolLimits
+from t2sql._grader import COLUMN_ORDERS, MAX_FLOAT_DIGITS, METHODS, GradeSpec, ToolLimits
 from t2sql.errors import PresetError
+from t2sql.tasks import Task
 
 OUTCOMES: tuple[str, ...] = (
     "correct",
@@ -24,10 +25,8 @@ OUTCOMES: tuple[str, ...] = (
 )
 
 
-SEMANTICS = ("multiset", "ordered", "set", "auto")
-
-
-COLUMN_ORDERS = ("strict", "ignore")
+# A preset-wide method: one the core names (METHODS) that needs no count, as a subset's does.
+SEMANTICS = tuple(m for m in METHODS if "N" not in m)
 
 
 EVIDENCE_RULES = ("enumerated", "coverage")
@@ -190,6 +189,15 @@ class Preset:
         return ToolLimits(timeout_s=self.tool_timeout_s, max_rows=self.tool_max_rows,
                           max_cell_chars=self.tool_max_cell_chars, max_chars=self.tool_max_chars,
                           count_cap=self.tool_count_cap)
+
+    def grade_spec(self, task: Task) -> GradeSpec:
+        """How `task` is graded under this preset, as one value: its method (method_for, resolved
+        by the core against the task's gold, once), float_digits, column_order, grade_timeout_s.
+        Built once per task (an Episode keeps it; the regrade, votes, `t2sql gold` and prepare
+        build it from the same task), and carried whole to the core."""
+        return GradeSpec(self.method_for(task.grading_method), gold_sql=task.gold_sql,
+                         float_digits=self.float_digits, column_order=self.column_order,
+                         timeout_s=self.grade_timeout_s)
 
     def method_for(self, task_method: str | None) -> str:
         """The grading method of a task: its own (when the preset honors task methods and it has

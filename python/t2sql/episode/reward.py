@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Union
 
+from t2sql._grader import GradeSpec
 from t2sql.episode.evidence import EvidenceCheck, content_tokens, coverage, evidence_labels, evidence_pieces
 from t2sql.episode.presets import Preset
 from t2sql.tasks import Task
@@ -48,6 +49,7 @@ class Trajectory:
     texts: tuple[str, ...] = ()  # per assistant turn: the raw text, <think> included
     task: Task | None = dataclasses.field(default=None, compare=False)  # for terms that run SQL on its database
     grader: Grader | None = dataclasses.field(default=None, compare=False)  # where those terms run their SQL
+    grade_spec: GradeSpec | None = dataclasses.field(default=None, compare=False)  # how the answer was graded
 
     def check_evidence(self, preset: Preset) -> EvidenceCheck:
         if preset.evidence_rule == "enumerated":

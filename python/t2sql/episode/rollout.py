@@ -87,12 +87,8 @@ class RolloutContext:
         solution = parse_solution(strip_think((response or "").rsplit("</think>", 1)[-1]))
         if solution is None:
             return "no_solution"
-        p = self.preset
         try:
-            graded = await self.grader.grade(task.db_path, solution, task.gold_sql,
-                                             semantics=p.method_for(task.grading_method),
-                                             float_digits=p.float_digits, timeout_s=p.grade_timeout_s,
-                                             column_order=p.column_order)
+            graded = await self.grader.grade(task.db_path, solution, task.gold_sql, self.preset.grade_spec(task))
         except DatabaseError:
             return "gold_error"
         return VERDICT_OUTCOMES[graded.outcome]

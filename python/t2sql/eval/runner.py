@@ -142,7 +142,7 @@ async def vote(task: Task, records: list[dict[str, Any]], grader: Any, preset: P
     more for its digest. The largest group wins; a tie goes to the group holding the earliest
     sample. The winner's correctness is its members' (equal results get the same verdict)."""
 
-    method = preset.method_for(task.grading_method)
+    spec = preset.grade_spec(task)
     voters: list[tuple[int, Any, bool]] = []
     for r in sorted(records, key=lambda r: int(r.get("sample") or 0)):
         solution = r.get("solution")
@@ -151,8 +151,7 @@ async def vote(task: Task, records: list[dict[str, Any]], grader: Any, preset: P
         digest_hex = (r.get("grade") or {}).get("pred_digest")
         data = bytes.fromhex(digest_hex) if digest_hex else None
         if data is None:
-            g = await grader.gold(task.db_path, solution, semantics=method, float_digits=preset.float_digits,
-                                  timeout_s=preset.grade_timeout_s, column_order=preset.column_order)
+            g = await grader.gold(task.db_path, solution, spec)
             if not g.ok:
                 continue
             data = g.digest
@@ -169,7 +168,7 @@ async def vote(task: Task, records: list[dict[str, Any]], grader: Any, preset: P
         "record": VOTE_RECORD,
         "question_id": task.question_id,
         "k": len(records),
-        "method": method,
+        "method": preset.method_for(task.grading_method),
         "voters": len(voters),
         "groups": [{"samples": [v[0] for v in g], "size": len(g), "correct": g[0][2]} for g in groups],
         "winner": [v[0] for v in winner] if winner else None,

@@ -191,9 +191,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
         async with Grader(concurrency=concurrency, cache_dir=c.cache_dir,
                           grade_timeout_s=preset.grade_timeout_s) as grader:
             with Progress(len(tasks), "gold cache") as bar:
-                return await run_golds(tasks, grader, semantics=lambda t: preset.method_for(t.method),
-                                       float_digits=preset.float_digits, timeout_s=preset.grade_timeout_s,
-                                       on_done=bar.advance, column_order=preset.column_order)
+                return await run_golds(tasks, grader, preset.grade_spec, on_done=bar.advance)
 
     started = time.perf_counter()
     records = asyncio.run(run_all())

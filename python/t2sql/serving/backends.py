@@ -31,7 +31,7 @@ from collections import OrderedDict
 from typing import NamedTuple, Union
 
 import t2sql
-from t2sql import Cancel, Database, Digest, ToolLimits
+from t2sql import Cancel, Database, Digest, GradeSpec, ToolLimits
 from t2sql._grader import SqlPool, lower_thread_priority
 from t2sql.serving.equivalence import EquivalenceConfig, default_checker
 from t2sql.serving.results import GradeResult
@@ -58,15 +58,13 @@ class ToolJob(NamedTuple):
 
 
 class DigestJob(NamedTuple):
-    """One gold query's digest (fields as ToolJob's where they share a name)."""
+    """One gold query's digest under a grading spec, read whole by the core (fields as ToolJob's
+    where they share a name)."""
 
     db_path: str
     identity: tuple[int, int]
     sql: str
-    semantics: str
-    float_digits: int | None
-    timeout_s: float
-    column_order: str
+    spec: GradeSpec
     job_id: int = 0
 
 
@@ -141,8 +139,7 @@ def run_job(job: Job, cancel: Cancel | None):
     if type(job) is ToolJob:
         return db.run_tool(job.sql, job.limits, cancel=cancel)
     if type(job) is DigestJob:
-        digest = db.digest(job.sql, job.semantics, job.float_digits, job.timeout_s,
-                           column_order=job.column_order, cancel=cancel)
+        digest = db.digest(job.sql, job.spec, cancel=cancel)
         # The time travels beside the bytes: Digest.to_bytes() does not carry elapsed_s.
         return digest.to_bytes(), digest.elapsed_s
     if type(job) is GradeJob:

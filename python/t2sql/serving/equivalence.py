@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import t2sql
-from t2sql._grader import GRADE_DEFAULTS
+from t2sql._grader import GradeSpec
 from t2sql.errors import DatabaseTooLarge, EquivalenceError
 from t2sql.serving.manifest import file_identity
 
@@ -43,10 +43,9 @@ class EquivalenceConfig:
     copies: int
     seed: int
     max_bytes: int
-    timeout_s: float
-    semantics: str = "multiset"
-    float_digits: int | None = GRADE_DEFAULTS["float_digits"]
-    column_order: str = "strict"
+    # How each copy is graded: the task's method, float digits and column order, each query under
+    # the spec's timeout (a preset's equivalence_timeout_s).
+    spec: GradeSpec = GradeSpec()
 
     def __post_init__(self) -> None:
         if self.copies < 1:
@@ -55,22 +54,27 @@ class EquivalenceConfig:
             raise EquivalenceError(f"equivalence seed must be in [0, 2**64), got {self.seed}")
         if self.max_bytes < 1:
             raise EquivalenceError(f"equivalence max_bytes must be >= 1, got {self.max_bytes}")
-        if not self.timeout_s > 0:
-            raise EquivalenceError(f"equivalence timeout_s must be > 0, got {self.timeout_s}")
 
     @classmethod
-    def from_preset(cls, preset: Any, task_method: str | None = None) -> EquivalenceConfig:
-        """The check for a task under `preset`: its grading method (the task's own when the
-        preset honors it), as the grade itself used."""
+    def from_preset(cls, preset: Any, spec: GradeSpec | None = None) -> EquivalenceConfig:
+        """The check for a task under `preset`, graded as the task's own grade was (`spec`: its
+        grading spec's method, float digits and column order; None: the preset's own, for a task
+        without a method), each query on a copy under equivalence_timeout_s."""
         return cls(
             copies=preset.equivalence_copies,
             seed=preset.equivalence_seed,
             max_bytes=preset.equivalence_max_bytes,
-            timeout_s=preset.equivalence_timeout_s,
-            semantics=preset.method_for(task_method),
-            float_digits=preset.float_digits,
-            column_order=preset.column_order,
+            spec=GradeSpec(spec.method if spec else preset.method_for(None),
+                           float_digits=spec.float_digits if spec else preset.float_digits,
+                           column_order=spec.column_order if spec else preset.column_order,
+                           timeout_s=preset.equivalence_timeout_s),
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as plain JSON (what `t2sql equivalence --measure` reports)."""
+        spec = self.spec
+        return {"copies": self.copies, "seed": self.seed, "max_bytes": self.max_bytes, "timeout_s": spec.timeout_s,
+                "semantics": spec.method, "float_digits": spec.float_digits, "column_order": spec.column_order}
 
 
 def copy_seed(seed: int, index: int) -> int:
@@ -289,7 +293,8 @@ class EquivalenceChecker:
             return _done(False, None, "too_large", verdicts,
                          f"{config.copies} copies of {db_path} ({size} bytes each) need about {needed} bytes, "
                          f"above the copy cache's {self.cache.max_bytes}", started)
-        gold_key = (gold_sql, config.semantics, config.float_digits, config.column_order, t2sql.hash_secret_id())
+        spec = config.spec
+        gold_key = (gold_sql, spec.method, spec.float_digits, spec.column_order, t2sql.hash_secret_id())
         for kind, seed in copy_plan(config.copies, config.seed):
             try:
                 copy = self.cache.entry(db_path, kind, seed, max_bytes=config.max_bytes)
@@ -323,14 +328,13 @@ class EquivalenceChecker:
         digest = copy.gold(gold_key)
         if digest is None:
             try:
-                digest = copy.db.digest(gold_sql, config.semantics, config.float_digits, config.timeout_s,
-                                        column_order=config.column_order, cancel=cancel)
+                digest = copy.db.digest(gold_sql, config.spec, cancel=cancel)
             except t2sql.QueryTimeout as e:
                 return "gold_timeout", f"gold query timed out: {e}"
             except (t2sql.SqlError, t2sql.UnsafeQuery) as e:
                 return "gold_error", f"gold query failed: {e}"
             copy.keep_gold(gold_key, digest)  # failures are not kept: the next check tries again
-        v = copy.db.grade_against(pred_sql, digest, config.timeout_s, cancel=cancel)
+        v = copy.db.grade_against(pred_sql, digest, config.spec.timeout_s, cancel=cancel)
         return v.outcome, v.detail
 
     def close(self) -> None:

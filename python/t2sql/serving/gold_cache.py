@@ -13,6 +13,7 @@ from pathlib import Path
 
 from t2sql import (
     Digest,
+    GradeSpec,
     hash_secret_id,
     set_hash_secret,
 )
@@ -45,20 +46,13 @@ def _install_process_secret(secret: bytes, owner: str) -> None:
             )
 
 
-def _gold_key(cache_id: str, gold_sql: str, semantics: str, float_digits: int | None, column_order: str,
-              version: str) -> str:
-    parts = [cache_id, gold_sql, semantics, float_digits, version]
-    if column_order != "strict":  # strict keys stay what they were before column order existed
-        parts.append(column_order)
+def _gold_key(cache_id: str, gold_sql: str, spec: GradeSpec, version: str) -> str:
+    """The cache key of a gold under a spec (the timeout is not part of it: a digest is a digest)."""
+    parts = [cache_id, gold_sql, spec.method, spec.float_digits, version]
+    if spec.column_order != "strict":  # strict keys stay what they were before column order existed
+        parts.append(spec.column_order)
     text = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _column_order(name: str) -> str:
-    order = (name or "strict").strip().lower()
-    if order not in ("strict", "ignore"):
-        raise ValueError(f'column_order must be "strict" or "ignore", got {name!r}')
-    return order
 
 
 _MAGIC = b"t2sql-gold-digest-v1\n"
@@ -125,8 +119,7 @@ class _DiskGoldCache:
     def path_for(self, key: str) -> Path:
         return self.root / "gold" / key[:2] / f"{key}.digest"
 
-    def load(self, key: str, semantics: str, float_digits: int | None,
-             column_order: str = "strict") -> tuple[bytes, float] | None:
+    def load(self, key: str, spec: GradeSpec) -> tuple[bytes, float] | None:
         """(digest bytes, the gold's SQLite seconds when it ran), or None to run the gold."""
         path = self.path_for(key)
         try:
@@ -150,7 +143,8 @@ class _DiskGoldCache:
             digest = Digest.from_bytes(data)
             if digest.secret_id != hash_secret_id():
                 raise ValueError("made with another hash secret")
-            if (digest.semantics, digest.float_digits, digest.column_order) != (semantics, float_digits, column_order):
+            if (digest.semantics, digest.float_digits, digest.column_order) != (spec.method, spec.float_digits,
+                                                                                spec.column_order):
                 raise ValueError("semantics, float_digits or column order differ from the key")
             elapsed_s = float(header.get("elapsed_s", 0.0))
         except Exception as e:  # any fault in a cache file means: drop it and run the gold

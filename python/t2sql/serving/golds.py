@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Callable
 
+from t2sql._grader import GradeSpec
 from t2sql.tasks import Task
 
 
@@ -49,19 +51,17 @@ class GoldRecord:
         return self.error is not None
 
 
-async def run_golds(tasks: list[GoldTask], grader, *, semantics, float_digits: int | None,
-                    timeout_s: float, on_done=None, column_order: str = "strict") -> list[GoldRecord]:
-    """Each task's gold through `grader.gold` (cache first); records in input order.
-    `semantics`: one method for every task, or a function of the task (its own method)."""
+async def run_golds(tasks: list[GoldTask], grader, spec: Callable[[Task], GradeSpec],
+                    on_done: Callable[[], None] | None = None) -> list[GoldRecord]:
+    """Each task's gold through `grader.gold` under `spec(task)` (a preset's grade_spec, or one
+    spec for every task), cache first; records in input order."""
 
     async def one(task: GoldTask) -> GoldRecord:
         try:
             if task.task is None:
                 return GoldRecord(task.question_id, task.db_id, task.row, None, None, None, "skipped", task.problem)
             try:
-                method = semantics(task) if callable(semantics) else semantics
-                g = await grader.gold(task.task.db_path, task.task.gold_sql, semantics=method,
-                                      float_digits=float_digits, timeout_s=timeout_s, column_order=column_order)
+                g = await grader.gold(task.task.db_path, task.task.gold_sql, spec(task.task))
             except Exception as e:  # a database error: this row fails, the others go on
                 return GoldRecord(task.question_id, task.db_id, task.row, None, None, None, "failed",
                                   f"{type(e).__name__}: {e}")

@@ -8,7 +8,8 @@ and one grade, and every task's gold result is needed again and again. One Grade
 - connections cached per worker thread per database file;
 - the equivalence check of correct predictions, as one job on a worker;
 - the gold digest cache: in memory, and on disk under `cache_dir` when given, keyed by the
-  database's identity, the gold SQL, the semantics, float_digits and the SQLite version;
+  database's identity, the gold SQL, the grading spec's method, float digits and column order, and
+  the SQLite version;
 - timeouts and the single retry of a grade whose prediction or gold timed out;
 - the database manifest check (a file that changed since prepare is refused).
 
@@ -34,6 +35,7 @@ from pathlib import Path
 from t2sql import (
     DatabaseError,
     Digest,
+    GradeSpec,
     HashSecretMismatch,
     QueryTimeout,
     SqlError,
@@ -41,7 +43,6 @@ from t2sql import (
     ToolResult,
     UnsafeQuery,
     hash_secret_id,
-    resolve_semantics,
     sqlite_version,
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
@@ -57,7 +58,7 @@ from t2sql.serving.backends import (
     next_job_id,
 )
 from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport
-from t2sql.serving.gold_cache import _column_order, _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
+from t2sql.serving.gold_cache import _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
 from t2sql.serving.manifest import FileIdentity, GraderIdentity, Manifest, file_identity
 from t2sql.serving.results import GoldResult, GradeResult
 from t2sql.serving.workers import ProcessBackend, RayBackend
@@ -141,7 +142,7 @@ class Grader:
         self._lock = threading.Lock()
         self._identities: dict[str, GraderIdentity] = {}
         self._memory: dict[tuple, GoldResult] = {}
-        self._keys: dict[tuple, str] = {}  # (identity, gold, semantics, digits) -> cache key
+        self._keys: dict[tuple, str] = {}  # (identity, gold, spec) -> cache key
         self._inflight: dict[tuple, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._admissions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Admission
         self._last_admission: tuple[weakref.ref, _Admission] | None = None  # the common case: one loop
@@ -171,74 +172,52 @@ class Grader:
         return await self._submit(ToolJob(db_path, identity.stat, sql, self._tool_limits if limits is None else limits,
                                           job_id=next_job_id()))
 
-    async def grade(
-        self,
-        db_path: str,
-        pred_sql: str,
-        gold_sql: str,
-        *,
-        semantics: str = "multiset",
-        float_digits: int | None = GRADE_DEFAULTS["float_digits"],
-        timeout_s: float | None = None,
-        column_order: str = "strict",
-    ) -> GradeResult:
-        """Grade `pred_sql` against `gold_sql` under `semantics` (a grading method: multiset,
-        set, ordered / list, subset,=,N, subset,>=,N, or auto) and `column_order` (strict, or
-        ignore: each row compared as the multiset of its cells). SQL problems are outcomes,
-        never exceptions; a missing or changed database raises DatabaseError."""
+    async def grade(self, db_path: str, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None) -> GradeResult:
+        """Grade `pred_sql` against `gold_sql` under `spec` (a task's: Preset.grade_spec(task), its
+        method resolved against this gold; None: GradeSpec() with this Grader's grade_timeout_s).
+        SQL problems are outcomes, never exceptions; a missing or changed database raises
+        DatabaseError."""
         started = time.perf_counter()
         identity = await self._enter(db_path)
-        timeout = float(timeout_s or self.grade_timeout_s)
-        resolved = resolve_semantics(gold_sql, semantics)
-        order = _column_order(column_order)
+        spec = self._grade_spec if spec is None else spec
         self._count("grades")
         retried = False
         for attempt in (0, 1):
-            gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, order, timeout)
+            gold = await self._gold(db_path, identity, gold_sql, spec)
             if not gold.ok:
                 if gold.outcome == "gold_timeout" and attempt == 0:
                     retried = True
                     self._count("retries")
                     continue
-                return _gold_failed(gold, retried, started, resolved)
+                return _gold_failed(gold, retried, started, spec.method)
             try:
-                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
+                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, spec.timeout_s)
             except HashSecretMismatch:
                 # The process's secret changed (set_hash_secret) after this gold was made: its
                 # cache key no longer matches, so this runs the gold again under the new one.
-                gold = await self._gold(db_path, identity, gold_sql, resolved, float_digits, order, timeout)
+                gold = await self._gold(db_path, identity, gold_sql, spec)
                 if not gold.ok:
-                    return _gold_failed(gold, retried, started, resolved)
-                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, timeout)
+                    return _gold_failed(gold, retried, started, spec.method)
+                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, spec.timeout_s)
             if verdict.outcome == "pred_timeout" and attempt == 0:
                 retried = True
                 self._count("retries")
                 continue
             return dataclasses.replace(
                 verdict, retried=retried, gold_rows=verdict.gold_rows if verdict.gold_rows is not None else gold.rows,
-                elapsed_s=time.perf_counter() - started, semantics=verdict.semantics or resolved,
+                elapsed_s=time.perf_counter() - started, semantics=verdict.semantics or spec.method,
                 gold_cached=gold.source != "computed",
             )
         raise AssertionError("unreachable: the second attempt always returns")
 
-    async def gold(
-        self,
-        db_path: str,
-        gold_sql: str,
-        *,
-        semantics: str = "multiset",
-        float_digits: int | None = GRADE_DEFAULTS["float_digits"],
-        timeout_s: float | None = None,
-        column_order: str = "strict",
-    ) -> GoldResult:
-        """The gold query's digest, from the cache or run now (and cached if it succeeded).
+    async def gold(self, db_path: str, gold_sql: str, spec: GradeSpec | None = None) -> GoldResult:
+        """The gold query's digest under `spec` (as grade's), from the cache or run now (and cached
+        if it succeeded).
 
         Concurrent requests for the same gold share one run. A failed or timed-out gold is
         not cached: the next request runs it again."""
         identity = await self._enter(db_path)
-        resolved = resolve_semantics(gold_sql, semantics)
-        return await self._gold(db_path, identity, gold_sql, resolved, float_digits, _column_order(column_order),
-                                float(timeout_s or self.grade_timeout_s))
+        return await self._gold(db_path, identity, gold_sql, self._grade_spec if spec is None else spec)
 
     async def equivalence(self, db_path: str, pred_sql: str, gold_sql: str,
                           config: EquivalenceConfig) -> EquivalenceReport:
@@ -259,13 +238,13 @@ class Grader:
         self._check_open()
         return self._run_sync(self.run_tool(db_path, sql, limits))
 
-    def grade_sync(self, db_path: str, pred_sql: str, gold_sql: str, **kwargs) -> GradeResult:
+    def grade_sync(self, db_path: str, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None) -> GradeResult:
         self._check_open()
-        return self._run_sync(self.grade(db_path, pred_sql, gold_sql, **kwargs))
+        return self._run_sync(self.grade(db_path, pred_sql, gold_sql, spec))
 
-    def gold_sync(self, db_path: str, gold_sql: str, **kwargs) -> GoldResult:
+    def gold_sync(self, db_path: str, gold_sql: str, spec: GradeSpec | None = None) -> GoldResult:
         self._check_open()
-        return self._run_sync(self.gold(db_path, gold_sql, **kwargs))
+        return self._run_sync(self.gold(db_path, gold_sql, spec))
 
     def close(self) -> None:
         if self._closed:
@@ -313,6 +292,12 @@ class Grader:
         """What run_tool gets without limits: built at the first such call, which is where an
         unusable tool_timeout_s (inf, nan) is refused, as it always was."""
         return ToolLimits(timeout_s=self.tool_timeout_s)
+
+    @functools.cached_property
+    def _grade_spec(self) -> GradeSpec:
+        """What grade and gold get without a spec: GradeSpec() with this Grader's grade_timeout_s,
+        built at the first such call (as _tool_limits)."""
+        return GradeSpec(timeout_s=self.grade_timeout_s)
 
     def _secret_id(self) -> str:
         return self._secret_tag or hash_secret_id()
@@ -385,12 +370,11 @@ class Grader:
             self._identities[db_path] = identity
         return identity
 
-    async def _gold(self, db_path, identity, gold_sql, semantics, float_digits, column_order,
-                    timeout_s) -> GoldResult:
-        names = (identity.cache_id, gold_sql, semantics, float_digits, column_order)
+    async def _gold(self, db_path, identity, gold_sql: str, spec: GradeSpec) -> GoldResult:
+        names = (identity.cache_id, gold_sql, spec)
         key = self._keys.get(names)
         if key is None:
-            key = self._keys[names] = _gold_key(*names, self._sqlite_version)
+            key = self._keys[names] = _gold_key(identity.cache_id, gold_sql, spec, self._sqlite_version)
         memory_key = (key, self._secret_id())
         hit = self._memory.get(memory_key)
         if hit is not None:
@@ -400,31 +384,27 @@ class Grader:
         with self._lock:
             entry = self._inflight.get(memory_key)
             if entry is None or entry[0] is not loop:
-                task = loop.create_task(self._load_or_run_gold(
-                    memory_key, key, db_path, identity, gold_sql, semantics, float_digits, column_order, timeout_s
-                ))
+                task = loop.create_task(self._load_or_run_gold(memory_key, key, db_path, identity, gold_sql, spec))
                 self._inflight[memory_key] = (loop, task)
             else:
                 task = entry[1]
         # Shielded: one waiter's cancellation must not fail the others waiting on this gold.
         return await asyncio.shield(task)
 
-    async def _load_or_run_gold(self, memory_key, key, db_path, identity, gold_sql, semantics,
-                                float_digits, column_order, timeout_s) -> GoldResult:
+    async def _load_or_run_gold(self, memory_key, key, db_path, identity, gold_sql: str,
+                                spec: GradeSpec) -> GoldResult:
         loop = asyncio.get_running_loop()
         try:
             result = None
             if self._disk is not None:
-                found = await loop.run_in_executor(self._io, self._disk.load, key, semantics, float_digits,
-                                                   column_order)
+                found = await loop.run_in_executor(self._io, self._disk.load, key, spec)
                 if found is not None:
                     data, elapsed_s = found
                     d = Digest.from_bytes(data)
                     result = GoldResult("ok", "", d.rows, d.columns, elapsed_s, "disk", data)
                     self._count("gold_disk_hits")
             if result is None:
-                result = await self._run_gold(db_path, identity, gold_sql, semantics, float_digits, column_order,
-                                              timeout_s)
+                result = await self._run_gold(db_path, identity, gold_sql, spec)
                 if result.ok and self._disk is not None:
                     await loop.run_in_executor(self._io, self._disk.store, key, result.digest, result.elapsed_s)
             if result.ok:
@@ -437,10 +417,8 @@ class Grader:
                 if entry is not None and entry[1] is asyncio.current_task():
                     del self._inflight[memory_key]
 
-    async def _run_gold(self, db_path, identity, gold_sql, semantics, float_digits, column_order,
-                        timeout_s) -> GoldResult:
-        job = DigestJob(db_path, identity.stat, gold_sql, semantics, float_digits, timeout_s, column_order,
-                        job_id=next_job_id())
+    async def _run_gold(self, db_path, identity, gold_sql: str, spec: GradeSpec) -> GoldResult:
+        job = DigestJob(db_path, identity.stat, gold_sql, spec, job_id=next_job_id())
         started = time.perf_counter()
         try:
             data, elapsed_s = await self._submit(job)
