@@ -15,7 +15,7 @@ import pytest
 import t2sql
 from t2sql import Database, DatabaseClosed, DatabaseError, GradeSpec, InvalidArgument, T2sqlError, ToolLimits
 from t2sql._grader import SqlPool
-from t2sql.serving.backends import DigestJob, ToolJob
+from t2sql.serving.jobs import DigestJob, ToolJob
 
 U64 = "from 0 to 18446744073709551615"
 

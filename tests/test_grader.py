@@ -518,7 +518,7 @@ def test_the_sql_pool_reads_a_jobs_fields_by_name(tmp_path):
     from typing import NamedTuple
 
     from t2sql._grader import SqlPool
-    from t2sql.serving.backends import ToolJob
+    from t2sql.serving.jobs import ToolJob
 
     class Reordered(NamedTuple):
         limits: ToolLimits

@@ -14,8 +14,8 @@ import pytest
 import t2sql
 from conftest import bird_root
 from t2sql import GradeSpec, ToolLimits, ToolResult
-from t2sql.serving.backends import WorkerLost
 from t2sql.serving.grader import Grader
+from t2sql.serving.jobs import WorkerLost
 
 DATA_ROOT = bird_root()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")

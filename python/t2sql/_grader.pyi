@@ -213,7 +213,7 @@ class Database:
     def schema(self) -> list[tuple[str, str, str]]: ...  # (type, name, sql) from sqlite_master
 
 class _Job(Protocol):
-    """The fields SqlPool reads, by name, from every job (t2sql.serving.backends)."""
+    """The fields SqlPool reads, by name, from every job (t2sql.serving.jobs)."""
 
     job_id: int
     db_path: str

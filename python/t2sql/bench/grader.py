@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import t2sql
+
 GOLD = "SELECT a, b, c, d FROM t"
 PRED = "SELECT a, b, c, d FROM t WHERE a >= 0"  # the same rows through another plan
 
@@ -169,8 +171,6 @@ def bench_grader(rows_list: list[int], work_dir: Path, repeat: int, skip: set[st
 
 
 def _sqlite_version() -> str:
-    import t2sql
-
     return t2sql.sqlite_version()
 
 

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import t2sql
 from t2sql._grader import ToolLimits
 from t2sql.episode.evidence import content_tokens
 from t2sql.episode.presets import Preset
 from t2sql.errors import SchemaError
+from t2sql.serving.manifest import file_identity
 
 if TYPE_CHECKING:
     from t2sql import Database
@@ -130,8 +132,6 @@ def _table_columns(db: Database, table: str) -> list[str]:
 
 
 def _examples(db: Database, table: str, column: str, n: int, max_chars: int) -> tuple[str, ...]:
-    import t2sql
-
     if n <= 0:
         return ()
     sql = (
@@ -152,7 +152,6 @@ def load_schema(db_path: str, *, example_values: int = 3, example_value_chars: i
     Cached per file (path, size, mtime) and options: every episode of a database reuses it. `db`,
     when given, is the open core Database to read through (else one is opened).
     """
-    from t2sql.serving.manifest import file_identity
 
     try:
         identity = file_identity(db_path)
@@ -178,7 +177,6 @@ _schema_lock = threading.Lock()
 
 def _build_schema(path: str, example_values: int, example_value_chars: int,
                   db: Database | None) -> SchemaInfo:
-    import t2sql
 
     if db is None:
         try:

@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from t2sql.episode.presets import get_preset
 from t2sql.errors import LaunchError
 
 MODEL_NAME = "Qwen3.6-35B-A3B"
@@ -241,8 +242,6 @@ def default_run_id(recipe: str, loss: str) -> str:
 
 
 def _preset(config: TrainConfig):
-    from t2sql.episode.presets import get_preset
-
     return get_preset(config.recipe)
 
 

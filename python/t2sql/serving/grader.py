@@ -3,7 +3,7 @@
 During RL hundreds of trajectories share one asyncio loop; each makes up to five tool calls
 and one grade, and every task's gold result is needed again and again. One Grader owns:
 
-- the SQL workers (threads by default; worker processes or Ray actors, see t2sql.serving.backends), whose
+- the SQL workers (threads by default; worker processes or Ray actors, see t2sql.serving.thread_backend), whose
   size is the one concurrency limit shared by tool calls, golds and predictions;
 - connections cached per worker thread per database file;
 - the equivalence check of correct predictions, as one job on a worker;
@@ -47,21 +47,13 @@ from t2sql import (
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
 from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
-from t2sql.serving.backends import (
-    DigestJob,
-    EquivalenceJob,
-    GradeJob,
-    Job,
-    ThreadBackend,
-    ToolJob,
-    WorkerLost,
-    next_job_id,
-)
 from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport
 from t2sql.serving.gold_cache import _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
+from t2sql.serving.jobs import DigestJob, EquivalenceJob, GradeJob, Job, ToolJob, WorkerLost, next_job_id
 from t2sql.serving.manifest import FileIdentity, GraderIdentity, Manifest, file_identity
+from t2sql.serving.process_backends import ProcessBackend, RayBackend
 from t2sql.serving.results import GoldResult, GradeResult
-from t2sql.serving.workers import ProcessBackend, RayBackend
+from t2sql.serving.thread_backend import ThreadBackend
 
 BACKENDS = ("thread", "process", "ray")
 

@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 import t2sql
 from t2sql import Cancel
-from t2sql.serving.backends import Job, WorkerLost, lower_priority, run_job_portable, set_worker_heap_limit, unpack
+from t2sql.serving.jobs import Job, WorkerLost, lower_priority, run_job_portable, set_worker_heap_limit, unpack
 
 
 class _RemoteCancel:

@@ -1,0 +1,162 @@
+"""The Grader's jobs and how one runs on a worker, whichever backend holds the worker.
+
+Four jobs (a tool call, a gold digest, a grade, an equivalence check) as named tuples the Rust pool
+reads by field name; `run_job` runs one on this worker's own cached connection to its database (the
+process and Ray workers, and the thread backend's equivalence checks); `run_job_portable` /
+`unpack` carry its value or its error across a process boundary. Values that cross are the ones the
+thread backend returns too: the core's ToolResult (it pickles as itself), (digest bytes, seconds), a
+GradeResult; errors cross as (class name, message) and are re-raised as the same t2sql exception.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from typing import NamedTuple, Union
+
+import t2sql
+from t2sql import Cancel, Database, Digest, GradeSpec, ToolLimits
+from t2sql._grader import lower_thread_priority
+from t2sql.serving.equivalence import EquivalenceConfig, default_checker
+from t2sql.serving.results import GradeResult
+
+# Connections kept per thread; an RL run touches a few dozen databases, BIRD train ~70.
+MAX_CONNECTIONS_PER_THREAD = 128
+
+_local = threading.local()
+
+
+class ToolJob(NamedTuple):
+    """One tool call under `limits` (its preview limits and timeout, one value the core reads
+    whole). `identity` is the file's (size, version) seen by the Grader
+    (t2sql.serving.manifest.FileIdentity): a cached connection opened on another identity is
+    reopened (the file was replaced or written, or a writer's side file came or went).
+    Jobs are named tuples, not dataclasses: one is made per SQL call on the event loop's thread,
+    and a named tuple is the cheaper of the two to build."""
+
+    db_path: str
+    identity: tuple[int, int]
+    sql: str
+    limits: ToolLimits
+    job_id: int = 0
+
+
+class DigestJob(NamedTuple):
+    """One gold query's digest under a grading spec, read whole by the core (fields as ToolJob's
+    where they share a name)."""
+
+    db_path: str
+    identity: tuple[int, int]
+    sql: str
+    spec: GradeSpec
+    job_id: int = 0
+
+
+class GradeJob(NamedTuple):
+    """One prediction graded against a gold digest (`gold`: Digest.to_bytes())."""
+
+    db_path: str
+    identity: tuple[int, int]
+    sql: str
+    gold: bytes
+    timeout_s: float
+    job_id: int = 0
+
+
+class EquivalenceJob(NamedTuple):
+    """One equivalence check (t2sql.serving.equivalence): the whole check, on one worker, with that
+    worker's copy cache."""
+
+    db_path: str
+    identity: tuple[int, int]
+    pred_sql: str
+    gold_sql: str
+    config: EquivalenceConfig
+    job_id: int = 0
+
+
+Job = Union[ToolJob, DigestJob, GradeJob, EquivalenceJob]
+
+
+class WorkerLost(t2sql.SqlError):
+    """The worker process or actor running a query died (killed, out of memory, crashed).
+
+    A subclass of SqlError: for a tool call it reads like any failed query, and a grade
+    reports it as the prediction's (or gold's) error; the worker is replaced."""
+
+
+def set_worker_heap_limit(limit: int | None) -> None:
+    """This worker process's SQLite heap limit (the core keeps a chosen limit; without one, the
+    first connection installs its 2 GiB default)."""
+    if limit:
+        t2sql.set_heap_limit(limit)
+
+
+# Make the calling thread `nice` steps nicer: the SQL workers yield the CPU to the event loop's
+# thread this way. One implementation, the core's, serves the Rust pool's threads and the
+# Python threads and worker processes alike.
+lower_priority = lower_thread_priority
+
+
+def connection(db_path: str, identity: tuple[int, int]) -> Database:
+    """This thread's open connection to `db_path`, reopened if the file's identity changed."""
+    cache: OrderedDict | None = getattr(_local, "connections", None)
+    if cache is None:
+        cache = _local.connections = OrderedDict()
+    entry = cache.get(db_path)
+    if entry is not None and entry[0] == identity:
+        cache.move_to_end(db_path)
+        return entry[1]
+    db = Database(db_path)
+    cache[db_path] = (identity, db)
+    cache.move_to_end(db_path)
+    while len(cache) > MAX_CONNECTIONS_PER_THREAD:
+        cache.popitem(last=False)
+    return db
+
+
+def run_job(job: Job, cancel: Cancel | None):
+    """Run one job on this thread's connection. Raises the core's exceptions unchanged."""
+    if type(job) is EquivalenceJob:  # on copies of the database, not on its connection
+        return default_checker().check_sync(job.db_path, job.pred_sql, job.gold_sql, job.config, cancel=cancel)
+    db = connection(job.db_path, job.identity)
+    if type(job) is ToolJob:
+        return db.run_tool(job.sql, job.limits, cancel=cancel)
+    if type(job) is DigestJob:
+        digest = db.digest(job.sql, job.spec, cancel=cancel)
+        # The time travels beside the bytes: Digest.to_bytes() does not carry elapsed_s.
+        return digest.to_bytes(), digest.elapsed_s
+    if type(job) is GradeJob:
+        v = db.grade_against(job.sql, Digest.from_bytes(job.gold), job.timeout_s, cancel=cancel)
+        return GradeResult.from_verdict(v)
+    raise TypeError(f"not a job: {job!r}")
+
+
+def run_job_portable(job: Job, cancel: Cancel | None):
+    """run_job for another process: ("ok", value) or ("error", class name, message)."""
+    try:
+        value = run_job(job, cancel)
+    except t2sql.T2sqlError as e:
+        return ("error", type(e).__name__, str(e))
+    except Exception as e:  # a bug or an unexpected failure: report it, keep the worker alive
+        return ("error", "RuntimeError", f"{type(e).__name__}: {e}")
+    return ("ok", value)
+
+
+def unpack(reply):
+    """The value of a run_job_portable reply, or its exception raised as the same type."""
+    if reply[0] == "ok":
+        return reply[1]
+    _, name, message = reply
+    cls = getattr(t2sql, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        cls = RuntimeError
+    raise cls(message)
+
+
+_job_ids = itertools.count(1)
+
+
+def next_job_id() -> int:
+    return next(_job_ids)
