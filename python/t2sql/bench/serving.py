@@ -11,6 +11,10 @@
 - gold precompute of every dev gold: cold cache, then warm (a new Grader reading the disk).
 
 Numbers depend on the machine and on whatever else runs on it; ratios are what hold.
+
+The Grader is imported inside the functions that run it, not at the top: `t2sql bench grader` loads
+this module too, and a benchmark child's peak memory (its ru_maxrss) counts the parent's pages from
+before its exec, so the parent is kept as light as `import t2sql`.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ import time
 from typing import Any
 
 import t2sql
-from t2sql.serving.grader import DEFAULT_WORKER_NICE, Grader
-from t2sql.serving.jobs import lower_priority
 
 
 def _say(message: str) -> None:
@@ -58,6 +60,8 @@ TOOL_PATHS = {
 
 
 def bench_tool_latency(db_path: str, n: int) -> dict[str, Any]:
+    from t2sql.serving.grader import Grader  # lazily: see the module's note on peak memory
+
     queries = _small_queries(db_path, n)
     out: dict[str, Any] = {"queries": n, "query": queries[0]}
 
@@ -201,6 +205,7 @@ async def _grade_all(grader, pairs, tasks: int | None) -> tuple[float, tuple, li
 def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1) -> dict[str, Any]:
     """Each configuration `repeat` times, round-robin (so drifting load on a shared machine
     hits every configuration alike); the median run of each is reported."""
+    from t2sql.serving.grader import Grader  # lazily: see the module's note on peak memory
 
     other = "process" if backend == "thread" else "thread"
     # label -> (backend, workers, concurrent tasks or None = one task per pair, warm golds)
@@ -304,6 +309,9 @@ def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> 
     once, five times (what asyncio itself costs for the benchmark's burst of tasks)."""
     import threading
 
+    from t2sql.serving.grader import DEFAULT_WORKER_NICE  # lazily, as above
+    from t2sql.serving.jobs import lower_priority
+
     async def meter_for(duration: float) -> tuple[float, float]:
         meter = _StallMeter()
         meter.start()
@@ -396,6 +404,8 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
     when sglang generates). Golds are cold. Reports SQL calls/s and the loop's stalls."""
     import random
 
+    from t2sql.serving.grader import Grader  # lazily: see the module's note on peak memory
+
     rng = random.Random(seed)
     plan = [(pairs[i % len(pairs)], [rng.uniform(0.005, 0.05) for _ in range(6)]) for i in range(trajectories)]
 
@@ -434,6 +444,8 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
 
 
 def bench_gold_precompute(pairs, workers: int, backend: str) -> dict[str, Any]:
+    from t2sql.serving.grader import Grader  # lazily: see the module's note on peak memory
+
     async def all_golds(g) -> int:
         results = await asyncio.gather(*(g.gold(p, sql) for p, sql in pairs))
         return sum(not r.ok for r in results)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import t2sql
-from t2sql.bench.download import bench_download, format_download
 from t2sql.bench.grader import PATHS, bench_grader, format_grader
 from t2sql.bench.serving import (
     TOOL_PATHS,
@@ -85,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_download(args: argparse.Namespace) -> int:
     import subprocess
+
+    from t2sql.bench.download import bench_download, format_download  # lazily: see bench/serving.py's note
 
     if args.size_mb < 1 or args.repeat < 1:
         print("t2sql bench download: --size-mb and --repeat must be at least 1", file=sys.stderr)
