@@ -185,13 +185,23 @@ class Task:
             raise TaskError(f"task {qid!r} has no db_path; pass the database root (--db-root DIR holding "
                             "<db_id>/<db_id>.sqlite)")
         method, given = read_method(fields.get("grading_method"), qid, method_fallback)
+        return cls.from_fields(fields, question_id=str(qid), db_path=db_path, method=method, given=given)
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any], *, question_id: str, db_path: str, method: str | None,
+                    given: str | None) -> Task:
+        """A task from a row's row_fields once its id, database and method are settled (from_row's
+        checks, or `t2sql gold`'s, which asks less of a row)."""
+        def text(name: str) -> str:
+            return "" if fields.get(name) is None else str(fields[name])
+
         return cls(
-            question_id=str(qid),
-            db_id=db_id,
+            question_id=question_id,
+            db_id=text("db_id"),
             db_path=db_path,
-            question=str(fields["question"]),
+            question=text("question"),
             evidence=str(fields.get("evidence") or ""),
-            gold_sql=gold,
+            gold_sql=fields["gold_sql"] or "",
             difficulty=str(fields.get("difficulty") or ""),
             grading_method=method,
             grading_method_given=given,

@@ -56,9 +56,7 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | os.PathLike | Non
     db_path, problem = _locate(db_id, gold_sql, fields.get("db_path"), db_root)
     if db_path is None:
         return GoldTask(row, question_id, db_id, None, problem, method, method_note=note)
-    task = Task(question_id=question_id, db_id=db_id, db_path=db_path, question=str(fields.get("question") or ""),
-                evidence=str(fields.get("evidence") or ""), gold_sql=gold_sql,
-                difficulty=str(fields.get("difficulty") or ""), grading_method=method, grading_method_given=given)
+    task = Task.from_fields(fields, question_id=question_id, db_path=db_path, method=method, given=given)
     return GoldTask(row, question_id, db_id, task, method=method, method_note=note)
 
 
