@@ -2,7 +2,9 @@
 
 use std::time::Instant;
 
-use crate::digest::{secret_id, ColumnOrder, Digest, DigestSpec, Semantics};
+use std::sync::Arc;
+
+use crate::digest::{secret_id, ColumnOrder, Digest, DigestSpec, GoldKeys, Semantics};
 use crate::error::{GradeError, Result};
 use crate::exec::{digest, Run};
 use crate::guard::{Budget, GuardedConnection};
@@ -149,7 +151,12 @@ pub fn gold_digest(
         None,
         budget,
     )? {
-        Run::Done(d) => Ok(d),
+        Run::Done(mut d) => {
+            if matches!(d.gold_keys.as_deref(), Some(GoldKeys::Spilled { .. })) {
+                d.gold_sql = Some(Arc::from(gold_sql));
+            }
+            Ok(d)
+        }
         other => Err(GradeError::Sql(format!(
             "unexpected early exit on gold: {other:?}"
         ))),
@@ -161,6 +168,47 @@ fn method_note(gold: &Digest) -> String {
     match gold.column_order {
         ColumnOrder::Strict => format!("({})", gold.semantics.name()),
         ColumnOrder::Ignore => format!("({}; columns in any order)", gold.semantics.name()),
+    }
+}
+
+/// A subset gold's keys: its own, or, for a digest that carries its SQL instead (keys too many
+/// to travel), collected again by running the gold — a gold failure then is the verdict.
+fn subset_keys(
+    gc: &GuardedConnection,
+    gold: &Digest,
+    budget: &Budget,
+) -> Result<std::result::Result<Arc<GoldKeys>, (Outcome, String)>> {
+    if let Some(keys) = &gold.gold_keys {
+        return Ok(Ok(Arc::clone(keys)));
+    }
+    let Some(sql) = &gold.gold_sql else {
+        return Err(GradeError::Invalid(
+            "a subset gold digest without its row keys: recompute it".into(),
+        ));
+    };
+    let spec = DigestSpec {
+        semantics: gold.semantics,
+        float_digits: gold.float_digits,
+        column_order: gold.column_order,
+        row_limit: None,
+    };
+    let again = match gold_digest(gc, sql, spec, budget) {
+        Ok(d) => d,
+        Err(GradeError::Timeout(s)) => {
+            let detail = format!("gold query timed out after {}s", crate::error::seconds(s));
+            return Ok(Err((Outcome::GoldTimeout, detail)));
+        }
+        Err(GradeError::Sql(m) | GradeError::Unsafe(m)) => {
+            return Ok(Err((Outcome::GoldError, format!("gold query: {m}"))))
+        }
+        Err(e) => return Err(e),
+    };
+    match again.gold_keys {
+        Some(keys) if again.rows == gold.rows && again.key == gold.key => Ok(Ok(keys)),
+        _ => Err(GradeError::Database(format!(
+            "{}: the gold's result is not the one its digest was made from (the database              changed?): recompute the gold digest",
+            gc.path
+        ))),
     }
 }
 
@@ -183,14 +231,20 @@ pub fn grade_against(
     // A subset prediction needs min(N, the gold's distinct rows) distinct rows: every gold row
     // when the gold has fewer than N.
     let subset = match gold.semantics {
-        Semantics::Subset { exact, n } => {
-            let Some(keys) = gold.gold_keys.clone() else {
-                return Err(GradeError::Invalid(
-                    "a subset gold digest without its row keys: recompute it".into(),
-                ));
-            };
-            Some((exact, n.min(gold.rows), keys))
-        }
+        Semantics::Subset { exact, n } => match subset_keys(gc, gold, budget)? {
+            Ok(keys) => Some((exact, n.min(gold.rows), keys)),
+            Err((outcome, detail)) => {
+                return Ok(Verdict {
+                    outcome,
+                    detail,
+                    semantics: gold.semantics,
+                    pred_rows: None,
+                    gold_rows: Some(gold.rows),
+                    elapsed_s: start.elapsed().as_secs_f64(),
+                    pred_digest: None,
+                })
+            }
+        },
         _ => None,
     };
     let spec = DigestSpec {

@@ -22,6 +22,9 @@ pub enum GradeError {
     /// A caller's mistake that is not about SQL (an unknown method name, a closed pool, ...).
     #[error("{0}")]
     Invalid(String),
+    /// A set or subset digest past its memory budget could not spill to its temporary directory.
+    #[error("{0}")]
+    Spill(String),
     /// A gold digest made under another hash secret than the process's: compute it again.
     #[error("{0}")]
     SecretMismatch(String),

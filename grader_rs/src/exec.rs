@@ -6,7 +6,7 @@ use rusqlite::types::ValueRef;
 
 use std::sync::Arc;
 
-use crate::digest::{Accumulator, Digest, DigestSpec, Semantics, Stop, SET_CAP};
+use crate::digest::{Accumulator, Digest, DigestSpec, GoldKeys, Semantics, Stop};
 use crate::error::{GradeError, Result};
 use crate::guard::{Budget, GuardedConnection};
 
@@ -244,7 +244,7 @@ pub fn digest(
     sql: &str,
     spec: DigestSpec,
     expect_columns: Option<u32>,
-    gold_keys: Option<Arc<Vec<u128>>>,
+    gold_keys: Option<Arc<GoldKeys>>,
     budget: &Budget,
 ) -> Result<Run> {
     let (stmt, text) = gc.prepare_checked(sql)?;
@@ -269,7 +269,7 @@ fn host_loop(
     mut stmt: rusqlite::Statement<'_>,
     spec: DigestSpec,
     columns: u32,
-    gold_keys: Option<Arc<Vec<u128>>>,
+    gold_keys: Option<Arc<GoldKeys>>,
     budget: &Budget,
 ) -> Result<Run> {
     let n = columns as usize;
@@ -286,19 +286,35 @@ fn host_loop(
         }
         Ok::<(), rusqlite::Error>(())
     })();
+    // The end of a digest that spilled runs under the same deadline: before disarming.
+    let finished = match (&outcome, stop) {
+        (_, Some(s)) => Some(Err(s)),
+        (Ok(()), None) => Some(acc.finish(&|| gc.interrupted())),
+        (Err(_), None) => None,
+    };
     gc.disarm();
     outcome.map_err(|e| gc.classify_with(e, budget))?;
-    finish(stop, acc.finish(), columns)
+    conclude(
+        finished.expect("an Ok outcome is finished"),
+        columns,
+        gc,
+        budget,
+    )
 }
 
-fn finish(stop: Option<Stop>, digest: Digest, columns: u32) -> Result<Run> {
-    match stop {
-        None => Ok(Run::Done(digest)),
-        Some(Stop::RowLimit) => Ok(Run::TooManyRows { columns }),
-        Some(Stop::NotInGold) => Ok(Run::ForeignRow),
-        Some(Stop::SetTooLarge) => Err(GradeError::Sql(format!(
-            "set semantics keeps at most {SET_CAP} distinct rows; use multiset semantics"
-        ))),
+/// What a digest's end (or its early stop) means for the run.
+fn conclude(
+    finished: std::result::Result<Digest, Stop>,
+    columns: u32,
+    gc: &GuardedConnection,
+    budget: &Budget,
+) -> Result<Run> {
+    match finished {
+        Ok(digest) => Ok(Run::Done(digest)),
+        Err(Stop::RowLimit) => Ok(Run::TooManyRows { columns }),
+        Err(Stop::NotInGold) => Ok(Run::ForeignRow),
+        Err(Stop::Interrupted) => Err(gc.stop_error(budget)),
+        Err(Stop::Spill(message)) => Err(GradeError::Spill(message)),
     }
 }
 
@@ -310,7 +326,7 @@ fn in_vm(
     text: &str,
     spec: DigestSpec,
     columns: u32,
-    gold_keys: Option<Arc<Vec<u128>>>,
+    gold_keys: Option<Arc<GoldKeys>>,
     budget: &Budget,
 ) -> Result<Run> {
     let names: Vec<String> = (0..columns).map(|i| format!("c{i}")).collect();
@@ -332,27 +348,22 @@ fn in_vm(
         rows.next()?;
         Ok::<(), rusqlite::Error>(())
     })();
+    // Taken whatever happened, so a stopped run's accumulator (and its spill file) goes now.
+    let stop = shared.stopped.lock().unwrap().take();
+    let acc = shared.result.lock().unwrap().take();
+    let finished = match (&outcome, stop) {
+        (_, Some(s)) => Some(Err(s)),
+        (Ok(()), None) => acc.map(|a| a.finish(&|| gc.interrupted())),
+        (Err(_), None) => None,
+    };
     gc.disarm();
     *shared.spec.lock().unwrap() = None;
     *shared.gold_keys.lock().unwrap() = None;
-    let stop = shared.stopped.lock().unwrap().take();
-    if let Err(e) = outcome {
-        return match stop {
-            Some(s) => finish(Some(s), empty(spec, columns), columns),
-            None => Err(gc.classify_with(e, budget)),
-        };
+    match (outcome, finished) {
+        (_, Some(finished)) => conclude(finished, columns, gc, budget),
+        (Err(e), None) => Err(gc.classify_with(e, budget)),
+        (Ok(()), None) => Err(GradeError::Sql("digest produced no result".into())),
     }
-    let digest = shared
-        .result
-        .lock()
-        .unwrap()
-        .take()
-        .ok_or_else(|| GradeError::Sql("digest produced no result".into()))?;
-    Ok(Run::Done(digest))
-}
-
-fn empty(spec: DigestSpec, columns: u32) -> Digest {
-    Accumulator::new(spec, columns, None).finish()
 }
 
 #[cfg(test)]

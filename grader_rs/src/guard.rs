@@ -391,6 +391,20 @@ impl GuardedConnection {
         outcome.map_err(|e| self.classify_with(e, budget))
     }
 
+    /// Whether the armed call's deadline has passed or its cancel token fired (asked by work
+    /// the progress handler does not reach: the end of a digest that spilled).
+    pub fn interrupted(&self) -> bool {
+        self.control.should_stop()
+    }
+
+    /// The error for a call `interrupted` stopped.
+    pub fn stop_error(&self, budget: &Budget) -> GradeError {
+        match self.control.stopped.load(Ordering::Relaxed) {
+            STOP_TIMEOUT => GradeError::Timeout(budget.timeout_s),
+            _ => GradeError::Cancelled,
+        }
+    }
+
     /// Turn a SQLite error into the core's error, naming a timeout or cancel as such.
     pub fn classify_with(&self, e: rusqlite::Error, budget: &Budget) -> GradeError {
         // Some actions reach the authorizer only while stepping (a virtual table's own query).

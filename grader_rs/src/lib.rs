@@ -4,7 +4,8 @@
 //! and the safety policy), `canon` (value equality), `digest` (streaming digests), `exec`
 //! (tool previews and digest runs), `compare` (verdicts), `sqltext` (scanning SQL text),
 //! `checked` (the ranges of the numbers a caller passes),
-//! `perturb` (perturbed copies of a database), `pool` (SQL worker threads).
+//! `perturb` (perturbed copies of a database), `pool` (SQL worker threads), `spill` (the
+//! grading memory budget and the temporary disk past it).
 //! This file declares them and, with the `python` feature, registers `t2sql._grader`, whose
 //! bindings live in `py`: argument conversion, releasing the GIL, and one Python exception
 //! per error variant.
@@ -18,6 +19,7 @@ pub mod exec;
 pub mod guard;
 pub mod perturb;
 pub mod pool;
+pub mod spill;
 pub mod sqltext;
 
 #[cfg(feature = "python")]
@@ -30,12 +32,13 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
 
     use py::database::{
-        restore_tool_result, set_heap_limit, sqlite_version, Cancel, Database, ToolResult,
+        grade_memory, restore_tool_result, set_grade_memory, set_heap_limit, spill_usage,
+        sqlite_version, Cancel, Database, ToolResult,
     };
     use py::digest::{hash_secret_id, resolve_semantics, set_hash_secret, Digest, Verdict};
     use py::errors::{
         invalid_argument, DatabaseClosed, DatabaseError, HashSecretMismatch, QueryCancelled,
-        QueryTimeout, SqlError, T2sqlError, UnsafeQuery,
+        QueryTimeout, SpillError, SqlError, T2sqlError, UnsafeQuery,
     };
     use py::pool::{lower_thread_priority, SqlPool};
     use py::spec::{method_name, GradeSpec, ToolLimits};
@@ -51,6 +54,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add("DatabaseClosed", py.get_type::<DatabaseClosed>())?;
     m.add("InvalidArgument", invalid_argument(py)?)?;
     m.add("HashSecretMismatch", py.get_type::<HashSecretMismatch>())?;
+    m.add("SpillError", py.get_type::<SpillError>())?;
     m.add_class::<Cancel>()?;
     m.add_class::<Database>()?;
     m.add_class::<Digest>()?;
@@ -65,6 +69,9 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_function(wrap_pyfunction!(set_hash_secret, m)?)?;
     m.add_function(wrap_pyfunction!(hash_secret_id, m)?)?;
     m.add_function(wrap_pyfunction!(set_heap_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(set_grade_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(grade_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(spill_usage, m)?)?;
     m.add_function(wrap_pyfunction!(lower_thread_priority, m)?)?;
     m.add_function(wrap_pyfunction!(sql_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(restore_tool_result, m)?)?;
@@ -91,6 +98,10 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     let grade = pyo3::types::PyDict::new(py);
     grade.set_item("timeout_s", spec.timeout_s)?;
     grade.set_item("float_digits", spec.float_digits)?;
+    grade.set_item(
+        "memory_mb",
+        crate::spill::DEFAULT_MEMORY_BYTES / (1024 * 1024),
+    )?;
     m.add("GRADE_DEFAULTS", grade)?;
     Ok(())
 }

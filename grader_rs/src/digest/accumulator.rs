@@ -1,18 +1,15 @@
 //! The streaming digest of a result, one row at a time: `Accumulator` under a `DigestSpec`.
 
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use rusqlite::types::ValueRef;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, Xxh3};
 
+use super::distinct::{partition_of, DistinctKeys, KeyTable, PARTITIONS};
+use super::keyset::{Coverage, GoldKeys, SortedKeys};
 use super::{secret, secret_id, ColumnOrder, Digest, Semantics};
 use crate::canon;
-
-/// Most distinct rows a set digest keeps before giving up: 16 B per key, about 300 MiB with
-/// the hash table's slack at the cap. Multiset and ordered digests need no such memory.
-pub const SET_CAP: usize = 10_000_000;
+use crate::spill::{grade_memory, SpillFile};
 
 /// Options of one digest computation.
 #[derive(Debug, Clone, Copy)]
@@ -25,31 +22,27 @@ pub struct DigestSpec {
 }
 
 /// Why accumulation stopped early.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
     RowLimit,
-    SetTooLarge,
     /// A subset prediction's row is not one of the gold's rows.
     NotInGold,
+    /// The deadline passed or the cancel token fired while the digest was being finished.
+    Interrupted,
+    /// The spill file could not be written or read (the message says where and what to do).
+    Spill(String),
 }
 
-/// Hash set hasher for keys that are already uniform hashes: take the low 64 bits.
-#[derive(Default)]
-pub struct KeyHasher(u64);
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.0 ^= u64::from_le_bytes(b);
-        }
-    }
-    fn write_u128(&mut self, i: u128) {
-        self.0 = i as u64;
-    }
+/// How rows are counted: all of them, or the distinct ones (set and subset).
+enum Rows {
+    /// Multiset and ordered: every row counts.
+    All,
+    /// Set, a subset gold, and a subset prediction checked against a gold kept on disk (then at
+    /// the end, partition by partition): the distinct keys, collected in bounded memory.
+    Collect(DistinctKeys, Option<Arc<GoldKeys>>),
+    /// A subset prediction against a gold kept in memory: each row looked up as it comes,
+    /// the distinct ones counted as bits over the gold's keys.
+    Cover(Arc<GoldKeys>, Coverage),
 }
 
 pub struct Accumulator {
@@ -59,9 +52,7 @@ pub struct Accumulator {
     rows: u64,
     sum: u128,
     chain: Option<Box<Xxh3>>,
-    set: Option<HashSet<u128, BuildHasherDefault<KeyHasher>>>,
-    /// A subset prediction checks each row against these (the gold's keys, sorted).
-    gold_keys: Option<Arc<Vec<u128>>>,
+    distinct: Rows,
     buf: Vec<u8>,
     /// ColumnOrder::Ignore: where each cell's encoding ends in `buf`, and a buffer to sort into.
     cell_ends: Vec<usize>,
@@ -71,8 +62,25 @@ pub struct Accumulator {
 impl Accumulator {
     /// `gold_keys`: for a subset prediction, the gold's distinct keys; None for a gold or
     /// any other method.
-    pub fn new(spec: DigestSpec, columns: u32, gold_keys: Option<Arc<Vec<u128>>>) -> Self {
+    pub fn new(spec: DigestSpec, columns: u32, gold_keys: Option<Arc<GoldKeys>>) -> Self {
         let seed = secret();
+        let distinct = if !spec.semantics.keeps_distinct() {
+            Rows::All
+        } else {
+            match gold_keys {
+                Some(gold) => match &*gold {
+                    GoldKeys::Memory(keys) => {
+                        let coverage = Coverage::new(keys);
+                        Rows::Cover(gold, coverage)
+                    }
+                    GoldKeys::Spilled { .. } => Rows::Collect(
+                        DistinctKeys::new(grade_memory(), spec.row_limit),
+                        Some(gold),
+                    ),
+                },
+                None => Rows::Collect(DistinctKeys::new(grade_memory(), spec.row_limit), None),
+            }
+        };
         Accumulator {
             spec,
             seed,
@@ -80,8 +88,7 @@ impl Accumulator {
             rows: 0,
             sum: 0,
             chain: (spec.semantics == Semantics::Ordered).then(|| Box::new(Xxh3::with_seed(seed))),
-            set: spec.semantics.keeps_distinct().then(HashSet::default),
-            gold_keys,
+            distinct,
             buf: Vec::with_capacity(256),
             cell_ends: Vec::new(),
             sorted: Vec::new(),
@@ -108,24 +115,26 @@ impl Accumulator {
             self.sort_cells();
         }
         let key = xxh3_128_with_seed(&self.buf, self.seed);
-        if self.gold_keys.is_some() && !self.is_gold_row(key) {
-            return Err(Stop::NotInGold);
-        }
-        match &mut self.set {
-            None => {
+        match &mut self.distinct {
+            Rows::All => {
                 self.rows += 1;
                 self.sum = self.sum.wrapping_add(key);
                 if let Some(chain) = &mut self.chain {
                     chain.update(&key.to_le_bytes());
                 }
             }
-            Some(set) => {
-                if set.insert(key) {
-                    self.rows += 1;
-                    self.sum = self.sum.wrapping_add(key);
-                    if set.len() > SET_CAP {
-                        return Err(Stop::SetTooLarge);
+            Rows::Collect(keys, _) => return keys.push(key),
+            Rows::Cover(gold, coverage) => {
+                let GoldKeys::Memory(gold) = &**gold else {
+                    unreachable!("coverage is over a gold kept in memory")
+                };
+                match gold.index_of(key) {
+                    None => return Err(Stop::NotInGold),
+                    Some(i) if coverage.mark(i) => {
+                        self.rows += 1;
+                        self.sum = self.sum.wrapping_add(key);
                     }
+                    Some(_) => return Ok(()),
                 }
             }
         }
@@ -154,39 +163,109 @@ impl Accumulator {
         std::mem::swap(&mut self.buf, &mut self.sorted);
     }
 
-    #[inline(never)]
-    fn is_gold_row(&self, key: u128) -> bool {
-        self.gold_keys
-            .as_ref()
-            .is_some_and(|gold| gold.binary_search(&key).is_ok())
-    }
-
-    pub fn finish(self) -> Digest {
+    /// The digest. Distinct keys that spilled are counted here, one partition at a time, and a
+    /// subset prediction against a gold on disk is checked here: `should_stop` (the deadline,
+    /// the cancel token) is asked between partitions.
+    pub fn finish(self, should_stop: &dyn Fn() -> bool) -> Result<Digest, Stop> {
+        let subset = matches!(self.spec.semantics, Semantics::Subset { .. });
+        let (rows, sum, gold_keys) = match self.distinct {
+            Rows::All | Rows::Cover(..) => (self.rows, self.sum, None),
+            Rows::Collect(keys, None) if subset => {
+                let (gold, count, sum) = keep_gold_keys(keys, should_stop)?;
+                (count, sum, Some(Arc::new(gold)))
+            }
+            Rows::Collect(keys, gold) => {
+                let (mut count, mut sum) = (0u64, 0u128);
+                let (mut table, mut scratch) = (KeyTable::default(), Vec::new());
+                keys.for_each_batch(should_stop, |p, batch| {
+                    if let Some(gold) = &gold {
+                        gold.check_batch(p, batch, &mut table, &mut scratch)?;
+                    }
+                    count += batch.len() as u64;
+                    sum = batch.iter().fold(sum, |s, &k| s.wrapping_add(k));
+                    Ok(())
+                })?;
+                if matches!(self.spec.row_limit, Some(limit) if count > limit) {
+                    return Err(Stop::RowLimit);
+                }
+                (count, sum, None)
+            }
+        };
         let key = match &self.chain {
             Some(chain) => chain.digest128(),
-            None => self.sum,
+            None => sum,
         };
-        // A subset gold keeps its keys; a subset prediction (checked against them) does not.
-        let gold_keys = match (&self.spec.semantics, &self.gold_keys, self.set) {
-            (Semantics::Subset { .. }, None, Some(set)) => {
-                let mut keys: Vec<u128> = set.into_iter().collect();
-                keys.sort_unstable();
-                Some(Arc::new(keys))
-            }
-            _ => None,
-        };
-        Digest {
+        Ok(Digest {
             semantics: self.spec.semantics,
             float_digits: self.spec.float_digits,
             column_order: self.spec.column_order,
-            rows: self.rows,
+            rows,
             columns: self.columns,
             key,
-            unordered_key: self.sum,
+            unordered_key: sum,
             secret_id: secret_id(),
             gold_keys,
-        }
+            gold_sql: None,
+        })
     }
+}
+
+/// A subset gold's distinct keys as its store, with their count and sum: in memory (sorted)
+/// when they fit a quarter of the budget, else in the spill file they were collected in.
+fn keep_gold_keys(
+    keys: DistinctKeys,
+    should_stop: &dyn Fn() -> bool,
+) -> Result<(GoldKeys, u64, u128), Stop> {
+    let memory = keys.memory();
+    if keys.has_spilled() {
+        let (file, segments) = keys.into_spilled()?;
+        let mut gold = GoldKeys::Spilled {
+            file,
+            segments,
+            count: 0,
+        };
+        let (mut n, mut sum) = (0u64, 0u128);
+        let mut part = Vec::new();
+        for p in 0..PARTITIONS {
+            if should_stop() {
+                return Err(Stop::Interrupted);
+            }
+            gold.partition(p, &mut part)?;
+            n += part.len() as u64;
+            sum = part.iter().fold(sum, |s, &k| s.wrapping_add(k));
+        }
+        if let GoldKeys::Spilled { count, .. } = &mut gold {
+            *count = n;
+        }
+        return Ok((gold, n, sum));
+    }
+    let mut all = Vec::new();
+    keys.for_each_batch(should_stop, |_, batch| {
+        // Batches come in partition order (or as one batch): sorted each, all are in order.
+        batch.sort_unstable();
+        all.extend_from_slice(batch);
+        Ok(())
+    })?;
+    let (n, sum) = (
+        all.len() as u64,
+        all.iter().fold(0u128, |s, &k| s.wrapping_add(k)),
+    );
+    if all.len() <= DistinctKeys::in_memory_key_cap(&memory) {
+        return Ok((GoldKeys::Memory(SortedKeys::new(all)), n, sum));
+    }
+    // Too many to keep beside a prediction's own: to disk, one segment per partition.
+    let mut file = SpillFile::create(&memory).map_err(Stop::Spill)?;
+    let mut segments = vec![Vec::new(); PARTITIONS];
+    for run in all.chunk_by(|a, b| partition_of(*a) == partition_of(*b)) {
+        let start = file.append(run).map_err(Stop::Spill)?;
+        segments[partition_of(run[0])].push((start, run.len() as u64));
+    }
+    let gold = GoldKeys::Spilled {
+        file,
+        segments,
+        count: n,
+    };
+    Ok((gold, n, sum))
 }
 
 #[cfg(test)]
@@ -204,7 +283,7 @@ pub(super) mod test {
         for r in rows {
             acc.add_row(r.iter().copied()).unwrap();
         }
-        acc.finish()
+        acc.finish(&|| false).unwrap()
     }
 
     use ValueRef::{Integer as I, Text as T};
@@ -311,7 +390,7 @@ pub(super) mod test {
             for r in rows {
                 acc.add_row(r.iter().copied()).unwrap();
             }
-            acc.finish().key
+            acc.finish(&|| false).unwrap().key
         };
         let ab = [vec![I(1), T(b"x")], vec![I(2), T(b"y")]];
         let ba = [vec![T(b"x"), I(1)], vec![T(b"y"), I(2)]];
@@ -327,11 +406,14 @@ pub(super) mod test {
         let one = |order| {
             let mut acc = Accumulator::new(spec(order), 2, None);
             acc.add_row([I(1), I(1)].into_iter()).unwrap();
-            acc.finish().key
+            acc.finish(&|| false).unwrap().key
         };
         let mut single = Accumulator::new(spec(ColumnOrder::Ignore), 1, None);
         single.add_row([I(1)].into_iter()).unwrap();
-        assert_ne!(one(ColumnOrder::Ignore), single.finish().key);
+        assert_ne!(
+            one(ColumnOrder::Ignore),
+            single.finish(&|| false).unwrap().key
+        );
     }
 
     pub(in crate::digest) fn subset_gold(rows: &[i64], n: u64) -> Digest {
@@ -345,7 +427,7 @@ pub(super) mod test {
         for &r in rows {
             acc.add_row([I(r)].into_iter()).unwrap();
         }
-        acc.finish()
+        acc.finish(&|| false).unwrap()
     }
 
     #[test]
@@ -353,8 +435,11 @@ pub(super) mod test {
         let gold = subset_gold(&[1, 2, 2, 3], 2);
         assert_eq!(gold.rows, 3);
         let keys = gold.gold_keys.clone().unwrap();
-        assert_eq!(keys.len(), 3);
-        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(keys.count(), 3);
+        let GoldKeys::Memory(sorted) = &*keys else {
+            panic!("three keys are kept in memory")
+        };
+        assert!(sorted.keys().windows(2).all(|w| w[0] < w[1]));
         let spec = DigestSpec {
             semantics: gold.semantics,
             float_digits: None,
@@ -371,6 +456,6 @@ pub(super) mod test {
         // A prediction does not carry keys of its own.
         let mut ok = Accumulator::new(spec, 1, gold.gold_keys.clone());
         ok.add_row([I(1)].into_iter()).unwrap();
-        assert!(ok.finish().gold_keys.is_none());
+        assert!(ok.finish(&|| false).unwrap().gold_keys.is_none());
     }
 }

@@ -8,15 +8,17 @@ use rusqlite::ffi;
 use rusqlite::types::ValueRef;
 use rusqlite::Connection;
 
-use super::{Accumulator, Digest, DigestSpec, Stop};
+use super::{Accumulator, DigestSpec, GoldKeys, Stop};
 
 /// State shared between the host and the aggregate registered on one connection.
 #[derive(Default)]
 pub struct AggregateShared {
     pub spec: Mutex<Option<(DigestSpec, u32)>>,
     /// A subset prediction's gold keys, for the run under way.
-    pub gold_keys: Mutex<Option<Arc<Vec<u128>>>>,
-    pub result: Mutex<Option<Digest>>,
+    pub gold_keys: Mutex<Option<Arc<GoldKeys>>>,
+    /// The accumulator once every row is in: the host finishes it outside the VM, where the
+    /// deadline and the cancel token still reach the end of a spilled digest.
+    pub result: Mutex<Option<Accumulator>>,
     pub stopped: Mutex<Option<Stop>>,
 }
 
@@ -105,17 +107,16 @@ unsafe extern "C" fn digest_final(ctx: *mut ffi::sqlite3_context) {
             *slot = std::ptr::null_mut();
             Some(*b)
         };
-        let digest = match acc {
-            Some(a) => a.finish(),
+        let acc = match acc {
+            Some(a) => a,
             None => match *shared.spec.lock().unwrap() {
                 Some((spec, columns)) => {
                     Accumulator::new(spec, columns, shared.gold_keys.lock().unwrap().clone())
-                        .finish()
                 }
                 None => return fail(ctx, c"digest aggregate used outside grading"),
             },
         };
-        *shared.result.lock().unwrap() = Some(digest);
+        *shared.result.lock().unwrap() = Some(acc);
         ffi::sqlite3_result_null(ctx);
     }
 }
@@ -196,13 +197,14 @@ mod test {
         *shared.spec.lock().unwrap() = Some((spec(Semantics::Multiset), 2));
         conn.query_row(&sql, [], |_| Ok(())).unwrap();
         let in_vm = shared.result.lock().unwrap().take().unwrap();
+        let in_vm = in_vm.finish(&|| false).unwrap();
         let mut host = Accumulator::new(spec(Semantics::Multiset), 2, None);
         let mut stmt = conn.prepare(ROWS).unwrap();
         let mut rows = stmt.raw_query();
         while let Some(r) = rows.next().unwrap() {
             host.add_row((0..2).map(|i| r.get_ref_unwrap(i))).unwrap();
         }
-        assert_eq!(in_vm, host.finish());
+        assert_eq!(in_vm, host.finish(&|| false).unwrap());
         assert_eq!(in_vm.rows, 4);
 
         // No rows: the digest of an empty result, from the spec alone.
@@ -210,8 +212,10 @@ mod test {
         conn.query_row(&empty, [], |_| Ok(())).unwrap();
         let none = shared.result.lock().unwrap().take().unwrap();
         assert_eq!(
-            none,
-            Accumulator::new(spec(Semantics::Multiset), 2, None).finish()
+            none.finish(&|| false).unwrap(),
+            Accumulator::new(spec(Semantics::Multiset), 2, None)
+                .finish(&|| false)
+                .unwrap()
         );
     }
 
@@ -221,7 +225,7 @@ mod test {
         let (name, shared) = register(&conn).unwrap();
         let limited = DigestSpec {
             row_limit: Some(1),
-            ..spec(Semantics::Set)
+            ..spec(Semantics::Multiset)
         };
         *shared.spec.lock().unwrap() = Some((limited, 2));
         let sql = format!("WITH q(a, b) AS ({ROWS}) SELECT {name}(a, b) FROM q");

@@ -4,24 +4,28 @@
 //! (canon.rs); with `ColumnOrder::Ignore` over its cells' encodings sorted, so a row compares as
 //! the multiset of its cells. The multiset digest is (rows, columns, Σ keys mod 2^128) — a sum,
 //! never an XOR, so duplicates count. The ordered digest chains the keys through a streaming hash.
-//! The set digest de-duplicates keys in a hash set (16 B per distinct row, capped). A subset
-//! gold keeps its distinct keys (sorted); a subset prediction is checked row by row against them.
-//! Rows are never stored: memory is O(1) except for the distinct keys of set and subset.
+//! The set digest is (distinct rows, Σ distinct keys): its keys are de-duplicated in bounded
+//! memory, partitioned by their top bits and spilled to disk past the grading memory budget
+//! (`distinct`, `crate::spill`). A subset gold keeps its distinct keys (`keyset`); a subset
+//! prediction is checked against them. Rows are never stored.
 //!
 //! One concept per file: `method` (how two results are compared), `secret` (the process
-//! secret keying the row hashes), `accumulator` (the streaming digest), `wire` (a digest's
-//! bytes), `aggregate` (the accumulator as a SQLite aggregate; the module's only `unsafe`).
+//! secret keying the row hashes), `accumulator` (the streaming digest), `distinct` (distinct
+//! keys in bounded memory), `keyset` (a subset gold's keys), `wire` (a digest's bytes), `aggregate` (the accumulator as a SQLite aggregate; the module's only `unsafe`).
 
 use std::sync::Arc;
 
 mod accumulator;
 mod aggregate;
+pub mod distinct;
+pub mod keyset;
 mod method;
 mod secret;
 mod wire;
 
-pub use accumulator::{Accumulator, DigestSpec, KeyHasher, Stop, SET_CAP};
+pub use accumulator::{Accumulator, DigestSpec, Stop};
 pub use aggregate::{function_name, register, AggregateShared};
+pub use keyset::GoldKeys;
 pub use method::{ColumnOrder, Semantics};
 pub use secret::{secret, secret_id, set_secret};
 
@@ -39,6 +43,10 @@ pub struct Digest {
     /// Σ row keys for ordered digests too: tells "same rows, other order" from "other rows".
     pub unordered_key: u128,
     pub secret_id: u64,
-    /// A subset gold's distinct row keys, sorted (16 B per distinct row); None otherwise.
-    pub gold_keys: Option<Arc<Vec<u128>>>,
+    /// A subset gold's distinct row keys (in memory or on disk past the budget); None otherwise.
+    pub gold_keys: Option<Arc<GoldKeys>>,
+    /// A subset gold whose keys spilled to disk carries its SQL instead of its keys when it
+    /// travels as bytes (the gold cache, worker processes): a grade against such a digest runs
+    /// the gold again to recollect them, so no copy ever holds 16 B per distinct row in memory.
+    pub gold_sql: Option<Arc<str>>,
 }

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use super::{ColumnOrder, Digest, Semantics};
+use super::keyset::SortedKeys;
+use super::{ColumnOrder, Digest, GoldKeys, Semantics, Stop};
 use crate::canon;
 
 const WIRE_MAGIC: &[u8; 4] = b"T2D2";
@@ -10,12 +11,26 @@ const WIRE_MAGIC: &[u8; 4] = b"T2D2";
 const WIRE_MAGIC_V1: &[u8; 4] = b"T2D1";
 const WIRE_V1_LEN: usize = 4 + 1 + 1 + 8 + 4 + 16 + 16 + 8;
 const WIRE_HEAD_LEN: usize = 4 + 1 + 8 + 1 + 1 + 8 + 4 + 16 + 16 + 8 + 8;
+/// In the key count's place: no keys follow but the gold's SQL (its length, then UTF-8), for a
+/// subset gold too large to carry its keys (Digest::gold_sql).
+const KEYS_BY_SQL: u64 = u64::MAX;
 
 impl Digest {
     /// A fixed little-endian layout: magic, method (tag and subset count), float digits,
-    /// column order, counts, keys, secret id, then a subset gold's distinct keys.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let keys = self.gold_keys.as_deref().map_or(&[][..], |k| k.as_slice());
+    /// column order, counts, keys, secret id, then a subset gold's distinct keys, sorted (read
+    /// back from disk for a gold that spilled; the error is that read's).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
+        let by_sql = match (self.gold_keys.as_deref(), &self.gold_sql) {
+            (Some(GoldKeys::Spilled { .. }) | None, Some(sql)) => Some(sql),
+            _ => None,
+        };
+        let keys = match (self.gold_keys.as_deref(), by_sql) {
+            (Some(gold), None) => gold.sorted().map_err(|stop| match stop {
+                Stop::Spill(m) => m,
+                other => format!("{other:?}"),
+            })?,
+            _ => Vec::new(),
+        };
         let mut b = Vec::with_capacity(WIRE_HEAD_LEN + 16 * keys.len());
         b.extend_from_slice(WIRE_MAGIC);
         let (tag, n) = match self.semantics {
@@ -37,11 +52,17 @@ impl Digest {
         b.extend_from_slice(&self.key.to_le_bytes());
         b.extend_from_slice(&self.unordered_key.to_le_bytes());
         b.extend_from_slice(&self.secret_id.to_le_bytes());
+        if let Some(sql) = by_sql {
+            b.extend_from_slice(&KEYS_BY_SQL.to_le_bytes());
+            b.extend_from_slice(&(sql.len() as u64).to_le_bytes());
+            b.extend_from_slice(sql.as_bytes());
+            return Ok(b);
+        }
         b.extend_from_slice(&(keys.len() as u64).to_le_bytes());
         for k in keys {
             b.extend_from_slice(&k.to_le_bytes());
         }
-        b
+        Ok(b)
     }
 
     /// Read `to_bytes`' layout (and the first format, T2D1); every field is validated.
@@ -70,6 +91,7 @@ impl Digest {
                 unordered_key: u128_at(34),
                 secret_id: u64_at(50),
                 gold_keys: None,
+                gold_sql: None,
             });
         }
         if data.len() < WIRE_HEAD_LEN || &data[..4] != WIRE_MAGIC {
@@ -89,26 +111,42 @@ impl Digest {
             1 => ColumnOrder::Ignore,
             _ => return Err("bad column order".into()),
         };
-        let nkeys = u64_at(WIRE_HEAD_LEN - 8) as usize;
-        if data.len() != WIRE_HEAD_LEN + 16 * nkeys {
+        let is_subset = matches!(semantics, Semantics::Subset { .. });
+        let mut gold_sql = None;
+        let mut nkeys = u64_at(WIRE_HEAD_LEN - 8);
+        if nkeys == KEYS_BY_SQL {
+            let tail = &data[WIRE_HEAD_LEN..];
+            let len = tail
+                .get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+            let sql = match len {
+                Some(n) if is_subset && n.checked_add(8) == Some(tail.len() as u64) => {
+                    std::str::from_utf8(&tail[8..])
+                        .map_err(|_| "the gold SQL is not UTF-8".to_string())?
+                }
+                _ => return Err("wrong length for its gold SQL".into()),
+            };
+            gold_sql = Some(Arc::from(sql));
+            nkeys = 0;
+        } else if data.len() as u64 != WIRE_HEAD_LEN as u64 + 16 * nkeys.min(u64::MAX / 32) {
             return Err("wrong length for its keys".into());
         }
-        let is_subset = matches!(semantics, Semantics::Subset { .. });
+        let nkeys = nkeys as usize;
         if !is_subset && nkeys > 0 {
             return Err("row keys on a digest that keeps none".into());
         }
-        let gold_keys = is_subset.then(|| {
-            Arc::new(
-                (0..nkeys)
+        let gold_keys = match is_subset && gold_sql.is_none() {
+            false => None,
+            true => {
+                let keys: Vec<u128> = (0..nkeys)
                     .map(|i| u128_at(WIRE_HEAD_LEN + 16 * i))
-                    .collect::<Vec<u128>>(),
-            )
-        });
-        if let Some(keys) = &gold_keys {
-            if keys.len() as u64 != u64_at(15) || keys.windows(2).any(|w| w[0] >= w[1]) {
-                return Err("subset keys are not the gold's sorted distinct rows".into());
+                    .collect();
+                if keys.len() as u64 != u64_at(15) || keys.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err("subset keys are not the gold's sorted distinct rows".into());
+                }
+                Some(Arc::new(GoldKeys::Memory(SortedKeys::new(keys))))
             }
-        }
+        };
         Ok(Digest {
             semantics,
             float_digits: digits(data[13])?,
@@ -119,6 +157,7 @@ impl Digest {
             unordered_key: u128_at(43),
             secret_id: u64_at(59),
             gold_keys,
+            gold_sql,
         })
     }
 }
@@ -134,7 +173,7 @@ mod test {
     fn wire_format_round_trips_and_refuses_damage() {
         let set = digest_of(&[vec![I(1), T(b"x")], vec![I(2), T(b"y")]], Semantics::Set);
         for d in [set, subset_gold(&[4, 5, 6], 2), subset_gold(&[], 1)] {
-            let bytes = d.to_bytes();
+            let bytes = d.to_bytes().unwrap();
             assert_eq!(Digest::from_bytes(&bytes).unwrap(), d);
             assert!(Digest::from_bytes(&bytes[..bytes.len() - 1]).is_err());
             let mut bad = bytes.clone();
@@ -145,11 +184,15 @@ mod test {
             assert!(Digest::from_bytes(&bad).is_err());
         }
         // Subset keys out of order are refused.
-        let mut d = subset_gold(&[4, 5, 6], 2);
-        let mut keys = (*d.gold_keys.clone().unwrap()).clone();
-        keys.reverse();
-        d.gold_keys = Some(Arc::new(keys));
-        assert!(Digest::from_bytes(&d.to_bytes()).is_err());
+        let d = subset_gold(&[4, 5, 6], 2);
+        let mut bytes = d.to_bytes().unwrap();
+        let keys_at = bytes.len() - 3 * 16;
+        let (first, last) = (keys_at..keys_at + 16, keys_at + 32..keys_at + 48);
+        let a: Vec<u8> = bytes[first.clone()].to_vec();
+        let z: Vec<u8> = bytes[last.clone()].to_vec();
+        bytes[first].copy_from_slice(&z);
+        bytes[last].copy_from_slice(&a);
+        assert!(Digest::from_bytes(&bytes).is_err());
         // The first format still reads: a multiset digest, columns in order.
         let m = digest_of(&[vec![I(1), T(b"x")]], Semantics::Multiset);
         let mut v1 = b"T2D1".to_vec();

@@ -398,6 +398,40 @@ pub(crate) fn sqlite_version() -> &'static str {
     rusqlite::version()
 }
 
+/// Set the process's grading memory: bytes of row keys one set or subset digest holds before it
+/// spills, and the directory its spill files go to (None: the system's); returns the previous
+/// (bytes, directory).
+#[pyfunction]
+#[pyo3(signature = (bytes, tmp_dir = None))]
+pub(crate) fn set_grade_memory(
+    bytes: Int,
+    tmp_dir: Option<std::path::PathBuf>,
+) -> PyResult<(u64, Option<std::path::PathBuf>)> {
+    let bytes: u64 = int("bytes", &bytes)?;
+    let previous = crate::spill::set_grade_memory(crate::spill::GradeMemory { bytes, tmp_dir })
+        .map_err(invalid)?;
+    Ok((previous.bytes, previous.tmp_dir.clone()))
+}
+
+/// The process's grading memory: (bytes, spill directory or None).
+#[pyfunction]
+pub(crate) fn grade_memory() -> (u64, Option<std::path::PathBuf>) {
+    let m = crate::spill::grade_memory();
+    (m.bytes, m.tmp_dir.clone())
+}
+
+/// (bytes the live spill files hold now, the most they held at once); `reset` starts the peak
+/// over from now.
+#[pyfunction]
+#[pyo3(signature = (*, reset = false))]
+pub(crate) fn spill_usage(reset: bool) -> (u64, u64) {
+    let usage = crate::spill::spill_usage();
+    if reset {
+        crate::spill::reset_spill_peak();
+    }
+    usage
+}
+
 /// Set SQLite's process-wide hard heap limit in bytes (0 = none); returns the previous one.
 #[pyfunction]
 pub(crate) fn set_heap_limit(bytes: Int) -> PyResult<i64> {

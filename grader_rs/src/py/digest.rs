@@ -59,8 +59,11 @@ impl Digest {
             && a.key == b.key
     }
     /// A fixed binary layout for caches (digest/wire.rs); `from_bytes` validates it.
-    pub(crate) fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.inner.to_bytes())
+    pub(crate) fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = py
+            .detach(|| self.inner.to_bytes())
+            .map_err(|m| to_py(crate::error::GradeError::Spill(m)))?;
+        Ok(PyBytes::new(py, &bytes))
     }
     #[staticmethod]
     pub(crate) fn from_bytes(data: &[u8]) -> PyResult<Self> {
@@ -137,10 +140,15 @@ impl Verdict {
     /// The prediction's digest (`Digest.from_bytes`) when it ran to its end; None after an
     /// error or an early exit (another column count, more rows than the gold, a foreign row).
     #[getter]
-    fn pred_digest<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
-        self.pred_digest
-            .as_ref()
-            .map(|d| PyBytes::new(py, &d.to_bytes()))
+    fn pred_digest<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let Some(d) = &self.pred_digest else {
+            return Ok(None);
+        };
+        // A prediction's digest keeps no keys, so its bytes are never read back from disk.
+        let bytes = d
+            .to_bytes()
+            .map_err(|m| to_py(crate::error::GradeError::Spill(m)))?;
+        Ok(Some(PyBytes::new(py, &bytes)))
     }
     fn __repr__(&self) -> String {
         format!(

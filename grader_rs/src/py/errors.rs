@@ -55,6 +55,13 @@ create_exception!(
 
 create_exception!(
     _grader,
+    SpillError,
+    T2sqlError,
+    "A set or subset digest past its memory budget could not spill to its temporary directory."
+);
+
+create_exception!(
+    _grader,
     HashSecretMismatch,
     T2sqlError,
     "A gold digest made under another hash secret than the process's: compute it again."
@@ -102,5 +109,6 @@ pub(crate) fn to_py(e: GradeError) -> PyErr {
         GradeError::Database(_) => DatabaseError::new_err(msg),
         GradeError::Invalid(_) => invalid(msg),
         GradeError::SecretMismatch(_) => HashSecretMismatch::new_err(msg),
+        GradeError::Spill(_) => SpillError::new_err(msg),
     }
 }

@@ -149,7 +149,7 @@ impl SqlPool {
                     let pair = PyTuple::new(
                         py,
                         [
-                            d.to_bytes(py).into_any(),
+                            d.to_bytes(py)?.into_any(),
                             elapsed_s.into_pyobject(py)?.into_any(),
                         ],
                     )?;
