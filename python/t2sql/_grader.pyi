@@ -5,6 +5,7 @@ names from `t2sql`; import them from there.
 """
 
 from os import PathLike
+from pathlib import Path
 from typing import Callable, Literal, Protocol
 
 # A grading method: multiset, set, ordered (or list), auto (ordered when the gold has ORDER BY, else
@@ -41,6 +42,10 @@ class DatabaseError(T2sqlError):
 class DatabaseClosed(DatabaseError):
     """The Database was closed (close(), or the end of its `with` block); open a new one."""
 
+class SpillError(T2sqlError):
+    """A set or subset digest past its memory budget could not spill to its temporary directory
+    (the message names it and says what to do)."""
+
 class HashSecretMismatch(T2sqlError):
     """A gold digest made under another hash secret than the process's: compute it again."""
 
@@ -56,7 +61,7 @@ MAX_FLOAT_DIGITS: int
 # What a tool call and a grade get when the caller names nothing; the defaults written `...`
 # below are these values.
 TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap: ToolLimits()
-GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits
+GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits, memory_mb
 # Every form of a grading method as messages show them (a subset's count written N):
 # ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", "auto"); the one list of them.
 METHODS: tuple[str, ...]
@@ -263,6 +268,16 @@ def sql_tokens(sql: str) -> list[tuple[Literal["word", "quoted", "semicolon", "o
     in characters; the scanner the safety policy uses."""
 def lower_thread_priority(nice: int) -> None:
     """Make the calling thread `nice` steps nicer (Linux; elsewhere, or if refused, a no-op)."""
+def set_grade_memory(bytes: int, tmp_dir: str | PathLike[str] | None = None) -> tuple[int, Path | None]:
+    """The process's grading memory: bytes of row keys one set or subset digest holds before it
+    spills to anonymous files under `tmp_dir` (None: the system's temporary directory); at least
+    64 KiB. Digests started afterwards use it. Returns the previous (bytes, tmp_dir);
+    InvalidArgument for a budget under 64 KiB or a tmp_dir that is not a directory."""
+def grade_memory() -> tuple[int, Path | None]:
+    """The process's grading memory: (bytes, tmp_dir); the default is GRADE_DEFAULTS["memory_mb"] MiB."""
+def spill_usage(*, reset: bool = False) -> tuple[int, int]:
+    """(bytes the live spill files hold now, the most they held at once); reset=True starts the
+    peak over from now."""
 def set_heap_limit(bytes: int) -> int:
     """SQLite's process-wide hard heap limit (0 = none); returns the previous one. Without a
     call, the first Database installs 2 GiB."""

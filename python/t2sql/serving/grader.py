@@ -42,7 +42,9 @@ from t2sql import (
     ToolLimits,
     ToolResult,
     UnsafeQuery,
+    grade_memory,
     hash_secret_id,
+    set_grade_memory,
     sqlite_version,
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
@@ -75,6 +77,8 @@ class Grader:
         worker_heap_limit: int | None = None,
         worker_nice: int = DEFAULT_WORKER_NICE,
         hash_databases: bool = False,
+        grade_memory_mb: int | None = None,
+        tmp_dir: str | os.PathLike | None = None,
     ):
         """
         concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
@@ -86,6 +90,11 @@ class Grader:
         hash_databases: with a manifest, check each database's sha256 at its first use in this
             Grader even when its size, times and inode match the manifest (t2sql.serving.manifest).
         worker_heap_limit: bytes of SQLite heap per worker process/actor (process and ray only).
+        grade_memory_mb: MiB of row keys one set or subset digest holds before it spills to disk
+            (t2sql.set_grade_memory; default GRADE_DEFAULTS["memory_mb"]). Per running digest:
+            with N workers, up to N times this. Set for the whole process with the thread backend.
+        tmp_dir: where digests past their memory spill (anonymous files, gone when the digest
+            is); default: cache_dir/tmp with a cache_dir, else the system's temporary directory.
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment
             it wakes: on a machine with no idle core this cuts the loop's 99th-percentile stall
@@ -115,7 +124,10 @@ class Grader:
             secret = self._disk.secret
             _install_process_secret(secret, str(self._disk.root))
 
+        memory = _grade_memory(grade_memory_mb, tmp_dir, cache_dir)
         if backend == "thread":
+            if memory is not None:
+                set_grade_memory(*memory)
             self._backend = ThreadBackend(concurrency or os.cpu_count() or 1, nice=worker_nice)
             self._secret_tag = None  # the process secret, read per call (hash_secret_id)
         else:
@@ -125,10 +137,11 @@ class Grader:
             if backend == "process":
                 self._backend = ProcessBackend(
                     concurrency or os.cpu_count() or 1, secret=secret, heap_limit=worker_heap_limit,
-                    nice=worker_nice,
+                    nice=worker_nice, grade_memory=memory,
                 )
             else:
-                self._backend = RayBackend(concurrency, secret=secret, heap_limit=worker_heap_limit)
+                self._backend = RayBackend(concurrency, secret=secret, heap_limit=worker_heap_limit,
+                                           grade_memory=memory)
         self.concurrency = self._backend.size
 
         self._lock = threading.Lock()
@@ -452,6 +465,22 @@ class Grader:
                 thread.start()
                 self._sync_loop, self._sync_thread = loop, thread
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
+
+
+def _grade_memory(memory_mb: int | None, tmp_dir, cache_dir) -> tuple[int, str | None] | None:
+    """The grading memory a Grader sets (None: leave the process's as it is)."""
+    if memory_mb is None and tmp_dir is None and cache_dir is None:
+        return None
+    if memory_mb is not None and (isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < 1):
+        raise ValueError(f"grade_memory_mb must be a whole number of MiB, at least 1, got {memory_mb!r}")
+    current_bytes, current_dir = grade_memory()
+    if tmp_dir is None and cache_dir is not None:
+        tmp_dir = Path(cache_dir) / "tmp"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+    if tmp_dir is not None and not Path(tmp_dir).is_dir():
+        raise ValueError(f"tmp_dir {tmp_dir} is not a directory: create it, or pass another")
+    directory = str(tmp_dir) if tmp_dir is not None else (str(current_dir) if current_dir else None)
+    return (memory_mb * 2**20 if memory_mb is not None else current_bytes), directory
 
 
 def _gold_failed(gold: GoldResult, retried: bool, started: float, semantics: str) -> GradeResult:

@@ -93,6 +93,16 @@ def set_worker_heap_limit(limit: int | None) -> None:
         t2sql.set_heap_limit(limit)
 
 
+# A process's grading memory as t2sql.grade_memory() gives it: (bytes, spill directory or None).
+GradeMemory = tuple[int, "str | None"]
+
+
+def set_worker_grade_memory(memory: GradeMemory | None) -> None:
+    """This worker process's grading memory (the Grader's, handed to each worker it starts)."""
+    if memory is not None:
+        t2sql.set_grade_memory(memory[0], memory[1])
+
+
 # Make the calling thread `nice` steps nicer: the SQL workers yield the CPU to the event loop's
 # thread this way. One implementation, the core's, serves the Rust pool's threads and the
 # Python threads and worker processes alike.

@@ -13,7 +13,16 @@ from collections import OrderedDict
 
 import t2sql
 from t2sql import Cancel
-from t2sql.serving.jobs import Job, WorkerLost, lower_priority, run_job_portable, set_worker_heap_limit, unpack
+from t2sql.serving.jobs import (
+    GradeMemory,
+    Job,
+    WorkerLost,
+    lower_priority,
+    run_job_portable,
+    set_worker_grade_memory,
+    set_worker_heap_limit,
+    unpack,
+)
 
 
 class _RemoteCancel:
@@ -153,12 +162,14 @@ class _EarlyCancels:
         return self._ids.pop(job_id, False) is None
 
 
-def _worker_main(job_conn, cancel_conn, secret: bytes | None, heap_limit: int | None, nice: int = 0) -> None:
+def _worker_main(job_conn, cancel_conn, secret: bytes | None, heap_limit: int | None, nice: int = 0,
+                 grade_memory: GradeMemory | None = None) -> None:
     """A worker process: run jobs from job_conn; a side thread reads job ids to cancel."""
     lower_priority(nice)  # before the cancel thread starts: it inherits the niceness
     if secret is not None:
         t2sql.set_hash_secret(secret)
     set_worker_heap_limit(heap_limit)
+    set_worker_grade_memory(grade_memory)
     current: list = [None, None]  # [job_id, Cancel]
     early = _EarlyCancels()
     lock = threading.Lock()
@@ -207,10 +218,12 @@ class ProcessBackend(_DispatchedBackend):
 
     name = "process"
 
-    def __init__(self, size: int, *, secret: bytes, heap_limit: int | None = None, nice: int = 0):
+    def __init__(self, size: int, *, secret: bytes, heap_limit: int | None = None, nice: int = 0,
+                 grade_memory: GradeMemory | None = None):
         super().__init__(size)
         self._secret = secret
         self._heap_limit = heap_limit
+        self._grade_memory = grade_memory
         self._nice = nice
         self._ctx = multiprocessing.get_context("spawn")
         self._workers: list = [None] * size
@@ -223,7 +236,8 @@ class ProcessBackend(_DispatchedBackend):
         job_parent, job_child = self._ctx.Pipe()
         cancel_parent, cancel_child = self._ctx.Pipe()
         proc = self._ctx.Process(
-            target=_worker_main, args=(job_child, cancel_child, self._secret, self._heap_limit, self._nice),
+            target=_worker_main,
+            args=(job_child, cancel_child, self._secret, self._heap_limit, self._nice, self._grade_memory),
             name=f"t2sql-worker-{index}", daemon=True,
         )
         proc.start()
@@ -281,9 +295,10 @@ class _RayWorker:
     """The body of one Ray actor: runs one job at a time; `cancel` arrives on a second
     thread of the actor (max_concurrency=2)."""
 
-    def __init__(self, secret: bytes, heap_limit: int | None):
+    def __init__(self, secret: bytes, heap_limit: int | None, grade_memory: GradeMemory | None = None):
         t2sql.set_hash_secret(secret)
         set_worker_heap_limit(heap_limit)
+        set_worker_grade_memory(grade_memory)
         self._lock = threading.Lock()
         self._current: tuple[int, Cancel] | None = None
         self._early = _EarlyCancels()
@@ -317,7 +332,8 @@ class RayBackend(_DispatchedBackend):
 
     name = "ray"
 
-    def __init__(self, size: int | None, *, secret: bytes, heap_limit: int | None = None):
+    def __init__(self, size: int | None, *, secret: bytes, heap_limit: int | None = None,
+                 grade_memory: GradeMemory | None = None):
         import ray
 
         if not ray.is_initialized():
@@ -332,13 +348,15 @@ class RayBackend(_DispatchedBackend):
         self._actor_cls = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=-1)(_RayWorker)
         self._secret = secret
         self._heap_limit = heap_limit
+        self._grade_memory = grade_memory
         self._actors = [self._new_actor() for _ in range(size)]
         ray.get([a.pid.remote() for a in self._actors])  # fail here, not at the first query
         self._start_dispatchers()
 
     def _new_actor(self):
         # SPREAD: place the actors over every node's CPUs, not packed onto the driver's node.
-        return self._actor_cls.options(scheduling_strategy="SPREAD").remote(self._secret, self._heap_limit)
+        return self._actor_cls.options(scheduling_strategy="SPREAD").remote(
+            self._secret, self._heap_limit, self._grade_memory)
 
     def _call_on(self, index: int, job: Job):
         ray = self._ray
