@@ -21,6 +21,26 @@ def test_bench_grader_smoke(tmp_path):
         path = size["paths"][name]
         assert path["seconds"] > 0 and path["peak_mb"] > 0, name
     assert size["parallel"]["speedup"] > 0
+    assert all(p["spill_mb"] == 0 for p in size["paths"].values()), "3,000 rows fit any budget"
+
+
+def test_bench_grader_reports_the_spill_of_set_and_subset_past_the_budget(tmp_path):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "t2sql.cli", "bench", "grader", "--rows", "40000", "--repeat", "1",
+         "--work-dir", str(tmp_path), "--grade-memory-mb", "1", "--tmp-dir", str(spill),
+         "--skip", "python_counter,bird_python,sqlite_except,sqlite_vm_sum,t2sql_list"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in proc.stdout.splitlines() if line.startswith("| ") and "path" not in line}
+    # 40,000 distinct keys (640 KB) past a 1 MiB budget's 32,768: the set and subset digests
+    # spill, the multiset digest and the stepping never do.
+    assert float(rows["t2sql_set"][4]) > 0 and float(rows["t2sql_subset_all"][4]) > 0, proc.stdout
+    assert float(rows["t2sql_multiset"][4]) == 0 and float(rows["sqlite_step"][4]) == 0
+    assert "set/subset targets:" in proc.stdout and "grading memory 1 MiB" in proc.stdout
+    assert list(spill.iterdir()) == []
 
 
 def test_bench_grader_help_lists_its_paths_and_bad_flags_are_usage_errors():
@@ -32,6 +52,8 @@ def test_bench_grader_help_lists_its_paths_and_bad_flags_are_usage_errors():
     assert all(f"  {name} " in help_text for name in PATHS)
     for flags, said in ((["--skip", "t2sql_nope"], "unknown path(s) in --skip: t2sql_nope"),
                         (["--rows", "lots"], "--rows takes positive row counts"),
-                        (["--rows", "0"], "--rows takes positive row counts")):
+                        (["--rows", "0"], "--rows takes positive row counts"),
+                        (["--grade-memory-mb", "0"], "--grade-memory-mb must be at least 1"),
+                        (["--tmp-dir", "/nonexistent/t2sql"], "is not a directory")):
         proc = run(*flags)
         assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr
