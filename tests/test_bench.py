@@ -53,7 +53,7 @@ def test_bench_grader_help_lists_its_paths_and_bad_flags_are_usage_errors():
     for flags, said in ((["--skip", "t2sql_nope"], "unknown path(s) in --skip: t2sql_nope"),
                         (["--rows", "lots"], "--rows takes positive row counts"),
                         (["--rows", "0"], "--rows takes positive row counts"),
-                        (["--grade-memory-mb", "0"], "--grade-memory-mb must be at least 1"),
+                        (["--grade-memory-mb", "0"], "the grading memory must be at least 1 MiB"),
                         (["--tmp-dir", "/nonexistent/t2sql"], "is not a directory")):
         proc = run(*flags)
         assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr

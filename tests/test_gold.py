@@ -112,6 +112,21 @@ def test_gold_refuses_bad_arguments(tmp_path):
     assert missing.returncode == 2 and "not found" in missing.stderr
     bad_root = t2sql_gold("--data", str(DEV), "--db-root", str(tmp_path / "nowhere"))
     assert bad_root.returncode == 2 and "not a directory" in bad_root.stderr
+    bad_tmp = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--tmp-dir", str(tmp_path / "nowhere"))
+    assert bad_tmp.returncode == 2 and "--tmp-dir" in bad_tmp.stderr and "Traceback" not in bad_tmp.stderr
+    bad_mb = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--grade-memory-mb", "0")
+    assert bad_mb.returncode == 2 and "at least 1 MiB" in bad_mb.stderr
+    assert not list(tmp_path.iterdir()), "a refused run writes nothing"
+
+
+def test_gold_takes_a_grading_memory_and_spills_under_its_tmp_dir(tmp_path):
+    tmp = tmp_path / "spill"
+    tmp.mkdir()
+    run = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--semantics", "set", "--json",
+                     "--grade-memory-mb", "1", "--tmp-dir", str(tmp))
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["failed"] == 0
+    assert list(tmp.iterdir()) == []
 
 
 def test_processes_fill_one_cache_at_once(tmp_path):

@@ -101,6 +101,37 @@ def _positive(text: str, what: str, *, zero_allowed: bool = False) -> float:
     return value
 
 
+def add_grade_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    """--grade-memory-mb and --tmp-dir: the grading memory of a command that grades (one place for
+    both flags; `grade_memory_from_args` reads them back)."""
+    default_mb = _grader.GRADE_DEFAULTS["memory_mb"]
+    parser.add_argument("--grade-memory-mb", type=_memory_mb, default=None, metavar="MB",
+                        help=f"MiB of row keys one set or subset grade holds in memory before it spills to "
+                             f"disk (default {default_mb}; per running grade)")
+    parser.add_argument("--tmp-dir", default=None, metavar="DIR",
+                        help="where set and subset grades past their memory spill (anonymous files, never left "
+                             "behind; default: CACHE_DIR/tmp with a cache, else the system's temporary directory)")
+
+
+def grade_memory_from_args(args: argparse.Namespace) -> tuple[int | None, str | None]:
+    """(MiB or None, tmp dir or None) from add_grade_memory_arguments' flags; ValueError that
+    names the flag when --tmp-dir is not a directory."""
+    tmp_dir = getattr(args, "tmp_dir", None)
+    if tmp_dir is not None and not os.path.isdir(tmp_dir):
+        raise ValueError(f"--tmp-dir {tmp_dir} is not a directory: create it, or pass another")
+    return getattr(args, "grade_memory_mb", None), tmp_dir
+
+
+def _memory_mb(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of MiB, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"the grading memory must be at least 1 MiB, got {value}")
+    return value
+
+
 def fallback_note(given: str, question_id: Any, used: str) -> str:
     """The line that says a task was graded by the fallback method because its own grading_method
     cannot be read (task_method said so): a fallback is a user's choice, never a silent one."""

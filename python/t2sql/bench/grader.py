@@ -84,8 +84,8 @@ PATHS: dict[str, tuple[str, str]] = {
 }
 
 # Paths cheap enough to repeat (best of --repeat); the Python peers take tens of seconds.
-FAST_PATHS = ("baseline", "sqlite_step", "t2sql_multiset", "t2sql_set", "t2sql_list", "t2sql_subset_all", "t2sql_subset_10",
-              "sqlite_vm_sum")
+FAST_PATHS = ("baseline", "sqlite_step", "t2sql_multiset", "t2sql_set", "t2sql_list", "t2sql_subset_all",
+              "t2sql_subset_10", "sqlite_vm_sum")
 
 PARALLEL = """
 def one():

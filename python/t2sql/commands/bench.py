@@ -24,6 +24,7 @@ from t2sql.bench.serving import (
     effective_cores,
 )
 from t2sql.errors import T2sqlError
+from t2sql.grading import add_grade_memory_arguments, grade_memory_from_args
 from t2sql.tasks import database_path, sample_questions
 
 
@@ -39,10 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the benchmark tables are built (and reused)")
     g.add_argument("--repeat", type=int, default=5, help="runs of the fast paths, round-robin (best is kept)")
     g.add_argument("--skip", default="", help="comma-separated paths to skip (e.g. python_counter; paths above)")
-    g.add_argument("--grade-memory-mb", type=int, default=None,
-                   help="grading memory of every path: MiB of row keys a set or subset digest holds before it "
-                        "spills (default: the core's, 32)")
-    g.add_argument("--tmp-dir", default=None, help="where set and subset digests spill (default: the system's)")
+    add_grade_memory_arguments(g)
     g.add_argument("--json", action="store_true", help="print the report as JSON")
     s = suites.add_parser("serving", help="the Grader at training scale (tool latency, grades/s, loop stalls)")
     add_serving_arguments(s)
@@ -81,16 +79,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"t2sql bench grader: unknown path(s) in --skip: {', '.join(unknown)}; the paths are "
               f"{', '.join(PATHS)}", file=sys.stderr)
         return 2
+    try:
+        memory_mb, tmp_dir = grade_memory_from_args(args)
+    except ValueError as e:
+        print(f"t2sql bench grader: {e}", file=sys.stderr)
+        return 2
     memory = None
-    if args.grade_memory_mb is not None or args.tmp_dir is not None:
-        if args.grade_memory_mb is not None and args.grade_memory_mb < 1:
-            print("t2sql bench grader: --grade-memory-mb must be at least 1", file=sys.stderr)
-            return 2
-        if args.tmp_dir is not None and not os.path.isdir(args.tmp_dir):
-            print(f"t2sql bench grader: --tmp-dir {args.tmp_dir} is not a directory", file=sys.stderr)
-            return 2
-        mb = args.grade_memory_mb if args.grade_memory_mb is not None else t2sql.grade_memory()[0] // 2**20
-        memory = (mb * 2**20, args.tmp_dir)
+    if memory_mb is not None or tmp_dir is not None:
+        memory = ((memory_mb or t2sql.grade_memory()[0] // 2**20) * 2**20, tmp_dir)
     report = bench_grader(rows, Path(args.work_dir), max(1, args.repeat), skip, memory)
     print(json.dumps(report, indent=2) if args.json else format_grader(report))
     return 0

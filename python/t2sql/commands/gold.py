@@ -31,7 +31,14 @@ from t2sql._grader import METHODS, GradeSpec
 from t2sql.atomic import write_bytes_atomic
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
-from t2sql.grading import fallback_note, method_arg, method_counts, seconds_arg
+from t2sql.grading import (
+    add_grade_memory_arguments,
+    fallback_note,
+    grade_memory_from_args,
+    method_arg,
+    method_counts,
+    seconds_arg,
+)
 from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.grader import Grader
@@ -109,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--float-digits", type=int, default=None)
     parser.add_argument("--timeout", type=seconds_arg, default=None, help="seconds per gold query")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
+    add_grade_memory_arguments(parser)
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,7 @@ def run(args) -> int:
         print(f"error: --db-root {args.db_root} is not a directory", file=sys.stderr)
         return 2
     try:
+        memory_mb, tmp_dir = grade_memory_from_args(args)
         grading = _Grading.of(args)
         tasks, bad_lines = load_tasks(args.data, args.db_root, args.grading_method_fallback)
     except (DataError, ValueError, KeyError) as e:
@@ -158,7 +167,7 @@ def run(args) -> int:
     started = time.perf_counter()
     with Progress(len(tasks), "gold") as bar:
         with Grader(concurrency=args.workers, cache_dir=args.cache_dir, grade_timeout_s=grading.timeout_s,
-                    backend=args.backend, manifest=manifest) as grader:
+                    backend=args.backend, manifest=manifest, grade_memory_mb=memory_mb, tmp_dir=tmp_dir) as grader:
             records = asyncio.run(run_golds(tasks, grader, grading.spec, on_done=bar.advance))
             stats = grader.stats()
     wall = time.perf_counter() - started
