@@ -171,6 +171,42 @@ fn method_note(gold: &Digest) -> String {
     }
 }
 
+/// Which gold a set of recollected keys belongs to: its file, SQL, spec, and digest.
+#[derive(PartialEq)]
+struct Recollected {
+    path: String,
+    sql: Arc<str>,
+    semantics: Semantics,
+    float_digits: Option<u32>,
+    column_order: ColumnOrder,
+    rows: u64,
+    key: u128,
+}
+
+/// The keys of the last few large subset golds recollected, kept (on disk, in their spill
+/// files) so the samples of one prompt, graded one after another, run their gold once.
+static RECOLLECTED: std::sync::Mutex<Vec<(Recollected, Arc<GoldKeys>)>> =
+    std::sync::Mutex::new(Vec::new());
+const RECOLLECTED_KEPT: usize = 4;
+
+impl Recollected {
+    fn cached(&self) -> Option<Arc<GoldKeys>> {
+        let kept = RECOLLECTED.lock().unwrap();
+        kept.iter()
+            .find(|(k, _)| k == self)
+            .map(|(_, keys)| Arc::clone(keys))
+    }
+
+    fn keep(self, keys: Arc<GoldKeys>) {
+        let mut kept = RECOLLECTED.lock().unwrap();
+        kept.retain(|(k, _)| *k != self);
+        if kept.len() >= RECOLLECTED_KEPT {
+            kept.remove(0);
+        }
+        kept.push((self, keys));
+    }
+}
+
 /// A subset gold's keys: its own, or, for a digest that carries its SQL instead (keys too many
 /// to travel), collected again by running the gold — a gold failure then is the verdict.
 fn subset_keys(
@@ -186,6 +222,18 @@ fn subset_keys(
             "a subset gold digest without its row keys: recompute it".into(),
         ));
     };
+    let recollected = Recollected {
+        path: gc.path.clone(),
+        sql: Arc::clone(sql),
+        semantics: gold.semantics,
+        float_digits: gold.float_digits,
+        column_order: gold.column_order,
+        rows: gold.rows,
+        key: gold.key,
+    };
+    if let Some(keys) = recollected.cached() {
+        return Ok(Ok(keys));
+    }
     let spec = DigestSpec {
         semantics: gold.semantics,
         float_digits: gold.float_digits,
@@ -204,7 +252,10 @@ fn subset_keys(
         Err(e) => return Err(e),
     };
     match again.gold_keys {
-        Some(keys) if again.rows == gold.rows && again.key == gold.key => Ok(Ok(keys)),
+        Some(keys) if again.rows == gold.rows && again.key == gold.key => {
+            recollected.keep(Arc::clone(&keys));
+            Ok(Ok(keys))
+        }
         _ => Err(GradeError::Database(format!(
             "{}: the gold's result is not the one its digest was made from (the database              changed?): recompute the gold digest",
             gc.path
