@@ -123,6 +123,10 @@ pub struct DistinctKeys {
     lower_bound: u64,
     /// Stop once more than this many distinct keys are known.
     row_limit: Option<u64>,
+    /// Keys pushed, repeats included.
+    pushed: u64,
+    /// Keys go straight to their partitions (once batches are seen not to repeat themselves).
+    direct: bool,
     table: KeyTable,
 }
 
@@ -142,6 +146,8 @@ impl DistinctKeys {
             segments: Vec::new(),
             lower_bound: 0,
             row_limit,
+            pushed: 0,
+            direct: false,
             table: KeyTable::default(),
         }
     }
@@ -153,6 +159,15 @@ impl DistinctKeys {
 
     #[inline]
     pub fn push(&mut self, key: u128) -> Result<(), Stop> {
+        self.pushed += 1;
+        if self.direct {
+            self.parts[partition_of(key)].push(key);
+            self.in_parts += 1;
+            if self.in_parts >= self.cap {
+                return self.flush();
+            }
+            return Ok(());
+        }
         self.pending.push(key);
         if self.pending.len() >= self.pending_cap {
             self.drain_pending()?;
@@ -176,6 +191,8 @@ impl DistinctKeys {
             self.dedup_pending = kept < before - before / 4;
         }
         self.spread()?;
+        // Batches that do not repeat themselves go straight to their partitions from now on.
+        self.direct = !self.dedup_pending;
         if self.in_parts >= self.cap {
             self.flush()?;
         }
@@ -204,6 +221,16 @@ impl DistinctKeys {
 
     /// De-duplicate each partition; spill them if they still fill more than half the budget.
     fn flush(&mut self) -> Result<(), Stop> {
+        // A pass over every partition is worth it when the keys repeat (it saves disk), or to
+        // tell an early stop (the keys pushed so far could pass the limit). One partition, a
+        // uniform sample of the keys, says whether they repeat.
+        let before = self.parts[0].len();
+        self.table.dedup(&mut self.parts[0]);
+        let repeats = before - self.parts[0].len() > before / 16;
+        let bound_needed = self.row_limit.is_some_and(|limit| self.pushed > limit);
+        if !(repeats || bound_needed) {
+            return self.spill_parts();
+        }
         let mut distinct = 0;
         for part in &mut self.parts {
             self.table.dedup(part);
@@ -258,6 +285,12 @@ impl DistinctKeys {
             return each(None, &mut keys);
         }
         self.spread()?;
+        if self.spill.is_some() {
+            // What is still in memory joins the file first: then only one partition at a time
+            // is in memory (its keys and its table), not that one beside every other's rest.
+            self.spill_parts()?;
+            self.parts.iter_mut().for_each(|part| *part = Vec::new());
+        }
         let mut batch = Vec::new();
         for p in 0..PARTITIONS {
             if should_stop() {
