@@ -121,14 +121,9 @@ impl SpillFile {
     /// Append `keys`; returns the index of the first one.
     pub fn append(&mut self, keys: &[u128]) -> Result<u64, SpillError> {
         let start = self.len;
-        let mut block = Vec::with_capacity(IO_BLOCK);
         for chunk in keys.chunks(IO_BLOCK / 16) {
-            block.clear();
-            for k in chunk {
-                block.extend_from_slice(&k.to_le_bytes());
-            }
             self.file
-                .write_all_at(&block, self.len * 16)
+                .write_all_at(key_bytes(chunk), self.len * 16)
                 .map_err(|e| spill_error(&self.dir, e))?;
             self.len += chunk.len() as u64;
             add_spilled(16 * chunk.len() as u64);
@@ -138,22 +133,13 @@ impl SpillFile {
 
     /// Append the keys at `[start, start + count)` to `out`.
     pub fn read_into(&self, start: u64, count: u64, out: &mut Vec<u128>) -> Result<(), SpillError> {
-        let mut block = vec![0u8; IO_BLOCK];
-        let mut at = start;
-        let end = start + count;
-        out.reserve(count as usize);
-        while at < end {
-            let n = ((end - at) as usize).min(IO_BLOCK / 16);
-            let bytes = &mut block[..16 * n];
+        let from = out.len();
+        out.resize(from + count as usize, 0);
+        for (i, chunk) in out[from..].chunks_mut(IO_BLOCK / 16).enumerate() {
+            let at = start + (i * IO_BLOCK / 16) as u64;
             self.file
-                .read_exact_at(bytes, at * 16)
+                .read_exact_at(key_bytes_mut(chunk), at * 16)
                 .map_err(|e| spill_error(&self.dir, e))?;
-            out.extend(
-                bytes
-                    .chunks_exact(16)
-                    .map(|b| u128::from_le_bytes(b.try_into().unwrap())),
-            );
-            at += n as u64;
         }
         Ok(())
     }
@@ -170,6 +156,22 @@ impl SpillFile {
 impl Drop for SpillFile {
     fn drop(&mut self) {
         SPILLED_NOW.fetch_sub(16 * self.len, Ordering::Relaxed);
+    }
+}
+
+// A spill file holds keys in the machine's own byte order (it never outlives the process), so
+// they are written and read as the bytes they are in memory: no conversion per key, which cost
+// as much as de-duplicating them. `u128` has no padding and every bit pattern is a valid value.
+
+fn key_bytes(keys: &[u128]) -> &[u8] {
+    // SAFETY: the slice's memory is `16 * len` initialised bytes, and u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(keys.as_ptr().cast::<u8>(), std::mem::size_of_val(keys)) }
+}
+
+fn key_bytes_mut(keys: &mut [u128]) -> &mut [u8] {
+    // SAFETY: as key_bytes; any bytes written make valid u128 values.
+    unsafe {
+        std::slice::from_raw_parts_mut(keys.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(keys))
     }
 }
 
