@@ -149,6 +149,25 @@ def test_gold_timeout_is_retried_and_not_cached(grader):
     assert stats["gold_failures"] == 2 and stats["gold_computed"] == 0
 
 
+def test_retry_false_keeps_the_first_attempt_as_t2sql_grade_does(grader):
+    """`t2sql grade --pairs` grades through the Grader with retry=False: a timeout is one attempt."""
+    started = time.perf_counter()
+    r = asyncio.run(grader.grade(SUPERHERO, ENDLESS, COUNT_HEROES, GradeSpec(timeout_s=0.3), retry=False))
+    assert r.outcome == "pred_timeout" and not r.retried
+    assert time.perf_counter() - started < 0.55  # one attempt of 0.3 s, not two
+    assert grader.stats()["retries"] == 0
+
+
+@pytest.mark.parametrize("gold", ["SELECT nope FROM superhero", "DELETE FROM superhero", "", ENDLESS])
+def test_a_failed_gold_reads_as_t2sql_grade_says_it(grader, gold):
+    """One pair, two APIs, one record: the Grader's gold failures carry the core's outcome and detail."""
+    spec = GradeSpec("multiset", gold_sql=gold, timeout_s=0.3)
+    core = t2sql.Database(SUPERHERO).grade(COUNT_HEROES, gold, spec)
+    r = asyncio.run(grader.grade(SUPERHERO, COUNT_HEROES, gold, spec, retry=False))
+    assert (r.outcome, r.detail, r.semantics) == (core.outcome, core.detail, core.semantics)
+    assert r.outcome in ("gold_error", "gold_timeout")
+
+
 def test_cancelling_the_task_stops_sqlite_at_once():
     async def main(g):
         task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))

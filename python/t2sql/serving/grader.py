@@ -177,17 +177,20 @@ class Grader:
         return await self._submit(ToolJob(db_path, identity.stat, sql, self._tool_limits if limits is None else limits,
                                           job_id=next_job_id()))
 
-    async def grade(self, db_path: str, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None) -> GradeResult:
+    async def grade(self, db_path: str, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None, *,
+                    retry: bool = True) -> GradeResult:
         """Grade `pred_sql` against `gold_sql` under `spec` (a task's: Preset.grade_spec(task), its
         method resolved against this gold; None: GradeSpec() with this Grader's grade_timeout_s).
         SQL problems are outcomes, never exceptions; a missing or changed database raises
-        DatabaseError."""
+        DatabaseError. A prediction or gold that timed out is tried once more (a busy machine
+        should not cost a rollout its reward); retry=False keeps the first attempt's verdict, as
+        t2sql.grade gives it (`t2sql grade --pairs`)."""
         started = time.perf_counter()
         identity = await self._enter(db_path)
         spec = self._grade_spec if spec is None else spec
         self._count("grades")
         retried = False
-        for attempt in (0, 1):
+        for attempt in (0, 1) if retry else (1,):
             gold = await self._gold(db_path, identity, gold_sql, spec)
             if not gold.ok:
                 if gold.outcome == "gold_timeout" and attempt == 0:
@@ -427,15 +430,10 @@ class Grader:
         started = time.perf_counter()
         try:
             data, elapsed_s = await self._submit(job)
-        except QueryTimeout as e:
+        except (QueryTimeout, UnsafeQuery, SqlError) as e:  # WorkerLost is an SqlError
             self._count("gold_failures")
-            return GoldResult("gold_timeout", f"gold query timed out: {e}", None, None,
-                              time.perf_counter() - started, "failed")
-        except (UnsafeQuery, SqlError) as e:  # WorkerLost is an SqlError
-            self._count("gold_failures")
-            kind = "unsafe" if isinstance(e, UnsafeQuery) else "error"
-            return GoldResult("gold_error", f"gold query {kind}: {e}", None, None,
-                              time.perf_counter() - started, "failed")
+            outcome = "gold_timeout" if isinstance(e, QueryTimeout) else "gold_error"
+            return GoldResult(outcome, _gold_failure_detail(e), None, None, time.perf_counter() - started, "failed")
         d = Digest.from_bytes(data)
         self._count("gold_computed")
         return GoldResult("ok", "", d.rows, d.columns, elapsed_s, "computed", data)
@@ -487,3 +485,15 @@ def _gold_failed(gold: GoldResult, retried: bool, started: float, semantics: str
     """grade()'s result when the gold query itself failed or timed out."""
     return GradeResult(gold.outcome, gold.detail, retried, None, None, time.perf_counter() - started,
                        semantics, False)
+
+
+def _gold_failure_detail(e: Exception) -> str:
+    """A failed gold's detail in the words of the core's own grade (t2sql.grade), so one pair reads
+    the same through either API: "gold query timed out after 2s", "gold query is unsafe: ...",
+    "gold query failed: ..."."""
+    text = str(e)
+    if isinstance(e, QueryTimeout):
+        return f"gold {text}" if text.startswith("query timed out") else f"gold query timed out: {text}"
+    if isinstance(e, UnsafeQuery):
+        return f"gold query is unsafe: {text.removeprefix('unsafe query: ')}"
+    return f"gold query failed: {text}"
