@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Iterator
 
-from t2sql._grader import COLUMN_ORDERS, MAX_FLOAT_DIGITS, METHODS, Database, DatabaseError, T2sqlError, Verdict
+from t2sql._grader import (
+    COLUMN_ORDERS,
+    MAX_FLOAT_DIGITS,
+    METHODS,
+    Database,
+    DatabaseError,
+    GradeSpec,
+    T2sqlError,
+    Verdict,
+)
 from t2sql.atomic import atomic_write
 from t2sql.grading import OUTCOMES, check_method, grade, method_arg, seconds_arg
 from t2sql.progress import Progress
@@ -53,7 +63,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--float-digits", type=_float_digits, default=12, metavar="N|exact",
                    help="significant digits for non-integral REALs (default 12), or 'exact'")
     p.add_argument("--timeout-s", type=seconds_arg, default=30.0, help="per-query timeout in seconds")
+    p.add_argument("--concurrency", type=_workers_arg, default=os.cpu_count() or 1, metavar="N",
+                   help="with --pairs: grade on N workers (default: the machine's cores, here "
+                        f"{os.cpu_count() or 1}); the output is the same whatever N is")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="with --pairs: keep gold digests here across runs (default: in memory for this run)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _workers_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of workers, 1 or more, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1 worker, not {value}")
+    return value
 
 
 def _method_arg(text: str) -> str:
@@ -154,8 +179,9 @@ def _read_pairs(path: str) -> Iterator[tuple[int, dict | None, str]]:
                 yield lineno, None, "not a JSON object"
                 continue
             missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
+            # Only grading_method may be null (the --semantics task default); null SQL is no SQL.
             bad = [k for k in ("db_id", "pred", "gold", "grading_method")
-                   if k in row and row[k] is not None and not isinstance(row[k], str)]
+                   if k in row and not isinstance(row[k], str) and not (k == "grading_method" and row[k] is None)]
             if missing or bad:
                 yield lineno, row, (f"missing {missing}" if missing else f"not strings: {bad}")
                 continue
@@ -188,42 +214,43 @@ def _check_pair_files(args: argparse.Namespace) -> str | None:
 
 
 def _grade_pairs(args: argparse.Namespace) -> int:
-    problem = _check_pair_files(args)
+    problem = _check_pair_files(args) or _check_cache_dir(args.cache_dir)
     if problem:
         return _fail(problem)
     with open(args.pairs, "rb") as f:
         total = sum(1 for line in f if line.strip())
-    counts: Counter[str] = Counter()
-    databases: dict[str, Database | DatabaseError] = {}
-    ungraded = 0  # lines with no verdict: malformed, or their database could not be opened
+    from t2sql.serving.grader import Grader  # lazily: a single grade stays light
+
+    try:
+        grader = Grader(concurrency=args.concurrency, cache_dir=args.cache_dir, grade_timeout_s=args.timeout_s)
+    except (T2sqlError, OSError) as e:
+        return _fail(f"cannot use --cache-dir {args.cache_dir}: {e}")
+    batch = _PairsBatch(args, grader)
     out_path = Path(args.out)
     started = time.perf_counter()
-    # Written to a temporary file and renamed at the end: a crash never leaves a partial output.
+    # Written to a temporary file and renamed at the end: a crash or an interrupt never leaves a partial output.
     try:
-        with atomic_write(out_path) as out, Progress(total, "grading") as bar:
-            for lineno, row, problem in _read_pairs(args.pairs):
-                bar.advance()
-                line_id = row.get("id") if isinstance(row, dict) else None
-                if problem:
-                    print(f"{args.pairs}:{lineno}: not graded: {problem}", file=sys.stderr)
-                    record = {"id": line_id, "line": lineno, "outcome": BAD_INPUT, "detail": problem}
-                    ungraded += 1
-                else:
-                    record, graded = _grade_row(row, args, databases)
-                    record["line"] = lineno
-                    ungraded += not graded
-                counts[record["outcome"]] += 1
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        with grader, atomic_write(out_path) as out, Progress(total, "grading") as bar:
+            asyncio.run(batch.grade_all(out, bar))
+    except KeyboardInterrupt:
+        return _fail(f"interrupted after {batch.lines} of {total} lines; --out {out_path} was not written")
     except OSError as e:
         return _fail(f"cannot write --out {out_path}: {e.strerror or e}")
+    except Exception as e:  # a failure no line can be blamed for: say so in one line, write nothing
+        return _fail(f"grading stopped after {batch.lines} of {total} lines ({type(e).__name__}: {e}); "
+                     f"--out {out_path} was not written")
     elapsed = time.perf_counter() - started
+    counts, ungraded = batch.counts, batch.ungraded
     lines = sum(counts.values())
     outcomes = OUTCOMES + (BAD_INPUT,)
     # A line is graded or it is not: a missing database is an ungraded line (outcome gold_error), not both.
     graded = lines - ungraded
+    stats = grader.stats()
+    golds = {"computed": stats["gold_computed"], "from_memory": stats["gold_memory_hits"],
+             "from_disk": stats["gold_disk_hits"], "failed": stats["gold_failures"]}
     summary = {"lines": lines, "graded": graded, "ungraded": ungraded,
                "counts": {k: counts.get(k, 0) for k in outcomes}, "elapsed_s": round(elapsed, 3),
-               "out": str(out_path)}
+               "out": str(out_path), "concurrency": grader.concurrency, "golds": golds}
     if args.json:
         print(json.dumps(summary))
     else:
@@ -232,26 +259,144 @@ def _grade_pairs(args: argparse.Namespace) -> int:
             n = counts.get(k, 0)
             print(f"{k:<14}{n:>8}{(n / lines if lines else 0):>9.1%}")
         print(f"{'total':<14}{lines:>8}   ({graded} graded, {ungraded} not graded, {elapsed:.2f}s) -> {out_path}")
+        print(f"gold digests: {golds['computed']} computed, {golds['from_memory']} reused in memory, "
+              f"{golds['from_disk']} from --cache-dir, {golds['failed']} failed "
+              f"({grader.concurrency} worker{'s' if grader.concurrency != 1 else ''})")
     return EXIT_OTHER if ungraded else EXIT_MATCH
 
 
-def _grade_row(row: dict, args: argparse.Namespace, databases: dict) -> tuple[dict, bool]:
-    """A pair's record, and whether it got a verdict (False: its database could not be read)."""
-    db = databases.get(row["db_id"])
-    if db is None:  # the first line on this database opens it, once
+def _check_cache_dir(cache_dir: str | None) -> str | None:
+    if cache_dir is None:
+        return None
+    path = Path(cache_dir)
+    if path.exists() and not path.is_dir():
+        return f"--cache-dir {path} is not a directory"
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        return f"cannot write --cache-dir {path}: permission denied"
+    return None
 
+
+GOLD_FAILURES = ("gold_error", "gold_timeout")
+
+
+class _PairsBatch:
+    """The lines of a --pairs file graded on the Grader's workers, written in input order.
+
+    The file is read as the output is written: at most `in_flight` lines are being graded at once
+    (enough to keep every worker busy while some lines wait for their gold), and at most `buffered`
+    lines are read ahead of the first one not yet written (so one slow line does not idle the other
+    workers, and a file of millions of lines costs the memory of a few thousand). Every line is
+    graded as t2sql.grade grades it (one attempt, no retry of a timeout); each distinct (database,
+    gold, spec) gold is run once, by the Grader, and a gold that failed is not run again for the
+    lines that share it."""
+
+    def __init__(self, args: argparse.Namespace, grader) -> None:
+        self.args = args
+        self.grader = grader
+        self.in_flight = max(256, 32 * grader.concurrency)
+        self.buffered = max(10_000, 4 * self.in_flight)
+        self.counts: Counter[str] = Counter()
+        self.ungraded = 0  # lines with no verdict: malformed, or their database could not be opened
+        self.lines = 0  # written so far
+        self._running = 0
+        self._slot: asyncio.Event | None = None
+        self._databases: dict[str, str | DatabaseError] = {}
+        self._specs: dict[tuple[str, str], GradeSpec] = {}
+        self._failed: dict[tuple[str, str, GradeSpec], tuple[str, str, str]] = {}
+
+    async def grade_all(self, out, bar: Progress) -> None:
+        # (line number, the row if it is a bad line, its problem, the grading task or None), in input order
+        pending: deque = deque()
+        self._slot = asyncio.Event()
         try:
-            db = Database(str(database_path(args.db_root, row["db_id"])))
-        except DatabaseError as e:
-            db = e
-        databases[row["db_id"]] = db
-    if isinstance(db, DatabaseError):
-        return {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}"}, False
-    method = args.semantics
-    if method == "task":
-        method = row.get("grading_method") or "multiset"
-    try:
-        v = grade(db, row["pred"], row["gold"], method, args.float_digits, args.timeout_s, args.column_order)
-        return {"id": row["id"], "outcome": v.outcome, "detail": v.detail, "semantics": v.semantics}, True
-    except T2sqlError as e:  # a broken database file mid-run: report, go on
-        return {"id": row["id"], "outcome": "gold_error", "detail": str(e)}, False
+            for lineno, row, problem in _read_pairs(self.args.pairs):
+                while self._running >= self.in_flight:
+                    self._slot.clear()
+                    await self._slot.wait()
+                    self._write_done(pending, out, bar)
+                while len(pending) >= self.buffered:  # the first line is slow: wait for it
+                    await pending[0][3]
+                    self._write_done(pending, out, bar)
+                if problem:
+                    pending.append((lineno, row, problem, None))
+                else:
+                    task = asyncio.ensure_future(self._grade_row(row))
+                    self._running += 1
+                    task.add_done_callback(self._finished)
+                    pending.append((lineno, None, "", task))
+                self._write_done(pending, out, bar)
+            while pending:
+                if pending[0][3] is not None:
+                    await pending[0][3]
+                self._write_done(pending, out, bar)
+        finally:  # stopped part way (an error, an interrupt): the lines in flight are dropped, quietly
+            tasks = [item[3] for item in pending if item[3] is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _finished(self, task: asyncio.Future) -> None:
+        self._running -= 1
+        self._slot.set()
+
+    def _write_done(self, pending: deque, out, bar: Progress) -> None:
+        """Write the lines at the head of `pending` that are done, in order."""
+        while pending and (pending[0][3] is None or pending[0][3].done()):
+            lineno, row, problem, task = pending.popleft()
+            if task is None:
+                print(f"{self.args.pairs}:{lineno}: not graded: {problem}", file=sys.stderr)
+                line_id = row.get("id") if isinstance(row, dict) else None
+                record, graded = {"id": line_id, "line": lineno, "outcome": BAD_INPUT, "detail": problem}, False
+            else:
+                record, graded = task.result()  # a bug in grading raises here, and stops the run
+                record["line"] = lineno
+            self.ungraded += not graded
+            self.counts[record["outcome"]] += 1
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.lines += 1
+            bar.advance()
+
+    def _database(self, db_id: str) -> str | DatabaseError:
+        """The file of `db_id`, opened once to see that it is a database (the first line on it), or why not."""
+        found = self._databases.get(db_id)
+        if found is None:
+            path = str(database_path(self.args.db_root, db_id))
+            try:
+                Database(path).close()
+                found = path
+            except DatabaseError as e:
+                found = e
+            self._databases[db_id] = found
+        return found
+
+    def _spec(self, method: str, gold: str) -> GradeSpec:
+        spec = self._specs.get((method, gold))
+        if spec is None:
+            a = self.args
+            spec = GradeSpec(method, gold_sql=gold, float_digits=a.float_digits, column_order=a.column_order,
+                             timeout_s=a.timeout_s)
+            if len(self._specs) < 100_000:  # the distinct golds of a big file need not all stay
+                self._specs[(method, gold)] = spec
+        return spec
+
+    async def _grade_row(self, row: dict) -> tuple[dict, bool]:
+        """A pair's record, and whether it got a verdict (False: its database could not be read)."""
+        db = self._database(row["db_id"])
+        if isinstance(db, DatabaseError):
+            return {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}"}, False
+        method = self.args.semantics
+        if method == "task":
+            method = row.get("grading_method") or "multiset"
+        try:
+            spec = self._spec(method, row["gold"])
+            key = (row["db_id"], row["gold"], spec)
+            verdict = self._failed.get(key)
+            if verdict is None:
+                r = await self.grader.grade(db, row["pred"], row["gold"], spec, retry=False)
+                verdict = (r.outcome, r.detail, r.semantics)
+                if r.outcome in GOLD_FAILURES:
+                    self._failed[key] = verdict
+        except T2sqlError as e:  # a broken or changed database file mid-run: report, go on
+            return {"id": row["id"], "outcome": "gold_error", "detail": str(e)}, False
+        outcome, detail, semantics = verdict
+        return {"id": row["id"], "outcome": outcome, "detail": detail, "semantics": semantics}, True
