@@ -1,5 +1,5 @@
-"""`t2sql bench grader|serving|download`: the grading core against its peers, the Grader at training scale,
-and the data downloader against curl."""
+"""`t2sql bench grader|serving|download|pairs`: the grading core against its peers, the Grader at training
+scale, the data downloader against curl, and batch grading (`t2sql grade --pairs`) against BIRD's rule."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the file and the fetched copies are written (needs twice --size-mb free, and "
                         "three times --extract-mb); everything is removed at the end")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_pairs_arguments(suites)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         return run_serving(args)
     if args.suite == "download":
         return run_download(args)
+    if args.suite == "pairs":
+        return run_pairs(args)
     try:
         rows = [int(x) for x in str(args.rows).split(",") if x.strip()]
     except ValueError:
@@ -109,6 +112,50 @@ def run_download(args: argparse.Namespace) -> int:
         print(f"t2sql bench download: {e}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2) if args.json else format_download(report))
+    return 0
+
+
+def add_pairs_arguments(suites) -> None:
+    p = suites.add_parser(
+        "pairs", help="t2sql grade --pairs on 1 and N workers vs BIRD's rule in Python, many predictions per gold",
+        description="Batch grading against BIRD's rule in plain Python (sqlite3 fetchall of prediction and gold "
+                    "for every line, set equality, sequential), on a workload of about --per-question "
+                    "predictions for each question (the gold, its near misses, other questions' golds). Each run in "
+                    "a fresh process, timed whole; ratios and the verdicts' agreement with BIRD's rule are reported.")
+    p.add_argument("--questions", help="BIRD question JSON (a list of {question_id, db_id, SQL}); default: the "
+                                       "bundled superhero sample's dev questions")
+    p.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: beside --questions)")
+    p.add_argument("--per-question", type=int, default=30, help="predictions per question (default 30)")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N questions (smoke runs)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the drawn predictions (default 0)")
+    p.add_argument("--workers", type=int, default=2, help="workers of the parallel t2sql run (default 2)")
+    p.add_argument("--repeat", type=int, default=1, help="rounds, round-robin (the best of each run is kept)")
+    p.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "t2sql-bench-pairs"),
+                   help="where the pairs file and the verdicts are written")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run_pairs(args: argparse.Namespace) -> int:
+    from t2sql.bench.pairs import bench_pairs, format_pairs  # lazily: only this suite needs it
+
+    questions = Path(args.questions) if args.questions else sample_questions()
+    root = Path(args.db_root) if args.db_root else questions.parent
+    if min(args.per_question, args.workers, args.repeat, args.limit or 1) < 1:
+        print("t2sql bench pairs: --per-question, --workers, --repeat and --limit must be at least 1", file=sys.stderr)
+        return 2
+    if not questions.is_file():
+        print(f"t2sql bench pairs: no such question file: {questions}", file=sys.stderr)
+        return 2
+    if not root.is_dir():
+        print(f"t2sql bench pairs: --db-root {root} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        report = bench_pairs(questions, root, Path(args.work_dir), per_question=args.per_question, seed=args.seed,
+                             workers=args.workers, repeat=args.repeat, limit=args.limit)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        print(f"t2sql bench pairs: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_pairs(report))
     return 0
 
 
