@@ -10,7 +10,7 @@ import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from t2sql._grader import (
     COLUMN_ORDERS,
@@ -276,7 +276,7 @@ def _check_cache_dir(cache_dir: str | None) -> str | None:
     return None
 
 
-GOLD_FAILURES = ("gold_error", "gold_timeout")
+_GOLD_READY = object()  # a gold whose digest the Grader holds
 
 
 class _PairsBatch:
@@ -302,7 +302,8 @@ class _PairsBatch:
         self._slot: asyncio.Event | None = None
         self._databases: dict[str, str | DatabaseError] = {}
         self._specs: dict[tuple[str, str], GradeSpec] = {}
-        self._failed: dict[tuple[str, str, GradeSpec], tuple[str, str, str]] = {}
+        # (db_id, gold SQL, spec) -> the Grader's answer in flight, _GOLD_READY, or the gold's failure
+        self._golds: dict[tuple[str, str, GradeSpec], Any] = {}
 
     async def grade_all(self, out, bar: Progress) -> None:
         # (line number, the row if it is a bad line, its problem, the grading task or None), in input order
@@ -379,6 +380,21 @@ class _PairsBatch:
                 self._specs[(method, gold)] = spec
         return spec
 
+    async def _gold(self, db: str, db_id: str, gold_sql: str, spec: GradeSpec):
+        """None once this gold's digest is in the Grader's cache, or its failure (a GoldResult).
+
+        The first line of each gold asks the Grader for it; the lines that come while it runs wait
+        for that one answer, and a failure is remembered for the rest of the run (the Grader forgets
+        a failed gold the moment it is done, so lines arriving just then would run it again)."""
+        key = (db_id, gold_sql, spec)
+        state = self._golds.get(key)
+        if state is None:
+            state = self._golds[key] = asyncio.ensure_future(self.grader.gold(db, gold_sql, spec))
+        if isinstance(state, asyncio.Future):
+            gold = await asyncio.shield(state)  # one line's cancellation must not fail the others'
+            state = self._golds[key] = _GOLD_READY if gold.ok else gold  # the digest itself stays in the Grader
+        return None if state is _GOLD_READY else state
+
     async def _grade_row(self, row: dict) -> tuple[dict, bool]:
         """A pair's record, and whether it got a verdict (False: its database could not be read)."""
         db = self._database(row["db_id"])
@@ -389,13 +405,12 @@ class _PairsBatch:
             method = row.get("grading_method") or "multiset"
         try:
             spec = self._spec(method, row["gold"])
-            key = (row["db_id"], row["gold"], spec)
-            verdict = self._failed.get(key)
-            if verdict is None:
+            gold = await self._gold(db, row["db_id"], row["gold"], spec)
+            if gold is not None:  # the gold failed: every line that shares it says so, as t2sql.grade would
+                verdict = (gold.outcome, gold.detail, spec.method)
+            else:
                 r = await self.grader.grade(db, row["pred"], row["gold"], spec, retry=False)
                 verdict = (r.outcome, r.detail, r.semantics)
-                if r.outcome in GOLD_FAILURES:
-                    self._failed[key] = verdict
         except T2sqlError as e:  # a broken or changed database file mid-run: report, go on
             return {"id": row["id"], "outcome": "gold_error", "detail": str(e)}, False
         outcome, detail, semantics = verdict
