@@ -123,3 +123,28 @@ def test_a_grader_hands_its_budget_to_its_worker_processes(db, tmp_path):
         with pytest.raises(t2sql.SpillError, match="could not spill"):
             grader.grade_sync(str(db), CASES[4][0], CASES[4][1], spec)
     assert t2sql.grade_memory()[1] is None, "a process backend leaves this process's setting alone"
+
+
+def test_t2sql_grade_takes_the_budget_for_one_pair_and_for_pairs(db, tmp_path):
+    tmp = tmp_path / "spill"
+    tmp.mkdir()
+    grade = lambda *a: subprocess.run([sys.executable, "-m", "t2sql.cli", "grade", *a],  # noqa: E731
+                                      capture_output=True, text=True, timeout=300)
+    memory = ("--grade-memory-mb", "1", "--tmp-dir", str(tmp))
+    one = grade("--db", str(db), "--pred", CASES[0][0], "--gold", CASES[0][1], "--semantics", "set", *memory)
+    assert one.returncode == 0 and one.stdout.startswith("match"), one.stdout + one.stderr
+    root = tmp_path / "dbs"
+    (root / "big").mkdir(parents=True)
+    (root / "big" / "big.sqlite").symlink_to(db)
+    pairs, out = tmp_path / "pairs.jsonl", tmp_path / "out.jsonl"
+    pairs.write_text("".join(json.dumps({"id": i, "db_id": "big", "pred": p, "gold": g, "grading_method": m}) + "\n"
+                             for i, (p, g, m) in enumerate(CASES)))
+    many = grade("--pairs", str(pairs), "--db-root", str(root), "--out", str(out), "--semantics", "task",
+                 "--concurrency", "2", *memory)
+    assert many.returncode == 0, many.stderr
+    outcomes = [json.loads(line)["outcome"] for line in out.read_text().splitlines()]
+    assert outcomes == ["match", "mismatch", "mismatch", "match", "match",
+                        "match", "match", "mismatch", "mismatch", "match"]
+    assert list(tmp.iterdir()) == []
+    bad = grade("--db", str(db), "--pred", "SELECT 1", "--gold", "SELECT 1", "--tmp-dir", str(tmp / "no"))
+    assert bad.returncode == 2 and "--tmp-dir" in bad.stderr and "Traceback" not in bad.stderr

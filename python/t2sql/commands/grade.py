@@ -14,16 +14,27 @@ from typing import Any, Iterator
 
 from t2sql._grader import (
     COLUMN_ORDERS,
+    GRADE_DEFAULTS,
     MAX_FLOAT_DIGITS,
     METHODS,
     Database,
     DatabaseError,
     GradeSpec,
+    SpillError,
     T2sqlError,
     Verdict,
+    set_grade_memory,
 )
 from t2sql.atomic import atomic_write
-from t2sql.grading import OUTCOMES, check_method, grade, method_arg, seconds_arg
+from t2sql.grading import (
+    OUTCOMES,
+    add_grade_memory_arguments,
+    check_method,
+    grade,
+    grade_memory_from_args,
+    method_arg,
+    seconds_arg,
+)
 from t2sql.progress import Progress
 from t2sql.tasks import database_path, sample_dir
 
@@ -68,6 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"{os.cpu_count() or 1}); the output is the same whatever N is")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="with --pairs: keep gold digests here across runs (default: in memory for this run)")
+    add_grade_memory_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -114,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
                             out=args.out, db_root=args.db_root)
     if problem:
         return _fail(problem)
+    try:
+        memory_mb, tmp_dir = grade_memory_from_args(args)
+    except ValueError as e:
+        return _fail(str(e))
     if args.pairs:
         if not args.db_root or not args.out:
             return _fail("--pairs needs --db-root DIR and --out FILE.jsonl")
@@ -137,9 +153,11 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"no such database file: --db {db_path}")
         where = f"--db-root {args.db_root}" if args.db_root else "the bundled sample (pass --db-root DIR for others)"
         return _fail(f"--db-id {args.db_id}: no database {db_path} under {where}")
+    if memory_mb is not None or tmp_dir is not None:
+        set_grade_memory((memory_mb or GRADE_DEFAULTS["memory_mb"]) * 2**20, tmp_dir)
     try:
         v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order)
-    except DatabaseError as e:
+    except (DatabaseError, SpillError) as e:
         return _fail(str(e))
     if args.json:
         print(json.dumps(_verdict_dict(v)))
@@ -221,8 +239,10 @@ def _grade_pairs(args: argparse.Namespace) -> int:
         total = sum(1 for line in f if line.strip())
     from t2sql.serving.grader import Grader  # lazily: a single grade stays light
 
+    memory_mb, tmp_dir = grade_memory_from_args(args)  # checked by run()
     try:
-        grader = Grader(concurrency=args.concurrency, cache_dir=args.cache_dir, grade_timeout_s=args.timeout_s)
+        grader = Grader(concurrency=args.concurrency, cache_dir=args.cache_dir, grade_timeout_s=args.timeout_s,
+                        grade_memory_mb=memory_mb, tmp_dir=tmp_dir)
     except (T2sqlError, OSError) as e:
         return _fail(f"cannot use --cache-dir {args.cache_dir}: {e}")
     batch = _PairsBatch(args, grader)
