@@ -70,6 +70,15 @@ impl GoldKeys {
 
     /// The distinct keys of partition `p`, in no order.
     pub fn partition(&self, p: usize, out: &mut Vec<u128>) -> Result<(), Stop> {
+        self.partition_with_repeats(p, out)?;
+        if let GoldKeys::Spilled { .. } = self {
+            KeyTable::default().dedup(out);
+        }
+        Ok(())
+    }
+
+    /// The keys of partition `p`, in no order; a spilled gold's may repeat (across segments).
+    fn partition_with_repeats(&self, p: usize, out: &mut Vec<u128>) -> Result<(), Stop> {
         out.clear();
         match self {
             GoldKeys::Memory(s) if s.bits >= PARTITION_BITS => {
@@ -83,7 +92,6 @@ impl GoldKeys {
                 for &(start, n) in &segments[p] {
                     file.read_into(start, n, out).map_err(Stop::Spill)?;
                 }
-                KeyTable::default().dedup(out);
             }
         }
         Ok(())
@@ -116,7 +124,8 @@ impl GoldKeys {
         gold: &mut Vec<u128>,
     ) -> Result<(), Stop> {
         let mut check = |p: usize, keys: &[u128]| -> Result<(), Stop> {
-            self.partition(p, gold)?;
+            // The table takes each key once: the gold's keys need no de-duplication first.
+            self.partition_with_repeats(p, gold)?;
             table.reset(gold.len());
             for &k in gold.iter() {
                 table.insert(k);
