@@ -42,7 +42,8 @@ pub fn grade_memory() -> Arc<GradeMemory> {
     if let Some(m) = SETTING.read().unwrap().as_ref() {
         return Arc::clone(m);
     }
-    Arc::new(GradeMemory::default())
+    static DEFAULT: std::sync::OnceLock<Arc<GradeMemory>> = std::sync::OnceLock::new();
+    Arc::clone(DEFAULT.get_or_init(|| Arc::new(GradeMemory::default())))
 }
 
 /// Set the process's grading memory (digests started afterwards use it); returns the previous.

@@ -100,6 +100,15 @@ impl KeyTable {
     }
 }
 
+/// When a result's first keys are first de-duplicated: just past the row limit, if any.
+fn first_drain(row_limit: Option<u64>, pending_cap: usize) -> usize {
+    match row_limit {
+        Some(limit) => (limit.saturating_add(1).min(pending_cap as u64) as usize).max(16),
+        None => pending_cap,
+    }
+    .min(pending_cap)
+}
+
 /// Where one spilled partition's keys lie in the spill file: (first key, count) per segment.
 pub type Segments = Vec<(u64, u64)>;
 
@@ -109,6 +118,9 @@ pub struct DistinctKeys {
     /// Keys held in the partitions before a flush.
     cap: usize,
     pending_cap: usize,
+    /// `pending`'s length at which it is next de-duplicated: soon past the row limit, so a
+    /// prediction with more distinct rows than a small gold stops within twice its count.
+    drain_at: usize,
     pending: Vec<u128>,
     /// Whether a full `pending` is de-duplicated before it is spread (worth it while it finds
     /// duplicates: a result of few distinct rows then never grows).
@@ -134,10 +146,12 @@ impl DistinctKeys {
     pub fn new(memory: Arc<GradeMemory>, row_limit: Option<u64>) -> Self {
         // A partition's Vec may hold up to twice its keys (growth), hence / 32 and not / 16.
         let cap = (memory.bytes / 32).max(1024) as usize;
+        let pending_cap = PENDING.min(cap / 4);
         DistinctKeys {
             memory,
             cap,
-            pending_cap: PENDING.min(cap / 4),
+            pending_cap,
+            drain_at: first_drain(row_limit, pending_cap),
             pending: Vec::new(),
             dedup_pending: true,
             parts: Vec::new(),
@@ -169,7 +183,7 @@ impl DistinctKeys {
             return Ok(());
         }
         self.pending.push(key);
-        if self.pending.len() >= self.pending_cap {
+        if self.pending.len() >= self.drain_at {
             self.drain_pending()?;
         }
         Ok(())
@@ -185,11 +199,17 @@ impl DistinctKeys {
                 self.raise_lower_bound(kept as u64)?;
             }
             if kept <= self.pending_cap / 2 {
-                return Ok(()); // room again, and this result repeats itself: keep it here
+                // Room again (this result repeats itself): keep it here, de-duplicated again
+                // once it has doubled, so each key costs a constant.
+                self.drain_at = (2 * kept)
+                    .max(first_drain(self.row_limit, self.pending_cap))
+                    .min(self.pending_cap);
+                return Ok(());
             }
             // Few duplicates within a batch: spreading without this pass is cheaper.
             self.dedup_pending = kept < before - before / 4;
         }
+        self.drain_at = self.pending_cap;
         self.spread()?;
         // Batches that do not repeat themselves go straight to their partitions from now on.
         self.direct = !self.dedup_pending;
@@ -395,6 +415,20 @@ mod test {
         });
         assert_eq!(stopped, Err(Stop::RowLimit));
         assert!(pushed <= 4096, "stopped after {pushed} keys");
+        // A small limit stops soon after it: within twice its count (or 16 keys).
+        for limit in [1u64, 10, 300] {
+            let mut d = DistinctKeys::new(tiny(dir.path()), Some(limit));
+            let mut pushed = 0u64;
+            let stopped = (0..100_000u64).map(key).try_for_each(|k| {
+                pushed += 1;
+                d.push(k)
+            });
+            assert_eq!(stopped, Err(Stop::RowLimit));
+            assert!(
+                pushed <= (2 * limit + 1).max(16),
+                "limit {limit}: {pushed} keys"
+            );
+        }
         // Many repeats of few keys never reach it.
         let mut d = DistinctKeys::new(tiny(dir.path()), Some(10));
         for i in 0..100_000u64 {
