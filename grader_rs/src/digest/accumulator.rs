@@ -39,7 +39,7 @@ enum Rows {
     All,
     /// Set, a subset gold, and a subset prediction checked against a gold kept on disk (then at
     /// the end, partition by partition): the distinct keys, collected in bounded memory.
-    Collect(DistinctKeys, Option<Arc<GoldKeys>>),
+    Collect(Box<DistinctKeys>, Option<Arc<GoldKeys>>),
     /// A subset prediction against a gold kept in memory: each row looked up as it comes,
     /// the distinct ones counted as bits over the gold's keys.
     Cover(Arc<GoldKeys>, Coverage),
@@ -74,11 +74,14 @@ impl Accumulator {
                         Rows::Cover(gold, coverage)
                     }
                     GoldKeys::Spilled { .. } => Rows::Collect(
-                        DistinctKeys::new(grade_memory(), spec.row_limit),
+                        Box::new(DistinctKeys::new(grade_memory(), spec.row_limit)),
                         Some(gold),
                     ),
                 },
-                None => Rows::Collect(DistinctKeys::new(grade_memory(), spec.row_limit), None),
+                None => Rows::Collect(
+                    Box::new(DistinctKeys::new(grade_memory(), spec.row_limit)),
+                    None,
+                ),
             }
         };
         Accumulator {
@@ -171,7 +174,7 @@ impl Accumulator {
         let (rows, sum, gold_keys) = match self.distinct {
             Rows::All | Rows::Cover(..) => (self.rows, self.sum, None),
             Rows::Collect(keys, None) if subset => {
-                let (gold, count, sum) = keep_gold_keys(keys, should_stop)?;
+                let (gold, count, sum) = keep_gold_keys(*keys, should_stop)?;
                 (count, sum, Some(Arc::new(gold)))
             }
             Rows::Collect(keys, gold) => {

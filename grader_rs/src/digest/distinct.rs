@@ -103,7 +103,7 @@ impl KeyTable {
 /// When a result's first keys are first de-duplicated: just past the row limit, if any.
 fn first_drain(row_limit: Option<u64>, pending_cap: usize) -> usize {
     match row_limit {
-        Some(limit) => (limit.saturating_add(1).min(pending_cap as u64) as usize).max(16),
+        Some(limit) => limit.saturating_add(1).min(pending_cap as u64) as usize,
         None => pending_cap,
     }
     .min(pending_cap)
@@ -118,8 +118,8 @@ pub struct DistinctKeys {
     /// Keys held in the partitions before a flush.
     cap: usize,
     pending_cap: usize,
-    /// `pending`'s length at which it is next de-duplicated: soon past the row limit, so a
-    /// prediction with more distinct rows than a small gold stops within twice its count.
+    /// `pending`'s length at which it is next de-duplicated: past a large row limit, then each
+    /// time the kept keys double.
     drain_at: usize,
     pending: Vec<u128>,
     /// Whether a full `pending` is de-duplicated before it is spread (worth it while it finds
@@ -139,6 +139,9 @@ pub struct DistinctKeys {
     pushed: u64,
     /// Keys go straight to their partitions (once batches are seen not to repeat themselves).
     direct: bool,
+    /// Under a small row limit: the distinct keys seen, checked one by one (never more than
+    /// the limit and one, so never past half full).
+    exact: Option<KeyTable>,
     table: KeyTable,
 }
 
@@ -162,6 +165,13 @@ impl DistinctKeys {
             row_limit,
             pushed: 0,
             direct: false,
+            exact: row_limit
+                .filter(|&limit| limit < (pending_cap / 2) as u64)
+                .map(|limit| {
+                    let mut seen = KeyTable::default();
+                    seen.reset(limit as usize + 1);
+                    seen
+                }),
             table: KeyTable::default(),
         }
     }
@@ -173,6 +183,17 @@ impl DistinctKeys {
 
     #[inline]
     pub fn push(&mut self, key: u128) -> Result<(), Stop> {
+        if let Some(seen) = &mut self.exact {
+            // A small limit: every key checked as it comes, so the stop is at the first
+            // distinct key past it (a DISTINCT over a huge join yields its few rows early).
+            if seen.insert(key) {
+                self.pending.push(key);
+                if self.pending.len() as u64 > self.row_limit.unwrap_or(u64::MAX) {
+                    return Err(Stop::RowLimit);
+                }
+            }
+            return Ok(());
+        }
         self.pushed += 1;
         if self.direct {
             self.parts[partition_of(key)].push(key);
@@ -415,19 +436,16 @@ mod test {
         });
         assert_eq!(stopped, Err(Stop::RowLimit));
         assert!(pushed <= 4096, "stopped after {pushed} keys");
-        // A small limit stops soon after it: within twice its count (or 16 keys).
-        for limit in [1u64, 10, 300] {
+        // A small limit stops at the first distinct key past it, repeats or not.
+        for limit in [1u64, 10, 200] {
             let mut d = DistinctKeys::new(tiny(dir.path()), Some(limit));
             let mut pushed = 0u64;
-            let stopped = (0..100_000u64).map(key).try_for_each(|k| {
+            let stopped = (0..100_000u64).map(|i| key(i / 3)).try_for_each(|k| {
                 pushed += 1;
                 d.push(k)
             });
             assert_eq!(stopped, Err(Stop::RowLimit));
-            assert!(
-                pushed <= (2 * limit + 1).max(16),
-                "limit {limit}: {pushed} keys"
-            );
+            assert_eq!(pushed, 3 * limit + 1, "limit {limit}");
         }
         // Many repeats of few keys never reach it.
         let mut d = DistinctKeys::new(tiny(dir.path()), Some(10));
