@@ -111,6 +111,7 @@ def test_a_grader_hands_its_budget_to_its_worker_processes(db, tmp_path):
     tmp = tmp_path / "spill"
     tmp.mkdir()
     spec = t2sql.GradeSpec("set", timeout_s=60)
+    before = t2sql.grade_memory()
     with pytest.raises(ValueError, match="not a directory"):
         t2sql.Grader(backend="process", concurrency=1, grade_memory_mb=1, tmp_dir=tmp / "missing")
     with t2sql.Grader(backend="process", concurrency=1, grade_memory_mb=1, tmp_dir=tmp) as grader:
@@ -122,7 +123,21 @@ def test_a_grader_hands_its_budget_to_its_worker_processes(db, tmp_path):
         tmp.rmdir()
         with pytest.raises(t2sql.SpillError, match="could not spill"):
             grader.grade_sync(str(db), CASES[4][0], CASES[4][1], spec)
-    assert t2sql.grade_memory()[1] is None, "a process backend leaves this process's setting alone"
+    assert t2sql.grade_memory() == before, "a process backend leaves this process's setting alone"
+
+
+def test_a_thread_grader_holds_its_budget_while_open_and_a_cache_dir_does_not_move_it(db, tmp_path):
+    tmp = tmp_path / "spill"
+    tmp.mkdir()
+    before = t2sql.grade_memory()
+    with t2sql.Grader(concurrency=1, grade_memory_mb=2, tmp_dir=tmp):
+        assert t2sql.grade_memory() == (2 * 2**20, tmp)
+    assert t2sql.grade_memory() == before
+    with t2sql.Grader(concurrency=1, cache_dir=tmp_path / "cache") as grader:
+        assert t2sql.grade_memory() == before
+        r = grader.grade_sync(str(db), CASES[0][0], CASES[0][1], t2sql.GradeSpec("set", timeout_s=60))
+        assert r.outcome == "match", r
+    assert t2sql.grade_memory() == before
 
 
 def test_t2sql_grade_takes_the_budget_for_one_pair_and_for_pairs(db, tmp_path):

@@ -110,7 +110,7 @@ def add_grade_memory_arguments(parser: argparse.ArgumentParser) -> None:
                              f"disk (default {default_mb}; per running grade)")
     parser.add_argument("--tmp-dir", default=None, metavar="DIR",
                         help="where set and subset grades past their memory spill (anonymous files, never left "
-                             "behind; default: CACHE_DIR/tmp with a cache, else the system's temporary directory)")
+                             "behind; default: the system's temporary directory)")
 
 
 def grade_memory_from_args(args: argparse.Namespace) -> tuple[int | None, str | None]:

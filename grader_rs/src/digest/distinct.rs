@@ -2,12 +2,13 @@
 //!
 //! Keys are uniform 128-bit hashes, so their top bits split them evenly: keys are appended to
 //! one of 256 partitions by their top byte (sequential writes, no hash table over the whole
-//! result). When the partitions hold the memory budget's worth of keys, each is de-duplicated
-//! in a table small enough for the CPU's cache; if they are still more than half the budget,
-//! they are appended to an anonymous spill file as one segment per partition. At the end each
-//! partition (its segments and what is still in memory) is de-duplicated on its own, so memory
-//! is one partition's keys, whatever the result's size. Nothing is sorted but a subset gold's
-//! keys, once.
+//! result). When the partitions hold the memory budget's worth of keys they go to an anonymous
+//! spill file as one segment per partition, de-duplicated first (in a table small enough for the
+//! CPU's cache) when a sampled partition repeats itself or an early stop needs the count. At the
+//! end each partition (its segments and what is still in memory) is de-duplicated on its own, so
+//! memory is one partition's keys, whatever the result's size. Under a small row limit (a
+//! prediction against a small gold) every key is checked as it comes instead, so the stop comes at
+//! the first distinct key past the limit. Nothing is sorted but a subset gold's keys, once.
 
 use std::sync::Arc;
 
@@ -231,7 +232,7 @@ impl DistinctKeys {
             self.dedup_pending = kept < before - before / 4;
         }
         self.drain_at = self.pending_cap;
-        self.spread()?;
+        self.spread();
         // Batches that do not repeat themselves go straight to their partitions from now on.
         self.direct = !self.dedup_pending;
         if self.in_parts >= self.cap {
@@ -240,7 +241,7 @@ impl DistinctKeys {
         Ok(())
     }
 
-    fn spread(&mut self) -> Result<(), Stop> {
+    fn spread(&mut self) {
         if self.parts.is_empty() {
             // Sized for a flush's share and a quarter more: no copies as they grow.
             let share = self.cap / PARTITIONS;
@@ -253,7 +254,6 @@ impl DistinctKeys {
         }
         self.in_parts += self.pending.len();
         self.pending.clear();
-        Ok(())
     }
 
     fn raise_lower_bound(&mut self, distinct: u64) -> Result<(), Stop> {
@@ -329,7 +329,7 @@ impl DistinctKeys {
             let mut keys = std::mem::take(&mut self.pending);
             return each(None, &mut keys);
         }
-        self.spread()?;
+        self.spread();
         if self.spill.is_some() {
             // What is still in memory joins the file first: then only one partition at a time
             // is in memory (its keys and its table), not that one beside every other's rest.
@@ -360,7 +360,7 @@ impl DistinctKeys {
     /// subset gold too large to keep in memory keeps them as its key store.
     pub fn into_spilled(mut self) -> Result<(SpillFile, Vec<Segments>), Stop> {
         if !self.pending.is_empty() {
-            self.spread()?;
+            self.spread();
         }
         if !self.parts.is_empty() {
             for part in &mut self.parts {

@@ -92,9 +92,10 @@ class Grader:
         worker_heap_limit: bytes of SQLite heap per worker process/actor (process and ray only).
         grade_memory_mb: MiB of row keys one set or subset digest holds before it spills to disk
             (t2sql.set_grade_memory; default GRADE_DEFAULTS["memory_mb"]). Per running digest:
-            with N workers, up to N times this. Set for the whole process with the thread backend.
+            with N workers, up to N times this. With the thread backend it is the whole process's
+            setting while this Grader is open (close() puts the previous one back).
         tmp_dir: where digests past their memory spill (anonymous files, gone when the digest
-            is); default: cache_dir/tmp with a cache_dir, else the system's temporary directory.
+            is); default: the process's setting (the system's temporary directory).
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment
             it wakes: on a machine with no idle core this cuts the loop's 99th-percentile stall
@@ -124,10 +125,11 @@ class Grader:
             secret = self._disk.secret
             _install_process_secret(secret, str(self._disk.root))
 
-        memory = _grade_memory(grade_memory_mb, tmp_dir, cache_dir)
+        memory = _grade_memory(grade_memory_mb, tmp_dir)
+        self._restore_memory: tuple | None = None  # the process's setting, put back by close()
         if backend == "thread":
             if memory is not None:
-                set_grade_memory(*memory)
+                self._restore_memory = set_grade_memory(*memory)
             self._backend = ThreadBackend(concurrency or os.cpu_count() or 1, nice=worker_nice)
             self._secret_tag = None  # the process secret, read per call (hash_secret_id)
         else:
@@ -260,6 +262,12 @@ class Grader:
         self._closed = True
         self._backend.close()
         self._io.shutdown(wait=True)
+        if self._restore_memory is not None:
+            previous_bytes, previous_dir = self._restore_memory
+            try:
+                set_grade_memory(previous_bytes, previous_dir)
+            except ValueError:  # the earlier directory is gone: the system's then
+                set_grade_memory(previous_bytes, None)
         if self._sync_loop is not None:
             self._sync_loop.call_soon_threadsafe(self._sync_loop.stop)
             self._sync_thread.join(timeout=10)
@@ -465,16 +473,15 @@ class Grader:
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
 
 
-def _grade_memory(memory_mb: int | None, tmp_dir, cache_dir) -> tuple[int, str | None] | None:
-    """The grading memory a Grader sets (None: leave the process's as it is)."""
-    if memory_mb is None and tmp_dir is None and cache_dir is None:
+def _grade_memory(memory_mb: int | None, tmp_dir) -> tuple[int, str | None] | None:
+    """The grading memory a Grader sets (None: leave the process's as it is). A cache_dir does not
+    move it: with the thread backend the setting is the whole process's, and a Grader that left it
+    pointing into its cache would break spills after that cache is gone."""
+    if memory_mb is None and tmp_dir is None:
         return None
     if memory_mb is not None and (isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < 1):
         raise ValueError(f"grade_memory_mb must be a whole number of MiB, at least 1, got {memory_mb!r}")
     current_bytes, current_dir = grade_memory()
-    if tmp_dir is None and cache_dir is not None:
-        tmp_dir = Path(cache_dir) / "tmp"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
     if tmp_dir is not None and not Path(tmp_dir).is_dir():
         raise ValueError(f"tmp_dir {tmp_dir} is not a directory: create it, or pass another")
     directory = str(tmp_dir) if tmp_dir is not None else (str(current_dir) if current_dir else None)
