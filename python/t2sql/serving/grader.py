@@ -42,7 +42,6 @@ from t2sql import (
     ToolLimits,
     ToolResult,
     UnsafeQuery,
-    grade_memory,
     hash_secret_id,
     set_grade_memory,
     sqlite_version,
@@ -51,7 +50,16 @@ from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
 from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
 from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport
 from t2sql.serving.gold_cache import _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
-from t2sql.serving.jobs import DigestJob, EquivalenceJob, GradeJob, Job, ToolJob, WorkerLost, next_job_id
+from t2sql.serving.jobs import (
+    DigestJob,
+    EquivalenceJob,
+    GradeJob,
+    Job,
+    ToolJob,
+    WorkerLost,
+    next_job_id,
+    resolve_grade_memory,
+)
 from t2sql.serving.manifest import FileIdentity, GraderIdentity, Manifest, file_identity
 from t2sql.serving.process_backends import ProcessBackend, RayBackend
 from t2sql.serving.results import GoldResult, GradeResult
@@ -125,7 +133,7 @@ class Grader:
             secret = self._disk.secret
             _install_process_secret(secret, str(self._disk.root))
 
-        memory = _grade_memory(grade_memory_mb, tmp_dir)
+        memory = resolve_grade_memory(grade_memory_mb, tmp_dir)
         self._restore_memory: tuple | None = None  # the process's setting, put back by close()
         if backend == "thread":
             if memory is not None:
@@ -471,21 +479,6 @@ class Grader:
                 thread.start()
                 self._sync_loop, self._sync_thread = loop, thread
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
-
-
-def _grade_memory(memory_mb: int | None, tmp_dir) -> tuple[int, str | None] | None:
-    """The grading memory a Grader sets (None: leave the process's as it is). A cache_dir does not
-    move it: with the thread backend the setting is the whole process's, and a Grader that left it
-    pointing into its cache would break spills after that cache is gone."""
-    if memory_mb is None and tmp_dir is None:
-        return None
-    if memory_mb is not None and (isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < 1):
-        raise ValueError(f"grade_memory_mb must be a whole number of MiB, at least 1, got {memory_mb!r}")
-    current_bytes, current_dir = grade_memory()
-    if tmp_dir is not None and not Path(tmp_dir).is_dir():
-        raise ValueError(f"tmp_dir {tmp_dir} is not a directory: create it, or pass another")
-    directory = str(tmp_dir) if tmp_dir is not None else (str(current_dir) if current_dir else None)
-    return (memory_mb * 2**20 if memory_mb is not None else current_bytes), directory
 
 
 def _gold_failed(gold: GoldResult, retried: bool, started: float, semantics: str) -> GradeResult:
