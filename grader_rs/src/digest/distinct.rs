@@ -107,7 +107,6 @@ fn first_drain(row_limit: Option<u64>, pending_cap: usize) -> usize {
         Some(limit) => limit.saturating_add(1).min(pending_cap as u64) as usize,
         None => pending_cap,
     }
-    .min(pending_cap)
 }
 
 /// Where one spilled partition's keys lie in the spill file: (first key, count) per segment.
@@ -132,8 +131,6 @@ pub struct DistinctKeys {
     spill: Option<SpillFile>,
     /// For each partition, its segments in the spill file.
     segments: Vec<Segments>,
-    /// Distinct keys seen so far, at least (a de-duplicated batch's size).
-    lower_bound: u64,
     /// Stop once more than this many distinct keys are known.
     row_limit: Option<u64>,
     /// Keys pushed, repeats included.
@@ -162,7 +159,6 @@ impl DistinctKeys {
             in_parts: 0,
             spill: None,
             segments: Vec::new(),
-            lower_bound: 0,
             row_limit,
             pushed: 0,
             direct: false,
@@ -218,7 +214,7 @@ impl DistinctKeys {
             self.table.dedup(&mut self.pending);
             let kept = self.pending.len();
             if self.parts.is_empty() && self.spill.is_none() {
-                self.raise_lower_bound(kept as u64)?;
+                self.check_limit(kept as u64)?;
             }
             if kept <= self.pending_cap / 2 {
                 // Room again (this result repeats itself): keep it here, de-duplicated again
@@ -256,15 +252,16 @@ impl DistinctKeys {
         self.pending.clear();
     }
 
-    fn raise_lower_bound(&mut self, distinct: u64) -> Result<(), Stop> {
-        self.lower_bound = self.lower_bound.max(distinct);
+    /// `distinct`: the size of a de-duplicated batch, so at least the result's distinct keys.
+    fn check_limit(&self, distinct: u64) -> Result<(), Stop> {
         match self.row_limit {
-            Some(limit) if self.lower_bound > limit => Err(Stop::RowLimit),
+            Some(limit) if distinct > limit => Err(Stop::RowLimit),
             _ => Ok(()),
         }
     }
 
-    /// De-duplicate each partition; spill them if they still fill more than half the budget.
+    /// The partitions hold the budget's worth: spill them, de-duplicated first when they repeat
+    /// or an early stop needs their count (and kept, when that leaves them under half of it).
     fn flush(&mut self) -> Result<(), Stop> {
         // A pass over every partition is worth it when the keys repeat (it saves disk), or to
         // tell an early stop (the keys pushed so far could pass the limit). One partition, a
@@ -282,7 +279,7 @@ impl DistinctKeys {
             distinct += part.len();
         }
         self.in_parts = distinct;
-        self.raise_lower_bound(distinct as u64)?;
+        self.check_limit(distinct as u64)?;
         if distinct > self.cap / 2 {
             self.spill_parts()?;
         }
@@ -324,8 +321,11 @@ impl DistinctKeys {
         mut each: impl FnMut(Option<usize>, &mut Vec<u128>) -> Result<(), Stop>,
     ) -> Result<(), Stop> {
         if self.parts.is_empty() && self.spill.is_none() {
-            self.table.dedup(&mut self.pending);
-            self.raise_lower_bound(self.pending.len() as u64)?;
+            if self.exact.is_none() {
+                // (Under a small limit `pending` holds each key once already.)
+                self.table.dedup(&mut self.pending);
+            }
+            self.check_limit(self.pending.len() as u64)?;
             let mut keys = std::mem::take(&mut self.pending);
             return each(None, &mut keys);
         }
