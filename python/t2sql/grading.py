@@ -122,13 +122,37 @@ def grade_memory_from_args(args: argparse.Namespace) -> tuple[int | None, str | 
     return getattr(args, "grade_memory_mb", None), tmp_dir
 
 
+def grade_memory_setting(memory_mb: int | None, tmp_dir) -> tuple[int, str | None] | None:
+    """The (bytes, spill directory) to hand t2sql.set_grade_memory for a budget in MiB and a
+    directory, each None to keep the process's own; None when both are. ValueError for a budget
+    that is not a whole number of MiB or a directory that is not one."""
+    if memory_mb is None and tmp_dir is None:
+        return None
+    if memory_mb is not None and (isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < 1):
+        raise ValueError(f"grade_memory_mb must be a whole number of MiB, at least 1, got {memory_mb!r}")
+    current_bytes, current_dir = _grader.grade_memory()
+    if tmp_dir is not None and not os.path.isdir(tmp_dir):
+        raise ValueError(f"tmp_dir {tmp_dir} is not a directory: create it, or pass another")
+    directory = str(tmp_dir) if tmp_dir is not None else (str(current_dir) if current_dir else None)
+    return (memory_mb * 2**20 if memory_mb is not None else current_bytes), directory
+
+
+def workers_arg(text: str) -> int:
+    """argparse type of a number of workers: a whole number, 1 or more, or a usage error."""
+    return _at_least_one(text, "workers", "the worker count")
+
+
 def _memory_mb(text: str) -> int:
+    return _at_least_one(text, "MiB", "the grading memory")
+
+
+def _at_least_one(text: str, unit: str, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of MiB, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number of {unit}, 1 or more, not {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"the grading memory must be at least 1 MiB, got {value}")
+        raise argparse.ArgumentTypeError(f"{what} must be at least 1 {unit.rstrip('s')}, not {value}")
     return value
 
 

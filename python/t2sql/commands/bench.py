@@ -24,7 +24,7 @@ from t2sql.bench.serving import (
     effective_cores,
 )
 from t2sql.errors import T2sqlError
-from t2sql.grading import add_grade_memory_arguments, grade_memory_from_args
+from t2sql.grading import add_grade_memory_arguments, grade_memory_from_args, grade_memory_setting
 from t2sql.tasks import database_path, sample_questions
 
 
@@ -87,9 +87,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"t2sql bench grader: {e}", file=sys.stderr)
         return 2
-    memory = None
-    if memory_mb is not None or tmp_dir is not None:
-        memory = ((memory_mb or t2sql.grade_memory()[0] // 2**20) * 2**20, tmp_dir)
+    memory = grade_memory_setting(memory_mb, tmp_dir)
     report = bench_grader(rows, Path(args.work_dir), max(1, args.repeat), skip, memory)
     print(json.dumps(report, indent=2) if args.json else format_grader(report))
     return 0

@@ -14,7 +14,6 @@ from typing import Any, Iterator
 
 from t2sql._grader import (
     COLUMN_ORDERS,
-    GRADE_DEFAULTS,
     MAX_FLOAT_DIGITS,
     METHODS,
     Database,
@@ -32,8 +31,10 @@ from t2sql.grading import (
     check_method,
     grade,
     grade_memory_from_args,
+    grade_memory_setting,
     method_arg,
     seconds_arg,
+    workers_arg,
 )
 from t2sql.progress import Progress
 from t2sql.tasks import database_path, sample_dir
@@ -74,23 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--float-digits", type=_float_digits, default=12, metavar="N|exact",
                    help="significant digits for non-integral REALs (default 12), or 'exact'")
     p.add_argument("--timeout-s", type=seconds_arg, default=30.0, help="per-query timeout in seconds")
-    p.add_argument("--concurrency", type=_workers_arg, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--concurrency", type=workers_arg, default=os.cpu_count() or 1, metavar="N",
                    help="with --pairs: grade on N workers (default: the machine's cores, here "
                         f"{os.cpu_count() or 1}); the output is the same whatever N is")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="with --pairs: keep gold digests here across runs (default: in memory for this run)")
     add_grade_memory_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
-def _workers_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of workers, 1 or more, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"needs at least 1 worker, not {value}")
-    return value
 
 
 def _method_arg(text: str) -> str:
@@ -153,8 +144,9 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"no such database file: --db {db_path}")
         where = f"--db-root {args.db_root}" if args.db_root else "the bundled sample (pass --db-root DIR for others)"
         return _fail(f"--db-id {args.db_id}: no database {db_path} under {where}")
-    if memory_mb is not None or tmp_dir is not None:
-        set_grade_memory((memory_mb or GRADE_DEFAULTS["memory_mb"]) * 2**20, tmp_dir)
+    memory = grade_memory_setting(memory_mb, tmp_dir)
+    if memory is not None:
+        set_grade_memory(*memory)
     try:
         v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order)
     except (DatabaseError, SpillError) as e:

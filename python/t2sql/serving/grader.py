@@ -47,6 +47,7 @@ from t2sql import (
     sqlite_version,
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
+from t2sql.grading import grade_memory_setting
 from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
 from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport
 from t2sql.serving.gold_cache import _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
@@ -58,7 +59,6 @@ from t2sql.serving.jobs import (
     ToolJob,
     WorkerLost,
     next_job_id,
-    resolve_grade_memory,
 )
 from t2sql.serving.manifest import FileIdentity, GraderIdentity, Manifest, file_identity
 from t2sql.serving.process_backends import ProcessBackend, RayBackend
@@ -103,7 +103,8 @@ class Grader:
             with N workers, up to N times this. With the thread backend it is the whole process's
             setting while this Grader is open (close() puts the previous one back).
         tmp_dir: where digests past their memory spill (anonymous files, gone when the digest
-            is); default: the process's setting (the system's temporary directory).
+            is); default: the process's setting (the system's temporary directory), not cache_dir,
+            which a thread backend's process-wide setting would outlive.
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment
             it wakes: on a machine with no idle core this cuts the loop's 99th-percentile stall
@@ -133,7 +134,7 @@ class Grader:
             secret = self._disk.secret
             _install_process_secret(secret, str(self._disk.root))
 
-        memory = resolve_grade_memory(grade_memory_mb, tmp_dir)
+        memory = grade_memory_setting(grade_memory_mb, tmp_dir)
         self._restore_memory: tuple | None = None  # the process's setting, put back by close()
         if backend == "thread":
             if memory is not None:

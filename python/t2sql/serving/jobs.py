@@ -11,7 +11,6 @@ GradeResult; errors cross as (class name, message) and are re-raised as the same
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections import OrderedDict
 from typing import NamedTuple, Union
@@ -96,21 +95,6 @@ def set_worker_heap_limit(limit: int | None) -> None:
 
 # A process's grading memory as t2sql.grade_memory() gives it: (bytes, spill directory or None).
 GradeMemory = tuple[int, "str | None"]
-
-
-def resolve_grade_memory(memory_mb: int | None, tmp_dir) -> GradeMemory | None:
-    """The grading memory a Grader sets (None: leave the process's as it is). A cache_dir does not
-    move it: with the thread backend the setting is the whole process's, and a Grader that left it
-    pointing into its cache would break spills after that cache is gone."""
-    if memory_mb is None and tmp_dir is None:
-        return None
-    if memory_mb is not None and (isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < 1):
-        raise ValueError(f"grade_memory_mb must be a whole number of MiB, at least 1, got {memory_mb!r}")
-    current_bytes, current_dir = t2sql.grade_memory()
-    if tmp_dir is not None and not os.path.isdir(tmp_dir):
-        raise ValueError(f"tmp_dir {tmp_dir} is not a directory: create it, or pass another")
-    directory = str(tmp_dir) if tmp_dir is not None else (str(current_dir) if current_dir else None)
-    return (memory_mb * 2**20 if memory_mb is not None else current_bytes), directory
 
 
 def set_worker_grade_memory(memory: GradeMemory | None) -> None:
