@@ -44,19 +44,15 @@ def fetch(con, sql):
         con.set_progress_handler(None, 0)
 
 def verdict(con, pred, gold):
-    try:
-        pred_rows = fetch(con, pred)
-    except sqlite3.OperationalError as e:
-        return "timeout" if "interrupted" in str(e) else "pred_error"
-    except Exception:
-        return "pred_error"
-    try:
-        gold_rows = fetch(con, gold)
-    except sqlite3.OperationalError as e:
-        return "timeout" if "interrupted" in str(e) else "gold_error"
-    except Exception:
-        return "gold_error"
-    return "match" if set(pred_rows) == set(gold_rows) else "mismatch"
+    results = []
+    for sql, failed in ((pred, "pred_error"), (gold, "gold_error")):
+        try:
+            results.append(fetch(con, sql))
+        except sqlite3.OperationalError as e:
+            return "timeout" if "interrupted" in str(e) else failed
+        except Exception:
+            return failed
+    return "match" if set(results[0]) == set(results[1]) else "mismatch"
 
 with open(pairs, encoding="utf-8") as f, open(out, "w", encoding="utf-8") as o:
     for line in f:
