@@ -1,0 +1,169 @@
+"""Reading JSON and JSON lines from files a user hands us, in bounded memory, one bad line at a time.
+
+Every reader of a user's JSON or JSONL goes through here, so the same input is the same problem
+everywhere (`t2sql grade --pairs`, `convert`, `eval` and its resume, `gold`, `prompt`, `prepare`):
+
+- A line is read in chunks and never held past `max_line_bytes` (MAX_LINE_BYTES by default): a longer
+  line is skipped to its newline and reported as one bad line, so a 500 MB line without a newline
+  costs a chunk of memory, not the line.
+- A value is JSON as RFC 8259 says: `NaN`, `Infinity` and numbers that overflow a float (`1e999`) are
+  refused (Python would read them and then write `NaN`/`Infinity`, which is not JSON), so are strings
+  holding a lone surrogate (`"\\ud800"`: valid JSON escapes that no UTF-8 text can hold) and values
+  nested deeper than MAX_DEPTH (Python's parser and every recursive walk after it stop at about 1,000).
+- Every problem is a `JsonProblem` (a ValueError) whose message says what is wrong with that line;
+  a caller reports it as one line and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import IO, Any, Iterator, NamedTuple
+
+# A task row, a pairs line, an eval record: kilobytes. 16 MiB is far above any of them (an eval
+# record with a long transcript is well under 1 MiB) and small enough that a reader stays bounded.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+# Deeper than any row we read (a converted row is 3 levels; an eval record's messages 5).
+MAX_DEPTH = 64
+_CHUNK = 1 << 16
+
+
+class JsonProblem(ValueError):
+    """One line (or one file) that is not the JSON we read; the message says why."""
+
+
+class JsonLine(NamedTuple):
+    number: int  # 1-based line number in the file
+    value: Any  # the parsed value; None when `problem` says why there is none
+    problem: str  # "" when the line was read
+
+
+def _no_constant(name: str) -> Any:
+    raise JsonProblem(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JsonProblem(f"number {text[:40]} is too large for a float")
+    return value
+
+
+def _check_value(value: Any, max_depth: int) -> None:
+    """Walk `value` without recursion: its depth and every string (keys included) as UTF-8."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, (dict, list)):
+            if depth > max_depth:
+                raise JsonProblem(f"nested deeper than {max_depth} levels")
+            if isinstance(item, dict):
+                for key, inner in item.items():
+                    _check_text(key)
+                    stack.append((inner, depth + 1))
+            else:
+                stack.extend((inner, depth + 1) for inner in item)
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise JsonProblem("a string holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse one JSON value under the rules above; raises JsonProblem."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise JsonProblem(f"not UTF-8 (byte {e.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except JsonProblem:
+        raise
+    except json.JSONDecodeError as e:
+        raise JsonProblem(f"not JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise JsonProblem(f"nested deeper than {max_depth} levels") from None
+    _check_value(value, max_depth)
+    return value
+
+
+def load_file(path: str | os.PathLike, *, max_bytes: int, what: str = "JSON file") -> Any:
+    """A whole JSON file (BIRD's question list) under the rules above, refused unread when it is over
+    `max_bytes`; raises JsonProblem naming the file."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise JsonProblem(f"{path}: the {what} is {size:,} bytes, above the {max_bytes:,} this reads")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:  # it grew since the stat
+        raise JsonProblem(f"{path}: the {what} is over {max_bytes:,} bytes")
+    try:
+        return loads(data)
+    except JsonProblem as e:
+        raise JsonProblem(f"{path}: {e}") from None
+
+
+def raw_lines(f: IO[bytes], *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, the line's bytes without its newline) for every line of a binary file; None in place
+    of a line longer than `max_line_bytes`, which is read past without being kept. A last line without a
+    newline counts."""
+    number = 0
+    while True:
+        line = f.readline(max_line_bytes + 1)
+        if not line:
+            return
+        number += 1
+        if line.endswith(b"\n"):
+            yield number, line[:-1]
+            continue
+        if len(line) <= max_line_bytes:  # the last line, without a newline
+            yield number, line
+            return
+        # Over the limit: drop what was read and skip to the end of the line, a chunk at a time.
+        while True:
+            rest = f.readline(_CHUNK)
+            if not rest or rest.endswith(b"\n"):
+                break
+        yield number, None
+
+
+def json_lines(f: IO[bytes], *, max_line_bytes: int = MAX_LINE_BYTES,
+               max_depth: int = MAX_DEPTH) -> Iterator[JsonLine]:
+    """Every non-blank line of a JSONL file, parsed: JsonLine(number, value, "") or (number, None,
+    problem). Blank lines hold nothing and are passed over."""
+    for number, raw in raw_lines(f, max_line_bytes=max_line_bytes):
+        if raw is None:
+            yield JsonLine(number, None, f"line longer than {max_line_bytes:,} bytes")
+            continue
+        if not raw.strip():
+            continue
+        try:
+            yield JsonLine(number, loads(raw, max_depth=max_depth), "")
+        except JsonProblem as e:
+            yield JsonLine(number, None, str(e))
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """json.dumps that never writes NaN or Infinity (a non-finite float becomes null): what we write is
+    JSON any reader takes."""
+    try:
+        return json.dumps(value, allow_nan=False, **kwargs)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False, **kwargs)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
