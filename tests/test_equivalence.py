@@ -30,6 +30,7 @@ from t2sql.tasks import Task
 BIRD = bird_root()  # BIRD dev: tests/data/bird, or $T2SQL_BIRD
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
+CHECKED = RECIPE.replace(equivalence_penalty=0.2)  # the recipe's number, on
 CONFIG = machinery.EquivalenceConfig.from_preset(RECIPE)
 SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
 
@@ -350,17 +351,17 @@ def _play(preset, solution: str):
 
 def test_episode_takes_the_penalty_and_reports_the_metrics():
     assert any(t.name == "equivalence" and t.switch == "equivalence_penalty" for t in registered_terms())
-    lucky = _play(RECIPE, PRED_IN)
+    lucky = _play(CHECKED, PRED_IN)
     assert lucky.outcome == "correct" and lucky.correct  # evaluation still scores it correct
-    assert lucky.reward_terms["equivalence"] == pytest.approx(-RECIPE.equivalence_penalty)
+    assert lucky.reward_terms["equivalence"] == pytest.approx(-CHECKED.equivalence_penalty)
     assert lucky.metrics["equivalence_refuted"] == 1.0 and lucky.metrics["equivalence_checked"] == 1.0
     assert lucky.metrics["equivalence_copy"].split(":")[0] in machinery.KINDS
     assert lucky.metrics["equivalence_skipped_reason"] == ""
     assert "unapplied_switches" not in lucky.metrics
-    exact = _play(RECIPE, GOLD_JOIN)
+    exact = _play(CHECKED, GOLD_JOIN)
     assert exact.reward_terms["equivalence"] == 0.0 and exact.metrics["equivalence_refuted"] == 0.0
-    assert exact.reward - lucky.reward == pytest.approx(RECIPE.equivalence_penalty)
-    wrong = _play(RECIPE, "SELECT power_name FROM superpower LIMIT 2")
+    assert exact.reward - lucky.reward == pytest.approx(CHECKED.equivalence_penalty)
+    wrong = _play(CHECKED, "SELECT power_name FROM superpower LIMIT 2")
     assert wrong.outcome == "incorrect" and wrong.metrics["equivalence_skipped_reason"] == "not_correct"
     assert wrong.reward_terms["equivalence"] == 0.0
     bare = _play(BARE, PRED_IN)
