@@ -25,6 +25,7 @@ def test_good_lines_and_blank_lines():
     (b'{"id": Infinity}', "Infinity is not a JSON number"),
     (b'{"id": -Infinity}', "-Infinity is not a JSON number"),
     (b'{"id": 1e999}', "too large for a float"),
+    (b'{"id": ' + b"7" * 5000 + b"}", "an integer of 5,000 digits"),
     (b'{"db_id": "\\ud800"}', "lone surrogate"),
     (b'{"\\udfff": 1}', "lone surrogate"),
     (b"[" * 1500 + b"]" * 1500, "nested deeper"),

@@ -7,11 +7,12 @@ everywhere (`t2sql grade --pairs`, `convert`, `eval` and its resume, `gold`, `pr
   line is skipped to its newline and reported as one bad line, so a 500 MB line without a newline
   costs a chunk of memory, not the line.
 - A value is JSON as RFC 8259 says: `NaN`, `Infinity` and numbers that overflow a float (`1e999`) are
-  refused (Python would read them and then write `NaN`/`Infinity`, which is not JSON), so are strings
+  refused (Python would read them and then write `NaN`/`Infinity`, which is not JSON), so are integers
+  past Python's limit on digits (4,300: Python raises a bare ValueError while parsing them), strings
   holding a lone surrogate (`"\\ud800"`: valid JSON escapes that no UTF-8 text can hold) and values
   nested deeper than MAX_DEPTH (Python's parser and every recursive walk after it stop at about 1,000).
-- Every problem is a `JsonProblem` (a ValueError) whose message says what is wrong with that line;
-  a caller reports it as one line and goes on.
+- Every problem is a `JsonProblem` (a T2sqlError and a ValueError) whose message says what is wrong
+  with that line; a caller reports it as one line and goes on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import math
 import os
 from typing import IO, Any, Iterator, NamedTuple
 
+from t2sql.errors import T2sqlError
+
 # A task row, a pairs line, an eval record: kilobytes. 16 MiB is far above any of them (an eval
 # record with a long transcript is well under 1 MiB) and small enough that a reader stays bounded.
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -29,7 +32,7 @@ MAX_DEPTH = 64
 _CHUNK = 1 << 16
 
 
-class JsonProblem(ValueError):
+class JsonProblem(T2sqlError, ValueError):
     """One line (or one file) that is not the JSON we read; the message says why."""
 
 
@@ -48,6 +51,13 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise JsonProblem(f"number {text[:40]} is too large for a float")
     return value
+
+
+def _bounded_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # past Python's limit on digits (sys.get_int_max_str_digits(), 4,300 by default)
+        raise JsonProblem(f"an integer of {len(text):,} digits is too long to read") from None
 
 
 def _check_value(value: Any, max_depth: int) -> None:
@@ -83,7 +93,7 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         except UnicodeDecodeError as e:
             raise JsonProblem(f"not UTF-8 (byte {e.start})") from None
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int)
     except JsonProblem:
         raise
     except json.JSONDecodeError as e:
