@@ -7,9 +7,8 @@ and one grade, and every task's gold result is needed again and again. One Grade
   size is the one concurrency limit shared by tool calls, golds and predictions;
 - connections cached per worker thread per database file;
 - the equivalence check of correct predictions, as one job on a worker;
-- the gold digest cache: in memory, and on disk under `cache_dir` when given, keyed by the
-  database's identity, the gold SQL, the grading spec's method, float digits and column order, and
-  the SQLite version;
+- the gold digest cache: the most recent in memory (serving.gold_memory), all on disk under
+  `cache_dir` if given; key: database identity, gold SQL, spec (method, digits, column order), SQLite;
 - timeouts and the single retry of a grade whose prediction or gold timed out;
 - the database manifest check (a file that changed since prepare is refused).
 
@@ -51,6 +50,7 @@ from t2sql.grading import grade_memory_setting
 from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
 from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport
 from t2sql.serving.gold_cache import _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
+from t2sql.serving.gold_memory import GoldKey, gold_memory
 from t2sql.serving.jobs import (
     DigestJob,
     EquivalenceJob,
@@ -87,6 +87,8 @@ class Grader:
         hash_databases: bool = False,
         grade_memory_mb: int | None = None,
         tmp_dir: str | os.PathLike | None = None,
+        gold_memory_entries: int | None = None,
+        gold_memory_bytes: int | None = None,
     ):
         """
         concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
@@ -105,6 +107,7 @@ class Grader:
         tmp_dir: where digests past their memory spill (anonymous files, gone when the digest
             is); default: the process's setting (the system's temporary directory), not cache_dir,
             which a thread backend's process-wide setting would outlive.
+        gold_memory_entries, gold_memory_bytes: bounds of the gold digests kept in memory (serving.gold_memory).
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment
             it wakes: on a machine with no idle core this cuts the loop's 99th-percentile stall
@@ -157,8 +160,7 @@ class Grader:
 
         self._lock = threading.Lock()
         self._identities: dict[str, GraderIdentity] = {}
-        self._memory: dict[tuple, GoldResult] = {}
-        self._keys: dict[tuple, str] = {}  # (identity, gold, spec) -> cache key
+        self._memory = gold_memory(gold_memory_entries, gold_memory_bytes)
         self._inflight: dict[tuple, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._admissions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Admission
         self._last_admission: tuple[weakref.ref, _Admission] | None = None  # the common case: one loop
@@ -298,6 +300,7 @@ class Grader:
         """Counters since creation: calls, retries, gold cache hits/misses, cache faults."""
         with self._lock:
             out = dict(self._counters)
+        out["gold_memory_held"], out["gold_memory_evicted"] = len(self._memory), self._memory.evicted
         if self._disk is not None:
             out.update(self._disk.counters())
         return out
@@ -396,11 +399,8 @@ class Grader:
         return identity
 
     async def _gold(self, db_path, identity, gold_sql: str, spec: GradeSpec) -> GoldResult:
-        names = (identity.cache_id, gold_sql, spec)
-        key = self._keys.get(names)
-        if key is None:
-            key = self._keys[names] = _gold_key(identity.cache_id, gold_sql, spec, self._sqlite_version)
-        memory_key = (key, self._secret_id())
+        memory_key = GoldKey(identity.cache_id, gold_sql, spec.method, spec.float_digits, spec.column_order,
+                             self._secret_id())
         hit = self._memory.get(memory_key)
         if hit is not None:
             self._count("gold_memory_hits")
@@ -409,16 +409,17 @@ class Grader:
         with self._lock:
             entry = self._inflight.get(memory_key)
             if entry is None or entry[0] is not loop:
-                task = loop.create_task(self._load_or_run_gold(memory_key, key, db_path, identity, gold_sql, spec))
+                task = loop.create_task(self._load_or_run_gold(memory_key, db_path, identity, gold_sql, spec))
                 self._inflight[memory_key] = (loop, task)
             else:
                 task = entry[1]
         # Shielded: one waiter's cancellation must not fail the others waiting on this gold.
         return await asyncio.shield(task)
 
-    async def _load_or_run_gold(self, memory_key, key, db_path, identity, gold_sql: str,
+    async def _load_or_run_gold(self, memory_key: GoldKey, db_path, identity, gold_sql: str,
                                 spec: GradeSpec) -> GoldResult:
         loop = asyncio.get_running_loop()
+        key = _gold_key(identity.cache_id, gold_sql, spec, self._sqlite_version)  # the disk cache's
         try:
             result = None
             if self._disk is not None:
@@ -433,8 +434,7 @@ class Grader:
                 if result.ok and self._disk is not None:
                     await loop.run_in_executor(self._io, self._disk.store, key, result.digest, result.elapsed_s)
             if result.ok:
-                with self._lock:
-                    self._memory[memory_key] = dataclasses.replace(result, source="memory")
+                self._memory.put(memory_key, dataclasses.replace(result, source="memory"))
             return result
         finally:
             with self._lock:
