@@ -13,6 +13,7 @@ import time
 import pytest
 
 import t2sql.commands.grade as grade_command
+from t2sql import jsonl
 from t2sql.cli import main
 from t2sql.grading import grade
 from t2sql.serving.grader import Grader
@@ -60,8 +61,9 @@ def sequential_records(lines: list[dict | str], semantics: str = "multiset") -> 
     out = []
     for lineno, x in enumerate(lines, 1):
         if isinstance(x, str):
-            record = {"id": None, "line": lineno, "outcome": "bad_input", "detail": "not JSON (Expecting property "
-                      "name enclosed in double quotes)"}
+            with pytest.raises(jsonl.JsonProblem) as problem:  # t2sql.jsonl, the one reader, says why
+                jsonl.loads(x)
+            record = {"id": None, "line": lineno, "outcome": "bad_input", "detail": str(problem.value)}
         else:
             path = database_path(ROOT, x["db_id"])
             if not path.exists():
@@ -234,3 +236,194 @@ def test_ctrl_c_mid_run_writes_nothing_and_exits_2(tmp_path):
     assert proc.returncode == 2, err
     assert "interrupted" in err and "was not written" in err and "Traceback" not in err
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["pairs.jsonl"]
+
+
+# ---- bad lines, bounded memory, paths, workers (issue 25) -----------------------------------------
+
+COUNT_HEROES = "SELECT count(*) FROM superhero"
+
+
+def strict_records(text: str) -> list[dict]:
+    """The output read as any JSON reader outside Python would: NaN or Infinity fails the test."""
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} is not JSON, yet it was written")
+
+    return [json.loads(line, parse_constant=refuse) for line in text.splitlines()]
+
+
+def test_each_unreadable_line_is_one_bad_input_and_the_run_goes_on(tmp_path):
+    good = json.dumps({"id": "ok", "db_id": "superhero", "pred": COUNT_HEROES, "gold": COUNT_HEROES}).encode()
+    bad = {  # the line, and what its record's detail says
+        b"[" * 1500 + b"]" * 1500: "nested deeper",
+        b'{"id": 2, "db_id": "\\ud800", "pred": "SELECT 1", "gold": "SELECT 1"}': "lone surrogate",
+        b'{"id": 1e999, "db_id": "superhero", "pred": "SELECT 1", "gold": "SELECT 1"}': "too large for a float",
+        b'{"id": NaN, "db_id": "superhero", "pred": "SELECT 1", "gold": "SELECT 1"}': "NaN is not a JSON number",
+        b'{"id": -Infinity, "db_id": "superhero", "pred": "SELECT 1", "gold": "SELECT 1"}': "Infinity is not a JSON",
+        b'{"id": ' + b"7" * 5000 + b', "db_id": "superhero", "pred": "SELECT 1", "gold": "SELECT 1"}': "digits",
+    }
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b"".join(good + b"\n" + line + b"\n" for line in bad) + good + b"\n")
+    out = tmp_path / "v.jsonl"
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(out), "--concurrency", "2",
+                 "--json")
+    assert proc.returncode == 1, proc.stderr  # some lines could not be graded: not trouble
+    assert "Traceback" not in proc.stderr and "stopped" not in proc.stderr
+    records = strict_records(out.read_text())
+    assert [r["line"] for r in records] == list(range(1, 2 * len(bad) + 2))
+    assert [r["outcome"] for r in records[::2]] == ["match"] * (len(bad) + 1)
+    for record, says in zip(records[1::2], bad.values()):
+        assert record["outcome"] == "bad_input" and record["id"] is None and says in record["detail"], record
+        assert f"pairs.jsonl:{record['line']}: not graded: {record['detail']}" in proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["graded"], summary["ungraded"]) == (len(bad) + 1, len(bad))
+
+
+def peak_rss_mib(*args: str) -> tuple[float, subprocess.CompletedProcess]:
+    """`t2sql ARGS` in a fresh child of a fresh interpreter, and that child's peak resident memory."""
+    probe = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(p.returncode); "
+             "sys.stderr.write(p.stderr)")
+    proc = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "t2sql.cli", *args],
+                          capture_output=True, text=True, timeout=300)
+    kib, rc = proc.stdout.split()
+    return int(kib) / 1024, subprocess.CompletedProcess(args, int(rc), "", proc.stderr)
+
+
+def test_a_huge_line_without_a_newline_is_one_bad_input_in_bounded_memory(tmp_path):
+    good = json.dumps({"id": "ok", "db_id": "superhero", "pred": COUNT_HEROES, "gold": COUNT_HEROES}) + "\n"
+    small, huge = tmp_path / "small.jsonl", tmp_path / "huge.jsonl"
+    small.write_text(good + good)
+    with huge.open("w") as f:  # 96 MiB of SQL on a last line that never ends
+        f.write(good + good + '{"id": "huge", "db_id": "superhero", "gold": "SELECT 1", "pred": "SELECT ')
+        for _ in range(96):
+            f.write("1 +" * (1 << 18) + "   ")
+    base, _ = peak_rss_mib("grade", "--pairs", str(small), "--db-root", str(ROOT), "--out", str(tmp_path / "s.jsonl"),
+                           "--concurrency", "1")
+    peak, proc = peak_rss_mib("grade", "--pairs", str(huge), "--db-root", str(ROOT), "--out",
+                              str(tmp_path / "h.jsonl"), "--concurrency", "1")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    records = strict_records((tmp_path / "h.jsonl").read_text())
+    assert [r["outcome"] for r in records] == ["match", "match", "bad_input"]
+    assert "line longer than" in records[2]["detail"]
+    assert peak - base < 48, (base, peak)  # the line cap (16 MiB) and a chunk, never the 96 MiB line
+
+
+def test_db_ids_outside_the_root_are_never_opened(tmp_path):
+    """An absolute db_id, or one with `..`, names a file outside --db-root: that line is a gold_error
+    that says why, and no query runs on the file (here a real copy of the database, which would match)."""
+    root = tmp_path / "root"
+    (root / "superhero").mkdir(parents=True)
+    database = database_path(ROOT, "superhero").read_bytes()
+    database_path(root, "superhero").write_bytes(database)
+    (tmp_path / "secret").mkdir()  # so that root/../secret/../secret.sqlite resolves
+    (tmp_path / "secret.sqlite").write_bytes(database)
+    outside = [str(tmp_path / "secret"), "../secret", "..", ".", ""]
+    rows = [{"id": "in", "db_id": "superhero", "pred": COUNT_HEROES, "gold": "SELECT 750"}]
+    rows += [{"id": db_id, "db_id": db_id, "pred": COUNT_HEROES, "gold": "SELECT 750"} for db_id in outside]
+    pairs = write(tmp_path, rows)
+    out = tmp_path / "v.jsonl"
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(root), "--out", str(out), "--json")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    records = strict_records(out.read_text())
+    assert records[0]["outcome"] == "match"
+    for db_id, record in zip(outside, records[1:]):
+        assert record["outcome"] == "gold_error" and "semantics" not in record, record
+        assert record["detail"].startswith("database: ") and repr(db_id) in record["detail"], record
+    assert json.loads(proc.stdout)["ungraded"] == len(outside)
+
+
+def numbered_golds(ids, pred_of=lambda gold: gold) -> list[dict]:
+    """One line per id, each with a gold of its own: `SELECT id FROM superhero WHERE id = i`."""
+    rows = []
+    for i in ids:
+        gold = f"SELECT id FROM superhero WHERE id = {i}"
+        rows.append({"id": len(rows), "db_id": "superhero", "pred": pred_of(gold), "gold": gold})
+    return rows
+
+
+def test_what_a_run_keeps_per_gold_and_per_database_stays_bounded(tmp_path, monkeypatch, capsys):
+    """180 distinct golds and 12 db_ids through bounds of 10 digests, 10 golds' states and 3 databases:
+    no structure ever holds more than its bound, and each gold still runs once (its lines come together)."""
+    from t2sql.serving import gold_memory
+
+    monkeypatch.setattr(grade_command, "GOLDS_KEPT", 10)  # the Grader's digests, and which golds were made or failed
+    monkeypatch.setattr(grade_command, "DATABASES_KEPT", 3)
+    held: dict[int, tuple[int, int]] = {}  # each bounded structure: (its bound, the most it held)
+    real_put = gold_memory.Lru.put
+
+    def put(self, key, value):
+        real_put(self, key, value)
+        held[id(self)] = (self.max_entries, max(len(self), held.get(id(self), (0, 0))[1]))
+
+    monkeypatch.setattr(gold_memory.Lru, "put", put)
+    rows = []
+    for i in range(150):  # each gold on three lines in a row: a match, a mismatch, a match
+        gold = f"SELECT id FROM superhero WHERE id = {i}"
+        rows += [{"id": f"{i}/{kind}", "db_id": "superhero", "pred": pred, "gold": gold}
+                 for kind, pred in (("a", gold), ("b", gold.replace("=", "<>")), ("c", gold))]
+    for i in range(30):  # golds that fail, each on two lines
+        rows += [{"id": f"fail{i}/{k}", "db_id": "superhero", "pred": "SELECT 1", "gold": f"SELECT nope{i} FROM x"}
+                 for k in "ab"]
+    rows += [{"id": f"gone{i}", "db_id": f"gone{i}", "pred": "SELECT 1", "gold": "SELECT 1"} for i in range(12)]
+    pairs, out = write(tmp_path, rows), tmp_path / "v.jsonl"
+    rc = main(["grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(out), "--concurrency", "2",
+               "--json"])
+    assert rc == 1  # the missing databases' lines
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["golds"]["computed"] == 150 and summary["golds"]["failed"] == 30, summary["golds"]
+    records = strict_records(out.read_text())
+    assert [r["outcome"] for r in records[:6]] == ["match", "mismatch", "match"] * 2
+    assert [r["outcome"] for r in records[450:]] == ["gold_error"] * (60 + 12)
+    assert sorted(bound for bound, _ in held.values()) == [3, 10, 10]  # databases, golds' states, digests
+    assert all(most <= bound for bound, most in held.values()), held
+
+
+def test_a_forgotten_gold_runs_again_or_comes_from_the_cache_dir(tmp_path, monkeypatch, capsys):
+    """Past its bounds a run forgets the oldest golds: one asked for again is run again (a failed one
+    too), or read from --cache-dir when there is one, as the README says. The records do not change."""
+    monkeypatch.setattr(grade_command, "GOLDS_KEPT", 10)
+    failing = [{"id": f"f{i}", "db_id": "superhero", "pred": "SELECT 1", "gold": f"SELECT nope{i} FROM x"}
+               for i in (0, *range(1, 21), 0)]  # f0, 20 other failures, f0 again
+    rows = numbered_golds([*range(30), *range(5)]) + failing
+    pairs = write(tmp_path, rows)
+    runs = []
+    for extra in ([], ["--cache-dir", str(tmp_path / "cache")]):
+        out = tmp_path / "v.jsonl"
+        main(["grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(out), "--concurrency", "1",
+              "--json", *extra])
+        runs.append((json.loads(capsys.readouterr().out)["golds"], out.read_bytes()))
+    (memory_only, out1), (cached, out2) = runs
+    assert (memory_only["computed"], memory_only["from_disk"], memory_only["failed"]) == (35, 0, 22), memory_only
+    assert (cached["computed"], cached["from_disk"], cached["failed"]) == (30, 5, 22), cached
+    assert out1 == out2
+    assert [r["outcome"] for r in strict_records(out1.decode())] == ["match"] * 35 + ["gold_error"] * 22
+
+
+def test_the_read_ahead_holds_a_bounded_number_of_bytes(tmp_path, monkeypatch, capsys):
+    """A slow first line, then lines of ~2 KB: however many lines the window would allow, the lines
+    read ahead of the first one not yet written hold about `read_ahead_bytes`, and stay in order."""
+    pad = " " * 2000
+    rows = [{"id": "slow", "db_id": "superhero", "pred": SLOW, "gold": "SELECT 1"}]
+    rows += numbered_golds(range(60), pred_of=lambda gold: gold + pad)
+    real_init, real_write = grade_command._PairsBatch.__init__, grade_command._PairsBatch._write_done
+    most = []
+
+    def small(self, *a, **kw):
+        real_init(self, *a, **kw)
+        self.read_ahead_bytes = 10_000
+
+    def write_done(self, *a, **kw):
+        most.append(self.held_bytes)  # after each line is read, before any is written
+        real_write(self, *a, **kw)
+
+    monkeypatch.setattr(grade_command._PairsBatch, "__init__", small)
+    monkeypatch.setattr(grade_command._PairsBatch, "_write_done", write_done)
+    out = tmp_path / "v.jsonl"
+    assert main(["grade", "--pairs", str(write(tmp_path, rows)), "--db-root", str(ROOT), "--out", str(out),
+                 "--concurrency", "2"]) == 0
+    records = strict_records(out.read_text())
+    assert [r["id"] for r in records] == [r["id"] for r in rows]
+    assert [r["outcome"] for r in records] == ["mismatch"] + ["match"] * 60
+    line = max(len(json.dumps(r)) + 1 for r in rows)
+    assert 10_000 <= max(most) <= 10_000 + line, (max(most), line)  # it filled the window, and no more

@@ -10,7 +10,7 @@ import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Iterator
 
 from t2sql._grader import (
     COLUMN_ORDERS,
@@ -36,8 +36,11 @@ from t2sql.grading import (
     seconds_arg,
     workers_arg,
 )
+from t2sql.jsonl import dumps, json_lines, raw_lines
 from t2sql.progress import Progress
-from t2sql.tasks import database_path, sample_dir
+from t2sql.serving.gold_memory import GOLD_MEMORY_ENTRIES, Lru
+from t2sql.serving.results import GoldResult
+from t2sql.tasks import database_path, find_database, sample_dir
 
 
 def _float_digits(text: str) -> int | None:
@@ -169,39 +172,37 @@ def _verdict_dict(v: Verdict) -> dict:
     }
 
 
-def _read_pairs(path: str) -> Iterator[tuple[int, dict | None, str]]:
-    """Yield (line number, row or None, problem) for each non-blank line."""
+def _count_lines(path: str) -> int:
+    """The non-blank lines of --pairs, as _read_pairs will see them (a line over the cap is one line,
+    read past a chunk at a time, never held whole)."""
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
+        return sum(1 for _, raw in raw_lines(f) if raw is None or raw.strip())
+
+
+def _read_pairs(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
+    """(line number, the row or None, what is wrong with it or "") for each non-blank line: t2sql.jsonl
+    reads the line (its length, depth, numbers and text bounded), this checks that it is a pair."""
+    for lineno, row, problem in json_lines(f):
+        if problem:
+            yield lineno, None, problem
+            continue
+        if not isinstance(row, dict):
+            yield lineno, None, "not a JSON object"
+            continue
+        missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
+        # Only grading_method may be null (the --semantics task default); null SQL is no SQL.
+        bad = [k for k in ("db_id", "pred", "gold", "grading_method")
+               if k in row and not isinstance(row[k], str) and not (k == "grading_method" and row[k] is None)]
+        if missing or bad:
+            yield lineno, row, (f"missing {missing}" if missing else f"not strings: {bad}")
+            continue
+        if row.get("grading_method") is not None:
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                yield lineno, None, "not UTF-8"
+                row["grading_method"] = check_method(row["grading_method"])
+            except ValueError as e:
+                yield lineno, row, f"grading_method: {e}"
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield lineno, None, f"not JSON ({e.msg})"
-                continue
-            if not isinstance(row, dict):
-                yield lineno, None, "not a JSON object"
-                continue
-            missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
-            # Only grading_method may be null (the --semantics task default); null SQL is no SQL.
-            bad = [k for k in ("db_id", "pred", "gold", "grading_method")
-                   if k in row and not isinstance(row[k], str) and not (k == "grading_method" and row[k] is None)]
-            if missing or bad:
-                yield lineno, row, (f"missing {missing}" if missing else f"not strings: {bad}")
-                continue
-            if row.get("grading_method") is not None:
-                try:
-                    row["grading_method"] = check_method(row["grading_method"])
-                except ValueError as e:
-                    yield lineno, row, f"grading_method: {e}"
-                    continue
-            yield lineno, row, ""
+        yield lineno, row, ""
 
 
 def _check_pair_files(args: argparse.Namespace) -> str | None:
@@ -227,14 +228,13 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     problem = _check_pair_files(args) or _check_cache_dir(args.cache_dir)
     if problem:
         return _fail(problem)
-    with open(args.pairs, "rb") as f:
-        total = sum(1 for line in f if line.strip())
+    total = _count_lines(args.pairs)
     from t2sql.serving.grader import Grader  # lazily: a single grade stays light
 
     memory_mb, tmp_dir = grade_memory_from_args(args)  # checked by run()
     try:
         grader = Grader(concurrency=args.concurrency, cache_dir=args.cache_dir, grade_timeout_s=args.timeout_s,
-                        grade_memory_mb=memory_mb, tmp_dir=tmp_dir)
+                        grade_memory_mb=memory_mb, tmp_dir=tmp_dir, gold_memory_entries=GOLDS_KEPT)
     except (T2sqlError, OSError) as e:
         return _fail(f"cannot use --cache-dir {args.cache_dir}: {e}")
     batch = _PairsBatch(args, grader)
@@ -264,7 +264,7 @@ def _grade_pairs(args: argparse.Namespace) -> int:
                "counts": {k: counts.get(k, 0) for k in outcomes}, "elapsed_s": round(elapsed, 3),
                "out": str(out_path), "concurrency": grader.concurrency, "golds": golds}
     if args.json:
-        print(json.dumps(summary))
+        print(dumps(summary))
     else:
         print(f"{'outcome':<14}{'count':>8}{'share':>9}")
         for k in outcomes:
@@ -288,7 +288,27 @@ def _check_cache_dir(cache_dir: str | None) -> str | None:
     return None
 
 
-_GOLD_READY = object()  # a gold whose digest the Grader holds
+_GOLD_READY = object()  # a gold whose digest the Grader made (it may since have forgotten it)
+
+# What one --pairs run keeps, each the most recently used up to a count and a size: the golds'
+# digests (the Grader's, t2sql.serving.gold_memory) and which golds were made or failed (a failed
+# gold is not run again while it is remembered), up to GOLDS_KEPT each, and which db_ids were checked.
+GOLDS_KEPT = GOLD_MEMORY_ENTRIES
+DATABASES_KEPT = 1024
+KEPT_BYTES = 64 * 1024 * 1024  # for each of the two
+# The bytes of input lines read ahead of the first line not yet written: with lines up to
+# t2sql.jsonl's cap (16 MiB), what the read-ahead holds stays near this, not 10,000 lines of them.
+READ_AHEAD_BYTES = 64 * 1024 * 1024
+_ENTRY_BYTES = 256  # a kept entry's own objects, besides its strings
+
+
+def _gold_entry_size(key: tuple, state) -> int:
+    detail = state.detail if isinstance(state, GoldResult) else ""
+    return _ENTRY_BYTES + len(key[0]) + len(key[1]) + len(detail)
+
+
+def _database_entry_size(db_id: str, found) -> int:
+    return _ENTRY_BYTES + len(db_id) + len(str(found))
 
 
 class _PairsBatch:
@@ -296,48 +316,61 @@ class _PairsBatch:
 
     The file is read as the output is written: at most `in_flight` lines are being graded at once
     (enough to keep every worker busy while some lines wait for their gold), and at most `buffered`
-    lines are read ahead of the first one not yet written (so one slow line does not idle the other
-    workers, and a file of millions of lines costs the memory of a few thousand). Every line is
-    graded as t2sql.grade grades it (one attempt, no retry of a timeout); each distinct (database,
-    gold, spec) gold is run once, by the Grader, and a gold that failed is not run again for the
-    lines that share it."""
+    lines, or `read_ahead_bytes` of them, are read ahead of the first one not yet written (so one slow
+    line does not idle the other workers, and a file of millions of lines costs the memory of a few
+    thousand). Every line is graded as t2sql.grade grades it (one attempt, no retry of a timeout);
+    each distinct (database, gold, spec) gold is run once by the Grader while it is among the
+    GOLDS_KEPT most recent (after that it is read from --cache-dir, or run again), and a gold that
+    failed is not run again for the lines that share it."""
 
     def __init__(self, args: argparse.Namespace, grader) -> None:
         self.args = args
         self.grader = grader
-        self.in_flight = max(256, 32 * grader.concurrency)
+        # At most half as many lines in flight as golds kept: a gold made for a line is still in
+        # the Grader's memory when that line's prediction is graded against it.
+        self.in_flight = max(1, min(max(256, 32 * grader.concurrency), GOLDS_KEPT // 2))
         self.buffered = max(10_000, 4 * self.in_flight)
+        self.read_ahead_bytes = READ_AHEAD_BYTES
         self.counts: Counter[str] = Counter()
         self.ungraded = 0  # lines with no verdict: malformed, or their database could not be opened
         self.lines = 0  # written so far
+        self.held_bytes = 0  # of the lines read and not yet written
         self._running = 0
         self._slot: asyncio.Event | None = None
-        self._databases: dict[str, str | DatabaseError] = {}
-        self._specs: dict[tuple[str, str], GradeSpec] = {}
-        # (db_id, gold SQL, spec) -> the Grader's answer in flight, _GOLD_READY, or the gold's failure
-        self._golds: dict[tuple[str, str, GradeSpec], Any] = {}
+        self._databases: Lru[str | DatabaseError] = Lru(DATABASES_KEPT, KEPT_BYTES, _database_entry_size)
+        # (db_id, gold SQL, spec) -> _GOLD_READY, or the gold's failure (a GoldResult)
+        self._golds: Lru = Lru(GOLDS_KEPT, KEPT_BYTES, _gold_entry_size)
+        self._asking: dict[tuple, asyncio.Future] = {}  # golds asked of the Grader, not yet answered
 
     async def grade_all(self, out, bar: Progress) -> None:
-        # (line number, the row if it is a bad line, its problem, the grading task or None), in input order
+        # (line number, the line's id if it is a bad line, its problem, the grading task or None,
+        # the bytes it holds), in input order
         pending: deque = deque()
         self._slot = asyncio.Event()
         try:
-            for lineno, row, problem in _read_pairs(self.args.pairs):
-                while self._running >= self.in_flight:
-                    self._slot.clear()
-                    await self._slot.wait()
+            with open(self.args.pairs, "rb") as f:
+                read = 0
+                for lineno, row, problem in _read_pairs(f):
+                    size, read = f.tell() - read, f.tell()  # this line (and the blank ones before it)
+                    while self._running >= self.in_flight:
+                        self._slot.clear()
+                        await self._slot.wait()
+                        self._write_done(pending, out, bar)
+                    # The first line is slow: wait for it.
+                    while pending and (len(pending) >= self.buffered or self.held_bytes >= self.read_ahead_bytes):
+                        await pending[0][3]
+                        self._write_done(pending, out, bar)
+                    held = size if row is not None else 0  # a line that could not be read holds its problem
+                    self.held_bytes += held
+                    if problem:
+                        line_id = row.get("id") if isinstance(row, dict) else None
+                        pending.append((lineno, line_id, problem, None, held))
+                    else:
+                        task = asyncio.ensure_future(self._grade_row(row))
+                        self._running += 1
+                        task.add_done_callback(self._finished)
+                        pending.append((lineno, None, "", task, held))
                     self._write_done(pending, out, bar)
-                while len(pending) >= self.buffered:  # the first line is slow: wait for it
-                    await pending[0][3]
-                    self._write_done(pending, out, bar)
-                if problem:
-                    pending.append((lineno, row, problem, None))
-                else:
-                    task = asyncio.ensure_future(self._grade_row(row))
-                    self._running += 1
-                    task.add_done_callback(self._finished)
-                    pending.append((lineno, None, "", task))
-                self._write_done(pending, out, bar)
             while pending:
                 if pending[0][3] is not None:
                     await pending[0][3]
@@ -355,57 +388,58 @@ class _PairsBatch:
     def _write_done(self, pending: deque, out, bar: Progress) -> None:
         """Write the lines at the head of `pending` that are done, in order."""
         while pending and (pending[0][3] is None or pending[0][3].done()):
-            lineno, row, problem, task = pending.popleft()
+            lineno, line_id, problem, task, held = pending.popleft()
             if task is None:
                 print(f"{self.args.pairs}:{lineno}: not graded: {problem}", file=sys.stderr)
-                line_id = row.get("id") if isinstance(row, dict) else None
                 record, graded = {"id": line_id, "line": lineno, "outcome": BAD_INPUT, "detail": problem}, False
             else:
                 record, graded = task.result()  # a bug in grading raises here, and stops the run
                 record["line"] = lineno
+            self.held_bytes -= held
             self.ungraded += not graded
             self.counts[record["outcome"]] += 1
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.write(dumps(record, ensure_ascii=False) + "\n")
             self.lines += 1
             bar.advance()
 
     def _database(self, db_id: str) -> str | DatabaseError:
-        """The file of `db_id`, opened once to see that it is a database (the first line on it), or why not."""
+        """The file of `db_id` under --db-root (one path component, t2sql.tasks' rule), opened once
+        to see that it is a database (the first line on it, while it is remembered), or why not."""
         found = self._databases.get(db_id)
         if found is None:
-            path = str(database_path(self.args.db_root, db_id))
             try:
+                path = find_database(self.args.db_root, db_id)
                 Database(path).close()
                 found = path
-            except DatabaseError as e:
+            except DatabaseError as e:  # UnknownDatabase is one: an invalid db_id is never opened
                 found = e
-            self._databases[db_id] = found
+            self._databases.put(db_id, found)
         return found
 
-    def _spec(self, method: str, gold: str) -> GradeSpec:
-        spec = self._specs.get((method, gold))
-        if spec is None:
-            a = self.args
-            spec = GradeSpec(method, gold_sql=gold, float_digits=a.float_digits, column_order=a.column_order,
-                             timeout_s=a.timeout_s)
-            if len(self._specs) < 100_000:  # the distinct golds of a big file need not all stay
-                self._specs[(method, gold)] = spec
-        return spec
-
     async def _gold(self, db: str, db_id: str, gold_sql: str, spec: GradeSpec):
-        """None once this gold's digest is in the Grader's cache, or its failure (a GoldResult).
+        """None once this gold's digest has been made, or its failure (a GoldResult).
 
         The first line of each gold asks the Grader for it; the lines that come while it runs wait
-        for that one answer, and a failure is remembered for the rest of the run (the Grader forgets
-        a failed gold the moment it is done, so lines arriving just then would run it again)."""
+        for that one answer, and a failure is remembered while it is among the GOLDS_KEPT most
+        recent (the Grader forgets a failed gold the moment it is done, so lines arriving just then
+        would run it again)."""
         key = (db_id, gold_sql, spec)
         state = self._golds.get(key)
         if state is None:
-            state = self._golds[key] = asyncio.ensure_future(self.grader.gold(db, gold_sql, spec))
-        if isinstance(state, asyncio.Future):
-            gold = await asyncio.shield(state)  # one line's cancellation must not fail the others'
-            state = self._golds[key] = _GOLD_READY if gold.ok else gold  # the digest itself stays in the Grader
+            asked = self._asking.get(key)
+            if asked is None:
+                asked = self._asking[key] = asyncio.ensure_future(self._ask(key, db, gold_sql, spec))
+            state = await asyncio.shield(asked)  # one line's cancellation must not fail the others'
         return None if state is _GOLD_READY else state
+
+    async def _ask(self, key: tuple, db: str, gold_sql: str, spec: GradeSpec):
+        try:
+            gold = await self.grader.gold(db, gold_sql, spec)
+            state = _GOLD_READY if gold.ok else gold  # the digest itself stays in the Grader
+            self._golds.put(key, state)
+            return state
+        finally:  # in the same step as the put: a line that comes after finds one or the other
+            del self._asking[key]
 
     async def _grade_row(self, row: dict) -> tuple[dict, bool]:
         """A pair's record, and whether it got a verdict (False: its database could not be read)."""
@@ -416,7 +450,9 @@ class _PairsBatch:
         if method == "task":
             method = row.get("grading_method") or "multiset"
         try:
-            spec = self._spec(method, row["gold"])
+            a = self.args
+            spec = GradeSpec(method, gold_sql=row["gold"], float_digits=a.float_digits, column_order=a.column_order,
+                             timeout_s=a.timeout_s)
             gold = await self._gold(db, row["db_id"], row["gold"], spec)
             if gold is not None:  # the gold failed: every line that shares it says so, as t2sql.grade would
                 verdict = (gold.outcome, gold.detail, spec.method)
