@@ -333,6 +333,35 @@ def test_db_ids_outside_the_root_are_never_opened(tmp_path):
     assert json.loads(proc.stdout)["ungraded"] == len(outside)
 
 
+def test_more_workers_than_the_limit_is_one_line_that_says_so(tmp_path):
+    pairs = write(tmp_path, workload(1))
+    proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(tmp_path / "v.jsonl"),
+                 "--concurrency", "100000")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]  # after argparse's usage
+    assert "--concurrency" in error and "at most 1024 workers, not 100000" in error and "cache-dir" not in error
+    assert not (tmp_path / "v.jsonl").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS bounds thread stacks on Linux")
+def test_workers_the_system_cannot_start_are_named_as_such(tmp_path):
+    """Under 1 GiB of address space 1,000 worker threads cannot all start: the line says that, not
+    that a --cache-dir (never given) cannot be used."""
+    import resource
+
+    def limit_address_space():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    pairs = write(tmp_path, workload(1))
+    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "grade", "--pairs", str(pairs), "--db-root", str(ROOT),
+                           "--out", str(tmp_path / "v.jsonl"), "--concurrency", "1000"],
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit_address_space)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "1000 workers" in proc.stderr and "--concurrency" in proc.stderr and "cache-dir" not in proc.stderr
+    assert not (tmp_path / "v.jsonl").exists()
+
+
 def numbered_golds(ids, pred_of=lambda gold: gold) -> list[dict]:
     """One line per id, each with a gold of its own: `SELECT id FROM superhero WHERE id = i`."""
     rows = []

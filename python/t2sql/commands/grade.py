@@ -25,6 +25,7 @@ from t2sql._grader import (
     set_grade_memory,
 )
 from t2sql.atomic import atomic_write
+from t2sql.errors import GoldCacheError
 from t2sql.grading import (
     OUTCOMES,
     add_grade_memory_arguments,
@@ -78,13 +79,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--float-digits", type=_float_digits, default=12, metavar="N|exact",
                    help="significant digits for non-integral REALs (default 12), or 'exact'")
     p.add_argument("--timeout-s", type=seconds_arg, default=30.0, help="per-query timeout in seconds")
-    p.add_argument("--concurrency", type=workers_arg, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--concurrency", type=_concurrency_arg, default=os.cpu_count() or 1, metavar="N",
                    help="with --pairs: grade on N workers (default: the machine's cores, here "
-                        f"{os.cpu_count() or 1}); the output is the same whatever N is")
+                        f"{os.cpu_count() or 1}; at most {MAX_CONCURRENCY}); the output is the same whatever N is")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="with --pairs: keep gold digests here across runs (default: in memory for this run)")
     add_grade_memory_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+# Each worker is a thread running one query at a time: past a few times the machine's cores more of
+# them only queue, and tens of thousands exhaust the system's threads before the first line is read.
+MAX_CONCURRENCY = 1024
+
+
+def _concurrency_arg(text: str) -> int:
+    workers = workers_arg(text)
+    if workers > MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"at most {MAX_CONCURRENCY} workers, not {workers} (a worker runs one "
+                                         f"query at a time; this machine has {os.cpu_count() or 1} cores)")
+    return workers
 
 
 def _method_arg(text: str) -> str:
@@ -235,8 +249,13 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     try:
         grader = Grader(concurrency=args.concurrency, cache_dir=args.cache_dir, grade_timeout_s=args.timeout_s,
                         grade_memory_mb=memory_mb, tmp_dir=tmp_dir, gold_memory_entries=GOLDS_KEPT)
-    except (T2sqlError, OSError) as e:
+    except GoldCacheError as e:
         return _fail(f"cannot use --cache-dir {args.cache_dir}: {e}")
+    except T2sqlError as e:
+        return _fail(str(e))
+    except OSError as e:  # the system would not start that many threads (its thread or memory limits)
+        return _fail(f"cannot start {args.concurrency} workers ({e}): the system refused a thread; "
+                     "pass a smaller --concurrency")
     batch = _PairsBatch(args, grader)
     out_path = Path(args.out)
     started = time.perf_counter()

@@ -1,4 +1,5 @@
-"""The gold digest cache: in memory per Grader, and on disk, safe for many processes sharing one directory."""
+"""The gold digest cache on disk, safe for many processes sharing one directory (the digests a Grader keeps
+in memory: t2sql.serving.gold_memory)."""
 
 from __future__ import annotations
 
@@ -90,21 +91,10 @@ class _DiskGoldCache:
     def _read_or_create_secret(self) -> bytes:
         path = self.root / "secret"
         if not path.exists():
-            # Create under a private name, then link: os.link never overwrites, so when two
-            # processes race, exactly one secret wins and both read it.
-            tmp = self.root / f".secret.{os.getpid()}.{threading.get_ident()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                os.write(fd, self._new_secret or os.urandom(32))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            finally:
-                os.unlink(tmp)
+                self._create_secret(path)
+            except OSError as e:  # a cache problem, whatever the OS said (the caller tells it from others)
+                raise GoldCacheError(f"cannot create the gold cache secret {path}: {e}") from e
         try:
             secret = path.read_bytes()
         except OSError as e:
@@ -115,6 +105,23 @@ class _DiskGoldCache:
                 f"{self.root / 'gold'} to start a fresh cache"
             )
         return secret
+
+    def _create_secret(self, path: Path) -> None:
+        # Create under a private name, then link: os.link never overwrites, so when two
+        # processes race, exactly one secret wins and both read it.
+        tmp = self.root / f".secret.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, self._new_secret or os.urandom(32))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
 
     def path_for(self, key: str) -> Path:
         return self.root / "gold" / key[:2] / f"{key}.digest"
