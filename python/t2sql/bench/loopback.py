@@ -2,7 +2,10 @@
 single byte ranges (`Range: bytes=A-B`, `bytes=A-`, `bytes=-N`, 206 with Content-Range, 416 past the end),
 `If-Range` on the ETag or the Last-Modified date (a mismatch answers 200 with the whole file), HEAD,
 and faults injected per request: a status instead of the file, the connection cut after N body bytes,
-the server stalling after N body bytes, a rate limit.
+the server stalling after N body bytes, a rate limit (a drip); and the ways servers in the wild
+misbehave: a lying Content-Length, Range ignored, an ETag new at every request, a wrong Content-Range,
+an endless body without a Content-Length. A fault is queued for the next request (`fault`) or stands
+for every request (`always`): a server that misbehaves the same way each time.
 
 `t2sql bench download` serves its file with it (in a child process, so the server and the client under
 test do not share one interpreter: `python -m t2sql.bench.loopback DIR` prints its port and serves DIR
@@ -11,6 +14,7 @@ until killed), and the tests (tests/loopback_http.py) serve archives with it in-
     with LoopbackFileServer() as server:
         server.add("dev.zip", data)                     # bytes or a Path; ETag and Last-Modified made up
         server.fault(Fault(drop_after=100_000))         # the next request is cut after 100 kB of body
+        server.always(Fault(ignore_range=True))         # every later request without a queued fault
         download(server.url("dev.zip"), dest)
         server.requests                                 # what was asked and what was sent, per request
 
@@ -46,6 +50,10 @@ class Fault:
     rate: float | None = None  # bytes per second for this response
     announce: int | None = None  # send this Content-Length (a lie: the body is the real one, then a close)
     ignore_if_range: bool = False  # serve the range even when If-Range names another version (a broken server)
+    ignore_range: bool = False  # answer a Range request with 200 and the whole file (a server that cannot resume)
+    flip_etag: bool = False  # send an ETag no request saw before (a server whose validator changes every time)
+    bad_content_range: bool = False  # a 206 whose Content-Range numbers the part from 0, not from where it starts
+    endless: bool = False  # no Content-Length, and a body that repeats the file until the client hangs up
     path: str | None = None
 
 
@@ -85,6 +93,7 @@ class LoopbackFileServer:
         self.tls = tls
         self.requests: list[Request] = []
         self._faults: list[Fault] = []
+        self._standing: list[Fault] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -115,6 +124,11 @@ class LoopbackFileServer:
         with self._lock:
             self._faults.extend(faults)
 
+    def always(self, fault: Fault) -> None:
+        """A fault for every later request (for its `path`, when set) that no queued fault takes."""
+        with self._lock:
+            self._standing.append(fault)
+
     def sent(self, name: str | None = None) -> int:
         """Body bytes sent so far (for one file name, or all)."""
         with self._lock:
@@ -125,6 +139,9 @@ class LoopbackFileServer:
             for i, f in enumerate(self._faults):
                 if f.path is None or f.path == path:
                     return self._faults.pop(i)
+            for f in self._standing:
+                if f.path is None or f.path == path:
+                    return f
         return None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -209,9 +226,14 @@ class _Handler(BaseHTTPRequestHandler):
         if served is None:
             return self._plain(req, 404, f"no file {name!r} here\n")
         size = served.size
+        etag = served.etag
+        if fault is not None and fault.flip_etag:
+            with owner._lock:
+                etag = f'"flip-{len(owner.requests)}"'
         start, end, status = 0, size - 1, 200
-        wanted = _parse_range(req.range, size) if req.range else None
-        if wanted is not None and req.if_range is not None and req.if_range not in (served.etag, served.last_modified) \
+        wanted = _parse_range(req.range, size) if req.range and not (fault is not None and fault.ignore_range) \
+            else None
+        if wanted is not None and req.if_range is not None and req.if_range not in (etag, served.last_modified) \
                 and not (fault is not None and fault.ignore_if_range):
             wanted = None  # the client's copy is of another version: the whole file
         if wanted == "unsatisfiable":
@@ -221,20 +243,27 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
         length = max(0, end - start + 1)
         req.status, req.start = status, start
+        endless = fault is not None and fault.endless
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
-        announced = fault.announce if fault is not None and fault.announce is not None else length
-        self.send_header("Content-Length", str(announced))
+        if endless:  # the end of the body is the close, which never comes
+            self.send_header("Connection", "close")
+        else:
+            announced = fault.announce if fault is not None and fault.announce is not None else length
+            self.send_header("Content-Length", str(announced))
         self.send_header("Accept-Ranges", "bytes")
-        if served.etag:
-            self.send_header("ETag", served.etag)
+        if etag:
+            self.send_header("ETag", etag)
         if served.last_modified:
             self.send_header("Last-Modified", served.last_modified)
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            first = 0 if fault is not None and fault.bad_content_range else start
+            self.send_header("Content-Range", f"bytes {first}-{first + length - 1}/{size}")
         self.end_headers()
         if head:
             return
+        if endless:
+            return self._endless(req, served, fault)
         self._body(req, served, start, length, fault)
 
     def _body(self, req: Request, served: ServedFile, start: int, length: int, fault: Fault | None) -> None:
@@ -263,6 +292,28 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _endless(self, req: Request, served: ServedFile, fault: Fault) -> None:
+        """The file again and again (at the fault's or the server's rate), until the client hangs up or the
+        server stops."""
+        owner = self.server_owner
+        self.close_connection = True
+        content = served.content if isinstance(served.content, bytes) else served.content.read_bytes()
+        rate = fault.rate if fault.rate is not None else owner.rate
+        step = min(_CHUNK, max(1, int(rate / 20))) if rate is not None else _CHUNK
+        began = time.monotonic()
+        try:
+            while content and not owner._stop.is_set():
+                at = req.sent % len(content)
+                chunk = content[at:at + step]
+                self.wfile.write(chunk)
+                req.sent += len(chunk)
+                if rate is not None:
+                    ahead = req.sent / rate - (time.monotonic() - began)
+                    if ahead > 0:
+                        owner._stop.wait(ahead)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _write_slowly(self, req: Request, served: ServedFile, start: int, limit: int, rate: float | None) -> None:
         owner = self.server_owner
