@@ -177,7 +177,8 @@ class DownloadError(T2sqlError):
 
 
 class DownloadStalled(DownloadError):
-    """The server stopped sending: no byte for the stall timeout, on every try."""
+    """The server stopped sending (no byte for the stall timeout, on every try), or sent too slowly for the
+    download to end in time (under its floor rate, or past its deadline)."""
 
 
 class ChecksumMismatch(DownloadError):

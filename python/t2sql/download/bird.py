@@ -105,11 +105,12 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], *, base_url: str | No
             laid.append(LaidOut(a, folder, list_databases(folder), f"{a.folder}: already laid out and verified"))
             continue
         dest = _archive_path(bird_dir, a)
-        # BIRD's server announces the size recorded here; a mirror may pack the same files another way.
+        # BIRD's server announces the size recorded here; a mirror may pack the same files another way, but not
+        # into twice the bytes (the ceiling for a mirror that announces no size).
         # No fsync (durable=False): the extraction checks every byte of the archive again (each member's CRC32)
         # before anything is laid out, and the archive is deleted once it is; a power cut's damage is refused
         # there, never trusted, and the download runs at the disk's write-back speed, as curl's does.
-        got = download(f"{base}/{a.file}", dest, expected_size=a.size if official else None,
+        got = download(f"{base}/{a.file}", dest, expected_size=a.size if official else None, max_size=2 * a.size,
                        sha256=a.sha256 if official else None, progress=progress, durable=False)
         pin = ("sha256 pin checked" if got.sha256_checked else
                "no sha256 pin for this archive" if a.sha256 is None else

@@ -5,11 +5,19 @@
   appears, by a rename, only once the file is complete and verified: `DEST` existing means done.
 - A `.part` left by a cut connection, a SIGKILL or a Ctrl-C is resumed by the next call: a Range request
   guarded by If-Range on the ETag (on the Last-Modified date when there is no strong ETag). A 206 whose
-  validators and total size match appends; anything else (a 200 to the ranged request, another ETag or
-  date, another size) means the file changed on the server, and the download restarts from zero: two
-  versions are never spliced.
-- Within one call a dropped connection, a stall or a 5xx is retried, resuming, `retries` times in a row
-  with a doubling backoff (a try that brought bytes resets the count).
+  range, validators and total size match appends; anything else (a 200 to the ranged request, another
+  ETag or date, another size, a Content-Range that is not the one asked for) restarts the download from
+  zero, and says so: two versions are never spliced. A server that gives neither an ETag nor a date
+  cannot be resumed from: a cut try starts again from zero.
+- Within one call a dropped connection, a stall, a 5xx or a restart from zero is retried with a doubling
+  backoff, `retries` times in a row; only a try that took the kept file further than it had been in this
+  call starts the count again (t2sql.download.limits.TryBudget). A 416 to a Range request from exactly
+  the bytes the server then says it has is a server whose announced size was wrong: an error at once.
+- Every call ends: a floor rate averaged after a grace, and a deadline scaled by the file's size
+  (t2sql.download.limits: `min_rate`, `grace_s`, $T2SQL_DOWNLOAD_MIN_RATE, $T2SQL_DOWNLOAD_GRACE_S); a
+  body without a Content-Length stops at a ceiling (`expected_size`, else `max_size`).
+- A `.part` is left behind only when a rerun will resume it (its size and a validator are known and the
+  server did not refuse the last Range request); else it is deleted, and the error says why.
 - Verified: the size the server announced (Content-Length, or the total of Content-Range), the caller's
   `expected_size`, and the caller's `sha256` pin, computed while writing (on resume, over the kept prefix
   first). A sha256 mismatch deletes the partial file.
@@ -17,9 +25,8 @@
 - Errors are typed (t2sql.errors: DownloadError, DownloadStalled, ChecksumMismatch, NoSpaceError), one
   line each, naming the URL or the host and saying what to do.
 
-Disk: a download needs `bytes_to_fetch(dest, size)` more bytes free (the `.part` grows in place and the
-rename costs nothing); what comes after (extraction) is the caller's to add. `free_bytes` and
-`check_free_space` are here for that sum.
+The `.part`, its sidecar and the disk a download still needs are t2sql.download.partial's (its names are
+re-exported here); what limits a download in time and size, and its tries, t2sql.download.limits's.
 """
 
 from __future__ import annotations
@@ -29,23 +36,43 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from t2sql.atomic import atomic_write
-from t2sql.download.transport import Sha256Thread, content_range, int_header, make_client, reason
-from t2sql.errors import ChecksumMismatch, DownloadError, DownloadStalled, NoSpaceError
+from t2sql.download.ending import Ending, _Retry
+from t2sql.download.limits import TimeLimits, TryBudget, size_ceiling
+from t2sql.download.partial import (
+    SIDECAR_FORMAT,
+    bytes_to_fetch,
+    check_free_space,
+    free_bytes,
+    part_path,
+    rangeable,
+    read_sidecar,
+    sidecar_path,
+    strong_etag,
+)
+from t2sql.download.transport import (
+    Sha256Thread,
+    content_range,
+    int_header,
+    make_client,
+    reason,
+    unsatisfied_range_size,
+)
+from t2sql.errors import ChecksumMismatch, DownloadError
 from t2sql.progress import Progress, format_bytes
+
+__all__ = ["BIRD_URL_HINT", "SIDECAR_FORMAT", "DownloadResult", "bytes_to_fetch", "check_free_space", "download",
+           "free_bytes", "part_path", "sidecar_path"]
 
 # What the errors of a BIRD download suggest (the caller may pass its own `hint`).
 BIRD_URL_HINT = "to download from a mirror, pass --bird-url BASE (one serving BASE/train.zip and BASE/dev.zip)"
-SIDECAR_FORMAT = 1
 _RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 _MAX_BACKOFF_S = 30.0
 
@@ -65,71 +92,33 @@ class DownloadResult:
     already_done: bool = False  # `dest` existed: nothing was fetched, the file was only checked
 
 
-def part_path(dest: str | os.PathLike) -> Path:
-    dest = Path(dest)
-    return dest.with_name(dest.name + ".part")
-
-
-def sidecar_path(dest: str | os.PathLike) -> Path:
-    dest = Path(dest)
-    return dest.with_name(dest.name + ".part.json")
-
-
-def bytes_to_fetch(dest: str | os.PathLike, size: int, url: str | None = None) -> int:
-    """Bytes a download of `dest` (a file of `size` bytes) still has to fetch, which is also the disk it
-    still needs: 0 when `dest` exists; `size` minus the kept prefix when a `.part` of that size's file can
-    be resumed (from `url`, when given); else `size`."""
-    dest = Path(dest)
-    if dest.exists():
-        return 0
-    meta = _read_sidecar(sidecar_path(dest))
-    try:
-        have = part_path(dest).stat().st_size
-    except OSError:
-        have = 0
-    if meta is None or meta.get("size") != size or have > size or (url is not None and meta.get("url") != url):
-        return size
-    return size - have
-
-
-def free_bytes(path: str | os.PathLike) -> int:
-    """Free bytes (for this user) on the file system that holds `path`, or would hold it once created."""
-    p = Path(path).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return shutil.disk_usage(p).free
-
-
-def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
-    """Raise NoSpaceError unless the file system of `path` has `needed` bytes free; `what` says what for."""
-    free = free_bytes(path)
-    if free < needed:
-        raise NoSpaceError(
-            f"not enough disk space in {path} for {what}: {format_bytes(needed)} needed, {format_bytes(free)} "
-            f"free; free {format_bytes(needed - free)} there or choose a folder on a larger disk",
-            path=str(path), needed=needed, free=free)
-
-
 def download(url: str, dest: str | os.PathLike, *, expected_size: int | None = None, sha256: str | None = None,
              progress: bool = True, stall_timeout_s: float = 60.0, retries: int = 5, backoff_s: float = 1.0,
-             hint: str | None = BIRD_URL_HINT, label: str | None = None, durable: bool = True) -> DownloadResult:
+             hint: str | None = BIRD_URL_HINT, label: str | None = None, durable: bool = True,
+             max_size: int | None = None, min_rate: float | None = None, grace_s: float | None = None
+             ) -> DownloadResult:
     """Fetch `url` into `dest` (resuming a `.part` an earlier call left), verify it, rename it into place.
 
     expected_size: the size the file must have (a server announcing another is an error before any body
     byte). sha256: the pinned hex digest, checked at the end. progress: a bytes bar on stderr (plain lines
     without a terminal). stall_timeout_s: seconds without a byte before a try counts as stalled. retries:
-    failed tries in a row (no byte received) allowed before giving up. hint: appended to the messages of
+    failed tries in a row (none taking the file further) allowed before giving up. max_size: the most bytes
+    taken from a server that announces no size when `expected_size` is not given (default 100 GB).
+    min_rate (bytes a second) and grace_s: the floor rate and its grace (default: the environment's
+    settings, else 50 kB/s after 600 s; t2sql.download.limits). hint: appended to the messages of
     server and network errors (what else the user can do). label: the progress label (default: the name).
     durable: fsync the file before the rename, so `dest` is whole even after a power cut. A caller that
     checks every byte again before use (an archive whose members' CRCs the extraction checks) may pass
     False: a file a power cut left damaged is then refused there, never trusted.
     """
     dest = Path(dest)
+    limits = TimeLimits.resolve(url, min_rate, grace_s)
     if dest.exists():
         return _check_existing(url, dest, expected_size, sha256)
     dest.parent.mkdir(parents=True, exist_ok=True)
     job = _Download(url, dest, expected_size=expected_size, sha256=sha256, stall_timeout_s=stall_timeout_s,
-                    retries=retries, backoff_s=backoff_s, hint=hint, durable=durable)
+                    retries=retries, backoff_s=backoff_s, hint=hint, durable=durable, limits=limits,
+                    ceiling=size_ceiling(expected_size, max_size))
     # Unbuffered: every byte written is the kernel's at once, so a SIGKILL loses nothing written and a full
     # disk raises at the write, never later at close.
     bar = Progress(None, label or dest.name, unit="bytes", enabled=progress)
@@ -147,27 +136,17 @@ def download(url: str, dest: str | os.PathLike, *, expected_size: int | None = N
             raise
 
 
-class _Retry(Exception):
-    """One try failed in a way that another try may fix; `kind` is connect, stall, drop or status."""
-
-    def __init__(self, kind: str, detail: str, status: int | None = None):
-        super().__init__(detail)
-        self.kind, self.detail, self.status = kind, detail, status
-
-
-class _Restart(Exception):
-    """The kept prefix is of another version of the file: start again from zero, now."""
-
-
-class _Download:
+class _Download(Ending):
     def __init__(self, url: str, dest: Path, *, expected_size: int | None, sha256: str | None,
-                 stall_timeout_s: float, retries: int, backoff_s: float, hint: str | None, durable: bool) -> None:
+                 stall_timeout_s: float, retries: int, backoff_s: float, hint: str | None, durable: bool,
+                 limits: TimeLimits, ceiling: int) -> None:
         self.url, self.dest, self.durable = url, dest, durable
         self.part, self.sidecar = part_path(dest), sidecar_path(dest)
         self.expected_size = expected_size
         self.pin = sha256.lower() if sha256 else None
         self.stall_timeout_s, self.retries, self.backoff_s = stall_timeout_s, max(0, retries), backoff_s
         self.hint = hint
+        self.limits, self.ceiling = limits, ceiling
         self.f: Any = None
         self.bar: Progress | None = None
         self.meta: dict[str, Any] | None = None  # the sidecar: url, etag, last_modified, size
@@ -175,6 +154,11 @@ class _Download:
         self.fetched = 0
         self.resumed = False
         self.restarted = False
+        self.restarts = 0  # kept bytes thrown away in this call, counted
+        self.refused: str | None = None  # how the server answered the last Range request when it did not resume
+        self.tries = 0
+        self.started = time.monotonic()
+        self.budget = TryBudget(retries, 0)
         self.hasher = Sha256Thread()
 
     # -- state on disk -------------------------------------------------------------------------------------
@@ -188,11 +172,9 @@ class _Download:
     def load(self) -> None:
         """Take up the kept prefix when the sidecar says which version it is of; else start from zero."""
         have = os.fstat(self.f.fileno()).st_size
-        meta = _read_sidecar(self.sidecar)
-        usable = (have > 0 and meta is not None and meta.get("url") == self.url
-                  and isinstance(meta.get("size"), int) and have <= meta["size"]
-                  and (_strong_etag(meta.get("etag")) or meta.get("last_modified"))
-                  and (self.expected_size is None or meta["size"] == self.expected_size))
+        meta = read_sidecar(self.sidecar)
+        usable = (have > 0 and meta is not None and meta.get("url") == self.url and rangeable(meta)
+                  and have <= meta["size"] and (self.expected_size is None or meta["size"] == self.expected_size))
         if not usable:
             self.reset()
             return
@@ -211,6 +193,7 @@ class _Download:
         """Back to an empty .part: truncated first, so a crash here never pairs old bytes with new headers."""
         if os.fstat(self.f.fileno()).st_size:
             self.restarted = True
+            self.restarts += 1
             self.f.truncate(0)  # appends ("ab") go to the new end
         self.sidecar.unlink(missing_ok=True)
         self.meta, self.offset, self.resumed = None, 0, False
@@ -241,34 +224,38 @@ class _Download:
 
     # -- the tries -----------------------------------------------------------------------------------------
     def run(self, client: httpx.Client) -> None:
-        failures = 0
-        last: _Retry | None = None
+        self.started = time.monotonic()
+        self.budget = TryBudget(self.retries, self.offset)
         while not self.complete():
-            before = self.fetched
+            self.check_time()
+            restarts = self.restarts
             try:
                 self.attempt(client)
                 continue
-            except _Restart:
-                continue
             except _Retry as e:
                 last = e
-            if self.fetched > before:
-                failures = 0  # that try made progress: the count is of tries in a row that brought nothing
-            failures += 1
-            if failures > self.retries:
-                raise self._gave_up(last, failures)
-            time.sleep(min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (failures - 1)))
+            self.budget.failed(self.offset, self.restarts > restarts)
+            if self.budget.spent:
+                raise self._gave_up(last)
+            assert self.bar is not None
+            self.bar.status = f"retry {self.budget.failures}"
+            time.sleep(min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (self.budget.failures - 1)))
 
     def complete(self) -> bool:
         return self.meta is not None and self.meta.get("size") is not None and self.offset >= self.meta["size"]
 
     def attempt(self, client: httpx.Client) -> None:
+        self.tries += 1
         headers = {"Accept-Encoding": "identity"}
-        ranged = self.offset > 0 and self.meta is not None
+        if self.offset > 0 and not (self.meta is not None and rangeable(self.meta)):
+            why = self._why_not_resumable()
+            self.reset()  # no validator to guard a Range with (or no size): never splice
+            self._note(f"{self.dest.name}: {why}: starting again from zero")
+        ranged = self.offset > 0
         if ranged:
             assert self.meta is not None
             headers["Range"] = f"bytes={self.offset}-"
-            headers["If-Range"] = self.meta["etag"] if _strong_etag(self.meta.get("etag")) \
+            headers["If-Range"] = self.meta["etag"] if strong_etag(self.meta.get("etag")) \
                 else self.meta["last_modified"]
         try:
             with client.stream("GET", self.url, headers=headers) as response:
@@ -289,34 +276,51 @@ class _Download:
         status = response.status_code
         if status == 206 and ranged:
             assert self.meta is not None
-            span = content_range(response.headers.get("Content-Range"))
-            same = (span is not None and span[0] == self.offset and span[2] == self.meta["size"]
-                    and _same(self.meta.get("etag"), response.headers.get("ETag"))
-                    and _same(self.meta.get("last_modified"), response.headers.get("Last-Modified")))
-            if not same:
-                self.reset()  # another version (or a range that is not ours): never splice
-                self._note(f"{self.dest.name}: the file on the server is not the one partly downloaded (another "
-                           "ETag, date or size): starting again from zero")
-                raise _Restart()
+            given = response.headers.get("Content-Range")
+            span = content_range(given)
+            if span is None or span[0] != self.offset:  # a range that is not ours: never splice
+                self._refuse(f"it answered a Range request from byte {self.offset:,} with Content-Range {given!r}",
+                             "the server sent other bytes than those asked for (Content-Range "
+                             f"{given!r}, asked from byte {self.offset:,})")
+            if not (span[2] == self.meta["size"] and self._same_version(response)):
+                self._refuse("it answered a Range request with another ETag, Last-Modified date or size",
+                             "the file on the server is not the one partly downloaded (another ETag, date or size)")
             self._check_disk(self.meta["size"])
-            self.resumed = True
+            self.resumed, self.refused = True, None
             return self.meta["size"]
         if status == 200:
-            if ranged:
-                self.reset()  # If-Range failed: the file changed on the server (or it ignores ranges)
-                self._note(f"{self.dest.name}: the file changed on the server since the partial download (or the "
-                           "server does not resume): starting again from zero")
             total = int_header(response.headers.get("Content-Length"))
+            if ranged:
+                assert self.meta is not None
+                if total == self.meta["size"] and self._same_version(response):
+                    same = "ETag" if strong_etag(self.meta.get("etag")) else "Last-Modified date"
+                    self.refused = f"it answered a Range request with the whole file, same {same}"
+                    note = f"the server ignored the Range request (same {same})"
+                else:  # If-Range did its work: the file changed on the server
+                    self.refused = "it answered a Range request with another ETag, Last-Modified date or size"
+                    note = "the file on the server changed since the partial download (another ETag, date or size)"
+                self.reset()
+                self._note(f"{self.dest.name}: {note}: starting again from zero")
             self._check_announced(total)
             self._write_sidecar(response, total)
             assert self.bar is not None
             self.bar.total = total
-            if total is not None:
-                self._check_disk(total)
+            if total is not None or self.expected_size is not None:
+                self._check_disk(total if total is not None else self.ceiling)
             return total
         if status == 416 and ranged:
-            self.reset()
-            raise _Restart()
+            assert self.meta is not None
+            has = unsatisfied_range_size(response.headers.get("Content-Range"))
+            if has == self.offset:  # it has the bytes we have, and announced more: its size was wrong
+                announced = self.meta["size"]
+                self._discard()
+                raise DownloadError(
+                    f"{self.url} announced {announced:,} bytes, sent {has:,}, and now says its file has {has:,} "
+                    f"(a 416 to a Range request from byte {has:,}): the size it announces is wrong, so the "
+                    f"download cannot be checked; the partial file was deleted{self._hint()}", url=self.url)
+            self._refuse(f"it has a file of {has:,} bytes now, not the one of {self.meta['size']:,} partly "
+                         "downloaded" if has is not None else "it answered a Range request with a 416",
+                         "the file on the server is shorter than the part downloaded (a 416 to the Range request)")
         where = f"{self.url} answered {status} {response.reason_phrase}".rstrip()
         if status in _RETRY_STATUSES or status >= 500:
             raise _Retry("status", where, status)
@@ -328,11 +332,27 @@ class _Download:
             raise DownloadError(f"{where} ({what}){self._hint()}", url=self.url, status=status)
         raise DownloadError(f"{where}{self._hint()}", url=self.url, status=status)
 
+    def _refuse(self, refused: str, note: str) -> None:
+        """The server would not continue the kept bytes: throw them away, say so, and try again from zero."""
+        self.refused = refused
+        self.reset()
+        self._note(f"{self.dest.name}: {note}: starting again from zero")
+        raise _Retry("restart", note)
+
+    def _same_version(self, response: httpx.Response) -> bool:
+        assert self.meta is not None
+        return (_same(self.meta.get("etag"), response.headers.get("ETag"))
+                and _same(self.meta.get("last_modified"), response.headers.get("Last-Modified")))
+
     def _check_announced(self, total: int | None) -> None:
         if self.expected_size is not None and total is not None and total != self.expected_size:
             raise DownloadError(
                 f"{self.url} announces {total:,} bytes, but this file is {self.expected_size:,} bytes: the server "
                 f"holds another file or another version{self._hint()}", url=self.url)
+        if total is not None and total > self.ceiling:
+            raise DownloadError(
+                f"{self.url} announces {total:,} bytes, more than the {self.ceiling:,} this download takes "
+                f"(max_size): it is not the file expected{self._hint()}", url=self.url)
 
     def _check_disk(self, total: int) -> None:
         check_free_space(self.part.parent, total - self.offset, f"downloading {self.dest.name}")
@@ -342,6 +362,8 @@ class _Download:
         write = self.f.write
         try:
             for chunk in response.iter_raw():
+                if total is None and self.offset + len(chunk) > self.ceiling:
+                    self._over_ceiling()
                 done = write(chunk)
                 while done < len(chunk):  # a short write (a signal, a disk filling up): the rest, or the error
                     done += write(memoryview(chunk)[done:])
@@ -350,6 +372,7 @@ class _Download:
                 self.offset += n
                 self.fetched += n
                 self.bar.advance(n)
+                self.check_time()
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 self._no_space(total)
@@ -365,45 +388,12 @@ class _Download:
             raise DownloadError(f"{self.url} sent more bytes than it announced ({total:,}); the partial file was "
                                 f"deleted{self._hint()}", url=self.url)
 
-    def _no_space(self, total: int | None) -> None:
-        have = os.fstat(self.f.fileno()).st_size
-        needed = (total - have) if total is not None else None
-        free = free_bytes(self.part.parent)
-        need = f"{format_bytes(needed)} more needed, {format_bytes(free)} free" if needed is not None \
-            else f"{format_bytes(free)} free"
-        raise NoSpaceError(f"no space left on the disk of {self.part} ({need}); free space there (or choose a "
-                           "folder on a larger disk) and run again: the download resumes",
-                           path=str(self.part), needed=needed or 0, free=free) from None
-
-    def _gave_up(self, last: _Retry | None, tries: int) -> DownloadError:
-        assert last is not None
-        kept = ""
-        if self.offset:
-            size = self.meta.get("size") if self.meta else None
-            of = f" of {format_bytes(size)}" if size else ""
-            kept = f"; {format_bytes(self.offset)}{of} kept in {self.part.name}: a rerun resumes"
-        tried = f"{tries} {'try' if tries == 1 else 'tries'}"
-        if last.kind == "stall":
-            return DownloadStalled(f"{self.url}: the server sent nothing for {self.stall_timeout_s:g} s "
-                                   f"({tried}){kept}{self._hint()}", url=self.url)
-        if last.kind == "connect":
-            host = urlsplit(self.url).netloc
-            return DownloadError(f"cannot reach {host} ({last.detail}; {tried}, {self.url}): check the network "
-                                 f"and the URL{kept}{self._hint()}", url=self.url)
-        if last.kind == "status":
-            return DownloadError(f"{last.detail} ({tried}){kept}{self._hint()}", url=self.url, status=last.status)
-        return DownloadError(f"{self.url}: the connection broke ({last.detail}; {tried}){kept}{self._hint()}",
-                             url=self.url)
-
     def _note(self, message: str) -> None:
         """A line for the user beside the progress (silent when progress is off)."""
         bar = self.bar
         if bar is not None and bar.enabled:
             bar.stream.write(("\r\033[K" if bar.tty else "") + message + "\n")
             bar.stream.flush()
-
-    def _hint(self) -> str:
-        return f"; {self.hint}" if self.hint else ""
 
     # -- the end -------------------------------------------------------------------------------------------
     def finish(self) -> DownloadResult:
@@ -445,18 +435,6 @@ def _check_existing(url: str, dest: Path, expected_size: int | None, pin: str | 
     if not part_path(dest).exists():
         sidecar_path(dest).unlink(missing_ok=True)  # left by a run stopped between the rename and this
     return DownloadResult(dest, size, digest, None, None, 0, False, pin is not None, already_done=True)
-
-
-def _read_sidecar(path: Path) -> dict[str, Any] | None:
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and meta.get("format") == SIDECAR_FORMAT else None
-
-
-def _strong_etag(etag: object) -> bool:
-    return isinstance(etag, str) and etag.startswith('"')
 
 
 def _same(kept: str | None, sent: str | None) -> bool:

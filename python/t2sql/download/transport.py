@@ -141,6 +141,13 @@ def content_range(value: str | None) -> tuple[int, int, int] | None:
         return None
 
 
+def unsatisfied_range_size(value: str | None) -> int | None:
+    """A 416's 'bytes */SIZE' -> SIZE, the size of the file the server has; None when absent or not so."""
+    if not value or not value.startswith("bytes */"):
+        return None
+    return int_header(value[8:].strip())
+
+
 def reason(e: BaseException) -> str:
     """Why a connection failed, in words: the name that does not resolve, the refusal, the cut."""
     seen: set[int] = set()
