@@ -17,7 +17,7 @@ check; users who forced it got about 30 empty databases. So the zips are read by
 - All or nothing: the databases go to `<parent>/.<name>.partial-<pid>`; only when every member passed and
   every `<db_id>/<db_id>.sqlite` is non-empty, opens read-only and passes `PRAGMA quick_check`, the marker
   `<target>/.t2sql-extracted.json` is written (atomically, last) and the folder is renamed into place (an
-  unverified target is moved aside first, then removed). A crash, a bad CRC or a full disk leaves only a
+  unverified target is moved aside first, then removed). A crash or a bad CRC leaves only a
   `.partial-*` folder, which nothing trusts and the next run removes (runs on one target are serialised by a
   lock file `<parent>/.<name>.lock`, so any partial folder found under the lock is a dead run's).
 - The marker is a database manifest (t2sql.serving.manifest's format, rooted at the target: each database's
@@ -25,6 +25,8 @@ check; users who forced it got about 30 empty databases. So the zips are read by
   the key "extracted". `verified(target, identity)` checks the identity and each database's presence and size
   (not its sha256: rehashing 33 GB on every run would take minutes; a Grader given the manifest rehashes a
   file whose stat moved).
+- A full disk: the partial folder is removed at once, and the walk goes on to the end writing nothing, to say
+  what the databases need in all (to the byte) against what is free once it is gone.
 - Memory: peak RSS stays well under 64 MB.
 
 Disk: the databases (the inner zip's contents) beside the outer archive; nothing else is written.
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from t2sql.atomic import atomic_write
+from t2sql.download.partial import free_bytes
 from t2sql.download.zipread import (
     _4G,
     _CENTRAL,
@@ -110,8 +113,8 @@ def extract_databases(archive: Path, inner_member: str, target: Path, *, identit
             return _extract_under_lock(archive, inner_member, target, identity, progress)
     except OSError as e:  # what the walk itself did not already turn into a typed error
         where = f"{e.filename}: " if e.filename else ""
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            free = shutil.disk_usage(target.parent).free
+        if _disk_full(e):
+            free = free_bytes(target.parent)
             raise NoSpaceError(f"no space left on the disk of {target.parent} while laying out {target} "
                                f"({where}{e.strerror}; {format_bytes(free)} free). Free space there (or choose a "
                                "folder on a larger disk) and run again", path=str(target.parent), needed=0,
@@ -190,9 +193,10 @@ class _Walk:
     inner: str
     top: str
     partial: Path
-    written: int = 0
+    written: int = 0  # bytes of the files laid out (or, once the disk is full, that would have been)
     entries: dict | None = None
     seen: dict | None = None  # name -> crc of every entry that passed through
+    full: bool = False  # the disk filled: nothing more is written, the walk goes on to count what is needed
 
 
 def _extract(archive: Path, inner_member: str, partial: Path, target: Path, progress: bool
@@ -208,8 +212,8 @@ def _extract(archive: Path, inner_member: str, partial: Path, target: Path, prog
                 while stream.peek(4) == _LOCAL:
                     _entry(stream, walk)
             except OSError as e:
-                if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise _no_space(walk, stream, total, partial) from None
+                if _disk_full(e):  # not from an output file (those are the sinks'): what is needed is unknown
+                    raise _no_space(walk, partial, counted=False) from None
                 where = f"{e.filename}: " if e.filename else ""
                 raise ArchiveError(f"cannot extract {archive} into {partial.parent}: {where}{e.strerror or e}",
                                    archive=str(archive)) from None
@@ -219,6 +223,8 @@ def _extract(archive: Path, inner_member: str, partial: Path, target: Path, prog
                                f"({following.hex() or 'the end'}) where a zip entry or directory should be")
             tail = stream.finish(_INNER_CD_CAP)
     _cross_check(tail, walk)
+    if walk.full:
+        raise _no_space(walk, partial, counted=True)
     if not walk.entries:
         raise ArchiveError(f"{inner_member} in {archive} holds no database ({top}/<db_id>/<db_id>.sqlite); it "
                            "is not the archive expected: delete it and download it again", archive=str(archive),
@@ -247,7 +253,7 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
     if not (name.endswith("/") or _is_junk(name)) and len(parts) > 1 and parts[0] == walk.top:
         out_path = walk.partial.joinpath(*parts[1:])
     is_db = out_path is not None and len(parts) == 3 and parts[2] == f"{parts[1]}.sqlite"
-    sink = _Sink(out_path, hashed=is_db)
+    sink = _Sink(out_path, hashed=is_db, walk=walk)
     try:
         if method == _DEFLATED:
             got_crc, got_size, used = _inflate(stream, sink, name, walk)  # to its deflate end
@@ -274,36 +280,62 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
     walk.seen[name] = got_crc
     if out_path is not None:
         walk.written += got_size
-    if is_db:
+    if walk.full:
+        stream.bar.status = "disk full: writing nothing, counting what the databases need"
+    if is_db and sink.path is not None:
         walk.entries[parts[1]] = sink.manifest_entry(parts[1], f"{parts[1]}/{parts[2]}")
 
 
 class _Sink:
-    """Where an entry's bytes go: a file (hashed when it is a database), or nowhere (skipped entries)."""
+    """Where an entry's bytes go: a file (hashed when it is a database), or nowhere (skipped entries, and every
+    entry once the disk is full)."""
 
-    def __init__(self, path: Path | None, hashed: bool):
-        self.path = path
+    def __init__(self, path: Path | None, hashed: bool, walk: _Walk):
+        self.walk = walk
+        self.path = None if walk.full else path
         self.file = None
-        self.sha = hashlib.sha256() if hashed else None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.file = _open_output(path)
+        self.sha = hashlib.sha256() if hashed and self.path is not None else None
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.file = _open_output(self.path)
+            except OSError as e:
+                self._full(e)
 
     def write(self, data: bytes) -> None:
         if self.file is not None:
-            self.file.write(data)
+            try:
+                self.file.write(data)
+            except OSError as e:
+                self._full(e)
         if self.sha is not None:
             self.sha.update(data)
 
     def close(self) -> None:
         if self.file is not None:
-            self.file.flush()
-            os.fsync(self.file.fileno())
-            self.file.close()
+            try:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+                self.file.close()
+            except OSError as e:
+                self._full(e)
+
+    def _full(self, e: OSError) -> None:
+        """A full disk: give the space written back at once, and write nothing more (the walk goes on, counting
+        what the databases need). Any other error is the walk's."""
+        if not _disk_full(e):
+            raise e
+        self.abort()
+        self.walk.full = True
+        shutil.rmtree(self.walk.partial, ignore_errors=True)
+        self.path, self.file, self.sha = None, None, None
 
     def abort(self) -> None:
         if self.file is not None:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError:  # a full disk's last flush: the file is being given up anyway
+                pass
 
     def manifest_entry(self, db_id: str, relative: str) -> ManifestEntry:
         assert self.path is not None and self.sha is not None
@@ -316,18 +348,24 @@ def _open_output(path: Path) -> BinaryIO:
     return open(path, "wb")
 
 
-def _no_space(walk: _Walk, stream: _Stream, total: int | None, partial: Path) -> NoSpaceError:
-    read = stream.size
-    estimate = int(walk.written * total / read) if total and read else None
+def _disk_full(e: OSError) -> bool:
+    return e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _no_space(walk: _Walk, partial: Path, counted: bool) -> NoSpaceError:
+    """The error of a full disk, once the partial folder is gone: `counted` when the walk went to the end, so
+    `walk.written` is all the databases need (else only what had been written)."""
     shutil.rmtree(partial, ignore_errors=True)
-    free = shutil.disk_usage(partial.parent).free
-    need = (f"the databases need about {format_bytes(estimate)} in all" if estimate
-            else f"the databases need more than the {format_bytes(walk.written)} written")
+    free = free_bytes(partial.parent)
+    need = f"{'' if counted else 'more than '}{format_bytes(walk.written)}"
+    # "at least": the file system's own blocks and directories come on top of the files' bytes
+    short = (f"free at least {format_bytes(walk.written - free)} more there" if counted and walk.written > free
+             else "free more space there")
     return NoSpaceError(
-        f"no space left on the disk of {partial.parent} while extracting {walk.inner} from {walk.archive}: "
-        f"{format_bytes(walk.written)} written when {format_bytes(read)} of the archive had been read; {need} "
-        f"({format_bytes(free)} free now). Free space there (or choose a folder on a larger disk) and run again",
-        path=str(partial.parent), needed=estimate or walk.written, free=free)
+        f"no space left on the disk of {partial.parent} while extracting {walk.inner} from {walk.archive}: the "
+        f"databases need {need} in all, and {format_bytes(free)} is free now (the partial extraction removed); "
+        f"{short} (or choose a folder on a larger disk) and run again", path=str(partial.parent),
+        needed=walk.written, free=free)
 
 
 # ------------------------------------------------------------------------------------------ checks and marker
