@@ -33,7 +33,7 @@ from t2sql.miles.flags import (
     TrainConfig,
     _preset,
 )
-from t2sql.progress import Progress
+from t2sql.progress import Progress, format_bytes
 from t2sql.serving.golds import GoldTask, run_golds
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import Manifest
@@ -105,11 +105,11 @@ def check_disk(path: Path, needs: dict[str, int]) -> None:
     free = shutil.disk_usage(probe).free
     total = sum(needs.values())
     if free < total:
-        parts = " + ".join(f"{name} {n / 1e9:.0f} GB" for name, n in needs.items())
+        parts = " + ".join(f"{name} {format_bytes(n)}" for name, n in needs.items())
         raise LaunchError(
-            f"not enough free disk on {path}: need {total / 1e9:.0f} GB ({parts}), "
-            f"free {free / 1e9:.1f} GB. Free space, choose another --output-dir, or skip parts "
-            "(--skip-model / --skip-data) that are already in place."
+            f"not enough free disk on {path}: need {format_bytes(total)} ({parts}), "
+            f"free {format_bytes(free)}. Free {format_bytes(total - free)} more, choose another --output-dir, or "
+            "skip parts (--skip-model / --skip-data) that are already in place."
         )
 
 
