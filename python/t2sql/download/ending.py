@@ -45,6 +45,7 @@ class Ending:
     fetched: int
     tries: int
     refused: str | None  # how the server answered the last Range request when it did not resume
+    announced: int | None = None  # the size the server last announced (kept across a restart)
     f: Any
 
     def reset(self) -> None:  # the download's: back to an empty .part
@@ -69,9 +70,11 @@ class Ending:
                 f"{self._leave_part()}; try later, or lower ${MIN_RATE_ENV}{self._hint()}", url=self.url)
 
     def _size(self) -> int | None:
-        """The file's size as far as it is known: announced, else expected."""
+        """The file's size as far as it is known: announced (now, or before a restart), else expected."""
         size = self.meta.get("size") if self.meta else None
-        return size if isinstance(size, int) else self.expected_size
+        if isinstance(size, int):
+            return size
+        return self.announced if self.announced is not None else self.expected_size
 
     def _over_ceiling(self) -> None:
         what = "the size this file has" if self.expected_size is not None else \

@@ -204,6 +204,7 @@ class _Download(Ending):
     def _write_sidecar(self, response: httpx.Response, size: int | None) -> None:
         self.meta = {"format": SIDECAR_FORMAT, "url": self.url, "etag": response.headers.get("ETag"),
                      "last_modified": response.headers.get("Last-Modified"), "size": size}
+        self.announced = size if size is not None else self.announced
         try:
             with atomic_write(self.sidecar) as out:
                 json.dump(self.meta, out)
