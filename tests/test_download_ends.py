@@ -127,11 +127,11 @@ def test_the_deadline_scales_with_the_size_and_ends_a_download_that_keeps_restar
         server.add("dev.zip", DATA)
         server.always(Fault(drop_after=SIZE - 100_000, ignore_range=True, rate=4_000_000))
         dest = tmp_path / "dev.zip"
-        with pytest.raises(DownloadStalled) as e:
-            download(server.url("dev.zip"), dest, **fast(retries=1000, min_rate=1_000_000, grace_s=0.5))
+        with pytest.raises(DownloadStalled) as e:  # the floor is a tenth of the rate: only the deadline is met
+            download(server.url("dev.zip"), dest, **fast(retries=1000, min_rate=400_000, grace_s=0.5))
         message = str(e.value)
-        assert "not done within 2.5 s" in message and "2.0 MB" in message and "1.0 MB/s" in message, message
-        assert 2 <= len(server.requests) < 10
+        assert "not done within 5.5 s" in message and "2.0 MB" in message and "400.0 kB/s" in message, message
+        assert 2 <= len(server.requests) < 30
 
 
 def test_an_endless_body_without_a_size_stops_at_the_expected_size(server, tmp_path):
