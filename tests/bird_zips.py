@@ -11,6 +11,8 @@
 Options: `descriptors` writes the inner members with data descriptors (flag bit 3: zipfile does so when
 the output cannot seek); `zip64` writes ZIP64 everywhere (local and central extras, the ZIP64 end records),
 as an archive over 4 GiB has them, without writing 4 GiB; `inner_compression` / `outer_compression`.
+`raw_zip` writes a zip field by field, for what zipfile will not write: a header that records another size
+than the data's, a directory that leaves a member out, a hundred thousand members in seconds.
 Used by tests/test_archive.py and by the end-to-end prepare test (a mirror serving these files)."""
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import os
 import sqlite3
 import struct
 import zipfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 BIRD = Path(__file__).resolve().parent / "data" / "bird"
@@ -230,3 +234,62 @@ def zlib_raw(data: bytes) -> bytes:
 
     c = zlib.compressobj(6, zlib.DEFLATED, -15)
     return c.compress(data) + c.flush()
+
+
+@dataclass(frozen=True)
+class Raw:
+    """One member for raw_zip: `data` deflated (or stored); `declared` is the size its local header and its
+    directory record say (the true one when None); `listed=False` leaves it out of the directory."""
+
+    name: str
+    data: bytes = b""
+    deflate: bool = True
+    declared: int | None = None
+    listed: bool = True
+
+
+def raw_zip(members: list[Raw]) -> bytes:
+    """A zip written field by field: local headers with the sizes known (no data descriptors), the central
+    directory, and the ZIP64 end records when there are more members than a 16-bit count holds."""
+    out, directory, listed = bytearray(), bytearray(), 0
+    for m in members:
+        body = zlib_raw(m.data) if m.deflate else m.data
+        crc, usize = zlib.crc32(m.data), len(m.data) if m.declared is None else m.declared
+        name, method, offset = m.name.encode(), 8 if m.deflate else 0, len(out)
+        out += struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, method, 0, 0x58DB, crc, len(body), usize, len(name), 0)
+        out += name + body
+        if m.listed:
+            directory += struct.pack("<4s6H3L5HLL", b"PK\x01\x02", 0x314, 20, 0, method, 0, 0x58DB, crc, len(body),
+                                     usize, len(name), 0, 0, 0, 0, 0o644 << 16, offset) + name
+            listed += 1
+    start = len(out)
+    out += directory
+    if listed < 0xFFFF:
+        out += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, listed, listed, len(directory), start, 0)
+    else:
+        record = len(out)
+        out += struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, listed, listed, len(directory), start)
+        out += struct.pack("<4sLQL", b"PK\x06\x07", 0, record, 1)
+        out += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return bytes(out)
+
+
+def raw_database_members(databases: dict[str, Path] | None = None, top: str = "dev_databases") -> list[Raw]:
+    """Raw members for `databases` (db_id -> folder; the sample dev databases by default), as
+    database_members lays them out, without the macOS junk."""
+    databases = databases if databases is not None else {db: BIRD / db for db in SAMPLE_DEV_DBS}
+    return [Raw(f"{top}/{db_id}/{path.relative_to(folder).as_posix()}", path.read_bytes())
+            for db_id, folder in sorted(databases.items()) for path in sorted(Path(folder).rglob("*"))
+            if path.is_file()]
+
+
+def build_raw_dev_zip(dest: Path, inner: list[Raw], *, outer_compression: int = zipfile.ZIP_DEFLATED) -> Path:
+    """BIRD's dev.zip whose inner dev_databases.zip is raw_zip(inner)."""
+    dest = Path(dest)
+    inner_path = dest.with_name(dest.name + ".inner.zip")
+    inner_path.write_bytes(raw_zip(inner))
+    try:
+        return build_outer(dest, "dev_20240627", "dev_databases.zip", inner_path, {"dev.json": b"[]\n"},
+                           outer_compression=outer_compression)
+    finally:
+        inner_path.unlink()

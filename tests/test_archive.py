@@ -1,16 +1,21 @@
 """t2sql.download.archive on zips built in BIRD's exact layout (tests/bird_zips.py): nested zips read with
 t2sql's own zip reading, data descriptors and ZIP64, CRC failures, truncation, unsafe names, a database that
-fails quick_check, an extraction killed mid-way, reruns that skip or redo, and the peak RSS of a large one."""
+fails quick_check, an extraction killed mid-way, reruns that skip or redo, the peak RSS of a large one, and
+hostile archives: work that grows with the bytes unpacked and no faster, output bounded by the sizes recorded,
+memory that does not grow with the number of entries."""
 
 from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -20,17 +25,23 @@ from bird_zips import (
     DEV_INNER,
     SAMPLE_DEV_DBS,
     TRAIN_INNER,
+    Raw,
     build_dev_zip,
+    build_outer,
+    build_raw_dev_zip,
     build_train_zip,
     build_wrapped_zip,
     database_members,
     local_data_offset,
     make_database,
     make_train_databases,
+    raw_database_members,
+    raw_zip,
     write_zip,
 )
 from conftest import child_env
 from t2sql.download import archive as archive_mod
+from t2sql.download import zipread
 from t2sql.download.archive import MARKER, ExtractResult, extract_databases, inner_size, verified
 from t2sql.errors import ArchiveError, NoSpaceError
 from t2sql.serving.manifest import Manifest
@@ -415,3 +426,171 @@ def test_two_runs_at_once_on_one_target(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outs
     assert sorted(o.strip() for o, _ in outs) == ["False", "True"]  # one laid it out, the other found it done
     assert verified(target, {"k": 1}) and leftovers(tmp_path) == []
+
+
+# ------------------------------------------------------------------ hostile archives: time, output, memory
+
+
+class CountingZlib:
+    """zlib as t2sql.download.zipread calls it, counting the bytes its CRC32 is computed over."""
+
+    def __init__(self):
+        self.hashed = 0
+
+    def crc32(self, data, value=0):
+        self.hashed += len(data)
+        return zlib.crc32(data, value)
+
+    def __getattr__(self, name):
+        return getattr(zlib, name)
+
+
+@pytest.mark.parametrize("unit", [b"PK\x07\x08", b"PK\x07\x08" + b"\xff" * 12 + b"PK\x03\x04"],
+                         ids=["signatures", "signatures-before-a-header"])
+def test_a_stored_entry_full_of_descriptor_signatures_is_scanned_in_one_pass(tmp_path, monkeypatch, unit):
+    """A stored entry whose size comes after it (flag bit 3, sizes 0), its data a run of data-descriptor
+    signatures: each byte is hashed once (the work was quadratic in the chunk: 1 MiB took 27 s), and the
+    entry comes out whole."""
+    body = unit * (65536 // len(unit))
+    csv = "dev_databases/superhero/database_description/signatures.csv"
+    zp = build_dev_zip(tmp_path / "dev.zip", descriptors=True, inner_compression=zipfile.ZIP_STORED,
+                       outer_compression=zipfile.ZIP_STORED, extra_inner=[(csv, body)])
+    with zipfile.ZipFile(zp) as zf:
+        inner = zf.getinfo(DEV_INNER).file_size
+    counting = CountingZlib()
+    monkeypatch.setattr(zipread, "zlib", counting)
+    target = tmp_path / "dev_databases"
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert (target / "superhero" / "database_description" / "signatures.csv").read_bytes() == body
+    # The outer member's bytes (the inner zip) once, each inner entry's (stored: the same bytes) once more.
+    assert counting.hashed <= 2 * inner, f"{counting.hashed} bytes hashed for an inner zip of {inner}"
+
+
+def test_tiny_entries_cost_their_own_bytes(tmp_path, monkeypatch):
+    """A few thousand tiny deflated entries before the databases: each reads a few hundred bytes from the
+    stream, not the megabytes buffered after it (20,000 of them took 38 s)."""
+    tiny = [Raw(f"__MACOSX/dev_databases/._{i:05d}", b"\0\x05\x16\x07 apple double") for i in range(3000)]
+    pad = Raw("dev_databases/pad.bin", os.urandom(4 << 20), deflate=False)  # buffered behind the tiny ones
+    zp = build_raw_dev_zip(tmp_path / "dev.zip", tiny + raw_database_members() + [pad])
+    with zipfile.ZipFile(zp) as zf:
+        inner = zf.getinfo(DEV_INNER).file_size
+    handed = [0]
+    real = zipread._Stream.read_some
+
+    def counting(self, limit):
+        out = real(self, limit)
+        handed[0] += len(out)
+        return out
+
+    monkeypatch.setattr(zipread._Stream, "read_some", counting)
+    extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
+    assert handed[0] <= 2 * inner + 1024 * len(tiny), f"{handed[0]} bytes read for an inner zip of {inner}"
+
+
+def directory_record(zip_bytes: bytes | bytearray, name: str) -> int:
+    """Where the central directory record of `name` starts in a zip without a comment or ZIP64 records."""
+    (start,) = struct.unpack_from("<L", zip_bytes, len(zip_bytes) - 22 + 16)
+    return zip_bytes.index(name.encode(), start) - 46
+
+
+def _counting_writes(monkeypatch) -> dict[str, int]:
+    written: dict[str, int] = {}
+    real = archive_mod._open_output
+
+    class Counting:
+        def __init__(self, f, name):
+            self.f, self.name = f, name
+
+        def write(self, data):
+            written[self.name] = written.get(self.name, 0) + len(data)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    monkeypatch.setattr(archive_mod, "_open_output", lambda path: Counting(real(path), Path(path).name))
+    return written
+
+
+def test_an_entry_inflating_past_its_declared_size_is_refused(tmp_path, monkeypatch):
+    """An inner entry whose header says 1,000 bytes and whose deflate stream holds 64 MiB of zeros: refused
+    once it passes 1,000 bytes, having written no more (it used to inflate until the disk was full)."""
+    liar = "dev_databases/superhero/database_description/liar.csv"
+    zp = build_raw_dev_zip(tmp_path / "dev.zip", raw_database_members() + [Raw(liar, bytes(64 << 20), declared=1000)])
+    written = _counting_writes(monkeypatch)
+    target = tmp_path / "dev_databases"
+    with pytest.raises(ArchiveError) as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert info.value.member == liar and "inflates past the 1000 bytes its header records" in str(info.value)
+    assert written.get("liar.csv", 0) <= 1000
+    assert not target.exists() and leftovers(tmp_path) == []
+
+
+def test_an_outer_member_inflating_past_its_recorded_size_is_refused(tmp_path, monkeypatch):
+    """The inner zip's own size, as the outer directory records it, bounds what is read from it: a
+    directory that says half keeps the second half's databases off the disk."""
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    raw = bytearray(zp.read_bytes())
+    with zipfile.ZipFile(zp) as zf:
+        info = zf.getinfo(DEV_INNER)
+    half = info.file_size // 2
+    struct.pack_into("<L", raw, info.header_offset + 22, half)  # the local header's uncompressed size
+    struct.pack_into("<L", raw, directory_record(raw, DEV_INNER) + 24, half)  # its directory record's
+    zp.write_bytes(bytes(raw))
+    written = _counting_writes(monkeypatch)
+    with pytest.raises(ArchiveError, match=f"inflates past the {half} bytes its directory records"):
+        extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
+    assert sum(written.values()) <= half
+
+
+def test_a_member_the_directory_leaves_out_is_refused(tmp_path):
+    """The inner zip's directory must list exactly the entries its data holds (a member it leaves out is one
+    that unzip would not extract)."""
+    hidden = Raw("dev_databases/superhero/database_description/hidden.csv", b"a,b\n", listed=False)
+    zp = build_raw_dev_zip(tmp_path / "dev.zip", raw_database_members() + [hidden])
+    with pytest.raises(ArchiveError, match=r"its directory lists \d+ member\(s\) and its data holds \d+"):
+        extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
+    assert not (tmp_path / "dev_databases").exists() and leftovers(tmp_path) == []
+
+
+def test_a_directory_that_disagrees_on_a_crc_is_refused(tmp_path):
+    inner = bytearray(raw_zip(raw_database_members()))
+    inner[directory_record(inner, "dev_databases/superhero/superhero.sqlite") + 16] ^= 0xFF  # the CRC32 it records
+    (tmp_path / "inner.zip").write_bytes(bytes(inner))
+    zp = build_outer(tmp_path / "dev.zip", "dev_20240627", "dev_databases.zip", tmp_path / "inner.zip", {})
+    with pytest.raises(ArchiveError, match="its directory and its data disagree"):
+        extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
+
+
+MEMORY_SCRIPT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from t2sql.download.archive import extract_databases
+    extract_databases(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), identity={}, progress=False)
+    status = Path("/proc/self/status").read_text().splitlines()
+    print([int(line.split()[1]) for line in status if line.startswith("VmHWM:")][0])
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+@pytest.mark.parametrize("where", ["inner", "outer"])
+def test_memory_does_not_grow_with_the_number_of_entries(tmp_path, where):
+    """Peak RSS extracting a dev.zip with 5,000 skipped entries, then 150,000, in the inner zip (macOS
+    junk) or in the outer one: no more than a few MiB apart (it grew by about 200 bytes an entry: 2M
+    entries took 313 MB)."""
+    peaks = []
+    for n in (5_000, 150_000):
+        skipped = [Raw(f"__MACOSX/{i:06d}", deflate=False) for i in range(n)]
+        zp = tmp_path / f"dev-{n}.zip"
+        if where == "inner":
+            build_raw_dev_zip(zp, skipped + raw_database_members(), outer_compression=zipfile.ZIP_STORED)
+        else:
+            inner = raw_zip(raw_database_members())
+            zp.write_bytes(raw_zip([Raw(f"dev_20240627/{s.name}", deflate=False) for s in skipped]
+                                   + [Raw(DEV_INNER, inner, deflate=False)]))
+        proc = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(zp), DEV_INNER, str(tmp_path / f"out-{n}")],
+                              env=child_env(), capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr
+        peaks.append(int(proc.stdout))
+    print(f"peak RSS with 5,000 and 150,000 {where} entries: {peaks[0] / 1024:.1f} and {peaks[1] / 1024:.1f} MiB")
+    assert peaks[1] - peaks[0] < 8 * 1024, peaks

@@ -9,9 +9,12 @@ check; users who forced it got about 30 empty databases. So the zips are read by
 
 - The inner zip is never written to disk: the outer member's bytes are decompressed in order
   (zipread._Stream), and the inner zip's local file headers are walked as a stream (`_entry`). At the end
-  the inner zip's own central directory is read (it comes last in the stream) and every file it lists must
-  have passed through.
-- Every member's CRC32 and size are checked as it is extracted, the inner ones and the outer one.
+  the inner zip's own central directory is read (it comes last in the stream), record by record, and must
+  list exactly the entries that passed through, with their CRC32s and sizes (a digest summed over the
+  entries: nothing is kept per entry).
+- Every member's CRC32 and size are checked as it is extracted, the inner ones and the outer one; a member
+  whose size is recorded before its data (the outer one, exactly; an inner one in its local header)
+  inflates to that size and no further, so a lying header costs no more disk than it declares.
 - `__MACOSX/`, `._*`, `.DS_Store` and directory entries are skipped; an absolute name or one with `..` is
   refused (ArchiveError).
 - All or nothing: the databases go to `<parent>/.<name>.partial-<pid>`; only when every member passed and
@@ -27,7 +30,8 @@ check; users who forced it got about 30 empty databases. So the zips are read by
   file whose stat moved).
 - A full disk: the partial folder is removed at once, and the walk goes on to the end writing nothing, to say
   what the databases need in all (to the byte) against what is free once it is gone.
-- Memory: peak RSS stays well under 64 MB.
+- Time: linear in the bytes unpacked and the number of entries. Memory: peak RSS stays well under 64 MB;
+  nothing is kept per entry read (of the outer archive or the inner one).
 
 Disk: the databases (the inner zip's contents) beside the outer archive; nothing else is written.
 """
@@ -43,7 +47,7 @@ import re
 import shutil
 import sqlite3
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -53,6 +57,7 @@ from t2sql.download.zipread import (
     _4G,
     _CENTRAL,
     _DEFLATED,
+    _DIGEST_MODULUS,
     _EOCD,
     _EOCD64,
     _LOCAL,
@@ -62,10 +67,11 @@ from t2sql.download.zipread import (
     MAX_OUT,
     _copy,
     _copy_to_descriptor,
-    _cross_check,
     _damaged,
     _decode,
     _descriptor,
+    _directory_digest,
+    _entry_digest,
     _has_tag,
     _inflate,
     _is_junk,
@@ -85,7 +91,6 @@ __all__ = ["CHUNK", "MARKER", "MARKER_FORMAT", "MAX_OUT", "ExtractResult", "extr
 
 MARKER = ".t2sql-extracted.json"
 MARKER_FORMAT = 1
-_INNER_CD_CAP = 32 << 20  # the inner central directory is kept for the cross-check up to this size
 
 
 @dataclass(frozen=True)
@@ -176,11 +181,13 @@ def inner_size(archive: Path, inner_member: str) -> int:
 # ------------------------------------------------------------------------------------- the inner stream walk
 
 
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+
 def _safe_parts(name: str, archive: Path, inner: str) -> list[str]:
     """The path components of a member name; ArchiveError for an absolute name or one that climbs out."""
     parts = name.replace("\\", "/").split("/")
-    if (name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or "\0" in name
-            or any(p == ".." for p in parts)):
+    if name.startswith(("/", "\\")) or _DRIVE.match(name) or "\0" in name or ".." in parts:
         raise ArchiveError(f"{inner} in {archive} holds an unsafe member name {name!r} (absolute, or with '..'); "
                            "refusing to extract it: this is not BIRD's archive as published, delete it and "
                            "download it again", archive=str(archive), member=name)
@@ -194,8 +201,9 @@ class _Walk:
     top: str
     partial: Path
     written: int = 0  # bytes of the files laid out (or, once the disk is full, that would have been)
-    entries: dict | None = None
-    seen: dict | None = None  # name -> crc of every entry that passed through
+    entries: dict = field(default_factory=dict)  # db_id -> ManifestEntry of each database laid out
+    count: int = 0  # entries that passed through (files and folders, laid out or skipped)
+    digest: int = 0  # the sum of their zipread._entry_digest, for the check against the inner directory
     full: bool = False  # the disk filled: nothing more is written, the walk goes on to count what is needed
 
 
@@ -205,7 +213,7 @@ def _extract(archive: Path, inner_member: str, partial: Path, target: Path, prog
     with _open_archive(archive) as f:
         member, data_start, limit = _locate(f, archive, inner_member)
         total = member.size if member.exact_sizes else None
-        walk = _Walk(archive, inner_member, top, partial, entries={}, seen={})
+        walk = _Walk(archive, inner_member, top, partial)
         with Progress(total, f"extracting {Path(inner_member).name}", unit="bytes", enabled=progress) as bar:
             stream = _Stream(f, archive, member, data_start, limit, bar)
             try:
@@ -219,10 +227,16 @@ def _extract(archive: Path, inner_member: str, partial: Path, target: Path, prog
                                    archive=str(archive)) from None
             following = stream.peek(4)
             if following not in (_CENTRAL, _EOCD, _EOCD64):
-                raise _damaged(archive, inner_member, f"unexpected bytes after its entry {len(walk.seen)} "
+                raise _damaged(archive, inner_member, f"unexpected bytes after its entry {walk.count} "
                                f"({following.hex() or 'the end'}) where a zip entry or directory should be")
-            tail = stream.finish(_INNER_CD_CAP)
-    _cross_check(tail, walk)
+            listed, digest = _directory_digest(stream)
+            stream.finish()
+    if listed != walk.count:
+        raise _damaged(archive, inner_member, f"its directory lists {listed} member(s) and its data holds "
+                       f"{walk.count}")
+    if digest != walk.digest:
+        raise _damaged(archive, inner_member, "its directory and its data disagree on the name, CRC32 or size of "
+                       "at least one member")
     if walk.full:
         raise _no_space(walk, partial, counted=True)
     if not walk.entries:
@@ -238,8 +252,9 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
     """Pass one local entry of the inner zip: write it (or skip it), checking its CRC32 and size."""
     header = stream.read(30, "a local header")
     _, _, flags, method, _, _, crc, csize, usize, nlen, xlen = struct.unpack("<4s5H3L2H", header)
-    name = _decode(stream.read(nlen, "a member name"), flags)
-    extra = stream.read(xlen, f"the header of {name}")
+    rest = stream.read(nlen + xlen, "a local header")
+    raw_name, extra = rest[:nlen], rest[nlen:]
+    name = _decode(raw_name, flags)
     wide = _zip64_fields(extra, [usize == _U32, csize == _U32])
     zip64 = any(v is not None for v in wide) or _has_tag(extra, 1)
     usize = usize if wide[0] is None else wide[0]
@@ -247,7 +262,7 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
     if flags & 1:
         raise ArchiveError(f"{name} in {walk.inner} ({walk.archive}) is encrypted; t2sql cannot read it",
                            archive=str(walk.archive), member=name)
-    descriptor = bool(flags & 8)
+    descriptor = bool(flags & 8)  # the sizes come after the data; the header's are zero
     parts = _safe_parts(name, walk.archive, walk.inner)
     out_path = None
     if not (name.endswith("/") or _is_junk(name)) and len(parts) > 1 and parts[0] == walk.top:
@@ -256,7 +271,7 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
     sink = _Sink(out_path, hashed=is_db, walk=walk)
     try:
         if method == _DEFLATED:
-            got_crc, got_size, used = _inflate(stream, sink, name, walk)  # to its deflate end
+            got_crc, got_size, used = _inflate(stream, sink, name, walk, None if descriptor else usize)
         elif method == _STORED:
             if descriptor and csize == 0 and usize == 0:  # the size comes after the data
                 got_crc, got_size, used = _copy_to_descriptor(stream, sink, name, walk)
@@ -271,13 +286,13 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
         raise
     if descriptor:
         crc, usize = _descriptor(stream, zip64, got_crc, got_size, used, name, walk)
-        exact = True
-    else:
-        exact = zip64 or got_size < _4G
-    if crc != got_crc or (got_size != usize if exact else got_size % _4G != usize % _4G) or (
-            not descriptor and used % _4G != csize % _4G):
+    elif used != csize:
+        raise _damaged(walk.archive, name, f"compressed size mismatch (recorded {csize} bytes, read {used})",
+                       walk.inner)
+    if crc != got_crc or got_size != usize:
         raise _damaged(walk.archive, name, _mismatch(crc, got_crc, usize, got_size), walk.inner)
-    walk.seen[name] = got_crc
+    walk.count += 1
+    walk.digest = (walk.digest + _entry_digest(raw_name, got_crc, got_size)) % _DIGEST_MODULUS
     if out_path is not None:
         walk.written += got_size
     if walk.full:
