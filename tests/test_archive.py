@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import signal
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -541,6 +542,34 @@ def test_an_outer_member_inflating_past_its_recorded_size_is_refused(tmp_path, m
     with pytest.raises(ArchiveError, match=f"inflates past the {half} bytes its directory records"):
         extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
     assert sum(written.values()) <= half
+
+
+def test_only_databases_and_their_descriptions_are_laid_out(tmp_path):
+    """A -wal, -shm or -journal beside a database is part of it to SQLite: none is laid out, nor anything
+    else that is not <db_id>/<db_id>.sqlite or <db_id>/database_description/*.csv."""
+    extra = [(f"dev_databases/superhero/superhero.sqlite{suffix}", b"x" * 100)
+             for suffix in ("-wal", "-shm", "-journal")]
+    extra += [("dev_databases/superhero/notes.txt", b"n"), ("dev_databases/README.md", b"r"),
+              ("dev_databases/superhero/database_description/notes.txt", b"n"),
+              ("dev_databases/superhero/other.sqlite", b"o"), ("dev_databases/superhero/sub/superhero.sqlite", b"s")]
+    zp = build_dev_zip(tmp_path / "dev.zip", extra_inner=extra)
+    target = tmp_path / "dev_databases"
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert_dev_layout(target)
+
+
+def test_the_integrity_check_leaves_no_sidecar(tmp_path):
+    """A database in WAL mode: PRAGMA quick_check on a read-only connection used to leave a -wal and a -shm
+    beside it (the Grader, opening it immutable, then saw a folder that had changed)."""
+    walled = make_database(tmp_path / "src" / "walled" / "walled.sqlite")
+    con = sqlite3.connect(walled)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    con.close()
+    zp = build_train_zip(tmp_path / "train.zip", {"walled": walled.parent})
+    target = tmp_path / "train_databases"
+    extract_databases(zp, TRAIN_INNER, target, identity=ID, progress=False)
+    assert sorted(p.name for p in (target / "walled").iterdir()) == ["walled.sqlite"]
+    assert verified(target, ID)
 
 
 def test_a_member_the_directory_leaves_out_is_refused(tmp_path):

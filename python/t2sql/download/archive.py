@@ -1,6 +1,6 @@
 """Laying out BIRD's databases from its nested zips: `extract_databases(archive, inner_member, target,
-identity=...)`, `verified(target, identity)` and `inner_size(archive, inner_member)`. The zip format itself
-is read by t2sql.download.zipread.
+identity=...)`, `verified(target, identity)`, `database_problem(path)` and `inner_size(archive,
+inner_member)`. The zip format itself is read by t2sql.download.zipread.
 
 BIRD ships `dev.zip` / `train.zip`, each holding an inner zip (`dev_20240627/dev_databases.zip`,
 `train/train_databases.zip`) of `<top>/<db_id>/<db_id>.sqlite` and `<top>/<db_id>/database_description/*.csv`.
@@ -15,12 +15,15 @@ check; users who forced it got about 30 empty databases. So the zips are read by
 - Every member's CRC32 and size are checked as it is extracted, the inner ones and the outer one; a member
   whose size is recorded before its data (the outer one, exactly; an inner one in its local header)
   inflates to that size and no further, so a lying header costs no more disk than it declares.
-- `__MACOSX/`, `._*`, `.DS_Store` and directory entries are skipped; an absolute name or one with `..` is
-  refused (ArchiveError).
+- Only `<db_id>/<db_id>.sqlite` and `<db_id>/database_description/*.csv` are laid out: no -wal, -shm or
+  journal beside a database (SQLite would take it as part of the database), nothing else. `__MACOSX/`, `._*`,
+  `.DS_Store`, directory entries and any other member are read (and checked) but not written; an absolute
+  name or one with `..` is refused (ArchiveError).
 - All or nothing: the databases go to `<parent>/.<name>.partial-<pid>`; only when every member passed and
-  every `<db_id>/<db_id>.sqlite` is non-empty, opens read-only and passes `PRAGMA quick_check`, the marker
-  `<target>/.t2sql-extracted.json` is written (atomically, last) and the folder is renamed into place (an
-  unverified target is moved aside first, then removed). A crash or a bad CRC leaves only a
+  every `<db_id>/<db_id>.sqlite` is non-empty, opens read-only and immutable (SQLite then writes no -wal or
+  -shm beside it) and passes `PRAGMA quick_check`, the marker `<target>/.t2sql-extracted.json` is written
+  (atomically, last) and the folder is renamed into place (an unverified target is moved aside first, then
+  removed). A crash or a bad CRC leaves only a
   `.partial-*` folder, which nothing trusts and the next run removes (runs on one target are serialised by a
   lock file `<parent>/.<name>.lock`, so any partial folder found under the lock is a dead run's).
 - The marker is a database manifest (t2sql.serving.manifest's format, rooted at the target: each database's
@@ -86,8 +89,8 @@ from t2sql.errors import ArchiveError, NoSpaceError
 from t2sql.progress import Progress, format_bytes
 from t2sql.serving.manifest import Manifest, ManifestEntry
 
-__all__ = ["CHUNK", "MARKER", "MARKER_FORMAT", "MAX_OUT", "ExtractResult", "extract_databases", "inner_size",
-           "verified"]
+__all__ = ["CHUNK", "MARKER", "MARKER_FORMAT", "MAX_OUT", "ExtractResult", "database_problem", "extract_databases",
+           "inner_size", "verified"]
 
 MARKER = ".t2sql-extracted.json"
 MARKER_FORMAT = 1
@@ -248,6 +251,15 @@ def _extract(archive: Path, inner_member: str, partial: Path, target: Path, prog
     return walk.written, walk.entries
 
 
+def _laid_out(parts: list[str]) -> bool:
+    """Whether a member's path under the inner zip's top folder is one t2sql lays out: `<db_id>/<db_id>.sqlite`
+    and `<db_id>/database_description/*.csv`, nothing else (no -wal, -shm or -journal beside a database,
+    which SQLite would take as part of it)."""
+    if len(parts) == 2:
+        return parts[1] == f"{parts[0]}.sqlite"
+    return len(parts) == 3 and parts[1] == "database_description" and parts[2].lower().endswith(".csv")
+
+
 def _entry(stream: _Stream, walk: _Walk) -> None:
     """Pass one local entry of the inner zip: write it (or skip it), checking its CRC32 and size."""
     header = stream.read(30, "a local header")
@@ -264,10 +276,12 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
                            archive=str(walk.archive), member=name)
     descriptor = bool(flags & 8)  # the sizes come after the data; the header's are zero
     parts = _safe_parts(name, walk.archive, walk.inner)
+    relative = parts[1:]
     out_path = None
-    if not (name.endswith("/") or _is_junk(name)) and len(parts) > 1 and parts[0] == walk.top:
-        out_path = walk.partial.joinpath(*parts[1:])
-    is_db = out_path is not None and len(parts) == 3 and parts[2] == f"{parts[1]}.sqlite"
+    if not (name.endswith("/") or _is_junk(name)) and len(parts) > 1 and parts[0] == walk.top \
+            and _laid_out(relative):
+        out_path = walk.partial.joinpath(*relative)
+    is_db = out_path is not None and len(relative) == 2
     sink = _Sink(out_path, hashed=is_db, walk=walk)
     try:
         if method == _DEFLATED:
@@ -298,7 +312,7 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
     if walk.full:
         stream.bar.status = "disk full: writing nothing, counting what the databases need"
     if is_db and sink.path is not None:
-        walk.entries[parts[1]] = sink.manifest_entry(parts[1], f"{parts[1]}/{parts[2]}")
+        walk.entries[relative[0]] = sink.manifest_entry(relative[0], "/".join(relative))
 
 
 class _Sink:
@@ -386,26 +400,31 @@ def _no_space(walk: _Walk, partial: Path, counted: bool) -> NoSpaceError:
 # ------------------------------------------------------------------------------------------ checks and marker
 
 
-def _check_database(path: Path, db_id: str, archive: Path, inner: str) -> None:
-    where = f"{db_id} ({path.name} in {inner} of {archive})"
-    if path.stat().st_size == 0:
-        raise ArchiveError(f"database {where} is empty; delete {archive} and download it again",
-                           archive=str(archive), member=f"{db_id}/{path.name}")
-    problem = None
+def database_problem(path: Path) -> str | None:
+    """Why the SQLite file at `path` is not a database to use (empty, unreadable, or failing `PRAGMA
+    quick_check`), or None. It is opened read-only and immutable, as the Grader opens it: SQLite writes
+    nothing beside it (no -wal, no -shm) and reads no -wal or journal it finds there."""
     try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        if path.stat().st_size == 0:
+            return "it is empty"
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         try:
             rows = con.execute("PRAGMA quick_check").fetchall()
         finally:
             con.close()
-        if rows != [("ok",)]:
-            problem = "; ".join(str(r[0]) for r in rows[:3]).replace("\n", "; ")
-            problem = problem if len(problem) <= 200 else problem[:200] + " ..."
-    except sqlite3.Error as e:
-        problem = str(e)
-    if problem is not None:
-        raise ArchiveError(f"database {where} fails its integrity check (PRAGMA quick_check: {problem}); delete "
-                           f"{archive} and download it again", archive=str(archive), member=f"{db_id}/{path.name}")
+    except (OSError, sqlite3.Error) as e:
+        return str(getattr(e, "strerror", None) or e)
+    if rows == [("ok",)]:
+        return None
+    problem = "; ".join(str(r[0]) for r in rows[:3]).replace("\n", "; ")
+    problem = problem if len(problem) <= 200 else problem[:200] + " ..."
+    return f"it fails its integrity check (PRAGMA quick_check: {problem})"
+
+
+def _check_database(path: Path, db_id: str, archive: Path, inner: str) -> None:
+    if (problem := database_problem(path)) is not None:
+        raise ArchiveError(f"database {db_id} ({path.name} in {inner} of {archive}): {problem}; delete {archive} "
+                           "and download it again", archive=str(archive), member=f"{db_id}/{path.name}")
 
 
 def _jsonable(identity: dict) -> dict:
