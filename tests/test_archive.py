@@ -1,8 +1,6 @@
 """t2sql.download.archive on zips built in BIRD's exact layout (tests/bird_zips.py): nested zips read with
 t2sql's own zip reading, data descriptors and ZIP64, CRC failures, truncation, unsafe names, a database that
-fails quick_check, an extraction killed mid-way, reruns that skip or redo, the peak RSS of a large one, and
-hostile archives: work that grows with the bytes unpacked and no faster, output bounded by the sizes recorded,
-memory that does not grow with the number of entries."""
+fails quick_check, an extraction killed mid-way, reruns that skip or redo, and the peak RSS of a large one."""
 
 from __future__ import annotations
 
@@ -43,8 +41,8 @@ from bird_zips import (
 from conftest import child_env
 from t2sql.download import archive as archive_mod
 from t2sql.download import zipread
-from t2sql.download.archive import MARKER, ExtractResult, extract_databases, inner_size, verified
-from t2sql.errors import ArchiveError, NoSpaceError
+from t2sql.download.archive import MARKER, ExtractResult, extract_databases, foreign_files, inner_size, verified
+from t2sql.errors import ArchiveError, ForeignFilesError, NoSpaceError
 from t2sql.serving.manifest import Manifest
 
 pytestmark = pytest.mark.timeout(300)
@@ -320,18 +318,48 @@ def test_rerun_skips_when_verified(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in target.rglob("*")} == stamp
 
 
+def snapshot(folder: Path) -> dict[str, tuple]:
+    """Every path under `folder` with what a change would move: type, size, mtime, inode, link target."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        st = p.lstat()
+        out[p.relative_to(folder).as_posix()] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino,
+                                                  os.readlink(p) if p.is_symlink() else None)
+    return out
+
+
 def test_rerun_redoes_when_a_database_changed_size(tmp_path):
     zp = build_dev_zip(tmp_path / "dev.zip")
     target = tmp_path / "dev_databases"
     extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
     with open(target / "superhero" / "superhero.sqlite", "ab") as f:
         f.write(b"\0" * 4096)
-    (target / "superhero" / "stray.txt").write_text("not from the archive")
     assert not verified(target, ID)
     again = extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
     assert not again.skipped and verified(target, ID)
-    assert_dev_layout(target)  # the stray file went with the old folder
+    assert_dev_layout(target)  # everything in it was t2sql's: replaced whole
     assert leftovers(tmp_path) == []
+
+
+def test_a_file_t2sql_did_not_write_is_never_deleted(tmp_path):
+    """A rerun that would replace a laid-out folder finds a file of the user's in it: refused, the folder
+    left as it was, byte for byte (the changed database too)."""
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    with open(target / "superhero" / "superhero.sqlite", "ab") as f:
+        f.write(b"\0" * 4096)
+    (target / "superhero" / "stray.txt").write_text("not from the archive")
+    (target / "mine").mkdir()
+    (target / "mine" / "mine.sqlite").write_bytes(b"the user's")
+    before = snapshot(target)
+    with pytest.raises(ForeignFilesError) as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert info.value.files == ["mine/", "superhero/stray.txt"]
+    message = str(info.value)
+    assert "mine/" in message and "superhero/stray.txt" in message and "move them" in message, message
+    assert snapshot(target) == before and leftovers(tmp_path) == []
+    assert foreign_files(target) == ["mine/", "superhero/stray.txt"]
 
 
 def test_rerun_redoes_for_another_identity_or_a_deleted_database(tmp_path):
@@ -347,15 +375,58 @@ def test_rerun_redoes_for_another_identity_or_a_deleted_database(tmp_path):
     assert verified(target, other)
 
 
-def test_unverified_target_is_replaced(tmp_path):
-    """A folder a naive `unzip` left (no marker, empty databases) is never trusted."""
+def test_a_folder_without_a_marker_is_refused_and_kept(tmp_path):
+    """A folder a naive `unzip` left (no marker, an empty database) is never trusted, and never deleted:
+    t2sql did not write it."""
     zp = build_dev_zip(tmp_path / "dev.zip")
     target = tmp_path / "dev_databases"
     (target / "superhero").mkdir(parents=True)
     (target / "superhero" / "superhero.sqlite").write_bytes(b"")
+    (target / "NOTES.txt").write_text("mine")
     assert not verified(target, ID)
+    before = snapshot(target)
+    with pytest.raises(ForeignFilesError) as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert info.value.files == ["NOTES.txt", "superhero/"]
+    assert snapshot(target) == before
+
+
+def test_an_empty_folder_is_laid_out(tmp_path):
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    target.mkdir()
+    assert foreign_files(target) == []
     extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
     assert_dev_layout(target)
+
+
+def test_a_link_at_the_target_is_refused_and_kept(tmp_path):
+    """The docs once said to symlink a copy there: the link and what it points to stay as they are."""
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    mine = tmp_path / "my-copy"
+    (mine / "superhero").mkdir(parents=True)
+    (mine / "superhero" / "superhero.sqlite").write_bytes(b"mine")
+    target = tmp_path / "dev_databases"
+    target.symlink_to(mine)
+    before = snapshot(mine)
+    with pytest.raises(ForeignFilesError, match="it is a link to") as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert info.value.files == ["."]
+    assert target.is_symlink() and os.readlink(target) == str(mine) and snapshot(mine) == before
+
+
+def test_a_dead_runs_folder_moved_aside_keeps_what_t2sql_did_not_write(tmp_path):
+    """A run killed between moving an old layout aside and removing it leaves `.<name>.partial-<pid>.old`;
+    the next run removes what t2sql laid out in it, and nothing else."""
+    zp = build_dev_zip(tmp_path / "dev.zip")
+    target = tmp_path / "dev_databases"
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    aside = tmp_path / ".dev_databases.partial-999999.old"
+    target.rename(aside)
+    (aside / "superhero" / "notes.txt").write_text("written there by hand after the kill")
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert_dev_layout(target)
+    assert sorted(p.relative_to(aside).as_posix() for p in aside.rglob("*")) == ["superhero", "superhero/notes.txt"]
 
 
 RSS_SCRIPT = textwrap.dedent("""
@@ -556,6 +627,9 @@ def test_only_databases_and_their_descriptions_are_laid_out(tmp_path):
     target = tmp_path / "dev_databases"
     extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
     assert_dev_layout(target)
+    files = json.loads((target / MARKER).read_text())["extracted"]["files"]
+    assert files == sorted(p.relative_to(target).as_posix() for p in target.rglob("*")
+                           if p.is_file() and p.name != MARKER)
 
 
 def test_the_integrity_check_leaves_no_sidecar(tmp_path):

@@ -39,6 +39,7 @@ __all__ = [
     "EpisodeFinished",
     "EquivalenceError",
     "EvalError",
+    "ForeignFilesError",
     "GoldCacheError",
     "HashSecretMismatch",
     "InvalidArgument",
@@ -209,3 +210,14 @@ class NoSpaceError(T2sqlError):
         self.path = path
         self.needed = needed
         self.free = free
+
+
+class ForeignFilesError(LaunchError):
+    """A folder t2sql lays out holds files it did not write there (for `t2sql-train prepare`: and is not a
+    complete copy it can use as it is). Nothing there was deleted or written; the message names the files and
+    says what to do. `folder`; `files`, relative to it ("." is the folder itself: a link, or not a folder)."""
+
+    def __init__(self, message: str, *, folder: str, files: list[str]):
+        super().__init__(message)
+        self.folder = folder
+        self.files = list(files)

@@ -1,6 +1,6 @@
 """Laying out BIRD's databases from its nested zips: `extract_databases(archive, inner_member, target,
-identity=...)`, `verified(target, identity)`, `database_problem(path)` and `inner_size(archive,
-inner_member)`. The zip format itself is read by t2sql.download.zipread.
+identity=...)`, `verified(target, identity)`, `foreign_files(target)`, `database_problem(path)` and
+`inner_size(archive, inner_member)`. The zip format itself is read by t2sql.download.zipread.
 
 BIRD ships `dev.zip` / `train.zip`, each holding an inner zip (`dev_20240627/dev_databases.zip`,
 `train/train_databases.zip`) of `<top>/<db_id>/<db_id>.sqlite` and `<top>/<db_id>/database_description/*.csv`.
@@ -22,25 +22,30 @@ check; users who forced it got about 30 empty databases. So the zips are read by
 - All or nothing: the databases go to `<parent>/.<name>.partial-<pid>`; only when every member passed and
   every `<db_id>/<db_id>.sqlite` is non-empty, opens read-only and immutable (SQLite then writes no -wal or
   -shm beside it) and passes `PRAGMA quick_check`, the marker `<target>/.t2sql-extracted.json` is written
-  (atomically, last) and the folder is renamed into place (an unverified target is moved aside first, then
-  removed). A crash or a bad CRC leaves only a
+  (atomically, last) and the folder is renamed into place. A crash or a bad CRC leaves only a
   `.partial-*` folder, which nothing trusts and the next run removes (runs on one target are serialised by a
   lock file `<parent>/.<name>.lock`, so any partial folder found under the lock is a dead run's).
+- Nothing t2sql did not write is deleted: an existing target is replaced only when everything in it is
+  what t2sql laid out there (the files its marker lists); it is moved aside, and only those files (and
+  the folders they leave empty) are removed. A target holding anything else (`foreign_files`: a file of the
+  user's, a folder without a marker, a link) is refused with a ForeignFilesError naming it, and left as it is.
 - The marker is a database manifest (t2sql.serving.manifest's format, rooted at the target: each database's
-  size, times, inode and sha256, hashed as it was written) plus the caller's `identity` of the archive under
-  the key "extracted". `verified(target, identity)` checks the identity and each database's presence and size
-  (not its sha256: rehashing 33 GB on every run would take minutes; a Grader given the manifest rehashes a
-  file whose stat moved).
+  size, times, inode and sha256, hashed as it was written) plus, under the key "extracted", the caller's
+  `identity` of the archive and every file laid out. `verified(target, identity)` checks the identity and each
+  database's presence and size (not its sha256: rehashing 33 GB on every run would take minutes; a Grader
+  given the manifest rehashes a file whose stat moved).
 - A full disk: the partial folder is removed at once, and the walk goes on to the end writing nothing, to say
   what the databases need in all (to the byte) against what is free once it is gone.
 - Time: linear in the bytes unpacked and the number of entries. Memory: peak RSS stays well under 64 MB;
-  nothing is kept per entry read (of the outer archive or the inner one).
+  nothing is kept per entry read (of the outer archive or the inner one) but the name of each file laid
+  out, for the marker.
 
 Disk: the databases (the inner zip's contents) beside the outer archive; nothing else is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -54,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from t2sql import jsonl
 from t2sql.atomic import atomic_write
 from t2sql.download.partial import free_bytes
 from t2sql.download.zipread import (
@@ -85,15 +91,15 @@ from t2sql.download.zipread import (
     _Stream,
     _zip64_fields,
 )
-from t2sql.errors import ArchiveError, NoSpaceError
+from t2sql.errors import ArchiveError, ForeignFilesError, NoSpaceError
 from t2sql.progress import Progress, format_bytes
 from t2sql.serving.manifest import Manifest, ManifestEntry
 
 __all__ = ["CHUNK", "MARKER", "MARKER_FORMAT", "MAX_OUT", "ExtractResult", "database_problem", "extract_databases",
-           "inner_size", "verified"]
+           "foreign_files", "inner_size", "verified"]
 
 MARKER = ".t2sql-extracted.json"
-MARKER_FORMAT = 1
+MARKER_FORMAT = 2  # 2: "files" lists every file laid out; 1 (still read) listed the databases only
 
 
 @dataclass(frozen=True)
@@ -137,21 +143,31 @@ def _extract_under_lock(archive: Path, inner_member: str, target: Path, identity
     marker = _read_marker(target)
     if marker is not None and _marker_holds(target, marker, identity):
         return ExtractResult(target, sorted(marker["databases"]), 0, True)
+    _refuse_foreign(target)
     partial = target.parent / f".{target.name}.partial-{os.getpid()}"
     partial.mkdir()
     try:
-        written, entries = _extract(archive, inner_member, partial, target, progress)
+        written, entries, files = _extract(archive, inner_member, partial, target, progress)
         data = Manifest(target, entries).to_dict()
         data["extracted"] = {"format": MARKER_FORMAT, "identity": identity, "inner_member": inner_member,
-                             "bytes_written": written}
+                             "bytes_written": written, "files": sorted(files)}
         with atomic_write(partial / MARKER) as f:
             f.write(json.dumps(data, indent=1) + "\n")
         _fsync_dir(partial)
+        _refuse_foreign(target)  # again: something may have been put there while the archive was read
         _move_into_place(partial, target)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return ExtractResult(target, sorted(entries), written, False)
+
+
+def _refuse_foreign(target: Path) -> None:
+    if foreign := foreign_files(target):
+        raise ForeignFilesError(
+            f"{target}: {describe_foreign(target, foreign)}; t2sql deletes nothing it did not write, so it lays "
+            "nothing out there: move them elsewhere (or choose another folder) and run again", folder=str(target),
+            files=foreign)
 
 
 def verified(target: Path, identity: dict) -> bool:
@@ -205,13 +221,14 @@ class _Walk:
     partial: Path
     written: int = 0  # bytes of the files laid out (or, once the disk is full, that would have been)
     entries: dict = field(default_factory=dict)  # db_id -> ManifestEntry of each database laid out
+    files: list = field(default_factory=list)  # every file laid out, relative to the target
     count: int = 0  # entries that passed through (files and folders, laid out or skipped)
     digest: int = 0  # the sum of their zipread._entry_digest, for the check against the inner directory
     full: bool = False  # the disk filled: nothing more is written, the walk goes on to count what is needed
 
 
 def _extract(archive: Path, inner_member: str, partial: Path, target: Path, progress: bool
-             ) -> tuple[int, dict[str, ManifestEntry]]:
+             ) -> tuple[int, dict[str, ManifestEntry], list[str]]:
     top = Path(inner_member).name.removesuffix(".zip")
     with _open_archive(archive) as f:
         member, data_start, limit = _locate(f, archive, inner_member)
@@ -248,7 +265,7 @@ def _extract(archive: Path, inner_member: str, partial: Path, target: Path, prog
                            member=inner_member)
     for db_id, entry in sorted(walk.entries.items()):
         _check_database(partial / entry.path, db_id, archive, inner_member)
-    return walk.written, walk.entries
+    return walk.written, walk.entries, walk.files
 
 
 def _laid_out(parts: list[str]) -> bool:
@@ -309,6 +326,7 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
     walk.digest = (walk.digest + _entry_digest(raw_name, got_crc, got_size)) % _DIGEST_MODULUS
     if out_path is not None:
         walk.written += got_size
+        walk.files.append("/".join(relative))
     if walk.full:
         stream.bar.status = "disk full: writing nothing, counting what the databases need"
     if is_db and sink.path is not None:
@@ -433,17 +451,26 @@ def _jsonable(identity: dict) -> dict:
 
 
 def _read_marker(target: Path) -> dict | None:
-    """The marker's identity and databases ({db_id: (relative path, size)}), or None."""
+    """The marker's identity, databases ({db_id: (relative path, size)}) and files (every file t2sql laid out
+    there, relative; a format-1 marker's are its databases), or None."""
     try:
-        data = json.loads((target / MARKER).read_text())
-        extracted = data["extracted"]
-        if extracted.get("format") != MARKER_FORMAT:
+        extracted = jsonl.loads((target / MARKER).read_bytes())["extracted"]
+        if extracted.get("format") not in (1, MARKER_FORMAT):
             return None
         manifest = Manifest.load(target / MARKER, db_root=target)
+        databases = {db_id: (e.path, e.size) for db_id, e in manifest.entries.items()}
+        files = extracted["files"] if extracted["format"] == MARKER_FORMAT else [p for p, _ in databases.values()]
+        if not all(isinstance(f, str) and _inside(f) for f in files):
+            return None  # not a marker t2sql wrote: nothing in it may name what to delete
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return {"identity": extracted.get("identity"),
-            "databases": {db_id: (e.path, e.size) for db_id, e in manifest.entries.items()}}
+    return {"identity": extracted.get("identity"), "databases": databases, "files": files}
+
+
+def _inside(relative: str) -> bool:
+    """A relative path that stays inside its folder ("a/b.csv", not "/x", "../x" or "a/../../x")."""
+    parts = relative.split("/")
+    return bool(relative) and not relative.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
 def _marker_holds(target: Path, marker: dict, identity: dict) -> bool:
@@ -456,6 +483,69 @@ def _marker_holds(target: Path, marker: dict, identity: dict) -> bool:
         except OSError:
             return False
     return True
+
+
+def _own_folders(files: list[str]) -> set[str]:
+    """The folders on the way to `files` (relative, without the root itself)."""
+    return {"/".join(f.split("/")[:k]) for f in files for k in range(1, f.count("/") + 1)}
+
+
+def foreign_files(target: Path) -> list[str]:
+    """What `target` holds that t2sql did not lay out there, relative to it and sorted: each file, link or
+    other non-folder its marker does not list, and each folder on no listed file's way (named once with a
+    trailing "/", not walked into). Everything, when it has no marker; ["."] when `target` itself is a link
+    or not a folder; [] when it does not exist."""
+    target = Path(target).absolute()
+    if not os.path.lexists(target):
+        return []
+    if target.is_symlink() or not target.is_dir():
+        return ["."]
+    marker = _read_marker(target)
+    own = set(marker["files"]) | {MARKER} if marker is not None else set()
+    folders = _own_folders(list(own))
+    foreign = []
+    for dirpath, dirnames, filenames in os.walk(target):
+        here = Path(dirpath).relative_to(target).as_posix()
+        prefix = "" if here == "." else here + "/"
+        for name in list(dirnames):
+            if prefix + name not in folders or os.path.islink(os.path.join(dirpath, name)):
+                foreign.append(prefix + name + ("" if os.path.islink(os.path.join(dirpath, name)) else "/"))
+                dirnames.remove(name)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if prefix + name not in own or os.path.islink(path) or not os.path.isfile(path):
+                foreign.append(prefix + name)
+    return sorted(foreign)
+
+
+def describe_foreign(target: Path, foreign: list[str], writer: str = "t2sql", shown: int = 10) -> str:
+    """`foreign_files(target)` for a message ("it holds NOTES.txt, which t2sql did not write"): the first
+    `shown` names and how many in all."""
+    if foreign == ["."]:
+        return f"it is a link to {os.readlink(target)}" if os.path.islink(target) else "it is not a folder"
+    if len(foreign) == 1:
+        return f"it holds {foreign[0]}, which {writer} did not write"
+    more = f", ... {len(foreign)} in all" if len(foreign) > shown else ""
+    return f"it holds {len(foreign)} files or folders {writer} did not write ({', '.join(foreign[:shown])}{more})"
+
+
+def _remove_own(folder: Path) -> None:
+    """Delete what t2sql laid out in `folder` (the files its marker lists, then the marker, then the folders
+    they leave empty, then `folder` when it is empty); anything else stays where it is."""
+    marker = _read_marker(folder)
+    files = marker["files"] if marker is not None else []
+    for relative in files:
+        path = folder / relative
+        if path.is_file() and not path.is_symlink():
+            with contextlib.suppress(OSError):  # left in place; the folder then stays too
+                path.unlink()
+    if marker is not None:
+        (folder / MARKER).unlink(missing_ok=True)
+    for relative in sorted(_own_folders(files), key=lambda f: f.count("/"), reverse=True):
+        with contextlib.suppress(OSError):  # not empty: something else is in it
+            (folder / relative).rmdir()
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 class _Lock:
@@ -476,26 +566,29 @@ class _Lock:
 
 
 def _remove_partials(target: Path) -> None:
-    """Remove what dead runs left: under the lock no live run has a partial folder of this target."""
+    """Remove what dead runs left: under the lock no live run has a partial folder of this target. A
+    `.partial-<pid>` folder holds only what that run extracted; a `.partial-<pid>.old` one is a target it was
+    replacing, of which only what t2sql laid out is removed."""
     pattern = re.compile(rf"^\.{re.escape(target.name)}\.partial-\d+(\.old)?$")
     for p in target.parent.iterdir():
         if pattern.match(p.name):
-            shutil.rmtree(p, ignore_errors=True)
+            if p.name.endswith(".old"):
+                _remove_own(p)
+            else:
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def _move_into_place(partial: Path, target: Path) -> None:
-    """Rename `partial` to `target`; an existing (unverified) target is moved aside first, then removed."""
+    """Rename `partial` to `target`. An existing target (which holds nothing but what t2sql laid out: the
+    caller checked) is moved aside first, then what t2sql laid out in it is removed."""
     old = None
-    if target.exists() or target.is_symlink():
+    if os.path.lexists(target):
         old = partial.with_name(partial.name + ".old")
         os.rename(target, old)
     os.rename(partial, target)
     _fsync_dir(target.parent)
     if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+        _remove_own(old)
 
 
 def _fsync_dir(path: Path) -> None:
