@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
 
 import pytest
 
-from bird_zips import build_dev_zip, build_train_zip, make_train_databases
+from bird_zips import build_dev_zip, build_train_zip, make_database, make_train_databases
 from conftest import REPO
 from loopback_http import Fault, LoopbackFileServer
 from t2sql.download import bird
@@ -116,3 +118,81 @@ def test_the_disk_check_counts_what_the_chosen_splits_need(tmp_path):
     both = bird.disk_needs(tmp_path, bird.archives_for(["train", "validation", "arcwise"]))
     assert sum(both.values()) == 346_207_293 + 2 * 10**9 + 8_919_543_554 + 34 * 10**9
     assert [a.file for a in bird.archives_for(["validation"])] == ["train.zip"]
+
+
+# ------------------------------------------------------------------------ a user's own copy at the layout path
+
+
+def _lay_out_users_copy(folder, *, complete: bool):
+    """BIRD's dev_databases as a user lays a copy of theirs out where docs/training.md says: the three real
+    dev databases with their description CSVs, a NOTES.txt and an extra database of their own; `complete`
+    adds a database for each other db_id arcwise names (generated, one of them in WAL mode)."""
+    for db_id in ("superhero", "student_club", "toxicology"):
+        shutil.copytree(REPO / "tests" / "data" / "bird" / db_id, folder / db_id)
+    (folder / "NOTES.txt").write_text("where these came from\n")
+    make_database(folder / "my_own_db" / "my_own_db.sqlite")
+    if complete:
+        others = sorted(set(_arcwise_counts()) - {"superhero", "student_club", "toxicology"})
+        for db_id in others:
+            make_database(folder / db_id / f"{db_id}.sqlite")
+        con = sqlite3.connect(folder / others[0] / f"{others[0]}.sqlite")
+        assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+        con.close()
+
+
+def _snapshot(folder) -> dict:
+    return {p.relative_to(folder).as_posix(): (p.lstat().st_size, p.lstat().st_mtime_ns, p.lstat().st_ino)
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_a_users_complete_copy_is_used_as_it_is(tmp_path, mirror):
+    """The documented command, no --data-release, over a complete copy of the user's: nothing downloaded,
+    nothing in it deleted, written or touched (no -wal/-shm beside a WAL-mode database either)."""
+    out = tmp_path / "t2sql"
+    copy = out / "data" / "bird" / "dev_databases"
+    _lay_out_users_copy(copy, complete=True)
+    before, requests = _snapshot(copy), len(mirror.requests)
+    proc = _prepare(out, "--splits", "arcwise", "--bird-url", mirror.base_url, "--drop-invalid")
+    assert proc.returncode == 0, proc.stderr
+    assert "dev_databases: your own copy, used as it is (11 databases" in proc.stdout, proc.stdout
+    assert len(mirror.requests) == requests  # nothing downloaded
+    assert _snapshot(copy) == before
+    rows = (out / "data" / "arcwise.jsonl").read_text().splitlines()
+    assert len(rows) == 140  # the three real databases' tasks; the generated ones' gold fails and is dropped
+
+
+@pytest.mark.parametrize("case", ["incomplete", "corrupt"])
+def test_a_users_copy_that_is_not_complete_is_refused_and_kept(tmp_path, mirror, case):
+    """A copy of the user's that lacks databases the splits need (or holds one that fails its integrity
+    check): exit 2, the message names the files prepare did not write and what to do; nothing deleted."""
+    out = tmp_path / "t2sql"
+    copy = out / "data" / "bird" / "dev_databases"
+    _lay_out_users_copy(copy, complete=case == "corrupt")
+    if case == "corrupt":
+        broken = copy / "toxicology" / "toxicology.sqlite"
+        data = bytearray(broken.read_bytes())
+        for k in range(4096 * 3 + 100, len(data) - 4096, 1024):
+            data[k] ^= 0x5A
+        broken.write_bytes(bytes(data))
+    before, requests = _snapshot(copy), len(mirror.requests)
+    proc = _prepare(out, "--splits", "arcwise", "--bird-url", mirror.base_url, "--drop-invalid")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert str(copy) in message and "NOTES.txt" in message and "my_own_db/" in message, message
+    assert "deletes nothing it did not write" in message and "--data-release" in message, message
+    assert "--output-dir" in message and "move those files out" in message, message
+    if case == "incomplete":
+        assert "it lacks 8 of the 11 databases the chosen splits need (california_schools" in message, message
+    else:
+        assert "toxicology: it fails its integrity check (PRAGMA quick_check" in message, message
+    assert len(mirror.requests) == requests  # nothing downloaded
+    assert _snapshot(copy) == before
+    assert not (out / "data" / "arcwise.jsonl").exists()
+
+
+def test_the_disk_check_counts_nothing_for_a_users_copy(tmp_path):
+    (tmp_path / "dev_databases").mkdir()
+    (tmp_path / "dev_databases" / "NOTES.txt").write_text("mine")
+    needs = bird.disk_needs(tmp_path, bird.archives_for(["arcwise", "validation"]))
+    assert sorted(needs) == ["BIRD train.zip (download)", "BIRD train_databases (unpacked, estimated)"]

@@ -7,6 +7,13 @@ train and validation (BIRD-Verified) run on BIRD's *train* databases (train.zip)
 (t2sql.download.archive: CRC-checked, all or nothing, every database through `PRAGMA quick_check`),
 and the archive is then deleted unless asked to keep it: the peak disk is one archive plus its
 databases. A rerun skips an archive whose laid-out folder is still verified.
+
+A user's own copy: a folder at a layout path that holds files prepare did not write there (anything its
+marker does not list; all of it when there is none; the folder itself when it is a link) is the user's,
+and nothing in it is deleted, replaced or written. It is used as it is when it is complete: every database
+the chosen splits name is there and passes `PRAGMA quick_check` (opened read-only and immutable, so SQLite
+leaves no -wal or -shm beside it); else prepare stops with a ForeignFilesError naming those files and what
+to do. Nothing is downloaded for it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Iterable
 
 from t2sql.download import archive as zips
 from t2sql.download.http import bytes_to_fetch, download
-from t2sql.errors import DataError
+from t2sql.errors import DataError, ForeignFilesError
 from t2sql.progress import format_bytes
 from t2sql.tasks import database_path, list_databases, load_questions
 
@@ -78,10 +85,12 @@ def _identity(a: BirdArchive) -> dict:
 
 
 def disk_needs(bird_dir: Path, archives: Iterable[BirdArchive]) -> dict[str, int]:
-    """Bytes still needed per archive (what remains to download + its databases), for those not laid out."""
+    """Bytes still needed per archive (what remains to download + its databases), for those not laid out
+    (nor the user's own copy: nothing is downloaded for it)."""
     needs = {}
     for a in archives:
-        if zips.verified(bird_dir / a.folder, _identity(a)):
+        folder = bird_dir / a.folder
+        if zips.verified(folder, _identity(a)) or zips.foreign_files(folder):
             continue
         needs[f"BIRD {a.file} (download)"] = bytes_to_fetch(_archive_path(bird_dir, a), a.size)
         needs[f"BIRD {a.folder} (unpacked, estimated)"] = a.databases_bytes
@@ -92,9 +101,20 @@ def _archive_path(bird_dir: Path, a: BirdArchive) -> Path:
     return bird_dir / ".downloads" / a.file
 
 
-def fetch(bird_dir: Path, archives: Iterable[BirdArchive], *, base_url: str | None = None, keep_archives: bool = False,
-          progress: bool = True) -> list[LaidOut]:
-    """Download and lay out each archive's databases (skipping those already verified)."""
+def databases_needed(splits: Iterable[tuple[str, Path]]) -> dict[str, set[str]]:
+    """For (split, question file) pairs: archive file -> the db_ids those splits' tasks name."""
+    needed: dict[str, set[str]] = {}
+    for split, questions in splits:
+        rows, _ = load_questions(questions)
+        needed.setdefault(ARCHIVES[SPLIT_ARCHIVE[split]].file, set()).update(str(r.get("db_id", "")) for _, r in rows)
+    return needed
+
+
+def fetch(bird_dir: Path, archives: Iterable[BirdArchive], needed: dict[str, set[str]], *,
+          base_url: str | None = None, keep_archives: bool = False, progress: bool = True) -> list[LaidOut]:
+    """Download and lay out each archive's databases, skipping those already verified and using the user's own
+    copy where there is one (`needed`: archive file -> the db_ids it must hold, as databases_needed gives).
+    Raises ForeignFilesError for a copy of the user's that is not complete, before anything is downloaded."""
     base = (base_url or BIRD_URL).rstrip("/")
     official = base == BIRD_URL
     laid = []
@@ -103,6 +123,9 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], *, base_url: str | No
         identity = _identity(a)
         if zips.verified(folder, identity):
             laid.append(LaidOut(a, folder, list_databases(folder), f"{a.folder}: already laid out and verified"))
+            continue
+        if foreign := zips.foreign_files(folder):
+            laid.append(_user_copy(a, folder, foreign, sorted(needed.get(a.file, ()))))
             continue
         dest = _archive_path(bird_dir, a)
         # BIRD's server announces the size recorded here; a mirror may pack the same files another way, but not
@@ -122,6 +145,37 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], *, base_url: str | No
                             f"{a.folder}: {len(result.databases)} databases, {format_bytes(result.bytes_written)} "
                             f"from {base}/{a.file} ({format_bytes(got.size)}; {pin})"))
     return laid
+
+
+def _user_copy(a: BirdArchive, folder: Path, foreign: list[str], db_ids: list[str]) -> LaidOut:
+    """The user's own copy at `folder`, checked as a laid-out one is (every database there, passing its
+    integrity check) without writing there; ForeignFilesError when it falls short."""
+    absent = [d for d in db_ids if not _nonempty_file(database_path(folder, d))]
+    problems = []
+    if absent:
+        listed = ", ".join(absent[:10]) + (f", ... {len(absent)} in all" if len(absent) > 10 else "")
+        problems.append(f"it lacks {len(absent)} of the {len(db_ids)} databases the chosen splits need ({listed})")
+    else:
+        bad = [f"{d}: {problem}" for d in db_ids if (problem := zips.database_problem(database_path(folder, d)))]
+        problems += bad[:5] + ([f"... {len(bad)} databases in all"] if len(bad) > 5 else [])
+    if problems:
+        raise ForeignFilesError(
+            f"{folder}: {zips.describe_foreign(folder, foreign, 'prepare')}, so prepare takes it for your own copy "
+            f"of BIRD's {a.folder} and uses it only when it is complete; it is not: {'; '.join(problems)}. prepare "
+            f"deletes nothing it did not write and lays nothing out over it: complete the copy there, or move those "
+            f"files out of {folder} (prepare then downloads {a.file} and lays out its databases there), or leave "
+            "it and pass --data-release DIR (data of your own) or another --output-dir", folder=str(folder),
+            files=foreign)
+    return LaidOut(a, folder, list_databases(folder),
+                   f"{a.folder}: your own copy, used as it is ({len(db_ids)} databases the chosen splits need, each "
+                   "passing PRAGMA quick_check; nothing written or deleted there)")
+
+
+def _nonempty_file(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def missing_databases(questions: Path, db_root: Path) -> Counter:

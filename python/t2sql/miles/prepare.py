@@ -23,7 +23,7 @@ from pathlib import Path
 
 from t2sql.data import convert as data
 from t2sql.download import bird
-from t2sql.errors import DataError, LaunchError, cap_lines
+from t2sql.errors import DataError, ForeignFilesError, LaunchError, cap_lines
 from t2sql.grading import describe_methods
 from t2sql.miles.checkpoint import convert_torch_dist, download_repo, is_complete, own_checkpoint_problems
 from t2sql.miles.flags import (
@@ -206,16 +206,18 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
 
 def bird_splits(c: TrainConfig, args: argparse.Namespace) -> tuple[list[tuple[str, Path, Path]], list[str]]:
     """(split, question file, database root) for the shipped task files, after laying out BIRD's databases
-    they run on under <output-dir>/data/bird; and one note per archive. A database a split's tasks name
-    that is not there is an error naming it with its task count (a note with --drop-invalid, which then
-    converts the tasks that can run)."""
+    they run on under <output-dir>/data/bird (or finding the user's own copy there: t2sql.download.bird); and
+    one note per archive. A database a split's tasks name that is not there is an error naming it with its
+    task count (a note with --drop-invalid, which then converts the tasks that can run)."""
 
-    laid = bird.fetch(c.bird_dir, bird.archives_for(args.splits), base_url=args.bird_url,
+    shipped = data.release_splits(release_dir(), args.splits)
+    needed = bird.databases_needed((split, questions) for split, questions, _ in shipped)
+    laid = bird.fetch(c.bird_dir, bird.archives_for(args.splits), needed, base_url=args.bird_url,
                       keep_archives=args.keep_archives)
     for x in laid:  # at once: what was fetched and checked stands even when a split fails below
         print(f"BIRD databases  {x.note}", flush=True)
     splits, missing = [], []
-    for split, questions, _ in data.release_splits(release_dir(), args.splits):
+    for split, questions, _ in shipped:
         db_root = bird.folder_for(c.bird_dir, split)
         if lacking := bird.missing_databases(questions, db_root):
             missing.append(bird.describe_missing(split, lacking, db_root))
@@ -277,7 +279,11 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
                 instead="pass --data-release PATH (a local copy of the data release)")))
             splits = data.release_splits(c.release_dir, args.splits)
         else:  # the task files t2sql ships, on BIRD's databases fetched from BIRD (or --bird-url)
-            splits, notes = bird_splits(c, args)
+            try:
+                splits, notes = bird_splits(c, args)
+            except ForeignFilesError as e:  # files of the user's where prepare would lay out: a usage error
+                print(f"t2sql-train prepare: {e}", file=sys.stderr)
+                return 2
             steps.extend(("BIRD databases", note) for note in notes)
         reports = []
         split_roots: dict[str, Path] = {}
