@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from t2sql import Database, DatabaseClosed, DatabaseError, GradeSpec, InvalidArgument, T2sqlError, ToolLimits
+from t2sql import (
+    Database,
+    DatabaseClosed,
+    DatabaseError,
+    GradeSpec,
+    InvalidArgument,
+    T2sqlError,
+    ToolLimits,
+    UnsafeQuery,
+)
 from t2sql._grader import SqlPool
 from t2sql.serving.jobs import DigestJob, ToolJob
 
@@ -79,12 +88,23 @@ def test_timeouts_are_positive_seconds(db_file, value):
         refused(call, "timeout_s", "positive")
 
 
-def test_perturbed_seed_and_max_bytes(db_file):
-    db = Database(db_file)
-    refused(lambda: db.perturbed("sample", -1), "seed", U64)
-    refused(lambda: db.perturbed("sample", 2**64), "seed", U64)
-    refused(lambda: db.perturbed("sample", 1, max_bytes=-1), "max_bytes", U64)
-    assert db.perturbed("sample", 2**64 - 1).count_rows("SELECT * FROM people") <= 5
+def test_from_rows_takes_schema_statements_and_plain_cells_only():
+    schema = ["CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, x REAL, b BLOB)"]
+    rows = [(1, "a", 1.5, b"\x00"), (2, None, 2.0, None)]
+    db = Database.from_rows("w", schema, [("t", ["id", "name", "x", "b"], rows)])
+    assert db.count_rows("SELECT * FROM t WHERE typeof(x) = 'real' AND typeof(b) IN ('blob', 'null')") == 2
+    with pytest.raises(InvalidArgument, match="CREATE TABLE, INDEX or VIEW statements only"):
+        Database.from_rows("w", ["DROP TABLE t"], [])
+    with pytest.raises(InvalidArgument, match="64-bit int"):
+        Database.from_rows("w", schema, [("t", ["id"], [(2**70,)])])
+    with pytest.raises(InvalidArgument, match="a cell must be"):
+        Database.from_rows("w", schema, [("t", ["id"], [(object(),)])])
+    with pytest.raises(InvalidArgument, match="1 values for 2 columns"):
+        Database.from_rows("w", schema, [("t", ["id", "name"], [(3,)])])
+    with pytest.raises(DatabaseError, match="UNIQUE"):
+        Database.from_rows("w", schema, [("t", ["id"], [(1,), (1,)])])
+    with pytest.raises(UnsafeQuery):
+        db.run_tool("DELETE FROM t")
 
 
 def test_pool_and_process_settings(db_file):
@@ -140,7 +160,7 @@ def test_close_is_idempotent_and_every_later_call_says_the_database_is_closed(db
     assert db.closed and "closed" in repr(db)
     calls = [lambda: db.run_tool("SELECT 1"), lambda: db.digest("SELECT 1"), lambda: db.grade("SELECT 1", "SELECT 1"),
              lambda: db.grade_against("SELECT id FROM people", gold), lambda: db.count_rows("SELECT 1"),
-             lambda: db.schema(), lambda: db.perturbed("sample", 1)]
+             lambda: db.schema()]
     for call in calls:
         with pytest.raises(DatabaseClosed, match=r"is closed; open a new Database"):
             call()

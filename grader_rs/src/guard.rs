@@ -220,8 +220,8 @@ impl GuardedConnection {
     }
 
     /// Lock down an open connection: everything of grader.md §3 but the open flags.
-    /// `writable` marks a connection whose file could be written (an in-memory perturbed
-    /// copy): there `query_only` is set and writes to main are refused by the authorizer too.
+    /// `writable` marks a connection whose file could be written (an in-memory database the core
+    /// built, memdb.rs): there `query_only` is set and writes to main are refused by the authorizer too.
     pub fn harden(mut conn: Connection, path: String, writable: bool) -> Result<Self> {
         let db_err =
             |e: rusqlite::Error| GradeError::Database(format!("cannot open database {path}: {e}"));
@@ -488,7 +488,7 @@ fn authorize(auth: &AuthState, digest_fn: &str, ctx: AuthContext<'_>) -> Authori
         }
         // The first use of an eponymous virtual table (json_each) may report a write to main's
         // schema; writes to main cannot happen on a read-only connection anyway.
-        // (An in-memory perturbed copy is writable: there, writes to main are refused too.)
+        // (An in-memory database the core built is writable: there, writes to main are refused too.)
         A::Insert { .. } | A::Update { .. } | A::Delete { .. }
             if ctx.database_name == Some("main") && !auth.writable =>
         {

@@ -4,7 +4,7 @@
 //! and the safety policy), `canon` (value equality), `digest` (streaming digests), `exec`
 //! (tool previews and digest runs), `compare` (verdicts), `sqltext` (scanning SQL text),
 //! `checked` (the ranges of the numbers a caller passes),
-//! `perturb` (perturbed copies of a database), `pool` (SQL worker threads), `spill` (the
+//! `memdb` (small databases built from given rows), `pool` (SQL worker threads), `spill` (the
 //! grading memory budget and the temporary disk past it).
 //! This file declares them and, with the `python` feature, registers `t2sql._grader`, whose
 //! bindings live in `py`: argument conversion, releasing the GIL, and one Python exception
@@ -17,7 +17,7 @@ pub mod digest;
 pub mod error;
 pub mod exec;
 pub mod guard;
-pub mod perturb;
+pub mod memdb;
 pub mod pool;
 pub mod spill;
 pub mod sqltext;

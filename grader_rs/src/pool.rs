@@ -3,7 +3,7 @@
 //! Jobs go in with `submit`; each worker runs them on its own connections (one per database
 //! file, reopened when the file's identity changes) and puts the outcome on a completion list.
 //! A job may also be a call (`Task::Call`): work of the layer above that runs its own SQL (the
-//! equivalence check on perturbed copies), so that it too counts against the pool's size.
+//! equivalence check on its small databases), so that it too counts against the pool's size.
 //! The first completion after a `drain` writes one byte to a socket, so an event loop watching
 //! `wake_fd` wakes up once and collects every outcome that is ready in one go. A worker needs no
 //! interpreter lock at any point, so a job boundary never waits for the event loop's thread (or

@@ -207,12 +207,19 @@ class Database:
     ) -> Verdict:
         """Grade under `spec` (built for this gold: its "auto" resolved against it; None: GradeSpec()).
         t2sql.grade() takes the spec's parts as arguments instead."""
-    def perturbed(
-        self, kind: Literal["sample", "duplicate", "shuffle", "nullify"], seed: int, *, max_bytes: int = 268435456
+    @staticmethod
+    def from_rows(
+        label: str,
+        schema: list[str],
+        tables: list[tuple[str, list[str], list[tuple[Value, ...]]]],
+        *,
+        reverse_scans: bool = False,
     ) -> Database:
-        """An in-memory copy with rows sampled, rows duplicated, one column's values shuffled or partly NULLed
-        per table, chosen by `seed` (deterministic), hardened like the original. ValueError when
-        the file is larger than max_bytes."""
+        """A small in-memory database: `schema` (CREATE TABLE / INDEX / VIEW statements only, else
+        InvalidArgument) then each table's rows (None, int, float, str or bytes cells), hardened like a
+        file (query_only, writes refused). A row a constraint refuses is a DatabaseError.
+        `reverse_scans`: unordered scans run in reverse (a query whose result depends on scan order
+        shows it)."""
     def count_rows(self, sql: str, timeout_s: float = ..., *, cancel: Cancel | None = None) -> int:
         """Step through the result without reading a value (same checks as every query)."""
     def schema(self) -> list[tuple[str, str, str]]: ...  # (type, name, sql) from sqlite_master

@@ -58,6 +58,30 @@ fn budget_of(timeout_s: f64, cancel: Option<&Bound<'_, Cancel>>) -> Budget {
     }
 }
 
+/// A cell handed in by Python: None, int (64-bit), float, str or bytes (bool is an int).
+fn cell_from_py(value: &Bound<'_, PyAny>) -> PyResult<rusqlite::types::Value> {
+    use rusqlite::types::Value;
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = value.cast::<pyo3::types::PyBytes>() {
+        return Ok(Value::Blob(b.as_bytes().to_vec()));
+    }
+    if let Ok(s) = value.cast::<pyo3::types::PyString>() {
+        return Ok(Value::Text(s.to_str()?.to_owned()));
+    }
+    if let Ok(f) = value.cast::<pyo3::types::PyFloat>() {
+        return Ok(Value::Real(f.value()));
+    }
+    match value.extract::<i64>() {
+        Ok(i) => Ok(Value::Integer(i)),
+        Err(_) => Err(invalid(format!(
+            "a cell must be None, a 64-bit int, a float, str or bytes, got {}",
+            value.get_type().name()?
+        ))),
+    }
+}
+
 fn cell_to_py(py: Python<'_>, c: &Cell) -> PyResult<Py<PyAny>> {
     Ok(match c {
         Cell::Null => py.None(),
@@ -318,29 +342,35 @@ impl Database {
             .into())
     }
 
-    /// An in-memory copy of this database with `kind` ("sample", "duplicate", "shuffle")
-    /// applied under `seed`, opened with the same hardening (see perturb.rs).
-    #[pyo3(signature = (kind, seed, *, max_bytes = Int::from(crate::perturb::DEFAULT_MAX_BYTES)))]
-    fn perturbed(
-        &self,
+    /// A small in-memory database built from `schema` (the source's CREATE TABLE / INDEX / VIEW
+    /// statements) and `tables` ((name, columns, rows) with None, int, float, str or bytes
+    /// cells), hardened like any other (see memdb.rs). `reverse_scans`: SQLite scans tables in
+    /// reverse order where no ORDER BY says otherwise.
+    #[staticmethod]
+    #[pyo3(signature = (label, schema, tables, *, reverse_scans = false))]
+    fn from_rows(
         py: Python<'_>,
-        kind: &str,
-        seed: Int,
-        max_bytes: Int,
+        label: String,
+        schema: Vec<String>,
+        tables: Vec<(String, Vec<String>, Vec<Vec<Bound<'_, PyAny>>>)>,
+        reverse_scans: bool,
     ) -> PyResult<Database> {
-        let kind = crate::perturb::Perturbation::parse(kind).ok_or_else(|| {
-            invalid(format!(
-                "unknown perturbation {kind:?}: use sample, duplicate, shuffle or nullify"
-            ))
-        })?;
-        let (seed, max_bytes) = (
-            int::<u64>("seed", &seed)?,
-            int::<u64>("max_bytes", &max_bytes)?,
-        );
-        let copy = self.with(py, |gc| {
-            crate::perturb::perturbed_copy(gc, kind, seed, max_bytes)
-        })?;
-        Ok(Database::opened(copy))
+        let mut converted = Vec::with_capacity(tables.len());
+        for (name, columns, rows) in tables {
+            let rows = rows
+                .iter()
+                .map(|row| row.iter().map(cell_from_py).collect::<PyResult<Vec<_>>>())
+                .collect::<PyResult<Vec<_>>>()?;
+            converted.push(crate::memdb::TableRows {
+                name,
+                columns,
+                rows,
+            });
+        }
+        let gc = py
+            .detach(|| crate::memdb::build(&label, &schema, &converted, reverse_scans))
+            .map_err(to_py)?;
+        Ok(Database::opened(gc))
     }
 
     /// Step through the result without reading a value; returns the row count.

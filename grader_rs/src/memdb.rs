@@ -1,0 +1,193 @@
+//! A small in-memory database the core builds from rows it is given: the equivalence check's
+//! witness databases (a few dozen rows each, chosen from the real database by t2sql's own
+//! Python and checked against the database's constraints and invariants before they get here).
+//!
+//! The schema is the source database's own CREATE statements (tables, indexes, views; never
+//! triggers, which would write when a row is inserted), run on a private connection; the rows are
+//! bound as parameters, never spliced into SQL. The connection is then hardened like any other
+//! (`GuardedConnection::harden`, writable: `query_only` on and writes to main refused), so the
+//! model's SQL meets the same policy here as on the real file.
+
+use rusqlite::types::Value;
+use rusqlite::Connection;
+
+use crate::error::{GradeError, Result};
+use crate::guard::GuardedConnection;
+use crate::sqltext;
+
+/// The rows of one table, in the order they are inserted (which is their rowid order where the
+/// table has no INTEGER PRIMARY KEY).
+pub struct TableRows {
+    pub name: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+/// Statement kinds a witness database's schema may hold.
+const SCHEMA_KINDS: [&str; 3] = ["TABLE", "INDEX", "VIEW"];
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The kind of a CREATE statement ("TABLE", "INDEX", "VIEW", "TRIGGER", ...), skipping
+/// TEMP/TEMPORARY/UNIQUE/VIRTUAL; None for anything that is not one CREATE statement.
+fn created_kind(sql: &str) -> Option<String> {
+    let first = sqltext::first_statement(sql)?;
+    if first.keyword != "CREATE" || first.more_statements {
+        return None;
+    }
+    let words = sqltext::tokens(first.text)
+        .filter(|t| t.kind == sqltext::TokenKind::Word)
+        .map(|t| first.text[t.start..t.end].to_ascii_uppercase());
+    words
+        .skip(1)
+        .find(|w| !matches!(w.as_str(), "TEMP" | "TEMPORARY" | "UNIQUE"))
+}
+
+/// Build the database: `schema` (CREATE TABLE / INDEX / VIEW statements; anything else is an
+/// error) then `tables`' rows, with foreign keys unenforced as in the source (the caller keeps
+/// references closed). `reverse_scans` turns on `reverse_unordered_selects`, so a query whose
+/// result depends on the order SQLite happens to scan rows in shows it.
+pub fn build(
+    label: &str,
+    schema: &[String],
+    tables: &[TableRows],
+    reverse_scans: bool,
+) -> Result<GuardedConnection> {
+    let fail = |e: rusqlite::Error| {
+        GradeError::Database(format!("cannot build the database {label}: {e}"))
+    };
+    let mut conn = Connection::open_in_memory().map_err(fail)?;
+    conn.pragma_update(None, "foreign_keys", false)
+        .map_err(fail)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(fail)?;
+    for sql in schema {
+        match created_kind(sql) {
+            Some(kind) if SCHEMA_KINDS.contains(&kind.as_str()) => {
+                conn.execute_batch(sql).map_err(fail)?
+            }
+            _ => {
+                return Err(GradeError::Invalid(format!(
+                    "a witness database's schema holds CREATE TABLE, INDEX or VIEW statements only, got: {}",
+                    sql.chars().take(80).collect::<String>()
+                )))
+            }
+        }
+    }
+    let tx = conn.transaction().map_err(fail)?;
+    for table in tables {
+        if table.columns.is_empty() {
+            continue;
+        }
+        let names: Vec<String> = table.columns.iter().map(|c| quote(c)).collect();
+        let marks = vec!["?"; names.len()].join(", ");
+        let mut insert = tx
+            .prepare(&format!(
+                "INSERT INTO {} ({}) VALUES ({marks})",
+                quote(&table.name),
+                names.join(", ")
+            ))
+            .map_err(fail)?;
+        for row in &table.rows {
+            if row.len() != names.len() {
+                return Err(GradeError::Invalid(format!(
+                    "a row of {} has {} values for {} columns",
+                    table.name,
+                    row.len(),
+                    names.len()
+                )));
+            }
+            insert
+                .execute(rusqlite::params_from_iter(row.iter()))
+                .map_err(fail)?;
+        }
+    }
+    tx.commit().map_err(fail)?;
+    if reverse_scans {
+        conn.pragma_update(None, "reverse_unordered_selects", true)
+            .map_err(fail)?;
+    }
+    GuardedConnection::harden(conn, label.to_string(), true)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use crate::exec;
+    use crate::guard::Budget;
+
+    fn people(rows: &[(i64, &str)]) -> TableRows {
+        TableRows {
+            name: "person".into(),
+            columns: vec!["id".into(), "name".into()],
+            rows: rows
+                .iter()
+                .map(|(id, name)| vec![Value::Integer(*id), Value::Text((*name).into())])
+                .collect(),
+        }
+    }
+
+    const SCHEMA: &str = "CREATE TABLE person (id INTEGER PRIMARY KEY, name TEXT)";
+
+    #[test]
+    fn builds_the_rows_and_answers_queries_under_the_policy() {
+        let db = build(
+            "w",
+            &[
+                SCHEMA.into(),
+                "CREATE INDEX person_name ON person(name)".into(),
+            ],
+            &[people(&[(1, "Ann"), (2, "Bob"), (3, "ann")])],
+            false,
+        )
+        .unwrap();
+        let budget = Budget::new(5.0);
+        let n = exec::count_rows(&db, "SELECT * FROM person WHERE name LIKE 'ann'", &budget);
+        assert_eq!(n.unwrap(), 2);
+        assert!(matches!(
+            db.prepare_checked("DELETE FROM person"),
+            Err(GradeError::Unsafe(_))
+        ));
+        assert!(db.conn.execute("DELETE FROM person", []).is_err());
+    }
+
+    #[test]
+    fn refuses_triggers_and_other_statements_in_the_schema() {
+        for bad in [
+            "CREATE TRIGGER t AFTER INSERT ON person BEGIN SELECT 1; END",
+            "INSERT INTO person VALUES (1, 'x')",
+            "CREATE TABLE a(x); CREATE TABLE b(y)",
+        ] {
+            let got = build("w", &[SCHEMA.into(), bad.into()], &[], false);
+            assert!(matches!(got, Err(GradeError::Invalid(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_constraint_the_rows_break_is_an_error_not_a_silent_drop() {
+        let got = build(
+            "w",
+            &[SCHEMA.into()],
+            &[people(&[(1, "a"), (1, "b")])],
+            false,
+        );
+        assert!(matches!(got, Err(GradeError::Database(m)) if m.contains("UNIQUE")));
+    }
+
+    #[test]
+    fn reverse_scans_reverse_an_unordered_scan() {
+        let rows = [(1, "a"), (2, "b"), (3, "c")];
+        let first = |reverse: bool| {
+            let db = build("w", &[SCHEMA.into()], &[people(&rows)], reverse).unwrap();
+            let name: String = db
+                .conn
+                .query_row("SELECT name FROM person LIMIT 1", [], |r| r.get(0))
+                .unwrap();
+            name
+        };
+        assert_eq!(first(false), "a");
+        assert_eq!(first(true), "c");
+    }
+}
