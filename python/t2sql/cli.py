@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("t2sql.commands.convert", "convert a BIRD-layout data release into miles jsonl"),
     "bench": ("t2sql.commands.bench", "benchmarks of the grading core against its peers"),
     "curriculum": ("t2sql.commands.curriculum", "inspect a saved curriculum state (hint levels, weights, hints)"),
-    "equivalence": ("t2sql.commands.equivalence", "measure the equivalence check on BIRD-layout data"),
+    "equivalence": ("t2sql.commands.equivalence", "the equivalence check: check pairs, list invariants, measure it"),
     "prompt": ("t2sql.commands.prompt", "print the rendered prompt of one task"),
 }
 

@@ -187,13 +187,13 @@ def _verdict_dict(v: Verdict) -> dict:
 
 
 def _count_lines(path: str) -> int:
-    """The non-blank lines of --pairs, as _read_pairs will see them (a line over the cap is one line,
+    """The non-blank lines of --pairs, as read_pairs will see them (a line over the cap is one line,
     read past a chunk at a time, never held whole)."""
     with open(path, "rb") as f:
         return sum(1 for _, raw in raw_lines(f) if raw is None or raw.strip())
 
 
-def _read_pairs(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
+def read_pairs(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
     """(line number, the row or None, what is wrong with it or "") for each non-blank line: t2sql.jsonl
     reads the line (its length, depth, numbers and text bounded), this checks that it is a pair."""
     for lineno, row, problem in json_lines(f):
@@ -369,7 +369,7 @@ class _PairsBatch:
         try:
             with open(self.args.pairs, "rb") as f:
                 read = 0
-                for lineno, row, problem in _read_pairs(f):
+                for lineno, row, problem in read_pairs(f):
                     size, read = f.tell() - read, f.tell()  # this line (and the blank ones before it)
                     while self._running >= self.in_flight:
                         self._slot.clear()

@@ -1,60 +1,60 @@
 """The equivalence check as a reward term: a prediction that matches the gold only by luck of the data
-loses points. The check itself (the copies, their cache, the verdicts) is t2sql.serving.equivalence's.
+loses points. The check itself (the small databases, their invariants, the verdicts) is
+t2sql.serving.equivalence's.
 
 A prediction graded `correct` returned the gold's result on the task's database. That does not make
 it the same query: `SELECT name` where the gold says `SELECT DISTINCT name` matches whenever the
-data happens to hold no duplicate names. The recipe refuted such matches with a verifier (VeriEQL);
-t2sql runs both queries again on K perturbed in-memory copies of the database and refutes the match
-when any copy tells them apart. The copies are made by the trusted core (`Database.perturbed`, with
-its own SQL on a private connection; the model's SQL never touches a writable copy):
-
-  sample     about a third of each table's rows deleted (foreign keys may dangle)
-  duplicate  about a third of each table's rows inserted again under fresh keys (UNIQUE kept)
-  shuffle    in each table, one non-key column's values permuted across rows
-  nullify    in each table, a third of one nullable non-key column's values set to NULL
+data happens to hold no duplicate names; `colour = 'blue'` for `colour = 'Blue'` matches whenever no
+value differs in case alone. The recipe refuted such matches with a verifier (VeriEQL); t2sql runs
+both queries on small databases of the task's database's kind and refutes the match when one tells
+them apart. A right answer must never lose points, so every small database keeps what every real
+database of that kind keeps: the declared constraints (keys, UNIQUE, NOT NULL, foreign keys closed)
+and the invariants mined from its data (no NULL where there is none, no repeat where there is none,
+undeclared references closed, parents that always have children keep one, denormalised copies equal,
+sums that always hold, values of the column's types and formats, identifiers in their letter case;
+t2sql.serving.invariants). A database that breaks one is thrown away before any query sees it.
 
 The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
 
-- Only an episode whose outcome is `correct` is checked. Copy i (0-based) of `equivalence_copies`
-  is kind `KINDS[i % 4]` (sample, duplicate, shuffle, nullify, sample, ...) with a 64-bit seed derived from
-  `equivalence_seed` and i (`copy_plan`). The seeds do not depend on the task, so the copies of a
-  database are built once per process and shared by every task on it.
-- Per copy, the core grades the prediction against the gold as the episode graded it (the task's
-  grading spec: method, float_digits, column order), each query under `equivalence_timeout_s`.
-  Copies run in plan order; the first one that tells the queries apart refutes the match and the
-  rest are not run.
-    match                      the copy agrees: not refuted by it
-    mismatch                   refuted (the results differ)
-    pred_error                 refuted: the gold runs on this valid state of the schema and the
-                               prediction fails on it, so they are not the same query
-    pred_timeout               not informative: speed is not meaning, and the copy's time limit is
-                               shorter than grading's; a slow correct query must not lose points
-    gold_error / gold_timeout  not informative: the copy says nothing about the gold's meaning
-    unsafe                     not informative (cannot follow a match: same SQL, same checks)
-- A refuted match loses `equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the
-  outcome stays `correct` (evaluation still scores it correct; only the training reward changes).
-- Skipped, never refuted: a database larger than `equivalence_max_bytes`, or whose copies would not
-  all fit in the copy cache at once ("too_large"; copies are in memory, and a cache that cannot
-  hold them would rebuild them at every check), a database the core cannot copy
-  ("database_error"), no copy informative ("no_informative_copy").
-- Deterministic: the same (database file, prediction, gold, preset) gives the same verdict.
-- Bounded: at most `equivalence_copies` x 2 queries, each under `equivalence_timeout_s` (the gold's
-  digest on a copy is kept, so a group of samples of one task runs it once per copy); copies are
-  kept in an LRU per process bounded by bytes (1 GiB, `T2SQL_EQUIVALENCE_CACHE_MIB`; with the
-  process or Ray backend, per worker). The whole check runs as one job on one of the episode's
+- Only an episode whose outcome is `correct` is checked, graded on each small database as the
+  episode graded it (the task's grading spec: method, float_digits, column order; a subset method
+  asks only that each predicted row be a gold row there), each query under `equivalence_timeout_s`.
+- The small databases: those built for the pair (the real rows each query joins and keeps, and those
+  meeting all but one of its conditions, closed under the references; values at and beside each
+  literal; duplicates under fresh keys; NULLs; integer keys renumbered) and the database's suite
+  (`equivalence_suite_size` small databases distilled against neighbour queries, built once per
+  database file and kept on disk). The gold's are prepared once and shared by every prediction of
+  its task.
+- Per small database:
+    match                      agrees: not refuted by it
+    mismatch / pred_error      refutes, when it holds on the database's mirror too (the rows in
+                               reverse order, SQLite's unordered scans reversed), neither query's
+                               result changes there, and no ORDER BY ... LIMIT keeps one of tied rows
+                               (a result that is a choice proves nothing)
+    anything else              not informative (a timeout, a gold that fails there, ...)
+  The first database that refutes is the witness: shrunk to as few rows as still refute, shown as
+  INSERT statements with both queries' results there.
+- A refuted match loses `equivalence_penalty` (the recipe's 0.2; the shipped recipe preset holds 0
+  until the check meets its targets, see PRESET_NOTES); the outcome stays `correct` (evaluation still
+  scores it correct; only the training reward changes).
+- Skipped, never refuted: a schema no small database can be built from ("unsupported_schema", a
+  virtual table), a database that cannot be read ("database_error"), no informative database
+  ("no_informative_database").
+- Deterministic: the same (database file, prediction, gold, preset) gives the same verdict and
+  witness.
+- Bounded: one check stops trying databases after `equivalence_budget_s`; each query on a small
+  database runs under `equivalence_timeout_s`; the check is one job on one of the episode's
   Grader's SQL workers (`Grader.equivalence`), so it counts against the Grader's one concurrency
-  limit like a tool call or a grade; its SQL runs with the GIL released, never on the event loop,
-  and a cancelled episode interrupts it.
+  limit, runs with the GIL released, never on the event loop, and a cancelled episode interrupts it.
 
-Metrics added to the episode (every episode scored with the term on):
-  equivalence_checked (1.0 when at least one copy was informative), equivalence_refuted (1.0/0.0),
-  equivalence_copy ("kind:seed" of the refuting copy, else ""), equivalence_skipped_reason ("" or
-  not_correct / too_large / database_error / no_informative_copy / no_task),
-  equivalence_copies_run (informative copies), equivalence_elapsed_s.
+Metrics added to the episode (every episode scored with the term on): equivalence_checked,
+equivalence_refuted, equivalence_skipped_reason ("" or not_correct / unsupported_schema /
+database_error / no_informative_database / no_task), equivalence_databases (small databases tried),
+equivalence_elapsed_s, equivalence_witness (the witness as text, "" when not refuted).
 
-`t2sql equivalence --measure --data dev.json --db-root DIR`
-(t2sql.commands.equivalence) measures the check on BIRD-layout data: derived false-positive pairs
-refuted, gold against itself and equivalent rewrites never refuted.
+`t2sql equivalence --measure --data dev.json --db-root DIR` (t2sql.bench.equivalence) measures both
+errors per kind; `t2sql equivalence --pairs FILE` checks given pairs; `--invariants --db FILE` lists
+what a database's small databases keep.
 """
 
 from __future__ import annotations

@@ -100,10 +100,10 @@ class Preset:
     ngram_repetition_penalty: float
     repeated_turn_penalty: float
     # -- the equivalence check (t2sql.episode.equivalence reads them; on when equivalence_penalty > 0)
-    equivalence_copies: int  # perturbed copies per correct episode: sample, duplicate, shuffle, nullify, sample, ...
-    equivalence_seed: int  # the copies' seeds derive from it (not from the task: copies are shared)
-    equivalence_max_bytes: int  # larger databases are not copied into memory: the check is skipped
-    equivalence_timeout_s: float  # per query on a copy
+    equivalence_suite_size: int  # small databases in a database's suite (besides those built for each pair)
+    equivalence_seed: int  # the small databases' random draws derive from it (and the database's identity)
+    equivalence_timeout_s: float  # per query on a small database
+    equivalence_budget_s: float  # one whole check: past it no further small database is tried
     # -- thresholds of the repetition guards (t2sql.episode.guards reads them)
     repetition_ngram_n: int  # word n-grams compared inside one turn
     repetition_ngram_share: float  # a turn is repetitive at this share of repeated n-grams
@@ -134,11 +134,11 @@ class Preset:
                 problems.append(f"{f} must be in (0, 1]")
         if self.example_values < 0:
             problems.append("example_values must be >= 0")
-        if self.equivalence_copies < 1 or self.equivalence_max_bytes < 1:
-            problems.append("equivalence_copies and equivalence_max_bytes must be >= 1")
+        if self.equivalence_suite_size < 0:
+            problems.append("equivalence_suite_size must be >= 0")
         if not 0 <= self.equivalence_seed < 1 << 64:
             problems.append("equivalence_seed must be in [0, 2**64)")
-        for f in ("tool_timeout_s", "grade_timeout_s", "equivalence_timeout_s"):
+        for f in ("tool_timeout_s", "grade_timeout_s", "equivalence_timeout_s", "equivalence_budget_s"):
             if not getattr(self, f) > 0:
                 problems.append(f"{f} must be > 0")
         if self.loss not in LOSSES:
@@ -263,10 +263,10 @@ _RECIPE = Preset(
     penalties_below_floor=False,
     # The recipe's number is 0.2; off until the check meets its targets (PRESET_NOTES says why).
     equivalence_penalty=0.0,
-    equivalence_copies=6,  # 24.2% of derived false positives on BIRD dev refuted, no equivalent rewrite
+    equivalence_suite_size=8,
     equivalence_seed=20250601,
-    equivalence_max_bytes=128 * 1024 * 1024,  # 6 copies of the largest fit the 1 GiB copy cache
-    equivalence_timeout_s=10.0,
+    equivalence_timeout_s=2.0,  # a small database holds a few dozen rows: any query is done in ms
+    equivalence_budget_s=10.0,
     # The repetition guards (t2sql.episode.guards), off per counted event; our numbers, not the recipe's.
     redraft_penalty=0.1,
     repeated_tool_query_penalty=0.05,  # like an invalid call: a call spent to learn nothing

@@ -1,69 +1,84 @@
-"""The equivalence check's machinery: perturbed copies, their cache, and the check itself.
+"""The equivalence check's machinery: small databases of the real one's kind, and the check on them.
 
-The rules (which copies, what each verdict on a copy means, when the check is skipped) are stated
-in t2sql.episode.equivalence, which also holds the reward term. This module runs the check in the
-calling thread (`EquivalenceChecker.check_sync`); `Grader.equivalence` runs that on one of the
-Grader's SQL workers, so the check's SQL counts against the Grader's one concurrency limit. With
-the thread backend the process keeps one copy cache; a worker process or Ray actor keeps its own.
+The rules (when the check runs, what a verdict on a small database means, the reward term) are stated
+in t2sql.episode.equivalence. This module runs one check in the calling thread
+(`EquivalenceChecker.check_sync`); `Grader.equivalence` runs that on one of the Grader's SQL workers,
+so its SQL counts against the Grader's one concurrency limit.
+
+A check tries two kinds of small databases (t2sql.serving.smalldb), each a few dozen rows that keep
+every declared constraint and every invariant mined from the real data (t2sql.serving.invariants):
+
+- targeted ones, built for this pair: the real rows each query joins and keeps, the real rows that
+  meet all but one of its WHERE's conditions, rows holding its literals, all closed under the
+  database's references; then those rows with values at and beside each literal (the literal, one
+  above and below, another case, inside a longer text, a later time of the same day), NULL where
+  the column holds NULLs, duplicated under fresh keys, and with integer keys renumbered;
+- the database's suite: small databases drawn from random real rows and their variants, distilled
+  greedily against neighbour queries derived from the schema (a test-suite approach), built once per
+  database file and kept on disk (t2sql.serving.invariants.cache_dir()).
+
+A small database refutes the match when the queries' results there differ (or the prediction fails
+where the gold runs), on it and on its mirror (the rows in reverse order, SQLite's unordered scans
+reversed), with neither result depending on which of tied rows an ORDER BY ... LIMIT keeps. The
+first that does is the witness: its rows as INSERT statements and both results there.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
-import os
+import itertools
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import t2sql
 from t2sql._grader import GradeSpec
-from t2sql.errors import DatabaseTooLarge, EquivalenceError
-from t2sql.serving.manifest import file_identity
+from t2sql.errors import EquivalenceError
+from t2sql.serving.diskcache import DiskCache, database_key
+from t2sql.serving.invariants import Invariants
+from t2sql.serving.mining import InvariantStore
 
-KINDS: tuple[str, ...] = ("sample", "duplicate", "shuffle", "nullify")
+# Re-exported for the callers that read verdict kinds here.
+from t2sql.serving.refutation import AGREEING, REFUTING, Prepared, Trial, refutes, shrink  # noqa: E402,F401  (kept beside the check they name)
+from t2sql.serving.sampling import RealRows
+from t2sql.serving.smalldb import SmallDb
+from t2sql.serving.suites import SUITE_VERSION, build_suite, suite_from_json, suite_to_json
+from t2sql.serving.targeted import Covered, realistic, targeted
 
-# Verdict outcomes on a copy, by what they say about the pair (see the module doc).
-REFUTING = frozenset({"mismatch", "pred_error"})
-AGREEING = frozenset({"match"})
-# Everything else (pred_timeout, gold_error, gold_timeout, unsafe) is not informative.
+SKIP_REASONS = ("not_correct", "unsupported_schema", "database_error", "no_informative_database", "no_task")
 
-SKIP_REASONS = ("not_correct", "too_large", "database_error", "no_informative_copy", "no_task")
+GOLD_CASES = 256  # golds whose prepared small databases a checker keeps (a task's samples share one)
 
-# The per-process copy cache: bytes are the real bound (1 GiB); the count only caps bookkeeping.
-DEFAULT_CACHE_COPIES = 64
-DEFAULT_CACHE_BYTES = 1 << 30
-CACHE_MIB_ENV = "T2SQL_EQUIVALENCE_CACHE_MIB"  # the process's copy cache size, for big databases
-
+TARGETED_QUERIES = 1024  # queries whose targeted small databases a checker keeps (samples repeat queries)
 
 @dataclass(frozen=True)
 class EquivalenceConfig:
-    copies: int
-    seed: int
-    max_bytes: int
-    # How each copy is graded: the task's method, float digits and column order, each query under
-    # the spec's timeout (a preset's equivalence_timeout_s).
+    suite_size: int  # small databases kept in a database's suite
+    seed: int  # what the random draws derive from (with the database's identity)
+    budget_s: float  # the whole check: past it no further small database is tried
+    # How each small database is graded: the task's method, float digits and column order, each query
+    # under the spec's timeout (a preset's equivalence_timeout_s).
     spec: GradeSpec = GradeSpec()
 
     def __post_init__(self) -> None:
-        if self.copies < 1:
-            raise EquivalenceError(f"equivalence copies must be >= 1, got {self.copies}")
+        if self.suite_size < 0:
+            raise EquivalenceError(f"equivalence suite size must be >= 0, got {self.suite_size}")
         if not 0 <= self.seed < 1 << 64:
             raise EquivalenceError(f"equivalence seed must be in [0, 2**64), got {self.seed}")
-        if self.max_bytes < 1:
-            raise EquivalenceError(f"equivalence max_bytes must be >= 1, got {self.max_bytes}")
+        if not self.budget_s > 0:
+            raise EquivalenceError(f"equivalence budget must be > 0 seconds, got {self.budget_s}")
 
     @classmethod
     def from_preset(cls, preset: Any, spec: GradeSpec | None = None) -> EquivalenceConfig:
         """The check for a task under `preset`, graded as the task's own grade was (`spec`: its
-        grading spec's method, float digits and column order; None: the preset's own, for a task
-        without a method), each query on a copy under equivalence_timeout_s."""
+        grading spec's method, float digits and column order; None: the preset's own), each query on a
+        small database under equivalence_timeout_s."""
         return cls(
-            copies=preset.equivalence_copies,
+            suite_size=preset.equivalence_suite_size,
             seed=preset.equivalence_seed,
-            max_bytes=preset.equivalence_max_bytes,
+            budget_s=preset.equivalence_budget_s,
             spec=GradeSpec(spec.method if spec else preset.method_for(None),
                            float_digits=spec.float_digits if spec else preset.float_digits,
                            column_order=spec.column_order if spec else preset.column_order,
@@ -71,45 +86,35 @@ class EquivalenceConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The configuration as plain JSON (what `t2sql equivalence --measure` reports)."""
         spec = self.spec
-        return {"copies": self.copies, "seed": self.seed, "max_bytes": self.max_bytes, "timeout_s": spec.timeout_s,
-                "semantics": spec.method, "float_digits": spec.float_digits, "column_order": spec.column_order}
-
-
-def copy_seed(seed: int, index: int) -> int:
-    """The 64-bit seed of copy `index` under the preset seed `seed` (stable across versions)."""
-    digest = hashlib.blake2b(f"t2sql-equivalence:{seed}:{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
-def copy_plan(copies: int, seed: int) -> list[tuple[str, int]]:
-    """(kind, seed) of every copy, in the order they are run."""
-    return [(KINDS[i % len(KINDS)], copy_seed(seed, i)) for i in range(copies)]
-
+        return {"suite_size": self.suite_size, "seed": self.seed, "budget_s": self.budget_s,
+                "timeout_s": spec.timeout_s, "semantics": spec.method, "float_digits": spec.float_digits,
+                "column_order": spec.column_order}
 
 @dataclass(frozen=True)
-class CopyVerdict:
-    kind: str
-    seed: int
-    outcome: str  # the core's verdict outcome on this copy
-    detail: str
-    refutes: bool
-    informative: bool
-    elapsed_s: float
+class Witness:
+    """A small database where the two queries differ: its rows as INSERT statements (the schema is the
+    real database's), how it was made, and what each query returns there."""
 
-    @property
-    def name(self) -> str:
-        return f"{self.kind}:{self.seed}"
+    database: str
+    rows: int
+    made_by: str
+    gold_result: str
+    pred_result: str
+    detail: str  # the verdict there ("row count 3 vs 4 (multiset)", the prediction's error, ...)
 
+    def to_text(self) -> str:
+        return (f"-- witness ({self.rows} rows; {self.made_by}): {self.detail}\n{self.database}\n"
+                f"-- gold returns:\n{self.gold_result}\n-- prediction returns:\n{self.pred_result}")
 
 @dataclass(frozen=True)
 class EquivalenceReport:
-    checked: bool  # at least one copy was informative
+    checked: bool  # at least one small database was informative
     refuted: bool
-    refuting_copy: str | None  # "kind:seed"
     skipped_reason: str | None  # one of SKIP_REASONS, or None when checked
-    copies: tuple[CopyVerdict, ...] = ()
+    witness: Witness | None = None
+    databases: int = 0  # small databases tried
+    informative: int = 0  # of them, those where both queries ran and nothing made the verdict uncertain
     detail: str = ""
     elapsed_s: float = 0.0
 
@@ -117,105 +122,69 @@ class EquivalenceReport:
         return {
             "equivalence_checked": 1.0 if self.checked else 0.0,
             "equivalence_refuted": 1.0 if self.refuted else 0.0,
-            "equivalence_copy": self.refuting_copy or "",
             "equivalence_skipped_reason": self.skipped_reason or "",
-            "equivalence_copies_run": float(sum(c.informative for c in self.copies)),
+            "equivalence_databases": float(self.databases),
             "equivalence_elapsed_s": round(self.elapsed_s, 4),
+            "equivalence_witness": self.witness.to_text() if self.witness else "",
         }
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+def skipped(reason: str, detail: str = "", elapsed_s: float = 0.0) -> EquivalenceReport:
+    return EquivalenceReport(False, False, reason, None, 0, 0, detail, elapsed_s)
 
-def skipped(reason: str, detail: str = "") -> EquivalenceReport:
-    return EquivalenceReport(False, False, None, reason, (), detail, 0.0)
+class GoldCase:
+    """What every prediction of one gold is tried on: the gold's targeted databases and the suite, built
+    in the core with the gold's digest on each."""
 
+    def __init__(self, prepared: list[Prepared], covered: Covered):
+        self.prepared = prepared
+        self.covered = covered
+        self.keys = {p.db.key() for p in prepared}
+        self.lock = threading.Lock()
 
-# ---------------------------------------------------------------------------------- the copy cache
+    def close(self) -> None:
+        for p in self.prepared:
+            p.close()
 
+class EquivalenceChecker:
+    """The check over the databases' invariants, real rows and suites, each kept per database file; one
+    per process is enough (`default_checker()`). It runs in the calling thread."""
 
-# Gold digests kept per copy: a group of 16 samples of one task grades against the same gold.
-GOLDS_PER_COPY = 4096
-
-
-@dataclass
-class CopyEntry:
-    db: Any  # t2sql.Database, the perturbed copy
-    nbytes: int
-    golds: OrderedDict = field(default_factory=OrderedDict)  # (gold, semantics, digits, secret) -> Digest
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def gold(self, key: tuple) -> Any:
-        with self.lock:
-            digest = self.golds.get(key)
-            if digest is not None:
-                self.golds.move_to_end(key)
-            return digest
-
-    def keep_gold(self, key: tuple, digest: Any) -> None:
-        with self.lock:
-            self.golds[key] = digest
-            while len(self.golds) > GOLDS_PER_COPY:
-                self.golds.popitem(last=False)
-
-
-def _copy_bytes(file_size: int, kind: str) -> int:
-    """Estimated memory of one copy: the file, plus up to a third more rows for a duplicate."""
-    return file_size + (file_size // 3 if kind == "duplicate" else 0)
-
-
-class CopyCache:
-    """Perturbed copies by (file identity, kind, seed): an LRU bounded by count and bytes.
-
-    Thread-safe; concurrent requests for the same copy share one build. The bytes of a copy are
-    estimated from the file size (a duplicate copy grows by up to a third)."""
-
-    def __init__(self, max_copies: int = DEFAULT_CACHE_COPIES, max_bytes: int = DEFAULT_CACHE_BYTES):
-        if max_copies < 1 or max_bytes < 1:
-            raise EquivalenceError("the copy cache needs room for at least one copy")
-        self.max_copies = max_copies
-        self.max_bytes = max_bytes
+    def __init__(self, *, invariants: InvariantStore | None = None, disk: DiskCache | None = None,
+                 keep_databases: int = 16):
+        self.disk = disk if disk is not None else DiskCache()
+        self.invariants = invariants if invariants is not None else InvariantStore(self.disk)
+        self.keep = keep_databases
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple, CopyEntry] = OrderedDict()
+        self._real: OrderedDict[str, RealRows] = OrderedDict()
+        self._suites: OrderedDict[tuple, list[SmallDb]] = OrderedDict()
+        self._golds: OrderedDict[tuple, GoldCase] = OrderedDict()
+        self._targeted: OrderedDict[tuple, list[SmallDb]] = OrderedDict()
         self._building: dict[tuple, concurrent.futures.Future] = {}
-        self.builds = 0
-        self.hits = 0
-        self.evictions = 0
-        self.build_s = 0.0
+        self.suite_builds = 0
+        self.suite_build_s = 0.0
 
-    def __len__(self) -> int:
+    def real_rows(self, path: str, inv: Invariants) -> RealRows:
+        key = database_key(path)
         with self._lock:
-            return len(self._entries)
+            real = self._real.get(key)
+            if real is not None:
+                self._real.move_to_end(key)
+                return real
+            real = self._real[key] = RealRows(path, inv)
+            while len(self._real) > self.keep:
+                self._real.popitem(last=False)[1].close()
+            return real
 
-    @property
-    def nbytes(self) -> int:
+    def suite(self, path: str, inv: Invariants, real: RealRows, config: EquivalenceConfig) -> list[SmallDb]:
+        key = (database_key(path), config.suite_size, config.seed)
         with self._lock:
-            return sum(e.nbytes for e in self._entries.values())
-
-    def get(self, db_path: str, kind: str, seed: int, *, max_bytes: int) -> Any:
-        """The copy (a t2sql.Database), built now if needed. Raises DatabaseTooLarge when the file
-        is above `max_bytes`, t2sql.DatabaseError when it cannot be read or copied."""
-        return self.entry(db_path, kind, seed, max_bytes=max_bytes).db
-
-    def entry(self, db_path: str, kind: str, seed: int, *, max_bytes: int) -> CopyEntry:
-        """The copy with its gold digests (see `get`)."""
-        if kind not in KINDS:
-            raise EquivalenceError(f"unknown perturbation {kind!r}; use one of {', '.join(KINDS)}")
-        try:
-            identity = file_identity(db_path)
-        except OSError as e:
-            raise t2sql.DatabaseError(f"cannot read database file {db_path}: {e}") from None
-        if identity.size > max_bytes:
-            raise DatabaseTooLarge(
-                f"database {db_path} is {identity.size} bytes, above equivalence_max_bytes={max_bytes}"
-            )
-        key = (os.path.realpath(db_path), identity, kind, seed)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-                self.hits += 1
-                return entry
+            got = self._suites.get(key)
+            if got is not None:
+                self._suites.move_to_end(key)
+                return got
             pending = self._building.get(key)
             owner = pending is None
             if owner:
@@ -223,20 +192,29 @@ class CopyCache:
         if not owner:
             return pending.result()
         try:
-            started = time.perf_counter()
-            try:
-                db = t2sql.Database(db_path).perturbed(kind, seed, max_bytes=max_bytes)
-            except ValueError as e:  # the core's own size check (the file grew since the stat)
-                raise DatabaseTooLarge(str(e)) from None
-            nbytes = _copy_bytes(identity.size, kind)
-            entry = CopyEntry(db, nbytes)
+            name = f"{key[0]}.suite-v{SUITE_VERSION}-{config.suite_size}-{config.seed}.json"
+            data = self.disk.load(name)
+            suite = None
+            if isinstance(data, dict) and isinstance(data.get("suite"), list):
+                try:
+                    suite = suite_from_json(inv, data["suite"])
+                    if any(db.problems() for db in suite):
+                        suite = None  # made under other invariants: build it again
+                except (KeyError, TypeError, ValueError):
+                    suite = None
+            if suite is None:
+                started = time.perf_counter()
+                suite = build_suite(real, inv, size=config.suite_size, seed=config.seed)
+                with self._lock:
+                    self.suite_builds += 1
+                    self.suite_build_s += time.perf_counter() - started
+                self.disk.store(name, {"suite": suite_to_json(suite)})
             with self._lock:
-                self.builds += 1
-                self.build_s += time.perf_counter() - started
-                self._entries[key] = entry
-                self._evict()
-            pending.set_result(entry)
-            return entry
+                self._suites[key] = suite
+                while len(self._suites) > self.keep:
+                    self._suites.popitem(last=False)
+            pending.set_result(suite)
+            return suite
         except BaseException as e:
             pending.set_exception(e)
             raise
@@ -244,101 +222,109 @@ class CopyCache:
             with self._lock:
                 self._building.pop(key, None)
 
-    def _evict(self) -> None:
-        # Called with the lock held; the newest entry always stays.
-        while len(self._entries) > 1 and (
-            len(self._entries) > self.max_copies or sum(e.nbytes for e in self._entries.values()) > self.max_bytes
-        ):
-            self._entries.popitem(last=False)
-            self.evictions += 1
-
-    def clear(self) -> None:
+    def targeted(self, db_path: str, inv: Invariants, real: RealRows, sql: str, seed: int,
+                 covered: Covered | None = None) -> tuple[list[SmallDb], Covered]:
+        """`targeted` kept per (database, query, seed, what the gold covers): a task's samples repeat
+        queries."""
+        key = (database_key(db_path), sql, seed, covered.key() if covered is not None else None)
         with self._lock:
-            self._entries.clear()
-
-    def stats(self) -> dict[str, Any]:
+            got = self._targeted.get(key)
+            if got is not None:
+                self._targeted.move_to_end(key)
+                return got
+        got = targeted(real, inv, sql, seed, covered)
         with self._lock:
-            return {
-                "copies": len(self._entries),
-                "bytes": sum(e.nbytes for e in self._entries.values()),
-                "builds": self.builds,
-                "hits": self.hits,
-                "evictions": self.evictions,
-                "build_s": round(self.build_s, 3),
-            }
+            self._targeted[key] = got
+            while len(self._targeted) > TARGETED_QUERIES:
+                self._targeted.popitem(last=False)
+        return got
 
-
-# ---------------------------------------------------------------------------------- the checker
-
-
-class EquivalenceChecker:
-    """The check over a copy cache; one per process is enough (`default_checker()`). It runs in
-    the calling thread: `Grader.equivalence` calls it on one of the Grader's SQL workers."""
-
-    def __init__(self, *, cache: CopyCache | None = None):
-        self.cache = cache if cache is not None else CopyCache()  # an empty cache is falsy (len 0)
+    def gold_case(self, db_path: str, inv: Invariants, real: RealRows, gold_sql: str,
+                  config: EquivalenceConfig, cancel: Any = None) -> GoldCase:
+        """The gold's targeted databases and the suite, prepared once per (database, gold, grading spec)."""
+        spec = config.spec
+        key = (database_key(db_path), gold_sql, spec.method, spec.float_digits, spec.column_order,
+               config.suite_size, config.seed)
+        with self._lock:
+            case = self._golds.get(key)
+            if case is not None:
+                self._golds.move_to_end(key)
+                return case
+        dbs, covered = self.targeted(db_path, inv, real, gold_sql, config.seed)
+        dbs = dbs + self.suite(db_path, inv, real, config)
+        case = GoldCase([Prepared(db, gold_sql, spec, cancel) for db in realistic(dbs)], covered)
+        with self._lock:
+            self._golds[key] = case
+            while len(self._golds) > GOLD_CASES:
+                self._golds.popitem(last=False)[1].close()
+        return case
 
     def check_sync(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig,
                    *, cancel: Any = None) -> EquivalenceReport:
         """The check, in the calling thread; `cancel` (a t2sql.Cancel) interrupts its SQL."""
         started = time.perf_counter()
-        verdicts: list[CopyVerdict] = []
-        try:
-            size = os.path.getsize(db_path)
-        except OSError as e:
-            return _done(False, None, "database_error", verdicts, f"cannot read database file {db_path}: {e}", started)
-        needed = sum(_copy_bytes(size, kind) for kind, _ in copy_plan(config.copies, config.seed))
-        if needed > self.cache.max_bytes:
-            # All copies of one database must fit at once, or every check would rebuild them.
-            return _done(False, None, "too_large", verdicts,
-                         f"{config.copies} copies of {db_path} ({size} bytes each) need about {needed} bytes, "
-                         f"above the copy cache's {self.cache.max_bytes}", started)
-        spec = config.spec
-        gold_key = (gold_sql, spec.method, spec.float_digits, spec.column_order, t2sql.hash_secret_id())
-        for kind, seed in copy_plan(config.copies, config.seed):
-            try:
-                copy = self.cache.entry(db_path, kind, seed, max_bytes=config.max_bytes)
-            except DatabaseTooLarge as e:
-                return _done(False, None, "too_large", verdicts, str(e), started)
-            except t2sql.T2sqlError as e:
-                return _done(False, None, "database_error", verdicts, str(e), started)
-            t0 = time.perf_counter()
-            try:
-                outcome, detail = self._grade_on(copy, pred_sql, gold_sql, gold_key, config, cancel)
-            except t2sql.QueryCancelled:
-                raise
-            except t2sql.DatabaseError as e:
-                return _done(False, None, "database_error", verdicts, str(e), started)
-            except t2sql.HashSecretMismatch as e:  # the process's secret changed between digest and grade
-                outcome, detail = "gold_error", f"gold digest not comparable: {e}"
-            verdict = CopyVerdict(kind, seed, outcome, detail, outcome in REFUTING,
-                                  outcome in REFUTING or outcome in AGREEING, time.perf_counter() - t0)
-            verdicts.append(verdict)
-            if verdict.refutes:
-                return _done(True, verdict.name, None, verdicts, detail, started)
-        if not any(v.informative for v in verdicts):
-            return _done(False, None, "no_informative_copy", verdicts,
-                         "; ".join(f"{v.name}: {v.outcome}" for v in verdicts), started)
-        return _done(False, None, None, verdicts, "", started)
 
-    @staticmethod
-    def _grade_on(copy: CopyEntry, pred_sql: str, gold_sql: str, gold_key: tuple, config: EquivalenceConfig,
-                  cancel: Any) -> tuple[str, str]:
-        """(verdict outcome, detail) on one copy; the gold's digest on it is computed once."""
-        digest = copy.gold(gold_key)
-        if digest is None:
-            try:
-                digest = copy.db.digest(gold_sql, config.spec, cancel=cancel)
-            except t2sql.QueryTimeout as e:
-                return "gold_timeout", f"gold query timed out: {e}"
-            except (t2sql.SqlError, t2sql.UnsafeQuery) as e:
-                return "gold_error", f"gold query failed: {e}"
-            copy.keep_gold(gold_key, digest)  # failures are not kept: the next check tries again
-        v = copy.db.grade_against(pred_sql, digest, config.spec.timeout_s, cancel=cancel)
-        return v.outcome, v.detail
+        def done(**kw: Any) -> EquivalenceReport:
+            return EquivalenceReport(elapsed_s=time.perf_counter() - started, **kw)
+
+        try:
+            inv = self.invariants.get(db_path)
+            if inv.unsupported:
+                return done(checked=False, refuted=False, skipped_reason="unsupported_schema",
+                            detail=f"no small database can be built: {inv.unsupported}")
+            real = self.real_rows(db_path, inv)
+            case = self.gold_case(db_path, inv, real, gold_sql, config, cancel)
+            own = [db for db in self.targeted(db_path, inv, real, pred_sql, config.seed, case.covered)[0]
+                   if db.key() not in case.keys]
+        except t2sql.QueryCancelled:
+            raise
+        except t2sql.T2sqlError as e:
+            return done(checked=False, refuted=False, skipped_reason="database_error", detail=str(e))
+        tried = informative = 0
+        uncertain: list[str] = []
+        fresh: list[Prepared] = []
+        try:
+            candidates = itertools.chain(case.prepared, (fresh.append(Prepared(db, gold_sql, config.spec, cancel))
+                                                         or fresh[-1] for db in own))
+            for prepared in candidates:
+                if time.perf_counter() - started > config.budget_s and tried:
+                    break
+                tried += 1
+                trial = Trial(prepared, pred_sql, gold_sql, cancel)
+                verdict, detail = refutes(trial)
+                if verdict == "agrees":
+                    informative += 1
+                elif verdict == "uncertain":
+                    uncertain.append(detail)
+                else:
+                    informative += 1
+                    smallest = shrink(trial, config.spec)
+                    gold_text, pred_text = smallest.results_text()
+                    witness = Witness(smallest.db.to_sql(), smallest.db.size, smallest.db.note, gold_text, pred_text,
+                                      refutes(smallest)[1])
+                    if smallest is not trial:
+                        smallest.prepared.close()
+                    return done(checked=True, refuted=True, skipped_reason=None, witness=witness, databases=tried,
+                                informative=informative, detail=witness.detail)
+        finally:
+            for p in fresh:
+                p.close()
+        if not informative:
+            why = "; ".join(dict.fromkeys(uncertain)) or "no small database could be built"
+            return done(checked=False, refuted=False, skipped_reason="no_informative_database",
+                        databases=tried, detail=why)
+        return done(checked=True, refuted=False, skipped_reason=None, databases=tried, informative=informative)
 
     def close(self) -> None:
-        self.cache.clear()
+        with self._lock:
+            for real in self._real.values():
+                real.close()
+            self._real.clear()
+            self._suites.clear()
+            for case in self._golds.values():
+                case.close()
+            self._golds.clear()
+            self._targeted.clear()
 
     def __enter__(self) -> EquivalenceChecker:
         return self
@@ -346,28 +332,15 @@ class EquivalenceChecker:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def _done(refuted: bool, copy_name: str | None, reason: str | None, verdicts: list[CopyVerdict], detail: str,
-          started: float) -> EquivalenceReport:
-    checked = any(v.informative for v in verdicts)
-    return EquivalenceReport(checked, refuted, copy_name, reason, tuple(verdicts), detail,
-                             time.perf_counter() - started)
-
-
 _default: EquivalenceChecker | None = None
+
 _default_lock = threading.Lock()
 
-
 def default_checker() -> EquivalenceChecker:
-    """The process's checker (created at first use), whose copy cache every check in this process
-    shares."""
+    """The process's checker (created at first use): every check in this process shares its
+    invariants, real rows and suites."""
     global _default
     with _default_lock:
         if _default is None:
-            mib = os.environ.get(CACHE_MIB_ENV)
-            try:
-                cache_bytes = int(mib) * 1024 * 1024 if mib else DEFAULT_CACHE_BYTES
-            except ValueError:
-                raise EquivalenceError(f"{CACHE_MIB_ENV}={mib!r}: give the copy cache's size in MiB") from None
-            _default = EquivalenceChecker(cache=CopyCache(max_bytes=cache_bytes))
+            _default = EquivalenceChecker()
         return _default

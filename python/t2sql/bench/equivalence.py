@@ -1,0 +1,182 @@
+"""Measuring the equivalence check (`t2sql equivalence --measure`): both of its errors, per kind.
+
+From every gold query two sets of pairs are derived and kept only when they match on the real database
+(the matches a grader calls correct):
+
+- false positives (MUTATIONS): edits that change the query's meaning but, on today's data, often not
+  its result; a check should refute them;
+- equivalent rewrites (REWRITES): edits that keep the meaning on every database of this kind (the
+  declared schema and the invariants mined from the data); a check must never refute them.
+
+A derived false positive that is equivalent under the declared schema and the mined invariants (DISTINCT
+over a key, COUNT(col) of a never-NULL column, `=` vs `LIKE` of a literal without letters, ...) is not
+a false positive: `label` moves it to the equivalent side, so both tables count what they say.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import t2sql
+from t2sql.bench.equivalence_labels import label
+from t2sql.bench.equivalence_pairs import MUTATIONS, REWRITES, derive_mutations, derive_rewrites
+from t2sql.progress import Progress
+from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.tasks import database_path
+
+__all__ = ["MUTATIONS", "REWRITES", "derive_mutations", "derive_rewrites", "format_measurement", "label", "measure"]
+
+@dataclass
+class MeasureRow:
+    kind: str  # "false_positive" | "equivalent"
+    category: str
+    candidates: int = 0  # derived
+    kept: int = 0  # match on the real database (the pairs measured)
+    refuted: int = 0
+    skipped: int = 0  # check skipped (no informative database, ...)
+    by_db: dict[str, list[int]] = field(default_factory=dict)  # db_id -> [pairs, refuted]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig, *, concurrency: int = 2,
+            examples: int = 3, progress: bool = True, checker: EquivalenceChecker | None = None) -> dict[str, Any]:
+    """Derive the pairs from every gold in `rows` (BIRD questions), keep those that match on the real
+    database, run the check on each; per kind: pairs, refuted, skipped."""
+    local = threading.local()
+    own = checker is None
+    checker = checker if checker is not None else EquivalenceChecker()
+
+    def original(path: str):
+        dbs = getattr(local, "dbs", None)
+        if dbs is None:
+            dbs = local.dbs = {}
+        if path not in dbs:
+            dbs[path] = t2sql.Database(path)
+        return dbs[path]
+
+    table: dict[tuple[str, str], MeasureRow] = {}
+    for cat in MUTATIONS:
+        table[("false_positive", cat)] = MeasureRow("false_positive", cat)
+    for cat in REWRITES:
+        table[("equivalent", cat)] = MeasureRow("equivalent", cat)
+    refuted_equivalent: list[dict[str, Any]] = []
+    not_matching: list[dict[str, Any]] = []
+    samples: dict[str, list[dict[str, Any]]] = {}
+    missed: dict[str, list[dict[str, Any]]] = {}
+    lock = threading.Lock()
+    check_times: list[float] = []
+
+    def one(row: dict[str, Any]) -> None:
+        db_path = str(database_path(db_root, row["db_id"]))
+        gold = row["SQL"]
+        db = original(db_path)
+        inv = checker.invariants.get(db_path)
+        real = checker.real_rows(db_path, inv)
+        try:
+            n = db.count_rows(gold, config.spec.timeout_s)
+        except t2sql.T2sqlError:
+            n = None
+        pairs = []
+        for cat, sql in derive_mutations(gold, n, inv, real.rows):
+            if label(cat, gold, sql, inv, real.rows) == "equivalent":
+                pairs.append(("equivalent", "derived_equivalent", sql, cat))
+            else:
+                pairs.append(("false_positive", cat, sql, cat))
+        pairs += [("equivalent", c, s, c) for c, s in derive_rewrites(gold, inv)]
+        for kind, cat, pred, origin in pairs:
+            v = db.grade(pred, gold, config.spec)
+            entry = {"question_id": row.get("question_id"), "db_id": row["db_id"], "kind": origin,
+                     "gold": gold, "pred": pred}
+            with lock:
+                table[(kind, cat)].candidates += 1
+            if v.outcome != "match":
+                if kind == "equivalent" and cat != "derived_equivalent":
+                    with lock:
+                        not_matching.append({**entry, "outcome": v.outcome, "detail": v.detail})
+                continue
+            report = checker.check_sync(db_path, pred, gold, config)
+            with lock:
+                check_times.append(report.elapsed_s)
+                r = table[(kind, cat)]
+                r.kept += 1
+                per_db = r.by_db.setdefault(row["db_id"], [0, 0])
+                per_db[0] += 1
+                per_db[1] += int(report.refuted)
+                if report.skipped_reason:
+                    r.skipped += 1
+                if report.refuted:
+                    r.refuted += 1
+                    found = {**entry, "witness": report.witness.to_text() if report.witness else ""}
+                    if kind == "equivalent":
+                        refuted_equivalent.append(found)
+                    elif len(samples.setdefault(cat, [])) < examples:
+                        samples[cat].append(found)
+                elif kind == "false_positive" and len(missed.setdefault(cat, [])) < examples:
+                    missed[cat].append({**entry, "skipped": report.skipped_reason or "",
+                                        "detail": report.detail})
+
+    started = time.perf_counter()
+    try:
+        with Progress(len(rows), "equivalence", stream=None if progress else io.StringIO()) as bar:
+            with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+                for fut in concurrent.futures.as_completed([pool.submit(one, r) for r in rows]):
+                    fut.result()
+                    bar.advance()
+    finally:
+        stats = {"suite_builds": checker.suite_builds, "suite_build_s": round(checker.suite_build_s, 2)}
+        if own:
+            checker.close()
+    return {
+        "config": config.to_dict(),
+        "questions": len(rows),
+        "rows": [r.to_dict() for r in table.values()],
+        "refuted_equivalent": refuted_equivalent,
+        "rewrites_not_matching": not_matching,
+        "examples_refuted": samples,
+        "examples_missed": missed,
+        "suites": stats,
+        "check_s": quantiles(check_times),
+        "elapsed_s": round(time.perf_counter() - started, 2),
+    }
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"median": 0.0, "p95": 0.0, "max": 0.0}
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"median": round(pick(0.5), 4), "p95": round(pick(0.95), 4), "max": round(ordered[-1], 4)}
+
+def format_measurement(result: dict[str, Any]) -> str:
+    c = result["config"]
+    lines = [f"equivalence check on {result['questions']} gold queries (suite of {c['suite_size']}, seed "
+             f"{c['seed']}, {result['elapsed_s']}s)", ""]
+    head = f"{'side':<15} {'kind':<22} {'derived':>7} {'pairs':>6} {'refuted':>8} {'share':>6} {'skipped':>8}"
+    lines += [head, "-" * len(head)]
+    totals: dict[str, list[int]] = {}
+    for r in result["rows"]:
+        share = f"{r['refuted'] / r['kept']:.1%}" if r["kept"] else "-"
+        lines.append(f"{r['kind']:<15} {r['category']:<22} {r['candidates']:>7} {r['kept']:>6} {r['refuted']:>8} "
+                     f"{share:>6} {r['skipped']:>8}")
+        t = totals.setdefault(r["kind"], [0, 0, 0])
+        t[0] += r["candidates"]
+        t[1] += r["kept"]
+        t[2] += r["refuted"]
+    lines.append("-" * len(head))
+    for kind, (cand, kept, refuted) in totals.items():
+        share = f"{refuted / kept:.1%}" if kept else "-"
+        lines.append(f"{kind:<15} {'all':<22} {cand:>7} {kept:>6} {refuted:>8} {share:>6}")
+    t = result["check_s"]
+    lines.append("")
+    lines.append(f"time per check: median {t['median'] * 1000:.1f} ms, p95 {t['p95'] * 1000:.1f} ms, max "
+                 f"{t['max']:.2f} s; suites built: {result['suites']['suite_builds']} in "
+                 f"{result['suites']['suite_build_s']} s")
+    lines.append(f"rewrites that did not match on the real database: {len(result['rewrites_not_matching'])}")
+    for item in result["refuted_equivalent"][:10]:
+        lines.append(f"REFUTED EQUIVALENT q{item['question_id']} ({item['kind']}): {item['pred']}")
+    return "\n".join(lines)

@@ -1,0 +1,260 @@
+"""Whether a derived false positive is in fact equivalent under the declared schema and the mined
+invariants (DISTINCT over a key, COUNT(col) of a never-NULL column, `=` vs `LIKE` of a literal whose case
+cannot vary, a LEFT JOIN whose partner always exists, ...): such a pair is counted as equivalent, so the
+measurement's two tables count what they say."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from t2sql import sqltext
+from t2sql.bench.equivalence_pairs import (
+    COLREF,
+    colref,
+    column_of,
+    masked_sql,
+    never_null,
+    where_conjuncts,
+)
+from t2sql.serving import querytext
+from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.smalldb import letter_cases
+
+
+def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) -> str:
+    """"equivalent" when a derived edit means the same on every database of this kind (the schema and the
+    mined invariants), else "different"."""
+    st = querytext.read(gold)
+    if st is None:
+        return "different"
+    masked, _ = masked_sql(gold)
+    if kind == "add_distinct":
+        return "equivalent" if _distinct_is_redundant(gold, inv) else "different"
+    if kind == "drop_distinct":
+        # The SELECT that lost its DISTINCT (a subquery's included) returns each row once anyway.
+        at = next((i for i, (a, b) in enumerate(zip(gold, pred)) if a != b), len(pred))
+        if re.match(r"\s*COUNT\s*\(\s*$", gold[max(0, at - 12):at], re.I):
+            return "different"  # COUNT(DISTINCT x) -> COUNT(x): an aggregate, not the SELECT's rows
+        return "equivalent" if _distinct_is_redundant(_enclosing_select(pred, at), inv) else "different"
+    if kind == "count_star":
+        has_outer = re.search(r"(?<!\w)(LEFT|RIGHT|FULL)\s+(OUTER\s+)?JOIN(?!\w)", masked, re.I) is not None
+        for m in re.finditer(rf"(?<!\w)COUNT\s*\(\s*{COLREF}\s*\)", masked, re.I):
+            if gold[:m.start()] + "COUNT(*)" + gold[m.end():] != pred or has_outer:
+                continue
+            found = column_of(st, inv, *colref(m))
+            if found and (never_null(found[0], found[1].name)
+                          or _not_null_in_where(_enclosing_select(gold, m.start()), inv, found[0].name, found[1].name)):
+                return "equivalent"
+        return "different"
+    if kind in ("like_for_eq", "literal_case"):
+        # The same whenever no value can differ from the literal in case alone: a literal without letters,
+        # or an identifier that only ever uses the literal's case.
+        pattern = (rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'" if kind == "like_for_eq"
+                   else rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'")
+        m = re.search(pattern, pred, re.I)
+        if m is None:
+            return "different"
+        literal = m.group(3).replace("''", "'")
+        if kind == "like_for_eq" and "%" in literal:
+            return "different"
+        if kind == "literal_case":
+            gm = re.search(rf"{re.escape(m.group(1) or '')}{re.escape(m.group(2))}\s*=\s*'((?:[^']|'')*)'", gold, re.I)
+            literal = gm.group(1).replace("''", "'") if gm else literal
+        if not re.search(r"[A-Za-z]", literal) and "_" not in literal:
+            return "equivalent"
+        found = column_of(st, inv, *colref(m))
+        if not found or found[1].name not in inv.identifiers(found[0].name) or not found[1].mined:
+            return "different" if re.search(r"[A-Za-z]", literal) or "_" in literal else "equivalent"
+        used = set(found[1].cases)
+        if not (len(used) <= 1 and letter_cases(literal) <= used):
+            return "different"
+        if kind == "like_for_eq" and "_" in literal:
+            # `_` matches any one character; identifiers come from the real domain only, so the LIKE
+            # says the same as = when no other identifier there fits it.
+            if lookup is None:
+                return "different"
+            t, c = found[0].name, found[1].name
+            others = lookup(f"SELECT count(*) FROM {quote(t)} WHERE {quote(c)} LIKE ? AND {quote(c)} <> ?",
+                            (literal, literal))
+            return "equivalent" if others and others[0][0] == 0 else "different"
+        return "equivalent"
+    if kind == "text_date_boundary":
+        # On a column that never holds a time of day, date(col) is col and a year's BETWEEN its days is
+        # its LIKE 'YYYY%': the same query.
+        m = re.search(rf"date\s*\(\s*{COLREF}\s*\)", pred, re.I) or re.search(rf"{COLREF}\s+BETWEEN", pred, re.I)
+        if m:
+            found = column_of(st, inv, *colref(m))
+            if found and found[1].mined and set(found[1].formats) <= {"date"} and found[1].types == ("text",):
+                return "equivalent"
+        return "different"
+    if kind == "drop_conjunct":
+        parts = where_conjuncts(gold)
+        if parts is not None:
+            dropped = [c for c in parts[2] if c not in pred]
+            for c in dropped:
+                m = re.fullmatch(rf"{COLREF}\s+IS\s+NOT\s+NULL", c.strip(), re.I)
+                if m:
+                    found = column_of(st, inv, *colref(m))
+                    if found and never_null(found[0], found[1].name):
+                        return "equivalent"
+                m = re.fullmatch(rf"{COLREF}\s*(?:<>|!=)\s*''", c.strip(), re.I)
+                if m:
+                    found = column_of(st, inv, *colref(m))
+                    if (found and found[1].mined and "empty" not in found[1].formats
+                            and never_null(found[0], found[1].name)):
+                        return "equivalent"
+        return "different"
+    if kind == "left_join":
+        return _left_join_label(gold, pred, st, inv)
+    return "different"
+
+def _enclosing_select(sql: str, pos: int) -> str:
+    """The text of the innermost SELECT around position `pos`: a parenthesised subquery, or `sql`."""
+    best = None
+    for t in sqltext.tokens(sql):
+        if t.kind == "open" and t.start < pos:
+            best_open = t
+            depth = 0
+            end = None
+            for u in sqltext.tokens(sql[best_open.start:]):
+                if u.kind == "open":
+                    depth += 1
+                elif u.kind == "close":
+                    depth -= 1
+                    if depth == 0:
+                        end = best_open.start + u.end
+                        break
+            if end is not None and end > pos and re.match(r"\s*(SELECT|WITH)\b", sql[best_open.end:], re.I):
+                best = (best_open.end, end - 1)
+    return sql[best[0]:best[1]] if best else sql
+
+def _not_null_in_where(sub: str, inv: Invariants, table: str, column: str) -> bool:
+    """A top-level WHERE condition of this SELECT rejects NULL in the column (a comparison with a literal,
+    LIKE, IN, BETWEEN, IS NOT NULL)."""
+    st = querytext.read(sub)
+    if st is None or len(st.parts) != 1 or st.parts[0].where is None:
+        return False
+    for x, y in querytext.top_conjuncts(sub, st.parts[0].where):
+        m = re.match(rf"\s*{COLREF}\s*(=|<>|!=|<=|>=|<|>|LIKE\b|IN\b|BETWEEN\b|IS\s+NOT\s+NULL)", sub[x:y], re.I)
+        if m:
+            found = querytext.resolve(st, inv, *colref(m))
+            if found == [(table, column)]:
+                return True
+    return False
+
+def _distinct_is_redundant(sql: str, inv: Invariants) -> bool:
+    """The outer SELECT (no DISTINCT, no GROUP BY) returns each row once on every database of this kind:
+    it selects a key of one FROM table (never NULL), and every other FROM table is the parent of a
+    reference from a table already counted, joined on that reference (each row has one partner)."""
+    again = querytext.read(sql)
+    if again is None or len(again.parts) != 1 or again.parts[0].distinct:
+        return False
+    part = again.parts[0]
+    if part.group is not None:
+        # GROUP BY the very columns it selects: one row per group already.
+        norm = lambda text: re.sub(r"\s+", "", text).lower()  # noqa: E731
+        selected = sorted(norm(sql[x:y]) for x, y in querytext.split_top(sql, part.select_list))
+        grouped = sorted(norm(sql[x:y]) for x, y in querytext.split_top(sql, part.group))
+        return bool(grouped) and set(grouped) <= set(selected)
+    items = querytext.from_items(again, part, inv)
+    if not items:
+        return False
+    masked = masked_sql(sql)[0]
+    from_text = masked[part.from_clause[0]:part.from_clause[1]] if part.from_clause else ""
+    if re.search(r"(?<!\w)(LEFT|RIGHT|FULL|CROSS)\s+(OUTER\s+)?JOIN(?!\w)|,", from_text, re.I):
+        return False
+    selected = []
+    for x, y in querytext.split_top(sql, part.select_list):
+        m = re.fullmatch(COLREF, sql[x:y].strip())
+        if not m:
+            continue
+        found = column_of(again, inv, *colref(m))
+        qual = colref(m)[0]
+        if found:
+            if qual is None:
+                qual = next((i.alias for i in items if i.table == found[0].name), found[0].name)
+            selected.append((qual.lower(), found[1].name.lower()))
+    text = re.sub(r"\s+", "", sql.lower())
+    for root in items:
+        t = inv.table(root.table)
+        keys = [k for k in t.keys] + [(c.name,) for c in t.columns if c.unique and never_null(t, c.name)]
+        if not any(all((root.alias.lower(), c.lower()) in selected for c in key) and
+                   all(never_null(t, c) for c in key) for key in keys):
+            continue
+        covered = {root.alias.lower(): root}
+        changed = True
+        while changed:
+            changed = False
+            for item in items:
+                if item.alias.lower() in covered:
+                    continue
+                for ref in inv.references:
+                    if ref.parent != item.table or len(ref.child_columns) != 1:
+                        continue
+                    for child in list(covered.values()):
+                        if child.table != ref.child:
+                            continue
+                        a = f"{child.alias}.{ref.child_columns[0]}".lower()
+                        b = f"{item.alias}.{ref.parent_columns[0]}".lower()
+                        if f"{a}={b}" in text or f"{b}={a}" in text:
+                            covered[item.alias.lower()] = item
+                            changed = True
+        if len(covered) == len(items):
+            return True
+    return False
+
+def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invariants) -> str:
+    """INNER -> LEFT JOIN means the same when no row can lack its partner: the joined table is the parent
+    of a never-NULL reference from the other side, or the child of a total one."""
+    m = re.search(rf"LEFT\s+JOIN\s+{COLREF}\s+(?:AS\s+)?([A-Za-z_]\w*)\s+ON\s+{COLREF}\s*=\s*{COLREF}\s*"
+                  r"(?=$|\)|\s(?:WHERE|GROUP|ORDER|LIMIT|INNER|JOIN|LEFT)\b)", pred, re.I)
+    if not m:
+        return "different"
+    # A HAVING that needs a count of the joined side above 0 drops the rows without a partner.
+    alias = re.escape(m.group(3))
+    if re.search(rf"HAVING\s+COUNT\s*\(\s*(?:DISTINCT\s+)?{alias}\s*\.\s*\w+\s*\)\s*(>\s*\d+|>=\s*[1-9])",
+                 pred, re.I):
+        return "equivalent"
+    # A later INNER JOIN whose ON names the joined alias drops the rows the LEFT JOIN would keep.
+    later = re.match(r"\s*(?:INNER\s+)?JOIN\s+\S+\s+(?:AS\s+)?\S+\s+ON\s+([^()]*?)(?=$|\)|\s(?:WHERE|GROUP|ORDER|LIMIT|"
+                     r"INNER|JOIN|LEFT)\b)", pred[m.end():], re.I)
+    if later and re.search(rf"(?<![\w.]){re.escape(m.group(3))}\s*\.", later.group(1), re.I):
+        return "equivalent"
+    names, _ = querytext.aliases(st, inv)
+    items = {a: querytext.FromItem(t, a) for a, t in names.items()}
+    joined = inv.table(querytext.unquote(m.group(2)))
+    alias = m.group(3).lower()
+    ends = [(querytext.unquote((m.group(4) or "").strip().rstrip(".").strip()), querytext.unquote(m.group(5))),
+            (querytext.unquote((m.group(6) or "").strip().rstrip(".").strip()), querytext.unquote(m.group(7)))]
+    if joined is None or not all(q for q, _ in ends):
+        return "different"
+    mine_end = next((e for e in ends if e[0].lower() == alias), None)
+    other_end = next((e for e in ends if e[0].lower() != alias), None)
+    if mine_end is None or other_end is None or other_end[0].lower() not in items:
+        return "different"
+    other = inv.table(items[other_end[0].lower()].table)
+    # Both sides name the same parent's key: a row of the other side names an existing parent (a never-NULL
+    # reference), and that parent always has a child on the joined side (a total reference).
+    for mine_ref in inv.references:
+        if (mine_ref.child == joined.name and mine_ref.total and len(mine_ref.child_columns) == 1
+                and mine_ref.child_columns[0].lower() == mine_end[1].lower()):
+            for other_ref in inv.references:
+                if (other_ref.child == other.name and other_ref.parent == mine_ref.parent
+                        and other_ref.parent_columns == mine_ref.parent_columns
+                        and len(other_ref.child_columns) == 1
+                        and other_ref.child_columns[0].lower() == other_end[1].lower()
+                        and never_null(other, other_ref.child_columns[0])):
+                    return "equivalent"
+    for ref in inv.references:
+        if len(ref.child_columns) != 1:
+            continue
+        if (ref.child == other.name and ref.parent == joined.name
+                and ref.child_columns[0].lower() == other_end[1].lower()
+                and ref.parent_columns[0].lower() == mine_end[1].lower() and never_null(other, ref.child_columns[0])):
+            return "equivalent"
+        if (ref.parent == other.name and ref.child == joined.name and ref.total
+                and ref.parent_columns[0].lower() == other_end[1].lower()
+                and ref.child_columns[0].lower() == mine_end[1].lower()):
+            return "equivalent"
+    return "different"

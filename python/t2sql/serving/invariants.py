@@ -1,0 +1,307 @@
+"""What every real database of a kind keeps: its declared constraints and the invariants its data keeps.
+
+The equivalence check builds small databases to tell a prediction from the gold. A database that no
+real database of this kind could be (a reference left dangling, a key-like column with a repeat, a
+status column that no longer equals its parent's) proves nothing about the question: two queries that
+are the same on every real database of this kind may differ there, and a right answer would be
+punished. So every small database keeps, besides the schema's own rules:
+
+- declared: primary keys, UNIQUE, NOT NULL, foreign keys closed (a child's reference names a row
+  that exists);
+- mined from the data, once per database file:
+  - `nulls`: a column that holds no NULL stays without NULL;
+  - `unique`: a column with no repeated value stays without repeats;
+  - `types` and `formats`: values keep the storage classes and text shapes the column holds (a date
+    column stays 'YYYY-MM-DD', a timestamp column may hold any time of a day);
+  - undeclared references: a column whose values all exist in another table's key stays closed;
+  - `total` participation: a parent table whose every row has a child keeps a child for every row;
+  - copies: a column that always equals another, in the same row or in the row its reference names
+    (a denormalised copy of a parent's value), stays equal;
+  - relations: a numeric column that is always the sum of two others in its row stays so.
+
+Mining runs SQL of our own on a read-only connection (Python's sqlite3, trusted statements only;
+the model's SQL never comes here), each statement under a deadline and the whole under a budget.
+What could not be checked in time is assumed to hold and listed under `assumed`: assuming more
+invariants only makes the small databases more cautious, never less realistic.
+
+Invariants are cached in memory and on disk (JSON), keyed by the file's identity (size, mtime and the
+SQLite header's first 100 bytes, which hold its change counter); `t2sql equivalence --invariants --db
+FILE` lists them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+INVARIANTS_VERSION = 2
+
+# Text shapes, tried in order; a value takes the first that fits. The SQL condition (on the column
+# `{q}`) and Python's regex say the same thing (ASCII digits only), so mined formats and checked
+# values always agree.
+FORMATS: tuple[tuple[str, str, str], ...] = (
+    ("empty", "{q} = ''", r"\A\Z"),
+    ("datetime", "{q} GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]*'",
+     r"\A[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}"),
+    ("datetime_t", "{q} GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]*'",
+     r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}"),
+    ("date", "{q} GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'", r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}\Z"),
+    ("time", "{q} GLOB '[0-9][0-9]:[0-9][0-9]*'", r"\A[0-9]{2}:[0-9]{2}"),
+    ("digits", "{q} NOT GLOB '*[^0-9]*'", r"\A[0-9]+\Z"),
+)
+
+_FORMAT_RE = [(name, re.compile(pattern, re.S)) for name, _, pattern in FORMATS]
+
+OTHER_TEXT = "text"
+
+def text_format(value: str) -> str:
+    """The shape of a TEXT value: one of FORMATS' names, else "text"."""
+    for name, pattern in _FORMAT_RE:
+        if pattern.search(value):
+            return name
+    return OTHER_TEXT
+
+def storage_class(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool) or isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "real"
+    if isinstance(value, str):
+        return "text"
+    return "blob"
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    decl_type: str
+    pk: bool  # part of the primary key
+    not_null: bool  # declared NOT NULL
+    nulls: bool  # the data holds a NULL here (False: never NULL, or not known and assumed so)
+    unique: bool  # no repeated non-NULL value (declared, observed, or assumed)
+    types: tuple[str, ...]  # storage classes seen ("integer", "real", "text", "blob")
+    formats: tuple[str, ...]  # shapes of its TEXT values (FORMATS' names, "text")
+    mined: bool = True  # False: its scan did not finish in time; its values are never changed
+    # Letter cases its TEXT values use ("lower", "upper"): an identifier keeps them (a key of upper-case
+    # codes stays upper-case); other text may come in any case.
+    cases: tuple[str, ...] = ("lower", "upper")
+
+    @property
+    def may_be_null(self) -> bool:
+        return self.nulls and not self.not_null and not self.pk
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    rows: int
+    rowid: bool  # an ordinary rowid table (False: WITHOUT ROWID)
+    integer_key: str | None  # the INTEGER PRIMARY KEY column (the rowid's alias), if any
+    keys: tuple[tuple[str, ...], ...]  # the primary key and every UNIQUE column set, declared
+
+    @functools.cached_property
+    def _positions(self) -> dict[str, int]:
+        return {c.name.lower(): i for i, c in enumerate(self.columns)}
+
+    def position(self, name: str) -> int | None:
+        """The column's index in a row, or None."""
+        return self._positions.get(name.lower())
+
+    def column(self, name: str) -> Column | None:
+        i = self._positions.get(name.lower())
+        return None if i is None else self.columns[i]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+@dataclass(frozen=True)
+class Reference:
+    """Child rows name a parent row: child.child_columns = parent.parent_columns (a key there)."""
+
+    child: str
+    child_columns: tuple[str, ...]
+    parent: str
+    parent_columns: tuple[str, ...]
+    declared: bool
+    total: bool  # every parent row has at least one child row
+
+    @property
+    def name(self) -> str:
+        return (f"{self.child}({', '.join(self.child_columns)}) -> "
+                f"{self.parent}({', '.join(self.parent_columns)})")
+
+@dataclass(frozen=True)
+class Copy:
+    """table.column always equals source.source_column: in the same row (via None) or in the parent row
+    the reference `via` names."""
+
+    table: str
+    column: str
+    source: str
+    source_column: str
+    via: Reference | None
+
+@dataclass(frozen=True)
+class Relation:
+    """table.total = table.left + table.right in every row where all three hold a number."""
+
+    table: str
+    total: str
+    left: str
+    right: str
+
+@dataclass(frozen=True)
+class Invariants:
+    path: str
+    schema: tuple[str, ...]  # CREATE TABLE / INDEX / VIEW statements, in creation order
+    tables: tuple[Table, ...]
+    references: tuple[Reference, ...]
+    copies: tuple[Copy, ...]
+    relations: tuple[Relation, ...]
+    unsupported: str  # why no small database can be built from this schema ("" when one can)
+    assumed: tuple[str, ...] = ()  # checks that did not finish in time: their invariant is assumed
+    mine_s: float = 0.0
+
+    @functools.cached_property
+    def memo(self) -> dict[tuple, Any]:
+        """What users of these invariants remember about rows of this database (t2sql.serving.smalldb
+        keeps its tables' checks here), in insertion order; it lives and dies with the invariants."""
+        return {}
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Table]:
+        return {t.name.lower(): t for t in self.tables}
+
+    def table(self, name: str) -> Table | None:
+        return self._by_name.get(name.lower())
+
+    def frozen(self, table: str) -> frozenset[str]:
+        t = self.table(table)
+        return self._frozen.get(t.name, frozenset()) if t else frozenset()
+
+    @functools.cached_property
+    def _frozen(self) -> dict[str, frozenset[str]]:
+        return {t.name: self._frozen_of(t.name) for t in self.tables}
+
+    def _frozen_of(self, table: str) -> frozenset[str]:
+        """Columns of `table` whose value may not change on its own: the primary key (a row's identity),
+        either side of a reference (a reference must name a row), either side of a copy, and columns
+        whose values were not mined. (A unique column may change when it stays unique, a column of a sum
+        when the sum is mended: `SmallDb.problems` checks both.)"""
+        t = self.table(table)
+        out: set[str] = set()
+        if t is None:
+            return frozenset()
+        for c in t.columns:
+            if c.pk or not c.mined:
+                out.add(c.name)
+        for r in self.references:
+            if r.child == t.name:
+                out.update(r.child_columns)
+            if r.parent == t.name:
+                out.update(r.parent_columns)
+        for cp in self.copies:
+            if cp.table == t.name:
+                out.add(cp.column)
+            if cp.source == t.name:
+                out.add(cp.source_column)
+        return frozenset(out)
+
+    def reference_columns(self, table: str) -> frozenset[str]:
+        """Columns of `table` on the child side of a reference."""
+        return frozenset(c for r in self.references if r.child.lower() == table.lower() for c in r.child_columns)
+
+    def identifiers(self, table: str) -> frozenset[str]:
+        t = self.table(table)
+        return self._identifiers.get(t.name, frozenset()) if t else frozenset()
+
+    @functools.cached_property
+    def _identifiers(self) -> dict[str, frozenset[str]]:
+        return {t.name: self._identifiers_of(t.name) for t in self.tables}
+
+    def _identifiers_of(self, table: str) -> frozenset[str]:
+        """Columns of `table` that name things (keys, unique columns, either side of a reference): their
+        text keeps its letter case."""
+        t = self.table(table)
+        if t is None:
+            return frozenset()
+        out = {c.name for c in t.columns if c.pk or c.unique}
+        for key in t.keys:
+            out.update(key)
+        for r in self.references:
+            if r.child == t.name:
+                out.update(r.child_columns)
+            if r.parent == t.name:
+                out.update(r.parent_columns)
+        return frozenset(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": INVARIANTS_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Invariants:
+        if data.get("version") != INVARIANTS_VERSION:
+            raise ValueError(f"invariants of version {data.get('version')}, this t2sql reads {INVARIANTS_VERSION}")
+
+        def ref(d: dict[str, Any] | None) -> Reference | None:
+            if d is None:
+                return None
+            return Reference(d["child"], tuple(d["child_columns"]), d["parent"], tuple(d["parent_columns"]),
+                             d["declared"], d["total"])
+
+        tables = tuple(
+            Table(t["name"], tuple(Column(c["name"], c["decl_type"], c["pk"], c["not_null"], c["nulls"], c["unique"],
+                                          tuple(c["types"]), tuple(c["formats"]), c["mined"], tuple(c["cases"]))
+                        for c in t["columns"]),
+                  t["rows"], t["rowid"], t["integer_key"], tuple(tuple(k) for k in t["keys"]))
+            for t in data["tables"])
+        return cls(
+            path=data["path"], schema=tuple(data["schema"]), tables=tables,
+            references=tuple(ref(r) for r in data["references"]),
+            copies=tuple(Copy(c["table"], c["column"], c["source"], c["source_column"], ref(c["via"]))
+                         for c in data["copies"]),
+            relations=tuple(Relation(r["table"], r["total"], r["left"], r["right"]) for r in data["relations"]),
+            unsupported=data["unsupported"], assumed=tuple(data["assumed"]), mine_s=data.get("mine_s", 0.0),
+        )
+
+    def describe(self) -> list[str]:
+        """One line per invariant, for `t2sql equivalence --invariants`."""
+        lines = [f"database {self.path}: {len(self.tables)} tables (mined in {self.mine_s:.2f}s)"]
+        if self.unsupported:
+            lines.append(f"  unsupported: {self.unsupported}")
+        for t in self.tables:
+            keys = "; ".join("(" + ", ".join(k) + ")" for k in t.keys) or "none declared"
+            lines.append(f"table {t.name}: {t.rows} rows, keys {keys}")
+            for c in t.columns:
+                facts = []
+                if c.not_null or c.pk:
+                    facts.append("NOT NULL (declared)")
+                elif not c.nulls:
+                    facts.append("never NULL")
+                if c.unique:
+                    facts.append("no repeats")
+                facts.append("types " + "/".join(c.types or ("none",)))
+                if c.formats:
+                    facts.append("formats " + "/".join(c.formats))
+                if c.name in self.identifiers(t.name) and "text" in c.types:
+                    facts.append("letters " + ("/".join(c.cases) or "none") + " (an identifier keeps its case)")
+                lines.append(f"  {c.name}: " + ", ".join(facts))
+        for r in self.references:
+            kind = "declared" if r.declared else "mined"
+            total = "; every parent row has a child" if r.total else ""
+            lines.append(f"reference ({kind}): {r.name}{total}")
+        for cp in self.copies:
+            where = f"via {cp.via.name}" if cp.via else "same row"
+            lines.append(f"copy: {cp.table}.{cp.column} = {cp.source}.{cp.source_column} ({where})")
+        for rel in self.relations:
+            lines.append(f"relation: {rel.table}.{rel.total} = {rel.left} + {rel.right}")
+        for a in self.assumed:
+            lines.append(f"assumed (not checked in time): {a}")
+        return lines
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

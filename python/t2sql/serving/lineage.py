@@ -1,0 +1,154 @@
+"""The real rows a query touches: for each of its SELECTs, the keys of the rows its FROM joins and its
+WHERE keeps, and of those that meet all but one of its WHERE's conditions (the rows that tell a query
+from a near neighbour), fetched from the real file; and how to copy what one result row joins as new
+entities (one more result row)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from t2sql.serving import querytext
+from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.querytext import FromItem, Statement, from_items, top_conjuncts
+from t2sql.serving.sampling import RealRows, duplicate
+from t2sql.serving.smalldb import SmallDb, column_index
+
+LINEAGE_ROWS = 3  # real rows kept per lineage query
+
+def lineage_queries(st: Statement, inv: Invariants, *, limit: int) -> list[tuple[str, str, list[FromItem]]]:
+    """(label, SQL, FROM items): queries that return the keys of the real rows each SELECT of `st` joins
+    and keeps (its FROM and WHERE, no grouping), and of the rows that meet all but one of its WHERE's
+    top-level conditions: the rows that can tell a query from a near neighbour."""
+    out = []
+    sql = st.sql
+    for n, part in enumerate(st.parts):
+        items = from_items(st, part, inv)
+        keyed = [i for i in items if inv.table(i.table) is not None]
+        if not keyed or part.from_clause is None:
+            continue
+        cols = []
+        for item in keyed:
+            t = inv.table(item.table)
+            if t.rowid:
+                cols.append(f"{quote(item.alias)}.rowid")
+            else:
+                cols += [f"{quote(item.alias)}.{quote(k)}" for k in t.keys[0]] if t.keys else []
+        if not cols:
+            continue
+        head = f"{st.with_prefix}SELECT {', '.join(cols)} FROM {sql[part.from_clause[0]:part.from_clause[1]]}"
+        if part.where is None:
+            out.append((f"part {n}: its rows", f"{head} LIMIT {limit}", keyed))
+            continue
+        where = sql[part.where[0]:part.where[1]]
+        out.append((f"part {n}: its rows", f"{head} WHERE {where} LIMIT {limit}", keyed))
+        conj = top_conjuncts(sql, part.where)
+        if len(conj) > 1:
+            for i in range(len(conj)):
+                rest = " AND ".join(f"({sql[x:y]})" for k, (x, y) in enumerate(conj) if k != i)
+                miss = sql[conj[i][0]:conj[i][1]]
+                out.append((f"part {n}: all but condition {i + 1}",
+                            f"{head} WHERE {rest} AND NOT ({miss}) LIMIT {limit}", keyed))
+        elif conj:
+            out.append((f"part {n}: not its condition",
+                        f"{head} WHERE NOT ({where}) LIMIT {limit}", keyed))
+    return out
+
+
+def fetch_lineage(real: RealRows, inv: Invariants, sql: str) -> list[tuple[str, list[list[tuple[str, tuple]]]]]:
+    """(label, tuples) per lineage query of `sql` (t2sql.serving.querytext.lineage_queries): each tuple the
+    real rows (table, row) one result row of that query joins."""
+    st = querytext.read(sql)
+    if st is None:
+        return []
+    out = []
+    for label, lineage_sql, items in lineage_queries(st, inv, limit=LINEAGE_ROWS):
+        got = real.rows(lineage_sql)
+        tuples: list[list[tuple[str, tuple]]] = [[] for _ in got]
+        col = 0
+        for item in items:
+            t = inv.table(item.table)
+            width = 1 if t.rowid else len(t.keys[0]) if t.keys else 0
+            for n, row in enumerate(got):
+                value = row[col:col + width]
+                if t.rowid:
+                    found = real.by_rowids(t.name, [value[0]])
+                    fetched = found[0] if found else None
+                else:
+                    fetched = real.by_key(t.name, t.keys[0], tuple(value)) if width else None
+                if fetched is not None:
+                    tuples[n].append((t.name, fetched))
+            col += width
+        out.append((label, [tp for tp in tuples if tp]))
+    return out
+
+def parents_first(inv: Invariants, tables: list[str]) -> list[str]:
+    """`tables` ordered so that a reference's parent comes before its child (cycles kept in order)."""
+    order: list[str] = []
+    pending = list(dict.fromkeys(tables))
+    while pending:
+        for t in pending:
+            parents = {r.parent for r in inv.references if r.child == t and r.parent != t and r.parent in pending}
+            if not parents:
+                break
+        else:
+            t = pending[0]
+        order.append(t)
+        pending.remove(t)
+    return order
+
+def another_value(inv: Invariants, real: RealRows, rows: list[tuple[str, tuple]], rng: Any,
+                   sql: str = "") -> dict:
+    """For one row of a result row's join: one free column set to another real value of it (with `sql`,
+    a column the query selects and does not filter on, so the copy is another result row)."""
+    st = querytext.read(sql) if sql else None
+    selected = filtered = ""
+    if st is not None and st.parts:
+        part = st.parts[-1]
+        selected = sql[part.select_list[0]:part.select_list[1]].lower()
+        filtered = sql[part.select_list[1]:].lower()
+    for table, row in rows:
+        t = inv.table(table)
+        frozen = inv.frozen(table)
+        for c in t.columns:
+            if c.name in frozen or c.unique:
+                continue
+            if st is not None and (c.name.lower() not in selected or
+                                   re.search(rf"(?<![\w]){re.escape(c.name.lower())}(?![\w])", filtered)):
+                continue
+            i = column_index(t, c.name)
+            others = [v for v in real.values(table, c.name) if v != row[i]]
+            if others:
+                return {(table, row): {c.name: others[rng.randrange(len(others))]}}
+    return {}
+
+def duplicate_tuple(db: SmallDb, rows: list[tuple[str, tuple]], real: RealRows, rng: Any,
+                    changes_of: dict[tuple[str, tuple], dict[str, Any]] | None = None) -> bool:
+    """One more result row: the rows one result row of a query joins, duplicated as new entities under
+    fresh keys (`changes_of` (table, row) -> column values to set in that row's copy), each copy's
+    references pointed at the copies of its parents. False when a row cannot be."""
+    inv = db.inv
+    new_keys: dict[tuple[str, tuple], tuple] = {}  # (parent table, old key of a reference) -> new key
+    by_table: dict[str, list[tuple]] = {}
+    for table, row in rows:
+        by_table.setdefault(table, []).append(row)
+    for table in parents_first(inv, list(by_table)):
+        t = inv.table(table)
+        for row in by_table[table]:
+            changes: dict[str, Any] = dict((changes_of or {}).get((table, row), {}))
+            for ref in inv.references:
+                if ref.child != table:
+                    continue
+                old = tuple(row[column_index(t, c)] for c in ref.child_columns)
+                new = new_keys.get((ref.parent, ref.parent_columns, old))
+                if new is not None:
+                    changes.update(zip(ref.child_columns, new))
+            copy = duplicate(db, table, row, real, rng, changes)
+            if copy is None:
+                return False
+            for ref in inv.references:
+                if ref.parent == table:
+                    old = tuple(row[column_index(t, c)] for c in ref.parent_columns)
+                    new = tuple(copy[column_index(t, c)] for c in ref.parent_columns)
+                    new_keys[(table, ref.parent_columns, old)] = new
+    return True

@@ -1,0 +1,359 @@
+"""Drawing small databases from a real one: real rows, closed under the database's references, and
+variants of them that stay within what the database's invariants allow.
+
+- `RealRows` fetches rows of the real file with trusted statements of our own (a read-only
+  connection, each statement under a deadline) and keeps what it fetched.
+- `close` makes a set of rows a database of this kind: every reference names a row that is there
+  (a parent is fetched; a row whose parent the real file lacks is dropped), and every parent of a
+  reference with total participation keeps a child (one of its real children is fetched).
+- The variants change rows the way another real database of this kind could differ: a row
+  duplicated under fresh keys (values borrowed from other real rows), a value set beside a query's
+  literal (the literal itself, one above and below, the same text in another case, as part of a
+  longer text, a later time on the same day), NULL where the column holds NULLs, integer keys
+  renumbered with every reference to them.
+
+Nothing here decides that a database is realistic: `SmallDb.problems()` does, and the check throws away
+every database with a problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sqlite3
+import threading
+from collections import OrderedDict
+from typing import Any, Iterable
+
+from t2sql.serving.invariants import Invariants, Reference, Table, quote
+from t2sql.serving.mining import Deadline, Reader, open_readonly
+from t2sql.serving.querytext import Comparison
+from t2sql.serving.smalldb import Row, SmallDb, column_index, sqlite_key
+
+MAX_ROWS = 120  # a small database larger than this after closing is not used
+
+CLOSE_ROUNDS = 64  # each round follows every reference one step; the size cap stops growth
+
+VALUES_PER_COLUMN = 64  # other real values of a column kept for borrowing
+
+ANSWERS_KEPT = 4096  # answers of trusted statements kept per database (a few rows each)
+
+def stable_rng(*parts: Any) -> random.Random:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "little"))
+
+class RealRows:
+    """Rows of one real database file, fetched on demand and kept. Thread-safe (one lock)."""
+
+    def __init__(self, path: str, inv: Invariants, *, timeout_s: float = 5.0):
+        self.path = path
+        self.inv = inv
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._conn_cm = open_readonly(path)
+        self._reader = Reader(self._conn_cm.__enter__(), timeout_s)
+        self._by_key: dict[tuple, Row | None] = {}
+        self._children: dict[tuple, list[Row]] = {}
+        self._values: dict[tuple, list[Any]] = {}
+        self._max_rowid: dict[str, int] = {}
+        self._answers: OrderedDict[tuple, list[tuple]] = OrderedDict()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn_cm.__exit__(None, None, None)
+
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Trusted SQL of our own; [] when it fails or runs past the deadline. Answers are kept (the
+        file is immutable while its identity holds, and the checks of one task ask alike)."""
+        key = (sql, params)
+        with self._lock:
+            got = self._answers.get(key)
+            if got is not None:
+                self._answers.move_to_end(key)
+                return got
+            try:
+                got = self._reader.rows(sql, params)
+            except (sqlite3.Error, Deadline):
+                got = []
+            self._answers[key] = got
+            while len(self._answers) > ANSWERS_KEPT:
+                self._answers.popitem(last=False)
+            return got
+
+    def _select(self, t: Table) -> str:
+        return f"SELECT {', '.join(quote(c) for c in t.column_names)} FROM {quote(t.name)}"
+
+    def by_rowids(self, table: str, rowids: Iterable[Any]) -> list[Row]:
+        t = self.inv.table(table)
+        ids = [r for r in rowids if r is not None]
+        if t is None or not ids:
+            return []
+        if t.rowid:
+            marks = ", ".join("?" * len(ids))
+            return self.rows(f"{self._select(t)} WHERE rowid IN ({marks}) ORDER BY rowid", tuple(ids))
+        return []
+
+    def by_key(self, table: str, columns: tuple[str, ...], values: tuple) -> Row | None:
+        """One real row of `table` whose `columns` hold `values` (the lowest rowid), or None."""
+        cache_key = (table, columns, sqlite_key(values))
+        if cache_key in self._by_key:
+            return self._by_key[cache_key]
+        t = self.inv.table(table)
+        cond = " AND ".join(f"{quote(c)} = ?" for c in columns)
+        order = " ORDER BY rowid" if t.rowid else ""
+        got = self.rows(f"{self._select(t)} WHERE {cond}{order} LIMIT 1", values)
+        row = got[0] if got else None
+        self._by_key[cache_key] = row
+        return row
+
+    def children(self, ref: Reference, parent_key: tuple, limit: int = 1) -> list[Row]:
+        cache_key = (ref, sqlite_key(parent_key), limit)
+        if cache_key not in self._children:
+            t = self.inv.table(ref.child)
+            cond = " AND ".join(f"{quote(c)} = ?" for c in ref.child_columns)
+            order = " ORDER BY rowid" if t.rowid else ""
+            self._children[cache_key] = self.rows(f"{self._select(t)} WHERE {cond}{order} LIMIT {limit}", parent_key)
+        return self._children[cache_key]
+
+    def values(self, table: str, column: str) -> list[Any]:
+        """Up to VALUES_PER_COLUMN distinct non-NULL real values of a column (the same ones every time)."""
+        cache_key = (table, column)
+        if cache_key not in self._values:
+            q = quote(column)
+            got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE {q} IS NOT NULL "
+                            f"LIMIT {VALUES_PER_COLUMN}")
+            self._values[cache_key] = [r[0] for r in got]
+        return self._values[cache_key]
+
+    def random_rows(self, table: str, k: int, rng: random.Random) -> list[Row]:
+        t = self.inv.table(table)
+        if t is None or t.rows == 0 or k <= 0:
+            return []
+        if not t.rowid:
+            offsets = sorted({rng.randrange(t.rows) for _ in range(k)})
+            return [r for off in offsets for r in self.rows(f"{self._select(t)} LIMIT 1 OFFSET {off}")]
+        if table not in self._max_rowid:
+            got = self.rows(f"SELECT min(rowid), max(rowid) FROM {quote(table)}")
+            self._max_rowid[table] = got[0] if got and got[0][0] is not None else (0, 0)
+        lo, hi = self._max_rowid[table]
+        out = []
+        for _ in range(k):
+            at = rng.randint(lo, hi)
+            out += self.rows(f"{self._select(t)} WHERE rowid >= ? ORDER BY rowid LIMIT 1", (at,))
+        return out
+
+    def matching(self, c: Comparison, limit: int) -> list[Row]:
+        """Real rows of c.table whose column equals one of c's literals, or is nearest to it (numbers),
+        or holds it in another case or inside a longer text."""
+        t = self.inv.table(c.table)
+        if t is None:
+            return []
+        q = quote(c.column)
+        out: list[Row] = []
+        for lit in c.literals[:4]:
+            if isinstance(lit, (int, float)):
+                out += self.rows(f"{self._select(t)} WHERE {q} IS NOT NULL AND typeof({q}) IN ('integer', 'real') "
+                                 f"ORDER BY abs({q} - ?) LIMIT {limit}", (lit,))
+            elif isinstance(lit, str):
+                plain = lit.strip("%")
+                out += self.rows(f"{self._select(t)} WHERE {q} = ? LIMIT {limit}", (lit,))
+                if plain:
+                    out += self.rows(f"{self._select(t)} WHERE {q} LIKE ? LIMIT {limit}", (f"%{plain}%",))
+        return out
+
+def entity_present(db: SmallDb, table: Table, row: Row) -> bool:
+    """Whether a row with `row`'s primary key is in `db` (False for a table without one)."""
+    if not table.keys:
+        return False
+    idx = [column_index(table, c) for c in table.keys[0]]
+    key = sqlite_key(tuple(row[i] for i in idx))
+    return any(sqlite_key(tuple(r[i] for i in idx)) == key for r in db.rows.get(table.name, []))
+
+def add_rows(db: SmallDb, table: str, rows: Iterable[Row]) -> None:
+    present = set(db.table_rows(table))
+    for r in rows:
+        if r not in present:
+            db.table_rows(table).append(r)
+            present.add(r)
+
+def close(db: SmallDb, real: RealRows, *, max_rows: int = MAX_ROWS) -> SmallDb | None:
+    """`db` made whole: parents fetched for every reference, a child fetched for every parent that must
+    have one, rows whose parent the real file lacks dropped. None when it grows past `max_rows`."""
+    inv = db.inv
+    doomed: set[tuple[str, Row]] = set()  # rows whose parent the real file lacks: never added again
+    for _ in range(CLOSE_ROUNDS):
+        changed = False
+        for ref in inv.references:
+            child, parent = inv.table(ref.child), inv.table(ref.parent)
+            ci = [column_index(child, c) for c in ref.child_columns]
+            pi = [column_index(parent, c) for c in ref.parent_columns]
+            have = {sqlite_key(tuple(r[i] for i in pi)) for r in db.rows.get(parent.name, [])}
+            keep = []
+            for r in db.rows.get(child.name, []):
+                k = tuple(r[i] for i in ci)
+                if any(v is None for v in k) or sqlite_key(k) in have:
+                    keep.append(r)
+                    continue
+                p = real.by_key(parent.name, ref.parent_columns, k)
+                if p is None or (parent.name, p) in doomed:
+                    changed = True  # the real file holds no such parent: this row cannot come along
+                    doomed.add((child.name, r))
+                    continue
+                add_rows(db, parent.name, [p])
+                have.add(sqlite_key(k))
+                keep.append(r)
+                changed = True
+            db.rows[child.name] = keep
+        for ref in inv.references:
+            if not ref.total:
+                continue
+            child, parent = inv.table(ref.child), inv.table(ref.parent)
+            ci = [column_index(child, c) for c in ref.child_columns]
+            pi = [column_index(parent, c) for c in ref.parent_columns]
+            named = {sqlite_key(tuple(r[i] for i in ci)) for r in db.rows.get(child.name, [])}
+            keep = []
+            for p in db.rows.get(parent.name, []):
+                k = tuple(p[i] for i in pi)
+                if sqlite_key(k) in named:
+                    keep.append(p)
+                    continue
+                # A real child whose entity is here already (changed by a variant) cannot come in again.
+                kids = [c for c in real.children(ref, k, limit=4)
+                        if (child.name, c) not in doomed and not entity_present(db, child, c)]
+                changed = True
+                if not kids:
+                    doomed.add((parent.name, p))  # no child it could keep: it cannot stay, nor come back
+                    continue
+                add_rows(db, child.name, kids[:1])
+                named.add(sqlite_key(k))
+                keep.append(p)
+            db.rows[parent.name] = keep
+        if db.size > max_rows:
+            return None
+        if not changed:
+            return db
+    return None
+
+def fresh_value(db: SmallDb, table: str, column: str, real: RealRows, rng: random.Random) -> Any:
+    """A real value of the column that no row of `db` holds there (None when there is none)."""
+    t = db.inv.table(table)
+    i = column_index(t, column)
+    used = {sqlite_key((r[i],)) for r in db.rows.get(t.name, [])}
+    pool = [v for v in real.values(t.name, column) if sqlite_key((v,)) not in used]
+    if pool:
+        return pool[rng.randrange(len(pool))]
+    col = t.column(column)
+    if col is not None and "integer" in col.types:  # an integer key beyond every value in use
+        ints = [r[i] for r in db.rows.get(t.name, []) if isinstance(r[i], int)]
+        return (max(ints) + 1) if ints else 1
+    return None
+
+def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Random,
+              changes: dict[str, Any] | None = None) -> Row | None:
+    """A copy of `row` as a new entity: every key and unique column given a fresh value (a reference
+    column of a key points to another parent that is in `db`), `changes` applied. Appended to `db`."""
+    inv = db.inv
+    t = inv.table(table)
+    new = list(row)
+    for name, value in (changes or {}).items():
+        new[column_index(t, name)] = value
+        new = list(repair_relations(inv, table, tuple(new), name))
+    fresh_cols: list[str] = []
+    for key in t.keys:
+        fresh_cols += [c for c in key if c not in fresh_cols]
+    fresh_cols += [c.name for c in t.columns if c.unique and c.name not in fresh_cols]
+    if not fresh_cols and t.rowid:
+        db.table_rows(table).append(tuple(new))  # no key: the same values again are another row
+        return tuple(new)
+    ref_cols = {c: ref for ref in inv.references if ref.child == t.name and len(ref.child_columns) == 1
+                for c in ref.child_columns}
+    for key in t.keys:
+        # A composite key made of references (a link table): point one part at another parent that is in
+        # `db`, such that the key is new.
+        if all(c in ref_cols for c in key) and not any(c in (changes or {}) for c in key):
+            idx = [column_index(t, c) for c in key]
+            present = {sqlite_key(tuple(r[i] for i in idx)) for r in db.rows.get(t.name, [])}
+            done = False
+            for c in key:
+                ref = ref_cols[c]
+                parent = inv.table(ref.parent)
+                pi = column_index(parent, ref.parent_columns[0])
+                mine = row[column_index(t, c)]
+                options = [p[pi] for p in db.rows.get(parent.name, []) if not same_value(p[pi], mine)]
+                rng.shuffle(options)
+                for option in options:
+                    trial = list(new)
+                    trial[column_index(t, c)] = option
+                    if sqlite_key(tuple(trial[i] for i in idx)) not in present:
+                        new, done = trial, True
+                        break
+                if done:
+                    break
+            if not done:
+                return None
+            fresh_cols = [c for c in fresh_cols if c not in key]
+    for c in fresh_cols:
+        if c in ref_cols or (changes and c in changes):
+            continue
+        value = fresh_value(db, table, c, real, rng)
+        if value is None:
+            return None
+        new[column_index(t, c)] = value
+    out = tuple(new)
+    db.table_rows(table).append(out)
+    return out
+
+def repair_relations(inv: Invariants, table: str, row: Row, changed: str) -> Row:
+    """`row` after `changed` got a new value, with every sum it takes part in made whole again: a changed
+    total moves its right term, a changed term moves the other term (a budget's amount stays, what is
+    spent and what remains trade). Values keep their column's storage class; the database's check
+    throws away what cannot be mended."""
+    t = inv.table(table)
+    out = list(row)
+    for rel in inv.relations:
+        if rel.table != t.name or changed not in (rel.total, rel.left, rel.right):
+            continue
+        s, a, b = (column_index(t, c) for c in (rel.total, rel.left, rel.right))
+        if None in (out[s], out[a], out[b]) or not all(isinstance(out[i], (int, float)) for i in (s, a, b)):
+            continue
+        if changed == rel.total:
+            target, value = b, out[s] - out[a]
+        elif changed == rel.left:
+            target, value = b, out[s] - out[a]
+        else:
+            target, value = a, out[s] - out[b]
+        col = t.columns[target]
+        if col.types == ("integer",) and isinstance(value, float):
+            if not value.is_integer():
+                continue
+            value = int(value)
+        elif "real" in col.types and "integer" not in col.types:
+            value = float(value)
+        out[target] = value
+    return tuple(out)
+
+def same_value(a: Any, b: Any) -> bool:
+    return sqlite_key((a,)) == sqlite_key((b,))
+
+def rekey(db: SmallDb, table: str) -> bool:
+    """Renumber `table`'s INTEGER PRIMARY KEY among the values its rows hold (in reverse), and every
+    reference to it: the same entities under other numbers. False when there is nothing to renumber."""
+    inv = db.inv
+    t = inv.table(table)
+    if t is None or t.integer_key is None:
+        return False
+    ki = column_index(t, t.integer_key)
+    rows = db.rows.get(t.name, [])
+    keys = [r[ki] for r in rows]
+    if len(keys) < 2:
+        return False
+    mapping = dict(zip(keys, reversed(keys)))
+    db.rows[t.name] = [tuple(mapping.get(v, v) if i == ki else v for i, v in enumerate(r)) for r in rows]
+    for ref in inv.references:
+        if ref.parent != t.name or len(ref.parent_columns) != 1 or ref.parent_columns[0] != t.integer_key:
+            continue
+        child = inv.table(ref.child)
+        ci = column_index(child, ref.child_columns[0])
+        db.rows[child.name] = [tuple(mapping.get(v, v) if i == ci else v for i, v in enumerate(r))
+                               for r in db.rows.get(child.name, [])]
+    return True

@@ -1,0 +1,236 @@
+"""A small database of a real one's kind: a few dozen rows under the real schema, checked against every
+invariant the real database keeps (t2sql.serving.invariants) before any query sees it.
+
+`SmallDb.problems()` is the equivalence check's safety net: whatever made the rows (a closed sample of
+real rows, a duplicated row, a value beside a query's literal), a database with a problem is thrown
+away, so no witness ever rests on data no real database of this kind could hold. `to_sql()` is the
+witness a refutation shows (INSERT statements); `database()` builds it in the core, hardened like any
+other database (the model's SQL meets the same policy there).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from t2sql._grader import Database
+from t2sql.serving.invariants import Invariants, Table, quote, storage_class, text_format
+
+Row = tuple  # one row's values in its table's column order
+
+TABLE_PROBLEMS_KEPT = 4096  # tables' checks remembered per database (Invariants.memo)
+
+
+@dataclass
+class SmallDb:
+    inv: Invariants
+    rows: dict[str, list[Row]] = field(default_factory=dict)  # table name -> rows, in insertion order
+    note: str = ""  # how it was made, for the witness
+
+    def copy(self, note: str | None = None) -> SmallDb:
+        return SmallDb(self.inv, {t: list(r) for t, r in self.rows.items()}, self.note if note is None else note)
+
+    def table_rows(self, table: str) -> list[Row]:
+        return self.rows.setdefault(table, [])
+
+    @property
+    def size(self) -> int:
+        return sum(len(r) for r in self.rows.values())
+
+    def key(self) -> tuple:
+        """What makes two small databases the same (their rows, in order)."""
+        return tuple((t, tuple(rows)) for t, rows in sorted(self.rows.items()) if rows)
+
+    # ------------------------------------------------------------------------------------ checks
+
+    def problems(self) -> list[str]:
+        """Every way this database breaks a declared constraint or a mined invariant ([] = none). A table's
+        own checks are remembered by its rows (the variants of one database share most tables)."""
+        out: list[str] = []
+        tables = {t.name: t for t in self.inv.tables}
+        for name, rows in self.rows.items():
+            t = tables.get(name)
+            if t is None:
+                out.append(f"no table {name}")
+                continue
+            memo = self.inv.memo
+            key = ("table problems", name, tuple(rows))
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = _table_problems(t, rows, self.inv.identifiers(name))
+                while len(memo) > TABLE_PROBLEMS_KEPT:
+                    try:
+                        memo.pop(next(iter(memo)))
+                    except (RuntimeError, KeyError, StopIteration):  # another thread got there first
+                        break
+            out += found
+        out += self._reference_problems(tables)
+        out += self._copy_problems(tables)
+        out += self._relation_problems(tables)
+        return out
+
+    def _projection(self, table: Table, columns: Iterable[str]) -> list[tuple]:
+        idx = [column_index(table, c) for c in columns]
+        return [tuple(r[i] for i in idx) for r in self.rows.get(table.name, [])]
+
+    def _reference_problems(self, tables: dict[str, Table]) -> list[str]:
+        out = []
+        for ref in self.inv.references:
+            child, parent = tables[ref.child], tables[ref.parent]
+            parents = {sqlite_key(k) for k in self._projection(parent, ref.parent_columns)}
+            children = [k for k in self._projection(child, ref.child_columns) if all(v is not None for v in k)]
+            dangling = [k for k in children if sqlite_key(k) not in parents]
+            if dangling:
+                out.append(f"{ref.name}: {dangling[0]!r} names no {ref.parent} row")
+            if ref.total:
+                named = {sqlite_key(k) for k in children}
+                orphan = next((k for k in parents if k not in named), None)
+                if orphan is not None:
+                    out.append(f"{ref.name}: {ref.parent} row {orphan!r} has no {ref.child} row")
+        return out
+
+    def _copy_problems(self, tables: dict[str, Table]) -> list[str]:
+        out = []
+        for cp in self.inv.copies:
+            t = tables[cp.table]
+            col = column_index(t, cp.column)
+            if cp.via is None:
+                src = column_index(t, cp.source_column)
+                bad = [r for r in self.rows.get(t.name, []) if not _same(r[col], r[src])]
+            else:
+                parent = tables[cp.via.parent]
+                by_key = {sqlite_key(k): r for k, r in zip(self._projection(parent, cp.via.parent_columns),
+                                                      self.rows.get(parent.name, []))}
+                src = column_index(parent, cp.source_column)
+                bad = []
+                for k, r in zip(self._projection(t, cp.via.child_columns), self.rows.get(t.name, [])):
+                    p = by_key.get(sqlite_key(k))
+                    if p is not None and not _same(r[col], p[src]):
+                        bad.append(r)
+            if bad:
+                out.append(f"{cp.table}.{cp.column} no longer equals {cp.source}.{cp.source_column}")
+        return out
+
+    def _relation_problems(self, tables: dict[str, Table]) -> list[str]:
+        out = []
+        for rel in self.inv.relations:
+            t = tables[rel.table]
+            s, a, b = (column_index(t, c) for c in (rel.total, rel.left, rel.right))
+            for r in self.rows.get(t.name, []):
+                if None in (r[s], r[a], r[b]):
+                    continue
+                if abs(r[a] + r[b] - r[s]) > 1e-9 * max(1.0, abs(r[s])):
+                    out.append(f"{rel.table}.{rel.total} is no longer {rel.left} + {rel.right}")
+                    break
+        return out
+
+    # ------------------------------------------------------------------------------------ outputs
+
+    def tables_for_core(self, reverse: bool = False) -> list[tuple[str, list[str], list[Row]]]:
+        out = []
+        for t in self.inv.tables:
+            rows = self.rows.get(t.name, [])
+            out.append((t.name, list(t.column_names), list(reversed(rows)) if reverse else list(rows)))
+        return out
+
+    def database(self, label: str = "witness", *, reverse: bool = False) -> Database:
+        """The database in the core (rows in reverse insertion order and reversed scans with `reverse`, to
+        see whether a query's result depends on the order rows happen to come in)."""
+        return Database.from_rows(label, list(self.inv.schema), self.tables_for_core(reverse), reverse_scans=reverse)
+
+    def to_sql(self) -> str:
+        """The rows as INSERT statements (the schema is the real database's)."""
+        lines = []
+        for t in self.inv.tables:
+            rows = self.rows.get(t.name, [])
+            if not rows:
+                continue
+            cols = ", ".join(quote(c) for c in t.column_names)
+            for r in rows:
+                lines.append(f"INSERT INTO {quote(t.name)} ({cols}) VALUES ({', '.join(sql_literal(v) for v in r)});")
+        return "\n".join(lines)
+
+
+def sql_literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("9e999" if value > 0 else "-9e999")
+    if isinstance(value, bytes):
+        return "X'" + value.hex() + "'"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def column_index(table: Table, column: str) -> int:
+    i = table.position(column)
+    if i is None:
+        raise KeyError(f"{table.name} has no column {column}")
+    return i
+
+
+def sqlite_key(key: tuple) -> tuple:
+    """A key as SQLite compares it: 1 and 1.0 are one value (an integral float becomes the int)."""
+    if not any(type(v) is float for v in key):
+        return key
+    return tuple(int(v) if type(v) is float and v.is_integer() else v for v in key)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return sqlite_key((a,)) == sqlite_key((b,))
+
+
+def letter_cases(text: str) -> set[str]:
+    out = set()
+    if any("a" <= ch <= "z" for ch in text):
+        out.add("lower")
+    if any("A" <= ch <= "Z" for ch in text):
+        out.add("upper")
+    return out
+
+
+def _table_problems(t: Table, rows: list[Row], identifiers: frozenset[str] = frozenset()) -> list[str]:
+    out = []
+    width = len(t.columns)
+    if any(len(r) != width for r in rows):
+        return [f"{t.name}: a row without {width} values"]
+    for key in t.keys:
+        idx = [column_index(t, c) for c in key]
+        seen = set()
+        for r in rows:
+            k = sqlite_key(tuple(r[i] for i in idx))
+            if any(v is None for v in k):
+                continue  # SQLite lets NULLs repeat in a UNIQUE key (a NULL primary key is caught below)
+            if k in seen:
+                out.append(f"{t.name}: key ({', '.join(key)}) {k!r} repeats")
+                break
+            seen.add(k)
+    for i, c in enumerate(t.columns):
+        values = [r[i] for r in rows]
+        if any(v is None for v in values) and (c.pk or c.not_null or (c.mined and not c.nulls)):
+            out.append(f"{t.name}.{c.name} never holds NULL")
+        present = [v for v in values if v is not None]
+        if c.unique:
+            normed = [sqlite_key((v,)) for v in present]
+            if len(set(normed)) != len(normed):
+                out.append(f"{t.name}.{c.name} never repeats a value")
+        if not c.mined:
+            continue
+        for v in present:
+            kind = storage_class(v)
+            if kind not in c.types:
+                out.append(f"{t.name}.{c.name} holds no {kind} values ({v!r})")
+                break
+            if kind == "text" and text_format(v) not in c.formats:
+                out.append(f"{t.name}.{c.name}: {v!r} is not of the column's formats ({', '.join(c.formats)})")
+                break
+            if kind == "text" and c.name in identifiers and not letter_cases(v) <= set(c.cases):
+                out.append(f"{t.name}.{c.name}: {v!r} has letters in a case the identifier never uses")
+                break
+    return out

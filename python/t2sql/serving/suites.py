@@ -1,0 +1,151 @@
+"""A database's suite: small databases drawn from random real rows and their realistic variants,
+distilled greedily against neighbour queries derived from the schema (pairs that differ only on
+databases with duplicates, NULLs, childless parents, text in another case, a value at a boundary): a
+test-suite approach. Built once per database file and kept on disk (t2sql.serving.diskcache)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import t2sql
+from t2sql._grader import GradeSpec
+from t2sql.serving.diskcache import database_key
+from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.sampling import RealRows, add_rows, close, duplicate, rekey, stable_rng
+from t2sql.serving.smalldb import SmallDb, column_index
+from t2sql.serving.targeted import realistic
+
+SUITE_VERSION = 1
+
+SUITE_POOL = 24  # random closed samples drawn per suite (each with its variants)
+
+def neighbour_pairs(inv: Invariants, real: RealRows) -> list[tuple[str, str]]:
+    """Pairs of queries that differ only on databases with duplicates, NULLs, childless parents,
+    values in another case or at a boundary: what a suite must be able to tell apart."""
+    pairs: list[tuple[str, str]] = []
+    for t in inv.tables:
+        if t.rows == 0:
+            continue
+        name = quote(t.name)
+        for c in t.columns[:12]:
+            q = quote(c.name)
+            if not c.unique:
+                pairs.append((f"SELECT {q} FROM {name}", f"SELECT DISTINCT {q} FROM {name}"))
+            if c.may_be_null:
+                pairs.append((f"SELECT count({q}) FROM {name}", f"SELECT count(*) FROM {name}"))
+            values = real.values(t.name, c.name)[:2]
+            for v in values:
+                if isinstance(v, str) and v.lower() != v.upper():
+                    lit = "'" + v.replace("'", "''") + "'"
+                    pairs.append((f"SELECT count(*) FROM {name} WHERE {q} = {lit}",
+                                  f"SELECT count(*) FROM {name} WHERE {q} LIKE {lit}"))
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    pairs.append((f"SELECT count(*) FROM {name} WHERE {q} > {v!r}",
+                                  f"SELECT count(*) FROM {name} WHERE {q} >= {v!r}"))
+    for r in inv.references:
+        c, p = quote(r.child), quote(r.parent)
+        on = " AND ".join(f"c.{quote(a)} = p.{quote(b)}" for a, b in zip(r.child_columns, r.parent_columns))
+        pairs.append((f"SELECT count(*) FROM {p} AS p LEFT JOIN {c} AS c ON {on}",
+                      f"SELECT count(*) FROM {p} AS p JOIN {c} AS c ON {on}"))
+        pairs.append((f"SELECT count(*) FROM {c} AS c JOIN {p} AS p ON {on}", f"SELECT count(*) FROM {c}"))
+    return pairs
+
+def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> list[SmallDb]:
+    """A database's suite: up to `size` small databases picked greedily from a pool of random closed
+    samples and their variants, each one telling apart the most neighbour pairs the ones before left."""
+    if size <= 0:
+        return []
+    rng = stable_rng(seed, "suite", database_key(real.path))
+    pool: list[SmallDb] = []
+    tables = [t for t in inv.tables if t.rows > 0]
+    for i in range(SUITE_POOL):
+        seeds = SmallDb(inv, note=f"random real rows (draw {i})")
+        picked = tables if len(tables) <= 6 else rng.sample(tables, 6)
+        for t in picked:
+            add_rows(seeds, t.name, real.random_rows(t.name, rng.randint(1, 3), rng))
+        base = close(seeds, real)
+        if base is None:
+            continue
+        pool.append(base)
+        dup = base.copy(f"random real rows (draw {i}), some duplicated under fresh keys")
+        for t in rng.sample(tables, min(3, len(tables))):
+            rows = dup.rows.get(t.name, [])
+            if rows:
+                duplicate(dup, t.name, rows[rng.randrange(len(rows))], real, rng)
+        pool.append(close(dup, real) or base)
+        nulls = base.copy(f"random real rows (draw {i}), some values NULL")
+        for t in tables:
+            rows = nulls.rows.get(t.name, [])
+            free = [c for c in t.columns if c.may_be_null and c.name not in inv.frozen(t.name)]
+            if rows and free:
+                c = free[rng.randrange(len(free))]
+                ci = column_index(t, c.name)
+                r = rows[0]
+                rows[0] = tuple(None if j == ci else v for j, v in enumerate(r))
+        pool.append(nulls)
+        cased = base.copy(f"random real rows (draw {i}), some text in another case")
+        for t in tables:
+            rows = cased.rows.get(t.name, [])
+            free = [c for c in t.columns if "text" in c.types and c.name not in inv.frozen(t.name)]
+            if rows and free:
+                ci = column_index(t, free[rng.randrange(len(free))].name)
+                r = rows[-1]
+                if isinstance(r[ci], str):
+                    rows[-1] = tuple(v.swapcase() if j == ci else v for j, v in enumerate(r))
+        pool.append(cased)
+        renumbered = base.copy(f"random real rows (draw {i}), integer keys renumbered")
+        if any([rekey(renumbered, t.name) for t in tables]):
+            pool.append(renumbered)
+    pool = realistic(pool)
+    pairs = neighbour_pairs(inv, real)
+    kills: list[set[int]] = []
+    queries = sorted({q for p in pairs for q in p})
+    for db in pool:
+        results = {}
+        try:
+            core = db.database("suite candidate")
+        except t2sql.T2sqlError:
+            kills.append(set())
+            continue
+        with core:
+            for q in queries:
+                try:
+                    results[q] = core.digest(q, GradeSpec("multiset", timeout_s=2.0))
+                except t2sql.T2sqlError:
+                    results[q] = None
+        killed = set()
+        for n, (a, b) in enumerate(pairs):
+            ra, rb = results.get(a), results.get(b)
+            if ra is not None and rb is not None and not ra.same_result(rb):
+                killed.add(n)
+        kills.append(killed)
+    chosen: list[int] = []
+    covered: set[int] = set()
+    while len(chosen) < size:
+        best = max((i for i in range(len(pool)) if i not in chosen),
+                   key=lambda i: (len(kills[i] - covered), -pool[i].size), default=None)
+        if best is None or (chosen and not kills[best] - covered):
+            break
+        chosen.append(best)
+        covered |= kills[best]
+    return [pool[i] for i in chosen]
+
+def suite_to_json(dbs: list[SmallDb]) -> list[dict[str, Any]]:
+    return [{"note": db.note, "rows": {t: [list(map(_cell_json, r)) for r in rows] for t, rows in db.rows.items()}}
+            for db in dbs]
+
+def _cell_json(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return {"hex": v.hex()}
+    if isinstance(v, float) and v.is_integer():
+        return {"real": v}  # 1.0 stays a REAL, not the INTEGER 1
+    return v
+
+def _cell_from_json(v: Any) -> Any:
+    if isinstance(v, dict):
+        return bytes.fromhex(v["hex"]) if "hex" in v else float(v["real"])
+    return v
+
+def suite_from_json(inv: Invariants, data: list[dict[str, Any]]) -> list[SmallDb]:
+    return [SmallDb(inv, {t: [tuple(_cell_from_json(v) for v in r) for r in rows] for t, rows in d["rows"].items()},
+                    d["note"]) for d in data]

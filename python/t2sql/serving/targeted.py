@@ -1,0 +1,221 @@
+"""The small databases the equivalence check builds for one query of a pair (t2sql.serving.equivalence
+says how they are used): the real rows the query touches and those meeting all but one of its
+conditions, closed under the database's references; variants of them that stay realistic (values at
+and beside each literal, duplicates under fresh keys, one more result row, more rows than a LIMIT
+keeps, NULLs, integer keys renumbered). Every database returned has passed `SmallDb.problems()`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from t2sql.serving import ordering, querytext
+from t2sql.serving.invariants import Invariants
+from t2sql.serving.lineage import another_value, duplicate_tuple, fetch_lineage
+from t2sql.serving.sampling import (
+    RealRows,
+    add_rows,
+    close,
+    duplicate,
+    rekey,
+    repair_relations,
+    stable_rng,
+)
+from t2sql.serving.smalldb import SmallDb, column_index
+from t2sql.serving.variants import literal_variants
+
+MAX_LIMIT_FILLED = 30  # a query's LIMIT n up to this is filled with n + 1 result rows
+
+MAX_ROWS_FILLED = 400  # the rows such a database may reach
+
+@dataclass
+class Covered:
+    """What a gold's targeted databases already hold: the real rows its lineage queries touch and the
+    literals it compares columns with. A prediction's own databases add only what is not here."""
+
+    rows: set = field(default_factory=set)  # (table, row)
+    literals: set = field(default_factory=set)  # (table, column, literal)
+
+    def key(self) -> int:
+        return hash((frozenset(self.rows), frozenset(self.literals)))
+
+def literal_keys(c: querytext.Comparison) -> set[tuple]:
+    return {(c.table, c.column, lit.replace("%", "") if isinstance(lit, str) else lit) for lit in c.literals}
+
+def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
+             covered: Covered | None = None) -> tuple[list[SmallDb], Covered]:
+    """Small databases built for one query of a pair (see the module doc), each already checked (no
+    problems), and what they cover. With `covered` (the gold's), only rows and literals outside it make
+    databases: a prediction that joins the gold's rows and compares its literals adds none."""
+    rng = stable_rng(seed, "targeted", sql)
+    seeds = SmallDb(inv, note="the real rows the query touches")
+    marked: dict[str, set] = {}  # table -> the seed rows (what the variants change)
+    comparisons: list[querytext.Comparison] = []
+    tables: list[str] = []
+    lineages: list[tuple[str, list[list[tuple[str, tuple]]]]] = []  # those the gold's do not cover
+    first_tuple: list[tuple[str, tuple]] = []  # what the query's first result row joins
+    mine = Covered()
+    for label, tuples in fetch_lineage(real, inv, sql):
+        rows = {(t, r) for tp in tuples for t, r in tp}
+        mine.rows |= rows
+        for table, row in rows:  # the rows this query touches are where its literals' variants go
+            add_rows(seeds, table, [row])
+            marked.setdefault(table, set()).add(row)
+        if tuples and not first_tuple:
+            first_tuple.extend(tuples[0])
+        if covered is None or not rows <= covered.rows:
+            lineages.append((label, tuples))
+    st = querytext.read(sql)
+    if st is not None:
+        for c in querytext.comparisons(st, inv):
+            keys = literal_keys(c)
+            mine.literals |= keys
+            if covered is not None and keys <= covered.literals:
+                continue
+            comparisons.append(c)
+            rows = real.matching(c, 2)
+            add_rows(seeds, c.table, rows)
+            marked.setdefault(c.table, set()).update(rows)
+        for part in st.parts:
+            tables += [i.table for i in querytext.from_items(st, part, inv)]
+    if covered is not None and not lineages and not comparisons and ordering.outer_limit(st) is None:
+        return [], mine
+    for name in dict.fromkeys(tables):
+        add_rows(seeds, name, real.random_rows(name, 2, rng))
+    base = close(seeds, real)
+    if base is None:
+        return [], mine
+    out = [base]
+
+    def keep(db: SmallDb | None, *, closing: bool = True) -> None:
+        """A variant; `closing=False` for one that changed values only (no key, no reference)."""
+        if db is not None:
+            closed = close(db, real) if closing else db
+            if closed is not None:
+                out.append(closed)
+
+    # Each lineage query's rows alone: where a condition one query has and the other lacks decides.
+    for label, tuples in lineages:
+        alone = SmallDb(inv, note=f"the real rows of {label}")
+        for tp in tuples:
+            for table, row in tp:
+                add_rows(alone, table, [row])
+        keep(alone)
+    # The same entities again under fresh keys: DISTINCT, LIMIT n, COUNT over joins.
+    dup = base.copy("seed rows duplicated under fresh keys")
+    for table, rows in marked.items():
+        for row in [r for r in base.rows.get(table, []) if r in rows][:2]:
+            duplicate(dup, table, row, real, rng)
+    keep(dup)
+    # One more result row: what a query's first result rows join, again as new entities; the same with
+    # one value of theirs another real value (a new distinct row); and sharing one parent (a row that
+    # repeats under DISTINCT).
+    for label, tuples in lineages[:2]:
+        if not tuples:
+            continue
+        more = base.copy(f"one more result row of {label}")
+        for tp in tuples[:2]:
+            duplicate_tuple(more, tp, real, rng)
+        keep(more)
+        first = tuples[0]
+        other = base.copy(f"one more, different result row of {label}")
+        if duplicate_tuple(other, first, real, rng, another_value(inv, real, first, rng, sql)):
+            keep(other)
+        for shared_table, shared_row in first:
+            if any(r.parent == shared_table for r in inv.references for t, _ in first if r.child == t):
+                shared = base.copy(f"one more result row of {label} sharing its {shared_table} row")
+                if duplicate_tuple(shared, [x for x in first if x != (shared_table, shared_row)], real, rng):
+                    keep(shared)
+    # As many result rows as the query's LIMIT keeps, and one more: where a LIMIT that cut nothing cuts.
+    limit = ordering.outer_limit(st) if st is not None else None
+    if limit is not None and first_tuple and limit < MAX_LIMIT_FILLED:
+        # Copies of what the first result row joins, whole or sharing one parent (the one a filter may
+        # name), each with another value in a column it selects (so DISTINCT keeps them apart).
+        parents = [(t, r) for t, r in first_tuple
+                   if any(ref.parent == t and ref.child == c for ref in inv.references for c, _ in first_tuple)]
+        for shared in [None, *parents]:
+            copied = [x for x in first_tuple if x != shared]
+            filled = base.copy(f"more result rows than its LIMIT {limit}"
+                               + (f", sharing its {shared[0]} row" if shared else ""))
+            for _ in range(limit + 1):
+                if not duplicate_tuple(filled, copied, real, rng, another_value(inv, real, copied, rng, sql)):
+                    break
+            closed = close(filled, real, max_rows=MAX_ROWS_FILLED)
+            if closed is not None:
+                out.append(closed)
+    # NULL where a column the query names holds NULLs (COUNT(col), IS NULL, outer joins); a reference
+    # that holds NULLs may name nothing.
+    text = sql.lower()
+    nulled = base.copy("NULL in columns the query names")
+    for t in inv.tables:
+        rows = [r for r in nulled.rows.get(t.name, []) if r in marked.get(t.name, set())]
+        fixed = inv.frozen(t.name) - inv.reference_columns(t.name)
+        for c in t.columns:
+            if rows and c.may_be_null and c.name not in fixed and c.name.lower() in text:
+                ci = column_index(t, c.name)
+                table_rows = nulled.rows[t.name]
+                table_rows[table_rows.index(rows[0])] = tuple(None if j == ci else v for j, v in enumerate(rows[0]))
+                rows = [r for r in table_rows if r in marked.get(t.name, set())]
+    keep(nulled)
+    # Values at and beside each literal, in place on the seed rows (a few databases, the values spread).
+    for c in dict.fromkeys(comparisons):
+        t = inv.table(c.table)
+        variants = literal_variants(c, t, real)
+        if not variants:
+            continue
+        rows = [r for r in base.rows.get(c.table, []) if r in marked.get(c.table, set())][:4]
+        if not rows:
+            continue
+        ci = column_index(t, c.column)
+        unique = t.columns[ci].unique or any(key == (t.columns[ci].name,) for key in t.keys)
+        free = [v for v in variants if not unique or all(r[ci] != v.value for r in base.rows[c.table])]
+        if c.column in inv.frozen(t.name):
+            # A key or reference column: the values go into duplicates (new entities), not in place.
+            added = base.copy(f"rows added with {c.table}.{c.column} beside {c.literals[0]!r}")
+            for v in free[:6]:
+                duplicate(added, c.table, rows[0], real, rng, {c.column: v.value})
+            keep(added)
+            continue
+        for k in range(min(3, len(variants))):
+            db = base.copy(f"{c.table}.{c.column} set beside {c.literals[0]!r}")
+            table_rows = db.rows[c.table]
+            held = {r[ci] for r in table_rows}
+            for i, row in enumerate(rows):
+                # The values spread over the rows; a unique column takes only values no other row holds.
+                for step in range(len(variants)):
+                    v = variants[(i * 3 + k + step) % len(variants)]
+                    if not unique or v.value not in held or v.value == row[ci]:
+                        break
+                else:
+                    continue
+                held.discard(row[ci])
+                held.add(v.value)
+                new = repair_relations(inv, c.table, tuple(v.value if j == ci else x for j, x in enumerate(row)),
+                                       t.columns[ci].name)
+                table_rows[table_rows.index(row)] = new
+            keep(db, closing=False)
+        # The literal's neighbours in new rows beside the old ones (rows that meet all but one condition):
+        # what a result row joins, copied whole, the copy of this row holding the value.
+        added = base.copy(f"rows added with {c.table}.{c.column} beside {c.literals[0]!r}")
+        joined = next((tp for _, tuples in lineages for tp in tuples if (c.table, rows[0]) in tp), None)
+        for v in free[:6]:
+            if joined is not None:
+                duplicate_tuple(added, joined, real, rng, {(c.table, rows[0]): {c.column: v.value}})
+            else:
+                duplicate(added, c.table, rows[0], real, rng, {c.column: v.value})
+        keep(added)
+    # Integer keys renumbered (a query that hard-codes a key it looked up today finds another row).
+    renumbered = base.copy("integer keys renumbered")
+    if any([rekey(renumbered, t.name) for t in inv.tables if renumbered.rows.get(t.name)]):
+        keep(renumbered, closing=False)
+    return realistic(out), mine
+
+def realistic(dbs: list[SmallDb]) -> list[SmallDb]:
+    seen, out = set(), []
+    for db in dbs:
+        if db.size == 0 or db.problems():
+            continue
+        key = db.key()
+        if key not in seen:
+            seen.add(key)
+            out.append(db)
+    return out
