@@ -1,15 +1,18 @@
 """Every command that writes follows t2sql.atomic's rule, as a user runs it (real subprocesses, real paths,
 the bundled superhero sample): `grade --out`, `gold --report` and `--manifest`, `convert`, `t2sql-train
-prepare`'s split files and manifests, `bench`'s work files."""
+prepare`'s split files and manifests, `bench`'s work files. And SIGTERM mid-run unwinds as SIGINT does:
+no temporary file stays behind."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from test_output_rule import NOT_FILES, make_not_a_file, state, temporaries
 
 SAMPLE = sample_dir()
 TRAIN = ["-c", "import sys; from t2sql.miles.train import main; sys.exit(main())"]
+ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -256,3 +260,80 @@ def test_bench_work_files_are_its_own_or_refused(tmp_path):
     for suite in (["grader"], ["pairs"], ["download", "--size-mb", "1", "--extract-mb", "0"]):
         refused(t2sql("bench", *suite, "--work-dir", str(tmp_path / "no" / "such")), "does not exist")
     assert not (tmp_path / "no").exists() and temporaries(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------- SIGTERM unwinds like SIGINT
+
+
+def wait_for(condition, what: str, proc: subprocess.Popen) -> None:
+    """Poll until `condition()`; fail (with the child's stderr) if the child ends first or it never comes."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"{what} never happened: {proc.communicate()[1]}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig, word", [(signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")])
+def test_a_signal_mid_grade_removes_the_temporary_output(tmp_path, sig, word):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"id": i, "db_id": "superhero", "pred": ENDLESS, "gold": "SELECT 1"}) + "\n"
+                             for i in range(6)))
+    out = tmp_path / "v.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "t2sql.cli", "grade", "--pairs", str(pairs), "--db-root",
+                             str(SAMPLE), "--out", str(out), "--timeout-s", "60", "--concurrency", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    wait_for(lambda: temporaries(tmp_path), "the temporary output", proc)  # mid-run: .v.jsonl.xxxx.tmp is there
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, (proc.returncode, err)  # as grade --pairs answers Ctrl-C
+    assert f"{word} after" in err and "was not written" in err and "Traceback" not in err
+    assert temporaries(tmp_path) == [] and not out.exists()
+
+
+def stderr_until(proc: subprocess.Popen, text: str) -> None:
+    """Read the child's stderr until a line holds `text` (a progress line: the run is under way)."""
+    seen = []
+    while not any(text in line for line in seen):
+        line = proc.stderr.readline()
+        assert line, f"the command ended before {text!r}: {''.join(seen)}"
+        seen.append(line)
+
+
+def test_sigterm_mid_gold_exits_143_and_writes_no_report(tmp_path):
+    data = tmp_path / "q.json"
+    rows = sample_rows(1)
+    data.write_text(json.dumps(rows + [{**rows[0], "question_id": 900 + i, "SQL": ENDLESS} for i in range(2)]))
+    report = tmp_path / "report.json"
+    proc = subprocess.Popen([sys.executable, "-m", "t2sql.cli", "gold", "--data", str(data), "--db-root", str(SAMPLE),
+                             "--report", str(report), "--workers", "2", "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(T2SQL_PROGRESS_INTERVAL="0"))
+    stderr_until(proc, "gold: 1/3")  # the first gold is done, the endless ones run
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert err.strip().splitlines()[-1] == "terminated" and "Traceback" not in err
+    assert not report.exists() and temporaries(tmp_path) == []
+
+
+def test_sigterm_mid_prepare_ends_it_as_ctrl_c_does(tmp_path):
+    """t2sql-train prepare, killed while it validates the golds: exit 143, one line, nothing half-written."""
+    release = small_release(tmp_path)
+    rows = json.loads((release / "validation.json").read_text())
+    rows += [{**rows[0], "question_id": 900 + i, "SQL": ENDLESS} for i in range(3)]
+    (release / "validation.json").write_text(json.dumps(rows))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, *TRAIN, "prepare", "--output-dir", str(out), "--data-release",
+                             str(release), "--skip-model", "--skip-disk-check", "--splits", "validation",
+                             "--gold-timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(T2SQL_PROGRESS_INTERVAL="0"))
+    stderr_until(proc, "gold: 1/")  # the first gold is done, the endless ones run
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert err.strip().splitlines()[-1] == "t2sql-train prepare: terminated; rerun to continue (completed steps " \
+                                           "are kept)"
+    assert "Traceback" not in err and temporaries(out) == [] and not (out / "data" / "validation.jsonl").exists()

@@ -12,7 +12,8 @@ folders of its own, applies all of it but the last point):
 - A symlink to a regular file is followed: the file it points to is replaced, the link stays.
 - The content goes to a temporary file beside the target (`.NAME.xxxx.tmp`), flushed and fsynced, and is
   renamed over the target only after the checks are made once more (a long run gives the path time to
-  change). An error or an interrupt removes the temporary file and leaves the path as it was.
+  change). An error, SIGINT, or SIGTERM (which t2sql.interrupts makes unwind like SIGINT) removes the
+  temporary file and leaves the path as it was.
 - An existing regular file is replaced only when it is empty, when it is recognisably the command's own
   output (`own` reads at most HEAD_BYTES of it), or when the user says so (`force`: --force). Anything
   else is refused and left byte for byte as it was.

@@ -37,6 +37,7 @@ from t2sql.grading import (
     seconds_arg,
     workers_arg,
 )
+from t2sql.interrupts import interrupt_word
 from t2sql.jsonl import JsonProblem, dumps, json_lines, loads, raw_lines
 from t2sql.progress import Progress
 from t2sql.serving.gold_memory import GOLD_MEMORY_ENTRIES, Lru
@@ -274,8 +275,8 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     try:
         with grader, output.open() as out, Progress(total, "grading") as bar:
             asyncio.run(batch.grade_all(out, bar))
-    except KeyboardInterrupt:
-        return _fail(f"interrupted after {batch.lines} of {total} lines; --out {out_path} was not written")
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (t2sql.interrupts)
+        return _fail(f"{interrupt_word(e)} after {batch.lines} of {total} lines; --out {out_path} was not written")
     except OutputPathError as e:  # the path changed during the run (t2sql.atomic checks it again before the rename)
         return _fail(str(e))
     except OSError as e:

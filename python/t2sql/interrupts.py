@@ -1,0 +1,60 @@
+"""SIGTERM unwinds a t2sql command the way SIGINT (Ctrl-C) does.
+
+SIGTERM is what `kill PID`, `timeout`, a job scheduler or a container runtime sends. Left to its default it
+ends the process on the spot: no `finally` runs, so a temporary output (`.NAME.xxxx.tmp`, t2sql.atomic) or a
+half-made folder stays behind. Inside `sigterm_unwinds()` it raises Terminated, a KeyboardInterrupt, where
+the process is, so every `finally` and every `except KeyboardInterrupt` that cleans up after Ctrl-C cleans up
+after `kill` too. A command answers both the same way; where it ends on the interrupt itself the exit status
+is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process the signal
+killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Iterator
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process was, as SIGINT raises KeyboardInterrupt."""
+
+
+def interrupt_exit(interrupt: KeyboardInterrupt) -> int:
+    """The exit status of a command that ended on `interrupt`."""
+    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+
+
+def interrupt_word(interrupt: KeyboardInterrupt) -> str:
+    """How a message names it: "terminated" (SIGTERM) or "interrupted" (SIGINT)."""
+    return "terminated" if isinstance(interrupt, Terminated) else "interrupted"
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While inside, SIGTERM raises Terminated in this process's main thread; the handler that was there
+    before comes back on the way out. A process forked meanwhile that gets SIGTERM ends at once, as it
+    would have (the unwinding is the command's, not a child's). Off the main thread (where Python takes
+    no signal handler) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def terminate(signum: int, frame: object) -> None:
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
