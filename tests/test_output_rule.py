@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import child_env
 from t2sql.atomic import HEAD_BYTES, OutputFile, atomic_write, first_line, output_folder, write_bytes_atomic
 from t2sql.errors import OutputPathError, T2sqlError
 
@@ -204,3 +207,41 @@ def test_an_output_folder_is_made_one_level_only(tmp_path):
     with pytest.raises(OutputPathError, match="is not a directory"):
         output_folder(fifo, flag="--out-dir")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "out", fifo.name]
+
+
+# ------------------------------------------------------------------------- SIGTERM unwinds like SIGINT
+
+SIGTERM_INSIDE_ASYNCIO = """
+import asyncio, gc, os, signal
+from t2sql.interrupts import Terminated, sigterm_unwinds
+
+async def one(n):
+    try:
+        if n == 0:
+            await asyncio.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside this task's step
+        while True:
+            await asyncio.sleep(0.01)
+    finally:
+        print(f"{n} unwound", flush=True)
+
+async def main():
+    await asyncio.gather(*(one(n) for n in range(3)))
+
+with sigterm_unwinds():
+    try:
+        asyncio.run(main())
+    except Terminated:
+        print("terminated", flush=True)
+gc.collect()  # as a command goes on after the interrupt: a task that kept it would print it here
+"""
+
+
+def test_sigterm_inside_asyncio_unwinds_every_task_and_leaves_no_stored_exception():
+    """Raised inside a running task, the interrupt would stay stored in it and asyncio would print it
+    ("Task exception was never retrieved", with a traceback); it stops the loop from a callback instead."""
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_INSIDE_ASYNCIO], capture_output=True, text=True,
+                          timeout=60, env=child_env())
+    assert (proc.returncode, proc.stderr) == (0, "")
+    lines = proc.stdout.splitlines()
+    assert sorted(lines[:3]) == ["0 unwound", "1 unwound", "2 unwound"] and lines[3:] == ["terminated"]

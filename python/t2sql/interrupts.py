@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from typing import Iterator
 
@@ -37,19 +38,31 @@ def interrupt_word(interrupt: KeyboardInterrupt) -> str:
 
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """While inside, SIGTERM raises Terminated in this process's main thread; the handler that was there
-    before comes back on the way out. A process forked meanwhile that gets SIGTERM ends at once, as it
+    """While inside, SIGTERM raises Terminated in this process's main thread (with an asyncio loop running
+    there, from a callback of the loop's, so that asyncio.run cancels and unwinds every task); the handler
+    that was there before comes back on the way out. A process forked meanwhile that gets SIGTERM ends at once, as it
     would have (the unwinding is the command's, not a child's). Off the main thread (where Python takes
     no signal handler) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     owner = os.getpid()
+    scheduled = False
 
     def terminate(signum: int, frame: object) -> None:
+        nonlocal scheduled
         if os.getpid() != owner:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
+            return
+        loop = _running_loop()
+        if loop is not None and not scheduled:
+            # Raised here, inside asyncio, it would land in whichever task runs now and stay stored in it
+            # (asyncio prints it at exit as "never retrieved"); raised by a callback of the loop's own, it
+            # stops the loop, and asyncio.run cancels and unwinds every task, as it does for Ctrl-C. A
+            # second SIGTERM, with the loop stuck, raises at once.
+            scheduled = True
+            loop.call_soon_threadsafe(_raise_terminated)
             return
         raise Terminated()
 
@@ -58,3 +71,18 @@ def sigterm_unwinds() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_terminated() -> None:
+    raise Terminated()
+
+
+def _running_loop():
+    """The asyncio loop running in this thread, if any (asyncio itself is not imported for the question)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
