@@ -213,7 +213,7 @@ def test_an_output_folder_is_made_one_level_only(tmp_path):
 
 SIGTERM_INSIDE_ASYNCIO = """
 import asyncio, gc, os, signal
-from t2sql.interrupts import Terminated, sigterm_unwinds
+from t2sql.interrupts import interrupt_word, sigterm_unwinds
 
 async def one(n):
     try:
@@ -231,8 +231,8 @@ async def main():
 with sigterm_unwinds():
     try:
         asyncio.run(main())
-    except Terminated:
-        print("terminated", flush=True)
+    except KeyboardInterrupt as e:
+        print(interrupt_word(e), flush=True)
 gc.collect()  # as a command goes on after the interrupt: a task that kept it would print it here
 """
 

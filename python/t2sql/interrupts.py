@@ -2,7 +2,7 @@
 
 SIGTERM is what `kill PID`, `timeout`, a job scheduler or a container runtime sends. Left to its default it
 ends the process on the spot: no `finally` runs, so a temporary output (`.NAME.xxxx.tmp`, t2sql.atomic) or a
-half-made folder stays behind. Inside `sigterm_unwinds()` it raises Terminated, a KeyboardInterrupt, where
+half-made folder stays behind. Inside `sigterm_unwinds()` it raises a KeyboardInterrupt where
 the process is, so every `finally` and every `except KeyboardInterrupt` that cleans up after Ctrl-C cleans up
 after `kill` too. A command answers both the same way; where it ends on the interrupt itself the exit status
 is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process the signal
@@ -22,23 +22,25 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process was, as SIGINT raises KeyboardInterrupt."""
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process was, as SIGINT raises KeyboardInterrupt. An interrupt, not an error
+    (so no T2sqlError: `except Exception` must not stop it); code catches KeyboardInterrupt, and
+    interrupt_exit / interrupt_word tell the two apart."""
 
 
 def interrupt_exit(interrupt: KeyboardInterrupt) -> int:
     """The exit status of a command that ended on `interrupt`."""
-    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+    return EXIT_TERMINATED if isinstance(interrupt, _Terminated) else EXIT_INTERRUPTED
 
 
 def interrupt_word(interrupt: KeyboardInterrupt) -> str:
     """How a message names it: "terminated" (SIGTERM) or "interrupted" (SIGINT)."""
-    return "terminated" if isinstance(interrupt, Terminated) else "interrupted"
+    return "terminated" if isinstance(interrupt, _Terminated) else "interrupted"
 
 
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """While inside, SIGTERM raises Terminated in this process's main thread (with an asyncio loop running
+    """While inside, SIGTERM raises that KeyboardInterrupt in this process's main thread (with an asyncio loop running
     there, from a callback of the loop's, so that asyncio.run cancels and unwinds every task); the handler
     that was there before comes back on the way out. A process forked meanwhile that gets SIGTERM ends at once, as it
     would have (the unwinding is the command's, not a child's). Off the main thread (where Python takes
@@ -64,7 +66,7 @@ def sigterm_unwinds() -> Iterator[None]:
             scheduled = True
             loop.call_soon_threadsafe(_raise_terminated)
             return
-        raise Terminated()
+        raise _Terminated()
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
@@ -74,7 +76,7 @@ def sigterm_unwinds() -> Iterator[None]:
 
 
 def _raise_terminated() -> None:
-    raise Terminated()
+    raise _Terminated()
 
 
 def _running_loop():
