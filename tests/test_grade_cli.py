@@ -162,6 +162,7 @@ def test_pairs_file_one_output_line_per_input_line_in_order(db_root, tmp_path):
     ]
     pairs.write_bytes(("\n".join(lines) + "\n").encode() + b'{"id": "u1", "db_id": "alpha", "pred": "\xff"}\n')
     out_file = tmp_path / "out" / "verdicts.jsonl"
+    out_file.parent.mkdir()  # --out's folder must exist: t2sql never makes one
     proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(db_root), "--out", str(out_file), "--json",
                  check=False)
     rows = [json.loads(line) for line in out_file.read_text().splitlines()]
@@ -209,7 +210,7 @@ def test_pairs_refuses_to_overwrite_its_input(db_root, tmp_path):
     pairs = _one_pair(tmp_path)
     before = pairs.read_bytes()
     proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(db_root), "--out", str(pairs), check=False)
-    assert proc.returncode == 2 and "is the --pairs file itself" in proc.stderr
+    assert proc.returncode == 2 and "is the --pairs file this run reads" in proc.stderr
     assert pairs.read_bytes() == before
 
 

@@ -334,12 +334,13 @@ def test_an_unusable_output_dir_is_refused_before_any_work(tmp_path):
         assert "--output-dir" in prepare_into(locked)
 
 
-def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path):
+def test_a_directory_where_a_split_file_goes_is_refused_before_any_work(tmp_path):
     out = tmp_path / "out"
     (out / "data" / "validation.jsonl").mkdir(parents=True)  # where the split file goes: a directory
     proc = _run([*TRAIN, "prepare", "--output-dir", str(out), "--data-release", str(_release(tmp_path)),
                  "--skip-model"])
-    assert "validation.jsonl" in _one_line(proc, 1)
+    assert "validation.jsonl is a directory" in _one_line(proc, 2)  # t2sql.atomic's rule: exit 2
+    assert proc.stdout == "" and not (out / "data" / "train.jsonl").exists()  # refused before converting
 
 
 # -------------------------------------------------------------- downloads: one line, complete or absent

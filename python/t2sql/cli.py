@@ -55,13 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. A closed stdout (`t2sql ... | head -1`) is exit 141, never 0; a closed stderr
     (`2>&1 | head -1`) goes silent and never stops the command, and makes a successful one exit 141 too:
     a script must not take half-read output for success."""
+    from t2sql.interrupts import sigterm_unwinds
     from t2sql.progress import StderrGuard, closed_stdout_exit
 
     guard = StderrGuard(sys.stderr)
     sys.stderr = guard
     try:
         try:
-            code = _main(argv)
+            with sigterm_unwinds():  # `kill` cleans up as Ctrl-C does: no temporary file stays behind
+                code = _main(argv)
         finally:
             sys.stdout.flush()  # here, not at the interpreter's exit, so a closed stdout is seen and answered
     except BrokenPipeError:  # what the command wrote to files is written; its output was not all read
@@ -82,14 +84,17 @@ def _main(argv: list[str] | None) -> int:
 
     try:
         return int(module.run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (t2sql.interrupts)
+        from t2sql.interrupts import interrupt_exit, interrupt_word
+
+        print(interrupt_word(e), file=sys.stderr)
+        return interrupt_exit(e)
     except (T2sqlError, OSError) as e:
         if isinstance(e, BrokenPipeError):
             raise  # main answers a closed stdout
-        # Trouble a user can fix (a file that cannot be read or written, a cache that cannot be
-        # used): one line that says what, exit 2; never a traceback.
+        # Trouble a user can fix (a file that cannot be read or written, an output path refused by
+        # t2sql.atomic's rule, a cache that cannot be used): one line that says what, exit 2; never a
+        # traceback.
         text = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.filename and e.strerror else str(e)
         print(f"t2sql {args.command}: {text}", file=sys.stderr)
         return 2

@@ -45,6 +45,7 @@ __all__ = [
     "InvalidArgument",
     "LaunchError",
     "NoSpaceError",
+    "OutputPathError",
     "PresetError",
     "PromptCommandError",
     "QueryCancelled",
@@ -221,3 +222,14 @@ class ForeignFilesError(LaunchError):
         super().__init__(message)
         self.folder = folder
         self.files = list(files)
+
+
+class OutputPathError(T2sqlError):
+    """A path a command was told to write where it will not write (t2sql.atomic's rule): a directory, a
+    device, a FIFO or socket, a symlink to one of them or to nothing, a folder that does not exist, or an
+    existing file that is not this command's own output (without --force). Nothing was written; the
+    message names the path and says what to do. `path` is the path as the user gave it."""
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(message)
+        self.path = path

@@ -16,9 +16,11 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import t2sql
+from t2sql.atomic import check_path
 
 GOLD = "SELECT a, b, c, d FROM t"
 PRED = "SELECT a, b, c, d FROM t WHERE a >= 0"  # the same rows through another plan
@@ -107,24 +109,30 @@ print(json.dumps({"single_s": single, "pair_s": pair_s}))
 
 
 def build_table(path: Path, rows: int) -> None:
-    """A table of `rows` rows × (INTEGER, INTEGER, REAL, TEXT), built once and reused."""
-    if path.exists():
+    """A table of `rows` rows × (INTEGER, INTEGER, REAL, TEXT), built once and reused: a regular file at
+    `path` is read, never written; anything else there is refused (t2sql.atomic's rule). It is built in a
+    temporary file of its own beside `path` (removed on any error or interrupt) and moved into place."""
+    where = f"--work-dir's {path}"
+    if check_path(path, where, "choose another --work-dir")[1] is not None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".building")
-    tmp.unlink(missing_ok=True)
-    con = sqlite3.connect(tmp)
-    con.execute("PRAGMA journal_mode=OFF")
-    con.execute("PRAGMA synchronous=OFF")
-    con.execute("CREATE TABLE t (a INTEGER, b INTEGER, c REAL, d TEXT)")
-    con.execute(
-        "WITH RECURSIVE n(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM n WHERE x + 1 < ?) "
-        "INSERT INTO t SELECT x, x % 1000, x * 0.37 + 0.1, printf('row-%08d', x) FROM n",
-        (rows,),
-    )
-    con.commit()
-    con.close()
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        con = sqlite3.connect(tmp)
+        con.execute("PRAGMA journal_mode=OFF")
+        con.execute("PRAGMA synchronous=OFF")
+        con.execute("CREATE TABLE t (a INTEGER, b INTEGER, c REAL, d TEXT)")
+        con.execute(
+            "WITH RECURSIVE n(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM n WHERE x + 1 < ?) "
+            "INSERT INTO t SELECT x, x % 1000, x * 0.37 + 0.1, printf('row-%08d', x) FROM n",
+            (rows,),
+        )
+        con.commit()
+        con.close()
+        if check_path(path, where, "choose another --work-dir")[1] is None:  # nothing came there meanwhile
+            os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 # The peers that fetch whole results into Python: past this size they would need tens of GB.

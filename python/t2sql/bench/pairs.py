@@ -15,6 +15,10 @@ user waits for them):
   workers (each gold digest computed once and reused by the lines that share it).
 
 The verdicts are compared line by line with BIRD's rule; the counts are reported, not asserted.
+
+Files in --work-dir (each under t2sql.atomic's rule: what an earlier bench wrote is replaced, anything
+else only with --force): pairs.jsonl (the workload), bird.jsonl (BIRD's verdicts), t2sql_n1.jsonl and
+t2sql_nN.jsonl (t2sql grade's --out).
 """
 
 from __future__ import annotations
@@ -29,10 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from t2sql.atomic import OutputFile, first_line
+from t2sql.jsonl import JsonProblem, loads
+
 # BIRD's rule as its evaluator applies it, in a child of its own (only the standard library).
 BIRD_RULE = r"""
 import json, sqlite3, sys, time
-pairs, root, out, timeout_s = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+pairs, root, timeout_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 connections = {}
 
 def fetch(con, sql):
@@ -54,15 +61,16 @@ def verdict(con, pred, gold):
             return failed
     return "match" if set(results[0]) == set(results[1]) else "mismatch"
 
-with open(pairs, encoding="utf-8") as f, open(out, "w", encoding="utf-8") as o:
+with open(pairs, encoding="utf-8") as f:
     for line in f:
         p = json.loads(line)
         con = connections.get(p["db_id"])
         if con is None:
             path = f"{root}/{p['db_id']}/{p['db_id']}.sqlite"
             con = connections[p["db_id"]] = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        o.write(json.dumps(verdict(con, p["pred"], p["gold"])) + "\n")
+        sys.stdout.write(json.dumps(verdict(con, p["pred"], p["gold"])) + "\n")
 """
+BIRD_VERDICTS = ("match", "mismatch", "pred_error", "gold_error", "timeout")  # what BIRD_RULE prints
 
 RUNS = ("bird_python", "t2sql_n1", "t2sql_nN")
 TIMEOUT_S = 30.0  # per query, both sides (t2sql grade's default)
@@ -175,11 +183,51 @@ def build_pairs(questions: list[dict], per_question: int, seed: int) -> list[dic
     return pairs
 
 
-def write_pairs(pairs: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+def write_pairs(pairs: list[dict], output: OutputFile) -> None:
+    with output.open() as f:
         for p in pairs:
             f.write(json.dumps(p, ensure_ascii=False) + "\n")
+
+
+# ------------------------------------------------------------------ the files it writes
+
+PAIRS_FILE = "pairs.jsonl"
+BIRD_FILE = "bird.jsonl"
+
+
+def verdicts_file(workers: int) -> str:
+    """t2sql grade's --out of the run on `workers` workers."""
+    return f"t2sql_n{workers}.jsonl"
+
+
+def _first_value(head: bytes) -> Any:
+    line = first_line(head)
+    try:
+        return loads(line) if line is not None else None
+    except JsonProblem:
+        return None
+
+
+def is_bench_pairs(head: bytes) -> bool:
+    """Whether a file that begins with `head` is a workload this bench wrote: its first line a pair whose id
+    is "<question_id>/gold" and whose prediction is the gold itself (build_pairs' first pair)."""
+    pair = _first_value(head)
+    return (isinstance(pair, dict) and set(pair) == {"id", "db_id", "pred", "gold"} and isinstance(pair["id"], str)
+            and pair["id"].endswith("/gold") and pair["pred"] == pair["gold"])
+
+
+def is_bird_verdicts(head: bytes) -> bool:
+    """Whether a file that begins with `head` is BIRD_RULE's output: its first line one of its verdicts."""
+    return _first_value(head) in BIRD_VERDICTS
+
+
+def own_outputs(work: Path, force: bool) -> dict[str, OutputFile]:
+    """The workload and BIRD's verdicts under t2sql.atomic's rule (t2sql grade applies it to its --out)."""
+    instead = "choose another --work-dir"
+    return {PAIRS_FILE: OutputFile(work / PAIRS_FILE, flag="--work-dir's", kind="a workload of t2sql bench pairs",
+                                   own=is_bench_pairs, force=force, instead=instead),
+            BIRD_FILE: OutputFile(work / BIRD_FILE, flag="--work-dir's", kind="BIRD verdicts of t2sql bench pairs",
+                                  own=is_bird_verdicts, force=force, instead=instead)}
 
 
 # ------------------------------------------------------------------ the runs
@@ -191,17 +239,19 @@ def _timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     return time.perf_counter() - started, proc
 
 
-def _run(name: str, pairs: Path, root: Path, work: Path, workers: int) -> tuple[float, dict | None]:
+def _run(name: str, pairs: Path, root: Path, work: Path, workers: int, outputs: dict[str, OutputFile],
+         force: bool) -> tuple[float, dict | None]:
     if name == "bird_python":
-        seconds, proc = _timed([sys.executable, "-c", BIRD_RULE, str(pairs), str(root), str(work / "bird.jsonl"),
-                                str(TIMEOUT_S)])
+        seconds, proc = _timed([sys.executable, "-c", BIRD_RULE, str(pairs), str(root), str(TIMEOUT_S)])
         if proc.returncode != 0:
             raise RuntimeError(f"BIRD's rule failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+        outputs[BIRD_FILE].write_bytes(proc.stdout.encode())
         return seconds, None
     n = 1 if name == "t2sql_n1" else workers
     seconds, proc = _timed([sys.executable, "-m", "t2sql.cli", "grade", "--pairs", str(pairs), "--db-root", str(root),
-                            "--out", str(work / f"t2sql_n{n}.jsonl"), "--semantics", "set", "--float-digits", "exact",
-                            "--timeout-s", str(TIMEOUT_S), "--concurrency", str(n), "--json"])
+                            "--out", str(work / verdicts_file(n)), "--semantics", "set", "--float-digits", "exact",
+                            "--timeout-s", str(TIMEOUT_S), "--concurrency", str(n), "--json",
+                            *(["--force"] if force else [])])
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"t2sql grade --pairs failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
     return seconds, json.loads(proc.stdout)
@@ -228,11 +278,13 @@ def agreement(bird: list[str], records: list[dict], ids: list[str]) -> dict[str,
 
 
 def bench_pairs(questions_file: Path, db_root: Path, work: Path, *, per_question: int = 30, seed: int = 0,
-                workers: int = 2, repeat: int = 1, limit: int | None = None) -> dict[str, Any]:
+                workers: int = 2, repeat: int = 1, limit: int | None = None, force: bool = False) -> dict[str, Any]:
+    """`work`: an existing folder; force: replace files there that are not this bench's (t2sql.atomic)."""
     questions = json.loads(questions_file.read_text(encoding="utf-8"))[:limit]
     pairs = build_pairs(questions, per_question, seed)
-    pairs_file = work / "pairs.jsonl"
-    write_pairs(pairs, pairs_file)
+    outputs = own_outputs(work, force)
+    pairs_file = outputs[PAIRS_FILE].path
+    write_pairs(pairs, outputs[PAIRS_FILE])
     ids = [p["id"] for p in pairs]
     golds = {(p["db_id"], p["gold"]) for p in pairs}
     from t2sql.bench.serving import effective_cores  # lazily: only this suite's own process needs it
@@ -243,13 +295,13 @@ def bench_pairs(questions_file: Path, db_root: Path, work: Path, *, per_question
     for _ in range(repeat):  # round-robin: a noisy moment on a shared machine hits every run alike
         for name in RUNS:
             print(f"[bench] {name} on {len(pairs)} pairs", file=sys.stderr)
-            seconds, summary = _run(name, pairs_file, db_root, work, workers)
+            seconds, summary = _run(name, pairs_file, db_root, work, workers, outputs, force)
             times[name].append(seconds)
             if summary is not None:
                 summaries[name] = summary
-    bird = [json.loads(line) for line in (work / "bird.jsonl").read_text().splitlines()]
-    outputs = {n: (work / f"t2sql_n{n}.jsonl").read_bytes() for n in (1, workers)}
-    records = [json.loads(line) for line in outputs[workers].decode().splitlines()]
+    bird = [json.loads(line) for line in (work / BIRD_FILE).read_text().splitlines()]
+    verdicts = {n: (work / verdicts_file(n)).read_bytes() for n in (1, workers)}
+    records = [json.loads(line) for line in verdicts[workers].decode().splitlines()]
     best = {name: min(ts) for name, ts in times.items()}
     runs = {}
     for name in RUNS:
@@ -274,7 +326,7 @@ def bench_pairs(questions_file: Path, db_root: Path, work: Path, *, per_question
         "runs": runs,
         "ratios": {"bird_over_t2sql_nN": round(best["bird_python"] / best["t2sql_nN"], 2),
                    "t2sql_n1_over_nN": round(best["t2sql_n1"] / best["t2sql_nN"], 2)},
-        "same_records_at_1_and_N": outputs[1] == outputs[workers],
+        "same_records_at_1_and_N": verdicts[1] == verdicts[workers],
         "agreement": agreement(bird, records, ids),
     }
 

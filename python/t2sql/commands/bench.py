@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import t2sql
+from t2sql.atomic import OutputFile, output_folder
 from t2sql.bench.grader import PATHS, bench_grader, format_grader
 from t2sql.bench.serving import (
     TOOL_PATHS,
@@ -23,6 +24,7 @@ from t2sql.bench.serving import (
     bench_tool_latency,
     effective_cores,
 )
+from t2sql.commands.grade import is_verdicts
 from t2sql.errors import T2sqlError
 from t2sql.grading import add_grade_memory_arguments, grade_memory_from_args, grade_memory_setting
 from t2sql.tasks import database_path, sample_questions
@@ -37,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("--rows", default="1000000,5000000", help="table sizes, comma-separated")
     g.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "t2sql-bench"),
-                   help="where the benchmark tables are built (and reused)")
+                   help="where the benchmark tables are built (and reused); made if missing, when its parent exists")
     g.add_argument("--repeat", type=int, default=5, help="runs of the fast paths, round-robin (best is kept)")
     g.add_argument("--skip", default="", help="comma-separated paths to skip (e.g. python_counter; paths above)")
     add_grade_memory_arguments(g)
@@ -55,8 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--extract-mb", type=int, default=200,
                    help="MB of databases in the archive whose extraction is measured (default 200; 0 skips it)")
     d.add_argument("--work-dir", default=tempfile.gettempdir(),
-                   help="where the file and the fetched copies are written (needs twice --size-mb free, and "
-                        "three times --extract-mb); everything is removed at the end")
+                   help="where the file and the fetched copies are written, in a folder of their own (needs twice "
+                        "--size-mb free, and three times --extract-mb); everything is removed at the end")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     add_pairs_arguments(suites)
 
@@ -88,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"t2sql bench grader: {e}", file=sys.stderr)
         return 2
     memory = grade_memory_setting(memory_mb, tmp_dir)
-    report = bench_grader(rows, Path(args.work_dir), max(1, args.repeat), skip, memory)
+    work = output_folder(args.work_dir, flag="--work-dir")
+    report = bench_grader(rows, work, max(1, args.repeat), skip, memory)
     print(json.dumps(report, indent=2) if args.json else format_grader(report))
     return 0
 
@@ -104,8 +107,9 @@ def run_download(args: argparse.Namespace) -> int:
     if args.extract_mb < 0:
         print("t2sql bench download: --extract-mb must be 0 (skip the extraction) or more", file=sys.stderr)
         return 2
+    work = output_folder(args.work_dir, flag="--work-dir")
     try:
-        report = bench_download(args.size_mb, Path(args.work_dir), args.repeat, args.extract_mb)
+        report = bench_download(args.size_mb, work, args.repeat, args.extract_mb)
     except (T2sqlError, OSError, RuntimeError, subprocess.SubprocessError) as e:
         print(f"t2sql bench download: {e}", file=sys.stderr)
         return 2
@@ -129,7 +133,11 @@ def add_pairs_arguments(suites) -> None:
     p.add_argument("--workers", type=int, default=2, help="workers of the parallel t2sql run (default 2)")
     p.add_argument("--repeat", type=int, default=1, help="rounds, round-robin (the best of each run is kept)")
     p.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "t2sql-bench-pairs"),
-                   help="where the pairs file and the verdicts are written")
+                   help="where the pairs file and the verdicts are written (made if missing, when its parent "
+                        "exists); what an earlier bench pairs wrote there is replaced, any other file only with "
+                        "--force")
+    p.add_argument("--force", action="store_true",
+                   help="replace files in --work-dir of those names even when this bench did not write them")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -147,14 +155,30 @@ def run_pairs(args: argparse.Namespace) -> int:
     if not root.is_dir():
         print(f"t2sql bench pairs: --db-root {root} is not a directory", file=sys.stderr)
         return 2
+    work = _pairs_work_dir(args)
     try:
-        report = bench_pairs(questions, root, Path(args.work_dir), per_question=args.per_question, seed=args.seed,
-                             workers=args.workers, repeat=args.repeat, limit=args.limit)
+        report = bench_pairs(questions, root, work, per_question=args.per_question, seed=args.seed,
+                             workers=args.workers, repeat=args.repeat, limit=args.limit, force=args.force)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
         print(f"t2sql bench pairs: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2) if args.json else format_pairs(report))
     return 0
+
+
+def _pairs_work_dir(args: argparse.Namespace) -> Path:
+    """--work-dir, with every file bench pairs writes there checked against t2sql.atomic's rule before the
+    runs (OutputPathError: exit 2); t2sql grade checks its --out again when it runs."""
+    from t2sql.bench.pairs import own_outputs, verdicts_file
+
+    work = output_folder(args.work_dir, flag="--work-dir", create=False)
+    if work.is_dir():  # else it is made, empty, below
+        for output in own_outputs(work, args.force).values():
+            output.check()
+        for n in sorted({1, args.workers}):
+            OutputFile(work / verdicts_file(n), flag="--work-dir's", kind="a t2sql grade verdicts file",
+                       own=is_verdicts, force=args.force, instead="choose another --work-dir").check()
+    return output_folder(work, flag="--work-dir")
 
 
 def add_serving_arguments(parser: argparse.ArgumentParser) -> None:

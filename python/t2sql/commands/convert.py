@@ -7,7 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-from t2sql.data.convert import DEFAULT_GOLD_TIMEOUT_S, DEFAULT_RECIPE, convert_split, summary_table
+from t2sql.atomic import output_folder
+from t2sql.data.convert import (
+    DEFAULT_GOLD_TIMEOUT_S,
+    DEFAULT_RECIPE,
+    convert_split,
+    converted_output,
+    summary_table,
+    write_jsonl_atomic,
+)
 from t2sql.errors import DataError
 from t2sql.grading import describe_methods, method_arg, seconds_arg
 from t2sql.tasks import BIRD_FIELDS, parse_field_map
@@ -16,7 +24,11 @@ from t2sql.tasks import BIRD_FIELDS, parse_field_map
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--questions", required=True, help="BIRD-layout question file (.json array or .jsonl)")
     parser.add_argument("--db-root", required=True, help="directory holding <db_id>/<db_id>.sqlite")
-    parser.add_argument("--out-dir", required=True, help="where <split-name>.jsonl is written")
+    parser.add_argument("--out-dir", required=True,
+                        help="where <split-name>.jsonl is written (made if missing, when its parent exists); an "
+                             "existing <split-name>.jsonl is replaced only when t2sql converted it, or with --force")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing <split-name>.jsonl even when it is not a split t2sql converted")
     parser.add_argument("--split-name", default=None, help="output name and split label (default: the file's stem)")
     parser.add_argument(
         "--field-map", nargs="*", default=[], metavar="FIELD=KEY",
@@ -36,10 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     split = args.split_name or Path(args.questions).stem
+    # The output under t2sql.atomic's rule, checked before the validation and the gold queries run.
+    output = converted_output(Path(args.out_dir) / f"{split}.jsonl", flag="--out-dir", force=args.force,
+                              inputs=[("the --questions file", args.questions)])
+    if output_folder(args.out_dir, flag="--out-dir", create=False).is_dir():
+        output.check()
     try:
         fields = parse_field_map(args.field_map)
-        report, _ = convert_split(
-            args.questions, args.db_root, Path(args.out_dir) / f"{split}.jsonl",
+        report, built = convert_split(
+            args.questions, args.db_root, None,
             split=split, fields=fields, recipe=args.recipe, check_gold_sql=not args.no_check_gold,
             gold_timeout_s=args.gold_timeout, concurrency=args.concurrency, drop_invalid=args.drop_invalid,
             method_fallback=args.grading_method_fallback,
@@ -50,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"t2sql convert: {e}", file=sys.stderr)
         return 1
+    output_folder(args.out_dir, flag="--out-dir")  # one level, once there is something to write
+    report.rows_written = write_jsonl_atomic(output, built)
+    report.out_path = output.path
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

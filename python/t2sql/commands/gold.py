@@ -5,14 +5,18 @@ on a gold query, records the database manifest (size, mtime, sha256 of each file
 the slow golds:
 
     t2sql gold --data train.jsonl --db-root DIR --cache-dir OUT/gold-cache [--workers N]
-               [--report FILE] [--allow-failures] [--json]
+               [--report FILE] [--manifest FILE] [--force] [--allow-failures] [--json]
 
 Input: BIRD's question file (JSON array or JSON lines with question_id, db_id, SQL) or the
 converted miles jsonl (label {"gold_sql"}, metadata {"question_id", "db_id", "db_path"}; t2sql.tasks.row_fields).
 A row that cannot be read (bad JSON, no gold SQL, unknown db_id) is reported as a failure
-and skipped. The report (JSON, written atomically) lists per query: question_id, db_id,
-seconds, rows, columns, source (computed/disk/memory) and error. Exit status 1 if any gold
-failed, unless --allow-failures.
+and skipped. The report (JSON, written atomically; "format": "t2sql-gold-report") lists per query:
+question_id, db_id, seconds, rows, columns, source (computed/disk/memory) and error. Exit status 1 if
+any gold failed, unless --allow-failures.
+
+The report and the manifest follow t2sql.atomic's rule, checked before any gold runs: never over a
+directory, device, FIFO or a symlink to one, never into a folder that does not exist, and over an
+existing file only when it is a gold report (a manifest) t2sql wrote, or with --force (exit 2 otherwise).
 """
 
 from __future__ import annotations
@@ -21,14 +25,14 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from t2sql._grader import METHODS, GradeSpec
-from t2sql.atomic import write_bytes_atomic
+from t2sql.atomic import OutputFile, output_folder
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
 from t2sql.grading import (
@@ -42,7 +46,7 @@ from t2sql.grading import (
 from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.grader import Grader
-from t2sql.serving.manifest import Manifest
+from t2sql.serving.manifest import Manifest, manifest_output
 from t2sql.tasks import Task, find_database, load_questions, read_method, row_db_root, row_fields
 
 
@@ -102,6 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", help="gold cache directory to fill (and the manifest's home)")
     parser.add_argument("--manifest", help="database manifest to write (default: CACHE_DIR/manifest.json)")
     parser.add_argument("--report", help="write the per-query report (JSON) here")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing --report or --manifest file even when it is not t2sql's own")
     parser.add_argument("--allow-failures", action="store_true", help="exit 0 even if some golds fail")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     parser.add_argument("--recipe", default=None, help="preset whose semantics/float_digits/grade timeout "
@@ -156,13 +162,13 @@ def run(args) -> int:
     except (DataError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    report_out, manifest_out = _outputs(args)  # refused now, before any gold runs
     for task in tasks:
         if task.method_note:
             print(f"note: {task.method_note}", file=sys.stderr)
 
-    manifest_path = args.manifest or (os.path.join(args.cache_dir, "manifest.json") if args.cache_dir else None)
     paths_by_id = {t.db_id: t.db_path for t in tasks if t.db_path is not None}
-    manifest = _record_manifest(paths_by_id, manifest_path)
+    manifest = _record_manifest(paths_by_id, manifest_out, args.cache_dir)
 
     started = time.perf_counter()
     with Progress(len(tasks), "gold") as bar:
@@ -175,9 +181,10 @@ def run(args) -> int:
 
     summary = _summary(records, wall, stats, grading.semantics or "task", grading.float_digits)
     summary["methods"] = method_counts("unreadable" if t.method_unreadable else grading.method(t.method) for t in tasks)
-    if args.report:
-        report = {"summary": summary, "queries": [asdict(r) for r in records]}
-        write_bytes_atomic(Path(args.report), (json.dumps(report, indent=1) + "\n").encode())
+    if report_out is not None:
+        report = {"format": REPORT_FORMAT, "version": REPORT_VERSION, "summary": summary,
+                  "queries": [asdict(r) for r in records]}
+        report_out.write_bytes((json.dumps(report, indent=1) + "\n").encode())
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
@@ -187,7 +194,41 @@ def run(args) -> int:
     return 0
 
 
-def _record_manifest(paths_by_id: dict[str, str], manifest_path: str | None) -> Manifest | None:
+REPORT_FORMAT = "t2sql-gold-report"  # the report's first key: what tells it from another file at --report
+REPORT_VERSION = 1
+# How a report begins as run() writes it (json.dumps, indent 1); before "format" it began with the summary.
+_REPORT_HEAD = re.compile(rb'\{\s*("format":\s*"' + REPORT_FORMAT.encode() + rb'"|"summary":\s*\{\s*"queries":)')
+
+
+def is_gold_report(head: bytes) -> bool:
+    """Whether a file that begins with `head` is a report t2sql gold wrote."""
+    return _REPORT_HEAD.match(head) is not None
+
+
+def _outputs(args: argparse.Namespace) -> tuple[OutputFile | None, OutputFile | None]:
+    """--report and the manifest (--manifest, or CACHE_DIR/manifest.json) under t2sql.atomic's rule, checked
+    now (OutputPathError: exit 2). A --cache-dir that is not there yet is made when the manifest is written."""
+    inputs = [("the --data file", args.data)]
+    report = None
+    if args.report:
+        report = OutputFile(args.report, flag="--report", kind="a t2sql gold report", own=is_gold_report,
+                            force=args.force, inputs=inputs)
+        report.check()
+    if args.cache_dir:
+        output_folder(args.cache_dir, flag="--cache-dir", create=False)
+    if not (args.manifest or args.cache_dir):
+        return report, None
+    path = args.manifest or os.path.join(args.cache_dir, "manifest.json")
+    manifest = manifest_output(path, flag="--manifest", force=args.force, inputs=inputs,
+                               instead="pass another --manifest" if args.manifest else
+                               "pass --manifest FILE, or another --cache-dir")
+    if args.manifest or os.path.isdir(args.cache_dir):
+        manifest.check()
+    return report, manifest
+
+
+def _record_manifest(paths_by_id: dict[str, str], output: OutputFile | None,
+                     cache_dir: str | None) -> Manifest | None:
     """Hash the databases this split uses and write the manifest (atomically).
 
     The manifest is written before any gold runs, so the gold cache's keys (which include
@@ -195,8 +236,10 @@ def _record_manifest(paths_by_id: dict[str, str], manifest_path: str | None) -> 
     if not paths_by_id:
         return None
     manifest = Manifest.record(paths_by_id)
-    if manifest_path is not None:
-        manifest.save(manifest_path)
+    if output is not None:
+        if cache_dir:
+            output_folder(cache_dir, flag="--cache-dir")  # the manifest's default home; the gold cache's too
+        manifest.save(output)
     return manifest
 
 

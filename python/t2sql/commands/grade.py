@@ -24,8 +24,8 @@ from t2sql._grader import (
     Verdict,
     set_grade_memory,
 )
-from t2sql.atomic import atomic_write
-from t2sql.errors import GoldCacheError
+from t2sql.atomic import OutputFile, first_line
+from t2sql.errors import GoldCacheError, OutputPathError
 from t2sql.grading import (
     OUTCOMES,
     add_grade_memory_arguments,
@@ -37,7 +37,8 @@ from t2sql.grading import (
     seconds_arg,
     workers_arg,
 )
-from t2sql.jsonl import dumps, json_lines, raw_lines
+from t2sql.interrupts import interrupt_word
+from t2sql.jsonl import JsonProblem, dumps, json_lines, loads, raw_lines
 from t2sql.progress import Progress
 from t2sql.serving.gold_memory import GOLD_MEMORY_ENTRIES, Lru
 from t2sql.serving.results import GoldResult
@@ -69,7 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gold", help="gold SQL (single grade)")
     p.add_argument("--pairs", help='JSONL file, one {"id","db_id","pred","gold"} per line')
     p.add_argument("--db-root", help="databases at DIR/<db_id>/<db_id>.sqlite (with --pairs or --db-id)")
-    p.add_argument("--out", help="JSONL output, one line per non-blank input line, in order (with --pairs)")
+    p.add_argument("--out", help="JSONL output, one line per non-blank input line, in order (with --pairs); an "
+                                 "existing file is replaced only when it is grade's own output, or with --force")
+    p.add_argument("--force", action="store_true",
+                   help="with --pairs: replace an existing --out file even when it is not t2sql grade's output")
     p.add_argument("--semantics", default="multiset", type=_method_arg,
                    metavar="|".join((*METHODS, "task")),
                    help="how results are compared (default multiset; list = ordered); task: each --pairs "
@@ -219,22 +223,26 @@ def read_pairs(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
         yield lineno, row, ""
 
 
+def is_verdicts(head: bytes) -> bool:
+    """Whether a file that begins with `head` is grade's --out: its first line a verdict record, as written."""
+    line = first_line(head)
+    try:
+        record = loads(line) if line is not None else None
+    except JsonProblem:
+        return False
+    return (isinstance(record, dict) and "id" in record and record.get("outcome") in (*OUTCOMES, BAD_INPUT)
+            and type(record.get("line")) is int)
+
+
 def _check_pair_files(args: argparse.Namespace) -> str | None:
-    """What is wrong with --pairs / --db-root / --out before any grading starts, if anything."""
-    pairs, out, root = Path(args.pairs), Path(args.out), Path(args.db_root)
+    """What is wrong with --pairs / --db-root before any grading starts, if anything (--out: t2sql.atomic)."""
+    pairs, root = Path(args.pairs), Path(args.db_root)
     if not pairs.is_file():
         return f"no such pairs file: {pairs}" if not pairs.exists() else f"--pairs {pairs} is not a file"
     if not os.access(pairs, os.R_OK):
         return f"cannot read --pairs {pairs}: permission denied"
     if not root.is_dir():
         return f"--db-root {root} is not a directory (expected DIR/<db_id>/<db_id>.sqlite)"
-    if out.is_dir():
-        return f"--out {out} is a directory; pass a file name such as {out / 'verdicts.jsonl'}"
-    if out.exists() and os.path.samefile(out, pairs):
-        return f"--out {out} is the --pairs file itself; write the verdicts to another file"
-    parent = out.parent if str(out.parent) else Path(".")
-    if parent.exists() and not os.access(parent, os.W_OK):
-        return f"cannot write --out {out}: {parent} is not writable"
     return None
 
 
@@ -242,6 +250,10 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     problem = _check_pair_files(args) or _check_cache_dir(args.cache_dir)
     if problem:
         return _fail(problem)
+    # --out under t2sql.atomic's rule, checked now (OutputPathError: one line, exit 2); never the --pairs file
+    output = OutputFile(args.out, flag="--out", kind="a t2sql grade verdicts file", own=is_verdicts,
+                        force=args.force, inputs=[("the --pairs file", args.pairs)])
+    output.check()
     total = _count_lines(args.pairs)
     from t2sql.serving.grader import Grader  # lazily: a single grade stays light
 
@@ -261,10 +273,12 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     # Written to a temporary file and renamed at the end: a crash or an interrupt never leaves a partial output.
     try:
-        with grader, atomic_write(out_path) as out, Progress(total, "grading") as bar:
+        with grader, output.open() as out, Progress(total, "grading") as bar:
             asyncio.run(batch.grade_all(out, bar))
-    except KeyboardInterrupt:
-        return _fail(f"interrupted after {batch.lines} of {total} lines; --out {out_path} was not written")
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (t2sql.interrupts)
+        return _fail(f"{interrupt_word(e)} after {batch.lines} of {total} lines; --out {out_path} was not written")
+    except OutputPathError as e:  # the path changed during the run (t2sql.atomic checks it again before the rename)
+        return _fail(str(e))
     except OSError as e:
         return _fail(f"cannot write --out {out_path}: {e.strerror or e}")
     except Exception as e:  # a failure no line can be blamed for: say so in one line, write nothing

@@ -37,7 +37,9 @@ grading core, the same read-only path grading uses) are each reported naming the
 fails the conversion and writes nothing (unless --drop-invalid, which writes the valid rows and lists
 the dropped ones). So does a line of a jsonl question file that is not a JSON object (reported by
 its line number) and a file that is not UTF-8. Files are written to a temporary name and renamed,
-so a reader never sees half a file.
+so a reader never sees half a file, under t2sql.atomic's rule (`converted_output`): an existing file is
+replaced only when it is a converted split t2sql wrote (its first line a row of the format above), or
+with --force; never a directory, device or FIFO, never in a folder that does not exist.
 """
 
 from __future__ import annotations
@@ -53,11 +55,12 @@ from typing import Any, Iterable
 
 from t2sql import Database
 from t2sql._grader import GradeSpec
-from t2sql.atomic import atomic_write
+from t2sql.atomic import OutputFile, first_line
 from t2sql.episode.presets import get_preset
 from t2sql.episode.prompt import build_prompt, tool_specs
 from t2sql.errors import DataError, Problem
 from t2sql.grading import fallback_note, method_counts
+from t2sql.jsonl import JsonProblem, loads
 from t2sql.progress import Progress
 from t2sql.serving.golds import GoldTask, run_golds
 from t2sql.serving.grader import Grader
@@ -176,10 +179,34 @@ def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> lis
     return out
 
 
-def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> int:
-    """Write rows to a temporary file beside `path`, then rename: all or nothing."""
+def is_converted(head: bytes) -> bool:
+    """Whether a file that begins with `head` is a split t2sql converted: its first line a row of the
+    format above (prompt, label, tools, and metadata naming the task, its split and its recipe)."""
+    line = first_line(head)
+    try:
+        row = loads(line) if line is not None else None
+    except JsonProblem:
+        return False
+    if not (isinstance(row, dict) and isinstance(row.get("prompt"), list) and isinstance(row.get("tools"), list)
+            and isinstance(row.get("label"), dict) and isinstance(row.get("metadata"), dict)):
+        return False
+    return {"question_id", "db_id", "split", "recipe"} <= row["metadata"].keys() and "gold_sql" in row["label"]
+
+
+def converted_output(path: str | os.PathLike, *, flag: str = "output", force: bool = False,
+                     inputs: Iterable[tuple[str, str | os.PathLike]] = (), instead: str | None = None) -> OutputFile:
+    """A converted split's file under t2sql.atomic's rule: a converted split is replaced, any other file only
+    with `force`, and never one of the run's `inputs`."""
+    return OutputFile(path, flag=flag, kind="a split t2sql converted", own=is_converted, force=force, inputs=inputs,
+                      instead=instead)
+
+
+def write_jsonl_atomic(path: str | os.PathLike | OutputFile, rows: Iterable[dict]) -> int:
+    """Write rows to a temporary file beside `path` (a converted split: `converted_output`), then rename:
+    all or nothing."""
+    output = path if isinstance(path, OutputFile) else converted_output(path)
     count = 0
-    with atomic_write(path) as f:
+    with output.open() as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False))
             f.write("\n")

@@ -6,13 +6,12 @@ import dataclasses
 import fcntl
 import json
 import os
-import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from t2sql.atomic import write_bytes_atomic
+from t2sql.atomic import check_path, write_bytes_atomic
 from t2sql.episode.presets import OUTCOMES
 from t2sql.errors import EvalError
 from t2sql.eval.endpoint import CallStats
@@ -98,21 +97,11 @@ class ResultsFile:
         self.close()
 
     def _check_target(self, inputs: Iterable[str | os.PathLike]) -> None:
+        """t2sql.atomic's rule for the path (what is there, its folder); the content is _header's business."""
         where = f"--out {self.path}"
-        if not self.path.parent.is_dir():
-            raise EvalError(f"{where}: the folder {self.path.parent} does not exist; create it first or pass "
-                            "another --out")
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            if self.path.is_symlink():
-                raise EvalError(f"{where} is a symlink to nothing; pass another --out") from None
+        _, existing = check_path(self.path, where, "pass another --out (a file name such as results.jsonl)")
+        if existing is None:
             return
-        if stat.S_ISDIR(st.st_mode):
-            raise EvalError(f"{where} is a directory; pass a file name such as results.jsonl")
-        if not stat.S_ISREG(st.st_mode):
-            raise EvalError(f"{where} is not a regular file (a device, FIFO or socket); pass a file name such as "
-                            "results.jsonl")
         for source in inputs:
             try:
                 same = os.path.samefile(self.path, source)

@@ -239,6 +239,9 @@ class Curriculum:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the state as JSON, atomically (temp file + rename)."""
+        # A training checkpoint's folder is the trainer's own: made here as miles makes its own (atomic_write
+        # makes no folders).
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path) as f:
             json.dump(self.state_dict(), f)
 

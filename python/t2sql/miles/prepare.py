@@ -20,7 +20,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
+from t2sql.atomic import OutputFile
 from t2sql.data import convert as data
 from t2sql.download import bird
 from t2sql.errors import DataError, ForeignFilesError, LaunchError, cap_lines
@@ -36,7 +38,7 @@ from t2sql.miles.flags import (
 from t2sql.progress import Progress, format_bytes
 from t2sql.serving.golds import GoldTask, run_golds
 from t2sql.serving.grader import Grader
-from t2sql.serving.manifest import Manifest
+from t2sql.serving.manifest import Manifest, manifest_output
 from t2sql.tasks import Task, parse_field_map, release_dir
 
 # Disk that `prepare` needs, in bytes (bf16 weights of 35B parameters ~ 72 GB, the same again for
@@ -157,7 +159,31 @@ def check_output_dir(root: Path, parts: tuple[Path, ...] = ()) -> None:
                               "another --output-dir")
 
 
-def write_manifests(c: TrainConfig, split_roots: dict[str, Path]) -> list[Path]:
+class SplitOutputs(NamedTuple):
+    """The files prepare writes for one split, under t2sql.atomic's rule: data/<split>.jsonl and
+    data/<split>.manifest.json. What an earlier prepare (or convert, or gold) wrote there is replaced;
+    anything else only with --force."""
+
+    rows: OutputFile
+    manifest: OutputFile
+
+
+def split_outputs(c: TrainConfig, splits: list[str], force: bool) -> dict[str, SplitOutputs]:
+    """Each split's outputs, checked now (before any download): OutputPathError for one in the way."""
+    instead = "move it away, or choose another --output-dir"
+    outputs = {split: SplitOutputs(
+        data.converted_output(c.split_path(split), flag="split file", force=force, instead=instead),
+        manifest_output(c.data_dir / f"{split}.manifest.json", flag="manifest", force=force, instead=instead))
+        for split in splits}
+    if c.data_dir.is_dir():  # else prepare makes it, empty
+        for output in outputs.values():
+            output.rows.check()
+            output.manifest.check()
+    return outputs
+
+
+def write_manifests(c: TrainConfig, split_roots: dict[str, Path],
+                    outputs: dict[str, SplitOutputs] | None = None) -> list[Path]:
     """data/<split>.manifest.json: size, mtime and sha256 of every database a split uses
     (t2sql.serving.manifest's format; pass one to a Grader to refuse databases changed since prepare)."""
 
@@ -166,9 +192,9 @@ def write_manifests(c: TrainConfig, split_roots: dict[str, Path]) -> list[Path]:
         path = c.split_path(split)
         with path.open(encoding="utf-8") as f:
             db_ids = sorted({Task.from_row(json.loads(line)).db_id for line in f if line.strip()})
-        out = c.data_dir / f"{split}.manifest.json"
+        out = outputs[split].manifest if outputs else manifest_output(c.data_dir / f"{split}.manifest.json")
         Manifest.build(db_root, db_ids).save(out)
-        written.append(out)
+        written.append(out.path)
     return written
 
 
@@ -256,6 +282,7 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
             )
         _import_miles_command_utils(c)
     check_output_dir(c.root, (c.data_dir, c.model_dir, c.cache_dir))
+    outputs = split_outputs(c, args.splits, args.force) if not args.skip_data else {}
     needs = {}
     if not args.skip_model:
         if not c.hf_checkpoint and not is_complete(c.hf_checkpoint_path):
@@ -303,8 +330,9 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
             reports.append(report)
             split_roots[split] = db_root
             built.append((split, rows))
+        c.data_dir.mkdir(exist_ok=True)  # prepare's own folder, under --output-dir (made above)
         for split, rows in built:
-            data.write_jsonl_atomic(c.split_path(split), rows)
+            data.write_jsonl_atomic(outputs[split].rows, rows)
         for r in reports:
             r.out_path = c.split_path(r.split)
             expected = data.RELEASE_SPLITS.get(r.split)
@@ -317,7 +345,7 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
             for note in r.fallbacks:
                 print(f"note: {r.split}: {note}", file=sys.stderr)
         steps.append(("convert data", ", ".join(f"{r.split} {r.rows_written}" for r in reports)))
-        manifests = write_manifests(c, split_roots)
+        manifests = write_manifests(c, split_roots, outputs)
         steps.append(("database manifest", ", ".join(str(m) for m in manifests)))
         steps.append(("gold", precompute_gold(c)))
     if not args.skip_model:

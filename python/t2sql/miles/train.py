@@ -33,7 +33,9 @@ Layout under --output-dir (one place, so prepare and train agree):
 
 Exit status: 0 done; 1 something outside the command failed or is missing (network, disk, GPUs, miles,
 a download or conversion not complete, bad data): the message says what to do; 2 the command line
-is wrong (a flag's value, a quote left open): fix the command.
+is wrong (a flag's value, a quote left open), or prepare would write over a file that is not its own
+output (t2sql.atomic's rule: pass --force, or choose another --output-dir): fix the command; 130 / 143
+interrupted (SIGINT / SIGTERM), temporary files removed: rerun to continue.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ from typing import Callable, NoReturn
 
 from t2sql.download.bird import BIRD_URL
 from t2sql.episode.presets import get_preset, preset_notes
-from t2sql.errors import DataError, LaunchError, PresetError, T2sqlError
+from t2sql.errors import DataError, LaunchError, OutputPathError, PresetError, T2sqlError
 from t2sql.grading import method_arg, seconds_arg
+from t2sql.interrupts import interrupt_exit, interrupt_word, sigterm_unwinds
 from t2sql.miles.flags import (
     HF_REPO,
     LOSS_BLOCKS,
@@ -165,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-model", action="store_true", help="prepare the data only")
     p.add_argument("--skip-data", action="store_true", help="prepare the checkpoint only")
     p.add_argument("--skip-disk-check", action="store_true")
+    p.add_argument("--force", action="store_true",
+                   help="replace data/<split>.jsonl and data/<split>.manifest.json under --output-dir even when "
+                        "they are not t2sql's own output (what an earlier prepare wrote is replaced without it)")
 
     t = sub.add_parser("train", help="launch the miles run (or print it with --dry-run)", epilog=epilog)
     _add_common(t)
@@ -210,9 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: {e} (see `{prog} --help`)", file=sys.stderr)
         return 2
     try:
-        if args.command == "prepare":
-            return prepare(config, args, field_map)
-        return train(config, args)
+        with sigterm_unwinds():  # `kill` cleans up as Ctrl-C does: no temporary file stays behind
+            if args.command == "prepare":
+                return prepare(config, args, field_map)
+            return train(config, args)
+    except OutputPathError as e:  # an output in the way: --force, or another --output-dir
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
     except T2sqlError as e:  # each carries its own instructions (a download, an archive, the data, the launch)
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
@@ -222,6 +232,6 @@ def main(argv: list[str] | None = None) -> int:
         text = f"{e.strerror}: {e.filename}" if e.filename and e.strerror else f"{type(e).__name__}: {e}"
         print(f"{prog}: {text}; fix that and rerun (completed steps are kept)", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; rerun to continue (completed steps are kept)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (t2sql.interrupts)
+        print(f"{prog}: {interrupt_word(e)}; rerun to continue (completed steps are kept)", file=sys.stderr)
+        return interrupt_exit(e)

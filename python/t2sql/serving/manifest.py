@@ -17,12 +17,13 @@ silently. What guards against that:
   accepted only if its sha256 matches. `hash_always=True` hashes at first use whatever the stat
   says. A writer's non-empty side file is refused: its content is not what was recorded.
 
-Format (JSON, written atomically):
-    {"version": 1, "db_root": "/abs/root",
+Format (JSON, written atomically, under t2sql.atomic's rule: `manifest_output`):
+    {"format": "t2sql-database-manifest", "version": 1, "db_root": "/abs/root",
      "databases": {"<db_id>": {"path": "<db_id>/<db_id>.sqlite", "size": N, "mtime_ns": N,
                                "ctime_ns": N, "inode": N, "sha256": "..."}}}
 Paths are relative to db_root; `Manifest.load(path, db_root=...)` re-roots a moved tree.
-ctime_ns and inode are optional (older manifests lack them: their files are hashed at first use).
+ctime_ns and inode are optional (older manifests lack them: their files are hashed at first use), and so
+is "format" (what tells a manifest from someone else's file of that name; older manifests lack it).
 """
 
 from __future__ import annotations
@@ -30,16 +31,33 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from t2sql import DatabaseError
-from t2sql.atomic import write_bytes_atomic
+from t2sql.atomic import OutputFile
 from t2sql.errors import UnknownDatabase
 from t2sql.tasks import find_database, list_databases
 
 MANIFEST_VERSION = 1
+MANIFEST_FORMAT = "t2sql-database-manifest"
+# How a manifest begins as `save` writes it (json.dumps, indent 1); before "format" it began with the version.
+_MANIFEST_HEAD = re.compile(rb'\{\s*("format":\s*"' + MANIFEST_FORMAT.encode() + rb'"|"version":\s*1,\s*"db_root":)')
+
+
+def is_manifest(head: bytes) -> bool:
+    """Whether a file that begins with `head` is a database manifest t2sql wrote."""
+    return _MANIFEST_HEAD.match(head) is not None
+
+
+def manifest_output(path: str | os.PathLike, *, flag: str = "manifest", force: bool = False,
+                    inputs: Iterable[tuple[str, str | os.PathLike]] = (), instead: str | None = None) -> OutputFile:
+    """Where a manifest is written, under t2sql.atomic's rule: a manifest is replaced, any other file only
+    with `force`, and never one of the run's `inputs`."""
+    return OutputFile(path, flag=flag, kind="a t2sql database manifest", own=is_manifest, force=force,
+                      inputs=inputs, instead=instead)
 
 
 class DatabaseChanged(DatabaseError):
@@ -171,6 +189,7 @@ class Manifest:
     def to_dict(self) -> dict:
         """The manifest as saved (a file that holds these keys and others still loads as a manifest)."""
         return {
+            "format": MANIFEST_FORMAT,
             "version": MANIFEST_VERSION,
             "db_root": str(self.db_root),
             "databases": {
@@ -179,8 +198,13 @@ class Manifest:
             },
         }
 
-    def save(self, path: str | os.PathLike) -> None:
-        write_bytes_atomic(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode())
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.to_dict(), indent=1) + "\n").encode()
+
+    def save(self, path: str | os.PathLike | OutputFile) -> None:
+        """Write the manifest at `path` (an OutputFile: a command's checked output), atomically; a file there
+        that is not a manifest is refused (OutputPathError) unless the OutputFile says --force."""
+        (path if isinstance(path, OutputFile) else manifest_output(path)).write_bytes(self.to_bytes())
 
     def entry_for(self, db_path: str | os.PathLike) -> ManifestEntry | None:
         return self._by_path.get(str(Path(db_path).resolve()))
