@@ -455,6 +455,14 @@ def test_pairs_command_checks_each_line_and_reports_bad_ones(tmp_path):
     assert got[1]["refuted"] is False and got[1]["skipped"] == ""
     assert got[2]["skipped"] == "bad_input" and got[3]["skipped"] == "bad_input"
     assert json.loads(proc.stdout)["refuted"] == 1
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("my notes\n")
+    refused = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--pairs", str(pairs), "--db-root",
+                              str(BIRD), "--out", str(foreign)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--force" in refused.stderr and foreign.read_text() == "my notes\n"
+    again = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--pairs", str(pairs), "--db-root",
+                            str(BIRD), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1, again.stderr  # its own output is replaced
     missing = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--pairs", str(tmp_path / "x"),
                               "--db-root", str(BIRD), "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no such pairs file" in missing.stderr

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import os
 import sys
 import time
 from collections import deque
@@ -23,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from t2sql._grader import GradeSpec
-from t2sql.atomic import atomic_write
+from t2sql.atomic import OutputFile, first_line
 from t2sql.bench.equivalence import format_measurement, measure
 from t2sql.commands.grade import read_pairs
 from t2sql.episode.presets import get_preset
-from t2sql.errors import EquivalenceError, PresetError, T2sqlError, UnknownDatabase
+from t2sql.errors import EquivalenceError, OutputPathError, PresetError, T2sqlError, UnknownDatabase
 from t2sql.grading import workers_arg
-from t2sql.jsonl import JsonProblem, dumps, load_file
+from t2sql.interrupts import interrupt_word
+from t2sql.jsonl import JsonProblem, dumps, load_file, loads
 from t2sql.progress import Progress
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.serving.mining import InvariantStore
@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", help="a SQLite file (with --invariants)")
     parser.add_argument("--db-root", help="databases at DIR/<db_id>/<db_id>.sqlite (with --pairs, --measure)")
     parser.add_argument("--out", help="JSONL output, one line per non-blank --pairs line, in order")
+    parser.add_argument("--force", action="store_true", help="replace an --out file this command did not write")
     parser.add_argument("--data", help="BIRD questions (dev.json: question_id, db_id, SQL), with --measure")
     parser.add_argument("--preset", default=None, help="t2sql preset: suite size, seed, timeouts, method")
     parser.add_argument("--suite-size", type=int, default=None, help="override the preset's equivalence_suite_size")
@@ -132,12 +133,13 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
         return _fail(f"no such pairs file: {pairs}" if not pairs.exists() else f"--pairs {pairs} is not a file")
     if not root.is_dir():
         return _fail(f"--db-root {root} is not a directory (expected DIR/<db_id>/<db_id>.sqlite)")
-    if out.exists() and not out.is_file():
-        return _fail(f"--out {out} is not a regular file; pass a file name such as verdicts.jsonl")
-    if out.exists() and os.path.samefile(out, pairs):
-        return _fail(f"--out {out} is the --pairs file itself; write to another file")
-    if not (out.parent if str(out.parent) else Path(".")).is_dir():
-        return _fail(f"--out {out}: the folder {out.parent} does not exist; create it first")
+    # --out under t2sql.atomic's rule, checked before any work (OutputPathError: one line, exit 2)
+    output = OutputFile(out, flag="--out", kind="a t2sql equivalence file", own=is_checked_pairs,
+                        force=args.force, inputs=[("the --pairs file", pairs)])
+    try:
+        output.check()
+    except OutputPathError as e:
+        return _fail(str(e))
     started = time.perf_counter()
     counts = {"lines": 0, "refuted": 0, "not_refuted": 0, "skipped": 0, "bad_input": 0}
     checker = EquivalenceChecker()
@@ -161,7 +163,7 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
     try:
         with open(pairs, "rb") as f:
             total = sum(1 for _ in read_pairs(f))
-        with (open(pairs, "rb") as f, atomic_write(out) as sink, Progress(total, "checking") as bar,
+        with (open(pairs, "rb") as f, output.open() as sink, Progress(total, "checking") as bar,
               concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool):
             pending: deque = deque()
             for lineno, row, problem in read_pairs(f):
@@ -170,8 +172,8 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
                     _write(pending.popleft().result(), sink, counts, bar)
             while pending:
                 _write(pending.popleft().result(), sink, counts, bar)
-    except KeyboardInterrupt:
-        return _fail("interrupted; nothing written")
+    except KeyboardInterrupt as stop:
+        return _fail(f"{interrupt_word(stop)} after {counts['lines']} lines; nothing written")
     except (OSError, T2sqlError, JsonProblem) as e:
         return _fail(f"stopped after {counts['lines']} lines ({e}); nothing written")
     finally:
@@ -184,6 +186,16 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
               f"{counts['skipped']} skipped (no informative database, ...), {counts['bad_input']} bad lines -> {out}",
               file=sys.stderr)
     return EXIT_SOME if counts["bad_input"] else EXIT_OK
+
+
+def is_checked_pairs(head: bytes) -> bool:
+    """Whether a file that begins with `head` is this command's --out: its first line a record it writes."""
+    line = first_line(head)
+    try:
+        record = loads(line) if line is not None else None
+    except JsonProblem:
+        return False
+    return isinstance(record, dict) and {"line", "refuted", "witness", "skipped"} <= set(record)
 
 
 def _write(record: dict[str, Any], sink: Any, counts: dict[str, int], bar: Progress) -> None:
