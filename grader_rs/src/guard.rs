@@ -200,6 +200,13 @@ impl GuardedConnection {
                     "{path} is a directory, not a SQLite file"
                 )))
             }
+            // Opening a FIFO waits for a writer, and a device reads forever: refused unopened.
+            Ok(m) if !m.is_file() => {
+                return Err(GradeError::Database(format!(
+                    "{path} is {}, not a regular file: a database must be a SQLite file",
+                    special_file_kind(&m.file_type())
+                )))
+            }
             Ok(_) => {}
         }
         // A database a writer is at work on is read with locks, so SQLite sees the committed
@@ -465,6 +472,22 @@ fn writer_error(path: &str, e: &rusqlite::Error) -> Option<GradeError> {
     }
 }
 
+/// What a path that is not a regular file is, for a message.
+fn special_file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
 fn authorize(auth: &AuthState, digest_fn: &str, ctx: AuthContext<'_>) -> Authorization {
     use AuthAction as A;
     match ctx.action {
@@ -697,6 +720,27 @@ mod test {
             GuardedConnection::open(text.to_str().unwrap(), true),
             Err(GradeError::Database(_))
         ));
+    }
+
+    #[test]
+    fn a_path_that_is_not_a_regular_file_is_refused_without_opening_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.sqlite");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        // Opening a FIFO for reading would wait for a writer forever: the refusal comes first.
+        match GuardedConnection::open(fifo.to_str().unwrap(), true) {
+            Err(GradeError::Database(m)) => assert!(m.contains("a FIFO"), "{m}"),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a FIFO opened as a database"),
+        }
+        match GuardedConnection::open("/dev/null", true) {
+            Err(GradeError::Database(m)) => {
+                assert!(m.contains("a character device, not a regular file"), "{m}")
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("/dev/null opened as a database"),
+        }
     }
 
     #[test]
