@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use rusqlite::backup::Backup;
 use rusqlite::functions::FunctionFlags;
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{GradeError, Result};
 use crate::guard::GuardedConnection;
@@ -155,7 +155,10 @@ pub fn perturbed_copy(
     let fail = |e: rusqlite::Error| {
         GradeError::Database(format!("cannot make a perturbed copy of {}: {e}", src.path))
     };
-    let mut dst = Connection::open_in_memory().map_err(fail)?;
+    // Through the core's VFS, so the copy's queries are capped on temporary disk like any other.
+    let vfs = crate::tempfiles::vfs_name().map_err(GradeError::Database)?;
+    let mut dst =
+        Connection::open_in_memory_with_flags_and_vfs(OpenFlags::default(), vfs).map_err(fail)?;
     Backup::new(&src.conn, &mut dst)
         .and_then(|b| b.run_to_completion(4096, Duration::ZERO, None))
         .map_err(fail)?;
