@@ -44,7 +44,7 @@ class EquivalenceConfig:
     seed: int
     max_bytes: int
     # How each copy is graded: the task's method, float digits and column order, each query under
-    # the spec's timeout (a preset's equivalence_timeout_s).
+    # the spec's timeout (a preset's equivalence_timeout_s) and cap on temporary disk (its max_temp_mb).
     spec: GradeSpec = GradeSpec()
 
     def __post_init__(self) -> None:
@@ -67,7 +67,7 @@ class EquivalenceConfig:
             spec=GradeSpec(spec.method if spec else preset.method_for(None),
                            float_digits=spec.float_digits if spec else preset.float_digits,
                            column_order=spec.column_order if spec else preset.column_order,
-                           timeout_s=preset.equivalence_timeout_s),
+                           timeout_s=preset.equivalence_timeout_s, max_temp_mb=preset.max_temp_mb),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -334,7 +334,8 @@ class EquivalenceChecker:
             except (t2sql.SqlError, t2sql.UnsafeQuery) as e:
                 return "gold_error", f"gold query failed: {e}"
             copy.keep_gold(gold_key, digest)  # failures are not kept: the next check tries again
-        v = copy.db.grade_against(pred_sql, digest, config.spec.timeout_s, cancel=cancel)
+        v = copy.db.grade_against(pred_sql, digest, config.spec.timeout_s, cancel=cancel,
+                                  max_temp_mb=config.spec.max_temp_mb)
         return v.outcome, v.detail
 
     def close(self) -> None:
