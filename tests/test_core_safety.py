@@ -282,6 +282,39 @@ def test_a_directory_is_not_a_database(tmp_path):
         Database(str(tmp_path))
 
 
+# Opens a path as a Database in a fresh process: the core that opened a FIFO waited there for a writer
+# forever, so this runs under a timeout that fails the test instead of hanging it.
+_OPEN_CHILD = """
+import sys, t2sql
+try:
+    t2sql.Database(sys.argv[1])
+    print("opened")
+except t2sql.DatabaseError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "character device"])
+def test_a_path_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path, kind):
+    import subprocess
+    import sys
+
+    if kind == "fifo":
+        path = str(tmp_path / "pipe.sqlite")
+        os.mkfifo(path)
+    else:
+        path = "/dev/zero"
+    try:
+        opened = subprocess.run([sys.executable, "-c", _OPEN_CHILD, path], capture_output=True, text=True, timeout=20)
+        graded = subprocess.run([sys.executable, "-m", "t2sql.cli", "grade", "--db", path, "--pred", "SELECT 1",
+                                 "--gold", "SELECT 1"], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"opening {path} hung: {e}")
+    refusal = f"{path} is a {'FIFO (named pipe)' if kind == 'fifo' else kind}, not a regular file"
+    assert opened.returncode == 0 and opened.stdout.strip().startswith(refusal), opened
+    assert graded.returncode == 2 and refusal in graded.stderr and "Traceback" not in graded.stderr, graded
+
+
 def test_paths_with_uri_characters_open(tmp_path, sandbox):
     _, db_path = sandbox
     odd = tmp_path / "we?ird#name%20.sqlite"

@@ -43,8 +43,8 @@ def test_tool_limits_default_to_the_cores_numbers():
     limits = ToolLimits()
     assert {k: getattr(limits, k) for k in TOOL_DEFAULTS} == TOOL_DEFAULTS
     assert isinstance(limits.timeout_s, float) and all(isinstance(getattr(limits, k), int) for k in LIMIT_NAMES)
-    given = ToolLimits(timeout_s=2, max_rows=3, max_cell_chars=4, max_chars=5, count_cap=6)
-    assert [getattr(given, k) for k in TOOL_DEFAULTS] == [2.0, 3, 4, 5, 6]
+    given = ToolLimits(timeout_s=2, max_rows=3, max_cell_chars=4, max_chars=5, count_cap=6, max_temp_mb=7)
+    assert [getattr(given, k) for k in TOOL_DEFAULTS] == [2.0, 3, 4, 5, 6, 7]
     with pytest.raises(TypeError):
         ToolLimits(10.0)  # keyword-only: a positional number says nothing about which limit it is
     with pytest.raises(TypeError):
@@ -57,6 +57,17 @@ def test_tool_limits_refuse_what_a_tool_call_refuses(name):
     assert refused(lambda: ToolLimits(**{name: 2**64})) == f"{name} must be an integer {U64}, got {2**64}"
     assert refused(lambda: ToolLimits(**{name: 10**5000})).endswith("got an integer of 16610 bits")
     assert getattr(ToolLimits(**{name: 0}), name) == 0  # in range: taken as given (floors apply when it runs)
+
+
+@pytest.mark.parametrize("make", [lambda mb: ToolLimits(max_temp_mb=mb), lambda mb: GradeSpec(max_temp_mb=mb)],
+                         ids=["ToolLimits", "GradeSpec"])
+def test_the_temporary_disk_cap_is_a_whole_number_of_mib_from_1(make):
+    top = 2**64 // 2**20 - 1  # the largest cap whose bytes fit in 64 bits
+    assert make(1).max_temp_mb == 1 and make(top).max_temp_mb == top
+    for bad in (0, -1, top + 1):
+        assert refused(lambda: make(bad)) == f"max_temp_mb must be an integer from 1 to {top}, got {bad}"
+    assert make(8) != make(9) and hash(make(8)) == hash(make(8))
+    round_trips(make(8))
 
 
 @pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), 10**400],
@@ -77,7 +88,7 @@ def test_tool_limits_are_frozen_values():
     d = TOOL_DEFAULTS
     assert repr(ToolLimits(timeout_s=0.25)) == (
         f"ToolLimits(timeout_s=0.25, max_rows={d['max_rows']}, max_cell_chars={d['max_cell_chars']}, "
-        f"max_chars={d['max_chars']}, count_cap={d['count_cap']})")
+        f"max_chars={d['max_chars']}, count_cap={d['count_cap']}, max_temp_mb={d['max_temp_mb']})")
     assert eval(repr(a), {"ToolLimits": ToolLimits}) == a
     round_trips(a)
     round_trips(ToolLimits(timeout_s=1e-7, count_cap=2**64 - 1))
@@ -106,8 +117,10 @@ def test_a_tool_call_runs_under_one_limits_value():
 
 def test_grade_spec_defaults_are_the_cores():
     spec = GradeSpec()
-    assert (spec.method, spec.float_digits, spec.column_order, spec.timeout_s) == (
-        "multiset", GRADE_DEFAULTS["float_digits"], "strict", GRADE_DEFAULTS["timeout_s"])
+    d = GRADE_DEFAULTS
+    assert (spec.method, spec.float_digits, spec.column_order, spec.timeout_s, spec.max_temp_mb) == (
+        "multiset", d["float_digits"], "strict", d["timeout_s"], d["max_temp_mb"])
+    assert GRADE_DEFAULTS["max_temp_mb"] == TOOL_DEFAULTS["max_temp_mb"] == 1024
     exact = GradeSpec("set", float_digits=None, column_order="ignore", timeout_s=2)
     assert (exact.method, exact.float_digits, exact.column_order, exact.timeout_s) == ("set", None, "ignore", 2.0)
     with pytest.raises(TypeError):
@@ -174,7 +187,8 @@ def test_grade_specs_are_frozen_values():
     assert (GradeSpec() == "multiset") is False
     with pytest.raises(AttributeError):
         a.method = "set"
-    assert repr(a) == "GradeSpec(\"subset,>=,3\", float_digits=None, column_order=\"ignore\", timeout_s=7.5)"
+    assert repr(a) == ("GradeSpec(\"subset,>=,3\", float_digits=None, column_order=\"ignore\", timeout_s=7.5, "
+                       "max_temp_mb=1024)")
     assert eval(repr(a), {"GradeSpec": GradeSpec}) == a
     for spec in (a, GradeSpec(), GradeSpec("auto", gold_sql="SELECT 1 ORDER BY 1"), GradeSpec("subset,=,5")):
         round_trips(spec)

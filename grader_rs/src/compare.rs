@@ -249,6 +249,9 @@ fn subset_keys(
         Err(GradeError::Sql(m) | GradeError::Unsafe(m)) => {
             return Ok(Err((Outcome::GoldError, format!("gold query: {m}"))))
         }
+        Err(e @ GradeError::TempDisk(_)) => {
+            return Ok(Err((Outcome::GoldError, format!("gold query: {e}"))))
+        }
         Err(e) => return Err(e),
     };
     match again.gold_keys {
@@ -327,6 +330,9 @@ pub fn grade_against(
         Ok(run) => run,
         Err(GradeError::Unsafe(m)) => return Ok(verdict(Outcome::Unsafe, m, None)),
         Err(GradeError::Sql(m)) => return Ok(verdict(Outcome::PredError, m, None)),
+        Err(e @ GradeError::TempDisk(_)) => {
+            return Ok(verdict(Outcome::PredError, e.to_string(), None))
+        }
         Err(GradeError::Timeout(s)) => {
             return Ok(verdict(
                 Outcome::PredTimeout,
@@ -472,6 +478,12 @@ pub fn grade(
             return Ok(gold_failed(
                 Outcome::GoldError,
                 format!("gold query failed: {m}"),
+            ))
+        }
+        Err(e @ GradeError::TempDisk(_)) => {
+            return Ok(gold_failed(
+                Outcome::GoldError,
+                format!("gold query failed: {e}"),
             ))
         }
         Err(e) => return Err(e),

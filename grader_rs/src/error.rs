@@ -28,6 +28,14 @@ pub enum GradeError {
     /// A gold digest made under another hash secret than the process's: compute it again.
     #[error("{0}")]
     SecretMismatch(String),
+    /// The query's temporary files (sorts, temporary b-trees) would have passed its cap, in bytes.
+    #[error(
+        "the query needed more than {} of temporary disk (SQLite's files for sorting, DISTINCT, \
+         GROUP BY and temporary results) and was stopped: write a cheaper query, or raise the \
+         per-query cap (max_temp_mb, --max-temp-mb)",
+        crate::tempfiles::describe_bytes(*.0)
+    )]
+    TempDisk(u64),
 }
 
 pub type Result<T> = std::result::Result<T, GradeError>;

@@ -14,6 +14,7 @@ use rusqlite::{Connection, OpenFlags, Statement};
 
 use crate::error::{GradeError, Result};
 use crate::sqltext;
+use crate::tempfiles::{self, TempAccount};
 
 /// Longest SQL text accepted, in bytes. Far above any real query; stops parser-bombs early.
 pub const MAX_SQL_BYTES: usize = 100_000;
@@ -28,7 +29,9 @@ const SCHEMA_SQL: &str =
 const PROGRESS_STEPS: i32 = 1000;
 
 /// SQLite run-time limits applied to every connection; every BIRD dev gold query runs under them.
-const LIMITS: [(Limit, i32); 8] = [
+/// No sorter worker threads: a query's temporary files are opened by the thread that steps it,
+/// which is how tempfiles.rs knows whose query pays for them.
+const LIMITS: [(Limit, i32); 9] = [
     (Limit::SQLITE_LIMIT_ATTACHED, 0),
     (Limit::SQLITE_LIMIT_LENGTH, 16 * 1024 * 1024),
     (Limit::SQLITE_LIMIT_SQL_LENGTH, 2 * MAX_SQL_BYTES as i32),
@@ -37,6 +40,7 @@ const LIMITS: [(Limit, i32); 8] = [
     (Limit::SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 10_000),
     (Limit::SQLITE_LIMIT_COMPOUND_SELECT, 100),
     (Limit::SQLITE_LIMIT_VDBE_OP, 1_000_000),
+    (Limit::SQLITE_LIMIT_WORKER_THREADS, 0),
 ];
 
 /// Whether someone chose the heap limit: then the default is never installed over it.
@@ -125,20 +129,33 @@ pub struct GuardedConnection {
     /// Opened `immutable=1` (no locks, the file trusted not to change); false when it reads with
     /// locks (a writer's side file was there, or the caller asked for it).
     pub immutable: bool,
+    /// The temporary disk of this connection's queries (tempfiles.rs).
+    temp: Arc<TempAccount>,
 }
 
-/// A deadline (and optional cancel token) for one call.
+/// A deadline, an optional cancel token and a cap on temporary disk, for one call.
 #[derive(Clone)]
 pub struct Budget {
     pub timeout_s: f64,
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Bytes of temporary files (sorts, temporary b-trees) the call's query may hold at once.
+    pub max_temp_bytes: u64,
 }
 
 impl Budget {
+    /// A deadline, no cancel token, the default cap on temporary disk.
     pub fn new(timeout_s: f64) -> Self {
         Budget {
             timeout_s,
             cancel: None,
+            max_temp_bytes: tempfiles::DEFAULT_MAX_TEMP_BYTES,
+        }
+    }
+
+    pub fn with_max_temp_bytes(self, max_temp_bytes: u64) -> Self {
+        Budget {
+            max_temp_bytes,
+            ..self
         }
     }
 }
@@ -200,6 +217,13 @@ impl GuardedConnection {
                     "{path} is a directory, not a SQLite file"
                 )))
             }
+            // Opening a FIFO waits for a writer, and a device reads forever: refused unopened.
+            Ok(m) if !m.is_file() => {
+                return Err(GradeError::Database(format!(
+                    "{path} is {}, not a regular file: a database must be a SQLite file",
+                    special_file_kind(&m.file_type())
+                )))
+            }
             Ok(_) => {}
         }
         // A database a writer is at work on is read with locks, so SQLite sees the committed
@@ -208,7 +232,8 @@ impl GuardedConnection {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
-        let conn = Connection::open_with_flags(uri_for(path, immutable), flags)
+        let vfs = tempfiles::vfs_name().map_err(GradeError::Database)?;
+        let conn = Connection::open_with_flags_and_vfs(uri_for(path, immutable), flags, vfs)
             .map_err(|e| GradeError::Database(format!("cannot open database {path}: {e}")))?;
         if !immutable {
             conn.busy_timeout(WRITER_WAIT)
@@ -251,8 +276,11 @@ impl GuardedConnection {
             conn.set_limit(limit, value).map_err(db_err)?;
         }
         // Reading the schema proves the file is a database (and not corrupt at its header).
-        conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
-            r.get::<_, i64>(0)
+        let temp = TempAccount::new(tempfiles::DEFAULT_MAX_TEMP_BYTES);
+        tempfiles::charged_to(&temp, || {
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            })
         })
         .map_err(|e| match writer_error(&path, &e) {
             Some(err) => err,
@@ -281,6 +309,7 @@ impl GuardedConnection {
             digest_fn,
             aggregate,
             immutable: false,
+            temp,
         })
     }
 
@@ -371,12 +400,22 @@ impl GuardedConnection {
             .store(deadline.as_nanos() as u64, Ordering::Relaxed);
         *self.control.cancel.lock().unwrap() = budget.cancel.clone();
         self.control.stopped.store(STOP_NONE, Ordering::Relaxed);
+        // Temporary files opened on this thread from now on are this connection's, under the
+        // call's cap (files still open from an earlier statement count against it too).
+        self.temp.start_query(budget.max_temp_bytes);
+        tempfiles::set_current(Some(Arc::clone(&self.temp)));
         Ok(())
     }
 
     pub fn disarm(&self) {
         self.control.deadline_ns.store(u64::MAX, Ordering::Relaxed);
         *self.control.cancel.lock().unwrap() = None;
+        tempfiles::set_current(None);
+    }
+
+    /// Bytes this connection's live temporary files hold (files of a statement not finalized yet).
+    pub fn temp_bytes(&self) -> u64 {
+        self.temp.used()
     }
 
     /// (type, name, sql) of every schema object with SQL text, from sqlite_master. A statement
@@ -410,6 +449,11 @@ impl GuardedConnection {
         // Some actions reach the authorizer only while stepping (a virtual table's own query).
         if let Some(denied) = self.auth.take_denied() {
             return GradeError::Unsafe(format!("not allowed: {denied}"));
+        }
+        // A full disk that is the call's cap on temporary files, not the file system's.
+        if self.temp.take_refused() && e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+        {
+            return GradeError::TempDisk(self.temp.cap());
         }
         match self.control.stopped.load(Ordering::Relaxed) {
             STOP_TIMEOUT => GradeError::Timeout(budget.timeout_s),
@@ -462,6 +506,22 @@ fn writer_error(path: &str, e: &rusqlite::Error) -> Option<GradeError> {
             )))
         }
         _ => None,
+    }
+}
+
+/// What a path that is not a regular file is, for a message.
+fn special_file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
     }
 }
 
@@ -572,8 +632,8 @@ mod test {
         assert_eq!(err, GradeError::Timeout(0.2));
         let flag = Arc::new(AtomicBool::new(false));
         let cancel = Budget {
-            timeout_s: 60.0,
             cancel: Some(Arc::clone(&flag)),
+            ..Budget::new(60.0)
         };
         let setter = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
@@ -666,8 +726,8 @@ mod test {
         assert_eq!(gc.schema(&Budget::new(5.0)).unwrap(), vec![table.clone()]);
         // The call's budget holds: a cancelled token stops it before it steps.
         let cancelled = Budget {
-            timeout_s: 5.0,
             cancel: Some(Arc::new(AtomicBool::new(true))),
+            ..Budget::new(5.0)
         };
         assert_eq!(gc.schema(&cancelled).unwrap_err(), GradeError::Cancelled);
         // A writer's lock is answered as for any statement, not as a bare "database is locked".
@@ -697,6 +757,97 @@ mod test {
             GuardedConnection::open(text.to_str().unwrap(), true),
             Err(GradeError::Database(_))
         ));
+    }
+
+    /// A database of `n` rows: its cross join with itself is n² rows to sort.
+    fn numbers(n: u32) -> (tempfile::TempDir, GuardedConnection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("n.sqlite");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(&format!(
+            "CREATE TABLE n(x INTEGER); WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 \
+             FROM c WHERE x < {n}) INSERT INTO n SELECT x FROM c;"
+        ))
+        .unwrap();
+        drop(c);
+        let gc = GuardedConnection::open(path.to_str().unwrap(), true).unwrap();
+        (dir, gc)
+    }
+
+    const MIB: u64 = tempfiles::MIB;
+
+    #[test]
+    fn a_query_past_its_temp_cap_stops_with_a_temp_disk_error() {
+        let (_dir, gc) = numbers(600);
+        // 360k distinct pairs: a temporary b-tree of several MiB.
+        let distinct = "SELECT DISTINCT a.x, b.x FROM n a, n b";
+        let capped = Budget::new(60.0).with_max_temp_bytes(MIB);
+        let err = crate::exec::count_rows(&gc, distinct, &capped).unwrap_err();
+        assert_eq!(err, GradeError::TempDisk(MIB));
+        assert!(
+            err.to_string()
+                .contains("needed more than 1 MiB of temporary disk"),
+            "{err}"
+        );
+        assert_eq!(gc.temp_bytes(), 0, "the failed statement's files are gone");
+        // The same on the tool path, and under the default cap the query runs.
+        let opts = crate::exec::ToolOptions::DEFAULT;
+        let tool = crate::exec::run_tool(
+            &gc,
+            "SELECT a.x FROM n a, n b ORDER BY random()",
+            opts,
+            &capped,
+        );
+        assert_eq!(tool.unwrap_err(), GradeError::TempDisk(MIB));
+        let count = crate::exec::count_rows(&gc, distinct, &Budget::new(60.0)).unwrap();
+        assert_eq!(count, 360_000);
+    }
+
+    #[test]
+    fn a_statement_finalized_later_keeps_its_files_charged_to_its_connection() {
+        let (_dir, gc) = numbers(600);
+        let (mut sorted, _) = gc
+            .prepare_checked("SELECT a.x, b.x FROM n a, n b ORDER BY 2, 1")
+            .unwrap();
+        gc.arm(&Budget::new(60.0)).unwrap();
+        let mut rows = sorted.raw_query();
+        assert!(rows.next().unwrap().is_some()); // sorted: the runs wait on disk to be merged
+        gc.disarm();
+        let held = gc.temp_bytes();
+        assert!(held > MIB, "the sort holds {held} bytes");
+        // The connection's next query starts with those bytes already counted against its cap.
+        let capped = Budget::new(60.0).with_max_temp_bytes(held + 64 * 1024);
+        let distinct = "SELECT DISTINCT a.x, b.x FROM n a, n b";
+        assert_eq!(
+            crate::exec::count_rows(&gc, distinct, &capped).unwrap_err(),
+            GradeError::TempDisk(held + 64 * 1024)
+        );
+        drop(rows);
+        drop(sorted);
+        assert_eq!(gc.temp_bytes(), 0);
+        let count = crate::exec::count_rows(&gc, distinct, &Budget::new(60.0)).unwrap();
+        assert_eq!(count, 360_000);
+    }
+
+    #[test]
+    fn a_path_that_is_not_a_regular_file_is_refused_without_opening_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.sqlite");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        // Opening a FIFO for reading would wait for a writer forever: the refusal comes first.
+        match GuardedConnection::open(fifo.to_str().unwrap(), true) {
+            Err(GradeError::Database(m)) => assert!(m.contains("a FIFO"), "{m}"),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a FIFO opened as a database"),
+        }
+        match GuardedConnection::open("/dev/null", true) {
+            Err(GradeError::Database(m)) => {
+                assert!(m.contains("a character device, not a regular file"), "{m}")
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("/dev/null opened as a database"),
+        }
     }
 
     #[test]

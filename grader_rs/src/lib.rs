@@ -5,7 +5,8 @@
 //! (tool previews and digest runs), `compare` (verdicts), `sqltext` (scanning SQL text),
 //! `checked` (the ranges of the numbers a caller passes),
 //! `memdb` (small databases built from given rows), `pool` (SQL worker threads), `spill` (the
-//! grading memory budget and the temporary disk past it).
+//! grading memory budget and the temporary disk past it), `tempfiles` (SQLite's temporary files,
+//! capped per query).
 //! This file declares them and, with the `python` feature, registers `t2sql._grader`, whose
 //! bindings live in `py`: argument conversion, releasing the GIL, and one Python exception
 //! per error variant.
@@ -21,6 +22,7 @@ pub mod memdb;
 pub mod pool;
 pub mod spill;
 pub mod sqltext;
+pub mod tempfiles;
 
 #[cfg(feature = "python")]
 mod py;
@@ -33,12 +35,12 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
 
     use py::database::{
         grade_memory, restore_tool_result, set_grade_memory, set_heap_limit, spill_usage,
-        sqlite_version, Cancel, Database, ToolResult,
+        sqlite_temp_dir, sqlite_version, temp_usage, Cancel, Database, ToolResult,
     };
     use py::digest::{hash_secret_id, resolve_semantics, set_hash_secret, Digest, Verdict};
     use py::errors::{
         invalid_argument, DatabaseClosed, DatabaseError, HashSecretMismatch, QueryCancelled,
-        QueryTimeout, SpillError, SqlError, T2sqlError, UnsafeQuery,
+        QueryTimeout, SpillError, SqlError, T2sqlError, TempDiskExceeded, UnsafeQuery,
     };
     use py::pool::{lower_thread_priority, SqlPool};
     use py::spec::{method_name, GradeSpec, ToolLimits};
@@ -55,6 +57,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add("InvalidArgument", invalid_argument(py)?)?;
     m.add("HashSecretMismatch", py.get_type::<HashSecretMismatch>())?;
     m.add("SpillError", py.get_type::<SpillError>())?;
+    m.add("TempDiskExceeded", py.get_type::<TempDiskExceeded>())?;
     m.add_class::<Cancel>()?;
     m.add_class::<Database>()?;
     m.add_class::<Digest>()?;
@@ -72,6 +75,8 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_function(wrap_pyfunction!(set_grade_memory, m)?)?;
     m.add_function(wrap_pyfunction!(grade_memory, m)?)?;
     m.add_function(wrap_pyfunction!(spill_usage, m)?)?;
+    m.add_function(wrap_pyfunction!(temp_usage, m)?)?;
+    m.add_function(wrap_pyfunction!(sqlite_temp_dir, m)?)?;
     m.add_function(wrap_pyfunction!(lower_thread_priority, m)?)?;
     m.add_function(wrap_pyfunction!(sql_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(restore_tool_result, m)?)?;
@@ -92,6 +97,8 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     tool.set_item("max_cell_chars", limits.max_cell_chars)?;
     tool.set_item("max_chars", limits.max_chars)?;
     tool.set_item("count_cap", limits.count_cap)?;
+    let max_temp_mb = tempfiles::DEFAULT_MAX_TEMP_BYTES / tempfiles::MIB;
+    tool.set_item("max_temp_mb", max_temp_mb)?;
     m.add("TOOL_DEFAULTS", tool)?;
     // GradeSpec() as a dict, the same way.
     let spec = GradeSpec::default();
@@ -102,6 +109,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
         "memory_mb",
         crate::spill::DEFAULT_MEMORY_BYTES / (1024 * 1024),
     )?;
+    grade.set_item("max_temp_mb", max_temp_mb)?;
     m.add("GRADE_DEFAULTS", grade)?;
     Ok(())
 }

@@ -9,7 +9,7 @@
 //! model's SQL meets the same policy here as on the real file.
 
 use rusqlite::types::Value;
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{GradeError, Result};
 use crate::guard::GuardedConnection;
@@ -58,7 +58,10 @@ pub fn build(
     let fail = |e: rusqlite::Error| {
         GradeError::Database(format!("cannot build the database {label}: {e}"))
     };
-    let mut conn = Connection::open_in_memory().map_err(fail)?;
+    // Through the core's VFS, so the database's queries are capped on temporary disk like any other.
+    let vfs = crate::tempfiles::vfs_name().map_err(GradeError::Database)?;
+    let mut conn =
+        Connection::open_in_memory_with_flags_and_vfs(OpenFlags::default(), vfs).map_err(fail)?;
     conn.pragma_update(None, "foreign_keys", false)
         .map_err(fail)?;
     conn.pragma_update(None, "temp_store", "MEMORY")

@@ -55,6 +55,8 @@ pub struct Query {
     pub identity: (u64, i64),
     pub sql: String,
     pub timeout_s: f64,
+    /// The query's cap on temporary disk (guard::Budget's).
+    pub max_temp_bytes: u64,
     pub work: Work,
 }
 
@@ -250,6 +252,7 @@ fn run(
     let budget = Budget {
         timeout_s: job.timeout_s,
         cancel: Some(cancel),
+        max_temp_bytes: job.max_temp_bytes,
     };
     match &job.work {
         Work::Tool(opts) => exec::run_tool(gc, &job.sql, *opts, &budget).map(Output::Tool),
@@ -323,6 +326,7 @@ mod test {
                 identity: (0, 0),
                 sql: sql.into(),
                 timeout_s: 10.0,
+                max_temp_bytes: crate::tempfiles::DEFAULT_MAX_TEMP_BYTES,
                 work: Work::Tool(ToolOptions {
                     max_rows: 5,
                     max_cell_chars: 50,
@@ -459,6 +463,46 @@ mod test {
         };
         assert!(returned_at.duration_since(started) >= Duration::from_millis(200));
         assert!(matches!(done[1].result, Ok(Output::Tool(_))));
+    }
+
+    /// Each worker's query is held to its own cap on temporary disk, whatever the others use.
+    #[test]
+    fn each_query_on_the_workers_has_its_own_temp_cap() {
+        let (_dir, path) = fixture();
+        let pool = Pool::new(2, 0).unwrap();
+        // 1M pairs of the fixture's 1000 rows, sorted before the first comes out: several MiB
+        // of sorter runs.
+        let sorted = "SELECT a.x, b.x FROM t a, t b ORDER BY b.x - a.x";
+        let capped = |id, max_temp_bytes| Job {
+            id,
+            task: Task::Query(Query {
+                path: path.clone(),
+                identity: (0, 0),
+                sql: sorted.into(),
+                timeout_s: 60.0,
+                max_temp_bytes,
+                work: Work::Tool(ToolOptions::DEFAULT),
+            }),
+        };
+        let small = 1 << 20;
+        for id in 0..4 {
+            let cap = if id % 2 == 0 {
+                small
+            } else {
+                crate::tempfiles::DEFAULT_MAX_TEMP_BYTES
+            };
+            pool.submit(capped(id, cap)).unwrap();
+        }
+        let mut done = wait_for(&pool, 4);
+        done.sort_by_key(|c| c.id);
+        assert_eq!(done.len(), 4);
+        for c in &done {
+            match (&c.result, c.id % 2) {
+                (Err(GradeError::TempDisk(cap)), 0) => assert_eq!(*cap, small),
+                (Ok(Output::Tool(out)), 1) => assert_eq!(out.row_count, 10_000),
+                _ => panic!("job {}: {:?}", c.id, c.result.as_ref().err()),
+            }
+        }
     }
 
     #[test]

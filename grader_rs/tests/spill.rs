@@ -171,8 +171,8 @@ fn set_and_subset_past_the_budget() {
     // nothing left behind.
     let flag = Arc::new(AtomicBool::new(false));
     let cancel = Budget {
-        timeout_s: 60.0,
         cancel: Some(Arc::clone(&flag)),
+        ..Budget::new(60.0)
     };
     let flipper = {
         let flag = Arc::clone(&flag);

@@ -20,6 +20,7 @@ from t2sql._grader import (
     SpillError,
     SqlError,
     T2sqlError,
+    TempDiskExceeded,
     ToolLimits,
     ToolResult,
     UnsafeQuery,
@@ -32,6 +33,7 @@ from t2sql._grader import (
     set_heap_limit,
     spill_usage,
     sqlite_version,
+    temp_usage,
 )
 from t2sql.errors import (
     AdapterError,
@@ -96,6 +98,7 @@ __all__ = [
     "SpillError",
     "SqlError",
     "T2sqlError",
+    "TempDiskExceeded",
     "ToolLimits",
     "ToolResult",
     "UnsafeQuery",
@@ -109,4 +112,5 @@ __all__ = [
     "set_heap_limit",
     "spill_usage",
     "sqlite_version",
+    "temp_usage",
 ]

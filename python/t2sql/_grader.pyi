@@ -46,6 +46,12 @@ class SpillError(T2sqlError):
     """A set or subset digest past its memory budget could not spill to its temporary directory
     (the message names it and says what to do)."""
 
+class TempDiskExceeded(SqlError):
+    """The query's temporary files (SQLite's sorts, DISTINCT, GROUP BY and temporary results)
+    would have passed its cap, max_temp_mb, and it was stopped. A SqlError: a tool call shows it
+    to the model, a prediction grades pred_error and a gold gold_error with its message ("the
+    query needed more than N MiB of temporary disk ...")."""
+
 class HashSecretMismatch(T2sqlError):
     """A gold digest made under another hash secret than the process's: compute it again."""
 
@@ -60,8 +66,8 @@ OUTCOMES: tuple[Outcome, ...]
 MAX_FLOAT_DIGITS: int
 # What a tool call and a grade get when the caller names nothing; the defaults written `...`
 # below are these values.
-TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap: ToolLimits()
-GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits, memory_mb
+TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap, max_temp_mb
+GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits, memory_mb, max_temp_mb
 # Every form of a grading method as messages show them (a subset's count written N):
 # ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", "auto"); the one list of them.
 METHODS: tuple[str, ...]
@@ -69,7 +75,8 @@ METHODS: tuple[str, ...]
 COLUMN_ORDERS: tuple[Literal["strict", "ignore"], ...]
 
 class ToolLimits:
-    """What one `execute_sql_query` call may show and how long it may run, built once (a preset
+    """What one `execute_sql_query` call may show, how long it may run and how much temporary disk
+    it may use, built once (a preset
     builds one: Preset.tool_limits) and handed to the core whole: Database.run_tool, Grader.run_tool
     and the pool's ToolJob take it. Defaults are the core's (TOOL_DEFAULTS: a 50-row preview, the
     recipe's). Checked at construction: an integer out of range or a timeout that is not a positive
@@ -84,6 +91,7 @@ class ToolLimits:
         max_cell_chars: int = ...,
         max_chars: int = ...,
         count_cap: int = ...,
+        max_temp_mb: int = ...,
     ) -> None: ...
     @property
     def timeout_s(self) -> float: ...
@@ -95,17 +103,20 @@ class ToolLimits:
     def max_chars(self) -> int: ...  # the whole preview text cut to this many characters
     @property
     def count_cap(self) -> int: ...  # rows are counted up to this many
+    @property
+    def max_temp_mb(self) -> int: ...  # MiB of temporary files the query may hold: TempDiskExceeded past it
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
 
 class GradeSpec:
-    """How a prediction is graded: the method, float digits, column order and the timeout of each
-    query, checked once at construction. The method is read (leniently: case, spaces, `list` =
-    ordered) and resolved here, once: "auto" is ordered when `gold_sql`'s outermost query has ORDER
-    BY, else multiset, and needs `gold_sql` (without it: InvalidArgument). An unreadable method,
-    float_digits outside 1..MAX_FLOAT_DIGITS (None: exact), another column order or a timeout that
-    is not a positive number of seconds is InvalidArgument with the message the grade calls give.
-    Frozen, comparable, hashable, picklable."""
+    """How a prediction is graded: the method, float digits, column order, and the timeout and
+    temporary disk (max_temp_mb, MiB, at least 1) of each query, checked once at construction. The
+    method is read (leniently: case, spaces, `list` = ordered) and resolved here, once: "auto" is
+    ordered when `gold_sql`'s outermost query has ORDER BY, else multiset, and needs `gold_sql`
+    (without it: InvalidArgument). An unreadable method, float_digits outside 1..MAX_FLOAT_DIGITS
+    (None: exact), another column order, a timeout that is not a positive number of seconds or a
+    max_temp_mb under 1 is InvalidArgument with the message the grade calls give. Frozen,
+    comparable, hashable, picklable."""
 
     def __init__(
         self,
@@ -115,6 +126,7 @@ class GradeSpec:
         float_digits: int | None = ...,
         column_order: Literal["strict", "ignore"] = "strict",
         timeout_s: float = ...,
+        max_temp_mb: int = ...,
     ) -> None: ...
     @property
     def method(self) -> Resolved: ...  # canonical: multiset | ordered | set | subset,=,N | subset,>=,N
@@ -124,6 +136,8 @@ class GradeSpec:
     def column_order(self) -> Literal["strict", "ignore"]: ...
     @property
     def timeout_s(self) -> float: ...
+    @property
+    def max_temp_mb(self) -> int: ...
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
 
@@ -199,6 +213,7 @@ class Database:
         timeout_s: float = ...,
         *,
         cancel: Cancel | None = None,
+        max_temp_mb: int = ...,
     ) -> Verdict:
         """Grade against a gold digest (its semantics and float_digits apply). HashSecretMismatch
         when the digest was made under another hash secret: recompute it."""
@@ -220,7 +235,9 @@ class Database:
         file (query_only, writes refused). A row a constraint refuses is a DatabaseError.
         `reverse_scans`: unordered scans run in reverse (a query whose result depends on scan order
         shows it)."""
-    def count_rows(self, sql: str, timeout_s: float = ..., *, cancel: Cancel | None = None) -> int:
+    def count_rows(
+        self, sql: str, timeout_s: float = ..., *, cancel: Cancel | None = None, max_temp_mb: int = ...
+    ) -> int:
         """Step through the result without reading a value (same checks as every query)."""
     def schema(self) -> list[tuple[str, str, str]]: ...  # (type, name, sql) from sqlite_master
 
@@ -241,6 +258,7 @@ class _DigestJob(_Job, Protocol):
 class _GradeJob(_Job, Protocol):
     gold: bytes  # Digest.to_bytes()
     timeout_s: float
+    max_temp_mb: int
 
 class SqlPool:
     """SQL worker threads that never take the GIL. Submit jobs by id; when `wake_fd()` turns
@@ -285,6 +303,12 @@ def grade_memory() -> tuple[int, Path | None]:
 def spill_usage(*, reset: bool = False) -> tuple[int, int]:
     """(bytes the live spill files hold now, the most they held at once); reset=True starts the
     peak over from now."""
+def temp_usage(*, reset: bool = False) -> tuple[int, int]:
+    """(bytes the process's SQLite temporary files hold now, the most they held at once); reset=True
+    starts the peak over from now. Each query's own share is capped by its max_temp_mb."""
+def sqlite_temp_dir() -> Path | None:
+    """The directory SQLite puts its temporary files in: the first of SQLITE_TMPDIR, TMPDIR,
+    /var/tmp, /usr/tmp, /tmp and . that this process may write; None when none is."""
 def set_heap_limit(bytes: int) -> int:
     """SQLite's process-wide hard heap limit (0 = none); returns the previous one. Without a
     call, the first Database installs 2 GiB."""

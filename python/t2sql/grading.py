@@ -27,6 +27,7 @@ def grade(
     float_digits: int | None = _grader.GRADE_DEFAULTS["float_digits"],
     timeout_s: float = _grader.GRADE_DEFAULTS["timeout_s"],
     column_order: str = "strict",
+    max_temp_mb: int = _grader.GRADE_DEFAULTS["max_temp_mb"],
 ) -> Verdict:
     """Grade `pred_sql` against `gold_sql` on `db` (a path or an open Database).
 
@@ -35,12 +36,13 @@ def grade(
     each a gold row; N capped at the gold's distinct rows), or "auto" (ordered when the gold's
     outermost query has ORDER BY). column_order: "strict", or "ignore" (each row compared as the
     multiset of its cells). float_digits: significant digits non-integral REALs are rounded to
-    before comparison, or None for exact. Each query gets `timeout_s`.
+    before comparison, or None for exact. Each query gets `timeout_s`, and may hold `max_temp_mb` MiB of
+    temporary files (sorts, DISTINCT, GROUP BY): past it, it stops (a prediction: pred_error; a gold: gold_error).
     """
     if not isinstance(db, Database):
         db = Database(os.fspath(db))
     spec = GradeSpec(semantics, gold_sql=gold_sql, float_digits=float_digits, column_order=column_order,
-                     timeout_s=timeout_s)
+                     timeout_s=timeout_s, max_temp_mb=max_temp_mb)
     return db.grade(pred_sql, gold_sql, spec)
 
 
@@ -113,6 +115,17 @@ def add_grade_memory_arguments(parser: argparse.ArgumentParser) -> None:
                              "behind; default: the system's temporary directory)")
 
 
+def add_temp_disk_argument(parser: argparse.ArgumentParser, *, from_preset: bool = False) -> None:
+    """--max-temp-mb: the cap on each query's temporary disk, for every command that runs queries (one
+    place for the flag). Its default is the core's (GRADE_DEFAULTS["max_temp_mb"]), or, `from_preset`,
+    None: the command's preset decides (Preset.max_temp_mb, the same number unless a preset changes it)."""
+    core = _grader.GRADE_DEFAULTS["max_temp_mb"]
+    default, said = (None, f"the preset's, {core} in the built-in ones") if from_preset else (core, str(core))
+    parser.add_argument("--max-temp-mb", type=_temp_mb, default=default, metavar="MB",
+                        help=f"MiB of SQLite temporary files (sorts, DISTINCT, GROUP BY) one query may hold; past "
+                             f"it the query fails (default {said}; per running query)")
+
+
 def grade_memory_from_args(args: argparse.Namespace) -> tuple[int | None, str | None]:
     """(MiB or None, tmp dir or None) from add_grade_memory_arguments' flags; ValueError that
     names the flag when --tmp-dir is not a directory."""
@@ -144,6 +157,10 @@ def workers_arg(text: str) -> int:
 
 def _memory_mb(text: str) -> int:
     return _at_least_one(text, "MiB", "the grading memory")
+
+
+def _temp_mb(text: str) -> int:
+    return _at_least_one(text, "MiB", "the temporary disk of a query")
 
 
 def _at_least_one(text: str, unit: str, what: str) -> int:

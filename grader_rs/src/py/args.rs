@@ -134,6 +134,18 @@ pub(crate) fn check_timeout(timeout_s: &Seconds) -> PyResult<f64> {
     checked::seconds("timeout_s", timeout_s).map_err(to_py)
 }
 
+/// A cap on a query's temporary disk in MiB (1 or more) as the core counts it, in bytes.
+pub(crate) fn temp_cap_bytes(max_temp_mb: &Int) -> PyResult<u64> {
+    let mb: u64 = checked::int_in(
+        "max_temp_mb",
+        max_temp_mb,
+        1,
+        crate::tempfiles::MAX_TEMP_MB as i128,
+    )
+    .map_err(to_py)?;
+    Ok(mb * crate::tempfiles::MIB)
+}
+
 /// A prediction's text, or the reason it is not SQL text: for the grading path an
 /// undecodable prediction is a pred_error outcome, not an exception.
 pub(crate) fn pred_text(

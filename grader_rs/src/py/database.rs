@@ -1,5 +1,6 @@
 //! `Database` (one hardened read-only connection), its `ToolResult` previews, the `Cancel`
-//! token, and the SQLite-wide settings (version, heap limit).
+//! token, and the SQLite-wide settings and counters (version, heap limit, grading memory,
+//! temporary disk).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -7,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use super::args::{check_timeout, int, path_text, pred_text, sql_text};
+use super::args::{check_timeout, int, path_text, pred_text, sql_text, temp_cap_bytes};
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py, DatabaseClosed};
 use super::spec::{GradeSpec, ToolLimits};
@@ -46,17 +47,28 @@ impl Cancel {
     }
 }
 
-fn budget(timeout_s: &Seconds, cancel: Option<&Bound<'_, Cancel>>) -> PyResult<Budget> {
-    Ok(budget_of(check_timeout(timeout_s)?, cancel))
+/// The budget of a call that names its timeout and temporary disk one by one.
+fn budget(
+    timeout_s: &Seconds,
+    max_temp_mb: &Int,
+    cancel: Option<&Bound<'_, Cancel>>,
+) -> PyResult<Budget> {
+    let timeout_s = check_timeout(timeout_s)?;
+    Ok(budget_of(timeout_s, temp_cap_bytes(max_temp_mb)?, cancel))
 }
 
-/// The budget of a checked timeout (a ToolLimits' own).
-fn budget_of(timeout_s: f64, cancel: Option<&Bound<'_, Cancel>>) -> Budget {
+/// The budget of a checked timeout and cap (a ToolLimits' or GradeSpec's own).
+fn budget_of(timeout_s: f64, max_temp_bytes: u64, cancel: Option<&Bound<'_, Cancel>>) -> Budget {
     Budget {
         timeout_s,
         cancel: cancel.map(|c| Arc::clone(&c.get().flag)),
+        max_temp_bytes,
     }
 }
+
+/// The default cap on a query's temporary disk, in MiB, as the calls that take it one by one
+/// write it.
+const DEFAULT_MAX_TEMP_MB: u64 = crate::tempfiles::DEFAULT_MAX_TEMP_BYTES / crate::tempfiles::MIB;
 
 /// A cell handed in by Python: None, int (64-bit), float, str or bytes (bool is an int).
 fn cell_from_py(value: &Bound<'_, PyAny>) -> PyResult<rusqlite::types::Value> {
@@ -266,7 +278,7 @@ impl Database {
     ) -> PyResult<ToolResult> {
         let sql = sql_text(sql)?;
         let limits = limits.map(|l| *l.get()).unwrap_or_default();
-        let budget = budget_of(limits.timeout_s, cancel);
+        let budget = budget_of(limits.timeout_s, limits.max_temp_bytes, cancel);
         let opts = limits.options();
         let out = self.with(py, |gc| exec::run_tool(gc, &sql, opts, &budget))?;
         tool_result(py, out)
@@ -283,7 +295,7 @@ impl Database {
     ) -> PyResult<Digest> {
         let sql = sql_text(sql)?;
         let spec = spec.map(|s| *s.get()).unwrap_or_default();
-        let budget = budget_of(spec.timeout_s, cancel);
+        let budget = budget_of(spec.timeout_s, spec.max_temp_bytes, cancel);
         let start = std::time::Instant::now();
         let inner = self.with(py, |gc| {
             compare::gold_digest(gc, &sql, spec.digest_spec(), &budget)
@@ -294,7 +306,9 @@ impl Database {
         })
     }
 
-    #[pyo3(signature = (pred_sql, gold, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, cancel = None))]
+    /// `max_temp_mb`: MiB of temporary files the prediction (and a subset gold collected again)
+    /// may hold.
+    #[pyo3(signature = (pred_sql, gold, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, cancel = None, max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB)))]
     fn grade_against(
         &self,
         py: Python<'_>,
@@ -302,6 +316,7 @@ impl Database {
         gold: &Bound<'_, Digest>,
         timeout_s: Seconds,
         cancel: Option<&Bound<'_, Cancel>>,
+        max_temp_mb: Int,
     ) -> PyResult<Verdict> {
         let pred = match pred_text(py, pred_sql)? {
             Ok(s) => s,
@@ -310,7 +325,7 @@ impl Database {
                 return Ok(Verdict::pred_error(detail, g.semantics, Some(g.rows)));
             }
         };
-        let budget = budget(&timeout_s, cancel)?;
+        let budget = budget(&timeout_s, &max_temp_mb, cancel)?;
         let g = gold.get().inner.clone();
         Ok(self
             .with(py, |gc| compare::grade_against(gc, &pred, &g, &budget))?
@@ -330,7 +345,7 @@ impl Database {
     ) -> PyResult<Verdict> {
         let gold = sql_text(gold_sql)?;
         let spec = spec.map(|s| *s.get()).unwrap_or_default();
-        let budget = budget_of(spec.timeout_s, cancel);
+        let budget = budget_of(spec.timeout_s, spec.max_temp_bytes, cancel);
         let pred = match pred_text(py, pred_sql)? {
             Ok(s) => s,
             Err(detail) => return Ok(Verdict::pred_error(detail, spec.semantics, None)),
@@ -374,16 +389,17 @@ impl Database {
     }
 
     /// Step through the result without reading a value; returns the row count.
-    #[pyo3(signature = (sql, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, cancel = None))]
+    #[pyo3(signature = (sql, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), *, cancel = None, max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB)))]
     fn count_rows(
         &self,
         py: Python<'_>,
         sql: &Bound<'_, PyAny>,
         timeout_s: Seconds,
         cancel: Option<&Bound<'_, Cancel>>,
+        max_temp_mb: Int,
     ) -> PyResult<u64> {
         let sql = sql_text(sql)?;
-        let budget = budget(&timeout_s, cancel)?;
+        let budget = budget(&timeout_s, &max_temp_mb, cancel)?;
         self.with(py, |gc| exec::count_rows(gc, &sql, &budget))
     }
 
@@ -460,6 +476,25 @@ pub(crate) fn spill_usage(reset: bool) -> (u64, u64) {
         crate::spill::reset_spill_peak();
     }
     usage
+}
+
+/// (bytes the process's SQLite temporary files hold now, the most they held at once); `reset`
+/// starts the peak over from now.
+#[pyfunction]
+#[pyo3(signature = (*, reset = false))]
+pub(crate) fn temp_usage(reset: bool) -> (u64, u64) {
+    let usage = crate::tempfiles::temp_usage();
+    if reset {
+        crate::tempfiles::reset_temp_peak();
+    }
+    usage
+}
+
+/// The directory SQLite puts its temporary files in (SQLITE_TMPDIR, TMPDIR, /var/tmp, /usr/tmp,
+/// /tmp or ., the first this process may write), or None when none is writable.
+#[pyfunction]
+pub(crate) fn sqlite_temp_dir() -> Option<std::path::PathBuf> {
+    crate::tempfiles::temp_dir()
 }
 
 /// Set SQLite's process-wide hard heap limit in bytes (0 = none); returns the previous one.

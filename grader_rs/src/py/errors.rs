@@ -62,6 +62,13 @@ create_exception!(
 
 create_exception!(
     _grader,
+    TempDiskExceeded,
+    SqlError,
+    "The query needed more temporary disk (SQLite's files for sorts, DISTINCT, GROUP BY and temporary results) than its cap, max_temp_mb."
+);
+
+create_exception!(
+    _grader,
     HashSecretMismatch,
     T2sqlError,
     "A gold digest made under another hash secret than the process's: compute it again."
@@ -110,5 +117,6 @@ pub(crate) fn to_py(e: GradeError) -> PyErr {
         GradeError::Invalid(_) => invalid(msg),
         GradeError::SecretMismatch(_) => HashSecretMismatch::new_err(msg),
         GradeError::Spill(_) => SpillError::new_err(msg),
+        GradeError::TempDisk(_) => TempDiskExceeded::new_err(msg),
     }
 }

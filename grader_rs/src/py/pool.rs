@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::args::{check_timeout, int, sql_text};
+use super::args::{check_timeout, int, sql_text, temp_cap_bytes};
 use super::database::{tool_result, Cancel};
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py};
@@ -32,10 +32,12 @@ struct Target {
     identity: (Int, Int),
 }
 
-/// A DigestJob's or GradeJob's deadline (a ToolJob's is its limits').
+/// A GradeJob's deadline and cap on temporary disk (a ToolJob's are its limits', a DigestJob's
+/// its spec's).
 #[derive(FromPyObject)]
 struct Deadline {
     timeout_s: Seconds,
+    max_temp_mb: Int,
 }
 
 impl SqlPool {
@@ -49,7 +51,7 @@ impl SqlPool {
         &self,
         job: &Bound<'_, PyAny>,
         sql: String,
-        timeout_s: f64,
+        (timeout_s, max_temp_bytes): (f64, u64),
         work: crate::pool::Work,
     ) -> PyResult<()> {
         let target: Target = job.extract()?;
@@ -62,6 +64,7 @@ impl SqlPool {
             ),
             sql,
             timeout_s,
+            max_temp_bytes,
             work,
         };
         self.submit_task(
@@ -93,7 +96,8 @@ impl SqlPool {
     fn submit_tool(&self, job: &Bound<'_, PyAny>) -> PyResult<()> {
         let limits = *job.getattr("limits")?.cast::<ToolLimits>()?.get();
         let work = crate::pool::Work::Tool(limits.options());
-        self.submit_query(job, sql_text(&job.getattr("sql")?)?, limits.timeout_s, work)
+        let budget = (limits.timeout_s, limits.max_temp_bytes);
+        self.submit_query(job, sql_text(&job.getattr("sql")?)?, budget, work)
     }
 
     /// Queue a DigestJob: its `spec` is one GradeSpec, read whole.
@@ -101,7 +105,7 @@ impl SqlPool {
         let spec = *job.getattr("spec")?.cast::<GradeSpec>()?.get();
         let sql = sql_text(&job.getattr("sql")?)?;
         let work = crate::pool::Work::Digest(spec.digest_spec());
-        self.submit_query(job, sql, spec.timeout_s, work)
+        self.submit_query(job, sql, (spec.timeout_s, spec.max_temp_bytes), work)
     }
 
     /// Queue a GradeJob (its `gold` is Digest.to_bytes()). Raises SqlError at once for a
@@ -111,8 +115,11 @@ impl SqlPool {
         let gold = gold.cast::<pyo3::types::PyBytes>()?;
         let work = crate::pool::Work::Grade(Digest::from_bytes(gold.as_bytes())?.inner);
         let deadline: Deadline = job.extract()?;
-        let timeout_s = check_timeout(&deadline.timeout_s)?;
-        self.submit_query(job, sql_text(&job.getattr("sql")?)?, timeout_s, work)
+        let budget = (
+            check_timeout(&deadline.timeout_s)?,
+            temp_cap_bytes(&deadline.max_temp_mb)?,
+        );
+        self.submit_query(job, sql_text(&job.getattr("sql")?)?, budget, work)
     }
 
     /// Run `function(cancel)` on a worker, where a query would run: the work of the layer above

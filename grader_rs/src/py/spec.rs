@@ -1,6 +1,7 @@
 //! The values a caller builds once and hands the core whole: `ToolLimits` (what one tool call may
-//! show and how long it may run) and `GradeSpec` (how a prediction is graded: the method, resolved
-//! once at construction, float digits, column order, timeout). Both are checked when they are
+//! show, how long it may run and how much temporary disk it may use) and `GradeSpec` (how a
+//! prediction is graded: the method, resolved once at construction, float digits, column order,
+//! timeout, temporary disk). Both are checked when they are
 //! built, with the messages the per-argument calls give, and are frozen, comparable, hashable and
 //! picklable (they cross process boundaries inside jobs).
 
@@ -10,12 +11,18 @@ use std::hash::{Hash, Hasher};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyTuple};
 
-use super::args::{check_digits, check_timeout, column_order as parse_column_order, int, sql_text};
+use super::args::{
+    check_digits, check_timeout, column_order as parse_column_order, int, sql_text, temp_cap_bytes,
+};
 use super::errors::to_py;
 use crate::checked::{Int, Seconds};
 use crate::compare;
 use crate::digest::{ColumnOrder, DigestSpec, Semantics};
 use crate::exec::{ToolOptions, DEFAULT_TOOL_TIMEOUT_S};
+use crate::tempfiles::{DEFAULT_MAX_TEMP_BYTES, MIB};
+
+/// The default cap on a query's temporary disk, in the MiB the Python values take it in.
+const DEFAULT_MAX_TEMP_MB: u64 = DEFAULT_MAX_TEMP_BYTES / MIB;
 
 /// A float as Python writes it (`repr`), so a value's repr reads back as the same value.
 fn float_text(py: Python<'_>, x: f64) -> String {
@@ -55,7 +62,8 @@ fn reduce_to_new<'py>(
     PyTuple::new(py, [newobj, call.into_any()])
 }
 
-/// What one `execute_sql_query` call may show and how long it may run.
+/// What one `execute_sql_query` call may show, how long it may run and how much temporary disk
+/// it may use.
 #[pyclass(frozen, module = "t2sql._grader")]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ToolLimits {
@@ -64,6 +72,7 @@ pub struct ToolLimits {
     pub(crate) max_cell_chars: usize,
     pub(crate) max_chars: usize,
     pub(crate) count_cap: u64,
+    pub(crate) max_temp_bytes: u64,
 }
 
 impl Default for ToolLimits {
@@ -76,6 +85,7 @@ impl Default for ToolLimits {
             max_cell_chars: d.max_cell_chars,
             max_chars: d.max_chars,
             count_cap: d.count_cap,
+            max_temp_bytes: DEFAULT_MAX_TEMP_BYTES,
         }
     }
 }
@@ -96,14 +106,16 @@ impl ToolLimits {
 #[pymethods]
 impl ToolLimits {
     /// Checked as the tool call checks them: the timeout first, then each limit by name.
+    /// `max_temp_mb`: MiB of temporary files (sorts, DISTINCT, GROUP BY) the query may hold.
     #[new]
-    #[pyo3(signature = (*, timeout_s = Seconds::from(DEFAULT_TOOL_TIMEOUT_S), max_rows = Int::from(ToolOptions::DEFAULT.max_rows), max_cell_chars = Int::from(ToolOptions::DEFAULT.max_cell_chars), max_chars = Int::from(ToolOptions::DEFAULT.max_chars), count_cap = Int::from(ToolOptions::DEFAULT.count_cap)))]
+    #[pyo3(signature = (*, timeout_s = Seconds::from(DEFAULT_TOOL_TIMEOUT_S), max_rows = Int::from(ToolOptions::DEFAULT.max_rows), max_cell_chars = Int::from(ToolOptions::DEFAULT.max_cell_chars), max_chars = Int::from(ToolOptions::DEFAULT.max_chars), count_cap = Int::from(ToolOptions::DEFAULT.count_cap), max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB)))]
     fn new(
         timeout_s: Seconds,
         max_rows: Int,
         max_cell_chars: Int,
         max_chars: Int,
         count_cap: Int,
+        max_temp_mb: Int,
     ) -> PyResult<Self> {
         Ok(ToolLimits {
             timeout_s: check_timeout(&timeout_s)?,
@@ -111,6 +123,7 @@ impl ToolLimits {
             max_cell_chars: int("max_cell_chars", &max_cell_chars)?,
             max_chars: int("max_chars", &max_chars)?,
             count_cap: int("count_cap", &count_cap)?,
+            max_temp_bytes: temp_cap_bytes(&max_temp_mb)?,
         })
     }
 
@@ -134,6 +147,10 @@ impl ToolLimits {
     fn count_cap(&self) -> u64 {
         self.count_cap
     }
+    #[getter]
+    fn max_temp_mb(&self) -> u64 {
+        self.max_temp_bytes / MIB
+    }
 
     fn __eq__(&self, other: &Self) -> bool {
         self == other
@@ -147,17 +164,20 @@ impl ToolLimits {
             self.max_cell_chars,
             self.max_chars,
             self.count_cap,
+            self.max_temp_bytes,
         ))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "ToolLimits(timeout_s={}, max_rows={}, max_cell_chars={}, max_chars={}, count_cap={})",
+            "ToolLimits(timeout_s={}, max_rows={}, max_cell_chars={}, max_chars={}, count_cap={}, \
+             max_temp_mb={})",
             float_text(py, self.timeout_s),
             self.max_rows,
             self.max_cell_chars,
             self.max_chars,
-            self.count_cap
+            self.count_cap,
+            self.max_temp_bytes / MIB
         )
     }
 
@@ -170,12 +190,13 @@ impl ToolLimits {
         kwargs.set_item("max_cell_chars", me.max_cell_chars)?;
         kwargs.set_item("max_chars", me.max_chars)?;
         kwargs.set_item("count_cap", me.count_cap)?;
+        kwargs.set_item("max_temp_mb", me.max_temp_bytes / MIB)?;
         reduce_to_new(slf.as_any(), PyTuple::empty(py), kwargs)
     }
 }
 
 /// How a prediction is graded: the method (resolved once, here: `auto` against `gold_sql`),
-/// float digits (None: exact), column order and the timeout of each query.
+/// float digits (None: exact), column order, and the timeout and temporary disk of each query.
 #[pyclass(frozen, module = "t2sql._grader")]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GradeSpec {
@@ -183,6 +204,7 @@ pub struct GradeSpec {
     pub(crate) float_digits: Option<u32>,
     pub(crate) column_order: ColumnOrder,
     pub(crate) timeout_s: f64,
+    pub(crate) max_temp_bytes: u64,
 }
 
 impl Default for GradeSpec {
@@ -194,6 +216,7 @@ impl Default for GradeSpec {
             float_digits: Some(crate::canon::DEFAULT_FLOAT_DIGITS),
             column_order: ColumnOrder::Strict,
             timeout_s: compare::DEFAULT_GRADE_TIMEOUT_S,
+            max_temp_bytes: DEFAULT_MAX_TEMP_BYTES,
         }
     }
 }
@@ -213,15 +236,17 @@ impl GradeSpec {
 #[pymethods]
 impl GradeSpec {
     /// Checked in the order a grade checks its arguments: the method, the digits, the column
-    /// order, the timeout; each refusal is the InvalidArgument that call raises.
+    /// order, the timeout, the temporary disk; each refusal is the InvalidArgument that call
+    /// raises.
     #[new]
-    #[pyo3(signature = (method = "multiset", *, gold_sql = None, float_digits = Some(Int::from(crate::canon::DEFAULT_FLOAT_DIGITS)), column_order = "strict", timeout_s = Seconds::from(compare::DEFAULT_GRADE_TIMEOUT_S)))]
+    #[pyo3(signature = (method = "multiset", *, gold_sql = None, float_digits = Some(Int::from(crate::canon::DEFAULT_FLOAT_DIGITS)), column_order = "strict", timeout_s = Seconds::from(compare::DEFAULT_GRADE_TIMEOUT_S), max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB)))]
     fn new(
         method: &str,
         gold_sql: Option<&Bound<'_, PyAny>>,
         float_digits: Option<Int>,
         column_order: &str,
         timeout_s: Seconds,
+        max_temp_mb: Int,
     ) -> PyResult<Self> {
         let gold = gold_sql.map(sql_text).transpose()?;
         Ok(GradeSpec {
@@ -229,6 +254,7 @@ impl GradeSpec {
             float_digits: check_digits(float_digits.as_ref())?,
             column_order: parse_column_order(column_order)?,
             timeout_s: check_timeout(&timeout_s)?,
+            max_temp_bytes: temp_cap_bytes(&max_temp_mb)?,
         })
     }
 
@@ -249,6 +275,10 @@ impl GradeSpec {
     fn timeout_s(&self) -> f64 {
         self.timeout_s
     }
+    #[getter]
+    fn max_temp_mb(&self) -> u64 {
+        self.max_temp_bytes / MIB
+    }
 
     fn __eq__(&self, other: &Self) -> bool {
         self == other
@@ -260,6 +290,7 @@ impl GradeSpec {
             self.float_digits,
             self.column_order,
             self.timeout_s.to_bits(),
+            self.max_temp_bytes,
         ))
     }
 
@@ -269,10 +300,11 @@ impl GradeSpec {
             None => "None".into(),
         };
         format!(
-            "GradeSpec({:?}, float_digits={digits}, column_order={:?}, timeout_s={})",
+            "GradeSpec({:?}, float_digits={digits}, column_order={:?}, timeout_s={}, max_temp_mb={})",
             self.semantics.name(),
             self.column_order.name(),
-            float_text(py, self.timeout_s)
+            float_text(py, self.timeout_s),
+            self.max_temp_bytes / MIB
         )
     }
 
@@ -283,6 +315,7 @@ impl GradeSpec {
         kwargs.set_item("float_digits", me.float_digits)?;
         kwargs.set_item("column_order", me.column_order.name())?;
         kwargs.set_item("timeout_s", me.timeout_s)?;
+        kwargs.set_item("max_temp_mb", me.max_temp_bytes / MIB)?;
         // The canonical name reads back as the same method (no gold needed: never "auto").
         let args = PyTuple::new(py, [me.semantics.name()])?;
         reduce_to_new(slf.as_any(), args, kwargs)

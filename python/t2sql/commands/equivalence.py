@@ -87,7 +87,7 @@ def _config(args: argparse.Namespace, method: str | None = None) -> EquivalenceC
         s = config.spec
         config = EquivalenceConfig(config.suite_size, config.seed, config.budget_s,
                                    GradeSpec(method, float_digits=s.float_digits, column_order=s.column_order,
-                                             timeout_s=s.timeout_s))
+                                             timeout_s=s.timeout_s, max_temp_mb=s.max_temp_mb))
     return config
 
 

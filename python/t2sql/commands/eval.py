@@ -16,7 +16,15 @@ from t2sql.errors import EvalError, cap_lines
 from t2sql.eval.policies import build_policy
 from t2sql.eval.results import data_sha256, format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
-from t2sql.grading import describe_methods, method_arg, method_counts, positive_arg, seconds_arg, wait_arg
+from t2sql.grading import (
+    add_temp_disk_argument,
+    describe_methods,
+    method_arg,
+    method_counts,
+    positive_arg,
+    seconds_arg,
+    wait_arg,
+)
 from t2sql.tasks import sample_dir, sample_questions
 
 if TYPE_CHECKING:
@@ -39,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "of the results file)")
     what.add_argument("--preset", default=None,
                       help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
+    add_temp_disk_argument(what, from_preset=True)
     what.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                       help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
                            "without it such a task is skipped with a line saying why")
@@ -122,6 +131,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         data, db_root = (args.data, args.db_root) if args.data else (sample_questions(), sample_dir())
         try:
             preset = get_preset(args.preset)  # None: the recipe's default
+            if args.max_temp_mb is not None:
+                preset = preset.replace(max_temp_mb=args.max_temp_mb)
         except ValueError as e:
             raise EvalError(str(e)) from None
         loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)

@@ -37,6 +37,7 @@ from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
 from t2sql.grading import (
     add_grade_memory_arguments,
+    add_temp_disk_argument,
     fallback_note,
     grade_memory_from_args,
     method_arg,
@@ -123,6 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=seconds_arg, default=None, help="seconds per gold query")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
     add_grade_memory_arguments(parser)
+    add_temp_disk_argument(parser, from_preset=True)
 
 
 @dataclass(frozen=True)
@@ -133,19 +135,22 @@ class _Grading:
     semantics: str | None  # --semantics: one method for every task
     float_digits: int | None
     timeout_s: float
+    max_temp_mb: int
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> _Grading:
         preset = get_preset(args.recipe or DEFAULT_PRESET)
         return cls(preset, args.semantics, args.float_digits if args.float_digits is not None else preset.float_digits,
-                   args.timeout if args.timeout is not None else preset.grade_timeout_s)
+                   args.timeout if args.timeout is not None else preset.grade_timeout_s,
+                   args.max_temp_mb if args.max_temp_mb is not None else preset.max_temp_mb)
 
     def method(self, task_method: str | None) -> str:
         return self.semantics or self.preset.method_for(task_method)
 
     def spec(self, task: Task) -> GradeSpec:
         return GradeSpec(self.method(task.grading_method), gold_sql=task.gold_sql, float_digits=self.float_digits,
-                         column_order=self.preset.column_order, timeout_s=self.timeout_s)
+                         column_order=self.preset.column_order, timeout_s=self.timeout_s,
+                         max_temp_mb=self.max_temp_mb)
 
 
 def run(args) -> int:
@@ -173,7 +178,8 @@ def run(args) -> int:
     started = time.perf_counter()
     with Progress(len(tasks), "gold") as bar:
         with Grader(concurrency=args.workers, cache_dir=args.cache_dir, grade_timeout_s=grading.timeout_s,
-                    backend=args.backend, manifest=manifest, grade_memory_mb=memory_mb, tmp_dir=tmp_dir) as grader:
+                    backend=args.backend, manifest=manifest, grade_memory_mb=memory_mb, tmp_dir=tmp_dir,
+                    max_temp_mb=grading.max_temp_mb) as grader:
             records = asyncio.run(run_golds(tasks, grader, grading.spec, on_done=bar.advance))
             stats = grader.stats()
     wall = time.perf_counter() - started

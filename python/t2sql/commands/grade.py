@@ -29,6 +29,7 @@ from t2sql.errors import GoldCacheError, OutputPathError
 from t2sql.grading import (
     OUTCOMES,
     add_grade_memory_arguments,
+    add_temp_disk_argument,
     check_method,
     grade,
     grade_memory_from_args,
@@ -89,6 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", metavar="DIR",
                    help="with --pairs: keep gold digests here across runs (default: in memory for this run)")
     add_grade_memory_arguments(p)
+    add_temp_disk_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -169,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
     if memory is not None:
         set_grade_memory(*memory)
     try:
-        v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order)
+        v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order,
+                  args.max_temp_mb)
     except (DatabaseError, SpillError) as e:
         return _fail(str(e))
     if args.json:
@@ -260,7 +263,8 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     memory_mb, tmp_dir = grade_memory_from_args(args)  # checked by run()
     try:
         grader = Grader(concurrency=args.concurrency, cache_dir=args.cache_dir, grade_timeout_s=args.timeout_s,
-                        grade_memory_mb=memory_mb, tmp_dir=tmp_dir, gold_memory_entries=GOLDS_KEPT)
+                        grade_memory_mb=memory_mb, tmp_dir=tmp_dir, gold_memory_entries=GOLDS_KEPT,
+                        max_temp_mb=args.max_temp_mb)
     except GoldCacheError as e:
         return _fail(f"cannot use --cache-dir {args.cache_dir}: {e}")
     except T2sqlError as e:
@@ -485,7 +489,7 @@ class _PairsBatch:
         try:
             a = self.args
             spec = GradeSpec(method, gold_sql=row["gold"], float_digits=a.float_digits, column_order=a.column_order,
-                             timeout_s=a.timeout_s)
+                             timeout_s=a.timeout_s, max_temp_mb=a.max_temp_mb)
             gold = await self._gold(db, row["db_id"], row["gold"], spec)
             if gold is not None:  # the gold failed: every line that shares it says so, as t2sql.grade would
                 verdict = (gold.outcome, gold.detail, spec.method)

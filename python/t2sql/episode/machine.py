@@ -238,6 +238,11 @@ class Episode:
         except t2sql.QueryTimeout:
             self._tool_errors += 1
             content = f"Error: query timed out after {limits.timeout_s:g}s"
+        except t2sql.TempDiskExceeded:  # the model can write a cheaper query, not raise the cap
+            self._tool_errors += 1
+            content = (f"Error: the query used too much temporary disk (over {limits.max_temp_mb} MiB for sorting, "
+                       "DISTINCT, GROUP BY or intermediate results) and was stopped; write a cheaper query, "
+                       "e.g. filter before joining and avoid cross joins")
         except t2sql.SqlError as e:
             self._tool_errors += 1
             content = f"Error: {e}"

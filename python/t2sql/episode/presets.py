@@ -79,6 +79,9 @@ class Preset:
     honor_task_methods: bool  # a task's own grading_method (BIRD-Verified's) replaces `semantics`
     column_order: str  # strict | ignore (each row compared as the multiset of its cells)
     float_digits: int | None
+    # -- temporary disk: MiB of SQLite temporary files (sorts, DISTINCT, GROUP BY) one query may hold, for a
+    # tool call, a gold and a prediction alike; past it the query fails (the model is told, a grade is pred_error)
+    max_temp_mb: int
     # -- the outcome table
     reward_correct: float
     reward_incorrect: float  # also pred_error and pred_timeout
@@ -134,6 +137,8 @@ class Preset:
                 problems.append(f"{f} must be in (0, 1]")
         if self.example_values < 0:
             problems.append("example_values must be >= 0")
+        if self.max_temp_mb < 1:
+            problems.append("max_temp_mb must be >= 1")
         if self.equivalence_suite_size < 0:
             problems.append("equivalence_suite_size must be >= 0")
         if not 0 <= self.equivalence_seed < 1 << 64:
@@ -188,16 +193,17 @@ class Preset:
         one). Raises InvalidArgument for a number the core cannot take."""
         return ToolLimits(timeout_s=self.tool_timeout_s, max_rows=self.tool_max_rows,
                           max_cell_chars=self.tool_max_cell_chars, max_chars=self.tool_max_chars,
-                          count_cap=self.tool_count_cap)
+                          count_cap=self.tool_count_cap, max_temp_mb=self.max_temp_mb)
 
     def grade_spec(self, task: Task) -> GradeSpec:
         """How `task` is graded under this preset, as one value: its method (method_for, resolved
-        by the core against the task's gold, once), float_digits, column_order, grade_timeout_s.
+        by the core against the task's gold, once), float_digits, column_order, grade_timeout_s,
+        max_temp_mb.
         Built once per task (an Episode keeps it; the regrade, votes, `t2sql gold` and prepare
         build it from the same task), and carried whole to the core."""
         return GradeSpec(self.method_for(task.grading_method), gold_sql=task.gold_sql,
                          float_digits=self.float_digits, column_order=self.column_order,
-                         timeout_s=self.grade_timeout_s)
+                         timeout_s=self.grade_timeout_s, max_temp_mb=self.max_temp_mb)
 
     def method_for(self, task_method: str | None) -> str:
         """The grading method of a task: its own (when the preset honors task methods and it has
@@ -249,6 +255,7 @@ _RECIPE = Preset(
     honor_task_methods=True,  # BIRD-Verified's per-task methods: "name any five" is graded as such
     column_order="strict",
     float_digits=12,
+    max_temp_mb=_CORE_TOOL.max_temp_mb,  # 1024: the core's default, for tool calls and grades alike
     reward_correct=1.0,
     reward_incorrect=0.0,
     reward_no_solution=-1.0,

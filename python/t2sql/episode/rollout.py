@@ -53,7 +53,8 @@ class RolloutSettings:
 
 def open_grader(preset: Preset, **options: Any) -> Grader:
     """The Grader a preset's episodes run on (`options`: Grader's own, e.g. concurrency, cache_dir)."""
-    return Grader(tool_timeout_s=preset.tool_timeout_s, grade_timeout_s=preset.grade_timeout_s, **options)
+    return Grader(tool_timeout_s=preset.tool_timeout_s, grade_timeout_s=preset.grade_timeout_s,
+                  max_temp_mb=preset.max_temp_mb, **options)
 
 
 class RolloutContext:

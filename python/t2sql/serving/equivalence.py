@@ -59,7 +59,7 @@ class EquivalenceConfig:
     seed: int  # what the random draws derive from (with the database's identity)
     budget_s: float  # the whole check: past it no further small database is tried
     # How each small database is graded: the task's method, float digits and column order, each query
-    # under the spec's timeout (a preset's equivalence_timeout_s).
+    # under the spec's timeout (a preset's equivalence_timeout_s) and cap on temporary disk (max_temp_mb).
     spec: GradeSpec = GradeSpec()
 
     def __post_init__(self) -> None:
@@ -82,7 +82,7 @@ class EquivalenceConfig:
             spec=GradeSpec(spec.method if spec else preset.method_for(None),
                            float_digits=spec.float_digits if spec else preset.float_digits,
                            column_order=spec.column_order if spec else preset.column_order,
-                           timeout_s=preset.equivalence_timeout_s),
+                           timeout_s=preset.equivalence_timeout_s, max_temp_mb=preset.max_temp_mb),
         )
 
     def to_dict(self) -> dict[str, Any]:

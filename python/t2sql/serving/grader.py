@@ -10,6 +10,7 @@ and one grade, and every task's gold result is needed again and again. One Grade
 - the gold digest cache: the most recent in memory (serving.gold_memory), all on disk under
   `cache_dir` if given; key: database identity, gold SQL, spec (method, digits, column order), SQLite;
 - timeouts and the single retry of a grade whose prediction or gold timed out;
+- the cap on each query's temporary disk, and the bound it puts on all of them (t2sql.serving.temp_disk);
 - the database manifest check (a file that changed since prepare is refused).
 
 `await grader.run_tool(...)` / `await grader.grade(...)` never block the event loop: SQL runs
@@ -62,7 +63,8 @@ from t2sql.serving.jobs import (
 )
 from t2sql.serving.manifest import FileIdentity, GraderIdentity, Manifest, file_identity
 from t2sql.serving.process_backends import ProcessBackend, RayBackend
-from t2sql.serving.results import GoldResult, GradeResult
+from t2sql.serving.results import GoldResult, GradeResult, gold_failure_detail
+from t2sql.serving.temp_disk import temp_disk_bound
 from t2sql.serving.thread_backend import ThreadBackend
 
 BACKENDS = ("thread", "process", "ray")
@@ -89,6 +91,7 @@ class Grader:
         tmp_dir: str | os.PathLike | None = None,
         gold_memory_entries: int | None = None,
         gold_memory_bytes: int | None = None,
+        max_temp_mb: int = GRADE_DEFAULTS["max_temp_mb"],
     ):
         """
         concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
@@ -108,6 +111,8 @@ class Grader:
             is); default: the process's setting (the system's temporary directory), not cache_dir,
             which a thread backend's process-wide setting would outlive.
         gold_memory_entries, gold_memory_bytes: bounds of the gold digests kept in memory (serving.gold_memory).
+        max_temp_mb: MiB of temporary files a query without its own limits or spec may hold; N workers
+            hold N times it at most (temp_disk_bound_mb, in stats(): t2sql.serving.temp_disk).
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment
             it wakes: on a machine with no idle core this cuts the loop's 99th-percentile stall
@@ -121,6 +126,7 @@ class Grader:
             raise ValueError("tool_timeout_s and grade_timeout_s must be positive")
         self.tool_timeout_s = float(tool_timeout_s)
         self.grade_timeout_s = float(grade_timeout_s)
+        self.max_temp_mb = max_temp_mb
         self.backend_name = backend
         if manifest is not None and not isinstance(manifest, Manifest):
             manifest = Manifest.load(manifest)
@@ -157,6 +163,7 @@ class Grader:
                 self._backend = RayBackend(concurrency, secret=secret, heap_limit=worker_heap_limit,
                                            grade_memory=memory)
         self.concurrency = self._backend.size
+        self.temp_disk_bound_mb = temp_disk_bound(max_temp_mb, self.concurrency, local=backend != "ray")
 
         self._lock = threading.Lock()
         self._identities: dict[str, GraderIdentity] = {}
@@ -212,14 +219,14 @@ class Grader:
                     continue
                 return _gold_failed(gold, retried, started, spec.method)
             try:
-                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, spec.timeout_s)
+                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, spec)
             except HashSecretMismatch:
                 # The process's secret changed (set_hash_secret) after this gold was made: its
                 # cache key no longer matches, so this runs the gold again under the new one.
                 gold = await self._gold(db_path, identity, gold_sql, spec)
                 if not gold.ok:
                     return _gold_failed(gold, retried, started, spec.method)
-                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, spec.timeout_s)
+                verdict = await self._grade_prediction(db_path, identity, pred_sql, gold, spec)
             if verdict.outcome == "pred_timeout" and attempt == 0:
                 retried = True
                 self._count("retries")
@@ -297,9 +304,9 @@ class Grader:
         await self.aclose()
 
     def stats(self) -> dict[str, int]:
-        """Counters since creation: calls, retries, gold cache hits/misses, cache faults."""
+        """Counters since creation (calls, retries, gold cache hits/misses, cache faults), temp_disk_bound_mb."""
         with self._lock:
-            out = dict(self._counters)
+            out = dict(self._counters, temp_disk_bound_mb=self.temp_disk_bound_mb)
         out["gold_memory_held"], out["gold_memory_evicted"] = len(self._memory), self._memory.evicted
         if self._disk is not None:
             out.update(self._disk.counters())
@@ -319,13 +326,13 @@ class Grader:
     def _tool_limits(self) -> ToolLimits:
         """What run_tool gets without limits: built at the first such call, which is where an
         unusable tool_timeout_s (inf, nan) is refused, as it always was."""
-        return ToolLimits(timeout_s=self.tool_timeout_s)
+        return ToolLimits(timeout_s=self.tool_timeout_s, max_temp_mb=self.max_temp_mb)
 
     @functools.cached_property
     def _grade_spec(self) -> GradeSpec:
-        """What grade and gold get without a spec: GradeSpec() with this Grader's grade_timeout_s,
-        built at the first such call (as _tool_limits)."""
-        return GradeSpec(timeout_s=self.grade_timeout_s)
+        """What grade and gold get without a spec: GradeSpec() with this Grader's grade_timeout_s
+        and max_temp_mb, built at the first such call (as _tool_limits)."""
+        return GradeSpec(timeout_s=self.grade_timeout_s, max_temp_mb=self.max_temp_mb)
 
     def _secret_id(self) -> str:
         return self._secret_tag or hash_secret_id()
@@ -450,14 +457,14 @@ class Grader:
         except (QueryTimeout, UnsafeQuery, SqlError) as e:  # WorkerLost is an SqlError
             self._count("gold_failures")
             outcome = "gold_timeout" if isinstance(e, QueryTimeout) else "gold_error"
-            return GoldResult(outcome, _gold_failure_detail(e), None, None, time.perf_counter() - started, "failed")
+            return GoldResult(outcome, gold_failure_detail(e), None, None, time.perf_counter() - started, "failed")
         d = Digest.from_bytes(data)
         self._count("gold_computed")
         return GoldResult("ok", "", d.rows, d.columns, elapsed_s, "computed", data)
 
-    async def _grade_prediction(self, db_path, identity, pred_sql, gold: GoldResult, timeout_s) -> GradeResult:
+    async def _grade_prediction(self, db_path, identity, pred_sql, gold: GoldResult, spec: GradeSpec) -> GradeResult:
         """The core's verdict as a GradeResult (grade() then fills in the call's own fields)."""
-        job = GradeJob(db_path, identity.stat, pred_sql, gold.digest, timeout_s, job_id=next_job_id())
+        job = GradeJob(db_path, identity.stat, pred_sql, gold.digest, spec.timeout_s, spec.max_temp_mb, next_job_id())
         try:
             return GradeResult.from_verdict(await self._submit(job))
         except UnsafeQuery as e:
@@ -486,15 +493,3 @@ def _gold_failed(gold: GoldResult, retried: bool, started: float, semantics: str
     """grade()'s result when the gold query itself failed or timed out."""
     return GradeResult(gold.outcome, gold.detail, retried, None, None, time.perf_counter() - started,
                        semantics, False)
-
-
-def _gold_failure_detail(e: Exception) -> str:
-    """A failed gold's detail in the words of the core's own grade (t2sql.grade), so one pair reads
-    the same through either API: "gold query timed out after 2s", "gold query is unsafe: ...",
-    "gold query failed: ..."."""
-    text = str(e)
-    if isinstance(e, QueryTimeout):
-        return f"gold {text}" if text.startswith("query timed out") else f"gold query timed out: {text}"
-    if isinstance(e, UnsafeQuery):
-        return f"gold query is unsafe: {text.removeprefix('unsafe query: ')}"
-    return f"gold query failed: {text}"

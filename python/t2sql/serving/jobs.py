@@ -54,13 +54,15 @@ class DigestJob(NamedTuple):
 
 
 class GradeJob(NamedTuple):
-    """One prediction graded against a gold digest (`gold`: Digest.to_bytes())."""
+    """One prediction graded against a gold digest (`gold`: Digest.to_bytes()), under its grading
+    spec's timeout and cap on temporary disk."""
 
     db_path: str
     identity: tuple[int, int]
     sql: str
     gold: bytes
     timeout_s: float
+    max_temp_mb: int
     job_id: int = 0
 
 
@@ -138,7 +140,8 @@ def run_job(job: Job, cancel: Cancel | None):
         # The time travels beside the bytes: Digest.to_bytes() does not carry elapsed_s.
         return digest.to_bytes(), digest.elapsed_s
     if type(job) is GradeJob:
-        v = db.grade_against(job.sql, Digest.from_bytes(job.gold), job.timeout_s, cancel=cancel)
+        v = db.grade_against(job.sql, Digest.from_bytes(job.gold), job.timeout_s, cancel=cancel,
+                             max_temp_mb=job.max_temp_mb)
         return GradeResult.from_verdict(v)
     raise TypeError(f"not a job: {job!r}")
 

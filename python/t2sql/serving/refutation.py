@@ -28,7 +28,7 @@ def witness_spec(spec: GradeSpec) -> GradeSpec:
     there)."""
     if spec.method.startswith("subset"):
         return GradeSpec("subset,>=,1", float_digits=spec.float_digits, column_order=spec.column_order,
-                         timeout_s=spec.timeout_s)
+                         timeout_s=spec.timeout_s, max_temp_mb=spec.max_temp_mb)
     return spec
 
 class Prepared:
@@ -48,7 +48,8 @@ class Prepared:
             if self.spec.method.startswith("subset") and digest.rows == 0:
                 # No gold row here: the prediction must return none either (compared as sets).
                 self.spec = GradeSpec("set", float_digits=self.spec.float_digits,
-                                      column_order=self.spec.column_order, timeout_s=self.spec.timeout_s)
+                                      column_order=self.spec.column_order, timeout_s=self.spec.timeout_s,
+                                      max_temp_mb=self.spec.max_temp_mb)
                 digest = self.core.digest(gold, self.spec, cancel=cancel)
             return digest
         except t2sql.QueryCancelled:
@@ -92,7 +93,8 @@ class Trial:
             try:
                 pred = core.digest(self.pred, GradeSpec(gold.semantics, float_digits=gold.float_digits,
                                                         column_order=self.spec.column_order,
-                                                        timeout_s=self.spec.timeout_s), cancel=self.cancel)
+                                                        timeout_s=self.spec.timeout_s,
+                                                        max_temp_mb=self.spec.max_temp_mb), cancel=self.cancel)
             except t2sql.QueryCancelled:
                 raise
             except t2sql.T2sqlError:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from t2sql._grader import QueryTimeout, UnsafeQuery
+
 
 @dataclass(frozen=True)
 class GradeResult:
@@ -58,3 +60,16 @@ class GoldResult:
     @property
     def ok(self) -> bool:
         return self.outcome == "ok"
+
+
+def gold_failure_detail(e: Exception) -> str:
+    """A failed gold's detail in the words of the core's own grade (t2sql.grade), so one pair reads
+    the same through either API: "gold query timed out after 2s", "gold query is unsafe: ...",
+    "gold query failed: ..." (a gold past its temporary disk: "gold query failed: the query needed
+    more than N MiB of temporary disk ...")."""
+    text = str(e)
+    if isinstance(e, QueryTimeout):
+        return f"gold {text}" if text.startswith("query timed out") else f"gold query timed out: {text}"
+    if isinstance(e, UnsafeQuery):
+        return f"gold query is unsafe: {text.removeprefix('unsafe query: ')}"
+    return f"gold query failed: {text}"
