@@ -8,6 +8,10 @@
 //! (`GuardedConnection::harden`, writable: `query_only` on and writes to main refused), so the
 //! model's SQL meets the same policy here as on the real file.
 
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::backup::Backup;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags};
 
@@ -45,6 +49,46 @@ fn created_kind(sql: &str) -> Option<String> {
         .find(|w| !matches!(w.as_str(), "TEMP" | "TEMPORARY" | "UNIQUE"))
 }
 
+/// Empty databases holding a schema, by the schema's statements: parsing a dozen CREATE statements
+/// costs more than copying the few pages they make, and the check builds many small databases of
+/// one schema. Bounded: the oldest schema goes first.
+static TEMPLATES: Mutex<Vec<(Vec<String>, Connection)>> = Mutex::new(Vec::new());
+const TEMPLATES_KEPT: usize = 32;
+
+/// Put `schema` into the empty connection `dst`, by copying a template built once per schema.
+fn copy_schema(schema: &[String], dst: &mut Connection) -> Result<()> {
+    let fail = |e: rusqlite::Error| GradeError::Database(e.to_string());
+    let mut templates = TEMPLATES.lock().unwrap_or_else(|p| p.into_inner());
+    let found = templates.iter().position(|(s, _)| s.as_slice() == schema);
+    let index = match found {
+        Some(i) => i,
+        None => {
+            let template = Connection::open_in_memory().map_err(fail)?;
+            for sql in schema {
+                match created_kind(sql) {
+                    Some(kind) if SCHEMA_KINDS.contains(&kind.as_str()) => {
+                        template.execute_batch(sql).map_err(fail)?
+                    }
+                    _ => {
+                        return Err(GradeError::Invalid(format!(
+                            "a witness database's schema holds CREATE TABLE, INDEX or VIEW statements only, got: {}",
+                            sql.chars().take(80).collect::<String>()
+                        )))
+                    }
+                }
+            }
+            if templates.len() >= TEMPLATES_KEPT {
+                templates.remove(0);
+            }
+            templates.push((schema.to_vec(), template));
+            templates.len() - 1
+        }
+    };
+    Backup::new(&templates[index].1, dst)
+        .and_then(|b| b.run_to_completion(1024, Duration::ZERO, None))
+        .map_err(fail)
+}
+
 /// Build the database: `schema` (CREATE TABLE / INDEX / VIEW statements; anything else is an
 /// error) then `tables`' rows, with foreign keys unenforced as in the source (the caller keeps
 /// references closed). `reverse_scans` turns on `reverse_unordered_selects`, so a query whose
@@ -66,19 +110,12 @@ pub fn build(
         .map_err(fail)?;
     conn.pragma_update(None, "temp_store", "MEMORY")
         .map_err(fail)?;
-    for sql in schema {
-        match created_kind(sql) {
-            Some(kind) if SCHEMA_KINDS.contains(&kind.as_str()) => {
-                conn.execute_batch(sql).map_err(fail)?
-            }
-            _ => {
-                return Err(GradeError::Invalid(format!(
-                    "a witness database's schema holds CREATE TABLE, INDEX or VIEW statements only, got: {}",
-                    sql.chars().take(80).collect::<String>()
-                )))
-            }
+    copy_schema(schema, &mut conn).map_err(|e| match e {
+        GradeError::Database(m) => {
+            GradeError::Database(format!("cannot build the database {label}: {m}"))
         }
-    }
+        other => other,
+    })?;
     let tx = conn.transaction().map_err(fail)?;
     for table in tables {
         if table.columns.is_empty() {

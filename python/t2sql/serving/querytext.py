@@ -9,6 +9,7 @@ small databases do.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -44,8 +45,10 @@ class Statement:
     with_prefix: str  # "WITH ... " before the main SELECT, or ""
     parts: list[SelectPart] = field(default_factory=list)
 
+@functools.lru_cache(maxsize=4096)
 def read(sql: str) -> Statement | None:
-    """The statement's SELECT parts at its outer level, or None when it is not a SELECT this reads."""
+    """The statement's SELECT parts at its outer level, or None when it is not a SELECT this reads.
+    Remembered per text (a check reads each query several times); a Statement is never changed."""
     sql = sql.strip().rstrip(";").strip()
     try:
         toks = tokens(sql)

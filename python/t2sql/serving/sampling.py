@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from t2sql.serving.invariants import Invariants, Reference, Table, quote
 from t2sql.serving.mining import Deadline, Reader, open_readonly
 from t2sql.serving.querytext import Comparison
-from t2sql.serving.smalldb import Row, SmallDb, column_index, sqlite_key
+from t2sql.serving.smalldb import Row, SmallDb, column_index, remember, sqlite_key
 
 MAX_ROWS = 120  # a small database larger than this after closing is not used
 
@@ -178,7 +178,22 @@ def add_rows(db: SmallDb, table: str, rows: Iterable[Row]) -> None:
 
 def close(db: SmallDb, real: RealRows, *, max_rows: int = MAX_ROWS) -> SmallDb | None:
     """`db` made whole: parents fetched for every reference, a child fetched for every parent that must
-    have one, rows whose parent the real file lacks dropped. None when it grows past `max_rows`."""
+    have one, rows whose parent the real file lacks dropped. None when it grows past `max_rows`. The
+    answer is remembered by the rows it starts from (Invariants.memo): variants repeat them."""
+    key = ("closed", db.key(), max_rows)
+    memo = db.inv.memo
+    if key in memo:
+        found = memo[key]
+        if found is None:
+            return None
+        db.rows = {t: list(r) for t, r in found.items()}
+        return db
+    closed = _close(db, real, max_rows)
+    remember(memo, key, None if closed is None else {t: tuple(r) for t, r in closed.rows.items()})
+    return closed
+
+
+def _close(db: SmallDb, real: RealRows, max_rows: int) -> SmallDb | None:
     inv = db.inv
     doomed: set[tuple[str, Row]] = set()  # rows whose parent the real file lacks: never added again
     for _ in range(CLOSE_ROUNDS):

@@ -19,7 +19,7 @@ from t2sql.serving.invariants import Invariants, Table, quote, storage_class, te
 
 Row = tuple  # one row's values in its table's column order
 
-TABLE_PROBLEMS_KEPT = 4096  # tables' checks remembered per database (Invariants.memo)
+MEMO_KEPT = 8192  # checks and closings remembered per database (Invariants.memo)
 
 
 @dataclass
@@ -45,85 +45,38 @@ class SmallDb:
     # ------------------------------------------------------------------------------------ checks
 
     def problems(self) -> list[str]:
-        """Every way this database breaks a declared constraint or a mined invariant ([] = none). A table's
-        own checks are remembered by its rows (the variants of one database share most tables)."""
+        """Every way this database breaks a declared constraint or a mined invariant ([] = none). Each check
+        is remembered by the rows it reads (Invariants.memo): the variants of one database share most
+        tables, so most checks of a variant are looked up, not redone."""
         out: list[str] = []
         tables = {t.name: t for t in self.inv.tables}
-        for name, rows in self.rows.items():
+        rows = {name: tuple(r) for name, r in self.rows.items()}
+        empty: tuple = ()
+        for name, table_rows in rows.items():
             t = tables.get(name)
             if t is None:
                 out.append(f"no table {name}")
                 continue
-            memo = self.inv.memo
-            key = ("table problems", name, tuple(rows))
-            found = memo.get(key)
-            if found is None:
-                found = memo[key] = _table_problems(t, rows, self.inv.identifiers(name))
-                while len(memo) > TABLE_PROBLEMS_KEPT:
-                    try:
-                        memo.pop(next(iter(memo)))
-                    except (RuntimeError, KeyError, StopIteration):  # another thread got there first
-                        break
-            out += found
-        out += self._reference_problems(tables)
-        out += self._copy_problems(tables)
-        out += self._relation_problems(tables)
-        return out
-
-    def _projection(self, table: Table, columns: Iterable[str]) -> list[tuple]:
-        idx = [column_index(table, c) for c in columns]
-        return [tuple(r[i] for i in idx) for r in self.rows.get(table.name, [])]
-
-    def _reference_problems(self, tables: dict[str, Table]) -> list[str]:
-        out = []
+            out += self._remembered(("table", name, table_rows),
+                                    lambda: _table_problems(t, table_rows, self.inv.identifiers(name)))
         for ref in self.inv.references:
-            child, parent = tables[ref.child], tables[ref.parent]
-            parents = {sqlite_key(k) for k in self._projection(parent, ref.parent_columns)}
-            children = [k for k in self._projection(child, ref.child_columns) if all(v is not None for v in k)]
-            dangling = [k for k in children if sqlite_key(k) not in parents]
-            if dangling:
-                out.append(f"{ref.name}: {dangling[0]!r} names no {ref.parent} row")
-            if ref.total:
-                named = {sqlite_key(k) for k in children}
-                orphan = next((k for k in parents if k not in named), None)
-                if orphan is not None:
-                    out.append(f"{ref.name}: {ref.parent} row {orphan!r} has no {ref.child} row")
-        return out
-
-    def _copy_problems(self, tables: dict[str, Table]) -> list[str]:
-        out = []
+            child, parent = rows.get(ref.child, empty), rows.get(ref.parent, empty)
+            out += self._remembered(("reference", ref, child, parent),
+                                    lambda: _reference_problems(tables, ref, child, parent))
         for cp in self.inv.copies:
-            t = tables[cp.table]
-            col = column_index(t, cp.column)
-            if cp.via is None:
-                src = column_index(t, cp.source_column)
-                bad = [r for r in self.rows.get(t.name, []) if not _same(r[col], r[src])]
-            else:
-                parent = tables[cp.via.parent]
-                by_key = {sqlite_key(k): r for k, r in zip(self._projection(parent, cp.via.parent_columns),
-                                                      self.rows.get(parent.name, []))}
-                src = column_index(parent, cp.source_column)
-                bad = []
-                for k, r in zip(self._projection(t, cp.via.child_columns), self.rows.get(t.name, [])):
-                    p = by_key.get(sqlite_key(k))
-                    if p is not None and not _same(r[col], p[src]):
-                        bad.append(r)
-            if bad:
-                out.append(f"{cp.table}.{cp.column} no longer equals {cp.source}.{cp.source_column}")
+            mine = rows.get(cp.table, empty)
+            source = rows.get(cp.via.parent, empty) if cp.via is not None else empty
+            out += self._remembered(("copy", cp, mine, source), lambda: _copy_problems(tables, cp, mine, source))
+        for rel in self.inv.relations:
+            mine = rows.get(rel.table, empty)
+            out += self._remembered(("relation", rel, mine), lambda: _relation_problems(tables, rel, mine))
         return out
 
-    def _relation_problems(self, tables: dict[str, Table]) -> list[str]:
-        out = []
-        for rel in self.inv.relations:
-            t = tables[rel.table]
-            s, a, b = (column_index(t, c) for c in (rel.total, rel.left, rel.right))
-            for r in self.rows.get(t.name, []):
-                if None in (r[s], r[a], r[b]):
-                    continue
-                if abs(r[a] + r[b] - r[s]) > 1e-9 * max(1.0, abs(r[s])):
-                    out.append(f"{rel.table}.{rel.total} is no longer {rel.left} + {rel.right}")
-                    break
-        return out
+    def _remembered(self, key: tuple, compute: Any) -> list[str]:
+        found = self.inv.memo.get(key)
+        if found is None:
+            found = remember(self.inv.memo, key, compute())
+        return found
 
     # ------------------------------------------------------------------------------------ outputs
 
@@ -152,6 +105,70 @@ class SmallDb:
         return "\n".join(lines)
 
 
+def remember(memo: dict, key: Any, value: Any) -> Any:
+    """Keep `value` under `key` in a database's memo (Invariants.memo), the oldest entries going past
+    MEMO_KEPT; returns the value."""
+    memo[key] = value
+    while len(memo) > MEMO_KEPT:
+        try:
+            memo.pop(next(iter(memo)))
+        except (RuntimeError, KeyError, StopIteration):  # another thread got there first
+            break
+    return value
+
+
+def _projection(table: Table, rows: tuple, columns: Iterable[str]) -> list[tuple]:
+    idx = [column_index(table, c) for c in columns]
+    return [tuple(r[i] for i in idx) for r in rows]
+
+
+def _reference_problems(tables: dict[str, Table], ref: Any, child_rows: tuple, parent_rows: tuple) -> list[str]:
+    out = []
+    child, parent = tables[ref.child], tables[ref.parent]
+    parents = {sqlite_key(k) for k in _projection(parent, parent_rows, ref.parent_columns)}
+    children = [k for k in _projection(child, child_rows, ref.child_columns) if None not in k]
+    dangling = next((k for k in children if sqlite_key(k) not in parents), None)
+    if dangling is not None:
+        out.append(f"{ref.name}: {dangling!r} names no {ref.parent} row")
+    if ref.total:
+        named = {sqlite_key(k) for k in children}
+        orphan = next((k for k in parents if k not in named), None)
+        if orphan is not None:
+            out.append(f"{ref.name}: {ref.parent} row {orphan!r} has no {ref.child} row")
+    return out
+
+
+def _copy_problems(tables: dict[str, Table], cp: Any, rows: tuple, source_rows: tuple) -> list[str]:
+    t = tables[cp.table]
+    col = column_index(t, cp.column)
+    if cp.via is None:
+        src = column_index(t, cp.source_column)
+        bad = any(not _same(r[col], r[src]) for r in rows)
+    else:
+        parent = tables[cp.via.parent]
+        keys = _projection(parent, source_rows, cp.via.parent_columns)
+        by_key = {sqlite_key(k): r for k, r in zip(keys, source_rows)}
+        src = column_index(parent, cp.source_column)
+        bad = False
+        for k, r in zip(_projection(t, rows, cp.via.child_columns), rows):
+            p = by_key.get(sqlite_key(k))
+            if p is not None and not _same(r[col], p[src]):
+                bad = True
+                break
+    return [f"{cp.table}.{cp.column} no longer equals {cp.source}.{cp.source_column}"] if bad else []
+
+
+def _relation_problems(tables: dict[str, Table], rel: Any, rows: tuple) -> list[str]:
+    t = tables[rel.table]
+    s, a, b = (column_index(t, c) for c in (rel.total, rel.left, rel.right))
+    for r in rows:
+        if None in (r[s], r[a], r[b]):
+            continue
+        if abs(r[a] + r[b] - r[s]) > 1e-9 * max(1.0, abs(r[s])):
+            return [f"{rel.table}.{rel.total} is no longer {rel.left} + {rel.right}"]
+    return []
+
+
 def sql_literal(value: Any) -> str:
     if value is None:
         return "NULL"
@@ -175,9 +192,10 @@ def column_index(table: Table, column: str) -> int:
 
 def sqlite_key(key: tuple) -> tuple:
     """A key as SQLite compares it: 1 and 1.0 are one value (an integral float becomes the int)."""
-    if not any(type(v) is float for v in key):
-        return key
-    return tuple(int(v) if type(v) is float and v.is_integer() else v for v in key)
+    for v in key:
+        if type(v) is float:
+            return tuple(int(x) if type(x) is float and x.is_integer() else x for x in key)
+    return key
 
 
 def _same(a: Any, b: Any) -> bool:
