@@ -40,7 +40,7 @@ from bird_zips import (
 )
 from conftest import child_env
 from t2sql.download import archive as archive_mod
-from t2sql.download import zipread
+from t2sql.download import zipentries, zipstream
 from t2sql.download.archive import MARKER, ExtractResult, extract_databases, foreign_files, inner_size, verified
 from t2sql.errors import ArchiveError, ForeignFilesError, NoSpaceError
 from t2sql.serving.manifest import Manifest
@@ -504,7 +504,7 @@ def test_two_runs_at_once_on_one_target(tmp_path):
 
 
 class CountingZlib:
-    """zlib as t2sql.download.zipread calls it, counting the bytes its CRC32 is computed over."""
+    """zlib as t2sql.download.zipstream and zipentries call it, counting the bytes its CRC32 is computed over."""
 
     def __init__(self):
         self.hashed = 0
@@ -530,7 +530,8 @@ def test_a_stored_entry_full_of_descriptor_signatures_is_scanned_in_one_pass(tmp
     with zipfile.ZipFile(zp) as zf:
         inner = zf.getinfo(DEV_INNER).file_size
     counting = CountingZlib()
-    monkeypatch.setattr(zipread, "zlib", counting)
+    monkeypatch.setattr(zipstream, "zlib", counting)  # the outer member's bytes
+    monkeypatch.setattr(zipentries, "zlib", counting)  # each inner entry's
     target = tmp_path / "dev_databases"
     extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
     assert (target / "superhero" / "database_description" / "signatures.csv").read_bytes() == body
@@ -547,14 +548,14 @@ def test_tiny_entries_cost_their_own_bytes(tmp_path, monkeypatch):
     with zipfile.ZipFile(zp) as zf:
         inner = zf.getinfo(DEV_INNER).file_size
     handed = [0]
-    real = zipread._Stream.read_some
+    real = zipstream.MemberStream.read_some
 
     def counting(self, limit):
         out = real(self, limit)
         handed[0] += len(out)
         return out
 
-    monkeypatch.setattr(zipread._Stream, "read_some", counting)
+    monkeypatch.setattr(zipstream.MemberStream, "read_some", counting)
     extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False)
     assert handed[0] <= 2 * inner + 1024 * len(tiny), f"{handed[0]} bytes read for an inner zip of {inner}"
 

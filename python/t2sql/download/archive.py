@@ -1,6 +1,7 @@
 """Laying out BIRD's databases from its nested zips: `extract_databases(archive, inner_member, target,
 identity=...)`, `verified(target, identity)`, `foreign_files(target)`, `database_problem(path)` and
-`inner_size(archive, inner_member)`. The zip format itself is read by t2sql.download.zipread.
+`inner_size(archive, inner_member)`. The zip format is read by t2sql.download.zipdirectory (the outer
+archive's directory), zipstream (its member, inflated) and zipentries (the inner zip's entries).
 
 BIRD ships `dev.zip` / `train.zip`, each holding an inner zip (`dev_20240627/dev_databases.zip`,
 `train/train_databases.zip`) of `<top>/<db_id>/<db_id>.sqlite` and `<top>/<db_id>/database_description/*.csv`.
@@ -8,8 +9,8 @@ Info-ZIP refuses train.zip ("overlapped components (possible zip bomb)") and rec
 check; users who forced it got about 30 empty databases. So the zips are read by t2sql's own reader:
 
 - The inner zip is never written to disk: the outer member's bytes are decompressed in order
-  (zipread._Stream), and the inner zip's local file headers are walked as a stream (`_entry`). At the end
-  the inner zip's own central directory is read (it comes last in the stream), record by record, and must
+  (zipstream.MemberStream), and the inner zip's local file headers are walked as a stream (`_entry`). At the
+  end the inner zip's own central directory is read (it comes last in the stream), record by record, and must
   list exactly the entries that passed through, with their CRC32s and sizes (a digest summed over the
   entries: nothing is kept per entry).
 - Every member's CRC32 and size are checked as it is extracted, the inner ones and the outer one; a member
@@ -62,41 +63,39 @@ from typing import BinaryIO
 from t2sql import jsonl
 from t2sql.atomic import atomic_write
 from t2sql.download.partial import free_bytes
-from t2sql.download.zipread import (
-    _4G,
-    _CENTRAL,
-    _DEFLATED,
-    _DIGEST_MODULUS,
-    _EOCD,
-    _EOCD64,
-    _LOCAL,
-    _STORED,
-    _U32,
-    CHUNK,
-    MAX_OUT,
-    _copy,
-    _copy_to_descriptor,
-    _damaged,
-    _decode,
-    _descriptor,
-    _directory_digest,
-    _entry_digest,
-    _has_tag,
-    _inflate,
-    _is_junk,
-    _locate,
-    _mismatch,
-    _open_archive,
-    _stored_span,
-    _Stream,
-    _zip64_fields,
+from t2sql.download.zipdirectory import locate, open_archive, stored_span
+from t2sql.download.zipentries import (
+    DIGEST_MODULUS,
+    copy_entry,
+    copy_to_descriptor,
+    directory_digest,
+    entry_digest,
+    inflate_entry,
+    read_descriptor,
 )
+from t2sql.download.zipformat import (
+    CENTRAL,
+    DEFLATED,
+    EOCD,
+    EOCD64,
+    FOUR_GIB,
+    LOCAL,
+    STORED,
+    U32,
+    damaged_error,
+    decode_name,
+    has_tag,
+    is_junk,
+    mismatch,
+    zip64_fields,
+)
+from t2sql.download.zipstream import MemberStream
 from t2sql.errors import ArchiveError, ForeignFilesError, NoSpaceError
 from t2sql.progress import Progress, format_bytes
 from t2sql.serving.manifest import Manifest, ManifestEntry
 
-__all__ = ["CHUNK", "MARKER", "MARKER_FORMAT", "MAX_OUT", "ExtractResult", "database_problem", "extract_databases",
-           "foreign_files", "inner_size", "verified"]
+__all__ = ["MARKER", "MARKER_FORMAT", "ExtractResult", "database_problem", "extract_databases", "foreign_files",
+           "inner_size", "verified"]
 
 MARKER = ".t2sql-extracted.json"
 MARKER_FORMAT = 2  # 2: "files" lists every file laid out; 1 (still read) listed the databases only
@@ -182,18 +181,18 @@ def inner_size(archive: Path, inner_member: str) -> int:
     """The uncompressed size of the zip `inner_member` inside `archive` (for the disk check: the databases
     take at least this much, usually more, as the inner zip's members are compressed)."""
     archive = Path(archive)
-    with _open_archive(archive) as f:
-        member, data_start, limit = _locate(f, archive, inner_member)
+    with open_archive(archive) as f:
+        member, data_start, limit = locate(f, archive, inner_member)
         if member.exact_sizes:
             return member.size
-        if member.method == _STORED:
-            return _stored_span(f, member, data_start, limit)
+        if member.method == STORED:
+            return stored_span(f, member, data_start, limit)
         # 32-bit sizes past 4 GiB: the smallest size with these low 32 bits that a deflate stream of the
         # bytes available could hold (deflate never grows data by more than a little).
         span = limit - data_start
         size = member.size
-        while size + _4G <= span * 0.999 - 1024:
-            size += _4G
+        while size + FOUR_GIB <= span * 0.999 - 1024:
+            size += FOUR_GIB
         return size
 
 
@@ -223,21 +222,21 @@ class _Walk:
     entries: dict = field(default_factory=dict)  # db_id -> ManifestEntry of each database laid out
     files: list = field(default_factory=list)  # every file laid out, relative to the target
     count: int = 0  # entries that passed through (files and folders, laid out or skipped)
-    digest: int = 0  # the sum of their zipread._entry_digest, for the check against the inner directory
+    digest: int = 0  # the sum of their zipentries.entry_digest, for the check against the inner directory
     full: bool = False  # the disk filled: nothing more is written, the walk goes on to count what is needed
 
 
 def _extract(archive: Path, inner_member: str, partial: Path, target: Path, progress: bool
              ) -> tuple[int, dict[str, ManifestEntry], list[str]]:
     top = Path(inner_member).name.removesuffix(".zip")
-    with _open_archive(archive) as f:
-        member, data_start, limit = _locate(f, archive, inner_member)
+    with open_archive(archive) as f:
+        member, data_start, limit = locate(f, archive, inner_member)
         total = member.size if member.exact_sizes else None
         walk = _Walk(archive, inner_member, top, partial)
         with Progress(total, f"extracting {Path(inner_member).name}", unit="bytes", enabled=progress) as bar:
-            stream = _Stream(f, archive, member, data_start, limit, bar)
+            stream = MemberStream(f, archive, member, data_start, limit, bar)
             try:
-                while stream.peek(4) == _LOCAL:
+                while stream.peek(4) == LOCAL:
                     _entry(stream, walk)
             except OSError as e:
                 if _disk_full(e):  # not from an output file (those are the sinks'): what is needed is unknown
@@ -246,16 +245,16 @@ def _extract(archive: Path, inner_member: str, partial: Path, target: Path, prog
                 raise ArchiveError(f"cannot extract {archive} into {partial.parent}: {where}{e.strerror or e}",
                                    archive=str(archive)) from None
             following = stream.peek(4)
-            if following not in (_CENTRAL, _EOCD, _EOCD64):
-                raise _damaged(archive, inner_member, f"unexpected bytes after its entry {walk.count} "
+            if following not in (CENTRAL, EOCD, EOCD64):
+                raise damaged_error(archive, inner_member, f"unexpected bytes after its entry {walk.count} "
                                f"({following.hex() or 'the end'}) where a zip entry or directory should be")
-            listed, digest = _directory_digest(stream)
+            listed, digest = directory_digest(stream)
             stream.finish()
     if listed != walk.count:
-        raise _damaged(archive, inner_member, f"its directory lists {listed} member(s) and its data holds "
+        raise damaged_error(archive, inner_member, f"its directory lists {listed} member(s) and its data holds "
                        f"{walk.count}")
     if digest != walk.digest:
-        raise _damaged(archive, inner_member, "its directory and its data disagree on the name, CRC32 or size of "
+        raise damaged_error(archive, inner_member, "its directory and its data disagree on the name, CRC32 or size of "
                        "at least one member")
     if walk.full:
         raise _no_space(walk, partial, counted=True)
@@ -277,15 +276,15 @@ def _laid_out(parts: list[str]) -> bool:
     return len(parts) == 3 and parts[1] == "database_description" and parts[2].lower().endswith(".csv")
 
 
-def _entry(stream: _Stream, walk: _Walk) -> None:
+def _entry(stream: MemberStream, walk: _Walk) -> None:
     """Pass one local entry of the inner zip: write it (or skip it), checking its CRC32 and size."""
     header = stream.read(30, "a local header")
     _, _, flags, method, _, _, crc, csize, usize, nlen, xlen = struct.unpack("<4s5H3L2H", header)
     rest = stream.read(nlen + xlen, "a local header")
     raw_name, extra = rest[:nlen], rest[nlen:]
-    name = _decode(raw_name, flags)
-    wide = _zip64_fields(extra, [usize == _U32, csize == _U32])
-    zip64 = any(v is not None for v in wide) or _has_tag(extra, 1)
+    name = decode_name(raw_name, flags)
+    wide = zip64_fields(extra, [usize == U32, csize == U32])
+    zip64 = any(v is not None for v in wide) or has_tag(extra, 1)
     usize = usize if wide[0] is None else wide[0]
     csize = csize if wide[1] is None else wide[1]
     if flags & 1:
@@ -295,19 +294,19 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
     parts = _safe_parts(name, walk.archive, walk.inner)
     relative = parts[1:]
     out_path = None
-    if not (name.endswith("/") or _is_junk(name)) and len(parts) > 1 and parts[0] == walk.top \
+    if not (name.endswith("/") or is_junk(name)) and len(parts) > 1 and parts[0] == walk.top \
             and _laid_out(relative):
         out_path = walk.partial.joinpath(*relative)
     is_db = out_path is not None and len(relative) == 2
     sink = _Sink(out_path, hashed=is_db, walk=walk)
     try:
-        if method == _DEFLATED:
-            got_crc, got_size, used = _inflate(stream, sink, name, walk, None if descriptor else usize)
-        elif method == _STORED:
+        if method == DEFLATED:
+            got_crc, got_size, used = inflate_entry(stream, sink, name, walk, None if descriptor else usize)
+        elif method == STORED:
             if descriptor and csize == 0 and usize == 0:  # the size comes after the data
-                got_crc, got_size, used = _copy_to_descriptor(stream, sink, name, walk)
+                got_crc, got_size, used = copy_to_descriptor(stream, sink, name, walk)
             else:
-                got_crc, got_size, used = _copy(stream, sink, csize, name)
+                got_crc, got_size, used = copy_entry(stream, sink, csize, name)
         else:
             raise ArchiveError(f"{name} in {walk.inner} ({walk.archive}) uses compression method {method}, which "
                                "t2sql cannot read (only stored and deflate)", archive=str(walk.archive), member=name)
@@ -316,14 +315,14 @@ def _entry(stream: _Stream, walk: _Walk) -> None:
         sink.abort()
         raise
     if descriptor:
-        crc, usize = _descriptor(stream, zip64, got_crc, got_size, used, name, walk)
+        crc, usize = read_descriptor(stream, zip64, got_crc, got_size, used, name, walk)
     elif used != csize:
-        raise _damaged(walk.archive, name, f"compressed size mismatch (recorded {csize} bytes, read {used})",
+        raise damaged_error(walk.archive, name, f"compressed size mismatch (recorded {csize} bytes, read {used})",
                        walk.inner)
     if crc != got_crc or got_size != usize:
-        raise _damaged(walk.archive, name, _mismatch(crc, got_crc, usize, got_size), walk.inner)
+        raise damaged_error(walk.archive, name, mismatch(crc, got_crc, usize, got_size), walk.inner)
     walk.count += 1
-    walk.digest = (walk.digest + _entry_digest(raw_name, got_crc, got_size)) % _DIGEST_MODULUS
+    walk.digest = (walk.digest + entry_digest(raw_name, got_crc, got_size)) % DIGEST_MODULUS
     if out_path is not None:
         walk.written += got_size
         walk.files.append("/".join(relative))
