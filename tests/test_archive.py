@@ -41,7 +41,8 @@ from bird_zips import (
 from conftest import child_env
 from t2sql.download import archive as archive_mod
 from t2sql.download import zipentries, zipstream
-from t2sql.download.archive import MARKER, ExtractResult, extract_databases, foreign_files, inner_size, verified
+from t2sql.download.archive import ExtractResult, extract_databases, inner_size
+from t2sql.download.marker import MARKER, foreign_files, verified
 from t2sql.errors import ArchiveError, ForeignFilesError, NoSpaceError
 from t2sql.serving.manifest import Manifest
 

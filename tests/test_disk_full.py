@@ -13,7 +13,8 @@ import pytest
 
 from bird_zips import DEV_INNER, build_dev_zip
 from t2sql.download import archive as archive_mod
-from t2sql.download.archive import MARKER, extract_databases
+from t2sql.download.archive import extract_databases
+from t2sql.download.marker import MARKER
 from t2sql.errors import LaunchError, NoSpaceError
 from t2sql.miles import prepare
 from t2sql.progress import format_bytes

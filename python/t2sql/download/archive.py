@@ -1,7 +1,8 @@
 """Laying out BIRD's databases from its nested zips: `extract_databases(archive, inner_member, target,
-identity=...)`, `verified(target, identity)`, `foreign_files(target)`, `database_problem(path)` and
-`inner_size(archive, inner_member)`. The zip format is read by t2sql.download.zipdirectory (the outer
-archive's directory), zipstream (its member, inflated) and zipentries (the inner zip's entries).
+identity=...)` and `inner_size(archive, inner_member)`. The zip format is read by t2sql.download.zipdirectory
+(the outer archive's directory), zipstream (its member, inflated) and zipentries (the inner zip's entries); the
+folder's marker, and what t2sql may delete, are t2sql.download.marker's; a database's check is
+t2sql.download.integrity's.
 
 BIRD ships `dev.zip` / `train.zip`, each holding an inner zip (`dev_20240627/dev_databases.zip`,
 `train/train_databases.zip`) of `<top>/<db_id>/<db_id>.sqlite` and `<top>/<db_id>/database_description/*.csv`.
@@ -21,20 +22,16 @@ check; users who forced it got about 30 empty databases. So the zips are read by
   `.DS_Store`, directory entries and any other member are read (and checked) but not written; an absolute
   name or one with `..` is refused (ArchiveError).
 - All or nothing: the databases go to `<parent>/.<name>.partial-<pid>`; only when every member passed and
-  every `<db_id>/<db_id>.sqlite` is non-empty, opens read-only and immutable (SQLite then writes no -wal or
-  -shm beside it) and passes `PRAGMA quick_check`, the marker `<target>/.t2sql-extracted.json` is written
-  (atomically, last) and the folder is renamed into place. A crash or a bad CRC leaves only a
+  every `<db_id>/<db_id>.sqlite` passes `integrity.database_problem` (non-empty, opens read-only and immutable
+  so SQLite writes no -wal or -shm beside it, `PRAGMA quick_check`), the marker `<target>/.t2sql-extracted.json`
+  is written (atomically, last) and the folder is renamed into place. A crash or a bad CRC leaves only a
   `.partial-*` folder, which nothing trusts and the next run removes (runs on one target are serialised by a
   lock file `<parent>/.<name>.lock`, so any partial folder found under the lock is a dead run's).
 - Nothing t2sql did not write is deleted: an existing target is replaced only when everything in it is
   what t2sql laid out there (the files its marker lists); it is moved aside, and only those files (and
-  the folders they leave empty) are removed. A target holding anything else (`foreign_files`: a file of the
-  user's, a folder without a marker, a link) is refused with a ForeignFilesError naming it, and left as it is.
-- The marker is a database manifest (t2sql.serving.manifest's format, rooted at the target: each database's
-  size, times, inode and sha256, hashed as it was written) plus, under the key "extracted", the caller's
-  `identity` of the archive and every file laid out. `verified(target, identity)` checks the identity and each
-  database's presence and size (not its sha256: rehashing 33 GB on every run would take minutes; a Grader
-  given the manifest rehashes a file whose stat moved).
+  the folders they leave empty) are removed. A target holding anything else (`marker.foreign_files`: a file of
+  the user's, a folder without a marker, a link) is refused with a ForeignFilesError naming it, and left as it
+  is. A target whose marker `marker.verified` holds for this `identity` is left as it is, and nothing is done.
 - A full disk: the partial folder is removed at once, and the walk goes on to the end writing nothing, to say
   what the databases need in all (to the byte) against what is free once it is gone.
 - Time: linear in the bytes unpacked and the number of entries. Memory: peak RSS stays well under 64 MB;
@@ -46,22 +43,27 @@ Disk: the databases (the inner zip's contents) beside the outer archive; nothing
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
-import sqlite3
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from t2sql import jsonl
-from t2sql.atomic import atomic_write
+from t2sql.download.integrity import database_problem
+from t2sql.download.marker import (
+    describe_foreign,
+    foreign_files,
+    marker_holds,
+    read_marker,
+    recorded_identity,
+    remove_laid_out,
+    write_marker,
+)
 from t2sql.download.partial import free_bytes
 from t2sql.download.zipdirectory import locate, open_archive, stored_span
 from t2sql.download.zipentries import (
@@ -92,13 +94,9 @@ from t2sql.download.zipformat import (
 from t2sql.download.zipstream import MemberStream
 from t2sql.errors import ArchiveError, ForeignFilesError, NoSpaceError
 from t2sql.progress import Progress, format_bytes
-from t2sql.serving.manifest import Manifest, ManifestEntry
+from t2sql.serving.manifest import ManifestEntry
 
-__all__ = ["MARKER", "MARKER_FORMAT", "ExtractResult", "database_problem", "extract_databases", "foreign_files",
-           "inner_size", "verified"]
-
-MARKER = ".t2sql-extracted.json"
-MARKER_FORMAT = 2  # 2: "files" lists every file laid out; 1 (still read) listed the databases only
+__all__ = ["ExtractResult", "extract_databases", "inner_size"]
 
 
 @dataclass(frozen=True)
@@ -119,7 +117,7 @@ def extract_databases(archive: Path, inner_member: str, target: Path, *, identit
     inner zip's top folder stripped), all or nothing; skip when `verified(target, identity)` already holds.
     Raises ArchiveError (damaged, cut short, unsafe, a database that fails its check) or NoSpaceError."""
     archive, target = Path(archive), Path(target).absolute()
-    identity = _jsonable(identity)
+    identity = recorded_identity(identity)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with _Lock(target):
@@ -139,19 +137,16 @@ def extract_databases(archive: Path, inner_member: str, target: Path, *, identit
 def _extract_under_lock(archive: Path, inner_member: str, target: Path, identity: dict, progress: bool
                         ) -> ExtractResult:
     _remove_partials(target)
-    marker = _read_marker(target)
-    if marker is not None and _marker_holds(target, marker, identity):
+    marker = read_marker(target)
+    if marker is not None and marker_holds(target, marker, identity):
         return ExtractResult(target, sorted(marker["databases"]), 0, True)
     _refuse_foreign(target)
     partial = target.parent / f".{target.name}.partial-{os.getpid()}"
     partial.mkdir()
     try:
         written, entries, files = _extract(archive, inner_member, partial, target, progress)
-        data = Manifest(target, entries).to_dict()
-        data["extracted"] = {"format": MARKER_FORMAT, "identity": identity, "inner_member": inner_member,
-                             "bytes_written": written, "files": sorted(files)}
-        with atomic_write(partial / MARKER) as f:
-            f.write(json.dumps(data, indent=1) + "\n")
+        write_marker(partial, target, entries, identity=identity, inner_member=inner_member, bytes_written=written,
+                     files=files)
         _fsync_dir(partial)
         _refuse_foreign(target)  # again: something may have been put there while the archive was read
         _move_into_place(partial, target)
@@ -167,14 +162,6 @@ def _refuse_foreign(target: Path) -> None:
             f"{target}: {describe_foreign(target, foreign)}; t2sql deletes nothing it did not write, so it lays "
             "nothing out there: move them elsewhere (or choose another folder) and run again", folder=str(target),
             files=foreign)
-
-
-def verified(target: Path, identity: dict) -> bool:
-    """The marker is there, records this `identity`, and every database it lists is present with the size
-    it recorded (sizes only: the sha256 is not recomputed)."""
-    target = Path(target).absolute()
-    marker = _read_marker(target)
-    return marker is not None and _marker_holds(target, marker, _jsonable(identity))
 
 
 def inner_size(archive: Path, inner_member: str) -> int:
@@ -414,137 +401,13 @@ def _no_space(walk: _Walk, partial: Path, counted: bool) -> NoSpaceError:
         needed=walk.written, free=free)
 
 
-# ------------------------------------------------------------------------------------------ checks and marker
-
-
-def database_problem(path: Path) -> str | None:
-    """Why the SQLite file at `path` is not a database to use (empty, unreadable, or failing `PRAGMA
-    quick_check`), or None. It is opened read-only and immutable, as the Grader opens it: SQLite writes
-    nothing beside it (no -wal, no -shm) and reads no -wal or journal it finds there."""
-    try:
-        if path.stat().st_size == 0:
-            return "it is empty"
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-        try:
-            rows = con.execute("PRAGMA quick_check").fetchall()
-        finally:
-            con.close()
-    except (OSError, sqlite3.Error) as e:
-        return str(getattr(e, "strerror", None) or e)
-    if rows == [("ok",)]:
-        return None
-    problem = "; ".join(str(r[0]) for r in rows[:3]).replace("\n", "; ")
-    problem = problem if len(problem) <= 200 else problem[:200] + " ..."
-    return f"it fails its integrity check (PRAGMA quick_check: {problem})"
+# ------------------------------------------------------------------ the databases' check, the target's replacement
 
 
 def _check_database(path: Path, db_id: str, archive: Path, inner: str) -> None:
     if (problem := database_problem(path)) is not None:
         raise ArchiveError(f"database {db_id} ({path.name} in {inner} of {archive}): {problem}; delete {archive} "
                            "and download it again", archive=str(archive), member=f"{db_id}/{path.name}")
-
-
-def _jsonable(identity: dict) -> dict:
-    """The identity as it reads back from JSON, so a tuple and a list compare equal."""
-    return json.loads(json.dumps(identity, sort_keys=True))
-
-
-def _read_marker(target: Path) -> dict | None:
-    """The marker's identity, databases ({db_id: (relative path, size)}) and files (every file t2sql laid out
-    there, relative; a format-1 marker's are its databases), or None."""
-    try:
-        extracted = jsonl.loads((target / MARKER).read_bytes())["extracted"]
-        if extracted.get("format") not in (1, MARKER_FORMAT):
-            return None
-        manifest = Manifest.load(target / MARKER, db_root=target)
-        databases = {db_id: (e.path, e.size) for db_id, e in manifest.entries.items()}
-        files = extracted["files"] if extracted["format"] == MARKER_FORMAT else [p for p, _ in databases.values()]
-        if not all(isinstance(f, str) and _inside(f) for f in files):
-            return None  # not a marker t2sql wrote: nothing in it may name what to delete
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return {"identity": extracted.get("identity"), "databases": databases, "files": files}
-
-
-def _inside(relative: str) -> bool:
-    """A relative path that stays inside its folder ("a/b.csv", not "/x", "../x" or "a/../../x")."""
-    parts = relative.split("/")
-    return bool(relative) and not relative.startswith("/") and all(p not in ("", ".", "..") for p in parts)
-
-
-def _marker_holds(target: Path, marker: dict, identity: dict) -> bool:
-    if marker["identity"] != identity or not marker["databases"]:
-        return False
-    for relative, size in marker["databases"].values():
-        try:
-            if (target / relative).stat().st_size != size:
-                return False
-        except OSError:
-            return False
-    return True
-
-
-def _own_folders(files: list[str]) -> set[str]:
-    """The folders on the way to `files` (relative, without the root itself)."""
-    return {"/".join(f.split("/")[:k]) for f in files for k in range(1, f.count("/") + 1)}
-
-
-def foreign_files(target: Path) -> list[str]:
-    """What `target` holds that t2sql did not lay out there, relative to it and sorted: each file, link or
-    other non-folder its marker does not list, and each folder on no listed file's way (named once with a
-    trailing "/", not walked into). Everything, when it has no marker; ["."] when `target` itself is a link
-    or not a folder; [] when it does not exist."""
-    target = Path(target).absolute()
-    if not os.path.lexists(target):
-        return []
-    if target.is_symlink() or not target.is_dir():
-        return ["."]
-    marker = _read_marker(target)
-    own = set(marker["files"]) | {MARKER} if marker is not None else set()
-    folders = _own_folders(list(own))
-    foreign = []
-    for dirpath, dirnames, filenames in os.walk(target):
-        here = Path(dirpath).relative_to(target).as_posix()
-        prefix = "" if here == "." else here + "/"
-        for name in list(dirnames):
-            if prefix + name not in folders or os.path.islink(os.path.join(dirpath, name)):
-                foreign.append(prefix + name + ("" if os.path.islink(os.path.join(dirpath, name)) else "/"))
-                dirnames.remove(name)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            if prefix + name not in own or os.path.islink(path) or not os.path.isfile(path):
-                foreign.append(prefix + name)
-    return sorted(foreign)
-
-
-def describe_foreign(target: Path, foreign: list[str], writer: str = "t2sql", shown: int = 10) -> str:
-    """`foreign_files(target)` for a message ("it holds NOTES.txt, which t2sql did not write"): the first
-    `shown` names and how many in all."""
-    if foreign == ["."]:
-        return f"it is a link to {os.readlink(target)}" if os.path.islink(target) else "it is not a folder"
-    if len(foreign) == 1:
-        return f"it holds {foreign[0]}, which {writer} did not write"
-    more = f", ... {len(foreign)} in all" if len(foreign) > shown else ""
-    return f"it holds {len(foreign)} files or folders {writer} did not write ({', '.join(foreign[:shown])}{more})"
-
-
-def _remove_own(folder: Path) -> None:
-    """Delete what t2sql laid out in `folder` (the files its marker lists, then the marker, then the folders
-    they leave empty, then `folder` when it is empty); anything else stays where it is."""
-    marker = _read_marker(folder)
-    files = marker["files"] if marker is not None else []
-    for relative in files:
-        path = folder / relative
-        if path.is_file() and not path.is_symlink():
-            with contextlib.suppress(OSError):  # left in place; the folder then stays too
-                path.unlink()
-    if marker is not None:
-        (folder / MARKER).unlink(missing_ok=True)
-    for relative in sorted(_own_folders(files), key=lambda f: f.count("/"), reverse=True):
-        with contextlib.suppress(OSError):  # not empty: something else is in it
-            (folder / relative).rmdir()
-    with contextlib.suppress(OSError):
-        folder.rmdir()
 
 
 class _Lock:
@@ -572,7 +435,7 @@ def _remove_partials(target: Path) -> None:
     for p in target.parent.iterdir():
         if pattern.match(p.name):
             if p.name.endswith(".old"):
-                _remove_own(p)
+                remove_laid_out(p)
             else:
                 shutil.rmtree(p, ignore_errors=True)
 
@@ -587,7 +450,7 @@ def _move_into_place(partial: Path, target: Path) -> None:
     os.rename(partial, target)
     _fsync_dir(target.parent)
     if old is not None:
-        _remove_own(old)
+        remove_laid_out(old)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from t2sql.download import archive as zips
+from t2sql.download.archive import extract_databases
 from t2sql.download.http import bytes_to_fetch, download
+from t2sql.download.integrity import database_problem
+from t2sql.download.marker import describe_foreign, foreign_files, verified
 from t2sql.errors import DataError, ForeignFilesError
 from t2sql.progress import format_bytes
 from t2sql.tasks import database_path, list_databases, load_questions
@@ -90,7 +92,7 @@ def disk_needs(bird_dir: Path, archives: Iterable[BirdArchive]) -> dict[str, int
     needs = {}
     for a in archives:
         folder = bird_dir / a.folder
-        if zips.verified(folder, _identity(a)) or zips.foreign_files(folder):
+        if verified(folder, _identity(a)) or foreign_files(folder):
             continue
         needs[f"BIRD {a.file} (download)"] = bytes_to_fetch(_archive_path(bird_dir, a), a.size)
         needs[f"BIRD {a.folder} (unpacked, estimated)"] = a.databases_bytes
@@ -121,10 +123,10 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], needed: dict[str, set
     for a in archives:
         folder = bird_dir / a.folder
         identity = _identity(a)
-        if zips.verified(folder, identity):
+        if verified(folder, identity):
             laid.append(LaidOut(a, folder, list_databases(folder), f"{a.folder}: already laid out and verified"))
             continue
-        if foreign := zips.foreign_files(folder):
+        if foreign := foreign_files(folder):
             laid.append(_user_copy(a, folder, foreign, sorted(needed.get(a.file, ()))))
             continue
         dest = _archive_path(bird_dir, a)
@@ -138,7 +140,7 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], needed: dict[str, set
         pin = ("sha256 pin checked" if got.sha256_checked else
                "no sha256 pin for this archive" if a.sha256 is None else
                f"sha256 pin not applied (from a mirror, not BIRD's server; sha256 {got.sha256})")
-        result = zips.extract_databases(dest, a.inner_member, folder, identity=identity, progress=progress)
+        result = extract_databases(dest, a.inner_member, folder, identity=identity, progress=progress)
         if not keep_archives:
             dest.unlink(missing_ok=True)
         laid.append(LaidOut(a, folder, result.databases,
@@ -156,11 +158,11 @@ def _user_copy(a: BirdArchive, folder: Path, foreign: list[str], db_ids: list[st
         listed = ", ".join(absent[:10]) + (f", ... {len(absent)} in all" if len(absent) > 10 else "")
         problems.append(f"it lacks {len(absent)} of the {len(db_ids)} databases the chosen splits need ({listed})")
     else:
-        bad = [f"{d}: {problem}" for d in db_ids if (problem := zips.database_problem(database_path(folder, d)))]
+        bad = [f"{d}: {problem}" for d in db_ids if (problem := database_problem(database_path(folder, d)))]
         problems += bad[:5] + ([f"... {len(bad)} databases in all"] if len(bad) > 5 else [])
     if problems:
         raise ForeignFilesError(
-            f"{folder}: {zips.describe_foreign(folder, foreign, 'prepare')}, so prepare takes it for your own copy "
+            f"{folder}: {describe_foreign(folder, foreign, 'prepare')}, so prepare takes it for your own copy "
             f"of BIRD's {a.folder} and uses it only when it is complete; it is not: {'; '.join(problems)}. prepare "
             f"deletes nothing it did not write and lays nothing out over it: complete the copy there, or move those "
             f"files out of {folder} (prepare then downloads {a.file} and lays out its databases there), or leave "
