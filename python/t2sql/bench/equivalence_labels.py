@@ -34,15 +34,36 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
     if kind == "drop_distinct":
         # The SELECT that lost its DISTINCT (a subquery's included) returns each row once anyway.
         at = next((i for i, (a, b) in enumerate(zip(gold, pred)) if a != b), len(pred))
-        if re.match(r"\s*COUNT\s*\(\s*$", gold[max(0, at - 12):at], re.I):
-            return "different"  # COUNT(DISTINCT x) -> COUNT(x): an aggregate, not the SELECT's rows
-        return "equivalent" if _distinct_is_redundant(_enclosing_select(pred, at), inv) else "different"
+        inner = _enclosing_select(pred, at)
+        if re.search(r"COUNT\s*\(\s*$", gold[max(0, at - 16):at], re.I):
+            # COUNT(DISTINCT x) -> COUNT(x): the same only when x is a never-NULL unique column of the one
+            # table its SELECT reads.
+            m = re.match(rf"\s*{COLREF}\s*\)", pred[at:])
+            again = querytext.read(inner)
+            if m and again is not None and len(again.parts) == 1:
+                items = querytext.from_items(again, again.parts[0], inv)
+                found = column_of(again, inv, *colref(m))
+                joined = re.search(r"(?<!\w)JOIN(?!\w)|,", inner[again.parts[0].from_clause[0]:
+                                                                 again.parts[0].from_clause[1]]
+                                   if again.parts[0].from_clause else "", re.I)
+                if (found and len(items) == 1 and not joined and found[1].unique
+                        and never_null(found[0], found[1].name)):
+                    return "equivalent"
+            return "different"
+        # Inside IN (...): a value is in a list or not, however often it appears there.
+        if re.search(r"(?<!\w)IN\s*\(\s*$", pred[:pred.rfind("SELECT", 0, at)], re.I):
+            return "equivalent"
+        # A derived table whose outer SELECT only counts distinct values (or takes a MIN or MAX) of it.
+        outer = _outer_of(pred, inner)
+        if outer is not None and _only_distinct_aggregates(outer):
+            return "equivalent"
+        return "equivalent" if _distinct_is_redundant(inner, inv) else "different"
     if kind == "count_star":
         has_outer = re.search(r"(?<!\w)(LEFT|RIGHT|FULL)\s+(OUTER\s+)?JOIN(?!\w)", masked, re.I) is not None
         for m in re.finditer(rf"(?<!\w)COUNT\s*\(\s*{COLREF}\s*\)", masked, re.I):
             if gold[:m.start()] + "COUNT(*)" + gold[m.end():] != pred or has_outer:
                 continue
-            found = column_of(st, inv, *colref(m))
+            found = column_of(st, inv, *colref(m)) or _derived_column(gold, inv, *colref(m))
             if found and (never_null(found[0], found[1].name)
                           or _not_null_in_where(_enclosing_select(gold, m.start()), inv, found[0].name, found[1].name)):
                 return "equivalent"
@@ -108,6 +129,48 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
     if kind == "left_join":
         return _left_join_label(gold, pred, st, inv)
     return "different"
+
+def _derived_column(sql: str, inv: Invariants, qualifier: str | None, column: str):
+    """(table, Column) that `qualifier.column` names when `qualifier` is a derived table `(SELECT ...) AS
+    qualifier` of `sql` whose select list passes a table's column through under that name (inner joins
+    only), else None."""
+    if qualifier is None:
+        return None
+    for m in re.finditer(rf"\)\s*(?:AS\s+)?{re.escape(qualifier)}(?!\w)", sql, re.I):
+        inner = _enclosing_select(sql, m.start())
+        st = querytext.read(inner)
+        if st is None or len(st.parts) != 1 or re.search(r"(?<!\w)(LEFT|RIGHT|FULL)(?!\w)", inner, re.I):
+            continue
+        for x, y in querytext.split_top(inner, st.parts[0].select_list):
+            item = re.fullmatch(rf"{COLREF}(?:\s+(?:AS\s+)?(\w+))?", inner[x:y].strip(), re.I)
+            if item and (item.group(3) or querytext.unquote(item.group(2))).lower() == column.lower():
+                return column_of(st, inv, *colref(item))
+    return None
+
+
+def _outer_of(sql: str, inner: str) -> str | None:
+    """The SELECT a derived table `(inner) AS x` of `sql` is read by: `sql` without the derived table's
+    text, when `inner` is one (else None)."""
+    if inner == sql:
+        return None
+    at = sql.find(inner)
+    if at < 0 or not re.match(r"\s*\)\s*(AS\s+)?\w+", sql[at + len(inner):], re.I):
+        return None
+    if not re.search(r"(?<!\w)FROM\s*\(\s*$", sql[:at], re.I):
+        return None
+    return sql[:at] + sql[at + len(inner):]
+
+
+def _only_distinct_aggregates(sql: str) -> bool:
+    """Whether the outer SELECT's list holds only COUNT(DISTINCT ...), MIN(...) or MAX(...) (duplicate rows
+    of what it reads change none of them)."""
+    st = querytext.read(sql)
+    if st is None or len(st.parts) != 1:
+        return False
+    items = [sql[x:y].strip() for x, y in querytext.split_top(sql, st.parts[0].select_list)]
+    return bool(items) and all(re.fullmatch(r"(COUNT\s*\(\s*DISTINCT\b|MIN\s*\(|MAX\s*\().*\)", i, re.I | re.S)
+                               for i in items)
+
 
 def _enclosing_select(sql: str, pos: int) -> str:
     """The text of the innermost SELECT around position `pos`: a parenthesised subquery, or `sql`."""
