@@ -24,7 +24,7 @@ from typing import Any
 from t2sql._grader import GradeSpec
 from t2sql.atomic import OutputFile, first_line
 from t2sql.bench.equivalence import format_measurement, measure
-from t2sql.commands.grade import read_pairs
+from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EquivalenceError, OutputPathError, PresetError, T2sqlError, UnknownDatabase
 from t2sql.grading import workers_arg
@@ -161,8 +161,7 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
                 "elapsed_s": round(report.elapsed_s, 4)}
 
     try:
-        with open(pairs, "rb") as f:
-            total = sum(1 for _ in read_pairs(f))
+        total = count_pairs(pairs)
         with (open(pairs, "rb") as f, output.open() as sink, Progress(total, "checking") as bar,
               concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool):
             pending: deque = deque()

@@ -10,7 +10,6 @@ import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import IO, Iterator
 
 from t2sql._grader import (
     COLUMN_ORDERS,
@@ -25,12 +24,12 @@ from t2sql._grader import (
     set_grade_memory,
 )
 from t2sql.atomic import OutputFile, first_line
+from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.errors import GoldCacheError, OutputPathError
 from t2sql.grading import (
     OUTCOMES,
     add_grade_memory_arguments,
     add_temp_disk_argument,
-    check_method,
     grade,
     grade_memory_from_args,
     grade_memory_setting,
@@ -39,7 +38,7 @@ from t2sql.grading import (
     workers_arg,
 )
 from t2sql.interrupts import interrupt_word
-from t2sql.jsonl import JsonProblem, dumps, json_lines, loads, raw_lines
+from t2sql.jsonl import JsonProblem, dumps, loads
 from t2sql.progress import Progress
 from t2sql.serving.gold_memory import GOLD_MEMORY_ENTRIES, Lru
 from t2sql.serving.results import GoldResult
@@ -193,39 +192,6 @@ def _verdict_dict(v: Verdict) -> dict:
     }
 
 
-def _count_lines(path: str) -> int:
-    """The non-blank lines of --pairs, as read_pairs will see them (a line over the cap is one line,
-    read past a chunk at a time, never held whole)."""
-    with open(path, "rb") as f:
-        return sum(1 for _, raw in raw_lines(f) if raw is None or raw.strip())
-
-
-def read_pairs(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
-    """(line number, the row or None, what is wrong with it or "") for each non-blank line: t2sql.jsonl
-    reads the line (its length, depth, numbers and text bounded), this checks that it is a pair."""
-    for lineno, row, problem in json_lines(f):
-        if problem:
-            yield lineno, None, problem
-            continue
-        if not isinstance(row, dict):
-            yield lineno, None, "not a JSON object"
-            continue
-        missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
-        # Only grading_method may be null (the --semantics task default); null SQL is no SQL.
-        bad = [k for k in ("db_id", "pred", "gold", "grading_method")
-               if k in row and not isinstance(row[k], str) and not (k == "grading_method" and row[k] is None)]
-        if missing or bad:
-            yield lineno, row, (f"missing {missing}" if missing else f"not strings: {bad}")
-            continue
-        if row.get("grading_method") is not None:
-            try:
-                row["grading_method"] = check_method(row["grading_method"])
-            except ValueError as e:
-                yield lineno, row, f"grading_method: {e}"
-                continue
-        yield lineno, row, ""
-
-
 def is_verdicts(head: bytes) -> bool:
     """Whether a file that begins with `head` is grade's --out: its first line a verdict record, as written."""
     line = first_line(head)
@@ -257,7 +223,7 @@ def _grade_pairs(args: argparse.Namespace) -> int:
     output = OutputFile(args.out, flag="--out", kind="a t2sql grade verdicts file", own=is_verdicts,
                         force=args.force, inputs=[("the --pairs file", args.pairs)])
     output.check()
-    total = _count_lines(args.pairs)
+    total = count_pairs(args.pairs)
     from t2sql.serving.grader import Grader  # lazily: a single grade stays light
 
     memory_mb, tmp_dir = grade_memory_from_args(args)  # checked by run()
