@@ -55,9 +55,12 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
     first_tuple: list[tuple[str, tuple]] = []  # what the query's first result row joins
     mine = Covered()
     for label, tuples in fetch_lineage(real, inv, sql):
-        rows = {(t, r) for tp in tuples for t, r in tp}
+        # In the order the query returned them (a set's order changes with the process's hash seed, and the
+        # check must give the same verdict and witness in every process).
+        ordered = list(dict.fromkeys((t, r) for tp in tuples for t, r in tp))
+        rows = set(ordered)
         mine.rows |= rows
-        for table, row in rows:  # the rows this query touches are where its literals' variants go
+        for table, row in ordered:  # the rows this query touches are where its literals' variants go
             add_rows(seeds, table, [row])
             marked.setdefault(table, set()).add(row)
         if tuples and not first_tuple:
