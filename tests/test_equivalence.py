@@ -279,6 +279,35 @@ def test_same_pair_same_verdict_and_witness(private_cache):
     assert reports[0].refuted and reports[0].witness == reports[1].witness
 
 
+def test_every_process_gives_the_same_witness(tmp_path):
+    """Two processes with other hash seeds (set and dict orders of strings differ) build the same small
+    databases and find the same witness."""
+    import os
+
+    from conftest import child_env
+
+    script = (
+        "import sys, t2sql\n"
+        "from t2sql.episode.presets import get_preset\n"
+        "from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig\n"
+        "config = EquivalenceConfig.from_preset(get_preset())\n"
+        "out = []\n"
+        "with EquivalenceChecker() as c:\n"
+        "    for path, gold, pred in PAIRS:\n"
+        "        r = c.check_sync(path, pred, gold, config)\n"
+        "        out.append((r.refuted, r.databases, r.witness.to_text() if r.witness else ''))\n"
+        "print(repr(out))\n"
+    ).replace("PAIRS", repr(LUCKY[:3] + EQUIVALENT[:1]))
+    outputs = []
+    for seed in ("1", "2"):
+        env = child_env(PYTHONHASHSEED=seed, T2SQL_EQUIVALENCE_CACHE=str(tmp_path / seed))
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1] and "INSERT INTO" in outputs[0]
+    assert os.listdir(tmp_path / "1")  # the invariants and suites went where they were told
+
+
 def test_a_subset_task_is_compared_row_by_row():
     """'Name any three': on a small database the gold may list fewer than three; each predicted row must
     be a gold row, and a prediction with a row outside the gold's is refuted."""
