@@ -56,6 +56,7 @@ _FORMAT_RE = [(name, re.compile(pattern, re.S)) for name, _, pattern in FORMATS]
 
 OTHER_TEXT = "text"
 
+@functools.lru_cache(maxsize=65536)
 def text_format(value: str) -> str:
     """The shape of a TEXT value: one of FORMATS' names, else "text"."""
     for name, pattern in _FORMAT_RE:

@@ -10,6 +10,7 @@ other database (the model's SQL meets the same policy there).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -204,13 +205,14 @@ def _same(a: Any, b: Any) -> bool:
     return sqlite_key((a,)) == sqlite_key((b,))
 
 
-def letter_cases(text: str) -> set[str]:
+@functools.lru_cache(maxsize=65536)
+def letter_cases(text: str) -> frozenset[str]:
     out = set()
     if any("a" <= ch <= "z" for ch in text):
         out.add("lower")
     if any("A" <= ch <= "Z" for ch in text):
         out.add("upper")
-    return out
+    return frozenset(out)
 
 
 def _table_problems(t: Table, rows: list[Row], identifiers: frozenset[str] = frozenset()) -> list[str]:

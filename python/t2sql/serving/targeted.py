@@ -34,9 +34,10 @@ class Covered:
 
     rows: set = field(default_factory=set)  # (table, row)
     literals: set = field(default_factory=set)  # (table, column, literal)
+    nullable: set = field(default_factory=set)  # (table, column) it names that may hold NULL
 
     def key(self) -> int:
-        return hash((frozenset(self.rows), frozenset(self.literals)))
+        return hash((frozenset(self.rows), frozenset(self.literals), frozenset(self.nullable)))
 
 def literal_keys(c: querytext.Comparison) -> set[tuple]:
     return {(c.table, c.column, lit.replace("%", "") if isinstance(lit, str) else lit) for lit in c.literals}
@@ -80,14 +81,23 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
             marked.setdefault(c.table, set()).update(rows)
         for part in st.parts:
             tables += [i.table for i in querytext.from_items(st, part, inv)]
-    if covered is not None and not lineages and not comparisons and ordering.outer_limit(st) is None:
+    text = sql.lower()
+    for t in inv.tables:
+        for c in t.columns:
+            if c.may_be_null and c.name.lower() in text:
+                mine.nullable.add((t.name, c.name))
+    new_nulls = mine.nullable - covered.nullable if covered is not None else mine.nullable
+    if (covered is not None and not lineages and not comparisons and not new_nulls
+            and ordering.outer_limit(st) is None):
         return [], mine
     for name in dict.fromkeys(tables):
         add_rows(seeds, name, real.random_rows(name, 2, rng))
     base = close(seeds, real)
     if base is None:
         return [], mine
-    out = [base]
+    # For a prediction (`covered`: the gold's), what the gold's databases already hold (its rows' base,
+    # their duplicates, renumbered keys) is not built again: only its own rows, literals and NULLs.
+    out = [base] if covered is None or lineages else []
 
     def keep(db: SmallDb | None, *, closing: bool = True) -> None:
         """A variant; `closing=False` for one that changed values only (no key, no reference)."""
@@ -104,11 +114,12 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
                 add_rows(alone, table, [row])
         keep(alone)
     # The same entities again under fresh keys: DISTINCT, LIMIT n, COUNT over joins.
-    dup = base.copy("seed rows duplicated under fresh keys")
-    for table, rows in marked.items():
-        for row in [r for r in base.rows.get(table, []) if r in rows][:2]:
-            duplicate(dup, table, row, real, rng)
-    keep(dup)
+    if covered is None or lineages:
+        dup = base.copy("seed rows duplicated under fresh keys")
+        for table, rows in marked.items():
+            for row in [r for r in base.rows.get(table, []) if r in rows][:2]:
+                duplicate(dup, table, row, real, rng)
+        keep(dup)
     # One more result row: what a query's first result rows join, again as new entities; the same with
     # one value of theirs another real value (a new distinct row); and sharing one parent (a row that
     # repeats under DISTINCT).
@@ -147,18 +158,19 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
                 out.append(closed)
     # NULL where a column the query names holds NULLs (COUNT(col), IS NULL, outer joins); a reference
     # that holds NULLs may name nothing.
-    text = sql.lower()
-    nulled = base.copy("NULL in columns the query names")
-    for t in inv.tables:
-        rows = [r for r in nulled.rows.get(t.name, []) if r in marked.get(t.name, set())]
-        fixed = inv.frozen(t.name) - inv.reference_columns(t.name)
-        for c in t.columns:
-            if rows and c.may_be_null and c.name not in fixed and c.name.lower() in text:
-                ci = column_index(t, c.name)
-                table_rows = nulled.rows[t.name]
-                table_rows[table_rows.index(rows[0])] = tuple(None if j == ci else v for j, v in enumerate(rows[0]))
-                rows = [r for r in table_rows if r in marked.get(t.name, set())]
-    keep(nulled)
+    if new_nulls:
+        nulled = base.copy("NULL in columns the query names")
+        for t in inv.tables:
+            rows = [r for r in nulled.rows.get(t.name, []) if r in marked.get(t.name, set())]
+            fixed = inv.frozen(t.name) - inv.reference_columns(t.name)
+            for c in t.columns:
+                if rows and (t.name, c.name) in mine.nullable and c.name not in fixed:
+                    ci = column_index(t, c.name)
+                    table_rows = nulled.rows[t.name]
+                    table_rows[table_rows.index(rows[0])] = tuple(None if j == ci else v
+                                                                  for j, v in enumerate(rows[0]))
+                    rows = [r for r in table_rows if r in marked.get(t.name, set())]
+        keep(nulled)
     # Values at and beside each literal, in place on the seed rows (a few databases, the values spread).
     for c in dict.fromkeys(comparisons):
         t = inv.table(c.table)
@@ -208,7 +220,8 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
         keep(added)
     # Integer keys renumbered (a query that hard-codes a key it looked up today finds another row).
     renumbered = base.copy("integer keys renumbered")
-    if any([rekey(renumbered, t.name) for t in inv.tables if renumbered.rows.get(t.name)]):
+    if (covered is None or lineages) and any([rekey(renumbered, t.name) for t in inv.tables
+                                              if renumbered.rows.get(t.name)]):
         keep(renumbered, closing=False)
     return realistic(out), mine
 
