@@ -11,7 +11,7 @@ Output: one jsonl row per task, the fixed row format every part of t2sql reads
     {
       "prompt":   [{"role": "system", ...}, {"role": "user", ...}],   # t2sql.episode.prompt.build_prompt
       "label":    {"gold_sql": str, "grading_method": str},             # the method only when the task has one
-      "metadata": {"question_id": str, "db_id": str, "db_path": str,   # absolute, at conversion
+      "metadata": {"question_id": str, "db_id": str, "db_path": str,   # absolute <root>/<db_id>/<db_id>.sqlite
                    "question": str, "evidence": str, "difficulty": str, "split": str,
                    "recipe": str},                                     # the preset the prompt was built for
       "tools":    [OpenAI function spec of execute_sql_query]         # t2sql.episode.prompt.tool_specs()
@@ -20,9 +20,11 @@ Output: one jsonl row per task, the fixed row format every part of t2sql reads
 miles reads it with `--input-key prompt --label-key label --metadata-key metadata --tool-key tools`
 and *without* `--apply-chat-template`: the adapter needs the messages and renders them itself on
 every turn. `question_id` is always a string (BIRD's are ints; BIRD's train.json has none, then the
-id is `<split>-<row number>`). `db_path` is where the database was when the row was written; a
-reader given a database root (`--text-to-sql-db-root`) resolves `<root>/<db_id>/<db_id>.sqlite`
-instead, so a converted split survives moving the databases.
+id is `<split>-<row number>`). `db_path` is where the database was when the row was written, made
+absolute but with symlinks kept, so it stays `<dir>/<db_id>/<db_id>.sqlite` (a reader without a root
+takes a recorded path only in that layout: t2sql.tasks); a reader given a database root
+(`--text-to-sql-db-root`) resolves `<root>/<db_id>/<db_id>.sqlite` instead, so a converted split
+survives moving the databases.
 
 The recipe's data release (2,033 train / 398 validation / 498 arcwise tasks) is a directory:
     <release>/<split>.json (or .jsonl)          questions in BIRD's fields
@@ -31,7 +33,8 @@ The recipe's data release (2,033 train / 398 validation / 498 arcwise tasks) is 
     <release>/databases/<db_id>/...             otherwise, the databases every split shares
 `release_splits(release_dir)` finds these; `t2sql-train prepare` converts every split found.
 
-Validation runs before anything is written: a missing or unreadable database, a duplicate
+Validation runs before anything is written: a db_id that is not one folder name (t2sql.tasks' path
+rule), a missing or unreadable database (or one that is not a regular file), a duplicate
 question_id, an empty question or gold query, and a gold query that fails to run (executed on the
 grading core, the same read-only path grading uses) are each reported naming the row. Any problem
 fails the conversion and writes nothing (unless --drop-invalid, which writes the valid rows and lists
@@ -152,7 +155,8 @@ def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> lis
     dbs: dict[str, Any] = {}
     out = []
     for _, task in tasks:
-        task = dataclasses.replace(task, db_path=str(Path(task.db_path).resolve()))
+        # Absolute, symlinks kept: the recorded path stays <dir>/<db_id>/<db_id>.sqlite (t2sql.tasks' rule).
+        task = dataclasses.replace(task, db_path=os.path.abspath(task.db_path))
         db = dbs.get(task.db_id)
         if db is None:
             db = dbs[task.db_id] = Database(task.db_path)

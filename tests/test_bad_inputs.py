@@ -1,0 +1,193 @@
+"""Harm nothing it is pointed at, on the input side: one database path rule for every command, bounded
+readers of users' JSON, and bad input that is one reported line, never a traceback or a lost run.
+
+Every command case runs the real `t2sql` in a subprocess on the bundled superhero sample (copied under
+tmp_path, so a test can put a FIFO or a broken description file beside it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLE_ROOT
+from t2sql import jsonl
+from t2sql.errors import UnknownDatabase
+from t2sql.tasks import (
+    Task,
+    database_path,
+    db_id_problem,
+    find_database,
+    list_databases,
+)
+
+ROWS = json.loads((SAMPLE_ROOT / "dev.json").read_text())
+
+
+def t2sql(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "T2SQL_PROGRESS_INTERVAL": "0"}
+    if cwd is not None:
+        env["T2SQL_HOME"] = str(cwd / "home")
+    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def sample_root(tmp_path: Path) -> Path:
+    """A copy of the sample's database folder: <root>/superhero/superhero.sqlite with its descriptions."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE_ROOT / "superhero", root / "superhero")
+    return root
+
+
+def write_json(path: Path, value) -> Path:
+    path.write_text(json.dumps(value))
+    return path
+
+
+def write_lines(path: Path, lines: list[str | bytes]) -> Path:
+    path.write_bytes(b"".join((x if isinstance(x, bytes) else x.encode()) + b"\n" for x in lines))
+    return path
+
+
+def strict_lines(path: Path) -> list:
+    """Every line of a file we wrote, read as strict JSON (no NaN/Infinity)."""
+    return [jsonl.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+# ---- 5. one database path rule -----------------------------------------------------------------
+
+BAD_DB_IDS = ["", ".", "..", "../x/secret", "/tmp/x/secret", "a\\b", "nul\0byte", "x" * 256]
+
+
+@pytest.mark.parametrize("db_id", BAD_DB_IDS)
+def test_a_db_id_that_is_not_one_folder_name_is_refused_before_the_disk_is_looked_at(db_id, tmp_path):
+    assert db_id_problem(db_id) is not None
+    with pytest.raises(UnknownDatabase, match="invalid db_id") as first:
+        find_database(tmp_path, db_id)
+    with pytest.raises(UnknownDatabase) as composed:
+        database_path(tmp_path, db_id)
+    assert str(composed.value) == str(first.value)
+    assert db_id_problem("superhero") is None and db_id_problem("x" * 255) is None
+
+
+def test_the_message_for_a_path_outside_the_root_is_the_same_whether_the_file_exists(tmp_path):
+    root = sample_root(tmp_path)
+    outside = tmp_path / "x"
+    db_id = str(outside / "secret")  # the old layout made this <root>/.../x/secret.sqlite: an absolute path
+    rows = [dict(ROWS[0], db_id=db_id)]
+    data = write_json(tmp_path / "q.json", rows)
+    before = t2sql("prompt", "--data", str(data), "--db-root", str(root))
+    outside.mkdir()
+    shutil.copy(root / "superhero" / "superhero.sqlite", outside / "secret.sqlite")
+    after = t2sql("prompt", "--data", str(data), "--db-root", str(root))
+    assert before.returncode == after.returncode == 2
+    assert before.stderr == after.stderr and "invalid db_id" in after.stderr
+    assert after.stdout == ""  # nothing of the outside database's schema
+
+
+def _outside_database(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """A real database outside the root, and one row each naming it by an absolute and by a `..` db_id."""
+    root = sample_root(tmp_path)
+    (tmp_path / "x" / "secret").mkdir(parents=True)
+    for place in (tmp_path / "x" / "secret.sqlite", tmp_path / "x" / "secret" / "secret.sqlite"):
+        shutil.copy(root / "superhero" / "superhero.sqlite", place)
+    rows = [dict(ROWS[0], db_id=str(tmp_path / "x" / "secret")), dict(ROWS[1], db_id="../x/secret")]
+    return root, rows
+
+
+def test_convert_refuses_a_db_id_outside_the_root_and_writes_nothing(tmp_path):
+    root, rows = _outside_database(tmp_path)
+    data = write_json(tmp_path / "q.json", rows + [ROWS[2]])
+    proc = t2sql("convert", "--questions", str(data), "--db-root", str(root), "--out-dir", str(tmp_path / "out"),
+                 "--no-check-gold")
+    assert proc.returncode == 1 and proc.stderr.count("bad_db_id: invalid db_id") == 2, proc.stderr
+    assert not (tmp_path / "out" / "q.jsonl").exists()
+    kept = t2sql("convert", "--questions", str(data), "--db-root", str(root), "--out-dir", str(tmp_path / "out"),
+                 "--no-check-gold", "--drop-invalid")
+    assert kept.returncode == 0, kept.stderr
+    written = strict_lines(tmp_path / "out" / "q.jsonl")
+    assert [r["metadata"]["db_id"] for r in written] == ["superhero"]
+    assert "secret" not in (tmp_path / "out" / "q.jsonl").read_text()
+
+
+def test_eval_and_gold_never_open_a_database_outside_the_root(tmp_path):
+    root, rows = _outside_database(tmp_path)
+    data = write_json(tmp_path / "q.json", rows + [ROWS[2]])
+    out = tmp_path / "r.jsonl"
+    proc = t2sql("eval", "--policy", "oracle", "--data", str(data), "--db-root", str(root), "--out", str(out),
+                 cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("invalid db_id") == 2
+    records = strict_lines(out)[1:]
+    assert [r["db_id"] for r in records] == ["superhero"]  # only the task inside the root ran
+    gold = t2sql("gold", "--data", str(data), "--db-root", str(root), "--json")
+    failures = json.loads(gold.stdout)["failures"]
+    assert gold.returncode == 1 and len(failures) == 2 and all("invalid db_id" in f["error"] for f in failures)
+
+
+def test_a_recorded_db_path_must_be_the_layout_of_its_own_db_id(tmp_path):
+    root = sample_root(tmp_path)
+    good = str(root / "superhero" / "superhero.sqlite")
+
+    def converted(db_path: str, db_id: str = "superhero") -> dict:
+        return {"label": {"gold_sql": "SELECT 1"},
+                "metadata": {"question_id": "1", "db_id": db_id, "db_path": db_path, "question": "q"}}
+
+    assert Task.from_row(converted(good)).db_path == good
+    for db_path in ("/etc/passwd", "superhero/superhero.sqlite", str(root / "superhero" / "other.sqlite"),
+                    str(root / "superhero" / ".." / "superhero" / "superhero.sqlite")):
+        with pytest.raises(UnknownDatabase, match="recorded db_path"):
+            Task.from_row(converted(db_path))
+    with pytest.raises(UnknownDatabase, match="invalid db_id"):
+        Task.from_row(converted("/x/../x/..sqlite", db_id=".."))
+    # A command reading such a row names it and goes on.
+    data = write_lines(tmp_path / "c.jsonl", [json.dumps(converted("/etc/passwd")), json.dumps(converted(good))])
+    proc = t2sql("prompt", "--data", str(data))
+    assert proc.returncode == 2 and "recorded db_path '/etc/passwd'" in proc.stderr
+
+
+def test_convert_records_a_path_that_keeps_the_layout_through_a_symlinked_root(tmp_path):
+    real = sample_root(tmp_path)
+    link = tmp_path / "linked"
+    link.symlink_to(real)
+    data = write_json(tmp_path / "q.json", ROWS[:1])
+    proc = t2sql("convert", "--questions", str(data), "--db-root", str(link), "--out-dir", str(tmp_path / "out"),
+                 "--no-check-gold")
+    assert proc.returncode == 0, proc.stderr
+    row = strict_lines(tmp_path / "out" / "q.jsonl")[0]
+    assert row["metadata"]["db_path"] == str(link / "superhero" / "superhero.sqlite")
+    assert Task.from_row(row).db_path == row["metadata"]["db_path"]  # readable again without a root
+
+
+@pytest.fixture()
+def fifo_root(tmp_path: Path) -> Path:
+    """BIRD's layout with a FIFO where the database file should be: opening it would block forever."""
+    root = tmp_path / "fifo"
+    (root / "superhero").mkdir(parents=True)
+    os.mkfifo(root / "superhero" / "superhero.sqlite")
+    write_json(root / "dev.json", ROWS[:2])
+    return root
+
+
+def test_find_database_refuses_a_fifo_by_its_stat(fifo_root):
+    with pytest.raises(UnknownDatabase, match="is a FIFO"):
+        find_database(fifo_root, "superhero")
+    assert list_databases(fifo_root) == []
+
+
+@pytest.mark.parametrize("command", ["prompt", "eval", "gold", "convert"])
+def test_every_command_refuses_a_fifo_database_without_opening_it(fifo_root, command, tmp_path):
+    data = str(fifo_root / "dev.json")
+    args = {"prompt": ["--data", data],
+            "eval": ["--policy", "oracle", "--data", data, "--out", str(tmp_path / "r.jsonl")],
+            "gold": ["--data", data],
+            "convert": ["--questions", data, "--db-root", str(fifo_root), "--out-dir", str(tmp_path / "out")]}
+    proc = t2sql(command, *args[command], cwd=tmp_path, timeout=60)  # a reader opening the FIFO hangs here
+    assert proc.returncode in (1, 2) and "is a FIFO" in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
