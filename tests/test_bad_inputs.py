@@ -18,12 +18,14 @@ import pytest
 from conftest import SAMPLE_ROOT
 from t2sql import jsonl
 from t2sql.errors import UnknownDatabase
+from t2sql.eval.results import ResultsFile
 from t2sql.tasks import (
     Task,
     database_path,
     db_id_problem,
     find_database,
     list_databases,
+    load_questions,
 )
 
 ROWS = json.loads((SAMPLE_ROOT / "dev.json").read_text())
@@ -191,3 +193,125 @@ def test_every_command_refuses_a_fifo_database_without_opening_it(fifo_root, com
             "convert": ["--questions", data, "--db-root", str(fifo_root), "--out-dir", str(tmp_path / "out")]}
     proc = t2sql(command, *args[command], cwd=tmp_path, timeout=60)  # a reader opening the FIFO hangs here
     assert proc.returncode in (1, 2) and "is a FIFO" in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
+
+
+# ---- 7. bounded readers -------------------------------------------------------------------------
+
+def test_a_question_file_that_is_a_fifo_is_refused_unopened(tmp_path):
+    fifo = tmp_path / "q.json"
+    os.mkfifo(fifo)
+    proc = t2sql("prompt", "--data", str(fifo), "--db-root", str(SAMPLE_ROOT), timeout=60)
+    assert proc.returncode == 2 and "is a FIFO, not a regular file" in proc.stderr
+
+
+def test_a_line_over_the_limit_is_one_bad_line(tmp_path):
+    big = json.dumps(dict(ROWS[1], evidence="x" * (jsonl.MAX_LINE_BYTES + 10)))
+    data = write_lines(tmp_path / "q.jsonl", [json.dumps(ROWS[0]), big, json.dumps(ROWS[2])])
+    rows, problems = load_questions(data)
+    assert [n for n, _ in rows] == [1, 3]
+    assert [(p.kind, p.row) for p in problems] == [("bad_line", 2)] and "longer than" in problems[0].message
+
+
+# ---- 8. bad input is one line -------------------------------------------------------------------
+
+NESTED = "[" * 1500 + "]" * 1500
+
+
+@pytest.fixture()
+def nested_jsonl(tmp_path: Path) -> Path:
+    return write_lines(tmp_path / "q.jsonl", [json.dumps(ROWS[0]), NESTED, json.dumps(ROWS[1])])
+
+
+def test_a_deeply_nested_line_is_one_bad_line_for_convert(nested_jsonl, tmp_path):
+    proc = t2sql("convert", "--questions", str(nested_jsonl), "--db-root", str(SAMPLE_ROOT), "--out-dir",
+                 str(tmp_path / "out"), "--no-check-gold")
+    assert proc.returncode == 1 and "row 2: bad_line: nested deeper than 64 levels" in proc.stderr, proc.stderr
+
+
+def test_a_deeply_nested_line_is_one_skipped_row_for_eval(nested_jsonl, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = t2sql("eval", "--policy", "oracle", "--data", str(nested_jsonl), "--db-root", str(SAMPLE_ROOT),
+                 "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "row 2: bad_line: nested deeper" in proc.stderr and len(strict_lines(out)) == 3  # header + 2
+
+
+def test_a_deeply_nested_line_is_one_failure_for_gold(nested_jsonl):
+    proc = t2sql("gold", "--data", str(nested_jsonl), "--db-root", str(SAMPLE_ROOT), "--json")
+    summary = json.loads(proc.stdout)
+    assert proc.returncode == 1 and summary["ok"] == 2
+    assert [(f["row"], f["error"]) for f in summary["failures"]] == [(2, "line 2: nested deeper than 64 levels")]
+
+
+def test_a_deeply_nested_line_is_skipped_by_prompt(nested_jsonl):
+    proc = t2sql("prompt", "--data", str(nested_jsonl), "--db-root", str(SAMPLE_ROOT), "--index", "1")
+    assert proc.returncode == 0 and ROWS[1]["question"] in proc.stdout
+    assert f"{nested_jsonl}:2: skipped: nested deeper than 64 levels" in proc.stderr
+
+
+def test_a_resumed_results_file_ignores_a_nested_or_overlong_line(tmp_path):
+    out = tmp_path / "r.jsonl"
+    data = write_json(tmp_path / "q.json", ROWS[:2])
+    args = ("eval", "--policy", "oracle", "--data", str(data), "--db-root", str(SAMPLE_ROOT), "--out", str(out))
+    assert t2sql(*args, cwd=tmp_path).returncode == 0
+    with open(out, "a") as f:
+        f.write(NESTED + "\n")
+        f.write('{"question_id": "' + "x" * (jsonl.MAX_LINE_BYTES + 1) + '", "outcome": "correct"}\n')
+    again = t2sql(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "line 4 is not a result line (nested deeper than 64 levels); ignored" in again.stderr
+    assert "line 5 is longer than 16,777,216 bytes" in again.stderr
+    assert "0 episodes run: all 2 were in" in again.stderr
+
+
+@pytest.mark.parametrize("raw_id", ["1e999", "NaN", "-Infinity", "1" * 5000])
+def test_an_id_that_is_no_json_number_is_one_skipped_row_and_never_written(raw_id, tmp_path):
+    good = json.dumps(ROWS[:2])
+    text = good.replace(f'"question_id": {ROWS[0]["question_id"]}', f'"question_id": {raw_id}', 1)
+    data = tmp_path / "q.json"
+    data.write_text(text)
+    out = tmp_path / "r.jsonl"
+    proc = t2sql("eval", "--policy", "oracle", "--data", str(data), "--db-root", str(SAMPLE_ROOT), "--out", str(out),
+                 "--json", cwd=tmp_path)
+    assert proc.returncode == 0 and "row 1: bad_line:" in proc.stderr, proc.stderr
+    assert [r["question_id"] for r in strict_lines(out)[1:]] == [str(ROWS[1]["question_id"])]
+    jsonl.loads(proc.stdout)  # the summary too is strict JSON
+
+
+def test_a_results_line_never_holds_nan_or_infinity(tmp_path):
+    out = tmp_path / "r.jsonl"
+    with ResultsFile.open(out, {"policy": "oracle"}) as results:
+        results.append({"question_id": "1", "outcome": "correct", "reward": float("nan"),
+                        "elapsed_s": float("inf")})
+    record = strict_lines(out)[1]
+    assert record["reward"] is None and record["elapsed_s"] is None
+
+
+def test_curriculum_reads_its_state_and_rows_through_the_same_rules(tmp_path):
+    from t2sql.miles.curriculum import Curriculum
+
+    policy = Curriculum(["1", "2"], seed=1)
+    policy.next_tasks(2)
+    policy.observe("1", [False] * 4)
+    state = tmp_path / "state.json"
+    policy.save(state)
+    row = {"label": {"gold_sql": "SELECT 1"}, "metadata": {"question_id": "1", "evidence": "e"}}
+    data = write_lines(tmp_path / "train.jsonl", [json.dumps(row), NESTED])
+    proc = t2sql("curriculum", str(state), "--data", str(data), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["hinted"][0]["task"] == "1"
+    assert f"{data}:2: skipped, not a t2sql row (nested deeper than 64 levels)" in proc.stderr
+    nested = tmp_path / "nested.json"
+    nested.write_text(NESTED)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for bad, says in ((nested, "nested deeper than 64 levels"), (fifo, "is a FIFO")):
+        refused = t2sql("curriculum", str(bad), timeout=60)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("kwargs, says", [(NESTED, "nested deeper than 64 levels"),
+                                          ('{"temperature": NaN}', "NaN is not a JSON number")])
+def test_chat_template_kwargs_are_read_by_the_same_rules(kwargs, says, tmp_path):
+    proc = t2sql("eval", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--chat-template-kwargs", kwargs,
+                 "--out", str(tmp_path / "r.jsonl"), cwd=tmp_path)
+    assert proc.returncode == 2 and f"--chat-template-kwargs: {says}" in proc.stderr, proc.stderr

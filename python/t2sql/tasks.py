@@ -32,13 +32,13 @@ file itself with `find_database` / `existing_database` before they run anything 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import IO, Any, Iterable, Mapping
 
+from t2sql import jsonl
 from t2sql._grader import Database, DatabaseError
 from t2sql.errors import DataError, Problem, TaskError, UnknownDatabase
 from t2sql.grading import task_method
@@ -336,43 +336,98 @@ def parse_field_map(items: Iterable[str] | None) -> dict[str, str]:
     return mapping
 
 
-def load_questions(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], list[Problem]]:
-    """Read a JSON array or JSON lines file -> [(row number, object)], problems for skipped lines."""
+# A JSON list is parsed whole (Python holds several times its size while it does); JSON lines are read
+# a line at a time and have no such cap. BIRD's train.json is under 10 MB.
+MAX_QUESTION_LIST_BYTES = 256 * 1024 * 1024
+
+
+def open_input(path: str | os.PathLike, what: str = "question file") -> IO[bytes]:
+    """A file the user named, opened for reading in binary: DataError (naming the real cause) when it is
+    missing, a directory, or not a regular file (a FIFO or a device, which would block or never end: it
+    is opened non-blocking, only to be refused by its fstat)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"question file not found: {path}")
-    raw = path.read_bytes()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise DataError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise DataError(f"{what} {path} is a directory; pass the file") from None
+    except OSError as e:
+        raise DataError(f"cannot read the {what} {path}: {e.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise DataError(f"{what} {path} is {_file_kind(mode)}, not a regular file; pass a file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _not_an_object(value: Any) -> str:
+    kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(value), "a number")
+    return f"expected a JSON object, got {kind}"
+
+
+def _first_byte(f: IO[bytes]) -> bytes:
+    """The first byte that is not JSON whitespace (b"" for none), read a chunk at a time."""
+    while True:
+        chunk = f.read(1 << 16)
+        if not chunk:
+            return b""
+        stripped = chunk.lstrip(b" \t\r\n")
+        if stripped:
+            return stripped[:1]
+
+
+def load_questions(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], list[Problem]]:
+    """Read a JSON array or JSON lines file -> [(row number, object)], problems for skipped lines.
+
+    Through t2sql.jsonl: a line (or an item of the array) that is not a JSON object, nests too deep,
+    holds NaN/Infinity/1e999 or is longer than jsonl.MAX_LINE_BYTES is one `bad_line` problem; the
+    others are read. A JSON array over MAX_QUESTION_LIST_BYTES, or one that is not JSON as a whole, is a
+    DataError (it cannot be read in parts)."""
+    path = Path(path)
+    with open_input(path) as f:
+        is_array = _first_byte(f) == b"["
+        f.seek(0)
+        if is_array:
+            return _load_array(path, f)
+        rows, problems = [], []
+        for line in jsonl.json_lines(f):
+            if line.problem:
+                problems.append(Problem("bad_line", line.number, "", line.problem))
+            elif not isinstance(line.value, dict):
+                problems.append(Problem("bad_line", line.number, "", _not_an_object(line.value)))
+            else:
+                rows.append((line.number, line.value))
+    return rows, problems
+
+
+def _load_array(path: Path, f: IO[bytes]) -> tuple[list[tuple[int, dict]], list[Problem]]:
+    size = os.fstat(f.fileno()).st_size
+    if size > MAX_QUESTION_LIST_BYTES:
+        raise DataError(f"{path} is a JSON list of {size:,} bytes, above the {MAX_QUESTION_LIST_BYTES:,} read "
+                        "whole; write it as JSON lines (one object per line), which are read a line at a time")
+    raw = f.read(MAX_QUESTION_LIST_BYTES + 1)
+    if len(raw) > MAX_QUESTION_LIST_BYTES:  # it grew since the stat
+        raise DataError(f"{path} is a JSON list over {MAX_QUESTION_LIST_BYTES:,} bytes; write it as JSON lines")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{line}: not UTF-8 (byte {e.start}); save the file as UTF-8") from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-        rows, problems = [], []
-        for i, item in enumerate(items, start=1):
-            if isinstance(item, dict):
-                rows.append((i, item))
-            else:
-                problems.append(Problem("bad_line", i, "", f"expected an object, got {type(item).__name__}"))
-        return rows, problems
+    del raw
+    try:
+        items = jsonl.load_array(text)
+    except jsonl.JsonProblem as e:
+        raise DataError(f"{path}: {e}") from None
     rows, problems = [], []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            problems.append(Problem("bad_line", lineno, "", f"not valid JSON ({e.msg})"))
-            continue
-        if not isinstance(item, dict):
-            problems.append(Problem("bad_line", lineno, "", "expected a JSON object"))
-            continue
-        rows.append((lineno, item))
+    for item in items:
+        if item.problem:
+            problems.append(Problem("bad_line", item.number, "", item.problem))
+        elif not isinstance(item.value, dict):
+            problems.append(Problem("bad_line", item.number, "", _not_an_object(item.value)))
+        else:
+            rows.append((item.number, item.value))
     return rows, problems
 
 

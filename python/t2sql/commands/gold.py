@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from t2sql import jsonl
 from t2sql._grader import METHODS, GradeSpec
 from t2sql.atomic import OutputFile, output_folder
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
@@ -201,7 +202,7 @@ def run(args) -> int:
                   "queries": [asdict(r) for r in records]}
         report_out.write_bytes((json.dumps(report, indent=1) + "\n").encode())
     if args.json:
-        print(json.dumps(summary, indent=1))
+        print(jsonl.dumps(summary, indent=1))
     else:
         _print_human(summary, records)
     if summary["failed"] and not args.allow_failures:

@@ -9,12 +9,11 @@ prompt for are rendered anew from the task, so what is printed is what this vers
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from t2sql import T2sqlError
+from t2sql import T2sqlError, jsonl
 from t2sql.episode.presets import get_preset
 from t2sql.episode.prompt import build_prompt, tool_specs
 from t2sql.errors import DataError, PresetError, PromptCommandError, SchemaError, TaskError, UnknownDatabase
@@ -77,8 +76,8 @@ def run(args: Any) -> int:
             return 2
         raise
     if args.json:
-        print(json.dumps({"question_id": task.question_id, "messages": messages, "tools": tool_specs()},
-                         indent=1, ensure_ascii=False))
+        print(jsonl.dumps({"question_id": task.question_id, "messages": messages, "tools": tool_specs()},
+                          indent=1, ensure_ascii=False))
         return 0
     for m in messages:
         print(f"===== {m['role']} =====")

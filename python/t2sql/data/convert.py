@@ -38,8 +38,9 @@ rule), a missing or unreadable database (or one that is not a regular file), a d
 question_id, an empty question or gold query, and a gold query that fails to run (executed on the
 grading core, the same read-only path grading uses) are each reported naming the row. Any problem
 fails the conversion and writes nothing (unless --drop-invalid, which writes the valid rows and lists
-the dropped ones). So does a line of a jsonl question file that is not a JSON object (reported by
-its line number) and a file that is not UTF-8. Files are written to a temporary name and renamed,
+the dropped ones). So does a line of a jsonl question file (or an item of a JSON list) that is not a
+JSON object, nests too deep, holds NaN/Infinity or is over t2sql.jsonl's line limit (reported by its
+line number), and a file that is not UTF-8. Files are written to a temporary name and renamed,
 so a reader never sees half a file, under t2sql.atomic's rule (`converted_output`): an existing file is
 replaced only when it is a converted split t2sql wrote (its first line a row of the format above), or
 with --force; never a directory, device or FIFO, never in a folder that does not exist.
@@ -49,14 +50,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from t2sql import Database
+from t2sql import Database, jsonl
 from t2sql._grader import GradeSpec
 from t2sql.atomic import OutputFile, first_line
 from t2sql.episode.presets import get_preset
@@ -212,7 +212,7 @@ def write_jsonl_atomic(path: str | os.PathLike | OutputFile, rows: Iterable[dict
     count = 0
     with output.open() as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False))
+            f.write(jsonl.dumps(row, ensure_ascii=False))
             f.write("\n")
             count += 1
     return count
