@@ -212,6 +212,42 @@ def test_a_line_over_the_limit_is_one_bad_line(tmp_path):
     assert [(p.kind, p.row) for p in problems] == [("bad_line", 2)] and "longer than" in problems[0].message
 
 
+@pytest.fixture()
+def oversized_evidence(tmp_path: Path) -> Path:
+    """Three tasks whose evidence is 10 MB each, and one ordinary task."""
+    rows = [dict(r, evidence=r["evidence"] + " " + "x" * (10 << 20)) for r in ROWS[:3]] + [ROWS[3]]
+    return write_json(tmp_path / "big.json", rows)
+
+
+def test_an_oversized_evidence_is_refused_by_eval_in_bounded_memory(oversized_evidence, tmp_path):
+    out = tmp_path / "r.jsonl"
+    # The child's peak RSS, measured by a parent of its own (RUSAGE_CHILDREN of this process would hold
+    # every earlier test's children too).
+    measure = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(p.returncode)")
+    proc = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "t2sql.cli", "eval", "--policy",
+                           "oracle", "--data", str(oversized_evidence), "--db-root", str(SAMPLE_ROOT), "--out",
+                           str(out)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "T2SQL_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("above the preset's evidence_max_chars (16,000)") == 3
+    assert [r["question_id"] for r in strict_lines(out)[1:]] == [str(ROWS[3]["question_id"])]
+    peak_kib = int(proc.stderr.strip().splitlines()[-1])
+    assert peak_kib < 512 * 1024, f"peak RSS {peak_kib // 1024} MiB for a 30 MB data file"
+
+
+def test_an_oversized_question_or_evidence_is_one_problem_in_convert_and_prompt(oversized_evidence, tmp_path):
+    proc = t2sql("convert", "--questions", str(oversized_evidence), "--db-root", str(SAMPLE_ROOT), "--out-dir",
+                 str(tmp_path / "out"), "--no-check-gold")
+    assert proc.returncode == 1 and proc.stderr.count("too_long: its evidence is") == 3, proc.stderr
+    prompt = t2sql("prompt", "--data", str(oversized_evidence), "--db-root", str(SAMPLE_ROOT), "--index", "0")
+    assert prompt.returncode == 2 and prompt.stdout == ""
+    assert prompt.stderr.count("\n") == 1 and "evidence_max_chars" in prompt.stderr
+    long_question = write_json(tmp_path / "q.json", [dict(ROWS[0], question="why " * 2000)])
+    prompt = t2sql("prompt", "--data", str(long_question), "--db-root", str(SAMPLE_ROOT))
+    assert prompt.returncode == 2 and "its question is 8,000 characters" in prompt.stderr
+
+
 # ---- 8. bad input is one line -------------------------------------------------------------------
 
 NESTED = "[" * 1500 + "]" * 1500

@@ -135,7 +135,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
                 preset = preset.replace(max_temp_mb=args.max_temp_mb)
         except ValueError as e:
             raise EvalError(str(e)) from None
-        loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)
+        loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback,
+                            preset=preset)
         for line in cap_lines([f"skipped: {message}" for message in loaded.skipped], indent="skipped: "):
             log(line)
         for note in loaded.notes:

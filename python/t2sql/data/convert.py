@@ -35,7 +35,8 @@ The recipe's data release (2,033 train / 398 validation / 498 arcwise tasks) is 
 
 Validation runs before anything is written: a db_id that is not one folder name (t2sql.tasks' path
 rule), a missing or unreadable database (or one that is not a regular file), a duplicate
-question_id, an empty question or gold query, and a gold query that fails to run (executed on the
+question_id, an empty question or gold query, a question or evidence over the recipe's
+question_max_chars / evidence_max_chars, and a gold query that fails to run (executed on the
 grading core, the same read-only path grading uses) are each reported naming the row. Any problem
 fails the conversion and writes nothing (unless --drop-invalid, which writes the valid rows and lists
 the dropped ones). So does a line of a jsonl question file (or an item of a JSON list) that is not a
@@ -60,7 +61,7 @@ from t2sql import Database, jsonl
 from t2sql._grader import GradeSpec
 from t2sql.atomic import OutputFile, first_line
 from t2sql.episode.presets import get_preset
-from t2sql.episode.prompt import build_prompt, tool_specs
+from t2sql.episode.prompt import build_prompt, task_text_problem, tool_specs
 from t2sql.errors import DataError, Problem
 from t2sql.grading import fallback_note, method_counts
 from t2sql.jsonl import JsonProblem, loads
@@ -240,6 +241,7 @@ def convert_split(
     db_root = Path(db_root)
     if not db_root.is_dir():
         raise DataError(f"database root not found: {db_root} (expected <db-root>/<db_id>/<db_id>.sqlite)")
+    preset = get_preset(recipe)  # an unknown recipe stops here, before any gold runs
     report = SplitReport(split=split, questions=Path(questions), out_path=Path(out_path) if out_path else None)
     raw, problems = load_questions(questions)
     report.rows_in = len(raw) + len(problems)
@@ -247,6 +249,9 @@ def convert_split(
         raise DataError(f"{questions}: no questions found", problems)
     rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split, db_root, method_fallback)
     problems += structural
+    too_long = {row: task_text_problem(task, preset) for row, task in rows}
+    problems += [Problem("too_long", row, task.question_id, too_long[row]) for row, task in rows if too_long[row]]
+    rows = [(row, task) for row, task in rows if not too_long[row]]
     rows, invalid = validate_rows(rows)
     problems += invalid
     report.databases = len({t.db_id for _, t in rows})

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from t2sql import Digest
 from t2sql.episode.machine import Episode
-from t2sql.episode.prompt import build_prompt_async
+from t2sql.episode.prompt import build_prompt_async, task_text_problem
 from t2sql.episode.rollout import open_grader
 from t2sql.errors import DataError, EndpointError, EvalError, UnknownDatabase
 from t2sql.eval.endpoint import CallStats
@@ -83,10 +83,10 @@ class LoadedTasks:
 
 
 def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, limit: int | None = None,
-               method_fallback: str | None = None) -> LoadedTasks:
+               method_fallback: str | None = None, preset: Preset | None = None) -> LoadedTasks:
     """A BIRD question json (list) or converted miles jsonl -> tasks. Bad rows are reported and skipped:
     a line that is not a task (t2sql.tasks.load_questions), a db_id or database the path rule refuses
-    (t2sql.tasks.existing_database).
+    (t2sql.tasks.existing_database), and with `preset` a question or evidence over its limits.
 
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
     miles rows use the db_path recorded at conversion.
@@ -124,6 +124,10 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
         if unusable[task.db_path] is not None:
             skipped.append(f"{path}: row {row_number} (question_id {task.question_id}): {unusable[task.db_path]}; "
                            "row skipped")
+            continue
+        too_long = task_text_problem(task, preset) if preset is not None else None
+        if too_long is not None:
+            skipped.append(f"{path}: row {row_number} (question_id {task.question_id}): {too_long}; row skipped")
             continue
         seen.add(task.question_id)
         tasks.append(task)
