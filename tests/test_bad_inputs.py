@@ -17,6 +17,7 @@ import pytest
 
 from conftest import SAMPLE_ROOT
 from t2sql import jsonl
+from t2sql.episode import schema
 from t2sql.errors import UnknownDatabase
 from t2sql.eval.results import ResultsFile
 from t2sql.tasks import (
@@ -321,6 +322,44 @@ def test_a_results_line_never_holds_nan_or_infinity(tmp_path):
                         "elapsed_s": float("inf")})
     record = strict_lines(out)[1]
     assert record["reward"] is None and record["elapsed_s"] is None
+
+
+@pytest.fixture()
+def broken_descriptions(tmp_path: Path) -> Path:
+    """The sample's layout with colour.csv holding an unterminated quote over a field larger than the csv
+    module takes, and a FIFO named like a description file."""
+    root = sample_root(tmp_path)
+    folder = root / "superhero" / "database_description"
+    (folder / "colour.csv").write_text("original_column_name,column_description\nid,\"" + "x" * 200_000 + "\n")
+    os.mkfifo(folder / "zz_fifo.csv")
+    write_json(root / "dev.json", ROWS[:3])
+    return root
+
+
+def test_an_unreadable_description_csv_is_skipped_with_one_warning(broken_descriptions, caplog):
+    schema._warned_files.clear()
+    with caplog.at_level("WARNING", logger="t2sql.schema"):
+        first = schema.read_descriptions(broken_descriptions / "superhero")
+        second = schema.read_descriptions(broken_descriptions / "superhero")
+    assert first == second and "colour" not in first and "superhero" in first  # the other tables keep theirs
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2  # one per file, not one per read
+    assert any("colour.csv" in w and "field larger than field limit" in w for w in warned)
+    assert any("zz_fifo.csv" in w and "not a regular file" in w for w in warned)
+
+
+@pytest.mark.parametrize("command", ["prompt", "eval", "convert"])
+def test_an_unreadable_description_csv_never_stops_a_command(broken_descriptions, command, tmp_path):
+    data = str(broken_descriptions / "dev.json")
+    args = {"prompt": ["--data", data],
+            "eval": ["--policy", "oracle", "--data", data, "--out", str(tmp_path / "r.jsonl")],
+            "convert": ["--questions", data, "--db-root", str(broken_descriptions), "--out-dir",
+                        str(tmp_path / "out"), "--no-check-gold"]}
+    proc = t2sql(command, *args[command], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("skipped the column descriptions in") == 2  # two files, once each per process
+    if command == "eval":
+        assert [r["outcome"] for r in strict_lines(tmp_path / "r.jsonl")[1:]] == ["correct"] * 3
 
 
 def test_curriculum_reads_its_state_and_rows_through_the_same_rules(tmp_path):
