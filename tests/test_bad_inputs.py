@@ -17,17 +17,11 @@ import pytest
 
 from conftest import SAMPLE_ROOT
 from t2sql import jsonl
+from t2sql.databases import database_path, db_id_problem, find_database, list_databases
 from t2sql.episode import schema
 from t2sql.errors import UnknownDatabase
 from t2sql.eval.results import ResultsFile
-from t2sql.tasks import (
-    Task,
-    database_path,
-    db_id_problem,
-    find_database,
-    list_databases,
-    load_questions,
-)
+from t2sql.tasks import Task, load_questions
 
 ROWS = json.loads((SAMPLE_ROOT / "dev.json").read_text())
 

@@ -35,6 +35,7 @@ from typing import Any
 from t2sql import jsonl
 from t2sql._grader import METHODS, GradeSpec
 from t2sql.atomic import OutputFile, output_folder
+from t2sql.databases import find_database, recorded_database_path
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
 from t2sql.grading import (
@@ -50,15 +51,7 @@ from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import Manifest, manifest_output
-from t2sql.tasks import (
-    Task,
-    find_database,
-    load_questions,
-    read_method,
-    recorded_database_path,
-    row_db_root,
-    row_fields,
-)
+from t2sql.tasks import Task, load_questions, read_method, row_db_root, row_fields
 
 
 def extract_task(row: int, obj: dict[str, Any], db_root: str | os.PathLike | None,
@@ -83,7 +76,7 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | os.PathLike | Non
 
 
 def _locate(db_id: str, gold_sql: str, recorded: Any, db_root: str | os.PathLike | None) -> tuple[str | None, str]:
-    """(the database file, or None and why the row cannot run): t2sql.tasks' one path rule, under db_root or
+    """(the database file, or None and why the row cannot run): t2sql.databases' one path rule, under db_root or
     at the row's recorded db_path."""
     if not gold_sql.strip():
         return None, "the row has no gold SQL (label.gold_sql or SQL)"

@@ -64,7 +64,7 @@ def run(args: Any) -> int:
         row = pick(read_rows(args.data), args.index, args.question_id)
         root = row_db_root(row, args.db_root, args.data)  # eval's and gold's rule: beside --data for BIRD rows
         task = Task.from_row(row, root)
-        existing_database(task)  # the path rule, and a regular file (t2sql.tasks)
+        existing_database(task)  # the path rule, and a regular file (t2sql.databases)
         messages = build_prompt(task, preset)  # a question or evidence over the preset's limits: TaskError
     except (OSError, PromptCommandError, TaskError, PresetError, SchemaError, UnknownDatabase) as e:
         print(f"t2sql prompt: {e}", file=sys.stderr)

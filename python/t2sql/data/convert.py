@@ -22,7 +22,7 @@ and *without* `--apply-chat-template`: the adapter needs the messages and render
 every turn. `question_id` is always a string (BIRD's are ints; BIRD's train.json has none, then the
 id is `<split>-<row number>`). `db_path` is where the database was when the row was written, made
 absolute but with symlinks kept, so it stays `<dir>/<db_id>/<db_id>.sqlite` (a reader without a root
-takes a recorded path only in that layout: t2sql.tasks); a reader given a database root
+takes a recorded path only in that layout: t2sql.databases); a reader given a database root
 (`--text-to-sql-db-root`) resolves `<root>/<db_id>/<db_id>.sqlite` instead, so a converted split
 survives moving the databases.
 
@@ -33,7 +33,7 @@ The recipe's data release (2,033 train / 398 validation / 498 arcwise tasks) is 
     <release>/databases/<db_id>/...             otherwise, the databases every split shares
 `release_splits(release_dir)` finds these; `t2sql-train prepare` converts every split found.
 
-Validation runs before anything is written: a db_id that is not one folder name (t2sql.tasks' path
+Validation runs before anything is written: a db_id that is not one folder name (t2sql.databases' path
 rule), a missing or unreadable database (or one that is not a regular file), a duplicate
 question_id, an empty question or gold query, a question or evidence over the recipe's
 question_max_chars / evidence_max_chars, and a gold query that fails to run (executed on the
@@ -156,7 +156,7 @@ def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> lis
     dbs: dict[str, Any] = {}
     out = []
     for _, task in tasks:
-        # Absolute, symlinks kept: the recorded path stays <dir>/<db_id>/<db_id>.sqlite (t2sql.tasks' rule).
+        # Absolute, symlinks kept: the recorded path stays <dir>/<db_id>/<db_id>.sqlite (t2sql.databases' rule).
         task = dataclasses.replace(task, db_path=os.path.abspath(task.db_path))
         db = dbs.get(task.db_id)
         if db is None:
