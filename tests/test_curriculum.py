@@ -583,7 +583,7 @@ def test_inspect_command_rejects_a_file_that_is_not_a_state(tmp_path, capsys):
     assert "not a curriculum state" in capsys.readouterr().err
     bad.write_text("{nope")
     assert _cli([str(bad)]) == 2
-    assert "not valid JSON" in capsys.readouterr().err
+    assert "x.json: not JSON" in capsys.readouterr().err
     assert _cli([str(tmp_path / "missing.json")]) == 2
 
 

@@ -460,10 +460,10 @@ def test_task_from_bird_row_and_converted_row(rows, db_root):
     converted = {
         "prompt": [{"role": "system", "content": "s"}],
         "label": {"gold_sql": row["SQL"], "db_id": "superhero", "question_id": "772"},
-        "metadata": {"question_id": "772", "db_id": "superhero", "db_path": "/elsewhere/superhero.sqlite",
+        "metadata": {"question_id": "772", "db_id": "superhero", "db_path": "/elsewhere/superhero/superhero.sqlite",
                      "question": row["question"], "evidence": row["evidence"], "difficulty": "challenging"},
     }
-    assert Task.from_row(converted) == Task(**{**t.__dict__, "db_path": "/elsewhere/superhero.sqlite"})
+    assert Task.from_row(converted) == Task(**{**t.__dict__, "db_path": "/elsewhere/superhero/superhero.sqlite"})
     assert Task.from_row(converted, db_root) == t  # a root wins over the recorded path
     assert Task.from_row({**converted, "label": "SELECT 1"}).gold_sql == "SELECT 1"
 

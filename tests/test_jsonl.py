@@ -71,3 +71,18 @@ def test_dumps_never_writes_non_finite_numbers():
     text = jsonl.dumps({"a": float("nan"), "b": [float("inf"), 1.5], "c": "x"})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": "x"}
     assert jsonl.dumps({"a": 1}) == json.dumps({"a": 1})
+
+
+def test_a_json_array_is_judged_item_by_item():
+    text = (b'[{"ok": 1}, {"id": NaN}, {"id": 1e999}, {"id": ' + b"1" * 5000 + b'}, ' + b"[" * 70 + b"]" * 70
+            + b', "\\ud800", {"ok": 2}]')
+    got = jsonl.load_array(text)
+    assert [x.value for x in got] == [{"ok": 1}, None, None, None, None, None, {"ok": 2}]
+    problems = [x.problem for x in got[1:6]]
+    for problem, says in zip(problems, ("NaN is not", "too large for a float", "5,000 digits", "nested deeper",
+                                        "lone surrogate")):
+        assert says in problem
+    assert jsonl.load_array("[]") == []
+    for whole, says in (("{}", "not a JSON array"), ("[1,", "not JSON"), ("[" * 1500 + "]" * 1500, "nested deeper")):
+        with pytest.raises(jsonl.JsonProblem, match=says):
+            jsonl.load_array(whole)

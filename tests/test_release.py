@@ -155,9 +155,9 @@ def test_arcwise_tasks_on_the_three_databases_run_end_to_end(tmp_path):
     summary = json.loads(ev.stdout)
     assert summary["episodes"] == 140 and summary["accuracy"] == 1.0 and summary["mean_reward"] == 1.0
     # 50 of them on the terminal, then a count; the --json summary lists every one.
-    assert ev.stderr.count("not found") == 50 and summary["rows_skipped"] == len(summary["skipped_rows"]) == 358
+    assert ev.stderr.count("does not exist") == 50 and summary["rows_skipped"] == len(summary["skipped_rows"]) == 358
     assert "\nskipped: ... and 308 more\n" in ev.stderr
-    assert all("not found" in s for s in summary["skipped_rows"])
+    assert all("does not exist" in s for s in summary["skipped_rows"])
     assert "140 tasks from" in ev.stderr and "(358 rows skipped, listed above)" in ev.stderr
 
 

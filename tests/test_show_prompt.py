@@ -72,11 +72,13 @@ def test_prompt_says_where_it_looked_and_names_db_root_when_a_database_is_missin
     beside = t2sql_cli("prompt", "--data", str(data), "--index", "0")
     expected = tmp_path / "superhero" / "superhero.sqlite"
     assert beside.returncode == 2 and "Traceback" not in beside.stderr
-    assert beside.stderr == (f"t2sql prompt: database {expected} not found beside --data {data}; "
-                             "pass --db-root DIR holding <db_id>/<db_id>.sqlite\n")
+    # t2sql.tasks' one message: the db_id, the path looked at, the databases that root has, the flag.
+    assert beside.stderr == (f"t2sql prompt: unknown db_id 'superhero': {expected} does not exist (databases "
+                             f"under {tmp_path}: none); check --db-root and the data file's db_id\n")
     (tmp_path / "empty").mkdir()
     under = t2sql_cli("prompt", "--data", str(data), "--db-root", str(tmp_path / "empty"), "--index", "0")
-    assert under.returncode == 2 and f"not found under --db-root {tmp_path / 'empty'}" in under.stderr
+    assert under.returncode == 2 and f"{tmp_path / 'empty' / 'superhero' / 'superhero.sqlite'} does not exist" \
+        in under.stderr
     nowhere = t2sql_cli("prompt", "--data", str(data), "--db-root", str(tmp_path / "nowhere"), "--index", "0")
     assert nowhere.returncode == 2 and f"--db-root {tmp_path / 'nowhere'} is not a directory" in nowhere.stderr
     # A converted row (it has metadata) with no db_path.

@@ -88,8 +88,8 @@ class Problem(NamedTuple):
     from 1 (JSON array index + 1, or line). A named tuple, not a dataclass: `import t2sql` loads this
     module, and dataclasses would bring inspect and ast with it."""
 
-    # missing_database | duplicate_id | empty_gold | empty_question | missing_field | bad_grading_method |
-    # gold_error | bad_line
+    # missing_database | bad_db_id | duplicate_id | empty_gold | empty_question | too_long | missing_field |
+    # bad_grading_method | gold_error | bad_line
     kind: str
     row: int
     question_id: str

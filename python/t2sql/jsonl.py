@@ -11,6 +11,8 @@ everywhere (`t2sql grade --pairs`, `convert`, `eval` and its resume, `gold`, `pr
   past Python's limit on digits (4,300: Python raises a bare ValueError while parsing them), strings
   holding a lone surrogate (`"\\ud800"`: valid JSON escapes that no UTF-8 text can hold) and values
   nested deeper than MAX_DEPTH (Python's parser and every recursive walk after it stop at about 1,000).
+- A JSON array file (BIRD's question lists) is read whole by `load_array`, and each item judged on its
+  own: one bad item is one problem, as one bad line is.
 - Every problem is a `JsonProblem` (a T2sqlError and a ValueError) whose message says what is wrong
   with that line; a caller reports it as one line and goes on.
 """
@@ -53,11 +55,41 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _too_long_int(text: str) -> str:
+    return f"an integer of {len(text):,} digits is too long to read"
+
+
 def _bounded_int(text: str) -> int:
     try:
         return int(text)
     except ValueError:  # past Python's limit on digits (sys.get_int_max_str_digits(), 4,300 by default)
-        raise JsonProblem(f"an integer of {len(text):,} digits is too long to read") from None
+        raise JsonProblem(_too_long_int(text)) from None
+
+
+class _Refused:
+    """What load_array puts where a number breaks the rules (NaN, Infinity, 1e999, an integer too long):
+    the item holding it is refused, the others are read."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _marked_constant(name: str) -> _Refused:
+    return _Refused(f"{name} is not a JSON number")
+
+
+def _marked_float(text: str) -> float | _Refused:
+    value = float(text)
+    return value if math.isfinite(value) else _Refused(f"number {text[:40]} is too large for a float")
+
+
+def _marked_int(text: str) -> int | _Refused:
+    try:
+        return int(text)
+    except ValueError:  # past Python's limit on digits, as _bounded_int
+        return _Refused(_too_long_int(text))
 
 
 def _check_value(value: Any, max_depth: int) -> None:
@@ -76,6 +108,8 @@ def _check_value(value: Any, max_depth: int) -> None:
                     stack.append((inner, depth + 1))
             else:
                 stack.extend((inner, depth + 1) for inner in item)
+        elif isinstance(item, _Refused):
+            raise JsonProblem(item.problem)
 
 
 def _check_text(text: str) -> None:
@@ -102,6 +136,37 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         raise JsonProblem(f"nested deeper than {max_depth} levels") from None
     _check_value(value, max_depth)
     return value
+
+
+def load_array(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> list[JsonLine]:
+    """A JSON array read whole (BIRD's question files), each item judged on its own under the rules above:
+    JsonLine(item number from 1, value, "") or (number, None, problem), so one NaN or one over-deep item
+    is one problem, not a lost file. A text that is not JSON at all, or not an array, raises JsonProblem
+    (a file nested past Python's parser is one too)."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise JsonProblem(f"not UTF-8 (byte {e.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_marked_constant, parse_float=_marked_float, parse_int=_marked_int)
+    except JsonProblem:
+        raise
+    except json.JSONDecodeError as e:
+        raise JsonProblem(f"not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise JsonProblem(f"nested deeper than {max_depth} levels") from None
+    if not isinstance(value, list):
+        raise JsonProblem("not a JSON array")
+    items = []
+    for number, item in enumerate(value, start=1):
+        try:
+            _check_value(item, max_depth)
+        except JsonProblem as e:
+            items.append(JsonLine(number, None, str(e)))
+        else:
+            items.append(JsonLine(number, item, ""))
+    return items
 
 
 def load_file(path: str | os.PathLike, *, max_bytes: int, what: str = "JSON file") -> Any:

@@ -12,18 +12,25 @@ one of:
   by older versions also repeat question_id and db_id (and grading_method) in the label: they
   read the same.
 
-Databases are laid out as BIRD's: `<root>/<db_id>/<db_id>.sqlite`.
+Databases are laid out as BIRD's, `<root>/<db_id>/<db_id>.sqlite`, and found by the one path rule of
+t2sql.databases (`database_path`, `find_database`, named here too); `Task.from_row` applies it to
+a task's path without touching the disk, `existing_database` checks the file before a command runs
+anything on it.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import IO, Any, Iterable, Mapping
 
+from t2sql import jsonl
 from t2sql._grader import Database, DatabaseError
+from t2sql.databases import database_path, file_kind, find_at, recorded_database_path
+from t2sql.databases import find_database as find_database
+from t2sql.databases import list_databases as list_databases
 from t2sql.errors import DataError, Problem, TaskError, UnknownDatabase
 from t2sql.grading import task_method
 
@@ -68,38 +75,14 @@ def release_dir() -> Path:
     return sample_dir().parent / "release"
 
 
-# ---- where a task's database lives -------------------------------------------------------------
+# ---- where a task's database lives (t2sql.databases) -------------------------------------------
 
 
-def database_path(db_root: str | os.PathLike, db_id: str) -> Path:
-    """BIRD's layout: <root>/<db_id>/<db_id>.sqlite."""
-    return Path(db_root) / db_id / f"{db_id}.sqlite"
-
-
-def list_databases(db_root: str | os.PathLike) -> list[str]:
-    """db_ids under `db_root` laid out as `<db_id>/<db_id>.sqlite`."""
-    root = Path(db_root)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if database_path(root, p.name).is_file())
-
-
-def find_database(db_root: str | os.PathLike, db_id: str) -> str:
-    """The file of `db_id` under `db_root`, which must exist.
-
-    Raises UnknownDatabase (naming a few db_ids that do exist) when it is missing."""
-    root = Path(db_root)
-    if not db_id or "/" in db_id or "\\" in db_id or db_id in (".", ".."):
-        raise UnknownDatabase(f"invalid db_id {db_id!r}: expected a directory name under {root}")
-    path = database_path(root, db_id)
-    if path.is_file():
-        return str(path)
-    available = list_databases(root)
-    hint = ", ".join(available[:8]) + (" ..." if len(available) > 8 else "") if available else "none"
-    raise UnknownDatabase(
-        f"unknown db_id {db_id!r}: {path} does not exist (databases under {root}: {hint}); "
-        "check --db-root and the data file's db_id"
-    )
+def existing_database(task: Task) -> str:
+    """The task's database file, checked on disk by the path rule (t2sql.databases.find_at: its db_path
+    is the rule's layout, from a root or recorded at conversion, and the file there a regular one).
+    Raises UnknownDatabase."""
+    return find_at(task.db_path, task.db_id, task.question_id)
 
 
 def row_db_root(row: Mapping[str, Any], db_root: str | os.PathLike | None,
@@ -179,11 +162,8 @@ class Task:
         db_id = str(fields["db_id"])
         if db_root is not None:
             db_path = str(database_path(db_root, db_id))
-        elif isinstance(fields.get("db_path"), str) and fields["db_path"]:
-            db_path = fields["db_path"]
         else:
-            raise TaskError(f"task {qid!r} has no db_path; pass the database root (--db-root DIR holding "
-                            "<db_id>/<db_id>.sqlite)")
+            db_path = recorded_database_path(fields.get("db_path"), db_id, qid)
         method, given = read_method(fields.get("grading_method"), qid, method_fallback)
         return cls.from_fields(fields, question_id=str(qid), db_path=db_path, method=method, given=given)
 
@@ -227,43 +207,98 @@ def parse_field_map(items: Iterable[str] | None) -> dict[str, str]:
     return mapping
 
 
-def load_questions(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], list[Problem]]:
-    """Read a JSON array or JSON lines file -> [(row number, object)], problems for skipped lines."""
+# A JSON list is parsed whole (Python holds several times its size while it does); JSON lines are read
+# a line at a time and have no such cap. BIRD's train.json is under 10 MB.
+MAX_QUESTION_LIST_BYTES = 256 * 1024 * 1024
+
+
+def open_input(path: str | os.PathLike, what: str = "question file") -> IO[bytes]:
+    """A file the user named, opened for reading in binary: DataError (naming the real cause) when it is
+    missing, a directory, or not a regular file (a FIFO or a device, which would block or never end: it
+    is opened non-blocking, only to be refused by its fstat)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"question file not found: {path}")
-    raw = path.read_bytes()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise DataError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise DataError(f"{what} {path} is a directory; pass the file") from None
+    except OSError as e:
+        raise DataError(f"cannot read the {what} {path}: {e.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise DataError(f"{what} {path} is {file_kind(mode)}, not a regular file; pass a file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _not_an_object(value: Any) -> str:
+    kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(value), "a number")
+    return f"expected a JSON object, got {kind}"
+
+
+def _first_byte(f: IO[bytes]) -> bytes:
+    """The first byte that is not JSON whitespace (b"" for none), read a chunk at a time."""
+    while True:
+        chunk = f.read(1 << 16)
+        if not chunk:
+            return b""
+        stripped = chunk.lstrip(b" \t\r\n")
+        if stripped:
+            return stripped[:1]
+
+
+def load_questions(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], list[Problem]]:
+    """Read a JSON array or JSON lines file -> [(row number, object)], problems for skipped lines.
+
+    Through t2sql.jsonl: a line (or an item of the array) that is not a JSON object, nests too deep,
+    holds NaN/Infinity/1e999 or is longer than jsonl.MAX_LINE_BYTES is one `bad_line` problem; the
+    others are read. A JSON array over MAX_QUESTION_LIST_BYTES, or one that is not JSON as a whole, is a
+    DataError (it cannot be read in parts)."""
+    path = Path(path)
+    with open_input(path) as f:
+        is_array = _first_byte(f) == b"["
+        f.seek(0)
+        if is_array:
+            return _load_array(path, f)
+        rows, problems = [], []
+        for line in jsonl.json_lines(f):
+            if line.problem:
+                problems.append(Problem("bad_line", line.number, "", line.problem))
+            elif not isinstance(line.value, dict):
+                problems.append(Problem("bad_line", line.number, "", _not_an_object(line.value)))
+            else:
+                rows.append((line.number, line.value))
+    return rows, problems
+
+
+def _load_array(path: Path, f: IO[bytes]) -> tuple[list[tuple[int, dict]], list[Problem]]:
+    size = os.fstat(f.fileno()).st_size
+    if size > MAX_QUESTION_LIST_BYTES:
+        raise DataError(f"{path} is a JSON list of {size:,} bytes, above the {MAX_QUESTION_LIST_BYTES:,} read "
+                        "whole; write it as JSON lines (one object per line), which are read a line at a time")
+    raw = f.read(MAX_QUESTION_LIST_BYTES + 1)
+    if len(raw) > MAX_QUESTION_LIST_BYTES:  # it grew since the stat
+        raise DataError(f"{path} is a JSON list over {MAX_QUESTION_LIST_BYTES:,} bytes; write it as JSON lines")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{line}: not UTF-8 (byte {e.start}); save the file as UTF-8") from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-        rows, problems = [], []
-        for i, item in enumerate(items, start=1):
-            if isinstance(item, dict):
-                rows.append((i, item))
-            else:
-                problems.append(Problem("bad_line", i, "", f"expected an object, got {type(item).__name__}"))
-        return rows, problems
+    del raw
+    try:
+        items = jsonl.load_array(text)
+    except jsonl.JsonProblem as e:
+        raise DataError(f"{path}: {e}") from None
     rows, problems = [], []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            problems.append(Problem("bad_line", lineno, "", f"not valid JSON ({e.msg})"))
-            continue
-        if not isinstance(item, dict):
-            problems.append(Problem("bad_line", lineno, "", "expected a JSON object"))
-            continue
-        rows.append((lineno, item))
+    for item in items:
+        if item.problem:
+            problems.append(Problem("bad_line", item.number, "", item.problem))
+        elif not isinstance(item.value, dict):
+            problems.append(Problem("bad_line", item.number, "", _not_an_object(item.value)))
+        else:
+            rows.append((item.number, item.value))
     return rows, problems
 
 
@@ -300,10 +335,15 @@ def normalize_rows(
         except TaskError as e:
             problems.append(Problem("bad_grading_method", row, text["question_id"], str(e)))
             continue
+        try:
+            db_path = str(database_path(db_root, text["db_id"]))
+        except UnknownDatabase as e:
+            problems.append(Problem("bad_db_id", row, text["question_id"], str(e)))
+            continue
         out.append((row, Task(
             question_id=text["question_id"],
             db_id=text["db_id"],
-            db_path=str(database_path(db_root, text["db_id"])),
+            db_path=db_path,
             question=text["question"],
             evidence=text["evidence"],
             gold_sql=text["gold_sql"],
@@ -316,7 +356,8 @@ def normalize_rows(
 
 
 def validate_rows(rows: list[tuple[int, Task]]) -> tuple[list[tuple[int, Task]], list[Problem]]:
-    """Checks that need no SQL: duplicates, empty text, database files present."""
+    """Checks that need no SQL: duplicates, empty text, database files present (find_database's rule) and
+    opening as SQLite."""
     problems: list[Problem] = []
     seen: dict[str, int] = {}
     db_ok: dict[str, str | None] = {}  # db_id -> None if usable, else the reason
@@ -334,17 +375,14 @@ def validate_rows(rows: list[tuple[int, Task]]) -> tuple[list[tuple[int, Task]],
             bad.append(Problem("empty_question", row, qid, "the question is empty"))
         db_id = task.db_id
         if db_id not in db_ok:
-            path = Path(task.db_path)
-            if not db_id:
-                db_ok[db_id] = "db_id is empty"
-            elif not path.is_file():
-                db_ok[db_id] = f"database not found: {path} (expected <db-root>/<db_id>/<db_id>.sqlite)"
-            else:
-                try:
-                    Database(str(path))
-                    db_ok[db_id] = None
-                except DatabaseError as e:
-                    db_ok[db_id] = f"database unreadable: {path}: {e}"
+            try:
+                path = existing_database(task)
+                Database(path)
+                db_ok[db_id] = None
+            except UnknownDatabase as e:
+                db_ok[db_id] = str(e)
+            except DatabaseError as e:
+                db_ok[db_id] = f"database unreadable: {task.db_path}: {e}"
         if db_ok[db_id] is not None:
             bad.append(Problem("missing_database", row, qid, db_ok[db_id]))
         if bad:

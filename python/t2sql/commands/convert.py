@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from t2sql import jsonl
 from t2sql.atomic import output_folder
 from t2sql.data.convert import (
     DEFAULT_GOLD_TIMEOUT_S,
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except DataError as e:
         if getattr(args, "json", False):
-            print(json.dumps({"error": str(e).splitlines()[0], "problems": [p._asdict() for p in e.problems]}))
+            print(jsonl.dumps({"error": str(e).splitlines()[0], "problems": [p._asdict() for p in e.problems]}))
         else:
             print(f"t2sql convert: {e}", file=sys.stderr)
         return 1
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     report.rows_written = write_jsonl_atomic(output, built)
     report.out_path = output.path
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(jsonl.dumps(report.to_dict(), indent=2))
     else:
         for p in report.problems:
             print(f"skipped: {p}", file=sys.stderr)

@@ -2,34 +2,55 @@
 
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from t2sql.errors import CurriculumError
+from t2sql import jsonl
+from t2sql.errors import CurriculumError, DataError
 from t2sql.miles.curriculum import STATE_FORMAT, Curriculum, CurriculumConfig
 from t2sql.miles.hints import build_hint
-from t2sql.tasks import row_fields
+from t2sql.tasks import open_input, row_fields
+
+# A state holds a few numbers per task: megabytes for a million tasks.
+MAX_STATE_BYTES = 256 * 1024 * 1024
+
+
+def read_state(path: str | os.PathLike) -> Any:
+    """The saved state's JSON (t2sql.jsonl's rules), from a regular file of at most MAX_STATE_BYTES."""
+    try:
+        with open_input(path, "curriculum state") as f:
+            data = f.read(MAX_STATE_BYTES + 1)
+    except DataError as e:
+        raise CurriculumError(str(e)) from None
+    if len(data) > MAX_STATE_BYTES:
+        raise CurriculumError(f"{path}: over {MAX_STATE_BYTES:,} bytes, not a curriculum state")
+    try:
+        return jsonl.loads(data)
+    except jsonl.JsonProblem as e:
+        raise CurriculumError(f"{path}: {e}") from None
 
 
 def read_task_rows(path: str | os.PathLike) -> dict[str, dict[str, str]]:
-    """question_id -> {"evidence", "gold_sql"} from a t2sql jsonl; bad lines are reported and skipped."""
+    """question_id -> {"evidence", "gold_sql"} from a t2sql jsonl (read by t2sql.jsonl, a line at a time);
+    bad lines are reported and skipped."""
     import sys
 
     rows: dict[str, dict[str, str]] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    try:
+        f = open_input(path, "--data file")
+    except DataError as e:
+        raise CurriculumError(str(e)) from None
+    with f:
+        for line in jsonl.json_lines(f):
+            if line.problem or not isinstance(line.value, dict):
+                why = line.problem or "not a JSON object"
+                print(f"{path}:{line.number}: skipped, not a t2sql row ({why})", file=sys.stderr)
                 continue
-            try:
-                fields = row_fields(json.loads(line))
-                rows[str(fields.get("question_id"))] = {"evidence": fields.get("evidence") or "",
-                                                        "gold_sql": fields["gold_sql"] or ""}
-            except (json.JSONDecodeError, AttributeError) as e:
-                print(f"{path}:{n}: skipped, not a t2sql row ({e})", file=sys.stderr)
+            fields = row_fields(line.value)
+            rows[str(fields.get("question_id"))] = {"evidence": str(fields.get("evidence") or ""),
+                                                    "gold_sql": fields["gold_sql"] or ""}
     return rows
 
 
@@ -44,10 +65,7 @@ def run(args: Any) -> int:
     import sys
 
     try:
-        try:
-            state = json.loads(Path(args.state).read_text())
-        except json.JSONDecodeError as e:
-            raise CurriculumError(f"{args.state}: not valid JSON ({e})") from e
+        state = read_state(args.state)
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise CurriculumError(f"{args.state}: not a curriculum state (expected format {STATE_FORMAT!r})")
         policy = Curriculum(list(state.get("tasks") or {}), config=CurriculumConfig(**state.get("config", {})))
@@ -74,7 +92,7 @@ def run(args: Any) -> int:
         ],
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(jsonl.dumps(report, indent=2))
         return 0
     summary = report["summary"]
     width = max(len(k) for k in summary)

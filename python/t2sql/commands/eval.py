@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t2sql import jsonl
 from t2sql.episode.presets import get_preset, preset_notes
 from t2sql.errors import EvalError, cap_lines
 from t2sql.eval.policies import build_policy
@@ -135,7 +135,8 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
                 preset = preset.replace(max_temp_mb=args.max_temp_mb)
         except ValueError as e:
             raise EvalError(str(e)) from None
-        loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback)
+        loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback,
+                            preset=preset)
         for line in cap_lines([f"skipped: {message}" for message in loaded.skipped], indent="skipped: "):
             log(line)
         for note in loaded.notes:
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
                "resumed_skipped": outcome.skipped_finished,
                "aborted": outcome.aborted, "out": str(args.out), "run": run_info}
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(jsonl.dumps(summary, indent=2))
     else:
         print(format_summary(outcome.summary))
         if loaded.skipped:

@@ -29,10 +29,13 @@ import re
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from t2sql import jsonl
 from t2sql._grader import METHODS, GradeSpec
 from t2sql.atomic import OutputFile, output_folder
+from t2sql.databases import find_database, recorded_database_path
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
 from t2sql.grading import (
@@ -48,7 +51,7 @@ from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import Manifest, manifest_output
-from t2sql.tasks import Task, find_database, load_questions, read_method, row_db_root, row_fields
+from t2sql.tasks import Task, load_questions, read_method, row_db_root, row_fields
 
 
 def extract_task(row: int, obj: dict[str, Any], db_root: str | os.PathLike | None,
@@ -73,19 +76,19 @@ def extract_task(row: int, obj: dict[str, Any], db_root: str | os.PathLike | Non
 
 
 def _locate(db_id: str, gold_sql: str, recorded: Any, db_root: str | os.PathLike | None) -> tuple[str | None, str]:
-    """(the database file, or None and why the row cannot run)."""
+    """(the database file, or None and why the row cannot run): t2sql.databases' one path rule, under db_root or
+    at the row's recorded db_path."""
     if not gold_sql.strip():
         return None, "the row has no gold SQL (label.gold_sql or SQL)"
     if not db_id:
         return None, "the row has no db_id"
-    if db_root is not None:
-        try:
-            return find_database(db_root, db_id), ""
-        except UnknownDatabase as e:
-            return None, str(e)
-    if recorded and os.path.isfile(recorded):
-        return str(recorded), ""
-    return None, f"no --db-root given and the row's metadata.db_path ({recorded!r}) does not exist"
+    try:
+        if db_root is None:
+            recorded = Path(recorded_database_path(recorded, db_id))
+            db_root = recorded.parent.parent
+        return find_database(db_root, db_id), ""
+    except (UnknownDatabase, TaskError) as e:
+        return None, str(e)
 
 
 def load_tasks(data: str | os.PathLike, db_root: str | None,
@@ -192,7 +195,7 @@ def run(args) -> int:
                   "queries": [asdict(r) for r in records]}
         report_out.write_bytes((json.dumps(report, indent=1) + "\n").encode())
     if args.json:
-        print(json.dumps(summary, indent=1))
+        print(jsonl.dumps(summary, indent=1))
     else:
         _print_human(summary, records)
     if summary["failed"] and not args.allow_failures:

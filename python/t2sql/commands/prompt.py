@@ -9,16 +9,15 @@ prompt for are rendered anew from the task, so what is printed is what this vers
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from t2sql import T2sqlError
+from t2sql import T2sqlError, jsonl
 from t2sql.episode.presets import get_preset
 from t2sql.episode.prompt import build_prompt, tool_specs
-from t2sql.errors import DataError, PresetError, PromptCommandError, SchemaError, TaskError
-from t2sql.tasks import Task, load_questions, row_db_root, row_fields
+from t2sql.errors import DataError, PresetError, PromptCommandError, SchemaError, TaskError, UnknownDatabase
+from t2sql.tasks import Task, existing_database, load_questions, row_db_root, row_fields
 
 
 def read_rows(path: str) -> list[Any]:
@@ -44,14 +43,6 @@ def pick(rows: list[Any], index: int | None, question_id: str | None) -> Any:
     return rows[index]
 
 
-def _missing_database(db_path: str, db_root: str | None, root: Any, data: str) -> str:
-    """Where the database was looked for, and the flag that points elsewhere."""
-    if db_root is not None:
-        return f"database {db_path} not found under --db-root {db_root} (it must hold <db_id>/<db_id>.sqlite)"
-    where = f"beside --data {data}" if root is not None else "at the row's db_path"
-    return f"database {db_path} not found {where}; pass --db-root DIR holding <db_id>/<db_id>.sqlite"
-
-
 def add_arguments(parser: Any) -> None:
     parser.add_argument("--data", required=True, help="BIRD questions (JSON list) or a t2sql jsonl")
     parser.add_argument("--db-root", default=None,
@@ -73,10 +64,9 @@ def run(args: Any) -> int:
         row = pick(read_rows(args.data), args.index, args.question_id)
         root = row_db_root(row, args.db_root, args.data)  # eval's and gold's rule: beside --data for BIRD rows
         task = Task.from_row(row, root)
-        if not Path(task.db_path).is_file():
-            raise PromptCommandError(_missing_database(task.db_path, args.db_root, root, args.data))
-        messages = build_prompt(task, preset)
-    except (OSError, PromptCommandError, TaskError, PresetError, SchemaError) as e:
+        existing_database(task)  # the path rule, and a regular file (t2sql.databases)
+        messages = build_prompt(task, preset)  # a question or evidence over the preset's limits: TaskError
+    except (OSError, PromptCommandError, TaskError, PresetError, SchemaError, UnknownDatabase) as e:
         print(f"t2sql prompt: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # the core's DatabaseError and friends: say which database
@@ -86,8 +76,8 @@ def run(args: Any) -> int:
             return 2
         raise
     if args.json:
-        print(json.dumps({"question_id": task.question_id, "messages": messages, "tools": tool_specs()},
-                         indent=1, ensure_ascii=False))
+        print(jsonl.dumps({"question_id": task.question_id, "messages": messages, "tools": tool_specs()},
+                          indent=1, ensure_ascii=False))
         return 0
     for m in messages:
         print(f"===== {m['role']} =====")

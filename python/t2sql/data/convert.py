@@ -11,7 +11,7 @@ Output: one jsonl row per task, the fixed row format every part of t2sql reads
     {
       "prompt":   [{"role": "system", ...}, {"role": "user", ...}],   # t2sql.episode.prompt.build_prompt
       "label":    {"gold_sql": str, "grading_method": str},             # the method only when the task has one
-      "metadata": {"question_id": str, "db_id": str, "db_path": str,   # absolute, at conversion
+      "metadata": {"question_id": str, "db_id": str, "db_path": str,   # absolute <root>/<db_id>/<db_id>.sqlite
                    "question": str, "evidence": str, "difficulty": str, "split": str,
                    "recipe": str},                                     # the preset the prompt was built for
       "tools":    [OpenAI function spec of execute_sql_query]         # t2sql.episode.prompt.tool_specs()
@@ -20,9 +20,11 @@ Output: one jsonl row per task, the fixed row format every part of t2sql reads
 miles reads it with `--input-key prompt --label-key label --metadata-key metadata --tool-key tools`
 and *without* `--apply-chat-template`: the adapter needs the messages and renders them itself on
 every turn. `question_id` is always a string (BIRD's are ints; BIRD's train.json has none, then the
-id is `<split>-<row number>`). `db_path` is where the database was when the row was written; a
-reader given a database root (`--text-to-sql-db-root`) resolves `<root>/<db_id>/<db_id>.sqlite`
-instead, so a converted split survives moving the databases.
+id is `<split>-<row number>`). `db_path` is where the database was when the row was written, made
+absolute but with symlinks kept, so it stays `<dir>/<db_id>/<db_id>.sqlite` (a reader without a root
+takes a recorded path only in that layout: t2sql.databases); a reader given a database root
+(`--text-to-sql-db-root`) resolves `<root>/<db_id>/<db_id>.sqlite` instead, so a converted split
+survives moving the databases.
 
 The recipe's data release (2,033 train / 398 validation / 498 arcwise tasks) is a directory:
     <release>/<split>.json (or .jsonl)          questions in BIRD's fields
@@ -31,12 +33,15 @@ The recipe's data release (2,033 train / 398 validation / 498 arcwise tasks) is 
     <release>/databases/<db_id>/...             otherwise, the databases every split shares
 `release_splits(release_dir)` finds these; `t2sql-train prepare` converts every split found.
 
-Validation runs before anything is written: a missing or unreadable database, a duplicate
-question_id, an empty question or gold query, and a gold query that fails to run (executed on the
+Validation runs before anything is written: a db_id that is not one folder name (t2sql.databases' path
+rule), a missing or unreadable database (or one that is not a regular file), a duplicate
+question_id, an empty question or gold query, a question or evidence over the recipe's
+question_max_chars / evidence_max_chars, and a gold query that fails to run (executed on the
 grading core, the same read-only path grading uses) are each reported naming the row. Any problem
 fails the conversion and writes nothing (unless --drop-invalid, which writes the valid rows and lists
-the dropped ones). So does a line of a jsonl question file that is not a JSON object (reported by
-its line number) and a file that is not UTF-8. Files are written to a temporary name and renamed,
+the dropped ones). So does a line of a jsonl question file (or an item of a JSON list) that is not a
+JSON object, nests too deep, holds NaN/Infinity or is over t2sql.jsonl's line limit (reported by its
+line number), and a file that is not UTF-8. Files are written to a temporary name and renamed,
 so a reader never sees half a file, under t2sql.atomic's rule (`converted_output`): an existing file is
 replaced only when it is a converted split t2sql wrote (its first line a row of the format above), or
 with --force; never a directory, device or FIFO, never in a folder that does not exist.
@@ -46,18 +51,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from t2sql import Database
+from t2sql import Database, jsonl
 from t2sql._grader import GradeSpec
 from t2sql.atomic import OutputFile, first_line
 from t2sql.episode.presets import get_preset
-from t2sql.episode.prompt import build_prompt, tool_specs
+from t2sql.episode.prompt import build_prompt, task_text_problem, tool_specs
 from t2sql.errors import DataError, Problem
 from t2sql.grading import fallback_note, method_counts
 from t2sql.jsonl import JsonProblem, loads
@@ -152,7 +156,8 @@ def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> lis
     dbs: dict[str, Any] = {}
     out = []
     for _, task in tasks:
-        task = dataclasses.replace(task, db_path=str(Path(task.db_path).resolve()))
+        # Absolute, symlinks kept: the recorded path stays <dir>/<db_id>/<db_id>.sqlite (t2sql.databases' rule).
+        task = dataclasses.replace(task, db_path=os.path.abspath(task.db_path))
         db = dbs.get(task.db_id)
         if db is None:
             db = dbs[task.db_id] = Database(task.db_path)
@@ -208,7 +213,7 @@ def write_jsonl_atomic(path: str | os.PathLike | OutputFile, rows: Iterable[dict
     count = 0
     with output.open() as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False))
+            f.write(jsonl.dumps(row, ensure_ascii=False))
             f.write("\n")
             count += 1
     return count
@@ -236,6 +241,7 @@ def convert_split(
     db_root = Path(db_root)
     if not db_root.is_dir():
         raise DataError(f"database root not found: {db_root} (expected <db-root>/<db_id>/<db_id>.sqlite)")
+    preset = get_preset(recipe)  # an unknown recipe stops here, before any gold runs
     report = SplitReport(split=split, questions=Path(questions), out_path=Path(out_path) if out_path else None)
     raw, problems = load_questions(questions)
     report.rows_in = len(raw) + len(problems)
@@ -243,6 +249,9 @@ def convert_split(
         raise DataError(f"{questions}: no questions found", problems)
     rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split, db_root, method_fallback)
     problems += structural
+    too_long = {row: task_text_problem(task, preset) for row, task in rows}
+    problems += [Problem("too_long", row, task.question_id, too_long[row]) for row, task in rows if too_long[row]]
+    rows = [(row, task) for row, task in rows if not too_long[row]]
     rows, invalid = validate_rows(rows)
     problems += invalid
     report.databases = len({t.db_id for _, t in rows})

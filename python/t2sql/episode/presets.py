@@ -67,6 +67,8 @@ class Preset:
     example_value_chars: int  # each example value cut to this many characters
     column_descriptions: bool  # add BIRD's database_description/*.csv when present
     description_max_chars: int  # each column description cut to this many characters
+    question_max_chars: int  # a task whose question is longer is refused as bad input, never cut
+    evidence_max_chars: int  # a task whose evidence is longer is refused as bad input, never cut
     # -- tool preview (what the model sees for one execute_sql_query); `tool_limits` is them as one value
     tool_max_rows: int
     tool_max_cell_chars: int
@@ -127,7 +129,8 @@ class Preset:
             if getattr(self, f) < 1:
                 problems.append(f"{f} must be >= 1")
         for f in ("schema_max_chars", "tool_max_rows", "tool_max_cell_chars", "tool_max_chars",
-                  "tool_count_cap", "example_value_chars", "description_max_chars"):
+                  "tool_count_cap", "example_value_chars", "description_max_chars", "question_max_chars",
+                  "evidence_max_chars"):
             if getattr(self, f) < 1:
                 problems.append(f"{f} must be >= 1")
         if self.repetition_ngram_n < 1 or self.repetition_min_ngrams < 1:
@@ -245,6 +248,8 @@ _RECIPE = Preset(
     example_value_chars=40,
     column_descriptions=True,
     description_max_chars=240,
+    question_max_chars=4000,  # BIRD's longest is 330 characters
+    evidence_max_chars=16000,  # BIRD's longest is 591; about 4k tokens of the 32k context
     tool_max_rows=_CORE_TOOL.max_rows,  # 50
     tool_max_cell_chars=_CORE_TOOL.max_cell_chars,  # 120
     tool_max_chars=_CORE_TOOL.max_chars,  # 4000

@@ -20,6 +20,10 @@ order, one step at a time, until it fits (the step taken is in `RenderedSchema.l
 
 A CREATE statement is never cut: at step 5 the most relevant table is always kept, even alone over
 the budget.
+
+The question and the evidence are the task's own words, never cut: a task whose question is over
+`preset.question_max_chars` or whose evidence is over `preset.evidence_max_chars` is refused as bad
+input (`task_text_problem`; a TaskError from `build_prompt`), one line where a command reads tasks.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
 from t2sql.episode.presets import Preset
 from t2sql.episode.schema import RenderedSchema, load_schema, render_schema
+from t2sql.errors import TaskError
 from t2sql.tasks import Task
 
 if TYPE_CHECKING:
@@ -140,6 +145,24 @@ def system_prompt(preset: Preset, method: str | None = None) -> str:
 # The prompt
 
 
+def task_text_problem(task: Task, preset: Preset) -> str | None:
+    """Why the task's question or evidence is too long for the preset's prompt, or None. A prompt never
+    cuts them (a cut question is another question), so such a task is bad input."""
+    for name, text, limit in (("question", task.question, preset.question_max_chars),
+                              ("evidence", task.evidence, preset.evidence_max_chars)):
+        if len(text) > limit:
+            return (f"its {name} is {len(text):,} characters, above the preset's {name}_max_chars "
+                    f"({limit:,}); shorten it, or use a preset with a larger {name}_max_chars")
+    return None
+
+
+def check_task_text(task: Task, preset: Preset) -> None:
+    """Raise TaskError, naming the task, when task_text_problem finds one."""
+    problem = task_text_problem(task, preset)
+    if problem is not None:
+        raise TaskError(f"task {task.question_id}: {problem}")
+
+
 def user_prompt(task: Task, schema_text: str, evidence_rule: str = "coverage") -> str:
     evidence = task.evidence.strip() or "(none)"
     text = f"Database: {task.db_id}\n\nSchema:\n{schema_text}\n\nEvidence: {evidence}\n\n"
@@ -161,7 +184,9 @@ def render_task_schema(task: Task, preset: Preset, db: Database | None = None) -
 
 def build_prompt(task: Task, preset: Preset, db: Database | None = None) -> list[dict[str, Any]]:
     """[system, user] chat messages for one task. Runs SQL the first time a database is seen
-    (example values); from async code prefer `build_prompt_async`."""
+    (example values); from async code prefer `build_prompt_async`. A question or evidence over the
+    preset's limits is a TaskError (check_task_text), before anything is read."""
+    check_task_text(task, preset)
     rendered = render_task_schema(task, preset, db)
     return [
         {"role": "system", "content": system_prompt(preset, preset.method_for(task.grading_method))},

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,12 @@ from t2sql.serving.manifest import file_identity
 
 if TYPE_CHECKING:
     from t2sql import Database
+
+log = logging.getLogger("t2sql.schema")
+
+# A description CSV is a few kilobytes (BIRD's largest is under 100 KB); a larger file is not one, and is
+# not read into memory.
+MAX_DESCRIPTION_CSV_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -95,10 +103,71 @@ def _decode(raw: bytes) -> str:
     return raw.decode("latin-1")  # never fails
 
 
+class _Unreadable(Exception):
+    """A description file that is not read; the message says why."""
+
+
+def _description_bytes(path: Path) -> bytes:
+    """The file's bytes: a regular file (a FIFO or device is refused by its fstat, opened non-blocking, never
+    read) of at most MAX_DESCRIPTION_CSV_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise _Unreadable(f"cannot open it: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unreadable("it is not a regular file")
+        if st.st_size > MAX_DESCRIPTION_CSV_BYTES:
+            raise _Unreadable(f"it is {st.st_size:,} bytes, above the {MAX_DESCRIPTION_CSV_BYTES:,} a description "
+                              "file may have")
+        os.set_blocking(fd, True)
+        try:
+            raw = f.read(MAX_DESCRIPTION_CSV_BYTES + 1)
+        except OSError as e:
+            raise _Unreadable(f"cannot read it: {e.strerror}") from None
+    if len(raw) > MAX_DESCRIPTION_CSV_BYTES:
+        raise _Unreadable(f"it is over {MAX_DESCRIPTION_CSV_BYTES:,} bytes")
+    return raw
+
+
+def _description_rows(text: str) -> dict[str, tuple[str, str]]:
+    """{column (lower): (description, value description)} of one CSV's text; csv.Error when it is not CSV."""
+    columns: dict[str, tuple[str, str]] = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        row = {(k or "").strip().lower(): (v or "") for k, v in row.items() if isinstance(v, str)}
+        name = row.get("original_column_name", "").strip()
+        if not name:
+            continue
+        desc = _clean(row.get("column_description", ""))
+        values = _clean(row.get("value_description", ""))
+        values = re.sub(r"(?i)^commonsense evidence:\s*", "", values)
+        columns[name.lower()] = (desc, values)
+    return columns
+
+
+_warned_files: set[str] = set()  # description files already reported unreadable in this process
+_warned_lock = threading.Lock()
+
+
+def _warn_unreadable(path: Path, why: str) -> None:
+    """One warning per file per process: every task of a database reads the same files."""
+    key = os.path.abspath(path)
+    with _warned_lock:
+        if key in _warned_files:
+            return
+        _warned_files.add(key)
+    log.warning("t2sql: skipped the column descriptions in %s (%s); the prompt shows table %s without them",
+                path, why, path.stem)
+
+
 def read_descriptions(db_dir: str | os.PathLike) -> dict[str, dict[str, tuple[str, str]]]:
     """BIRD's `database_description/<table>.csv`: {table (lower): {column (lower): (desc, values)}}.
 
-    A missing directory gives {}; an unreadable file or row is skipped (descriptions are optional).
+    A missing directory gives {}. Descriptions are optional: a file that cannot be read as CSV (not a
+    regular file, over MAX_DESCRIPTION_CSV_BYTES, a field past the csv module's limit, an unreadable
+    byte) is skipped with one warning per file per process (logged to "t2sql.schema"), and its table is
+    shown without descriptions; a row without a column name is passed over.
     """
     folder = Path(db_dir) / "database_description"
     out: dict[str, dict[str, tuple[str, str]]] = {}
@@ -106,20 +175,11 @@ def read_descriptions(db_dir: str | os.PathLike) -> dict[str, dict[str, tuple[st
         return out
     for path in sorted(folder.glob("*.csv")):
         try:
-            text = _decode(path.read_bytes())
-        except OSError:
-            continue
-        columns: dict[str, tuple[str, str]] = {}
-        for row in csv.DictReader(io.StringIO(text)):
-            row = {(k or "").strip().lower(): (v or "") for k, v in row.items() if isinstance(v, str)}
-            name = row.get("original_column_name", "").strip()
-            if not name:
-                continue
-            desc = _clean(row.get("column_description", ""))
-            values = _clean(row.get("value_description", ""))
-            values = re.sub(r"(?i)^commonsense evidence:\s*", "", values)
-            columns[name.lower()] = (desc, values)
-        out[path.stem.strip().lower()] = columns
+            out[path.stem.strip().lower()] = _description_rows(_decode(_description_bytes(path)))
+        except _Unreadable as e:
+            _warn_unreadable(path, str(e))
+        except csv.Error as e:
+            _warn_unreadable(path, f"not a CSV file this reads: {e}")
     return out
 
 

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from t2sql import jsonl
 from t2sql.chat_template import ChatTemplate  # the training adapter's: one way to extend the ids
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
 from t2sql.episode.machine import cut_reason
@@ -245,9 +246,9 @@ def _chat_template_kwargs(raw: str | None) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise EvalError(f"--chat-template-kwargs is not JSON ({e.msg}); e.g. '{{\"enable_thinking\": true}}'") from None
+        value = jsonl.loads(raw)  # a user's JSON: no NaN, no nesting past jsonl.MAX_DEPTH
+    except jsonl.JsonProblem as e:
+        raise EvalError(f"--chat-template-kwargs: {e}; e.g. '{{\"enable_thinking\": true}}'") from None
     if not isinstance(value, dict):
         raise EvalError("--chat-template-kwargs must be a JSON object, e.g. '{\"enable_thinking\": true}'")
     return value

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from t2sql import jsonl
 from t2sql.atomic import check_path, write_bytes_atomic
 from t2sql.episode.presets import OUTCOMES
 from t2sql.errors import EvalError
@@ -76,7 +76,7 @@ class ResultsFile:
         try:
             header = results._header(fresh)
             if header is None or fresh:
-                results._rewrite((json.dumps(header_record(results.identity), ensure_ascii=False) + "\n").encode())
+                results._rewrite((jsonl.dumps(header_record(results.identity), ensure_ascii=False) + "\n").encode())
             else:
                 results._check_identity(header)
                 results._read()
@@ -124,8 +124,8 @@ class ResultsFile:
                 raise self._foreign()
             return None
         try:
-            header = json.loads(first)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            header = jsonl.loads(first)
+        except jsonl.JsonProblem:
             header = None
         if not isinstance(header, dict) or header.get("format") != RESULTS_FORMAT:
             if isinstance(header, dict) and "question_id" in header and "outcome" in header:
@@ -154,21 +154,34 @@ class ResultsFile:
                             "settings to resume, or --fresh to start it over")
 
     def _read(self) -> None:
+        """Every line after the header, up to the size the file has now, each at most jsonl.MAX_LINE_BYTES
+        held: a longer line is read past and ignored with a warning, a last line without its newline is cut
+        off (a torn write)."""
+        limit = jsonl.MAX_LINE_BYTES
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size  # read what the file holds now, never past it
             f.readline(_HEADER_MAX_BYTES)
             number, kept_end = 1, f.tell()
             while f.tell() < size:
-                raw = f.readline(size - f.tell())
+                raw = f.readline(min(size - f.tell(), limit + 1))
                 number += 1
+                too_long = not raw.endswith(b"\n") and len(raw) > limit
+                while too_long and f.tell() < size:  # skip the rest of the line, a chunk at a time
+                    raw = f.readline(min(size - f.tell(), 1 << 16))
+                    if raw.endswith(b"\n"):
+                        break
                 if not raw.endswith(b"\n"):
                     # A line without its newline is a write a crash cut short: drop it, keep the rest intact.
                     self.warnings.append(
-                        f"{self.path}: the last line is truncated ({len(raw)} bytes, from an interrupted run); "
-                        "it is dropped and that episode runs again"
+                        f"{self.path}: the last line is truncated (from an interrupted run); it is dropped and "
+                        "that episode runs again"
                     )
                     break
                 kept_end = f.tell()
+                if too_long:
+                    self.warnings.append(f"{self.path}: line {number} is longer than {limit:,} bytes, not a result "
+                                         "line; ignored")
+                    continue
                 self._take(number, raw)
         if kept_end < size:
             os.truncate(self.path, kept_end)  # our own file, locked: cut the torn tail in place
@@ -177,13 +190,16 @@ class ResultsFile:
         if not raw.strip():
             return
         try:
-            record = json.loads(raw)
+            record = jsonl.loads(raw)
             if isinstance(record, dict) and record.get("record") == VOTE_RECORD:
                 self.votes[str(record["question_id"])] = record
                 return
             key = episode_key(record)
             outcome = record["outcome"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        except jsonl.JsonProblem as e:
+            self.warnings.append(f"{self.path}: line {number} is not a result line ({e}); ignored")
+            return
+        except (KeyError, TypeError, ValueError):
             self.warnings.append(f"{self.path}: line {number} is not a result line; ignored")
             return
         self._note(key, outcome, record)
@@ -200,7 +216,7 @@ class ResultsFile:
         write_bytes_atomic(self.path, content)
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
+        line = jsonl.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
         # One write of one whole line, flushed: a crash leaves at most a truncated last line.
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line)

@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 from t2sql import Digest
 from t2sql.episode.machine import Episode
-from t2sql.episode.prompt import build_prompt_async
+from t2sql.episode.prompt import build_prompt_async, task_text_problem
 from t2sql.episode.rollout import open_grader
-from t2sql.errors import DataError, EndpointError, EvalError
+from t2sql.errors import DataError, EndpointError, EvalError, UnknownDatabase
 from t2sql.eval.endpoint import CallStats
 from t2sql.eval.policies import Policy
 from t2sql.eval.results import (
@@ -61,7 +61,7 @@ from t2sql.eval.results import (
 )
 from t2sql.grading import fallback_note
 from t2sql.progress import Progress
-from t2sql.tasks import Task, load_questions, row_db_root
+from t2sql.tasks import Task, existing_database, load_questions, row_db_root
 
 if TYPE_CHECKING:
     from t2sql.episode.machine import Episode
@@ -83,8 +83,10 @@ class LoadedTasks:
 
 
 def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, limit: int | None = None,
-               method_fallback: str | None = None) -> LoadedTasks:
-    """A BIRD question json (list) or converted miles jsonl -> tasks. Bad rows are reported and skipped.
+               method_fallback: str | None = None, preset: Preset | None = None) -> LoadedTasks:
+    """A BIRD question json (list) or converted miles jsonl -> tasks. Bad rows are reported and skipped:
+    a line that is not a task (t2sql.tasks.load_questions), a db_id or database the path rule refuses
+    (t2sql.tasks.existing_database), and with `preset` a question or evidence over its limits.
 
     Without db_root, BIRD rows find their databases beside the question file (BIRD's layout) and
     miles rows use the db_path recorded at conversion.
@@ -101,6 +103,7 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
     notes: list[str] = []
     tasks: list[Task] = []
     seen: set[str] = set()
+    unusable: dict[str, str | None] = {}  # db_path -> why it cannot be used (None: it can), checked once
     for row_number, row in raw:
         try:
             task = Task.from_row(row, row_db_root(row, db_root, path), method_fallback=method_fallback)
@@ -112,11 +115,19 @@ def load_tasks(data: str | os.PathLike, db_root: str | os.PathLike | None, *, li
         if task.question_id in seen:
             skipped.append(f"{path}: row {row_number}: duplicate question_id {task.question_id}; row skipped")
             continue
-        if not Path(task.db_path).is_file():
-            skipped.append(
-                f"{path}: row {row_number} (question_id {task.question_id}): database {task.db_path} not found "
-                "(pass --db-root DIR holding <db_id>/<db_id>.sqlite); row skipped"
-            )
+        if task.db_path not in unusable:
+            try:
+                existing_database(task)
+                unusable[task.db_path] = None
+            except UnknownDatabase as e:
+                unusable[task.db_path] = str(e)
+        if unusable[task.db_path] is not None:
+            skipped.append(f"{path}: row {row_number} (question_id {task.question_id}): {unusable[task.db_path]}; "
+                           "row skipped")
+            continue
+        too_long = task_text_problem(task, preset) if preset is not None else None
+        if too_long is not None:
+            skipped.append(f"{path}: row {row_number} (question_id {task.question_id}): {too_long}; row skipped")
             continue
         seen.add(task.question_id)
         tasks.append(task)
