@@ -35,6 +35,8 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         # The SELECT that lost its DISTINCT (a subquery's included) returns each row once anyway.
         at = next((i for i, (a, b) in enumerate(zip(gold, pred)) if a != b), len(pred))
         inner = _enclosing_select(pred, at)
+        if _in_unused_select_item(pred, inner, at):
+            return "equivalent"  # a derived table's column the outer SELECT never reads
         if re.search(r"COUNT\s*\(\s*$", gold[max(0, at - 16):at], re.I):
             # COUNT(DISTINCT x) -> COUNT(x): the same only when x is a never-NULL unique column of the one
             # table its SELECT reads.
@@ -148,6 +150,27 @@ def _derived_column(sql: str, inv: Invariants, qualifier: str | None, column: st
     return None
 
 
+def _in_unused_select_item(sql: str, inner: str, at: int) -> bool:
+    """Whether position `at` of `sql` is inside a select-list item of the derived table `inner` that the
+    outer SELECT cannot read: the item has no name the outer text uses, and the outer uses no `*`."""
+    outer = _outer_of(sql, inner)
+    start = sql.find(inner)
+    st = querytext.read(inner)
+    if outer is None or start < 0 or st is None or len(st.parts) != 1 or re.search(r"\*", outer):
+        return False
+    for x, y in querytext.split_top(inner, st.parts[0].select_list):
+        if not start + x <= at < start + y:
+            continue
+        item = inner[x:y].strip()
+        alias = re.search(r"\s(?:AS\s+)?(\w+)\s*$", item, re.I)
+        name = alias.group(1) if alias and not re.search(r"\)\s*$", item) else None
+        if name is None:
+            plain = re.fullmatch(COLREF, item)
+            name = querytext.unquote(plain.group(2)) if plain else None
+        return name is None or not re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", outer, re.I)
+    return False
+
+
 def _outer_of(sql: str, inner: str) -> str | None:
     """The SELECT a derived table `(inner) AS x` of `sql` is read by: `sql` without the derived table's
     text, when `inner` is one (else None)."""
@@ -242,8 +265,11 @@ def _distinct_is_redundant(sql: str, inv: Invariants) -> bool:
     for root in items:
         t = inv.table(root.table)
         keys = [k for k in t.keys] + [(c.name,) for c in t.columns if c.unique and never_null(t, c.name)]
-        if not any(all((root.alias.lower(), c.lower()) in selected for c in key) and
-                   all(never_null(t, c) for c in key) for key in keys):
+        # A key it selects, or a key its WHERE pins to a literal (then the root gives one row at most).
+        pinned = _pinned_columns(sql, part, again, inv, root)
+        if not any(all(never_null(t, c) for c in key) and
+                   (all((root.alias.lower(), c.lower()) in selected for c in key)
+                    or all(c.lower() in pinned for c in key)) for key in keys):
             continue
         covered = {root.alias.lower(): root}
         changed = True
@@ -266,6 +292,24 @@ def _distinct_is_redundant(sql: str, inv: Invariants) -> bool:
         if len(covered) == len(items):
             return True
     return False
+
+def _pinned_columns(sql: str, part: Any, st: querytext.Statement, inv: Invariants, root: Any) -> set[str]:
+    """Columns of `root` that a top-level WHERE condition sets equal to a literal."""
+    out: set[str] = set()
+    if part.where is None:
+        return out
+    for x, y in querytext.top_conjuncts(sql, part.where):
+        m = re.fullmatch(rf"\s*{COLREF}\s*=\s*('(?:[^']|'')*'|-?\d+(?:\.\d+)?)\s*", sql[x:y])
+        if not m:
+            continue
+        qual, column = colref(m)
+        if qual is not None and qual.lower() != root.alias.lower():
+            continue
+        found = column_of(st, inv, qual, column)
+        if found and found[0].name == root.table:
+            out.add(found[1].name.lower())
+    return out
+
 
 def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invariants) -> str:
     """INNER -> LEFT JOIN means the same when no row can lack its partner: the joined table is the parent

@@ -49,7 +49,7 @@ from t2sql.serving.targeted import Covered, realistic, targeted
 
 SKIP_REASONS = ("not_correct", "unsupported_schema", "database_error", "no_informative_database", "no_task")
 
-GOLD_CASES = 256  # golds whose prepared small databases a checker keeps (a task's samples share one)
+GOLD_CASES = 64  # golds whose prepared small databases a checker keeps (a task's samples share one)
 
 TARGETED_QUERIES = 1024  # queries whose targeted small databases a checker keeps (samples repeat queries)
 

@@ -36,7 +36,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-INVARIANTS_VERSION = 2
+INVARIANTS_VERSION = 3
 
 # Text shapes, tried in order; a value takes the first that fits. The SQL condition (on the column
 # `{q}`) and Python's regex say the same thing (ASCII digits only), so mined formats and checked
@@ -101,7 +101,9 @@ class Table:
     rows: int
     rowid: bool  # an ordinary rowid table (False: WITHOUT ROWID)
     integer_key: str | None  # the INTEGER PRIMARY KEY column (the rowid's alias), if any
-    keys: tuple[tuple[str, ...], ...]  # the primary key and every UNIQUE column set, declared
+    # The primary key and every UNIQUE column set, declared; for a table without any, all its columns when
+    # its rows never repeat (mined).
+    keys: tuple[tuple[str, ...], ...]
 
     @functools.cached_property
     def _positions(self) -> dict[str, int]:

@@ -136,6 +136,7 @@ def duplicate_tuple(db: SmallDb, rows: list[tuple[str, tuple]], real: RealRows, 
         t = inv.table(table)
         for row in by_table[table]:
             changes: dict[str, Any] = dict((changes_of or {}).get((table, row), {}))
+            hold: set[str] = set()  # references to a parent the copy shares with the original
             for ref in inv.references:
                 if ref.child != table:
                     continue
@@ -143,7 +144,9 @@ def duplicate_tuple(db: SmallDb, rows: list[tuple[str, tuple]], real: RealRows, 
                 new = new_keys.get((ref.parent, ref.parent_columns, old))
                 if new is not None:
                     changes.update(zip(ref.child_columns, new))
-            copy = duplicate(db, table, row, real, rng, changes)
+                else:
+                    hold.update(ref.child_columns)
+            copy = duplicate(db, table, row, real, rng, changes, frozenset(hold))
             if copy is None:
                 return False
             for ref in inv.references:

@@ -199,6 +199,13 @@ def _mine_table(m: _Miner, name: str) -> Table:
         columns.append(Column(c, (decl_type or "").upper(), bool(pk), bool(not_null) or c == integer_key,
                               bool(s["nulls"]), bool(s["unique"]), s["types"], s["formats"], s["mined"],
                               s["cases"]))
+    if not keys and cols:
+        # A table without a key (a link table, say) whose rows never repeat keeps them apart: the whole row
+        # is its key (a hero does not hold one power twice).
+        got = m.try_rows(f"repeated rows in {name}",
+                         f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}")
+        if got is None or got[0][0]:
+            keys.append(tuple(cols))
     return Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
 
 def _declared_references(reader: Reader, tables: dict[str, Table]) -> list[tuple[str, tuple, str, tuple]]:

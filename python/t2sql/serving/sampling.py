@@ -264,9 +264,10 @@ def fresh_value(db: SmallDb, table: str, column: str, real: RealRows, rng: rando
     return None
 
 def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Random,
-              changes: dict[str, Any] | None = None) -> Row | None:
+              changes: dict[str, Any] | None = None, hold: frozenset[str] = frozenset()) -> Row | None:
     """A copy of `row` as a new entity: every key and unique column given a fresh value (a reference
-    column of a key points to another parent that is in `db`), `changes` applied. Appended to `db`."""
+    column of a key points to another parent that is in `db`, one in `hold` only when no other will do),
+    `changes` applied. Appended to `db`."""
     inv = db.inv
     t = inv.table(table)
     new = list(row)
@@ -289,7 +290,7 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
             idx = [column_index(t, c) for c in key]
             present = {sqlite_key(tuple(r[i] for i in idx)) for r in db.rows.get(t.name, [])}
             done = False
-            for c in key:
+            for c in sorted(key, key=lambda name: name in hold):
                 ref = ref_cols[c]
                 parent = inv.table(ref.parent)
                 pi = column_index(parent, ref.parent_columns[0])
