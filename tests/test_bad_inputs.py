@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_ROOT
+from conftest import SAMPLE_ROOT, child_env
 from t2sql import jsonl
 from t2sql.databases import database_path, db_id_problem, find_database, list_databases
 from t2sql.episode import schema
@@ -27,7 +27,7 @@ ROWS = json.loads((SAMPLE_ROOT / "dev.json").read_text())
 
 
 def t2sql(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "T2SQL_PROGRESS_INTERVAL": "0"}
+    env = child_env(T2SQL_PROGRESS_INTERVAL="0")  # the t2sql under test, wherever this process found it
     if cwd is not None:
         env["T2SQL_HOME"] = str(cwd / "home")
     proc = subprocess.run([sys.executable, "-m", "t2sql.cli", *args], capture_output=True, text=True,
