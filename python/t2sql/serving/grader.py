@@ -250,7 +250,7 @@ class Grader:
     async def equivalence(self, db_path: str, pred_sql: str, gold_sql: str,
                           config: EquivalenceConfig) -> EquivalenceReport:
         """The equivalence check of a correct prediction (t2sql.serving.equivalence), as one job on
-        one SQL worker: its queries on the perturbed copies count against the one concurrency
+        one SQL worker: its queries on the small databases count against the one concurrency
         limit. Cancelling the awaiting task interrupts the running query."""
         identity = await self._enter(db_path)
         self._count("equivalence_checks")

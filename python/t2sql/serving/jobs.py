@@ -68,7 +68,7 @@ class GradeJob(NamedTuple):
 
 class EquivalenceJob(NamedTuple):
     """One equivalence check (t2sql.serving.equivalence): the whole check, on one worker, with that
-    worker's copy cache."""
+    worker's invariants, real rows and small databases."""
 
     db_path: str
     identity: tuple[int, int]
@@ -130,7 +130,7 @@ def connection(db_path: str, identity: tuple[int, int]) -> Database:
 
 def run_job(job: Job, cancel: Cancel | None):
     """Run one job on this thread's connection. Raises the core's exceptions unchanged."""
-    if type(job) is EquivalenceJob:  # on copies of the database, not on its connection
+    if type(job) is EquivalenceJob:  # on small databases of its own, not on the real file's connection
         return default_checker().check_sync(job.db_path, job.pred_sql, job.gold_sql, job.config, cancel=cancel)
     db = connection(job.db_path, job.identity)
     if type(job) is ToolJob:

@@ -8,7 +8,7 @@ limit, shared by tool calls, golds, predictions and equivalence checks.
 
 - thread: `size` SQL threads of the Rust core (`t2sql._grader.SqlPool`) that never take the
   GIL for a query; their outcomes reach the event loop through one wake socket. Cheapest, one
-  heap for everything. An equivalence check is Python that drives the core on perturbed copies:
+  heap for everything. An equivalence check is Python that drives the core on small databases:
   the worker takes the GIL to call it, and the core releases it around each of its queries.
 - process: one worker process per slot, each with its own SQLite heap (and an optional
   heap limit), so a memory bomb in one query cannot starve the others; a dead worker is
