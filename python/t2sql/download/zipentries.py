@@ -28,6 +28,7 @@ from typing import Protocol
 
 from t2sql.download.zipformat import (
     CENTRAL,
+    CENTRAL_RECORD,
     CHUNK,
     DESCRIPTOR,
     EOCD,
@@ -203,9 +204,8 @@ def directory_digest(stream: MemberStream) -> tuple[int, int]:
     files it lists and the sum of their `entry_digest`s."""
     count = digest = 0
     while stream.peek(4) == CENTRAL:
-        record = stream.read(46, "its central directory")
-        (_, _, _, _, _, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _,
-         offset) = struct.unpack("<4s6H3L5HLL", record)
+        record = stream.read(CENTRAL_RECORD.size, "its central directory")
+        (_, _, _, _, _, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, offset) = CENTRAL_RECORD.unpack(record)
         rest = stream.read(nlen + xlen + clen, "its central directory")
         raw, extra = rest[:nlen], rest[nlen:nlen + xlen]
         wide = zip64_fields(extra, [usize == U32, csize == U32, offset == U32])
