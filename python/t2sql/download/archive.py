@@ -37,7 +37,9 @@ check; users who forced it got about 30 empty databases. So the zips are read by
   the user's, a folder without a marker, a link) is refused with a ForeignFilesError naming it, and left as it
   is. A target whose marker `marker.verified` holds for this `identity` is left as it is, and nothing is done.
 - A full disk: the partial folder is removed at once, and the walk goes on to the end writing nothing, to say
-  what the databases need in all (to the byte) against what is free once it is gone.
+  what the databases need in all (to the byte) against what is free once it is gone. A disk is full for the
+  extraction once a write would leave less than `bounds.DISK_RESERVE` (250 MB) free on it: that write is
+  not made.
 - Time: linear in the bytes unpacked and the number of entries (a deflated outer member whose inner zip has
   data descriptors is inflated twice: once ahead, for the inner directory). Memory: peak RSS stays well under
   64 MB; nothing is kept per entry read (of the outer archive or the inner one) but the name of each file
@@ -60,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from t2sql.download.bounds import EntryBounds, UnpackCeiling, default_ceiling
+from t2sql.download.bounds import DISK_RESERVE, EntryBounds, UnpackCeiling, default_ceiling
 from t2sql.download.innerdirectory import read_ahead
 from t2sql.download.integrity import database_problem
 from t2sql.download.marker import (
@@ -360,6 +362,8 @@ class _Sink:
                 self._full(e)
 
     def write(self, data: bytes) -> None:
+        if self.file is not None and free_bytes(self.walk.partial) - len(data) < DISK_RESERVE:
+            self._give_up()  # the disk's reserve: as if it were full
         if self.file is not None:
             try:
                 self.file.write(data)
@@ -382,6 +386,9 @@ class _Sink:
         what the databases need). Any other error is the walk's."""
         if not _disk_full(e):
             raise e
+        self._give_up()
+
+    def _give_up(self) -> None:
         self.abort()
         self.walk.full = True
         shutil.rmtree(self.walk.partial, ignore_errors=True)
@@ -416,13 +423,13 @@ def _no_space(walk: _Walk, partial: Path, counted: bool) -> NoSpaceError:
     free = free_bytes(partial.parent)
     need = f"{'' if counted else 'more than '}{format_bytes(walk.written)}"
     # "at least": the file system's own blocks and directories come on top of the files' bytes
-    short = (f"free at least {format_bytes(walk.written - free)} more there" if counted and walk.written > free
-             else "free more space there")
+    short = (f"free at least {format_bytes(walk.written + DISK_RESERVE - free)} more there"
+             if counted and walk.written + DISK_RESERVE > free else "free more space there")
     return NoSpaceError(
-        f"no space left on the disk of {partial.parent} while extracting {walk.inner} from {walk.archive}: the "
-        f"databases need {need} in all, and {format_bytes(free)} is free now (the partial extraction removed); "
-        f"{short} (or choose a folder on a larger disk) and run again", path=str(partial.parent),
-        needed=walk.written, free=free)
+        f"no space left on the disk of {partial.parent} while extracting {walk.inner} from {walk.archive}: "
+        f"the databases need {need} in all, t2sql leaves {format_bytes(DISK_RESERVE)} free there for whatever "
+        f"else runs, and {format_bytes(free)} is free now (the partial extraction removed); {short} (or choose "
+        "a folder on a larger disk) and run again", path=str(partial.parent), needed=walk.written, free=free)
 
 
 # ------------------------------------------------------------------ the databases' check, the target's replacement

@@ -9,6 +9,8 @@ before a byte it bounds is written:
   ahead of the walk (t2sql.download.innerdirectory; where it cannot be, nothing); and never more than what is
   left of the ceiling. An entry past its bound is refused (t2sql.download.zipentries); one whose exact size is
   more than what is left of the ceiling is refused before its first byte.
+- The disk: the extraction leaves `DISK_RESERVE` free on the disk it writes to; a write that would take the
+  free space under it is not made (the walk takes the disk for full: t2sql.download.archive).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from t2sql.download.zipentries import Bound
 from t2sql.download.zipformat import damaged_error
 from t2sql.progress import format_bytes
 
-__all__ = ["DEFAULT_UNPACK_RATIO", "EntryBounds", "UnpackCeiling", "default_ceiling"]
+__all__ = ["DEFAULT_UNPACK_RATIO", "DISK_RESERVE", "EntryBounds", "UnpackCeiling", "default_ceiling"]
 
 DEFAULT_UNPACK_RATIO = 100  # BIRD's train databases take about 4 times its zip: room for far more compressible ones
+DISK_RESERVE = 250 * 10**6  # room for the logs, temporary files and checkpoints of whatever else runs there
 
 
 @dataclass(frozen=True)
