@@ -11,8 +11,9 @@
 Options: `descriptors` writes the inner members with data descriptors (flag bit 3: zipfile does so when
 the output cannot seek); `zip64` writes ZIP64 everywhere (local and central extras, the ZIP64 end records),
 as an archive over 4 GiB has them, without writing 4 GiB; `inner_compression` / `outer_compression`.
-`raw_zip` writes a zip field by field, for what zipfile will not write: a header that records another size
-than the data's, a directory that leaves a member out, a hundred thousand members in seconds.
+`raw_zip` writes a zip field by field, for what zipfile will not write: a header (or a data descriptor, and
+a directory record) that records another size than the data's, a directory that leaves a member out or lists
+the members in the reverse order, a hundred thousand members in seconds.
 Used by tests/test_archive.py and by the end-to-end prepare test (a mirror serving these files)."""
 
 from __future__ import annotations
@@ -238,30 +239,37 @@ def zlib_raw(data: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Raw:
-    """One member for raw_zip: `data` deflated (or stored); `declared` is the size its local header and its
-    directory record say (the true one when None); `listed=False` leaves it out of the directory."""
+    """One member for raw_zip: `data` deflated (or stored); `declared` is the size its local header (or its
+    data descriptor) and its directory record say (the true one when None); `listed=False` leaves it out of
+    the directory; `descriptor=True` gives its CRC32 and sizes after its data, in a data descriptor with its
+    signature (flag bit 3; the local header's are zero), as macOS's zip writes them."""
 
     name: str
     data: bytes = b""
     deflate: bool = True
     declared: int | None = None
     listed: bool = True
+    descriptor: bool = False
 
 
-def raw_zip(members: list[Raw]) -> bytes:
-    """A zip written field by field: local headers with the sizes known (no data descriptors), the central
-    directory, and the ZIP64 end records when there are more members than a 16-bit count holds."""
-    out, directory, listed = bytearray(), bytearray(), 0
+def raw_zip(members: list[Raw], *, directory_reversed: bool = False) -> bytes:
+    """A zip written field by field: local headers (with the sizes, or a data descriptor after the data), the
+    central directory (in the data's order, or the reverse), and the ZIP64 end records when there are more
+    members than a 16-bit count holds."""
+    out, records = bytearray(), []
     for m in members:
         body = zlib_raw(m.data) if m.deflate else m.data
         crc, usize = zlib.crc32(m.data), len(m.data) if m.declared is None else m.declared
         name, method, offset = m.name.encode(), 8 if m.deflate else 0, len(out)
-        out += struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, method, 0, 0x58DB, crc, len(body), usize, len(name), 0)
+        flags, in_header = (8, (0, 0, 0)) if m.descriptor else (0, (crc, len(body), usize))
+        out += struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, flags, method, 0, 0x58DB, *in_header, len(name), 0)
         out += name + body
+        if m.descriptor:
+            out += struct.pack("<4s3L", b"PK\x07\x08", crc, len(body), usize)
         if m.listed:
-            directory += struct.pack("<4s6H3L5HLL", b"PK\x01\x02", 0x314, 20, 0, method, 0, 0x58DB, crc, len(body),
-                                     usize, len(name), 0, 0, 0, 0, 0o644 << 16, offset) + name
-            listed += 1
+            records.append(struct.pack("<4s6H3L5HLL", b"PK\x01\x02", 0x314, 20, flags, method, 0, 0x58DB, crc,
+                                       len(body), usize, len(name), 0, 0, 0, 0, 0o644 << 16, offset) + name)
+    directory, listed = b"".join(reversed(records) if directory_reversed else records), len(records)
     start = len(out)
     out += directory
     if listed < 0xFFFF:
@@ -283,11 +291,12 @@ def raw_database_members(databases: dict[str, Path] | None = None, top: str = "d
             if path.is_file()]
 
 
-def build_raw_dev_zip(dest: Path, inner: list[Raw], *, outer_compression: int = zipfile.ZIP_DEFLATED) -> Path:
+def build_raw_dev_zip(dest: Path, inner: list[Raw], *, outer_compression: int = zipfile.ZIP_DEFLATED,
+                      directory_reversed: bool = False) -> Path:
     """BIRD's dev.zip whose inner dev_databases.zip is raw_zip(inner)."""
     dest = Path(dest)
     inner_path = dest.with_name(dest.name + ".inner.zip")
-    inner_path.write_bytes(raw_zip(inner))
+    inner_path.write_bytes(raw_zip(inner, directory_reversed=directory_reversed))
     try:
         return build_outer(dest, "dev_20240627", "dev_databases.zip", inner_path, {"dev.json": b"[]\n"},
                            outer_compression=outer_compression)

@@ -4,6 +4,7 @@ fails quick_check, an extraction killed mid-way, reruns that skip or redo, and t
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -40,8 +41,8 @@ from bird_zips import (
 )
 from conftest import child_env
 from t2sql.download import archive as archive_mod
-from t2sql.download import zipentries, zipstream
-from t2sql.download.archive import ExtractResult, extract_databases, inner_size
+from t2sql.download import innerdirectory, zipentries, zipstream
+from t2sql.download.archive import ExtractResult, UnpackCeiling, extract_databases, inner_size
 from t2sql.download.marker import MARKER, foreign_files, verified
 from t2sql.errors import ArchiveError, ForeignFilesError, NoSpaceError
 from t2sql.serving.manifest import Manifest
@@ -617,6 +618,86 @@ def test_an_outer_member_inflating_past_its_recorded_size_is_refused(tmp_path, m
     assert sum(written.values()) <= half
 
 
+def macos_members() -> list[Raw]:
+    """The sample dev databases as macOS's zip writes them: each entry's sizes in a data descriptor after it."""
+    return [dataclasses.replace(m, descriptor=True) for m in raw_database_members()]
+
+
+@pytest.mark.parametrize("outer", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED], ids=["stored-outer", "deflated-outer"])
+@pytest.mark.parametrize("deflate", [True, False], ids=["deflated-entry", "stored-entry"])
+def test_a_descriptor_entry_past_its_directory_size_is_refused_before_more_is_written(tmp_path, monkeypatch, outer,
+                                                                                    deflate):
+    """An inner entry whose size comes after its data (flag bit 3) and whose directory record and descriptor say
+    1,000 bytes, its data 64 MiB of zeros: refused once it passes 1,000 bytes, having written no more, whether the
+    inner zip lies stored in the outer one (its directory read where it lies) or deflated (inflated once ahead).
+    It used to inflate in full (64 MiB written) before its descriptor refuted it; a stored one was copied to the
+    end of the inner zip looking for a descriptor that matched it."""
+    liar = "dev_databases/superhero/database_description/liar.csv"
+    members = macos_members() + [Raw(liar, bytes(64 << 20), deflate=deflate, declared=1000, descriptor=True)]
+    zp = build_raw_dev_zip(tmp_path / "dev.zip", members, outer_compression=outer)
+    written = _counting_writes(monkeypatch)
+    target = tmp_path / "dev_databases"
+    with pytest.raises(ArchiveError) as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    message = str(info.value)
+    assert info.value.member == liar and "past the 1000 bytes the inner zip's directory records" in message, message
+    assert written.get("liar.csv", 0) <= 1000, written
+    assert not target.exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("outer", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED], ids=["stored-outer", "deflated-outer"])
+def test_descriptor_entries_are_laid_out_from_a_directory_in_any_order(tmp_path, outer):
+    """macOS-style entries (sizes after the data) and a directory that lists them in the reverse order: the
+    directory bounds nothing then, but the archive is good and laid out whole."""
+    zp = build_raw_dev_zip(tmp_path / "dev.zip", macos_members(), outer_compression=outer, directory_reversed=True)
+    target = tmp_path / "dev_databases"
+    extract_databases(zp, DEV_INNER, target, identity=ID, progress=False)
+    assert_dev_layout(target)
+
+
+@pytest.mark.parametrize("outer", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED], ids=["stored-outer", "deflated-outer"])
+def test_what_the_directory_cannot_bound_the_ceiling_does(tmp_path, monkeypatch, outer):
+    """The same 64 MiB liar, its directory in the reverse order (so it bounds nothing): the whole inner zip may
+    unpack to no more than the ceiling, and the liar is refused once the entries pass it, with no more written."""
+    liar = "dev_databases/superhero/database_description/liar.csv"
+    members = macos_members() + [Raw(liar, bytes(64 << 20), declared=1000, descriptor=True)]
+    zp = build_raw_dev_zip(tmp_path / "dev.zip", members, outer_compression=outer, directory_reversed=True)
+    databases = sum(len(m.data) for m in members[:-1])
+    ceiling = UnpackCeiling(databases + (1 << 20), "what the test allows")
+    written = _counting_writes(monkeypatch)
+    target = tmp_path / "dev_databases"
+    with pytest.raises(ArchiveError) as info:
+        extract_databases(zp, DEV_INNER, target, identity=ID, progress=False, ceiling=ceiling)
+    message = str(info.value)
+    assert info.value.member == liar and "may take in all (what the test allows)" in message, message
+    assert sum(written.values()) <= ceiling.size and written.get("liar.csv", 0) <= 1 << 20, written
+    assert not target.exists() and leftovers(tmp_path) == []
+
+
+def test_an_entry_that_declares_more_than_the_ceiling_leaves_is_refused_unwritten(tmp_path, monkeypatch):
+    """An entry whose header declares more than what is left of the ceiling is refused before its first byte."""
+    big = "dev_databases/superhero/database_description/big.csv"
+    members = raw_database_members() + [Raw(big, os.urandom(2 << 20), deflate=False)]
+    zp = build_raw_dev_zip(tmp_path / "dev.zip", members)
+    ceiling = UnpackCeiling(sum(len(m.data) for m in members) - 1, "one byte short")
+    written = _counting_writes(monkeypatch)
+    with pytest.raises(ArchiveError, match=r"one byte short") as info:
+        extract_databases(zp, DEV_INNER, tmp_path / "dev_databases", identity=ID, progress=False, ceiling=ceiling)
+    assert info.value.member == big and "big.csv" not in written
+
+
+@pytest.mark.parametrize("recorded,compressed,method,bound", [
+    (1000, 50, zipfile.ZIP_DEFLATED, 1000),  # 50 bytes inflate to 51,600 at most: the size cannot have wrapped
+    (1000, 5 << 20, zipfile.ZIP_DEFLATED, 1000 + (1 << 32)),  # 5 MiB may inflate to 5.4 GB: one wrap possible
+    (1000, 1000, zipfile.ZIP_STORED, 1000),  # stored: as many bytes out as in
+    (1000, 1 << 30, zipfile.ZIP_DEFLATED, 1000 + 257 * (1 << 32)),  # a 1 GiB stream: under 1032 GiB out
+])
+def test_a_32_bit_size_bounds_by_what_its_compressed_size_can_hold(recorded, compressed, method, bound):
+    """In an inner zip over 4 GiB a 32-bit size may have wrapped (macOS writes them so): the entry's true size is
+    the recorded one plus a multiple of 4 GiB, and no more than its compressed bytes can inflate to."""
+    assert innerdirectory.wrapped_size_bound(recorded, compressed, method) == bound
+
+
 def test_only_databases_and_their_descriptions_are_laid_out(tmp_path):
     """A -wal, -shm or -journal beside a database is part of it to SQLite: none is laid out, nor anything
     else that is not <db_id>/<db_id>.sqlite or <db_id>/database_description/*.csv."""
@@ -678,17 +759,20 @@ MEMORY_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
-@pytest.mark.parametrize("where", ["inner", "outer"])
+@pytest.mark.parametrize("where", ["inner", "inner-descriptors", "outer"])
 def test_memory_does_not_grow_with_the_number_of_entries(tmp_path, where):
     """Peak RSS extracting a dev.zip with 5,000 skipped entries, then 100,000, in the inner zip (macOS
-    junk) or in the outer one: no more than a few MiB apart (it grew by about 200 bytes an entry: 2M
-    entries took 313 MB)."""
+    junk; or macOS junk whose sizes come after it, each bounded by the inner directory read ahead) or in the
+    outer one: no more than a few MiB apart (it grew by about 200 bytes an entry: 2M entries took 313 MB)."""
     peaks = []
     for n in (5_000, 100_000):
-        skipped = [Raw(f"__MACOSX/{i:06d}", deflate=False) for i in range(n)]
+        skipped = [Raw(f"__MACOSX/{i:06d}", deflate=False, descriptor=where == "inner-descriptors")
+                   for i in range(n)]
         zp = tmp_path / f"dev-{n}.zip"
         if where == "inner":
             build_raw_dev_zip(zp, skipped + raw_database_members(), outer_compression=zipfile.ZIP_STORED)
+        elif where == "inner-descriptors":
+            build_raw_dev_zip(zp, skipped + macos_members(), outer_compression=zipfile.ZIP_STORED)
         else:
             inner = raw_zip(raw_database_members())
             zp.write_bytes(raw_zip([Raw(f"dev_20240627/{s.name}", deflate=False) for s in skipped]

@@ -14,6 +14,7 @@ import pytest
 from bird_zips import DEV_INNER, build_dev_zip
 from t2sql.download import archive as archive_mod
 from t2sql.download.archive import extract_databases
+from t2sql.download.bounds import DISK_RESERVE
 from t2sql.download.marker import MARKER
 from t2sql.errors import LaunchError, NoSpaceError
 from t2sql.miles import prepare
@@ -23,10 +24,12 @@ ID = {"archive": "dev.zip", "member": DEV_INNER}
 
 
 class SmallDisk:
-    """A folder that holds `capacity` bytes: a write past it raises ENOSPC, as a full file system does."""
+    """A folder that holds `capacity` bytes: a write past it raises ENOSPC, as a full file system does.
+    `least_free` is the least free space any write left."""
 
     def __init__(self, root, capacity: int):
         self.root, self.capacity = root, capacity
+        self.least_free = capacity
 
     def used(self) -> int:
         return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
@@ -46,7 +49,9 @@ class SmallDisk:
                     room = max(0, disk.capacity - disk.used())
                     self.f.write(bytes(data[:room]))
                     raise OSError(errno.ENOSPC, "No space left on device")
-                return self.f.write(data)
+                done = self.f.write(data)
+                disk.least_free = min(disk.least_free, disk.free())
+                return done
 
             def __getattr__(self, name):
                 return getattr(self.f, name)
@@ -54,23 +59,31 @@ class SmallDisk:
         return Capped()
 
 
-def test_a_full_disk_while_extracting_says_what_the_databases_need_against_what_is_free(tmp_path, monkeypatch):
+@pytest.mark.parametrize("reserve", [DISK_RESERVE, 0], ids=["the-reserve", "no-reserve"])
+def test_a_full_disk_while_extracting_says_what_the_databases_need_against_what_is_free(tmp_path, monkeypatch,
+                                                                                      reserve):
+    """The disk holds two thirds of the databases above the reserve t2sql leaves free: the extraction stops short
+    of the reserve (it used to fill the disk to its last byte), and says what it needs to the byte. Without a
+    reserve it stops at the last byte, as before."""
     zp = build_dev_zip(tmp_path / "dev.zip")
     whole = tmp_path / "whole"
     extract_databases(zp, DEV_INNER, whole, identity=ID, progress=False)
     needed = sum(p.stat().st_size for p in whole.rglob("*") if p.is_file() and p.name != MARKER)
 
-    disk = SmallDisk(tmp_path / "disk", capacity=needed * 2 // 3)  # holds two thirds of the databases
+    disk = SmallDisk(tmp_path / "disk", capacity=reserve + needed * 2 // 3)
     disk.root.mkdir()
     monkeypatch.setattr(archive_mod, "_open_output", disk.open)
     monkeypatch.setattr(archive_mod, "free_bytes", disk.free, raising=False)
+    monkeypatch.setattr(archive_mod, "DISK_RESERVE", reserve)
     with pytest.raises(NoSpaceError) as e:
         extract_databases(zp, DEV_INNER, disk.root / "dev_databases", identity=ID, progress=False)
     message = str(e.value)
+    assert reserve <= disk.least_free < disk.capacity  # it wrote, and never into the reserve
     assert (e.value.needed, e.value.free) == (needed, disk.capacity)  # all of it, against the disk emptied
     assert f"the databases need {format_bytes(needed)} in all" in message, message
+    assert f"t2sql leaves {format_bytes(reserve)} free there" in message, message
     assert f"{format_bytes(disk.capacity)} is free now" in message, message
-    assert f"free at least {format_bytes(needed - disk.capacity)} more there" in message, message
+    assert f"free at least {format_bytes(needed + reserve - disk.capacity)} more there" in message, message
     # nothing half-laid out is left (the lock file that serialises runs on the target stays, empty)
     assert disk.used() == 0 and [p.name for p in disk.root.iterdir()] == [".dev_databases.lock"]
 

@@ -196,3 +196,20 @@ def test_the_disk_check_counts_nothing_for_a_users_copy(tmp_path):
     (tmp_path / "dev_databases" / "NOTES.txt").write_text("mine")
     needs = bird.disk_needs(tmp_path, bird.archives_for(["arcwise", "validation"]))
     assert sorted(needs) == ["BIRD train.zip (download)", "BIRD train_databases (unpacked, estimated)"]
+
+
+def test_bird_s_archives_unpack_under_twice_their_estimate(tmp_path, mirror, monkeypatch):
+    """prepare holds each BIRD archive's inner zip to a ceiling of twice its databases' estimate (above BIRD's own
+    33.4 GB for train and dev together): what a hostile mirror's archive may unpack to before it is refused."""
+    ceilings = []
+    real = bird.extract_databases
+
+    def recording(*args, **kwargs):
+        ceilings.append(kwargs["ceiling"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bird, "extract_databases", recording)
+    bird.fetch(tmp_path, bird.archives_for(["arcwise"]), {}, base_url=mirror.base_url, progress=False)
+    assert [c.size for c in ceilings] == [2 * 2 * 10**9]
+    assert "twice the 2.00 GB that BIRD's dev_databases are estimated at" == ceilings[0].why
+    assert bird.ARCHIVES["train"].ceiling().size > 33.4e9

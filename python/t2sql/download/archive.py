@@ -1,6 +1,7 @@
 """Laying out BIRD's databases from its nested zips: `extract_databases(archive, inner_member, target,
 identity=...)` and `inner_size(archive, inner_member)`. The zip format is read by t2sql.download.zipdirectory
-(the outer archive's directory), zipstream (its member, inflated) and zipentries (the inner zip's entries); the
+(the outer archive's directory), zipstream (its member, inflated), zipentries (the inner zip's entries) and
+innerdirectory (the inner zip's directory, read ahead); what each entry may write is t2sql.download.bounds'; the
 folder's marker, and what t2sql may delete, are t2sql.download.marker's; a database's check is
 t2sql.download.integrity's.
 
@@ -14,9 +15,12 @@ check; users who forced it got about 30 empty databases. So the zips are read by
   end the inner zip's own central directory is read (it comes last in the stream), record by record, and must
   list exactly the entries that passed through, with their CRC32s and sizes (a digest summed over the
   entries: nothing is kept per entry).
-- Every member's CRC32 and size are checked as it is extracted, the inner ones and the outer one; a member
-  whose size is recorded before its data (the outer one, exactly; an inner one in its local header)
-  inflates to that size and no further, so a lying header costs no more disk than it declares.
+- Every member's CRC32 and size are checked as it is extracted, the inner ones and the outer one. The outer
+  one inflates to the size its directory records and no further; each inner one has a bound before a byte
+  of it is written (t2sql.download.bounds: the size its local header records; for one whose size comes only
+  after its data, in a data descriptor, what the inner zip's own directory records for it, read ahead by
+  t2sql.download.innerdirectory; and never more than what is left of the ceiling on all the entries
+  together), and is refused past it, so a lying header or descriptor costs no more disk than its bound.
 - Only `<db_id>/<db_id>.sqlite` and `<db_id>/database_description/*.csv` are laid out: no -wal, -shm or
   journal beside a database (SQLite would take it as part of the database), nothing else. `__MACOSX/`, `._*`,
   `.DS_Store`, directory entries and any other member are read (and checked) but not written; an absolute
@@ -33,16 +37,20 @@ check; users who forced it got about 30 empty databases. So the zips are read by
   the user's, a folder without a marker, a link) is refused with a ForeignFilesError naming it, and left as it
   is. A target whose marker `marker.verified` holds for this `identity` is left as it is, and nothing is done.
 - A full disk: the partial folder is removed at once, and the walk goes on to the end writing nothing, to say
-  what the databases need in all (to the byte) against what is free once it is gone.
-- Time: linear in the bytes unpacked and the number of entries. Memory: peak RSS stays well under 64 MB;
-  nothing is kept per entry read (of the outer archive or the inner one) but the name of each file laid
-  out, for the marker.
+  what the databases need in all (to the byte) against what is free once it is gone. A disk is full for the
+  extraction once a write would leave less than `bounds.DISK_RESERVE` (250 MB) free on it: that write is
+  not made.
+- Time: linear in the bytes unpacked and the number of entries (a deflated outer member whose inner zip has
+  data descriptors is inflated twice: once ahead, for the inner directory). Memory: peak RSS stays well under
+  64 MB; nothing is kept per entry read (of the outer archive or the inner one) but the name of each file
+  laid out, for the marker.
 
 Disk: the databases (the inner zip's contents) beside the outer archive; nothing else is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -54,6 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from t2sql.download.bounds import DISK_RESERVE, EntryBounds, UnpackCeiling, default_ceiling
+from t2sql.download.innerdirectory import read_ahead
 from t2sql.download.integrity import database_problem
 from t2sql.download.marker import (
     describe_foreign,
@@ -65,7 +75,7 @@ from t2sql.download.marker import (
     write_marker,
 )
 from t2sql.download.partial import free_bytes
-from t2sql.download.zipdirectory import locate, open_archive, stored_span
+from t2sql.download.zipdirectory import Member, locate, open_archive, stored_span
 from t2sql.download.zipentries import (
     DIGEST_MODULUS,
     copy_entry,
@@ -96,7 +106,7 @@ from t2sql.errors import ArchiveError, ForeignFilesError, NoSpaceError
 from t2sql.progress import Progress, format_bytes
 from t2sql.serving.manifest import ManifestEntry
 
-__all__ = ["ExtractResult", "extract_databases", "inner_size"]
+__all__ = ["ExtractResult", "UnpackCeiling", "extract_databases", "inner_size"]
 
 
 @dataclass(frozen=True)
@@ -112,16 +122,18 @@ class ExtractResult:
 
 
 def extract_databases(archive: Path, inner_member: str, target: Path, *, identity: dict,
-                      progress: bool = True) -> ExtractResult:
+                      progress: bool = True, ceiling: UnpackCeiling | None = None) -> ExtractResult:
     """Lay out the databases of the zip `inner_member` inside the zip `archive` as `target/<db_id>/...` (the
     inner zip's top folder stripped), all or nothing; skip when `verified(target, identity)` already holds.
-    Raises ArchiveError (damaged, cut short, unsafe, a database that fails its check) or NoSpaceError."""
+    `ceiling`: the most bytes the inner zip's entries may unpack to in all (by default bounds.default_ceiling
+    of the inner zip's size). Raises ArchiveError (damaged, cut short, unsafe, past its bounds, a database that
+    fails its check) or NoSpaceError."""
     archive, target = Path(archive), Path(target).absolute()
     identity = recorded_identity(identity)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with _Lock(target):
-            return _extract_under_lock(archive, inner_member, target, identity, progress)
+            return _extract_under_lock(archive, inner_member, target, identity, progress, ceiling)
     except OSError as e:  # what the walk itself did not already turn into a typed error
         where = f"{e.filename}: " if e.filename else ""
         if _disk_full(e):
@@ -134,8 +146,8 @@ def extract_databases(archive: Path, inner_member: str, target: Path, *, identit
                            archive=str(archive)) from None
 
 
-def _extract_under_lock(archive: Path, inner_member: str, target: Path, identity: dict, progress: bool
-                        ) -> ExtractResult:
+def _extract_under_lock(archive: Path, inner_member: str, target: Path, identity: dict, progress: bool,
+                        ceiling: UnpackCeiling | None) -> ExtractResult:
     _remove_partials(target)
     marker = read_marker(target)
     if marker is not None and marker_holds(target, marker, identity):
@@ -144,7 +156,7 @@ def _extract_under_lock(archive: Path, inner_member: str, target: Path, identity
     partial = target.parent / f".{target.name}.partial-{os.getpid()}"
     partial.mkdir()
     try:
-        written, entries, files = _extract(archive, inner_member, partial, target, progress)
+        written, entries, files = _extract(archive, inner_member, partial, progress, ceiling)
         write_marker(partial, target, entries, identity=identity, inner_member=inner_member, bytes_written=written,
                      files=files)
         _fsync_dir(partial)
@@ -169,18 +181,21 @@ def inner_size(archive: Path, inner_member: str) -> int:
     take at least this much, usually more, as the inner zip's members are compressed)."""
     archive = Path(archive)
     with open_archive(archive) as f:
-        member, data_start, limit = locate(f, archive, inner_member)
-        if member.exact_sizes:
-            return member.size
-        if member.method == STORED:
-            return stored_span(f, member, data_start, limit)
-        # 32-bit sizes past 4 GiB: the smallest size with these low 32 bits that a deflate stream of the
-        # bytes available could hold (deflate never grows data by more than a little).
-        span = limit - data_start
-        size = member.size
-        while size + FOUR_GIB <= span * 0.999 - 1024:
-            size += FOUR_GIB
-        return size
+        return _inner_size(f, *locate(f, archive, inner_member))
+
+
+def _inner_size(f: BinaryIO, member: Member, data_start: int, limit: int) -> int:
+    if member.exact_sizes:
+        return member.size
+    if member.method == STORED:
+        return stored_span(f, member, data_start, limit)
+    # 32-bit sizes past 4 GiB: the smallest size with these low 32 bits that a deflate stream of the
+    # bytes available could hold (deflate never grows data by more than a little).
+    span = limit - data_start
+    size = member.size
+    while size + FOUR_GIB <= span * 0.999 - 1024:
+        size += FOUR_GIB
+    return size
 
 
 # ------------------------------------------------------------------------------------- the inner stream walk
@@ -205,6 +220,7 @@ class _Walk:
     inner: str
     top: str
     partial: Path
+    bounds: EntryBounds  # what each entry may unpack to
     written: int = 0  # bytes of the files laid out (or, once the disk is full, that would have been)
     entries: dict = field(default_factory=dict)  # db_id -> ManifestEntry of each database laid out
     files: list = field(default_factory=list)  # every file laid out, relative to the target
@@ -213,13 +229,16 @@ class _Walk:
     full: bool = False  # the disk filled: nothing more is written, the walk goes on to count what is needed
 
 
-def _extract(archive: Path, inner_member: str, partial: Path, target: Path, progress: bool
+def _extract(archive: Path, inner_member: str, partial: Path, progress: bool, ceiling: UnpackCeiling | None
              ) -> tuple[int, dict[str, ManifestEntry], list[str]]:
     top = Path(inner_member).name.removesuffix(".zip")
-    with open_archive(archive) as f:
+    with open_archive(archive) as f, contextlib.ExitStack() as cleanup:
         member, data_start, limit = locate(f, archive, inner_member)
         total = member.size if member.exact_sizes else None
-        walk = _Walk(archive, inner_member, top, partial)
+        bounds = EntryBounds(ceiling or default_ceiling(_inner_size(f, member, data_start, limit)), archive,
+                             inner_member, lambda: read_ahead(archive, member, data_start, limit))
+        cleanup.callback(bounds.close)
+        walk = _Walk(archive, inner_member, top, partial, bounds)
         with Progress(total, f"extracting {Path(inner_member).name}", unit="bytes", enabled=progress) as bar:
             stream = MemberStream(f, archive, member, data_start, limit, bar)
             try:
@@ -264,7 +283,9 @@ def _laid_out(parts: list[str]) -> bool:
 
 
 def _entry(stream: MemberStream, walk: _Walk) -> None:
-    """Pass one local entry of the inner zip: write it (or skip it), checking its CRC32 and size."""
+    """Pass one local entry of the inner zip: write it (or skip it), checking its CRC32 and size, and never
+    more than its bound (t2sql.download.bounds)."""
+    at = stream.offset
     header = stream.read(30, "a local header")
     _, _, flags, method, _, _, crc, csize, usize, nlen, xlen = struct.unpack("<4s5H3L2H", header)
     rest = stream.read(nlen + xlen, "a local header")
@@ -285,18 +306,22 @@ def _entry(stream: MemberStream, walk: _Walk) -> None:
             and _laid_out(relative):
         out_path = walk.partial.joinpath(*relative)
     is_db = out_path is not None and len(relative) == 2
+    if method not in (DEFLATED, STORED):
+        raise ArchiveError(f"{name} in {walk.inner} ({walk.archive}) uses compression method {method}, which "
+                           "t2sql cannot read (only stored and deflate)", archive=str(walk.archive), member=name)
+    if method == DEFLATED:
+        declared = None if descriptor else usize
+    else:
+        declared = None if descriptor and csize == 0 and usize == 0 else csize  # None: the size comes after it
+    bound = walk.bounds.bound(name, raw_name, walk.count, at, method, declared)
     sink = _Sink(out_path, hashed=is_db, walk=walk)
     try:
         if method == DEFLATED:
-            got_crc, got_size, used = inflate_entry(stream, sink, name, walk, None if descriptor else usize)
-        elif method == STORED:
-            if descriptor and csize == 0 and usize == 0:  # the size comes after the data
-                got_crc, got_size, used = copy_to_descriptor(stream, sink, name, walk)
-            else:
-                got_crc, got_size, used = copy_entry(stream, sink, csize, name)
+            got_crc, got_size, used = inflate_entry(stream, sink, name, walk, bound)
+        elif declared is None:
+            got_crc, got_size, used = copy_to_descriptor(stream, sink, name, walk, bound)
         else:
-            raise ArchiveError(f"{name} in {walk.inner} ({walk.archive}) uses compression method {method}, which "
-                               "t2sql cannot read (only stored and deflate)", archive=str(walk.archive), member=name)
+            got_crc, got_size, used = copy_entry(stream, sink, csize, name)
         sink.close()
     except BaseException:
         sink.abort()
@@ -309,6 +334,7 @@ def _entry(stream: MemberStream, walk: _Walk) -> None:
     if crc != got_crc or got_size != usize:
         raise damaged_error(walk.archive, name, mismatch(crc, got_crc, usize, got_size), walk.inner)
     walk.count += 1
+    walk.bounds.passed(got_size)
     walk.digest = (walk.digest + entry_digest(raw_name, got_crc, got_size)) % DIGEST_MODULUS
     if out_path is not None:
         walk.written += got_size
@@ -336,6 +362,8 @@ class _Sink:
                 self._full(e)
 
     def write(self, data: bytes) -> None:
+        if self.file is not None and free_bytes(self.walk.partial) - len(data) < DISK_RESERVE:
+            self._give_up()  # the disk's reserve: as if it were full
         if self.file is not None:
             try:
                 self.file.write(data)
@@ -358,6 +386,9 @@ class _Sink:
         what the databases need). Any other error is the walk's."""
         if not _disk_full(e):
             raise e
+        self._give_up()
+
+    def _give_up(self) -> None:
         self.abort()
         self.walk.full = True
         shutil.rmtree(self.walk.partial, ignore_errors=True)
@@ -392,13 +423,13 @@ def _no_space(walk: _Walk, partial: Path, counted: bool) -> NoSpaceError:
     free = free_bytes(partial.parent)
     need = f"{'' if counted else 'more than '}{format_bytes(walk.written)}"
     # "at least": the file system's own blocks and directories come on top of the files' bytes
-    short = (f"free at least {format_bytes(walk.written - free)} more there" if counted and walk.written > free
-             else "free more space there")
+    short = (f"free at least {format_bytes(walk.written + DISK_RESERVE - free)} more there"
+             if counted and walk.written + DISK_RESERVE > free else "free more space there")
     return NoSpaceError(
-        f"no space left on the disk of {partial.parent} while extracting {walk.inner} from {walk.archive}: the "
-        f"databases need {need} in all, and {format_bytes(free)} is free now (the partial extraction removed); "
-        f"{short} (or choose a folder on a larger disk) and run again", path=str(partial.parent),
-        needed=walk.written, free=free)
+        f"no space left on the disk of {partial.parent} while extracting {walk.inner} from {walk.archive}: "
+        f"the databases need {need} in all, t2sql leaves {format_bytes(DISK_RESERVE)} free there for whatever "
+        f"else runs, and {format_bytes(free)} is free now (the partial extraction removed); {short} (or choose "
+        "a folder on a larger disk) and run again", path=str(partial.parent), needed=walk.written, free=free)
 
 
 # ------------------------------------------------------------------ the databases' check, the target's replacement

@@ -4,7 +4,8 @@ laying it out verified under `<bird_dir>/<train|dev>_databases/<db_id>/<db_id>.s
 train and validation (BIRD-Verified) run on BIRD's *train* databases (train.zip); arcwise
 (Arcwise-Plat-SQL) on its *dev* databases (dev.zip, dev_20240627). Each archive is downloaded
 (resumable, t2sql.download.http), its inner databases zip is extracted where it lies inside it
-(t2sql.download.archive: CRC-checked, all or nothing, every database through `PRAGMA quick_check`),
+(t2sql.download.archive: CRC-checked, all or nothing, every database through `PRAGMA quick_check`,
+everything it unpacks held to twice the databases' estimate, `BirdArchive.ceiling`),
 and the archive is then deleted unless asked to keep it: the peak disk is one archive plus its
 databases. A rerun skips an archive whose laid-out folder is still verified.
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Iterable
 
 from t2sql.download.archive import extract_databases
+from t2sql.download.bounds import UnpackCeiling
 from t2sql.download.http import bytes_to_fetch, download
 from t2sql.download.integrity import database_problem
 from t2sql.download.marker import describe_foreign, foreign_files, verified
@@ -44,6 +46,13 @@ class BirdArchive:
     inner_member: str  # the databases zip inside it
     folder: str  # the laid-out folder under <bird_dir>, as in BIRD's layout
     databases_bytes: int  # the databases unpacked, for the disk check: an estimate (BIRD publishes none)
+
+    def ceiling(self) -> UnpackCeiling:
+        """The most bytes its inner zip's entries may unpack to in all (t2sql.download.bounds): twice the
+        estimate, which leaves room for an estimate short of the truth and for macOS's files beside the
+        databases, and stops an archive that is not BIRD's long before it fills a disk meant for BIRD."""
+        return UnpackCeiling(2 * self.databases_bytes, f"twice the {format_bytes(self.databases_bytes)} that "
+                             f"BIRD's {self.folder} are estimated at")
 
 
 ARCHIVES: dict[str, BirdArchive] = {
@@ -140,7 +149,8 @@ def fetch(bird_dir: Path, archives: Iterable[BirdArchive], needed: dict[str, set
         pin = ("sha256 pin checked" if got.sha256_checked else
                "no sha256 pin for this archive" if a.sha256 is None else
                f"sha256 pin not applied (from a mirror, not BIRD's server; sha256 {got.sha256})")
-        result = extract_databases(dest, a.inner_member, folder, identity=identity, progress=progress)
+        result = extract_databases(dest, a.inner_member, folder, identity=identity, progress=progress,
+                                   ceiling=a.ceiling())
         if not keep_archives:
             dest.unlink(missing_ok=True)
         laid.append(LaidOut(a, folder, result.databases,

@@ -2,7 +2,8 @@
 `locate(f, archive, name)` (the member, where its data starts and where it must end by) and `stored_span`
 (the true length of a stored member whose 32-bit size wrapped).
 
-- The directory is found from the archive's end (EOCD; the ZIP64 locator and record; ZIP64 extra fields), so
+- The directory is found from the archive's end (`find_directory`, which reads any zip's bytes, the inner
+  zip's too for t2sql.download.innerdirectory: EOCD; the ZIP64 locator and record; ZIP64 extra fields), so
   archives and members over 4 GiB work. An archive written with 32-bit fields past 4 GiB (macOS's Archive
   Utility does this: offsets and sizes wrap modulo 4 GiB) is read too: a local header that is not where the
   directory says is looked for 4 GiB further on; a member whose sizes may have wrapped is marked
@@ -18,10 +19,11 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from t2sql.download.zipformat import (
     CENTRAL,
+    CENTRAL_RECORD,
     CHUNK,
     DEFLATED,
     EOCD,
@@ -38,7 +40,7 @@ from t2sql.download.zipformat import (
 )
 from t2sql.errors import ArchiveError
 
-__all__ = ["Member", "locate", "open_archive", "stored_span"]
+__all__ = ["Directory", "Member", "NoDirectory", "find_directory", "locate", "open_archive", "stored_span"]
 
 
 @dataclass(frozen=True)
@@ -65,28 +67,31 @@ def open_archive(archive: Path) -> BinaryIO:
 
 
 @dataclass(frozen=True)
-class _Directory:
-    """Where an archive's central directory lies, from its end records."""
+class Directory:
+    """Where a zip's central directory lies, from its end records (positions from the zip's start)."""
 
-    start: int  # where it starts in the file
+    start: int  # where it starts
     size: int
     count: int  # members it lists (0xFFFF: unknown, from a 16-bit field that overflowed)
     shift: int  # to add to the recorded offsets (bytes prepended to the zip); offsets may still wrap
-    file_size: int
+    file_size: int  # the zip's own size
 
 
-def _directory(f: BinaryIO, archive: Path) -> _Directory:
-    """The archive's central directory, as its end records give it."""
-    size = os.fstat(f.fileno()).st_size
+class NoDirectory(Exception):
+    """A zip's end records are missing or point outside it; the message says which."""
+
+
+def find_directory(size: int, read_at: Callable[[int, int], bytes]) -> Directory:
+    """The central directory of a zip of `size` bytes, as its end records give it; `read_at(at, n)` reads
+    `n` bytes at `at` (fewer, or none, where it has no bytes). NoDirectory when they are not there."""
     tail_len = min(size, 22 + U16 + 20)
-    f.seek(size - tail_len)
-    tail = f.read(tail_len)
+    tail = read_at(size - tail_len, tail_len)
     pos = tail.rfind(EOCD)
     while pos >= 0 and not (pos + 22 <= len(tail) and pos + 22 + struct.unpack_from("<H", tail, pos + 20)[0]
                             <= len(tail)):
         pos = tail.rfind(EOCD, 0, pos)
     if pos < 0:
-        raise truncated_error(archive, "no end-of-central-directory record at its end")
+        raise NoDirectory("no end-of-central-directory record at its end")
     eocd_at = size - tail_len + pos
     _, _, _, _, count, cd_size, cd_offset, _ = struct.unpack_from("<4s4H2LH", tail, pos)
     cd_end = eocd_at
@@ -95,24 +100,36 @@ def _directory(f: BinaryIO, archive: Path) -> _Directory:
         record = b""
         for at in (eocd_at - 20 - 56, record_offset):  # where it lies (no extensible data), where it says
             if 0 <= at <= size - 56:
-                f.seek(at)
-                record = f.read(56)
-                if record[:4] == EOCD64:
+                record = read_at(at, 56)
+                if record[:4] == EOCD64 and len(record) == 56:
                     cd_end = at
                     break
-        if record[:4] != EOCD64:
-            raise truncated_error(archive, "its ZIP64 end-of-central-directory record is missing")
+        if record[:4] != EOCD64 or len(record) != 56:
+            raise NoDirectory("its ZIP64 end-of-central-directory record is missing")
         count, cd_size, cd_offset = struct.unpack_from("<3Q", record, 32)
     cd_start = cd_end - cd_size
     if cd_start < 0:
-        raise truncated_error(archive, "its central directory lies outside the file")
+        raise NoDirectory("its central directory lies outside the file")
     shift = cd_start - cd_offset
     if shift % FOUR_GIB == 0:  # none, or 32-bit offsets wrapped past 4 GiB (found member by member)
         shift = 0
-    return _Directory(cd_start, cd_size, count, shift, size)
+    return Directory(cd_start, cd_size, count, shift, size)
 
 
-def _members(f: BinaryIO, archive: Path, cd: _Directory) -> Iterator[Member]:
+def _directory(f: BinaryIO, archive: Path) -> Directory:
+    """The archive's central directory, as its end records give it."""
+
+    def read_at(at: int, n: int) -> bytes:
+        f.seek(at)
+        return f.read(n)
+
+    try:
+        return find_directory(os.fstat(f.fileno()).st_size, read_at)
+    except NoDirectory as e:
+        raise truncated_error(archive, str(e)) from None
+
+
+def _members(f: BinaryIO, archive: Path, cd: Directory) -> Iterator[Member]:
     """The members the central directory lists, in its order, read a chunk at a time (the file position is
     the caller's between two members: each read seeks first)."""
     buf, p, at, end, listed = b"", 0, cd.start, cd.start + cd.size, 0
@@ -126,7 +143,7 @@ def _members(f: BinaryIO, archive: Path, cd: _Directory) -> Iterator[Member]:
         if p + 46 > len(buf) or buf[p:p + 4] != CENTRAL:
             break
         (_, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _,
-         offset) = struct.unpack_from("<4s6H3L5HLL", buf, p)
+         offset) = CENTRAL_RECORD.unpack_from(buf, p)
         if p + 46 + nlen + xlen + clen > len(buf):
             raise truncated_error(archive, "its central directory is cut short")
         raw = buf[p + 46:p + 46 + nlen]

@@ -2,9 +2,10 @@
 `MemberStream`): each entry's data, its data descriptor, and the inner zip's own central directory. The local
 headers themselves are read by the walk that lays the entries out (t2sql.download.archive).
 
-- An entry's data is read by `inflate_entry` (to its deflate stream's end, and never past the size its local
-  header records when it records one), `copy_entry` (a known size) or `copy_to_descriptor` (a stored entry
-  whose size comes after it: one pass, each byte searched and hashed once); a data descriptor (flag bit 3;
+- An entry's data is read by `inflate_entry` (to its deflate stream's end), `copy_entry` (a known size) or
+  `copy_to_descriptor` (a stored entry whose size comes after it: one pass, each byte searched and hashed
+  once), the first and last never past the `Bound` the caller gives (t2sql.download.bounds: an entry that
+  would pass it is refused, with no more given to the sink); a data descriptor (flag bit 3;
   32- or 64-bit sizes, with or without the signature) is read by `read_descriptor` and must match what
   passed. Each gives back the CRC32 and sizes of what passed, for the caller to check; the bytes go to the
   caller's sink.
@@ -23,11 +24,13 @@ import hashlib
 import re
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from t2sql.download.zipformat import (
     CENTRAL,
+    CENTRAL_RECORD,
     CHUNK,
     DESCRIPTOR,
     EOCD,
@@ -42,8 +45,8 @@ from t2sql.download.zipformat import (
 )
 from t2sql.download.zipstream import MemberStream
 
-__all__ = ["DIGEST_MODULUS", "copy_entry", "copy_to_descriptor", "directory_digest", "entry_digest", "inflate_entry",
-           "read_descriptor"]
+__all__ = ["DIGEST_MODULUS", "Bound", "copy_entry", "copy_to_descriptor", "directory_digest", "entry_digest",
+           "inflate_entry", "read_descriptor"]
 
 # An inner entry's first read from the stream, doubled on each further read up to CHUNK: a tiny entry costs
 # little whatever lies after it, a large one soon reads whole chunks.
@@ -64,11 +67,18 @@ class _Walk(Protocol):
     inner: str
 
 
-def inflate_entry(stream: MemberStream, sink: _Sink, name: str, walk: _Walk, declared: int | None
-                  ) -> tuple[int, int, int]:
-    """Inflate one entry to its deflate stream's end, and never past `declared` (the size its local header
-    records; None when its size comes after it, in a data descriptor): an entry that would is refused, with
-    at most `declared` bytes given to the sink. What was read past its end is given back to the stream."""
+@dataclass(frozen=True)
+class Bound:
+    """The most bytes an entry may give the sink, and what sets that, for the refusal ("its header records")."""
+
+    size: int
+    what: str
+
+
+def inflate_entry(stream: MemberStream, sink: _Sink, name: str, walk: _Walk, bound: Bound) -> tuple[int, int, int]:
+    """Inflate one entry to its deflate stream's end, and never past `bound`: an entry that would is refused,
+    with at most `bound.size` bytes given to the sink. What was read past its end is given back to the
+    stream."""
     dec = zlib.decompressobj(-15)
     crc = size = used = 0
     want = _FIRST_READ
@@ -80,14 +90,13 @@ def inflate_entry(stream: MemberStream, sink: _Sink, name: str, walk: _Walk, dec
             if not data:
                 raise truncated_error(walk.archive, f"{name} in {walk.inner} ends early", name)
             used += len(data)
-        room = MAX_OUT if declared is None else min(MAX_OUT, declared - size + 1)  # one byte over tells
         try:
-            out = dec.decompress(data, room)
+            out = dec.decompress(data, min(MAX_OUT, bound.size - size + 1))  # one byte over tells
         except zlib.error as e:
             raise damaged_error(walk.archive, name, f"its compressed data is corrupt: {e}", walk.inner) from None
-        if declared is not None and size + len(out) > declared:
-            raise damaged_error(walk.archive, name, f"it inflates past the {declared} bytes its header records",
-                           walk.inner)
+        if size + len(out) > bound.size:
+            raise damaged_error(walk.archive, name, f"it inflates past the {bound.size} bytes {bound.what}",
+                                walk.inner)
         if out:
             sink.write(out)
             crc = zlib.crc32(out, crc)
@@ -120,12 +129,14 @@ _DESCRIPTOR_REACH = 4 + 20 + 4  # the bytes from a signature to the end of what 
 _SIZE_LOW = struct.Struct("<L")
 
 
-def copy_to_descriptor(stream: MemberStream, sink: _Sink, name: str, walk: _Walk) -> tuple[int, int, int]:
+def copy_to_descriptor(stream: MemberStream, sink: _Sink, name: str, walk: _Walk, bound: Bound
+                       ) -> tuple[int, int, int]:
     """A stored entry whose size is only in the descriptor after it: copy up to the first descriptor
     signature followed by the CRC32 and size of the bytes before it (a false match needs a CRC collision), and
-    then by the next entry or the directory. One pass, each byte searched once and hashed once, however many
-    signatures the data holds: a candidate costs a look at the size after it, and only one whose size is right
-    brings the CRC32 (which runs on from the last one) up to it."""
+    then by the next entry or the directory, and never past `bound`: an entry that runs past it is refused,
+    with at most `bound.size` bytes given to the sink. One pass, each byte searched once and hashed once,
+    however many signatures the data holds: a candidate costs a look at the size after it, and only one whose
+    size is right brings the CRC32 (which runs on from the last one) up to it."""
     crc = size = 0  # of the bytes given to the sink
     want = _FIRST_READ
     while True:
@@ -140,6 +151,8 @@ def copy_to_descriptor(stream: MemberStream, sink: _Sink, name: str, walk: _Walk
             if i >= settled:
                 break
             n = size + i
+            if n > bound.size:
+                break  # refused below: no descriptor further on can end it within its bound
             if _SIZE_LOW.unpack_from(window, i + 8)[0] != n & U32:  # both layouts: CRC32, then the size's low half
                 continue
             run_crc, run_at = zlib.crc32(view[run_at:i], run_crc), i
@@ -149,6 +162,8 @@ def copy_to_descriptor(stream: MemberStream, sink: _Sink, name: str, walk: _Walk
                     sink.write(view[:i])
                     stream.skip(i)
                     return run_crc, n, n
+        if size + settled > bound.size:
+            raise damaged_error(walk.archive, name, f"it runs past the {bound.size} bytes {bound.what}", walk.inner)
         if at_end:
             raise truncated_error(walk.archive, f"{name} in {walk.inner} has no data descriptor after it", name)
         sink.write(view[:settled])
@@ -203,9 +218,8 @@ def directory_digest(stream: MemberStream) -> tuple[int, int]:
     files it lists and the sum of their `entry_digest`s."""
     count = digest = 0
     while stream.peek(4) == CENTRAL:
-        record = stream.read(46, "its central directory")
-        (_, _, _, _, _, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _,
-         offset) = struct.unpack("<4s6H3L5HLL", record)
+        record = stream.read(CENTRAL_RECORD.size, "its central directory")
+        (_, _, _, _, _, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, offset) = CENTRAL_RECORD.unpack(record)
         rest = stream.read(nlen + xlen + clen, "its central directory")
         raw, extra = rest[:nlen], rest[nlen:nlen + xlen]
         wide = zip64_fields(extra, [usize == U32, csize == U32, offset == U32])

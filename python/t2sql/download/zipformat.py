@@ -15,9 +15,9 @@ from pathlib import Path
 
 from t2sql.errors import ArchiveError
 
-__all__ = ["CENTRAL", "CHUNK", "DEFLATED", "DESCRIPTOR", "EOCD", "EOCD64", "EOCD64_LOCATOR", "FOUR_GIB", "LOCAL",
-           "MAX_OUT", "STORED", "U16", "U32", "U64", "damaged_error", "decode_name", "has_tag", "is_junk",
-           "mismatch", "truncated_error", "zip64_fields"]
+__all__ = ["CENTRAL", "CENTRAL_RECORD", "CHUNK", "DEFLATED", "DEFLATE_MAX_RATIO", "DESCRIPTOR", "EOCD", "EOCD64",
+           "EOCD64_LOCATOR", "FOUR_GIB", "LOCAL", "MAX_OUT", "STORED", "U16", "U32", "U64", "damaged_error",
+           "decode_name", "has_tag", "is_junk", "mismatch", "truncated_error", "zip64_fields"]
 
 CHUNK = 1 << 20  # bytes read from the archive at a time
 MAX_OUT = 4 << 20  # most bytes one decompress call may produce (a run of zeros inflates 1000x)
@@ -33,6 +33,14 @@ U32 = 0xFFFFFFFF
 U64 = (1 << 64) - 1
 FOUR_GIB = 1 << 32  # where 32-bit sizes and offsets wrap
 STORED, DEFLATED = 0, 8
+# Deflate's own limit: a 258-byte match coded in 2 bits (1-bit length and distance codes) is 1032 bytes out of
+# one byte in, and nothing codes more; a deflate stream of C bytes inflates to less than 1032 * C.
+DEFLATE_MAX_RATIO = 1032
+
+# A central directory record's 46 fixed bytes: signature, version made by, version needed, flags, method, time,
+# date, CRC32, compressed size, uncompressed size, name, extra and comment lengths, disk, internal and external
+# attributes, local header offset.
+CENTRAL_RECORD = struct.Struct("<4s6H3L5HLL")
 
 
 # ------------------------------------------------------------------------------------------------- fields

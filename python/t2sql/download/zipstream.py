@@ -62,6 +62,11 @@ class MemberStream:
         self.size = 0
         self.done = False
 
+    @property
+    def offset(self) -> int:
+        """Where the next unconsumed byte lies in the member (for the inner zip: its offset in that zip)."""
+        return self.size - (len(self.buf) - self.at)
+
     def _produce(self) -> None:
         if self.dec is None:
             n = min(CHUNK, self.end - self.pos)
