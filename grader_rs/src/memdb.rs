@@ -54,6 +54,8 @@ fn created_kind(sql: &str) -> Option<String> {
 /// one schema. Bounded: the oldest schema goes first.
 static TEMPLATES: Mutex<Vec<(Vec<String>, Connection)>> = Mutex::new(Vec::new());
 const TEMPLATES_KEPT: usize = 32;
+/// The page size of a small database (SQLite's smallest).
+const SMALL_PAGE: i64 = 512;
 
 /// Put `schema` into the empty connection `dst`, by copying a template built once per schema.
 fn copy_schema(schema: &[String], dst: &mut Connection) -> Result<()> {
@@ -64,6 +66,9 @@ fn copy_schema(schema: &[String], dst: &mut Connection) -> Result<()> {
         Some(i) => i,
         None => {
             let template = Connection::open_in_memory().map_err(fail)?;
+            template
+                .pragma_update(None, "page_size", SMALL_PAGE)
+                .map_err(fail)?;
             for sql in schema {
                 match created_kind(sql) {
                     Some(kind) if SCHEMA_KINDS.contains(&kind.as_str()) => {
@@ -106,6 +111,28 @@ pub fn build(
     let vfs = crate::tempfiles::vfs_name().map_err(GradeError::Database)?;
     let mut conn =
         Connection::open_in_memory_with_flags_and_vfs(OpenFlags::default(), vfs).map_err(fail)?;
+    // No lookaside memory: the check keeps thousands of these small databases open, and each
+    // connection's default lookaside (about 120 KiB) would be most of its memory.
+    // SAFETY: a connection just opened, nothing allocated from its lookaside yet; a null buffer with
+    // size 0 and count 0 is the documented way to turn lookaside off.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_db_config(
+            conn.handle(),
+            rusqlite::ffi::SQLITE_DBCONFIG_LOOKASIDE,
+            std::ptr::null_mut::<std::ffi::c_void>(),
+            0 as std::ffi::c_int,
+            0 as std::ffi::c_int,
+        )
+    };
+    if rc != rusqlite::ffi::SQLITE_OK {
+        return Err(GradeError::Database(format!(
+            "cannot build the database {label}: lookaside off failed ({rc})"
+        )));
+    }
+    // Small pages: a few dozen rows over a dozen tables fill a page each, not 4 KiB each (the
+    // template has the same size, which a backup into an in-memory database needs).
+    conn.pragma_update(None, "page_size", SMALL_PAGE)
+        .map_err(fail)?;
     conn.pragma_update(None, "foreign_keys", false)
         .map_err(fail)?;
     conn.pragma_update(None, "temp_store", "MEMORY")
