@@ -38,7 +38,7 @@ from t2sql.download.zipformat import (
     truncated_error,
     zip64_fields,
 )
-from t2sql.errors import ArchiveError
+from t2sql.errors import ArchiveError, T2sqlError
 
 __all__ = ["Directory", "Member", "NoDirectory", "find_directory", "locate", "open_archive", "stored_span"]
 
@@ -77,7 +77,7 @@ class Directory:
     file_size: int  # the zip's own size
 
 
-class NoDirectory(Exception):
+class NoDirectory(T2sqlError):
     """A zip's end records are missing or point outside it; the message says which."""
 
 
