@@ -35,7 +35,6 @@ from t2sql.tasks import Task
 BIRD = bird_root()  # BIRD dev: tests/data/bird, or $T2SQL_BIRD
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
-CHECKED = RECIPE.replace(equivalence_penalty=0.2)  # the recipe's number, on
 CONFIG = machinery.EquivalenceConfig.from_preset(RECIPE)
 SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
 STUDENT_CLUB = str(BIRD / "student_club" / "student_club.sqlite")
@@ -433,19 +432,17 @@ def _play(preset, solution: str):
 
 def test_episode_takes_the_penalty_and_reports_the_witness():
     assert any(t.name == "equivalence" and t.switch == "equivalence_penalty" for t in registered_terms())
-    lucky = _play(CHECKED, PRED_IN)
+    lucky = _play(RECIPE, PRED_IN)
     assert lucky.outcome == "correct" and lucky.correct  # evaluation still scores it correct
-    assert lucky.reward_terms["equivalence"] == pytest.approx(-CHECKED.equivalence_penalty)
+    assert lucky.reward_terms["equivalence"] == pytest.approx(-RECIPE.equivalence_penalty)
     assert lucky.metrics["equivalence_refuted"] == 1.0 and lucky.metrics["equivalence_checked"] == 1.0
     assert lucky.metrics["equivalence_witness"].startswith("-- witness")
     assert lucky.metrics["equivalence_skipped_reason"] == ""
-    exact = _play(CHECKED, GOLD_JOIN)
+    exact = _play(RECIPE, GOLD_JOIN)
     assert exact.reward_terms["equivalence"] == 0.0 and exact.metrics["equivalence_refuted"] == 0.0
     assert exact.metrics["equivalence_witness"] == ""
-    wrong = _play(CHECKED, "SELECT power_name FROM superpower LIMIT 2")
+    wrong = _play(RECIPE, "SELECT power_name FROM superpower LIMIT 2")
     assert wrong.outcome == "incorrect" and wrong.metrics["equivalence_skipped_reason"] == "not_correct"
-    shipped = _play(RECIPE, PRED_IN)  # the shipped recipe preset does not apply the term yet
-    assert "equivalence" not in shipped.reward_terms and "equivalence_refuted" not in shipped.metrics
     bare = _play(BARE, PRED_IN)
     assert bare.reward == 1.0 and "equivalence_refuted" not in bare.metrics
 
@@ -457,8 +454,8 @@ def test_a_trajectory_without_a_grader_is_checked_on_a_thread_of_its_own():
         return Trajectory(outcome="correct", evidence="", visible=("x",), prose=("x",), answer_turn=0,
                           invalid_tool_calls=0, solution=solution, task=_task())
 
-    lucky = asyncio.run(eq.check_trajectory(trajectory(PRED_IN), CHECKED))
-    exact = asyncio.run(eq.check_trajectory(trajectory(GOLD_JOIN), CHECKED))
+    lucky = asyncio.run(eq.check_trajectory(trajectory(PRED_IN), RECIPE))
+    exact = asyncio.run(eq.check_trajectory(trajectory(GOLD_JOIN), RECIPE))
     assert lucky.refuted and exact.checked and not exact.refuted
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from t2sql.episode import evidence, presets
 from t2sql.episode.evidence import content_tokens, coverage
-from t2sql.episode.presets import OUTCOMES, PRESETS, RESERVED_SWITCHES, Preset, get_preset, preset_notes
+from t2sql.episode.presets import OUTCOMES, PRESETS, RESERVED_SWITCHES, Preset, get_preset
 from t2sql.episode.reward import RewardTerm, Trajectory
 from t2sql.episode.terms import register_term, registered_terms, score, unregister_term
 from t2sql.errors import PresetError
@@ -270,14 +270,12 @@ def test_registered_term_is_applied_only_when_its_switch_is_on():
     # t2sql.episode.equivalence registers the real term under this name: set it aside, restore it after.
     saved = registered_terms()
     register_term(RewardTerm("equivalence", equivalence, switch="equivalence_penalty"))
-    checked = RECIPE.replace(equivalence_penalty=0.2)  # the recipe's number (off in the shipped preset)
     try:
-        b = asyncio.run(score(traj("correct", answer_turn=0), checked))
+        b = asyncio.run(score(traj("correct", answer_turn=0), RECIPE))
         assert b.total == pytest.approx(0.8) and b.unapplied == ()
         assert asyncio.run(score(traj("correct", answer_turn=0), BARE)).total == 1.0
-        assert asyncio.run(score(traj("correct", answer_turn=0), RECIPE)).total == 1.0
         unregister_term("equivalence")
-        b = asyncio.run(score(traj("correct", answer_turn=0), checked))
+        b = asyncio.run(score(traj("correct", answer_turn=0), RECIPE))
         assert b.unapplied == ("equivalence_penalty",) and b.total == 1.0
     finally:
         for term in saved:
@@ -302,10 +300,7 @@ def test_presets_are_complete_frozen_data():
         RECIPE.max_tool_calls = 6  # type: ignore[misc]
     for s in RESERVED_SWITCHES:
         assert getattr(BARE, s) == 0
-    # The recipe's 0.2 stays off until the equivalence check meets its targets, and the preset says so.
-    assert RECIPE.equivalence_penalty == 0.0
-    assert any("equivalence_penalty=0" in note for note in preset_notes(RECIPE))
-    assert preset_notes(RECIPE.replace(equivalence_penalty=0.2)) == [] and preset_notes(BARE) == []
+    assert RECIPE.equivalence_penalty == 0.2
 
 
 def test_preset_errors_say_what_to_do():

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from t2sql import jsonl
-from t2sql.episode.presets import get_preset, preset_notes
+from t2sql.episode.presets import get_preset
 from t2sql.errors import EvalError, cap_lines
 from t2sql.eval.policies import build_policy
 from t2sql.eval.results import data_sha256, format_summary
@@ -111,9 +111,7 @@ def describe_preset(preset: Preset, width: int = 100) -> str:
     fields = preset.to_dict()
     name = fields.pop("name")
     body = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
-    notes = "".join("\n" + textwrap.fill(f"note: {note}", width, initial_indent="  ", subsequent_indent="    ")
-                    for note in preset_notes(preset))
-    return f"preset {name}:\n" + textwrap.fill(body, width, initial_indent="  ", subsequent_indent="  ") + notes
+    return f"preset {name}:\n" + textwrap.fill(body, width, initial_indent="  ", subsequent_indent="  ")
 
 
 def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:

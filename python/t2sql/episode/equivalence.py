@@ -34,9 +34,8 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
     anything else              not informative (a timeout, a gold that fails there, ...)
   The first database that refutes is the witness: shrunk to as few rows as still refute, shown as
   INSERT statements with both queries' results there.
-- A refuted match loses `equivalence_penalty` (the recipe's 0.2; the shipped recipe preset holds 0
-  until the check meets its targets, see PRESET_NOTES); the outcome stays `correct` (evaluation still
-  scores it correct; only the training reward changes).
+- A refuted match loses `equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the outcome
+  stays `correct` (evaluation still scores it correct; only the training reward changes).
 - Skipped, never refuted: a schema no small database can be built from ("unsupported_schema", a
   virtual table), a database that cannot be read ("database_error"), no informative database
   ("no_informative_database").

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 from t2sql._grader import DatabaseError
 from t2sql.episode.machine import VERDICT_OUTCOMES, Episode
 from t2sql.episode.parsing import parse_solution, strip_think
-from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset, preset_notes
+from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.serving.grader import Grader
 from t2sql.tasks import Task
 
@@ -71,8 +71,6 @@ class RolloutContext:
         grader = open_grader(preset, concurrency=settings.concurrency, cache_dir=settings.cache_dir,
                              manifest=settings.manifest, hash_databases=settings.hash_databases)
         log.info("t2sql preset %s: %s", preset.name, preset.to_dict())
-        for note in preset_notes(preset):
-            log.info("t2sql preset %s: note: %s", preset.name, note)
         return cls(preset, grader, db_root=settings.db_root)
 
     def task(self, row: Mapping[str, Any]) -> Task:

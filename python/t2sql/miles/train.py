@@ -48,7 +48,7 @@ from dataclasses import fields
 from typing import Callable, NoReturn
 
 from t2sql.download.bird import BIRD_URL
-from t2sql.episode.presets import get_preset, preset_notes
+from t2sql.episode.presets import get_preset
 from t2sql.errors import DataError, LaunchError, OutputPathError, PresetError, T2sqlError
 from t2sql.grading import method_arg, seconds_arg
 from t2sql.interrupts import interrupt_exit, interrupt_word, sigterm_unwinds
@@ -81,8 +81,7 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
                           + "\n(`t2sql-train train --dry-run` prints the command without starting anything)")
     command_utils = _import_miles_command_utils(c)
 
-    preset = get_preset(c.recipe)
-    print(json.dumps({"preset": preset.to_dict(), "notes": preset_notes(preset)}, indent=1))
+    print(json.dumps({"preset": get_preset(c.recipe).to_dict()}, indent=1))
     command_utils.execute_train(
         train_args=shlex.join(train_argv(c)),
         num_gpus_per_node=c.num_gpus_per_node,
