@@ -70,6 +70,9 @@ fn budget_of(timeout_s: f64, max_temp_bytes: u64, cancel: Option<&Bound<'_, Canc
 /// write it.
 const DEFAULT_MAX_TEMP_MB: u64 = crate::tempfiles::DEFAULT_MAX_TEMP_BYTES / crate::tempfiles::MIB;
 
+/// One table of `Database.from_rows`: (name, columns, rows of cells).
+type TableArg<'py> = (String, Vec<String>, Vec<Vec<Bound<'py, PyAny>>>);
+
 /// A cell handed in by Python: None, int (64-bit), float, str or bytes (bool is an int).
 fn cell_from_py(value: &Bound<'_, PyAny>) -> PyResult<rusqlite::types::Value> {
     use rusqlite::types::Value;
@@ -367,7 +370,7 @@ impl Database {
         py: Python<'_>,
         label: String,
         schema: Vec<String>,
-        tables: Vec<(String, Vec<String>, Vec<Vec<Bound<'_, PyAny>>>)>,
+        tables: Vec<TableArg<'_>>,
         reverse_scans: bool,
     ) -> PyResult<Database> {
         let mut converted = Vec::with_capacity(tables.len());
