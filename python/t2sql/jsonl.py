@@ -119,13 +119,18 @@ def _check_text(text: str) -> None:
         raise JsonProblem("a string holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
 
 
-def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
-    """Parse one JSON value under the rules above; raises JsonProblem."""
+def _decoded(text: str | bytes) -> str:
     if isinstance(text, (bytes, bytearray)):
         try:
-            text = bytes(text).decode("utf-8")
+            return bytes(text).decode("utf-8")
         except UnicodeDecodeError as e:
             raise JsonProblem(f"not UTF-8 (byte {e.start})") from None
+    return text
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse one JSON value under the rules above; raises JsonProblem."""
+    text = _decoded(text)
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int)
     except JsonProblem:
@@ -143,11 +148,7 @@ def load_array(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> list[JsonLin
     JsonLine(item number from 1, value, "") or (number, None, problem), so one NaN or one over-deep item
     is one problem, not a lost file. A text that is not JSON at all, or not an array, raises JsonProblem
     (a file nested past Python's parser is one too)."""
-    if isinstance(text, (bytes, bytearray)):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise JsonProblem(f"not UTF-8 (byte {e.start})") from None
+    text = _decoded(text)
     try:
         value = json.loads(text, parse_constant=_marked_constant, parse_float=_marked_float, parse_int=_marked_int)
     except JsonProblem:

@@ -116,30 +116,30 @@ class Trial:
                 continue
             if cut is None:
                 continue
-            try:
-                n = core.count_rows(cut.keys_sql, self.spec.timeout_s, cancel=self.cancel)
-                distinct = core.count_rows(f"SELECT DISTINCT * FROM ({cut.keys_sql})", self.spec.timeout_s,
-                                           cancel=self.cancel)
-            except t2sql.QueryCancelled:
-                raise
-            except t2sql.T2sqlError:
+            at_cut = self._rows_and_distinct(core, cut.keys_sql)
+            if at_cut is None:
                 unknown = True
                 continue
-            if n == 2 and distinct == 1:
+            if at_cut == (2, 1):  # the row the LIMIT keeps last and the next one tie
                 return True
             if self.spec.method == "ordered":
-                try:
-                    every = core.count_rows(cut.ordered_sql, self.spec.timeout_s, cancel=self.cancel)
-                    apart = core.count_rows(f"SELECT DISTINCT * FROM ({cut.ordered_sql})", self.spec.timeout_s,
-                                            cancel=self.cancel)
-                except t2sql.QueryCancelled:
-                    raise
-                except t2sql.T2sqlError:
+                every = self._rows_and_distinct(core, cut.ordered_sql)
+                if every is None:
                     unknown = True
                     continue
-                if every != apart:
+                if every[0] != every[1]:  # ties anywhere: the order among them is a choice
                     return True
         return None if unknown else False
+
+    def _rows_and_distinct(self, core: Any, sql: str) -> tuple[int, int] | None:
+        """(rows, distinct rows) of `sql` here, or None when it does not run."""
+        try:
+            return (core.count_rows(sql, self.spec.timeout_s, cancel=self.cancel),
+                    core.count_rows(f"SELECT DISTINCT * FROM ({sql})", self.spec.timeout_s, cancel=self.cancel))
+        except t2sql.QueryCancelled:
+            raise
+        except t2sql.T2sqlError:
+            return None
 
     def results_text(self) -> tuple[str, str]:
         limits = ToolLimits(timeout_s=self.spec.timeout_s, max_rows=WITNESS_RESULT_ROWS, max_chars=1500)
