@@ -333,9 +333,15 @@ def test_bad_configuration_is_refused_clearly():
 
 
 def test_a_missing_database_is_skipped_as_a_database_error(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.sqlite"
+    os.mkfifo(fifo)  # never opened: a read would block the worker
     with machinery.EquivalenceChecker(disk=DiskCache(tmp_path)) as c:
         report = c.check_sync(str(tmp_path / "nope.sqlite"), "SELECT 1", "SELECT 1", CONFIG)
+        piped = c.check_sync(str(fifo), "SELECT 1", "SELECT 1", CONFIG)
     assert report.skipped_reason == "database_error" and not report.refuted and "nope.sqlite" in report.detail
+    assert piped.skipped_reason == "database_error" and "not a regular file" in piped.detail
 
 
 # -- on the Grader's workers, cancellable

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ def database_key(path: str) -> str:
 
     try:
         st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device is never opened (a read would block)
+            raise DatabaseError(f"{path} is not a regular file; the equivalence check reads database files only")
         with open(path, "rb") as f:
             header = f.read(100)
     except OSError as e:
@@ -35,6 +38,7 @@ def database_key(path: str) -> str:
     h = hashlib.blake2b(digest_size=12)
     h.update(f"{st.st_size}:{st.st_mtime_ns}:".encode() + header)
     return f"{Path(path).stem[:40]}-{h.hexdigest()}"
+
 
 class DiskCache:
     """JSON entries under one directory, written atomically; an unreadable or stale entry is rebuilt.

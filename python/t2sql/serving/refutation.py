@@ -35,9 +35,9 @@ class Prepared:
     """A small database built in the core, with the gold's digest there (None: the gold failed, which
     makes the database uninformative). Kept per gold: every prediction of a task reuses it."""
 
-    def __init__(self, db: SmallDb, gold: str, spec: GradeSpec, cancel: Any = None):
+    def __init__(self, db: SmallDb, gold: str, spec: GradeSpec, cancel: Any = None, *, reverse: bool = False):
         self.db = db
-        self.core = db.database("witness")
+        self.core = db.database("witness", reverse=reverse)
         self.spec = witness_spec(spec)
         self.gold_error = ""
         self.gold = self._gold_digest(gold, cancel)
@@ -75,10 +75,7 @@ class Trial:
             if gold is None:
                 return "gold_error", self.prepared.gold_error, None, None
             return self._grade(core, gold)
-        mirror = Prepared(self.db.copy(), self.gold, self.spec, self.cancel)
-        mirror.core.close()
-        mirror.core = self.db.database("witness", reverse=True)
-        mirror.gold = mirror._gold_digest(self.gold, self.cancel)
+        mirror = Prepared(self.db, self.gold, self.spec, self.cancel, reverse=True)
         try:
             if mirror.gold is None:
                 return "gold_error", mirror.gold_error, None, None
