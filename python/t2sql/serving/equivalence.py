@@ -39,9 +39,7 @@ from t2sql.errors import EquivalenceError
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.mining import InvariantStore
-
-# Re-exported for the callers that read verdict kinds here.
-from t2sql.serving.refutation import AGREEING, REFUTING, Prepared, Trial, refutes, shrink  # noqa: E402,F401  (kept beside the check they name)
+from t2sql.serving.refutation import Prepared, Trial, refutes, shrink
 from t2sql.serving.sampling import RealRows
 from t2sql.serving.smalldb import SmallDb
 from t2sql.serving.suites import SUITE_VERSION, build_suite, suite_from_json, suite_to_json
