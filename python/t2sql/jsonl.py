@@ -143,6 +143,15 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     return value
 
 
+def loads_or_none(text: str | bytes | None) -> Any:
+    """`loads(text)`, or None when there is no text or it is not JSON under the rules above (how a command
+    reads the first line of a file it may have written)."""
+    try:
+        return loads(text) if text is not None else None
+    except JsonProblem:
+        return None
+
+
 def load_array(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> list[JsonLine]:
     """A JSON array read whole (BIRD's question files), each item judged on its own under the rules above:
     JsonLine(item number from 1, value, "") or (number, None, problem), so one NaN or one over-deep item

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from t2sql.atomic import OutputFile, first_line
-from t2sql.jsonl import JsonProblem, loads
+from t2sql.jsonl import loads_or_none
 
 # BIRD's rule as its evaluator applies it, in a child of its own (only the standard library).
 BIRD_RULE = r"""
@@ -200,25 +200,17 @@ def verdicts_file(workers: int) -> str:
     return f"t2sql_n{workers}.jsonl"
 
 
-def _first_value(head: bytes) -> Any:
-    line = first_line(head)
-    try:
-        return loads(line) if line is not None else None
-    except JsonProblem:
-        return None
-
-
 def is_bench_pairs(head: bytes) -> bool:
     """Whether a file that begins with `head` is a workload this bench wrote: its first line a pair whose id
     is "<question_id>/gold" and whose prediction is the gold itself (build_pairs' first pair)."""
-    pair = _first_value(head)
+    pair = loads_or_none(first_line(head))
     return (isinstance(pair, dict) and set(pair) == {"id", "db_id", "pred", "gold"} and isinstance(pair["id"], str)
             and pair["id"].endswith("/gold") and pair["pred"] == pair["gold"])
 
 
 def is_bird_verdicts(head: bytes) -> bool:
     """Whether a file that begins with `head` is BIRD_RULE's output: its first line one of its verdicts."""
-    return _first_value(head) in BIRD_VERDICTS
+    return loads_or_none(first_line(head)) in BIRD_VERDICTS
 
 
 def own_outputs(work: Path, force: bool) -> dict[str, OutputFile]:

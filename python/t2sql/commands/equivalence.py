@@ -21,7 +21,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from t2sql._grader import GradeSpec
 from t2sql.atomic import OutputFile, first_line
 from t2sql.bench.equivalence import format_measurement, measure
 from t2sql.commands.pairsfile import count_pairs, read_pairs
@@ -29,10 +28,11 @@ from t2sql.episode.presets import get_preset
 from t2sql.errors import EquivalenceError, OutputPathError, PresetError, T2sqlError, UnknownDatabase
 from t2sql.grading import workers_arg
 from t2sql.interrupts import interrupt_word
-from t2sql.jsonl import JsonProblem, dumps, load_file, loads
+from t2sql.jsonl import JsonProblem, dumps, load_file, loads_or_none
 from t2sql.progress import Progress
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.serving.mining import InvariantStore
+from t2sql.serving.refutation import with_method
 from t2sql.tasks import database_path, find_database
 
 EXIT_OK, EXIT_SOME, EXIT_TROUBLE = 0, 1, 2
@@ -84,10 +84,7 @@ def _config(args: argparse.Namespace, method: str | None = None) -> EquivalenceC
     config = EquivalenceConfig.from_preset(preset)
     method = method or args.semantics
     if method:
-        s = config.spec
-        config = EquivalenceConfig(config.suite_size, config.seed, config.budget_s,
-                                   GradeSpec(method, float_digits=s.float_digits, column_order=s.column_order,
-                                             timeout_s=s.timeout_s, max_temp_mb=s.max_temp_mb))
+        config = EquivalenceConfig(config.suite_size, config.seed, config.budget_s, with_method(config.spec, method))
     return config
 
 
@@ -189,11 +186,7 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
 
 def is_checked_pairs(head: bytes) -> bool:
     """Whether a file that begins with `head` is this command's --out: its first line a record it writes."""
-    line = first_line(head)
-    try:
-        record = loads(line) if line is not None else None
-    except JsonProblem:
-        return False
+    record = loads_or_none(first_line(head))
     return isinstance(record, dict) and {"line", "refuted", "witness", "skipped"} <= set(record)
 
 

@@ -38,7 +38,7 @@ from t2sql.grading import (
     workers_arg,
 )
 from t2sql.interrupts import interrupt_word
-from t2sql.jsonl import JsonProblem, dumps, loads
+from t2sql.jsonl import dumps, loads_or_none
 from t2sql.progress import Progress
 from t2sql.serving.gold_memory import GOLD_MEMORY_ENTRIES, Lru
 from t2sql.serving.results import GoldResult
@@ -194,11 +194,7 @@ def _verdict_dict(v: Verdict) -> dict:
 
 def is_verdicts(head: bytes) -> bool:
     """Whether a file that begins with `head` is grade's --out: its first line a verdict record, as written."""
-    line = first_line(head)
-    try:
-        record = loads(line) if line is not None else None
-    except JsonProblem:
-        return False
+    record = loads_or_none(first_line(head))
     return (isinstance(record, dict) and "id" in record and record.get("outcome") in (*OUTCOMES, BAD_INPUT)
             and type(record.get("line")) is int)
 

@@ -64,7 +64,7 @@ from t2sql.episode.presets import get_preset
 from t2sql.episode.prompt import build_prompt, task_text_problem, tool_specs
 from t2sql.errors import DataError, Problem
 from t2sql.grading import fallback_note, method_counts
-from t2sql.jsonl import JsonProblem, loads
+from t2sql.jsonl import loads_or_none
 from t2sql.progress import Progress
 from t2sql.serving.golds import GoldTask, run_golds
 from t2sql.serving.grader import Grader
@@ -187,11 +187,7 @@ def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> lis
 def is_converted(head: bytes) -> bool:
     """Whether a file that begins with `head` is a split t2sql converted: its first line a row of the
     format above (prompt, label, tools, and metadata naming the task, its split and its recipe)."""
-    line = first_line(head)
-    try:
-        row = loads(line) if line is not None else None
-    except JsonProblem:
-        return False
+    row = loads_or_none(first_line(head))
     if not (isinstance(row, dict) and isinstance(row.get("prompt"), list) and isinstance(row.get("tools"), list)
             and isinstance(row.get("label"), dict) and isinstance(row.get("metadata"), dict)):
         return False

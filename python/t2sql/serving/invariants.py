@@ -196,17 +196,9 @@ class Invariants:
         whose values were not mined. (A unique column may change when it stays unique, a column of a sum
         when the sum is mended: `SmallDb.problems` checks both.)"""
         t = self.table(table)
-        out: set[str] = set()
         if t is None:
             return frozenset()
-        for c in t.columns:
-            if c.pk or not c.mined:
-                out.add(c.name)
-        for r in self.references:
-            if r.child == t.name:
-                out.update(r.child_columns)
-            if r.parent == t.name:
-                out.update(r.parent_columns)
+        out = {c.name for c in t.columns if c.pk or not c.mined} | self._referencing(t.name)
         for cp in self.copies:
             if cp.table == t.name:
                 out.add(cp.column)
@@ -232,15 +224,20 @@ class Invariants:
         t = self.table(table)
         if t is None:
             return frozenset()
-        out = {c.name for c in t.columns if c.pk or c.unique}
+        out = {c.name for c in t.columns if c.pk or c.unique} | self._referencing(t.name)
         for key in t.keys:
             out.update(key)
-        for r in self.references:
-            if r.child == t.name:
-                out.update(r.child_columns)
-            if r.parent == t.name:
-                out.update(r.parent_columns)
         return frozenset(out)
+
+    def _referencing(self, table: str) -> set[str]:
+        """Columns of `table` on either side of a reference."""
+        out: set[str] = set()
+        for r in self.references:
+            if r.child == table:
+                out.update(r.child_columns)
+            if r.parent == table:
+                out.update(r.parent_columns)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": INVARIANTS_VERSION, **asdict(self)}

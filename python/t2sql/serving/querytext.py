@@ -18,7 +18,6 @@ from t2sql.sqltext import Token, tokens
 
 COMPOUND = frozenset({"UNION", "INTERSECT", "EXCEPT"})
 
-CLAUSES = ("WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "WINDOW")
 
 JOIN_WORDS = frozenset({"JOIN", "INNER", "LEFT", "RIGHT", "FULL", "OUTER", "CROSS", "NATURAL"})
 
@@ -358,7 +357,7 @@ def comparisons(st: Statement, inv: Invariants) -> list[Comparison]:
             lit = _literal_at(toks, k)
             if lit is not None:
                 lits = [lit[0]]
-            elif left is None or True:
+            else:
                 # lit op col
                 before = _literal_before(toks, j)
                 after = _column_at(toks, k) if k < len(toks) else None

@@ -22,13 +22,18 @@ WITNESS_RESULT_ROWS = 8  # rows of each query's result shown with a witness
 
 SHRINK_TRIES = 40  # attempts to drop rows from a witness
 
+def with_method(spec: GradeSpec, method: str) -> GradeSpec:
+    """`spec` with another method: float digits, column order, timeout and temp-disk cap kept."""
+    return GradeSpec(method, float_digits=spec.float_digits, column_order=spec.column_order,
+                     timeout_s=spec.timeout_s, max_temp_mb=spec.max_temp_mb)
+
+
 def witness_spec(spec: GradeSpec) -> GradeSpec:
     """How a pair is compared on a small database: as the task's method, except that a subset method
     ("name any N") asks only that each predicted row be a gold row (the gold may hold fewer than N rows
     there)."""
     if spec.method.startswith("subset"):
-        return GradeSpec("subset,>=,1", float_digits=spec.float_digits, column_order=spec.column_order,
-                         timeout_s=spec.timeout_s, max_temp_mb=spec.max_temp_mb)
+        return with_method(spec, "subset,>=,1")
     return spec
 
 class Prepared:
@@ -47,9 +52,7 @@ class Prepared:
             digest = self.core.digest(gold, self.spec, cancel=cancel)
             if self.spec.method.startswith("subset") and digest.rows == 0:
                 # No gold row here: the prediction must return none either (compared as sets).
-                self.spec = GradeSpec("set", float_digits=self.spec.float_digits,
-                                      column_order=self.spec.column_order, timeout_s=self.spec.timeout_s,
-                                      max_temp_mb=self.spec.max_temp_mb)
+                self.spec = with_method(self.spec, "set")
                 digest = self.core.digest(gold, self.spec, cancel=cancel)
             return digest
         except t2sql.QueryCancelled:
@@ -88,10 +91,7 @@ class Trial:
         pred = None
         if v.outcome == "mismatch":  # its digest tells a refutation's row counts apart (a match needs none)
             try:
-                pred = core.digest(self.pred, GradeSpec(gold.semantics, float_digits=gold.float_digits,
-                                                        column_order=self.spec.column_order,
-                                                        timeout_s=self.spec.timeout_s,
-                                                        max_temp_mb=self.spec.max_temp_mb), cancel=self.cancel)
+                pred = core.digest(self.pred, with_method(self.spec, gold.semantics), cancel=self.cancel)
             except t2sql.QueryCancelled:
                 raise
             except t2sql.T2sqlError:
