@@ -23,6 +23,12 @@ outcome, the reward and the metrics. The rules, in the order they are applied to
 
 When `done` is True no tool message is returned or appended: a trajectory never ends on tool text.
 A database that is missing or broken (DatabaseError) is the data's fault: `gold_error`, reward 0.
+
+The same rules one call at a time, for frameworks that run tools themselves (TRL's environments,
+verl's tools, OpenEnv): `record_turn(text)` records an assistant turn's text (the evidence rules read
+it), `await call_tool({"query": SQL})` runs one call (rule 3) and returns the tool message's text,
+`await finish(text, cut=None)` takes the answer turn (rules 1, 2 and 4) and returns the result.
+`on_turn` is written on these three, so both paths give the same record for the same turns.
 """
 
 from __future__ import annotations
@@ -115,6 +121,11 @@ def whitespace_tokens(text: str) -> int:
     return len(text.split())
 
 
+def _check_cut(cut: str | None) -> None:
+    if cut not in CUTS:
+        raise ValueError(f"cut must be None, 'turn' or 'context', got {cut!r}")
+
+
 class Episode:
     def __init__(
         self,
@@ -161,46 +172,29 @@ class Episode:
         <= 0 means the context is full: end the episode with `on_turn("", cut="context")`."""
         return min(self.preset.max_turn_tokens, self.preset.max_context_tokens - context_tokens_used)
 
-    # -- the state machine
+    # -- the state machine: whole turns
 
     async def on_turn(
         self, text: str, *, cut: str | None = None, tool_calls: Sequence[Any] | None = None
     ) -> TurnOutcome:
-        """Take one assistant turn (the full text, <think> included) and act on it."""
-        if self.result is not None:
-            raise EpisodeFinished(
-                f"episode {self.task.question_id} already ended ({self.result.outcome}); start a new Episode"
-            )
-        if cut not in CUTS:
-            raise ValueError(f"cut must be None, 'turn' or 'context', got {cut!r}")
-        text = text or ""
-        think, visible = parsing.split_think(text)
-        self._turns.append(_Turn(text, think, visible, parsing.prose(visible), self.count_tokens(think)))
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if tool_calls:
-            message["tool_calls"] = [dict(c) if isinstance(c, Mapping) else c for c in tool_calls]
-        self.messages.append(message)
-
-        if cut == "context":
-            return await self._finish("context_cut", "the context budget cut the turn (never graded)")
-        if cut == "turn":
-            return await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.max_turn_tokens}")
-
-        solution = parsing.parse_solution(visible)
-        if solution is not None and not solution.strip():
-            # An empty block answers nothing: log it as no_solution, not as the core's "unsafe".
-            return await self._finish("no_solution", "the <solution> block is empty")
-        if solution is not None:
-            return await self._grade(solution)
+        """Take one assistant turn (the full text, <think> included) and act on it: written on the
+        per-call API below (`record_turn`, `call_tool`, the answer of `finish`), so the two cannot drift."""
+        self._check_open()
+        _check_cut(cut)
+        turn = self.record_turn(text, tool_calls=tool_calls)
+        if cut is not None or parsing.parse_solution(turn.visible) is not None:
+            await self._answer(turn, cut)
+            return TurnOutcome(True, [])
 
         calls = (parsing.parse_structured_tool_calls(tool_calls) if tool_calls
-                 else parsing.parse_tool_calls(visible))
+                 else parsing.parse_tool_calls(turn.visible))
         if not calls:
-            return await self._finish("no_solution", "the turn has neither a tool call nor a <solution>")
+            await self._finish("no_solution", "the turn has neither a tool call nor a <solution>")
+            return TurnOutcome(True, [])
 
         tool_messages: list[dict[str, Any]] = []
         for call in calls:
-            content = await self._run_call(call)
+            content = await self.call_tool(call)
             if self.result is not None:  # an unsafe query ended the episode
                 return TurnOutcome(True, [])
             tool_message: dict[str, Any] = {"role": "tool", "name": prompts.TOOL_NAME, "content": content}
@@ -209,9 +203,78 @@ class Episode:
             tool_messages.append(tool_message)
 
         if len(self._turns) >= self.preset.max_turns:
-            return await self._finish("no_solution", f"no <solution> within max_turns={self.preset.max_turns} turns")
+            await self._finish("no_solution", f"no <solution> within max_turns={self.preset.max_turns} turns")
+            return TurnOutcome(True, [])
         self.messages.extend(tool_messages)
         return TurnOutcome(False, tool_messages)
+
+    # -- the state machine: one call at a time (frameworks that run tools themselves)
+
+    def record_turn(self, text: str, *, tool_calls: Sequence[Any] | None = None) -> _Turn:
+        """Record one assistant turn's text without acting on it: a framework that runs the turn's tool
+        calls one at a time (`call_tool`) records the text they came in here, so the evidence rules
+        read it. `finish` and `on_turn` record their turn themselves."""
+        self._check_open()
+        text = text or ""
+        think, visible = parsing.split_think(text)
+        turn = _Turn(text, think, visible, parsing.prose(visible), self.count_tokens(think))
+        self._turns.append(turn)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["tool_calls"] = [dict(c) if isinstance(c, Mapping) else c for c in tool_calls]
+        self.messages.append(message)
+        return turn
+
+    async def call_tool(self, arguments: Mapping[str, Any] | str | parsing.ToolCall, *,
+                        call_id: str | None = None) -> str:
+        """Run one tool call and return the tool message's text. `arguments`: the call's arguments
+        (`{"query": SQL}` or their JSON text) or a parsed call. The same budget, invalid-call and unsafe
+        rules (and penalties) as inside a turn: every call takes the next number; a malformed call or
+        one past the budget is not run and counts as invalid; an unsafe query ends the episode at once
+        (`done` is then True and the returned text says so). The caller keeps the conversation:
+        `episode.messages` is not extended here."""
+        self._check_open()
+        call = arguments if isinstance(arguments, parsing.ToolCall) else parsing.tool_call_from_arguments(
+            arguments, call_id)
+        content = await self._run_call(call)
+        if self.result is not None:
+            return f"Error: {self.result.detail}; the episode has ended ({self.result.outcome})."
+        return content
+
+    async def finish(self, text: str, *, cut: str | None = None) -> EpisodeResult:
+        """The answer turn: record `text` and end the episode, graded as `on_turn` grades a turn with
+        a <solution> (cut="turn"/"context": the turn was cut, never graded; no <solution>: no_solution).
+        Returns the episode's result."""
+        self._check_open()
+        _check_cut(cut)
+        turn = self.record_turn(text)
+        await self._answer(turn, cut, "the turn has neither a tool call nor a <solution>"
+                           if not parsing.parse_tool_calls(turn.visible) else "the answer turn has no <solution>")
+        assert self.result is not None
+        return self.result
+
+    def _check_open(self) -> None:
+        if self.result is not None:
+            raise EpisodeFinished(
+                f"episode {self.task.question_id} already ended ({self.result.outcome}); start a new Episode"
+            )
+
+    async def _answer(self, turn: _Turn, cut: str | None, no_solution: str = "") -> None:
+        """End the episode on its answer turn: a cut, the last <solution> graded, or no solution."""
+        if cut == "context":
+            await self._finish("context_cut", "the context budget cut the turn (never graded)")
+            return
+        if cut == "turn":
+            await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.max_turn_tokens}")
+            return
+        solution = parsing.parse_solution(turn.visible)
+        if solution is None:
+            await self._finish("no_solution", no_solution)
+        elif not solution.strip():
+            # An empty block answers nothing: log it as no_solution, not as the core's "unsafe".
+            await self._finish("no_solution", "the <solution> block is empty")
+        else:
+            await self._grade(solution)
 
     async def _run_call(self, call: parsing.ToolCall) -> str:
         self._tool_calls += 1
@@ -263,20 +326,20 @@ class Episode:
         left = budget - number
         return f"\n\n({left} tool call{'s' if left != 1 else ''} left.)"
 
-    async def _grade(self, solution: str) -> TurnOutcome:
+    async def _grade(self, solution: str) -> None:
         try:
             graded = await self.grader.grade(self.task.db_path, solution, self.task.gold_sql, self.grade_spec)
         except t2sql.DatabaseError as e:
-            return await self._finish("gold_error", f"the task's database failed at grading: {e}",
-                                      solution=solution)
+            await self._finish("gold_error", f"the task's database failed at grading: {e}", solution=solution)
+            return
         outcome = VERDICT_OUTCOMES.get(graded.outcome)
         if outcome is None:
             raise RuntimeError(f"the grader returned an unknown outcome {graded.outcome!r}")
         grade = graded.to_dict()
-        return await self._finish(outcome, graded.detail or graded.outcome, solution=solution, grade=grade)
+        await self._finish(outcome, graded.detail or graded.outcome, solution=solution, grade=grade)
 
     async def _finish(self, outcome: str, detail: str, *, solution: str | None = None,
-                      grade: dict[str, Any] | None = None) -> TurnOutcome:
+                      grade: dict[str, Any] | None = None) -> None:
         answer_turn = len(self._turns) - 1 if solution is not None else None
         trajectory = rewards.Trajectory(
             outcome=outcome,
@@ -329,4 +392,3 @@ class Episode:
             grade=grade,
             metrics=metrics,
         )
-        return TurnOutcome(True, [])

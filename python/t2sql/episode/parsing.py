@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from t2sql.episode.prompt import TOOL_NAME
 
@@ -216,6 +216,18 @@ def parse_structured_tool_calls(tool_calls: Sequence[Any]) -> list[ToolCall]:
                 continue
         calls.append(_checked(fn.get("name"), args, raw, call_id))
     return calls
+
+
+def tool_call_from_arguments(arguments: Any, call_id: str | None = None) -> ToolCall:
+    """One call of the tool from its arguments alone (a framework that calls tools one at a time):
+    an object `{"query": SQL}` or its JSON text; anything else is a malformed call."""
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as e:
+            return ToolCall(TOOL_NAME, None, f"the arguments string is not valid JSON ({e.msg})", raw, call_id)
+    return _checked(TOOL_NAME, dict(arguments) if isinstance(arguments, Mapping) else arguments, raw, call_id)
 
 
 _BLOCKS = re.compile(r"<tool_call>.*?(?:</tool_call>|$)|<solution>.*?(?:</solution>|$)", re.S)

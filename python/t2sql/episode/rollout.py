@@ -10,6 +10,7 @@ holds the framework's side (how a turn is generated, where the reward goes); eve
   every episode of the process shares it), and the task reader. `context(settings)` returns the
   process's context for those settings, made on first use; `close_contexts()` closes them.
 - The episode record: `EpisodeResult.to_dict()` (t2sql.episode.machine), the one list of its fields.
+- `RolloutContext.episode_async(task)`: an episode, its prompt built off the event loop.
 - `RolloutContext.regrade(task, response)`: a sample that has no episode record (replayed from elsewhere)
   graded by its last <solution>, with the outcome table only.
 
@@ -27,6 +28,7 @@ from t2sql._grader import DatabaseError
 from t2sql.episode.machine import VERDICT_OUTCOMES, Episode
 from t2sql.episode.parsing import parse_solution, strip_think
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
+from t2sql.episode.prompt import build_prompt_async
 from t2sql.serving.grader import Grader
 from t2sql.tasks import Task
 
@@ -79,6 +81,16 @@ class RolloutContext:
 
     def episode(self, task: Task, *, prompt: Sequence[Mapping[str, Any]] | None = None,
                 count_tokens: Callable[[str], int] | None = None) -> Episode:
+        """An episode of `task`. Without `prompt` its prompt is built here, which reads the schema (and
+        runs SQL for example values on a database's first episode): from async code use
+        `episode_async`, which does that off the event loop."""
+        return Episode(task, self.preset, self.grader, prompt=prompt, count_tokens=count_tokens)
+
+    async def episode_async(self, task: Task, *, prompt: Sequence[Mapping[str, Any]] | None = None,
+                            count_tokens: Callable[[str], int] | None = None) -> Episode:
+        """`episode` for async code: the prompt, when not given, is built on a worker thread."""
+        if prompt is None:
+            prompt = await build_prompt_async(task, self.preset)
         return Episode(task, self.preset, self.grader, prompt=prompt, count_tokens=count_tokens)
 
     async def regrade(self, task: Task, response: str) -> str:
