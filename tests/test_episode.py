@@ -478,7 +478,7 @@ def test_task_errors_say_what_is_missing(rows, db_root):
 
 
 def test_one_rule_names_the_cut_for_every_transport():
-    from t2sql.episode.machine import cut_reason
+    from t2sql.episode.budget import cut_reason
 
     assert cut_reason(False, 100, 100, 50, 200) is None  # stopped on its own
     assert cut_reason(True, 100, 100, 150, 200) == "turn"  # the per-turn limit stopped it

@@ -42,6 +42,7 @@ import t2sql
 from t2sql.episode import parsing, terms
 from t2sql.episode import prompt as prompts
 from t2sql.episode import reward as rewards
+from t2sql.episode.budget import Budget
 from t2sql.episode.presets import Preset
 from t2sql.errors import EpisodeFinished
 from t2sql.tasks import Task
@@ -51,18 +52,6 @@ if TYPE_CHECKING:
 
 CUTS = (None, "turn", "context")
 
-
-def cut_reason(stopped_at_length: bool, allowed: int, turn_limit: int, used: int | None = None,
-               context_limit: int | None = None) -> str | None:
-    """Which cut ended a turn (None, "turn" or "context"): the one rule the miles adapter and every
-    eval policy apply. A turn stopped at its token limit is a context cut when the context budget,
-    not the per-turn limit, set that limit (allowed < turn_limit) or the context is now full, and a
-    turn cut otherwise; a turn that ran past the context budget (an estimate was short) is a
-    context cut too. `used`: tokens of the whole context after the turn, when known."""
-    known = used is not None and context_limit is not None
-    if stopped_at_length:
-        return "context" if allowed < turn_limit or (known and used >= context_limit) else "turn"
-    return "context" if known and used > context_limit else None
 
 # The grader's verdict outcome -> the episode's outcome category.
 VERDICT_OUTCOMES: dict[str, str] = {
@@ -170,7 +159,7 @@ class Episode:
     def turn_token_budget(self, context_tokens_used: int = 0) -> int:
         """Tokens the next turn may generate: the per-turn limit, never past the context budget.
         <= 0 means the context is full: end the episode with `on_turn("", cut="context")`."""
-        return min(self.preset.max_turn_tokens, self.preset.max_context_tokens - context_tokens_used)
+        return Budget.of(self.preset).room(context_tokens_used)
 
     # -- the state machine: whole turns
 

@@ -11,6 +11,8 @@ holds the framework's side (how a turn is generated, where the reward goes); eve
   process's context for those settings, made on first use; `close_contexts()` closes them.
 - The episode record: `EpisodeResult.to_dict()` (t2sql.episode.machine), the one list of its fields.
 - `RolloutContext.episode_async(task)`: an episode, its prompt built off the event loop.
+- `t2sql.episode.tokens`: the token trajectory (ids, loss mask, budgets, status) and its loop, for an
+  adapter over a token-level server.
 - `RolloutContext.regrade(task, response)`: a sample that has no episode record (replayed from elsewhere)
   graded by its last <solution>, with the outcome table only.
 

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from t2sql import jsonl
-from t2sql.chat_template import ChatTemplate  # the training adapter's: one way to extend the ids
+from t2sql.chat_template import ChatTemplate
+from t2sql.episode.budget import Budget
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
-from t2sql.episode.machine import cut_reason
+from t2sql.episode.tokens import TokenTrajectory  # training's own: one way to extend the ids
 from t2sql.errors import EvalError
 from t2sql.eval.endpoint import CallStats, OpenAIChatClient, RetryPolicy, SglangGenerateClient
 
@@ -124,10 +125,8 @@ class _OpenAISession:
         return (self.known_tokens or 0) + math.ceil(self.unseen_chars / OPENAI_CHARS_PER_TOKEN)
 
     async def next_turn(self) -> PolicyTurn:
-        preset = self.policy.preset
-        turn_limit = int(preset.max_turn_tokens)
-        context_limit = int(preset.max_context_tokens)
-        max_tokens = self.episode.turn_token_budget(self.context_estimate())
+        budget = Budget.of(self.policy.preset)
+        max_tokens = budget.room(self.context_estimate())
         if max_tokens <= 0:
             return PolicyTurn("", cut="context")
         reply = await self.policy.client.complete(
@@ -138,7 +137,7 @@ class _OpenAISession:
             self.unseen_chars = 0
         else:
             self.unseen_chars += len(reply.text)
-        cut = cut_reason(reply.finish_reason == "length", max_tokens, turn_limit, self.known_tokens, context_limit)
+        cut = budget.cut(reply.finish_reason == "length", max_tokens, self.known_tokens)
         return PolicyTurn(reply.text, cut=cut, tool_calls=reply.tool_calls)
 
     def observe(self, tool_messages: list[dict[str, Any]]) -> None:
@@ -153,8 +152,8 @@ def _message_chars(message: dict[str, Any]) -> int:
 class SglangPolicy:
     """sglang's token-level /generate writes the turns; this side owns the token ids, as in training.
 
-    The token bookkeeping is the miles adapter's own renderer (`t2sql.miles.adapter`), so eval extends
-    the sequence exactly as training does: the chat template with the tool spec and the template
+    The token bookkeeping is the training adapters' own trajectory (`t2sql.episode.tokens`), so eval
+    extends the sequence exactly as training does: the chat template with the tool spec and the template
     kwargs on every render, the model's own output ids appended, tool messages appended as the
     template's suffix for them (with the newline the model never writes after its end-of-turn token).
 
@@ -190,35 +189,28 @@ class SglangPolicy:
 
 
 class _SglangSession:
+    """The episode's token trajectory, extended one turn at a time exactly as in training."""
+
     def __init__(self, policy: SglangPolicy, episode: Episode):
         self.policy = policy
         self.episode = episode
         self.stats = CallStats()
-        self.render = ChatTemplate(policy.tokenizer, episode.tools, policy.chat_template_kwargs)
-        self.ids: list[int] = self.render.encode(self.render.text(episode.messages, generation_prompt=True))
-        self.prompt_length = len(self.ids)
-        self.closed = False  # the model's last turn ended with the end-of-turn token
+        render = ChatTemplate(policy.tokenizer, episode.tools, policy.chat_template_kwargs)
+        self.trajectory = TokenTrajectory.start(render, episode.messages, Budget.of(policy.preset))
 
     async def next_turn(self) -> PolicyTurn:
-        turn_limit = int(self.policy.preset.max_turn_tokens)
-        # Like miles: len(input_ids) + max_new_tokens never passes the context budget.
-        max_new = self.episode.turn_token_budget(len(self.ids))
-        if max_new <= 0:
+        allowed = self.trajectory.room()  # like miles: len(input_ids) + max_new_tokens fits the context
+        if allowed <= 0:
             return PolicyTurn("", cut="context")
-        reply = await self.policy.client.generate(self.ids, max_new_tokens=max_new, stats=self.stats)
-        output_ids = reply.output_ids if reply.output_ids is not None else self.render.encode(reply.text)
-        self.ids.extend(output_ids)
-        self.closed = bool(output_ids) and self.policy.tokenizer.decode([output_ids[-1]]) == self.render.end_of_turn()
-        cut = cut_reason(reply.finish_reason == "length", max_new, turn_limit, len(self.ids),
-                         int(self.policy.preset.max_context_tokens))
-        return PolicyTurn(reply.text, cut=cut)
+        ids = list(self.trajectory.tokens)
+        reply = await self.policy.client.generate(ids, max_new_tokens=allowed, stats=self.stats)
+        output_ids = reply.output_ids if reply.output_ids is not None else self.trajectory.render.encode(reply.text)
+        self.trajectory.add_model(output_ids, reply.text)
+        return PolicyTurn(reply.text, cut=self.trajectory.cut(reply.finish_reason == "length", allowed))
 
     def observe(self, tool_messages: list[dict[str, Any]]) -> None:
-        if not tool_messages:
-            return
         before = self.episode.messages[: len(self.episode.messages) - len(tool_messages)]
-        segment = self.render.tool_segment(before, tool_messages, closed=self.closed)
-        self.ids.extend(self.render.encode(segment))
+        self.trajectory.add_tools(before, tool_messages)
 
 
 def load_tokenizer(path: str) -> Any:

@@ -55,9 +55,10 @@ from typing import Any
 
 from t2sql.chat_template import ChatTemplate
 from t2sql.episode import rollout
-from t2sql.episode.machine import EpisodeResult, cut_reason
-from t2sql.episode.prompt import build_prompt_async
+from t2sql.episode.budget import Budget
+from t2sql.episode.machine import EpisodeResult
 from t2sql.episode.rollout import RolloutContext, RolloutSettings
+from t2sql.episode.tokens import SampledTurn, TokenTrajectory, run_token_episode
 from t2sql.errors import AdapterError
 
 log = logging.getLogger("t2sql.miles.adapter")
@@ -218,46 +219,22 @@ async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form 
     state = input.state
     sample = copy.deepcopy(input.sample)
     ctx = _context(args)
-    preset = ctx.preset
     task = ctx.task(_task_row(sample))
-    messages = _prompt_messages(sample)
-    if messages is None:  # a string prompt (--apply-chat-template): rebuild the messages
-        messages = await build_prompt_async(task, preset)
     tokenizer = state.tokenizer
-    episode = ctx.episode(task, prompt=messages,
-                          count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
+    # A string prompt (--apply-chat-template) has no messages: the episode builds them (off the loop).
+    episode = await ctx.episode_async(task, prompt=_prompt_messages(sample),
+                                      count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
     render = ChatTemplate(tokenizer, episode.tools, getattr(args, "apply_chat_template_kwargs", None))
+    budget = Budget.of(ctx.preset, max_new_tokens=input.sampling_params.get("max_new_tokens"),
+                       max_context_len=getattr(args, "rollout_max_context_len", None))
+    trajectory = TokenTrajectory.start(render, episode.messages, budget)
 
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
     routing_replay = bool(getattr(args, "use_rollout_routing_replay", False))
-    context_limit = preset.max_context_tokens
-    if getattr(args, "rollout_max_context_len", None):
-        context_limit = min(context_limit, args.rollout_max_context_len)
-    per_turn = preset.max_turn_tokens
-    if input.sampling_params.get("max_new_tokens"):
-        per_turn = min(per_turn, int(input.sampling_params["max_new_tokens"]))
 
-    sample.tokens = render.encode(render.text(episode.messages, generation_prompt=True))
-    sample.response = ""
-    sample.response_length = 0
-    sample.loss_mask = []
-    sample.rollout_log_probs = []
-    sample.rollout_routed_experts = None
-    tool_tail = 0  # tool tokens at the end of the sample (trimmed if the episode ends there)
-    tool_tail_text = ""
-    status = "COMPLETED"
-
-    while not episode.done:
-        room = context_limit - len(sample.tokens)
-        max_new = min(per_turn, room)
-        if max_new <= 0:
-            _trim_tail(sample, tool_tail, tool_tail_text)
-            tool_tail, tool_tail_text = 0, ""
-            await episode.on_turn("", cut="context")
-            status = "TRUNCATED"
-            break
+    async def sample_turn(ids: list[int], max_new: int) -> SampledTurn:
         payload = {
-            "input_ids": list(sample.tokens),
+            "input_ids": ids,
             "sampling_params": {**input.sampling_params, "max_new_tokens": max_new},
             "return_logprob": True,
             "return_routed_experts": routing_replay,
@@ -267,71 +244,36 @@ async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form 
         finish = ((meta.get("finish_reason") or {}).get("type")) or "stop"
         pairs = meta.get("output_token_logprobs") or []
         new_ids = [int(item[1]) for item in pairs]
-        new_logprobs = [float(item[0]) for item in pairs]
-        text = output.get("text") or ""
-        if finish == "abort":  # miles drops or retries the sample: keep what came, skip the episode
-            _append(sample, new_ids, new_logprobs, text, trained=True)
-            if routing_replay:
-                # As miles' own generate: the experts of an aborted response are assigned too (None
-                # when sglang sent none), so they always cover len(tokens) - 1 and validate() holds.
-                info = meta.get("routed_experts")
-                sample.rollout_routed_experts = None if info is None else _decode_routed_experts(
-                    info, len(sample.tokens) - 1, getattr(args, "num_layers", None),
-                    getattr(args, "moe_router_topk", None))
-            # Nothing is trimmed from an aborted sample (it is retried, never trained): its experts
-            # cover exactly its tokens, as sglang returned them.
-            tool_tail, tool_tail_text = 0, ""
-            status = "ABORTED"
-            break
-        tool_tail, tool_tail_text = 0, ""
-        _append(sample, new_ids, new_logprobs, text, trained=True)
-        _record_meta(sample, meta)
+        aborted = finish == "abort"  # miles drops or retries the sample
+        if not aborted:
+            _record_meta(sample, meta)
         if routing_replay:
             info = meta.get("routed_experts")
-            if info is None:
+            if info is None and not aborted:
                 raise AdapterError("--use-rollout-routing-replay is on but sglang returned no routed_experts")
-            sample.rollout_routed_experts = _decode_routed_experts(
-                info, len(sample.tokens) - 1, getattr(args, "num_layers", None), getattr(args, "moe_router_topk", None)
-            )
-        cut = cut_reason(finish == "length", max_new, per_turn, len(sample.tokens), context_limit)
-        turn = await episode.on_turn(text, cut=cut)
-        if turn.done:
-            if cut is not None:
-                status = "TRUNCATED"
-            break
-        before = episode.messages[: len(episode.messages) - len(turn.tool_messages)]
-        closed = bool(new_ids) and tokenizer.decode([new_ids[-1]]) == render.end_of_turn()
-        segment = render.tool_segment(before, turn.tool_messages, closed=closed)
-        seg_ids = render.encode(segment)
-        _append(sample, seg_ids, [0.0] * len(seg_ids), segment, trained=False)
-        tool_tail, tool_tail_text = len(seg_ids), segment
+            # sglang returns the experts of the whole sequence: ASSIGNED from the last response. As
+            # miles' own generate, an aborted response's are assigned too (None when sglang sent none),
+            # so they always cover len(tokens) - 1 and validate() holds; nothing is trimmed from an
+            # aborted sample (it is retried, never trained).
+            sample.rollout_routed_experts = None if info is None else _decode_routed_experts(
+                info, len(ids) + len(new_ids) - 1, getattr(args, "num_layers", None),
+                getattr(args, "moe_router_topk", None))
+        return SampledTurn(ids=new_ids, text=output.get("text") or "",
+                           log_probs=[float(item[0]) for item in pairs],
+                           stopped_at_length=finish == "length", aborted=aborted)
 
-    if tool_tail:  # defensive: the loop above never leaves one, but a sample must not end on tools
-        _trim_tail(sample, tool_tail, tool_tail_text)
-    sample.status = _status(sample, status)
+    sample.rollout_routed_experts = None
+    await run_token_episode(episode, trajectory, sample_turn)
+    sample.tokens = trajectory.tokens
+    sample.response = trajectory.response
+    sample.response_length = trajectory.response_length
+    sample.loss_mask = trajectory.loss_mask
+    sample.rollout_log_probs = trajectory.log_probs
+    sample.status = _status(sample, trajectory.status)
     if episode.result is not None:
         sample.metadata = dict(sample.metadata or {})
-        sample.metadata[METADATA_KEY] = _result_record(episode.result, preset.name)
+        sample.metadata[METADATA_KEY] = _result_record(episode.result, ctx.preset.name)
     return _output(sample)
-
-
-def _append(sample: Any, ids: list[int], logprobs: list[float], text: str, *, trained: bool) -> None:
-    sample.tokens = list(sample.tokens) + ids
-    sample.response_length += len(ids)
-    sample.loss_mask += [1 if trained else 0] * len(ids)
-    sample.rollout_log_probs += logprobs
-    sample.response += text
-
-
-def _trim_tail(sample: Any, n: int, text: str) -> None:
-    if n <= 0:
-        return
-    sample.tokens = sample.tokens[:-n]
-    sample.response_length -= n
-    sample.loss_mask = sample.loss_mask[:-n]
-    sample.rollout_log_probs = sample.rollout_log_probs[:-n]
-    if text and sample.response.endswith(text):
-        sample.response = sample.response[: -len(text)]
 
 
 def _record_meta(sample: Any, meta: dict) -> None:
