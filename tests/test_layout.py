@@ -100,7 +100,6 @@ def test_the_cores_names_and_defaults_are_the_ones_python_uses():
     limits = _grader.ToolLimits()
     assert {k: getattr(limits, k) for k in _grader.TOOL_DEFAULTS} == _grader.TOOL_DEFAULTS
     assert inspect.signature(Grader.run_tool).parameters["limits"].default is None  # None: ToolLimits()
-    assert t2sql.get_preset().tool_limits == limits  # the recipe's preview is the core's default
     init = inspect.signature(Grader).parameters
     assert init["tool_timeout_s"].default == _grader.TOOL_DEFAULTS["timeout_s"]
     assert init["grade_timeout_s"].default == _grader.GRADE_DEFAULTS["timeout_s"]
@@ -177,3 +176,74 @@ def test_import_t2sql_stays_light():
                                 env=child_env()).stdout.split())
     assert {m for m in loaded if m.startswith("t2sql")} == {"t2sql", "t2sql._grader", "t2sql.errors", "t2sql.grading"}
     assert not loaded & {"dataclasses", "inspect", "asyncio", "torch", "miles", "httpx"}
+
+
+def test_the_recipe_preset_hands_the_core_its_own_tool_numbers():
+    """The preset owns its preview: its tool_* fields are written in presets.py (not read from the core's
+    ToolLimits() defaults) and reach the core whole on each call, so another preview is a change there alone."""
+    from t2sql import Database
+    from t2sql.episode import presets
+    from t2sql.tasks import sample_dir
+
+    fields = {"timeout_s": "tool_timeout_s", "max_rows": "tool_max_rows", "max_cell_chars": "tool_max_cell_chars",
+              "max_chars": "tool_max_chars", "count_cap": "tool_count_cap", "max_temp_mb": "max_temp_mb"}
+    for preset in presets.PRESETS.values():
+        assert {k: getattr(preset.tool_limits, k) for k in fields} == {k: getattr(preset, f) for k, f in fields.items()}
+    db = Database(sample_dir() / "superhero" / "superhero.sqlite")
+    seven = t2sql.get_preset().replace(tool_max_rows=7).tool_limits
+    assert len(db.run_tool("SELECT id FROM superhero", seven).rows) == 7
+    source = ast.parse((PACKAGE / "episode" / "presets.py").read_text())
+    core_defaults = [node.lineno for node in ast.walk(source) if isinstance(node, ast.Call)
+                     and getattr(node.func, "id", None) == "ToolLimits" and not node.args and not node.keywords]
+    assert not core_defaults, f"presets.py reads the core's default preview at line(s) {core_defaults}"
+
+
+def _constants(value) -> list[str]:
+    """Where `value` is written as a literal in t2sql's Python (module:line)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and type(node.value) is type(value) and node.value == value:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    return found
+
+
+def test_each_default_is_written_once():
+    """The recipe's name, the grade timeout, float digits, the gold-check timeout: one owner each, and every
+    other default is that owner's value (issue 27), so changing one is a one-line change."""
+    import argparse
+
+    from t2sql import _grader
+    from t2sql.bench import pairs
+    from t2sql.commands import convert, grade
+    from t2sql.data import convert as data_convert
+    from t2sql.episode import presets
+    from t2sql.episode.rollout import RolloutSettings
+    from t2sql.miles import adapter, train
+    from t2sql.miles.flags import TrainConfig
+
+    assert [where.split(":")[0] for where in _constants(presets.DEFAULT_PRESET)] == ["episode/presets.py"]
+
+    def defaults(add_arguments, *argv) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        return parser.parse_args(list(argv))
+
+    recipe = presets.DEFAULT_PRESET
+    assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").recipe is recipe
+    assert defaults(adapter.add_arguments).text_to_sql_recipe is recipe
+    assert TrainConfig(run_id="x").recipe is recipe and RolloutSettings().recipe is recipe
+    assert inspect.signature(data_convert.convert_split).parameters["recipe"].default is recipe
+    prepare = train.build_parser().parse_args(["prepare"])
+    assert prepare.recipe is recipe
+
+    core = _grader.GRADE_DEFAULTS
+    graded = defaults(grade.add_arguments)
+    assert graded.timeout_s is core["timeout_s"] and graded.float_digits is core["float_digits"]
+    assert pairs.TIMEOUT_S is core["timeout_s"]
+
+    gold_check = data_convert.DEFAULT_GOLD_TIMEOUT_S
+    assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").gold_timeout \
+        is gold_check
+    assert prepare.gold_timeout is gold_check
+    assert inspect.signature(data_convert.convert_split).parameters["gold_timeout_s"].default is gold_check

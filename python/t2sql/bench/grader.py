@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import t2sql
+from t2sql._grader import GRADE_DEFAULTS
 from t2sql.atomic import check_path
 
 GOLD = "SELECT a, b, c, d FROM t"
@@ -36,8 +37,8 @@ PATHS: dict[str, tuple[str, str]] = {
         "d = t2sql.Database(db)\nassert d.count_rows(GOLD, 1e9) == d.count_rows(PRED, 1e9)",
     ),
     "t2sql_multiset": (
-        "t2sql grade, multiset, float_digits=12",
-        "v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('multiset', float_digits=12, timeout_s=1e9))\n"
+        f"t2sql grade, multiset, float_digits={GRADE_DEFAULTS['float_digits']}",
+        "v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('multiset', timeout_s=1e9))\n"
         "assert v.outcome == 'match', v",
     ),
     "t2sql_set": (
@@ -47,18 +48,18 @@ PATHS: dict[str, tuple[str, str]] = {
     ),
     "t2sql_list": (
         "t2sql grade, ordered (list): the rows in the same order, host loop",
-        "v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('list', float_digits=12, timeout_s=1e9))\n"
+        "v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('list', timeout_s=1e9))\n"
         "assert v.outcome == 'match', v",
     ),
     "t2sql_subset_all": (
         "t2sql grade, subset,>=,1000: every row of the prediction checked against the gold's keys",
-        "spec = t2sql.GradeSpec('subset,>=,1000', float_digits=12, timeout_s=1e9)\n"
+        "spec = t2sql.GradeSpec('subset,>=,1000', timeout_s=1e9)\n"
         "v = t2sql.Database(db).grade(PRED, GOLD, spec)\n"
         "assert v.outcome == 'match', v",
     ),
     "t2sql_subset_10": (
         "t2sql grade, subset,=,10 against a 10-row prediction (the usual 'name any ten')",
-        "spec = t2sql.GradeSpec('subset,=,10', float_digits=12, timeout_s=1e9)\n"
+        "spec = t2sql.GradeSpec('subset,=,10', timeout_s=1e9)\n"
         "v = t2sql.Database(db).grade(PRED + ' LIMIT 10', GOLD, spec)\n"
         "assert v.outcome == 'match', v",
     ),
@@ -89,9 +90,10 @@ PATHS: dict[str, tuple[str, str]] = {
 FAST_PATHS = ("baseline", "sqlite_step", "t2sql_multiset", "t2sql_set", "t2sql_list", "t2sql_subset_all",
               "t2sql_subset_10", "sqlite_vm_sum")
 
+# Every t2sql path grades with the core's default float digits (GRADE_DEFAULTS, 12: t2sql grade's too).
 PARALLEL = """
 def one():
-    v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('multiset', float_digits=12, timeout_s=1e9))
+    v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('multiset', timeout_s=1e9))
     assert v.outcome == 'match', v
 def pair():
     threads = [threading.Thread(target=one) for _ in range(2)]

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from t2sql._grader import GRADE_DEFAULTS
 from t2sql.atomic import OutputFile, first_line
 from t2sql.jsonl import loads_or_none
 
@@ -73,7 +74,7 @@ with open(pairs, encoding="utf-8") as f:
 BIRD_VERDICTS = ("match", "mismatch", "pred_error", "gold_error", "timeout")  # what BIRD_RULE prints
 
 RUNS = ("bird_python", "t2sql_n1", "t2sql_nN")
-TIMEOUT_S = 30.0  # per query, both sides (t2sql grade's default)
+TIMEOUT_S = GRADE_DEFAULTS["timeout_s"]  # per query, both sides (t2sql grade's default)
 
 
 # ------------------------------------------------------------------ the workload

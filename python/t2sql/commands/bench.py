@@ -26,6 +26,7 @@ from t2sql.bench.serving import (
 )
 from t2sql.commands.grade import is_verdicts
 from t2sql.errors import T2sqlError
+from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import add_grade_memory_arguments, grade_memory_from_args, grade_memory_setting
 from t2sql.tasks import database_path, sample_questions
 
@@ -130,7 +131,9 @@ def add_pairs_arguments(suites) -> None:
     p.add_argument("--per-question", type=int, default=30, help="predictions per question (default 30)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N questions (smoke runs)")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn predictions (default 0)")
-    p.add_argument("--workers", type=int, default=2, help="workers of the parallel t2sql run (default 2)")
+    workers = p.add_argument("--concurrency", dest="workers", type=int, default=2, metavar="N",
+                             help="workers of the parallel t2sql run (default 2)")
+    accept_old_spelling(p, workers, "--workers")
     p.add_argument("--repeat", type=int, default=1, help="rounds, round-robin (the best of each run is kept)")
     p.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "t2sql-bench-pairs"),
                    help="where the pairs file and the verdicts are written (made if missing, when its parent "
@@ -147,7 +150,8 @@ def run_pairs(args: argparse.Namespace) -> int:
     questions = Path(args.questions) if args.questions else sample_questions()
     root = Path(args.db_root) if args.db_root else questions.parent
     if min(args.per_question, args.workers, args.repeat, args.limit or 1) < 1:
-        print("t2sql bench pairs: --per-question, --workers, --repeat and --limit must be at least 1", file=sys.stderr)
+        print("t2sql bench pairs: --per-question, --concurrency, --repeat and --limit must be at least 1",
+              file=sys.stderr)
         return 2
     if not questions.is_file():
         print(f"t2sql bench pairs: no such question file: {questions}", file=sys.stderr)
@@ -186,7 +190,9 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
                         "else the bundled superhero sample)")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: beside --data)")
     parser.add_argument("--tool-calls", type=int, default=2000, help="small queries timed per path")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers for 'all cores'")
+    workers = parser.add_argument("--concurrency", dest="workers", type=int, default=os.cpu_count() or 1,
+                                  metavar="N", help="workers for 'all cores'")
+    accept_old_spelling(parser, workers, "--workers")
     parser.add_argument("--tasks", type=int, default=256, help="concurrent asyncio tasks")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
     parser.add_argument("--pairs", type=int, default=None, help="use only the first N pairs (smoke runs)")
@@ -211,7 +217,7 @@ def run_serving(args) -> int:
         print(f"error: cannot read the question file: {e}", file=sys.stderr)
         return 2
     if min(args.workers, args.tasks, args.tool_calls, args.repeat) < 1:
-        print("error: --workers, --tasks, --tool-calls and --repeat must be at least 1", file=sys.stderr)
+        print("error: --concurrency, --tasks, --tool-calls and --repeat must be at least 1", file=sys.stderr)
         return 2
     _say("tool-call latency")
     result = {

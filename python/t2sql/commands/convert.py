@@ -10,13 +10,14 @@ from t2sql import jsonl
 from t2sql.atomic import output_folder
 from t2sql.data.convert import (
     DEFAULT_GOLD_TIMEOUT_S,
-    DEFAULT_RECIPE,
     convert_split,
     converted_output,
     summary_table,
     write_jsonl_atomic,
 )
+from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.errors import DataError
+from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import describe_methods, method_arg, seconds_arg
 from t2sql.tasks import BIRD_FIELDS, parse_field_map
 
@@ -34,10 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--field-map", nargs="*", default=[], metavar="FIELD=KEY",
         help=f"source keys for the canonical fields {', '.join(BIRD_FIELDS)} (default BIRD's: gold_sql=SQL)",
     )
-    parser.add_argument("--recipe", default=DEFAULT_RECIPE, help="preset the prompt is built for")
+    preset = parser.add_argument("--preset", dest="recipe", default=DEFAULT_PRESET,
+                                 help="preset the prompt is built for")
+    accept_old_spelling(parser, preset, "--recipe")
     parser.add_argument("--no-check-gold", action="store_true", help="skip executing every gold query")
-    parser.add_argument("--gold-timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
-                        help="seconds per gold query")
+    timeout = parser.add_argument("--timeout-s", dest="gold_timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
+                                  metavar="S", help="seconds per gold query")
+    accept_old_spelling(parser, timeout, "--gold-timeout")
     parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
     parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,

@@ -4,7 +4,7 @@ It validates the data (every gold must run), fills the gold cache so training ne
 on a gold query, records the database manifest (size, mtime, sha256 of each file) and finds
 the slow golds:
 
-    t2sql gold --data train.jsonl --db-root DIR --cache-dir OUT/gold-cache [--workers N]
+    t2sql gold --data train.jsonl --db-root DIR --cache-dir OUT/gold-cache [--concurrency N]
                [--report FILE] [--manifest FILE] [--force] [--allow-failures] [--json]
 
 Input: BIRD's question file (JSON array or JSON lines with question_id, db_id, SQL) or the
@@ -38,6 +38,7 @@ from t2sql.atomic import OutputFile, output_folder
 from t2sql.databases import find_database, recorded_database_path
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
+from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import (
     add_grade_memory_arguments,
     add_temp_disk_argument,
@@ -106,7 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="split: BIRD question json/jsonl or converted miles jsonl")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: BIRD rows "
                         "beside --data, converted rows their metadata.db_path)")
-    parser.add_argument("--workers", type=int, default=None, help="SQL workers (default: all cores)")
+    workers = parser.add_argument("--concurrency", dest="workers", type=int, default=None, metavar="N",
+                                  help="SQL workers (default: all cores)")
+    accept_old_spelling(parser, workers, "--workers")
     parser.add_argument("--cache-dir", help="gold cache directory to fill (and the manifest's home)")
     parser.add_argument("--manifest", help="database manifest to write (default: CACHE_DIR/manifest.json)")
     parser.add_argument("--report", help="write the per-query report (JSON) here")
@@ -114,8 +117,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace an existing --report or --manifest file even when it is not t2sql's own")
     parser.add_argument("--allow-failures", action="store_true", help="exit 0 even if some golds fail")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    parser.add_argument("--recipe", default=None, help="preset whose semantics/float_digits/grade timeout "
-                        "to use (default: the recipe's default preset)")
+    preset = parser.add_argument("--preset", dest="recipe", default=None,
+                                 help="preset whose semantics/float_digits/grade timeout to use (default: the "
+                                      "recipe's default preset)")
+    accept_old_spelling(parser, preset, "--recipe")
     parser.add_argument("--semantics", type=method_arg, default=None,
                         metavar="|".join(METHODS),
                         help="one method for every task (default: each task's grading_method when the "
@@ -124,7 +129,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
                              "without it such a task is reported as a failure")
     parser.add_argument("--float-digits", type=int, default=None)
-    parser.add_argument("--timeout", type=seconds_arg, default=None, help="seconds per gold query")
+    timeout = parser.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=None, metavar="S",
+                                  help="seconds per gold query (default: the preset's grade timeout)")
+    accept_old_spelling(parser, timeout, "--timeout")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
     add_grade_memory_arguments(parser)
     add_temp_disk_argument(parser, from_preset=True)
@@ -158,7 +165,7 @@ class _Grading:
 
 def run(args) -> int:
     if args.workers is not None and args.workers < 1:
-        print("error: --workers must be at least 1", file=sys.stderr)
+        print("error: --concurrency must be at least 1", file=sys.stderr)
         return 2
     if args.db_root is not None and not os.path.isdir(args.db_root):
         print(f"error: --db-root {args.db_root} is not a directory", file=sys.stderr)

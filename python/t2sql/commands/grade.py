@@ -13,6 +13,7 @@ from pathlib import Path
 
 from t2sql._grader import (
     COLUMN_ORDERS,
+    GRADE_DEFAULTS,
     MAX_FLOAT_DIGITS,
     METHODS,
     Database,
@@ -80,9 +81,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         'line\'s own "grading_method" (a line without one: multiset)')
     p.add_argument("--column-order", default="strict", choices=COLUMN_ORDERS,
                    help="ignore: compare each row as the multiset of its cells (default strict)")
-    p.add_argument("--float-digits", type=_float_digits, default=12, metavar="N|exact",
-                   help="significant digits for non-integral REALs (default 12), or 'exact'")
-    p.add_argument("--timeout-s", type=seconds_arg, default=30.0, help="per-query timeout in seconds")
+    p.add_argument("--float-digits", type=_float_digits, default=GRADE_DEFAULTS["float_digits"], metavar="N|exact",
+                   help=f"significant digits for non-integral REALs (default {GRADE_DEFAULTS['float_digits']}), "
+                        "or 'exact'")
+    p.add_argument("--timeout-s", type=seconds_arg, default=GRADE_DEFAULTS["timeout_s"], metavar="S",
+                   help=f"per-query timeout in seconds (default {GRADE_DEFAULTS['timeout_s']:g})")
     p.add_argument("--concurrency", type=_concurrency_arg, default=os.cpu_count() or 1, metavar="N",
                    help="with --pairs: grade on N workers (default: the machine's cores, here "
                         f"{os.cpu_count() or 1}; at most {MAX_CONCURRENCY}); the output is the same whatever N is")

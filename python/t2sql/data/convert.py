@@ -60,7 +60,7 @@ from typing import Any, Iterable
 from t2sql import Database, jsonl
 from t2sql._grader import GradeSpec
 from t2sql.atomic import OutputFile, first_line
-from t2sql.episode.presets import get_preset
+from t2sql.episode.presets import DEFAULT_PRESET, get_preset
 from t2sql.episode.prompt import build_prompt, task_text_problem, tool_specs
 from t2sql.errors import DataError, Problem
 from t2sql.grading import fallback_note, method_counts
@@ -82,7 +82,6 @@ RELEASE_FILE_NAMES: dict[str, tuple[str, ...]] = {
 RELEASE_DB_DIRS: dict[str, str] = {"train": "train_databases", "validation": "train_databases",
                                    "arcwise": "dev_databases"}
 
-DEFAULT_RECIPE = "qwen3.6-35b-a3b"
 DEFAULT_GOLD_TIMEOUT_S = 60.0
 
 
@@ -222,7 +221,7 @@ def convert_split(
     *,
     split: str,
     fields: dict[str, str] | None = None,
-    recipe: str = DEFAULT_RECIPE,
+    recipe: str = DEFAULT_PRESET,
     check_gold_sql: bool = True,
     gold_timeout_s: float = DEFAULT_GOLD_TIMEOUT_S,
     concurrency: int | None = None,

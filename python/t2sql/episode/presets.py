@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from t2sql._grader import COLUMN_ORDERS, MAX_FLOAT_DIGITS, METHODS, GradeSpec, ToolLimits
+from t2sql._grader import COLUMN_ORDERS, GRADE_DEFAULTS, MAX_FLOAT_DIGITS, METHODS, GradeSpec, ToolLimits
 from t2sql.errors import PresetError
 from t2sql.tasks import Task
 
@@ -52,7 +52,8 @@ class Preset:
     """Every number of an episode. Build one with `get_preset(name)` or `preset.replace(...)`.
 
     No field has a default on purpose: a preset states every number, so the numbers live only in
-    the PRESETS table below (the tool preview's are the core's defaults, ToolLimits()).
+    the PRESETS table below; the tool preview's reach the core through `tool_limits` on every call (not
+    the core's own defaults), so changing one is a change here, no rebuild.
     """
 
     name: str
@@ -234,9 +235,6 @@ class Preset:
         return dataclasses.replace(self, **changes)
 
 
-# The recipe's tool preview is the core's default one: one place for those numbers (exec.rs).
-_CORE_TOOL = ToolLimits()
-
 _RECIPE = Preset(
     name="qwen3.6-35b-a3b",
     max_tool_calls=5,
@@ -250,17 +248,18 @@ _RECIPE = Preset(
     description_max_chars=240,
     question_max_chars=4000,  # BIRD's longest is 330 characters
     evidence_max_chars=16000,  # BIRD's longest is 591; about 4k tokens of the 32k context
-    tool_max_rows=_CORE_TOOL.max_rows,  # 50
-    tool_max_cell_chars=_CORE_TOOL.max_cell_chars,  # 120
-    tool_max_chars=_CORE_TOOL.max_chars,  # 4000
-    tool_count_cap=_CORE_TOOL.count_cap,  # 10000
-    tool_timeout_s=_CORE_TOOL.timeout_s,  # 10.0 s
+    # The tool preview: the recipe's numbers, handed to the core whole (tool_limits) on every call.
+    tool_max_rows=50,
+    tool_max_cell_chars=120,
+    tool_max_chars=4000,
+    tool_count_cap=10000,
+    tool_timeout_s=10.0,
     grade_timeout_s=30.0,
     semantics="multiset",
     honor_task_methods=True,  # BIRD-Verified's per-task methods: "name any five" is graded as such
     column_order="strict",
     float_digits=12,
-    max_temp_mb=_CORE_TOOL.max_temp_mb,  # 1024: the core's default, for tool calls and grades alike
+    max_temp_mb=GRADE_DEFAULTS["max_temp_mb"],  # 1024: the core's cap, for tool calls and grades alike
     reward_correct=1.0,
     reward_incorrect=0.0,
     reward_no_solution=-1.0,

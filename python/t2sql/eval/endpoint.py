@@ -137,10 +137,10 @@ class JsonHttpClient:
             except asyncio.TimeoutError:
                 never_connected = False
                 last_error = (f"no complete answer within {self.retry.timeout_s:g}s "
-                              "(raise --timeout if turns are long)")
+                              "(raise --timeout-s if turns are long)")
             except httpx.TimeoutException:
                 never_connected = False
-                last_error = f"no answer within {self.retry.timeout_s:g}s (raise --timeout if turns are long)"
+                last_error = f"no answer within {self.retry.timeout_s:g}s (raise --timeout-s if turns are long)"
             except httpx.ConnectError as exc:
                 last_error = f"cannot connect: {type(exc).__name__}: {exc}"
             except httpx.TransportError as exc:
@@ -184,7 +184,7 @@ class JsonHttpClient:
             stats.errors.append(last_error)
         raise EndpointError(
             f"{self.url} failed {attempts} time(s); last error: {last_error} "
-            "(is the server up? raise --retries/--timeout for a slow server)",
+            "(is the server up? raise --retries/--timeout-s for a slow server)",
             url=self.url,
             attempts=attempts,
             retryable=True,

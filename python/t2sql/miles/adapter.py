@@ -57,13 +57,13 @@ from t2sql.chat_template import ChatTemplate
 from t2sql.episode import rollout
 from t2sql.episode.budget import Budget
 from t2sql.episode.machine import EpisodeResult
+from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.episode.rollout import RolloutContext, RolloutSettings
 from t2sql.episode.tokens import SampledTurn, TokenTrajectory, run_token_episode
 from t2sql.errors import AdapterError
 
 log = logging.getLogger("t2sql.miles.adapter")
 
-DEFAULT_RECIPE = "qwen3.6-35b-a3b"
 DEFAULT_REWARD_KEY = "reward"
 METADATA_KEY = "t2sql"  # sample.metadata[METADATA_KEY] holds the episode result
 
@@ -73,7 +73,7 @@ METADATA_KEY = "t2sql"  # sample.metadata[METADATA_KEY] holds the episode result
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("t2sql text-to-SQL")
-    g.add_argument("--text-to-sql-recipe", default=DEFAULT_RECIPE,
+    g.add_argument("--text-to-sql-recipe", default=DEFAULT_PRESET,
                    help="t2sql preset: budgets, tool caps, timeouts, reward table")
     g.add_argument("--text-to-sql-db-root", default=None,
                    help="databases as <root>/<db_id>/<db_id>.sqlite (default: each row's metadata.db_path)")
@@ -95,7 +95,7 @@ def settings(args: Any) -> RolloutSettings:
     """The rollout settings miles' flags name (args may be None: offline replay, the defaults)."""
     get = lambda name, default=None: getattr(args, name, default) if args is not None else default  # noqa: E731
     return RolloutSettings(
-        recipe=get("text_to_sql_recipe") or DEFAULT_RECIPE,
+        recipe=get("text_to_sql_recipe") or DEFAULT_PRESET,
         db_root=get("text_to_sql_db_root"),
         cache_dir=get("text_to_sql_cache_dir"),
         manifest=get("text_to_sql_manifest"),

@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t2sql.episode.presets import get_preset
+from t2sql.episode.presets import DEFAULT_PRESET, get_preset
 from t2sql.errors import LaunchError
 
 MODEL_NAME = "Qwen3.6-35B-A3B"
@@ -61,7 +61,7 @@ class TrainConfig:
 
     output_dir: str = "/root/t2sql"
     run_id: str = ""  # default: default_run_id(), stable, so rerunning the same command resumes
-    recipe: str = "qwen3.6-35b-a3b"  # t2sql preset: budgets, reward table
+    recipe: str = DEFAULT_PRESET  # t2sql preset: budgets, reward table
     loss: str = ""  # grpo | cispo; empty: the preset's `loss` (cispo in the recipe, grpo in bare)
     num_nodes: int = 1
     num_gpus_per_node: int = 8
@@ -116,7 +116,7 @@ class TrainConfig:
         if _preset(self).curriculum and "--fully-async" in extra:
             raise LaunchError(
                 f"preset {self.recipe} turns the curriculum on, and its after-rollout hook cannot run with "
-                "--fully-async; drop --fully-async or choose a preset with curriculum off (e.g. --recipe bare)"
+                "--fully-async; drop --fully-async or choose a preset with curriculum off (e.g. --preset bare)"
             )
         for item in self.extra_env:
             key, sep, _ = item.partition("=")

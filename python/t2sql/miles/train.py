@@ -3,7 +3,7 @@
     t2sql-train prepare --output-dir /data/t2sql [--bird-url BASE | --data-release PATH | --data-repo REPO]
     t2sql-train train   --output-dir /data/t2sql [--num-nodes N] [--loss grpo|cispo] [--dry-run]
 
-The preset (--recipe) chooses the loss (--loss overrides it) and, when its `curriculum` switch is on,
+The preset (--preset) chooses the loss (--loss overrides it) and, when its `curriculum` switch is on,
 adds the curriculum's data source and after-rollout hook (t2sql.miles.curriculum).
 
 `prepare` checks free disk first; by default it downloads BIRD's databases the chosen splits run on
@@ -47,9 +47,11 @@ import sys
 from dataclasses import fields
 from typing import Callable, NoReturn
 
+from t2sql.data.convert import DEFAULT_GOLD_TIMEOUT_S
 from t2sql.download.bird import BIRD_URL
 from t2sql.episode.presets import get_preset
 from t2sql.errors import DataError, LaunchError, OutputPathError, PresetError, T2sqlError
+from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import method_arg, seconds_arg
 from t2sql.interrupts import interrupt_exit, interrupt_word, sigterm_unwinds
 from t2sql.miles.flags import (
@@ -117,7 +119,8 @@ def _number(name: str) -> Callable[[str], int | float]:
 def _add_common(p: argparse.ArgumentParser) -> None:
     d = TrainConfig(run_id="x")
     p.add_argument("--output-dir", default=d.output_dir, help="models, data, gold cache and checkpoints live here")
-    p.add_argument("--recipe", default=d.recipe, help="t2sql preset (budgets and reward)")
+    preset = p.add_argument("--preset", dest="recipe", default=d.recipe, help="t2sql preset (budgets and reward)")
+    accept_old_spelling(p, preset, "--recipe")
     p.add_argument("--num-gpus-per-node", type=_number("num_gpus_per_node"), default=d.num_gpus_per_node)
     p.add_argument("--miles-path", default=d.miles_path, help="miles source checkout (as in miles' image)")
     p.add_argument("--megatron-path", default=d.megatron_path)
@@ -159,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep BIRD's downloaded zips (<output-dir>/data/bird/.downloads) after laying them out")
     p.add_argument("--field-map", nargs="*", default=[], metavar="FIELD=KEY", help="see `t2sql convert --help`")
     p.add_argument("--splits", nargs="+", default=list(SPLITS), help="splits of the release to convert")
-    p.add_argument("--gold-timeout", type=seconds_arg, default=60.0, help="seconds per gold query while validating")
+    timeout = p.add_argument("--timeout-s", dest="gold_timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
+                             metavar="S", help="seconds per gold query while validating")
+    accept_old_spelling(p, timeout, "--gold-timeout")
     p.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     p.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                    help="the method for tasks whose grading_method cannot be read (two BIRD-Verified train "
