@@ -247,3 +247,65 @@ def test_each_default_is_written_once():
         is gold_check
     assert prepare.gold_timeout is gold_check
     assert inspect.signature(data_convert.convert_split).parameters["gold_timeout_s"].default is gold_check
+
+
+CORE = "t2sql._grader"  # the compiled core: its module name is private by convention, its names are the API
+
+
+def _private_names_taken(path: Path, name: str) -> list[str]:
+    """The private names (one leading underscore) module `name` takes from another t2sql module: `from x import
+    _y` and `x._y` where x names a t2sql module (imported whole or as a name of a package)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    modules: dict[str, str] = {}  # local name -> the t2sql module it is
+    taken = []
+
+    def private(attr: str) -> bool:
+        return attr.startswith("_") and not attr.startswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:  # a relative import
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([source] if source else []))
+            if not source.startswith("t2sql") or source == name:
+                continue
+            for alias in node.names:
+                full = f"{source}.{alias.name}"
+                if full == CORE:
+                    modules[alias.asname or alias.name] = full
+                elif private(alias.name) and source != CORE:
+                    taken.append(f"{name} takes {full}")
+                elif full in MODULES or full == "t2sql":
+                    modules[alias.asname or alias.name] = full
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("t2sql"):
+                    modules[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else "t2sql"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr) and isinstance(node.value, ast.Name):
+            module = modules.get(node.value.id)
+            if module and module not in (name, CORE):
+                taken.append(f"{name} takes {module}.{node.attr}")
+    return taken
+
+
+def test_no_module_takes_another_modules_private_names():
+    """Modules split by concept (issue 27): what one module needs of another is that module's public API, never
+    a private name reached across; a name two modules share is public where it lives."""
+    taken = [t for name in MODULES for t in _private_names_taken(Path(importlib.util.find_spec(name).origin), name)]
+    assert taken == []
+
+
+def test_the_private_name_check_sees_each_way_of_reaching_one(tmp_path):
+    a = tmp_path / "a.py"
+    a.write_text("from t2sql.serving.gold_cache import _key, public\nfrom t2sql.download import archive\n"
+                 "import t2sql.download.archive as ar\nfrom t2sql import _grader\n"
+                 "def f():\n    archive._open_output()\n    ar._x\n    _grader.GRADE_DEFAULTS\n    archive.__name__\n")
+    assert sorted(_private_names_taken(a, "t2sql.x")) == ["t2sql.x takes t2sql.download.archive._open_output",
+                                                          "t2sql.x takes t2sql.download.archive._x",
+                                                          "t2sql.x takes t2sql.serving.gold_cache._key"]
+    b = tmp_path / "b.py"
+    b.write_text("from ._own import _thing\nfrom t2sql.x import _mine\n")
+    assert _private_names_taken(b, "t2sql.x") == ["t2sql.x takes t2sql._own._thing"]

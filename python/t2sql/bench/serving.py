@@ -30,7 +30,8 @@ from typing import Any
 import t2sql
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
+    """A progress line on a terminal's stderr, written over the last one (nothing when stderr is a file)."""
     if sys.stderr.isatty():
         sys.stderr.write(f"\r\033[K{message}")
         sys.stderr.flush()
@@ -233,7 +234,7 @@ def bench_grades(pairs, workers: int, tasks: int, backend: str, repeat: int = 1)
     runs: dict[str, list] = {label: [] for label in configs}
     for i in range(repeat):
         for label, config in configs.items():
-            _say(f"grades: {label} ({i + 1}/{repeat})")
+            say(f"grades: {label} ({i + 1}/{repeat})")
             runs[label].append(once(*config))
     rows = {}
     for label, (kind, concurrency, n_tasks, warm) in configs.items():
@@ -453,7 +454,7 @@ def bench_gold_precompute(pairs, workers: int, backend: str) -> dict[str, Any]:
     out = {}
     with tempfile.TemporaryDirectory(prefix="t2sql-bench-gold-") as cache:
         for label in ("cold", "warm"):
-            _say(f"gold precompute: {label}")
+            say(f"gold precompute: {label}")
             with Grader(concurrency=workers, cache_dir=cache, backend=backend) as g:
                 started = time.perf_counter()
                 failed = asyncio.run(all_golds(g))

@@ -16,13 +16,13 @@ from t2sql.atomic import OutputFile, output_folder
 from t2sql.bench.grader import PATHS, bench_grader, format_grader
 from t2sql.bench.serving import (
     TOOL_PATHS,
-    _say,
     bench_gold_precompute,
     bench_grades,
     bench_rollout,
     bench_stall_floor,
     bench_tool_latency,
     effective_cores,
+    say,
 )
 from t2sql.commands.grade import is_verdicts
 from t2sql.errors import T2sqlError
@@ -219,7 +219,7 @@ def run_serving(args) -> int:
     if min(args.workers, args.tasks, args.tool_calls, args.repeat) < 1:
         print("error: --concurrency, --tasks, --tool-calls and --repeat must be at least 1", file=sys.stderr)
         return 2
-    _say("tool-call latency")
+    say("tool-call latency")
     result = {
         "sqlite": t2sql.sqlite_version(),
         "cores": os.cpu_count(),
@@ -234,7 +234,7 @@ def run_serving(args) -> int:
         "gold_precompute": bench_gold_precompute(pairs, args.workers, args.backend),
     }
     result["effective_cores_after"] = effective_cores(args.workers)
-    _say("")
+    say("")
     if args.json:
         print(json.dumps(result, indent=1))
     else:

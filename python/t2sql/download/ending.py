@@ -15,13 +15,15 @@ from urllib.parse import urlsplit
 
 from t2sql.download.limits import MIN_RATE_ENV, TimeLimits, TryBudget, seconds
 from t2sql.download.partial import free_bytes, rangeable
-from t2sql.errors import DownloadError, DownloadStalled, NoSpaceError
+from t2sql.errors import DownloadError, DownloadStalled, NoSpaceError, T2sqlError
 from t2sql.progress import format_bytes
 
 
-class _Retry(Exception):
+class TryFailed(T2sqlError):
     """One try failed in a way that another try may fix; `kind` is connect, stall, drop, status, or restart
-    (the kept bytes were thrown away: the server would not continue them)."""
+    (the kept bytes were thrown away: the server would not continue them). The download's loop (http) catches
+    it and tries again; when the tries are spent it ends as the DownloadError `Ending` makes of the last one,
+    so no user sees it."""
 
     def __init__(self, kind: str, detail: str, status: int | None = None):
         super().__init__(detail)
@@ -137,7 +139,7 @@ class Ending:
     def _tried(self) -> str:
         return f"{self.tries} {'try' if self.tries == 1 else 'tries'}"
 
-    def _gave_up(self, last: _Retry) -> DownloadError:
+    def _gave_up(self, last: TryFailed) -> DownloadError:
         kept = self._leave_part()
         tried = self._tried()
         if last.kind == "stall":

@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 
 from t2sql.atomic import atomic_write
-from t2sql.download.ending import Ending, _Retry
+from t2sql.download.ending import Ending, TryFailed
 from t2sql.download.limits import TimeLimits, TryBudget, size_ceiling
 from t2sql.download.partial import (
     SIDECAR_FORMAT,
@@ -233,7 +233,7 @@ class _Download(Ending):
             try:
                 self.attempt(client)
                 continue
-            except _Retry as e:
+            except TryFailed as e:
                 last = e
             self.budget.failed(self.offset, self.restarts > restarts)
             if self.budget.spent:
@@ -264,11 +264,11 @@ class _Download(Ending):
                 self._receive(response, total)
         except httpx.TimeoutException as e:
             kind = "connect" if isinstance(e, (httpx.ConnectTimeout, httpx.PoolTimeout)) else "stall"
-            raise _Retry(kind, reason(e)) from None
+            raise TryFailed(kind, reason(e)) from None
         except httpx.ConnectError as e:
-            raise _Retry("connect", reason(e)) from None
+            raise TryFailed("connect", reason(e)) from None
         except (httpx.NetworkError, httpx.RemoteProtocolError) as e:
-            raise _Retry("drop", reason(e)) from None
+            raise TryFailed("drop", reason(e)) from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.TooManyRedirects, httpx.LocalProtocolError) as e:
             raise DownloadError(f"cannot download {self.url}: {e}", url=self.url) from None
 
@@ -324,7 +324,7 @@ class _Download(Ending):
                          "the file on the server is shorter than the part downloaded (a 416 to the Range request)")
         where = f"{self.url} answered {status} {response.reason_phrase}".rstrip()
         if status in _RETRY_STATUSES or status >= 500:
-            raise _Retry("status", where, status)
+            raise TryFailed("status", where, status)
         if status == 206:
             raise DownloadError(f"{where} to a request for the whole file; the server is not fit to download "
                                 f"from{self._hint()}", url=self.url, status=status)
@@ -338,7 +338,7 @@ class _Download(Ending):
         self.refused = refused
         self.reset()
         self._note(f"{self.dest.name}: {note}: starting again from zero")
-        raise _Retry("restart", note)
+        raise TryFailed("restart", note)
 
     def _same_version(self, response: httpx.Response) -> bool:
         assert self.meta is not None
@@ -383,7 +383,7 @@ class _Download(Ending):
             self.meta["size"] = self.offset
             return
         if self.offset < total:
-            raise _Retry("drop", f"the connection closed after {self.offset:,} of {total:,} bytes")
+            raise TryFailed("drop", f"the connection closed after {self.offset:,} of {total:,} bytes")
         if self.offset > total:
             self.reset()
             raise DownloadError(f"{self.url} sent more bytes than it announced ({total:,}); the partial file was "

@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t2sql.episode.presets import DEFAULT_PRESET, get_preset
+from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import LaunchError
 
 MODEL_NAME = "Qwen3.6-35B-A3B"
@@ -103,7 +103,7 @@ class TrainConfig:
         for name in NUMBERS:
             check_number(name, getattr(self, name))
         if not self.loss:
-            self.loss = _preset(self).loss
+            self.loss = self.preset().loss
         if self.loss not in LOSS_BLOCKS:
             raise LaunchError(f"--loss {self.loss!r}: choose one of {', '.join(LOSS_BLOCKS)}")
         if not self.run_id:
@@ -113,7 +113,7 @@ class TrainConfig:
             extra = shlex.split(self.extra_args)
         except ValueError as e:  # an unclosed quote
             raise LaunchError(f"--extra-args {self.extra_args!r}: {e}; quote it as a shell would") from None
-        if _preset(self).curriculum and "--fully-async" in extra:
+        if self.preset().curriculum and "--fully-async" in extra:
             raise LaunchError(
                 f"preset {self.recipe} turns the curriculum on, and its after-rollout hook cannot run with "
                 "--fully-async; drop --fully-async or choose a preset with curriculum off (e.g. --preset bare)"
@@ -122,6 +122,10 @@ class TrainConfig:
             key, sep, _ = item.partition("=")
             if not sep or not key:
                 raise LaunchError(f"--env {item!r}: expected KEY=VALUE")
+
+    def preset(self) -> Preset:
+        """The t2sql preset the run trains with (--preset)."""
+        return get_preset(self.recipe)
 
     # One place for the layout under output_dir.
     @property
@@ -241,10 +245,6 @@ def default_run_id(recipe: str, loss: str) -> str:
     return name or "default"
 
 
-def _preset(config: TrainConfig):
-    return get_preset(config.recipe)
-
-
 def checkpoint_block(c: TrainConfig) -> list[str]:
     return [
         "--hf-checkpoint", str(c.hf_checkpoint_path),
@@ -272,7 +272,7 @@ def curriculum_block(c: TrainConfig) -> list[str]:
     """The curriculum's two miles hooks when the preset switches it on (t2sql.miles.curriculum reads the
     preset through --text-to-sql-recipe). miles refuses the after-rollout hook under --fully-async
     (TrainConfig refuses that pair up front)."""
-    if not _preset(c).curriculum:
+    if not c.preset().curriculum:
         return []
     return [
         "--data-source-path", CURRICULUM_DATA_SOURCE_PATH,
@@ -281,7 +281,7 @@ def curriculum_block(c: TrainConfig) -> list[str]:
 
 
 def rollout_block(c: TrainConfig) -> list[str]:
-    preset = _preset(c)
+    preset = c.preset()
     return [
         "--num-rollout", str(c.num_rollout),
         "--rollout-batch-size", str(c.rollout_batch_size),
@@ -308,7 +308,7 @@ def text_to_sql_block(c: TrainConfig) -> list[str]:
 
 
 def eval_block(c: TrainConfig) -> list[str]:
-    preset = _preset(c)
+    preset = c.preset()
     pairs: list[str] = []
     for split in EVAL_SPLITS:
         pairs += [split, str(c.split_path(split))]

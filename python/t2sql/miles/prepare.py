@@ -33,7 +33,6 @@ from t2sql.miles.flags import (
     HF_REPO,
     SPLITS,
     TrainConfig,
-    _preset,
 )
 from t2sql.progress import Progress, format_bytes
 from t2sql.serving.golds import GoldTask, run_golds
@@ -115,7 +114,7 @@ def check_disk(path: Path, needs: dict[str, int]) -> None:
         )
 
 
-def _import_miles_command_utils(c: TrainConfig):
+def import_miles_command_utils(c: TrainConfig):
     if not miles_available(c):
         raise LaunchError(
             f"miles: no source checkout at {c.miles_path}; convert_checkpoint and execute_train come from "
@@ -205,7 +204,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     here is a timeout to look at."""
     import asyncio
 
-    preset = _preset(c)
+    preset = c.preset()
     tasks = []
     for split in SPLITS:
         path = c.split_path(split)
@@ -280,7 +279,7 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
                 f"checkpoint conversion runs torchrun on {c.num_gpus_per_node} GPUs; found {gpus}. "
                 "Run prepare on the training node, or pass --skip-model to prepare only the data."
             )
-        _import_miles_command_utils(c)
+        import_miles_command_utils(c)
     check_output_dir(c.root, (c.data_dir, c.model_dir, c.cache_dir))
     outputs = split_outputs(c, args.splits, args.force) if not args.skip_data else {}
     needs = {}
@@ -349,7 +348,7 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
         steps.append(("database manifest", ", ".join(str(m) for m in manifests)))
         steps.append(("gold", precompute_gold(c)))
     if not args.skip_model:
-        command_utils = _import_miles_command_utils(c)
+        command_utils = import_miles_command_utils(c)
         if not c.hf_checkpoint:  # --hf-checkpoint is the user's own copy, used as is
             steps.append(("download checkpoint", download_repo(
                 HF_REPO, c.hf_checkpoint_path, repo_type=None,

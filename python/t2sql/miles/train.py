@@ -67,7 +67,7 @@ from t2sql.miles.flags import (
     runtime_env,
     train_argv,
 )
-from t2sql.miles.prepare import _import_miles_command_utils, check_prepare_args, missing_for_train, prepare
+from t2sql.miles.prepare import check_prepare_args, import_miles_command_utils, missing_for_train, prepare
 from t2sql.progress import closed_stdout_exit
 
 # -------------------------------------------------------------------------------------------- train
@@ -81,7 +81,7 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
     if missing:
         raise LaunchError("cannot start training; missing:\n" + "\n".join(f"  - {m}" for m in missing)
                           + "\n(`t2sql-train train --dry-run` prints the command without starting anything)")
-    command_utils = _import_miles_command_utils(c)
+    command_utils = import_miles_command_utils(c)
 
     print(json.dumps({"preset": get_preset(c.recipe).to_dict()}, indent=1))
     command_utils.execute_train(

@@ -12,7 +12,7 @@ from collections import deque
 CALLS_PER_ITERATION = 16
 
 
-class _Admission:
+class Admission:
     """Lets at most `per_iteration` new calls into the Grader per event-loop iteration; the
     others wait in arrival order and are let in over the following iterations.
 

@@ -33,7 +33,7 @@ def installed_secret() -> bytes | None:
     return _installed_secret[0] if _installed_secret else None
 
 
-def _install_process_secret(secret: bytes, owner: str) -> None:
+def install_process_secret(secret: bytes, owner: str) -> None:
     global _installed_secret
     with _secret_lock:
         if _installed_secret is None:
@@ -47,7 +47,7 @@ def _install_process_secret(secret: bytes, owner: str) -> None:
             )
 
 
-def _gold_key(cache_id: str, gold_sql: str, spec: GradeSpec, version: str) -> str:
+def gold_key(cache_id: str, gold_sql: str, spec: GradeSpec, version: str) -> str:
     """The cache key of a gold under a spec (the timeout is not part of it: a digest is a digest)."""
     parts = [cache_id, gold_sql, spec.method, spec.float_digits, version]
     if spec.column_order != "strict":  # strict keys stay what they were before column order existed
@@ -59,7 +59,7 @@ def _gold_key(cache_id: str, gold_sql: str, spec: GradeSpec, version: str) -> st
 _MAGIC = b"t2sql-gold-digest-v1\n"
 
 
-class _DiskGoldCache:
+class DiskGoldCache:
     """Gold digests on disk: `<root>/gold/<k[:2]>/<k>.digest`, one file per key.
 
     A file is MAGIC + u32 header length + header JSON (key, secret id, the gold's SQLite

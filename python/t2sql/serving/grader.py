@@ -48,9 +48,9 @@ from t2sql import (
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
 from t2sql.grading import grade_memory_setting
-from t2sql.serving.admission import CALLS_PER_ITERATION, _Admission
+from t2sql.serving.admission import CALLS_PER_ITERATION, Admission
 from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport
-from t2sql.serving.gold_cache import _DiskGoldCache, _gold_key, _install_process_secret, installed_secret
+from t2sql.serving.gold_cache import DiskGoldCache, gold_key, install_process_secret, installed_secret
 from t2sql.serving.gold_memory import GoldKey, gold_memory
 from t2sql.serving.jobs import (
     DigestJob,
@@ -134,14 +134,14 @@ class Grader:
         self.hash_databases = bool(hash_databases)
         self._sqlite_version = sqlite_version()
 
-        self._disk: _DiskGoldCache | None = None
+        self._disk: DiskGoldCache | None = None
         secret: bytes | None = None
         if cache_dir is not None:
             # A new cache adopts the secret this process already grades with, so one process
             # can use several cache directories; an existing cache keeps its own secret.
-            self._disk = _DiskGoldCache(Path(cache_dir), installed_secret())
+            self._disk = DiskGoldCache(Path(cache_dir), installed_secret())
             secret = self._disk.secret
-            _install_process_secret(secret, str(self._disk.root))
+            install_process_secret(secret, str(self._disk.root))
 
         memory = grade_memory_setting(grade_memory_mb, tmp_dir)
         self._restore_memory: tuple | None = None  # the process's setting, put back by close()
@@ -169,8 +169,8 @@ class Grader:
         self._identities: dict[str, GraderIdentity] = {}
         self._memory = gold_memory(gold_memory_entries, gold_memory_bytes)
         self._inflight: dict[tuple, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
-        self._admissions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Admission
-        self._last_admission: tuple[weakref.ref, _Admission] | None = None  # the common case: one loop
+        self._admissions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> Admission
+        self._last_admission: tuple[weakref.ref, Admission] | None = None  # the common case: one loop
         self._io = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="t2sql-cache-io")
         self._sync_loop: asyncio.AbstractEventLoop | None = None
         self._sync_thread: threading.Thread | None = None
@@ -356,14 +356,14 @@ class Grader:
 
     def _admit(self) -> asyncio.Future | None:
         """None, or a future to await first if a burst of calls is under way on this loop
-        (see _Admission)."""
+        (see Admission)."""
         loop = asyncio.get_running_loop()
         last = self._last_admission
         if last is not None and last[0]() is loop:
             return last[1].enter(loop)
         admission = self._admissions.get(loop)  # one per loop: the sync API has a loop of its own
         if admission is None:
-            admission = self._admissions[loop] = _Admission(CALLS_PER_ITERATION)
+            admission = self._admissions[loop] = Admission(CALLS_PER_ITERATION)
         self._last_admission = (weakref.ref(loop), admission)
         return admission.enter(loop)
 
@@ -426,7 +426,7 @@ class Grader:
     async def _load_or_run_gold(self, memory_key: GoldKey, db_path, identity, gold_sql: str,
                                 spec: GradeSpec) -> GoldResult:
         loop = asyncio.get_running_loop()
-        key = _gold_key(identity.cache_id, gold_sql, spec, self._sqlite_version)  # the disk cache's
+        key = gold_key(identity.cache_id, gold_sql, spec, self._sqlite_version)  # the disk cache's
         try:
             result = None
             if self._disk is not None:
