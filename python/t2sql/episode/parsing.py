@@ -152,9 +152,6 @@ def _parse_json_call(body: str, raw: str) -> ToolCall:
     return _checked(obj.get("name"), args, raw)
 
 
-_TOOL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
-
-
 def parse_tool_calls(visible: str) -> list[ToolCall]:
     """Every tool call in a turn's visible text, in order; malformed ones carry `error`.
 

@@ -367,9 +367,3 @@ def _render(schema: SchemaInfo, preset: Preset, question: str, evidence: str) ->
                 + ", ".join(dropped) + ". Query them with execute_sql_query if needed.")
         text = text + "\n\n" + note
     return RenderedSchema(text, 5, dropped, len(text) <= budget)
-
-
-def clear_schema_cache() -> None:
-    with _schema_lock:
-        _schema_cache.clear()
-        _render_cache.clear()

@@ -15,7 +15,7 @@ every declared constraint and every invariant mined from the real data (t2sql.se
   the column holds NULLs, duplicated under fresh keys, and with integer keys renumbered;
 - the database's suite: small databases drawn from random real rows and their variants, distilled
   greedily against neighbour queries derived from the schema (a test-suite approach), built once per
-  database file and kept on disk (t2sql.serving.invariants.cache_dir()).
+  database file and kept on disk (t2sql.serving.diskcache.cache_dir()).
 
 A small database refutes the match when the queries' results there differ (or the prediction fails
 where the gold runs), on it and on its mirror (the rows in reverse order, SQLite's unordered scans

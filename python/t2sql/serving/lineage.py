@@ -56,7 +56,7 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int) -> list[tuple
 
 
 def fetch_lineage(real: RealRows, inv: Invariants, sql: str) -> list[tuple[str, list[list[tuple[str, tuple]]]]]:
-    """(label, tuples) per lineage query of `sql` (t2sql.serving.querytext.lineage_queries): each tuple the
+    """(label, tuples) per lineage query of `sql` (t2sql.serving.lineage.lineage_queries): each tuple the
     real rows (table, row) one result row of that query joins."""
     st = querytext.read(sql)
     if st is None:
