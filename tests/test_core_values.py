@@ -229,6 +229,45 @@ def test_a_methods_name_is_read_by_the_core_before_any_gold():
         assert refused(lambda: method_name(bad)) == refused(lambda: GradeSpec(bad))
 
 
+def test_grade_names_its_method_method_and_keeps_semantics_as_an_alias():
+    db = Database(SUPERHERO)
+    gold, pred = "SELECT id FROM superhero ORDER BY id LIMIT 3", "SELECT id FROM superhero ORDER BY id DESC LIMIT 3"
+    assert t2sql.grade(db, pred, pred, "list").outcome == "match"
+    for call in (lambda: t2sql.grade(db, pred, gold, "list"), lambda: t2sql.grade(db, pred, gold, method="list"),
+                 lambda: t2sql.grade(db, pred, gold, semantics="list")):
+        verdict = call()
+        assert (verdict.outcome, verdict.semantics) == ("mismatch", "ordered")
+    with pytest.raises(TypeError, match="older name"):
+        t2sql.grade(db, pred, gold, method="set", semantics="list")
+
+
+@pytest.mark.parametrize(("given", "kind", "operator", "count"), [
+    (" List ", "ordered", None, None), ("MULTISET", "multiset", None, None), ("set", "set", None, None),
+    (" Auto ", "auto", None, None), ("subset,==,2", "subset", "=", 2), (" Subset , = , 5", "subset", "=", 5),
+    ("subset,>=,10", "subset", ">=", 10),
+])
+def test_a_method_is_parsed_once_into_its_parts(given, kind, operator, count):
+    """t2sql._grader.Method: the parser every grade uses, its parts for the layers above (the prompt)."""
+    from t2sql._grader import Method, method_name
+
+    method = Method(given)
+    assert (method.kind, method.operator, method.count) == (kind, operator, count)
+    assert method.name == str(method) == method_name(given)
+    if kind != "auto":
+        assert GradeSpec(given).method == method.name  # graded as the parts say
+    assert method == Method(method.name) and hash(method) == hash(Method(method.name))
+    round_trips(method)
+    with pytest.raises(AttributeError):
+        method.kind = "set"
+
+
+@pytest.mark.parametrize("name", ["bag", "subset", "subset,<,3", "subset,=,0", ""])
+def test_an_unreadable_method_is_refused_as_a_grade_refuses_it(name):
+    from t2sql._grader import Method
+
+    assert refused(lambda: Method(name)) == refused(lambda: GradeSpec(name))
+
+
 # ---------------------------------------------------------------------------------------------- ToolResult
 
 

@@ -131,6 +131,20 @@ def test_semantics_flag(db_root):
     assert json.loads(t2sql(*args, "--semantics", "auto", check=False).stdout)["semantics"] == "ordered"
 
 
+def test_method_flag_with_semantics_its_hidden_older_name(db_root):
+    db = str(db_root / "alpha" / "alpha.sqlite")
+    args = ["grade", "--db", db, "--pred", "SELECT id FROM t ORDER BY id DESC",
+            "--gold", "SELECT id FROM t ORDER BY id", "--json"]
+    for flag in ("--method", "--semantics"):
+        for method, outcome in (("list", "mismatch"), ("Multiset", "match")):
+            record = json.loads(t2sql(*args, flag, method, check=False).stdout)
+            assert record["outcome"] == outcome, (flag, method, record)
+    # The output field keeps its name; the help names the flag once.
+    assert json.loads(t2sql(*args, "--method", "auto", check=False).stdout)["semantics"] == "ordered"
+    usage = t2sql("grade", "--help").stdout
+    assert "--method" in usage and "--semantics" not in usage
+
+
 def test_missing_database_and_missing_flags_are_clear(db_root):
     missing = str(db_root / "nope.sqlite")
     out = t2sql("grade", "--db", missing, "--pred", "SELECT 1", "--gold", "SELECT 1", check=False)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+import t2sql
 from conftest import bird_root
 from t2sql import errors
 from t2sql.episode import parsing
@@ -58,6 +60,52 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
     # A task's own method states its comparison.
     assert "return exactly 5 distinct rows, each a row of the correct result" in P.system_prompt(RECIPE, "subset,=,5")
     assert "at least 2 distinct rows" in P.system_prompt(RECIPE, "subset,>=,2")
+
+
+# Every way the core's parser (grader_rs/src/digest/method.rs) reads a method: any case, any spaces,
+# `list` for ordered, `==` for a subset's `=`, any count.
+METHOD_SPELLINGS = (
+    "multiset", " MultiSet ", "set", "SET", "ordered", " Ordered", "list", "LIST ",
+    "subset,=,3", "subset,==,3", " Subset , = , 3", "SUBSET,==,1", "subset,>=,3", "subset, >= ,1", "Subset,>=,2",
+    "auto", " AUTO ",
+)
+COLOURS = "SELECT id, colour FROM colour WHERE id <= 4"  # four distinct rows
+
+
+def _prompt_rule(method: str, gold: str) -> str:
+    """The ordering rule the system prompt of a task graded by `method` states."""
+    task = Task("m", "superhero", str(BIRD / "superhero" / "superhero.sqlite"), "Which colours?", "", gold,
+                grading_method=method)
+    system = P.build_prompt(task, RECIPE)[0]["content"]
+    rule = re.search(r"compared with the correct result: (.*?); the number", system, re.S)
+    assert rule, system
+    return rule.group(1)
+
+
+@pytest.mark.parametrize("method", METHOD_SPELLINGS)
+def test_the_prompt_states_the_rule_the_answer_is_graded_by(method):
+    db = str(BIRD / "superhero" / "superhero.sqlite")
+    outcome = lambda pred, gold: t2sql.grade(db, pred, gold, method).outcome  # noqa: E731
+    gold = f"{COLOURS} ORDER BY id"
+    rule = _prompt_rule(method, gold)
+    parsed = method.replace(" ", "").lower()
+    if parsed.startswith("subset"):
+        n = int(parsed.rsplit(",", 1)[1])
+        # n distinct gold rows always do; one more does only when the count is "at least".
+        assert outcome(f"{COLOURS} LIMIT {n}", gold) == "match"
+        more_allowed = outcome(f"{COLOURS} LIMIT {n + 1}", gold) == "match"
+        assert f"return {'at least' if more_allowed else 'exactly'} {n} distinct rows" in rule, (method, rule)
+        assert "row order does not matter" in rule
+        return
+    reversed_rows = outcome(f"{COLOURS} ORDER BY id DESC", gold)
+    duplicated = outcome(f"{gold.replace(' ORDER BY id', '')} UNION ALL SELECT 4, 'Black' ORDER BY id", gold)
+    if parsed == "auto":
+        # Ordered exactly when the gold orders its rows: what the prompt tells the model to do.
+        assert rule.startswith("row order matters only if the question asks for an ordering"), rule
+        assert reversed_rows == "mismatch" and outcome(f"{COLOURS} ORDER BY id DESC", COLOURS) == "match"
+        return
+    assert rule.startswith("row order matters") == (reversed_rows == "mismatch"), (method, rule)
+    assert ("duplicate rows do not matter" in rule) == (duplicated == "match"), (method, rule)
 
 
 def test_user_prompt_lists_each_evidence_piece_with_both_labels():

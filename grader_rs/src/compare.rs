@@ -4,11 +4,10 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use crate::digest::{secret_id, ColumnOrder, Digest, DigestSpec, GoldKeys, Semantics};
+use crate::digest::{secret_id, ColumnOrder, Digest, DigestSpec, GoldKeys, Semantics, SubsetOp};
 use crate::error::{GradeError, Result};
 use crate::exec::{digest, Run};
 use crate::guard::{Budget, GuardedConnection};
-use crate::sqltext;
 
 /// A grade's deadline when the caller names none (each of gold and prediction gets it).
 pub const DEFAULT_GRADE_TIMEOUT_S: f64 = 30.0;
@@ -61,77 +60,6 @@ pub struct Verdict {
     /// groups by, so grouping needs no second run. None for errors and early exits.
     pub pred_digest: Option<Digest>,
 }
-
-/// A grading method by name: `auto` = ordered when the gold's outermost query has ORDER BY,
-/// else multiset; otherwise `Semantics::parse` (lenient: case, spaces, `list` = ordered).
-pub fn resolve_semantics(gold_sql: &str, name: &str) -> Result<Semantics> {
-    if is_auto(name) {
-        let ordered =
-            sqltext::first_statement(gold_sql).is_some_and(|s| sqltext::has_outer_order_by(s.text));
-        return Ok(if ordered {
-            Semantics::Ordered
-        } else {
-            Semantics::Multiset
-        });
-    }
-    Semantics::parse(name).map_err(GradeError::Invalid)
-}
-
-/// The method that is resolved against the gold query rather than named outright.
-const AUTO: &str = "auto";
-
-fn is_auto(name: &str) -> bool {
-    name.trim().eq_ignore_ascii_case(AUTO)
-}
-
-/// `resolve_semantics` where the gold may not be known yet: `auto` without a gold is an Invalid
-/// error (it cannot be resolved), every other name is read as it always is.
-pub fn resolve_method(gold_sql: Option<&str>, name: &str) -> Result<Semantics> {
-    match gold_sql {
-        Some(gold) => resolve_semantics(gold, name),
-        None if is_auto(name) => Err(GradeError::Invalid(
-            "grading method \"auto\" needs the gold SQL (it is ordered when the gold's outermost query \
-             has ORDER BY, else multiset): pass gold_sql"
-                .into(),
-        )),
-        None => Semantics::parse(name).map_err(GradeError::Invalid),
-    }
-}
-
-/// The canonical name of a method as a task or a flag writes it, before any gold is known: `auto`
-/// stays `auto`, every other name is read as `resolve_semantics` reads it ("list" -> "ordered").
-pub fn method_name(name: &str) -> Result<String> {
-    if is_auto(name) {
-        return Ok(AUTO.into());
-    }
-    Semantics::parse(name)
-        .map(Semantics::name)
-        .map_err(GradeError::Invalid)
-}
-
-/// Every form a grading method takes, as messages show them: one per `Semantics` variant (a
-/// subset's count written N), then `auto`. The one list of them; Python reads it as METHODS.
-pub fn method_forms() -> Vec<String> {
-    let one_of_each = [
-        Semantics::Multiset,
-        Semantics::Ordered,
-        Semantics::Set,
-        Semantics::Subset { exact: true, n: 1 },
-        Semantics::Subset { exact: false, n: 1 },
-    ];
-    let mut forms: Vec<String> = one_of_each
-        .iter()
-        .map(|s| match s {
-            Semantics::Subset { .. } => format!("{}N", s.name().trim_end_matches('1')),
-            Semantics::Multiset | Semantics::Ordered | Semantics::Set => s.name(),
-        })
-        .collect();
-    forms.push(AUTO.into());
-    forms
-}
-
-/// Every column order, in the order messages list them (Python reads their names as COLUMN_ORDERS).
-pub const COLUMN_ORDERS: [ColumnOrder; 2] = [ColumnOrder::Strict, ColumnOrder::Ignore];
 
 /// The gold's digest. Errors stay errors: the caller decides (gold_error, retry, cache).
 pub fn gold_digest(
@@ -285,8 +213,8 @@ pub fn grade_against(
     // A subset prediction needs min(N, the gold's distinct rows) distinct rows: every gold row
     // when the gold has fewer than N.
     let subset = match gold.semantics {
-        Semantics::Subset { exact, n } => match subset_keys(gc, gold, budget)? {
-            Ok(keys) => Some((exact, n.min(gold.rows), keys)),
+        Semantics::Subset { op, n } => match subset_keys(gc, gold, budget)? {
+            Ok(keys) => Some((op, n.min(gold.rows), keys)),
             Err((outcome, detail)) => {
                 return Ok(Verdict {
                     outcome,
@@ -306,8 +234,8 @@ pub fn grade_against(
         float_digits: gold.float_digits,
         column_order: gold.column_order,
         row_limit: match &subset {
-            Some((true, need, _)) => Some(*need),
-            Some((false, _, _)) => None,
+            Some((SubsetOp::Exactly, need, _)) => Some(*need),
+            Some((SubsetOp::AtLeast, _, _)) => None,
             None => Some(gold.rows),
         },
     };
@@ -374,18 +302,12 @@ pub fn grade_against(
             ),
             None,
         ),
-        (Run::Done(pred), Some((exact, need, _))) => {
-            let ok = if *exact {
-                pred.rows == *need
-            } else {
-                pred.rows >= *need
+        (Run::Done(pred), Some((op, need, _))) => {
+            let need_text = match op {
+                SubsetOp::Exactly => format!("{need}"),
+                SubsetOp::AtLeast => format!("at least {need}"),
             };
-            let need_text = if *exact {
-                format!("{need}")
-            } else {
-                format!("at least {need}")
-            };
-            if ok {
+            if op.holds(pred.rows, *need) {
                 verdict(
                     Outcome::Match,
                     format!(
@@ -496,6 +418,7 @@ pub fn grade(
 #[cfg(test)]
 mod test {
     use super::*;
+    use crate::digest::resolve_semantics;
 
     /// Six rows, five distinct: (1, a) … (5, e), and (5, e) once more.
     fn fixture() -> (tempfile::TempDir, GuardedConnection) {
@@ -838,104 +761,6 @@ mod test {
     }
 
     #[test]
-    fn auto_is_ordered_only_when_the_outer_query_orders() {
-        let ordered = resolve_semantics("SELECT id FROM t ORDER BY id", "auto").unwrap();
-        assert_eq!(ordered, Semantics::Ordered);
-        let inner = "SELECT id FROM (SELECT id FROM t ORDER BY id LIMIT 3)";
-        assert_eq!(
-            resolve_semantics(inner, "auto").unwrap(),
-            Semantics::Multiset
-        );
-        assert_eq!(
-            resolve_semantics(GOLD, " AUTO ").unwrap(),
-            Semantics::Multiset
-        );
-        assert_eq!(resolve_semantics(GOLD, "list").unwrap(), Semantics::Ordered);
-        assert!(matches!(
-            resolve_semantics(GOLD, "bag"),
-            Err(GradeError::Invalid(_))
-        ));
-    }
-
-    #[test]
-    fn auto_needs_the_gold_and_other_names_do_not() {
-        assert_eq!(
-            resolve_method(Some("SELECT id FROM t ORDER BY id"), "Auto").unwrap(),
-            Semantics::Ordered
-        );
-        assert_eq!(
-            resolve_method(Some(GOLD), "auto").unwrap(),
-            Semantics::Multiset
-        );
-        match resolve_method(None, " auto ") {
-            Err(GradeError::Invalid(m)) => assert!(m.contains("needs the gold SQL"), "{m}"),
-            other => panic!("expected Invalid, got {other:?}"),
-        }
-        assert_eq!(
-            resolve_method(None, "subset, >=, 4").unwrap(),
-            Semantics::Subset { exact: false, n: 4 }
-        );
-        // An unreadable name says what resolve_semantics says, with or without the gold.
-        for bad in ["bag", "subset", "subset,<,3"] {
-            let (a, b) = (resolve_method(None, bad), resolve_semantics(GOLD, bad));
-            match (a, b) {
-                (Err(GradeError::Invalid(a)), Err(GradeError::Invalid(b))) => assert_eq!(a, b),
-                other => panic!("expected two Invalid errors, got {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_method_name_is_canonical_and_auto_stays_auto() {
-        assert_eq!(method_name(" List ").unwrap(), "ordered");
-        assert_eq!(method_name(" Subset, =,5").unwrap(), "subset,=,5");
-        assert_eq!(method_name("AUTO").unwrap(), "auto");
-        assert!(matches!(method_name("subset"), Err(GradeError::Invalid(_))));
-        assert!(matches!(method_name("bag"), Err(GradeError::Invalid(_))));
-    }
-
-    #[test]
-    fn the_method_forms_are_what_the_parser_reads_and_names() {
-        let forms = method_forms();
-        assert_eq!(
-            forms,
-            [
-                "multiset",
-                "ordered",
-                "set",
-                "subset,=,N",
-                "subset,>=,N",
-                "auto"
-            ]
-        );
-        for form in &forms {
-            // Every form parses (N as a count), and a parsed method's name is its form again.
-            let named = form.replace('N', "3");
-            let s = resolve_semantics(GOLD, &named).unwrap();
-            if form != AUTO {
-                assert_eq!(s.name().replace('3', "N"), *form);
-            }
-        }
-        for alias in ["list", "subset,==,2", " MULTISET "] {
-            let name = resolve_semantics(GOLD, alias).unwrap().name();
-            assert!(forms.contains(&name.replace('2', "N")), "{alias}: {name}");
-        }
-    }
-
-    #[test]
-    fn the_column_orders_parse_from_their_names() {
-        for order in COLUMN_ORDERS {
-            assert_eq!(ColumnOrder::parse(order.name()), Some(order));
-            // Adding a variant fails here until it is listed.
-            match order {
-                ColumnOrder::Strict | ColumnOrder::Ignore => {}
-            }
-        }
-        let names: Vec<&str> = COLUMN_ORDERS.iter().map(|o| o.name()).collect();
-        assert_eq!(names, ["strict", "ignore"]);
-    }
-
-    #[test]
     fn another_column_count_is_a_mismatch_under_every_method() {
         let (_d, gc) = fixture();
         for (method, note) in [
@@ -1032,7 +857,10 @@ mod test {
             Err(GradeError::SecretMismatch(_))
         ));
         let subset = spec(
-            Semantics::Subset { exact: true, n: 2 },
+            Semantics::Subset {
+                op: SubsetOp::Exactly,
+                n: 2,
+            },
             Some(12),
             ColumnOrder::Strict,
         );

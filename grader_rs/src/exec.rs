@@ -428,7 +428,10 @@ mod test {
         for semantics in [
             Semantics::Multiset,
             Semantics::Set,
-            Semantics::Subset { exact: true, n: 3 },
+            Semantics::Subset {
+                op: crate::digest::SubsetOp::Exactly,
+                n: 3,
+            },
         ] {
             for digits in [None, Some(12), Some(3)] {
                 for column_order in [ColumnOrder::Strict, ColumnOrder::Ignore] {

@@ -42,6 +42,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
         invalid_argument, DatabaseClosed, DatabaseError, HashSecretMismatch, QueryCancelled,
         QueryTimeout, SpillError, SqlError, T2sqlError, TempDiskExceeded, UnsafeQuery,
     };
+    use py::method::PyMethod;
     use py::pool::{lower_thread_priority, SqlPool};
     use py::spec::{method_name, GradeSpec, ToolLimits};
     use py::sqltext::sql_tokens;
@@ -66,6 +67,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<SqlPool>()?;
     m.add_class::<ToolLimits>()?;
     m.add_class::<GradeSpec>()?;
+    m.add_class::<PyMethod>()?;
     m.add_function(wrap_pyfunction!(resolve_semantics, m)?)?;
     m.add_function(wrap_pyfunction!(method_name, m)?)?;
     m.add_function(wrap_pyfunction!(sqlite_version, m)?)?;
@@ -85,9 +87,9 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     let outcomes: Vec<&str> = compare::Outcome::ALL.iter().map(|o| o.name()).collect();
     m.add("OUTCOMES", pyo3::types::PyTuple::new(py, outcomes)?)?;
     m.add("MAX_FLOAT_DIGITS", canon::MAX_FLOAT_DIGITS)?;
-    let methods = compare::method_forms();
+    let methods = digest::Method::forms();
     m.add("METHODS", pyo3::types::PyTuple::new(py, methods)?)?;
-    let orders: Vec<&str> = compare::COLUMN_ORDERS.iter().map(|o| o.name()).collect();
+    let orders: Vec<&str> = digest::COLUMN_ORDERS.iter().map(|o| o.name()).collect();
     m.add("COLUMN_ORDERS", pyo3::types::PyTuple::new(py, orders)?)?;
     // ToolLimits() as a dict: the numbers themselves live in exec.rs.
     let limits = ToolLimits::default();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use _grader::compare::{gold_digest, grade, grade_against, Outcome};
-use _grader::digest::{Digest, DigestSpec, GoldKeys, Semantics};
+use _grader::digest::{Digest, DigestSpec, GoldKeys, Semantics, SubsetOp};
 use _grader::error::GradeError;
 use _grader::guard::{Budget, GuardedConnection};
 use _grader::spill::{set_grade_memory, spill_usage, GradeMemory, MIN_MEMORY_BYTES};
@@ -48,7 +48,7 @@ fn set_and_subset_past_the_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let gc = database(db_dir.path());
     let budget = Budget::new(60.0);
-    let subset = |exact, n| Semantics::Subset { exact, n };
+    let subset = |op, n| Semantics::Subset { op, n };
     let cases: Vec<(&str, &str, Semantics, Outcome)> = vec![
         // 120,000 distinct rows, twice over in another order: equal as sets.
         (
@@ -82,25 +82,25 @@ fn set_and_subset_past_the_budget() {
         (
             "SELECT a, b FROM t WHERE a % 2 = 0",
             "SELECT a, b FROM t",
-            subset(false, 50_000),
+            subset(SubsetOp::AtLeast, 50_000),
             Outcome::Match,
         ),
         (
             "SELECT a, b FROM t WHERE a % 2 = 0",
             "SELECT a, b FROM t",
-            subset(true, 50_000),
+            subset(SubsetOp::Exactly, 50_000),
             Outcome::Mismatch,
         ),
         (
             "SELECT a, b FROM t WHERE a < 10 UNION ALL SELECT a, b FROM t WHERE a < 10",
             "SELECT a, b FROM t",
-            subset(true, 10),
+            subset(SubsetOp::Exactly, 10),
             Outcome::Match,
         ),
         (
             "SELECT a + 1, b FROM t",
             "SELECT a, b FROM t",
-            subset(false, 10),
+            subset(SubsetOp::AtLeast, 10),
             Outcome::Mismatch,
         ),
     ];
@@ -141,7 +141,13 @@ fn set_and_subset_past_the_budget() {
 
     // A subset gold past the budget keeps its keys on disk; as bytes it carries its SQL, and
     // a grade against those bytes collects the keys again.
-    let gold = gold_digest(&gc, "SELECT a, b FROM t", spec(subset(false, 3)), &budget).unwrap();
+    let gold = gold_digest(
+        &gc,
+        "SELECT a, b FROM t",
+        spec(subset(SubsetOp::AtLeast, 3)),
+        &budget,
+    )
+    .unwrap();
     assert!(matches!(
         gold.gold_keys.as_deref(),
         Some(GoldKeys::Spilled { .. })

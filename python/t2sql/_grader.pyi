@@ -11,8 +11,9 @@ from typing import Callable, Literal, Protocol
 # A grading method: multiset, set, ordered (or list), auto (ordered when the gold has ORDER BY, else
 # multiset), or subset with a count: "subset,=,N" (exactly N distinct gold rows) / "subset,>=,N" (at
 # least N). Names are read leniently (case, spaces). The canonical name of a resolved method is one
-# of "multiset", "ordered", "set" or "subset,=,N" / "subset,>=,N" (a str).
-Semantics = str
+# of "multiset", "ordered", "set" or "subset,=,N" / "subset,>=,N" (a str). `Method` is a name parsed.
+MethodName = str
+Semantics = MethodName  # the older name
 Resolved = str
 Outcome = Literal[
     "match", "mismatch", "pred_error", "pred_timeout", "unsafe", "gold_error", "gold_timeout"
@@ -108,6 +109,25 @@ class ToolLimits:
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
 
+class Method:
+    """A grading method as a task or a flag names it, parsed by the core's one parser (the parser
+    every grade uses): read leniently (case, spaces, `list` = ordered, `==` = `=`), "auto" kept
+    unresolved. An unreadable name (a bare "subset", an unknown word) is InvalidArgument saying what
+    is wrong. The prompt's ordering rule reads it (t2sql.episode.prompt.order_rule). Frozen,
+    comparable, hashable, picklable."""
+
+    def __init__(self, name: MethodName) -> None: ...
+    @property
+    def name(self) -> str: ...  # canonical: auto | multiset | ordered | set | subset,=,N | subset,>=,N
+    @property
+    def kind(self) -> Literal["auto", "multiset", "ordered", "set", "subset"]: ...
+    @property
+    def operator(self) -> Literal["=", ">="] | None: ...  # a subset's: exactly ("=") or at least (">=") N
+    @property
+    def count(self) -> int | None: ...  # a subset's N: distinct gold rows
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
 class GradeSpec:
     """How a prediction is graded: the method, float digits, column order, and the timeout and
     temporary disk (max_temp_mb, MiB, at least 1) of each query, checked once at construction. The
@@ -120,7 +140,7 @@ class GradeSpec:
 
     def __init__(
         self,
-        method: Semantics = "multiset",
+        method: MethodName = "multiset",
         *,
         gold_sql: str | None = None,
         float_digits: int | None = ...,
@@ -279,10 +299,10 @@ class SqlPool:
     def close(self) -> None:
         """Cancel what runs or waits and join the workers; a last drain() collects those jobs."""
 
-def method_name(name: Semantics) -> str:
+def method_name(name: MethodName) -> str:
     """The canonical name of a method as a task or a flag writes it ("list" -> "ordered", "auto"
     stays "auto"); InvalidArgument saying what is wrong (a bare "subset" has no count)."""
-def resolve_semantics(gold_sql: str, semantics: Semantics) -> Resolved:
+def resolve_semantics(gold_sql: str, semantics: MethodName) -> Resolved:
     """The canonical method `semantics` names for this gold ("auto" resolved against its SQL);
     ValueError for a name that cannot be read."""
 def sqlite_version() -> str: ...

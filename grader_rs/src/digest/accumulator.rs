@@ -421,7 +421,10 @@ pub(super) mod test {
 
     pub(in crate::digest) fn subset_gold(rows: &[i64], n: u64) -> Digest {
         let spec = DigestSpec {
-            semantics: Semantics::Subset { exact: true, n },
+            semantics: Semantics::Subset {
+                op: crate::digest::SubsetOp::Exactly,
+                n,
+            },
             float_digits: None,
             column_order: ColumnOrder::Strict,
             row_limit: None,

@@ -1,6 +1,56 @@
-//! The grading method (`Semantics`) and the column order: their names and their parsing.
+//! The grading method, parsed once here: `Semantics` (how two results are compared), `Method`
+//! (the method as a task or a flag names it, before the gold is known: a `Semantics` or `auto`),
+//! `SubsetOp` (a subset's comparison), and the column order. Their names, their forms and their
+//! one parser; everything else (the verdicts, the Python binding, the prompt's words through the
+//! binding) reads the parsed value.
 
-/// How two results are compared (a task's `grading_method`).
+use crate::error::{GradeError, Result};
+use crate::sqltext;
+
+/// How a subset prediction's distinct gold rows are counted against the method's count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SubsetOp {
+    /// `subset,=,N` (also written `==`): exactly N.
+    Exactly,
+    /// `subset,>=,N`: at least N.
+    AtLeast,
+}
+
+impl SubsetOp {
+    /// Every operator, in the order the method forms list them.
+    pub const ALL: [SubsetOp; 2] = [SubsetOp::Exactly, SubsetOp::AtLeast];
+
+    /// The operator as a canonical method name writes it.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            SubsetOp::Exactly => "=",
+            SubsetOp::AtLeast => ">=",
+        }
+    }
+
+    fn parse(op: &str) -> Option<Self> {
+        match op {
+            "=" | "==" => Some(SubsetOp::Exactly),
+            ">=" => Some(SubsetOp::AtLeast),
+            _ => None,
+        }
+    }
+
+    /// Whether a prediction with `rows` distinct gold rows meets a need of `need` rows.
+    pub fn holds(self, rows: u64, need: u64) -> bool {
+        match self {
+            SubsetOp::Exactly => rows == need,
+            SubsetOp::AtLeast => rows >= need,
+        }
+    }
+}
+
+/// A subset method's name with its count written as given (a number, or N in the forms).
+fn subset_name(op: SubsetOp, count: impl std::fmt::Display) -> String {
+    format!("subset,{},{count}", op.symbol())
+}
+
+/// How two results are compared (a task's `grading_method`, resolved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Semantics {
     /// Rows in any order, duplicates counted.
@@ -9,25 +59,32 @@ pub enum Semantics {
     Ordered,
     /// Distinct rows, in any order (BIRD's metric).
     Set,
-    /// The prediction's distinct rows are each a gold row, and there are exactly `n` of them
-    /// (`exact`) or at least `n`; `n` is capped at the gold's distinct row count.
-    Subset { exact: bool, n: u64 },
+    /// The prediction's distinct rows are each a gold row, and there are exactly `n` of them or at
+    /// least `n` (`op`); `n` is capped at the gold's distinct row count.
+    Subset { op: SubsetOp, n: u64 },
 }
 
 impl Semantics {
     pub fn name(self) -> String {
         match self {
-            Semantics::Multiset => "multiset".into(),
-            Semantics::Ordered => "ordered".into(),
-            Semantics::Set => "set".into(),
-            Semantics::Subset { exact: true, n } => format!("subset,=,{n}"),
-            Semantics::Subset { exact: false, n } => format!("subset,>=,{n}"),
+            Semantics::Subset { op, n } => subset_name(op, n),
+            other => other.kind().into(),
+        }
+    }
+
+    /// The method's kind without its count: multiset, ordered, set or subset.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Semantics::Multiset => "multiset",
+            Semantics::Ordered => "ordered",
+            Semantics::Set => "set",
+            Semantics::Subset { .. } => "subset",
         }
     }
 
     /// Read a method leniently: case and spaces do not matter; `list` is `ordered`;
     /// `subset,=,N` / `subset,>=,N` (also `==`). A bare `subset` (no count) is an error.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
         let compact: String = s
             .chars()
             .filter(|c| !c.is_whitespace())
@@ -44,13 +101,11 @@ impl Semantics {
         }
         let parts: Vec<&str> = compact.split(',').collect();
         if let ["subset", op, n] = parts.as_slice() {
-            let exact = match *op {
-                "=" | "==" => true,
-                ">=" => false,
-                _ => return Err(format!("{s:?}: the comparison must be = or >=")),
+            let Some(op) = SubsetOp::parse(op) else {
+                return Err(format!("{s:?}: the comparison must be = or >="));
             };
             return match n.parse::<u64>() {
-                Ok(n) if n >= 1 => Ok(Semantics::Subset { exact, n }),
+                Ok(n) if n >= 1 => Ok(Semantics::Subset { op, n }),
                 _ => Err(format!(
                     "{s:?}: the count must be a whole number of rows, at least 1"
                 )),
@@ -67,6 +122,122 @@ impl Semantics {
     }
 }
 
+/// A grading method as a task or a flag names it: a `Semantics`, or `auto`, which is resolved
+/// against the gold query (ordered when its outermost query has ORDER BY, else multiset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Auto,
+    Named(Semantics),
+}
+
+impl Method {
+    /// The name of the method resolved against the gold rather than named outright.
+    pub const AUTO: &'static str = "auto";
+
+    /// Read a name as `Semantics::parse` does, `auto` (any case, any spaces) included; an
+    /// unreadable name is an Invalid error saying what is wrong.
+    pub fn parse(name: &str) -> Result<Self> {
+        if name.trim().eq_ignore_ascii_case(Self::AUTO) {
+            return Ok(Method::Auto);
+        }
+        Semantics::parse(name)
+            .map(Method::Named)
+            .map_err(GradeError::Invalid)
+    }
+
+    /// The canonical name: `auto`, or the semantics' name ("list" reads back as "ordered").
+    pub fn name(self) -> String {
+        match self {
+            Method::Auto => Self::AUTO.into(),
+            Method::Named(s) => s.name(),
+        }
+    }
+
+    /// The kind without a count: auto, multiset, ordered, set or subset.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Method::Auto => Self::AUTO,
+            Method::Named(s) => s.kind(),
+        }
+    }
+
+    /// The semantics this method grades `gold_sql` by.
+    pub fn resolve_against(self, gold_sql: &str) -> Semantics {
+        match self {
+            Method::Named(s) => s,
+            Method::Auto => {
+                let ordered = sqltext::first_statement(gold_sql)
+                    .is_some_and(|s| sqltext::has_outer_order_by(s.text));
+                if ordered {
+                    Semantics::Ordered
+                } else {
+                    Semantics::Multiset
+                }
+            }
+        }
+    }
+
+    /// `resolve_against` where the gold may not be known yet: `auto` without a gold is an Invalid
+    /// error (it cannot be resolved).
+    pub fn resolve(self, gold_sql: Option<&str>) -> Result<Semantics> {
+        match (self, gold_sql) {
+            (_, Some(gold)) => Ok(self.resolve_against(gold)),
+            (Method::Named(s), None) => Ok(s),
+            (Method::Auto, None) => Err(GradeError::Invalid(
+                "grading method \"auto\" needs the gold SQL (it is ordered when the gold's outermost \
+                 query has ORDER BY, else multiset): pass gold_sql"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Every form a grading method takes, as messages show them: one per `Semantics` variant (a
+    /// subset once per operator, its count written N), then `auto`. The one list of them; Python
+    /// reads it as METHODS.
+    pub fn forms() -> Vec<String> {
+        let mut forms = Vec::new();
+        for kind in [
+            Semantics::Multiset,
+            Semantics::Ordered,
+            Semantics::Set,
+            Semantics::Subset {
+                op: SubsetOp::Exactly,
+                n: 1,
+            },
+        ] {
+            // Adding a variant fails to compile here until its form is listed.
+            match kind {
+                Semantics::Multiset | Semantics::Ordered | Semantics::Set => {
+                    forms.push(kind.name())
+                }
+                Semantics::Subset { .. } => {
+                    forms.extend(SubsetOp::ALL.iter().map(|op| subset_name(*op, "N")))
+                }
+            }
+        }
+        forms.push(Self::AUTO.into());
+        forms
+    }
+}
+
+/// A grading method by name, resolved against its gold: `auto` = ordered when the gold's outermost
+/// query has ORDER BY, else multiset; otherwise `Semantics::parse` (lenient: case, spaces, `list` =
+/// ordered).
+pub fn resolve_semantics(gold_sql: &str, name: &str) -> Result<Semantics> {
+    Ok(Method::parse(name)?.resolve_against(gold_sql))
+}
+
+/// `resolve_semantics` where the gold may not be known yet (`Method::resolve`).
+pub fn resolve_method(gold_sql: Option<&str>, name: &str) -> Result<Semantics> {
+    Method::parse(name)?.resolve(gold_sql)
+}
+
+/// The canonical name of a method as a task or a flag writes it, before any gold is known: `auto`
+/// stays `auto`, every other name is read as `resolve_semantics` reads it ("list" -> "ordered").
+pub fn method_name(name: &str) -> Result<String> {
+    Method::parse(name).map(Method::name)
+}
+
 /// Whether a row's cells are compared in their column order, or as a multiset of cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ColumnOrder {
@@ -74,6 +245,9 @@ pub enum ColumnOrder {
     Strict,
     Ignore,
 }
+
+/// Every column order, in the order messages list them (Python reads their names as COLUMN_ORDERS).
+pub const COLUMN_ORDERS: [ColumnOrder; 2] = [ColumnOrder::Strict, ColumnOrder::Ignore];
 
 impl ColumnOrder {
     pub fn name(self) -> &'static str {
@@ -95,24 +269,28 @@ impl ColumnOrder {
 mod test {
     use super::*;
 
+    /// A simple gold without ORDER BY: `auto` reads it as multiset.
+    const GOLD: &str = "SELECT id, name FROM t";
+
+    fn subset(op: SubsetOp, n: u64) -> Semantics {
+        Semantics::Subset { op, n }
+    }
+
     #[test]
     fn methods_parse_leniently_and_name_themselves() {
         assert_eq!(Semantics::parse(" Multiset"), Ok(Semantics::Multiset));
         assert_eq!(Semantics::parse("LIST"), Ok(Semantics::Ordered));
         assert_eq!(
             Semantics::parse("subset, = ,5"),
-            Ok(Semantics::Subset { exact: true, n: 5 })
+            Ok(subset(SubsetOp::Exactly, 5))
         );
         assert_eq!(
             Semantics::parse("subset,==,2"),
-            Ok(Semantics::Subset { exact: true, n: 2 })
+            Ok(subset(SubsetOp::Exactly, 2))
         );
         assert_eq!(
             Semantics::parse("Subset,>=,10"),
-            Ok(Semantics::Subset {
-                exact: false,
-                n: 10
-            })
+            Ok(subset(SubsetOp::AtLeast, 10))
         );
         for bad in [
             "subset",
@@ -127,5 +305,126 @@ mod test {
         for s in ["multiset", "ordered", "set", "subset,=,5", "subset,>=,1"] {
             assert_eq!(Semantics::parse(s).unwrap().name(), s);
         }
+    }
+
+    #[test]
+    fn a_subset_operator_counts_exactly_or_at_least() {
+        assert!(SubsetOp::Exactly.holds(3, 3));
+        assert!(!SubsetOp::Exactly.holds(4, 3));
+        assert!(SubsetOp::AtLeast.holds(4, 3));
+        assert!(!SubsetOp::AtLeast.holds(2, 3));
+    }
+
+    #[test]
+    fn auto_is_ordered_only_when_the_outer_query_orders() {
+        let ordered = resolve_semantics("SELECT id FROM t ORDER BY id", "auto").unwrap();
+        assert_eq!(ordered, Semantics::Ordered);
+        let inner = "SELECT id FROM (SELECT id FROM t ORDER BY id LIMIT 3)";
+        assert_eq!(
+            resolve_semantics(inner, "auto").unwrap(),
+            Semantics::Multiset
+        );
+        assert_eq!(
+            resolve_semantics(GOLD, " AUTO ").unwrap(),
+            Semantics::Multiset
+        );
+        assert_eq!(resolve_semantics(GOLD, "list").unwrap(), Semantics::Ordered);
+        assert!(matches!(
+            resolve_semantics(GOLD, "bag"),
+            Err(GradeError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn auto_needs_the_gold_and_other_names_do_not() {
+        assert_eq!(
+            resolve_method(Some("SELECT id FROM t ORDER BY id"), "Auto").unwrap(),
+            Semantics::Ordered
+        );
+        assert_eq!(
+            resolve_method(Some(GOLD), "auto").unwrap(),
+            Semantics::Multiset
+        );
+        match resolve_method(None, " auto ") {
+            Err(GradeError::Invalid(m)) => assert!(m.contains("needs the gold SQL"), "{m}"),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+        assert_eq!(
+            resolve_method(None, "subset, >=, 4").unwrap(),
+            subset(SubsetOp::AtLeast, 4)
+        );
+        // An unreadable name says what resolve_semantics says, with or without the gold.
+        for bad in ["bag", "subset", "subset,<,3"] {
+            let (a, b) = (resolve_method(None, bad), resolve_semantics(GOLD, bad));
+            match (a, b) {
+                (Err(GradeError::Invalid(a)), Err(GradeError::Invalid(b))) => assert_eq!(a, b),
+                other => panic!("expected two Invalid errors, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_method_name_is_canonical_and_auto_stays_auto() {
+        assert_eq!(method_name(" List ").unwrap(), "ordered");
+        assert_eq!(method_name(" Subset, =,5").unwrap(), "subset,=,5");
+        assert_eq!(method_name("subset,==,5").unwrap(), "subset,=,5");
+        assert_eq!(method_name("AUTO").unwrap(), "auto");
+        assert!(matches!(method_name("subset"), Err(GradeError::Invalid(_))));
+        assert!(matches!(method_name("bag"), Err(GradeError::Invalid(_))));
+    }
+
+    #[test]
+    fn a_parsed_method_knows_its_kind() {
+        let kinds = [
+            ("auto", "auto"),
+            ("List", "ordered"),
+            ("multiset", "multiset"),
+            ("SET", "set"),
+            ("subset,==,2", "subset"),
+        ];
+        for (name, kind) in kinds {
+            assert_eq!(Method::parse(name).unwrap().kind(), kind, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_method_forms_are_what_the_parser_reads_and_names() {
+        let forms = Method::forms();
+        assert_eq!(
+            forms,
+            [
+                "multiset",
+                "ordered",
+                "set",
+                "subset,=,N",
+                "subset,>=,N",
+                "auto"
+            ]
+        );
+        for form in &forms {
+            // Every form parses (N as a count), and a parsed method's name is its form again.
+            let named = form.replace('N', "3");
+            assert_eq!(
+                Method::parse(&named).unwrap().name().replace('3', "N"),
+                *form
+            );
+        }
+        for alias in ["list", "subset,==,2", " MULTISET "] {
+            let name = resolve_semantics(GOLD, alias).unwrap().name();
+            assert!(forms.contains(&name.replace('2', "N")), "{alias}: {name}");
+        }
+    }
+
+    #[test]
+    fn the_column_orders_parse_from_their_names() {
+        for order in COLUMN_ORDERS {
+            assert_eq!(ColumnOrder::parse(order.name()), Some(order));
+            // Adding a variant fails here until it is listed.
+            match order {
+                ColumnOrder::Strict | ColumnOrder::Ignore => {}
+            }
+        }
+        let names: Vec<&str> = COLUMN_ORDERS.iter().map(|o| o.name()).collect();
+        assert_eq!(names, ["strict", "ignore"]);
     }
 }

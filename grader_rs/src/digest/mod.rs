@@ -26,7 +26,10 @@ mod wire;
 pub use accumulator::{Accumulator, DigestSpec, Stop};
 pub use aggregate::{function_name, register, AggregateShared};
 pub use keyset::GoldKeys;
-pub use method::{ColumnOrder, Semantics};
+pub use method::{
+    method_name, resolve_method, resolve_semantics, ColumnOrder, Method, Semantics, SubsetOp,
+    COLUMN_ORDERS,
+};
 pub use secret::{secret, secret_id, set_secret};
 
 /// A result's digest: what grading compares, what the gold cache stores (`wire`).

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::keyset::SortedKeys;
-use super::{ColumnOrder, Digest, GoldKeys, Semantics, Stop};
+use super::{ColumnOrder, Digest, GoldKeys, Semantics, Stop, SubsetOp};
 use crate::canon;
 
 const WIRE_MAGIC: &[u8; 4] = b"T2D2";
@@ -37,8 +37,14 @@ impl Digest {
             Semantics::Multiset => (0u8, 0u64),
             Semantics::Ordered => (1, 0),
             Semantics::Set => (2, 0),
-            Semantics::Subset { exact: true, n } => (3, n),
-            Semantics::Subset { exact: false, n } => (4, n),
+            Semantics::Subset {
+                op: SubsetOp::Exactly,
+                n,
+            } => (3, n),
+            Semantics::Subset {
+                op: SubsetOp::AtLeast,
+                n,
+            } => (4, n),
         };
         b.push(tag);
         b.extend_from_slice(&n.to_le_bytes());
@@ -102,8 +108,14 @@ impl Digest {
             0 => Semantics::Multiset,
             1 => Semantics::Ordered,
             2 => Semantics::Set,
-            3 if n >= 1 => Semantics::Subset { exact: true, n },
-            4 if n >= 1 => Semantics::Subset { exact: false, n },
+            3 if n >= 1 => Semantics::Subset {
+                op: SubsetOp::Exactly,
+                n,
+            },
+            4 if n >= 1 => Semantics::Subset {
+                op: SubsetOp::AtLeast,
+                n,
+            },
             _ => return Err("unknown grading method".into()),
         };
         let column_order = match data[14] {

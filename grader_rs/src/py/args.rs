@@ -9,7 +9,6 @@ use pyo3::types::{PyBytes, PyString};
 
 use super::errors::{invalid, to_py, SqlError};
 use crate::checked::{self, Int, Seconds};
-use crate::compare;
 use crate::digest;
 
 /// The text of a huge int for a message: Python's own digits, or their count when there are many.
@@ -119,7 +118,7 @@ pub(crate) fn check_digits(float_digits: Option<&Int>) -> PyResult<Option<u32>> 
 
 pub(crate) fn column_order(name: &str) -> PyResult<digest::ColumnOrder> {
     digest::ColumnOrder::parse(name).ok_or_else(|| {
-        let names: Vec<String> = compare::COLUMN_ORDERS
+        let names: Vec<String> = digest::COLUMN_ORDERS
             .iter()
             .map(|o| format!("{:?}", o.name()))
             .collect();

@@ -160,7 +160,7 @@ impl Verdict {
 
 #[pyfunction]
 pub(crate) fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<String> {
-    compare::resolve_semantics(gold_sql, semantics)
+    digest::resolve_semantics(gold_sql, semantics)
         .map(|s| s.name())
         .map_err(to_py)
 }

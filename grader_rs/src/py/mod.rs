@@ -6,6 +6,7 @@ pub(crate) mod args;
 pub(crate) mod database;
 pub(crate) mod digest;
 pub(crate) mod errors;
+pub(crate) mod method;
 pub(crate) mod pool;
 pub(crate) mod spec;
 pub(crate) mod sqltext;

@@ -17,7 +17,7 @@ use super::args::{
 use super::errors::to_py;
 use crate::checked::{Int, Seconds};
 use crate::compare;
-use crate::digest::{ColumnOrder, DigestSpec, Semantics};
+use crate::digest::{self, ColumnOrder, DigestSpec, Semantics};
 use crate::exec::{ToolOptions, DEFAULT_TOOL_TIMEOUT_S};
 use crate::tempfiles::{DEFAULT_MAX_TEMP_BYTES, MIB};
 
@@ -250,7 +250,7 @@ impl GradeSpec {
     ) -> PyResult<Self> {
         let gold = gold_sql.map(sql_text).transpose()?;
         Ok(GradeSpec {
-            semantics: compare::resolve_method(gold.as_deref(), method).map_err(to_py)?,
+            semantics: digest::resolve_method(gold.as_deref(), method).map_err(to_py)?,
             float_digits: check_digits(float_digits.as_ref())?,
             column_order: parse_column_order(column_order)?,
             timeout_s: check_timeout(&timeout_s)?,
@@ -326,5 +326,5 @@ impl GradeSpec {
 /// " Subset, =,5" -> "subset,=,5", "auto" stays "auto"); InvalidArgument saying what is wrong.
 #[pyfunction]
 pub(crate) fn method_name(name: &str) -> PyResult<String> {
-    compare::method_name(name).map_err(to_py)
+    digest::method_name(name).map_err(to_py)
 }

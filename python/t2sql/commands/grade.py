@@ -75,10 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                  "existing file is replaced only when it is grade's own output, or with --force")
     p.add_argument("--force", action="store_true",
                    help="with --pairs: replace an existing --out file even when it is not t2sql grade's output")
-    p.add_argument("--semantics", default="multiset", type=_method_arg,
+    p.add_argument("--method", default="multiset", type=_method_arg,
                    metavar="|".join((*METHODS, "task")),
                    help="how results are compared (default multiset; list = ordered); task: each --pairs "
                         'line\'s own "grading_method" (a line without one: multiset)')
+    # The flag's older name, kept working and hidden (its default is --method's).
+    p.add_argument("--semantics", dest="method", type=_method_arg, default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)
     p.add_argument("--column-order", default="strict", choices=COLUMN_ORDERS,
                    help="ignore: compare each row as the multiset of its cells (default strict)")
     p.add_argument("--float-digits", type=_float_digits, default=GRADE_DEFAULTS["float_digits"], metavar="N|exact",
@@ -150,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.db_root or not args.out:
             return _fail("--pairs needs --db-root DIR and --out FILE.jsonl")
         return _grade_pairs(args)
-    if args.semantics == "task":
-        return _fail("--semantics task takes each --pairs line's grading_method; a single grade names its method")
+    if args.method == "task":
+        return _fail("--method task takes each --pairs line's grading_method; a single grade names its method")
     if args.db and args.db_id:
         return _fail("pass --db FILE or --db-id NAME, not both")
     missing = [f for f in ("pred", "gold") if getattr(args, f) is None]
@@ -173,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     if memory is not None:
         set_grade_memory(*memory)
     try:
-        v = grade(db_path, args.pred, args.gold, args.semantics, args.float_digits, args.timeout_s, args.column_order,
+        v = grade(db_path, args.pred, args.gold, args.method, args.float_digits, args.timeout_s, args.column_order,
                   args.max_temp_mb)
     except (DatabaseError, SpillError) as e:
         return _fail(str(e))
@@ -448,7 +451,7 @@ class _PairsBatch:
         db = self._database(row["db_id"])
         if isinstance(db, DatabaseError):
             return {"id": row["id"], "outcome": "gold_error", "detail": f"database: {db}"}, False
-        method = self.args.semantics
+        method = self.args.method
         if method == "task":
             method = row.get("grading_method") or "multiset"
         try:

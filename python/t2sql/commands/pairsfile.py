@@ -29,7 +29,7 @@ def read_pairs(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
             yield lineno, None, "not a JSON object"
             continue
         missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
-        # Only grading_method may be null (the --semantics task default); null SQL is no SQL.
+        # Only grading_method may be null (the --method task default); null SQL is no SQL.
         bad = [k for k in ("db_id", "pred", "gold", "grading_method")
                if k in row and not isinstance(row[k], str) and not (k == "grading_method" and row[k] is None)]
         if missing or bad:

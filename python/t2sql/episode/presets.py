@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from t2sql._grader import COLUMN_ORDERS, GRADE_DEFAULTS, MAX_FLOAT_DIGITS, METHODS, GradeSpec, ToolLimits
+from t2sql._grader import COLUMN_ORDERS, GRADE_DEFAULTS, MAX_FLOAT_DIGITS, METHODS, GradeSpec, Method, ToolLimits
 from t2sql.errors import PresetError
 from t2sql.tasks import Task
 
@@ -26,7 +26,8 @@ OUTCOMES: tuple[str, ...] = (
 
 
 # A preset-wide method: one the core names (METHODS) that needs no count, as a subset's does.
-SEMANTICS = tuple(m for m in METHODS if "N" not in m)
+PRESET_METHODS = tuple(m for m in METHODS if Method(m.replace("N", "1")).count is None)
+SEMANTICS = PRESET_METHODS  # the older name
 
 
 EVIDENCE_RULES = ("enumerated", "coverage")
@@ -78,8 +79,8 @@ class Preset:
     tool_timeout_s: float
     # -- grading
     grade_timeout_s: float
-    semantics: str  # multiset | ordered | set | auto: tasks without their own method
-    honor_task_methods: bool  # a task's own grading_method (BIRD-Verified's) replaces `semantics`
+    method: str  # multiset | ordered | set | auto: tasks without their own method (`semantics` in replace())
+    honor_task_methods: bool  # a task's own grading_method (BIRD-Verified's) replaces `method`
     column_order: str  # strict | ignore (each row compared as the multiset of its cells)
     float_digits: int | None
     # -- temporary disk: MiB of SQLite temporary files (sorts, DISTINCT, GROUP BY) one query may hold, for a
@@ -152,8 +153,8 @@ class Preset:
                 problems.append(f"{f} must be > 0")
         if self.loss not in LOSSES:
             problems.append(f"loss must be one of {', '.join(LOSSES)}")
-        if self.semantics not in SEMANTICS:
-            problems.append(f"semantics must be one of {', '.join(SEMANTICS)}")
+        if self.method not in PRESET_METHODS:
+            problems.append(f"method must be one of {', '.join(PRESET_METHODS)}")
         if self.column_order not in COLUMN_ORDERS:
             problems.append(f"column_order must be one of {', '.join(COLUMN_ORDERS)}")
         if self.evidence_rule not in EVIDENCE_RULES:
@@ -211,10 +212,15 @@ class Preset:
 
     def method_for(self, task_method: str | None) -> str:
         """The grading method of a task: its own (when the preset honors task methods and it has
-        one), else the preset's `semantics`."""
+        one), else the preset's `method`."""
         if self.honor_task_methods and task_method:
             return task_method
-        return self.semantics
+        return self.method
+
+    @property
+    def semantics(self) -> str:
+        """The older name of `method`."""
+        return self.method
 
     @property
     def reward_floor(self) -> float:
@@ -225,7 +231,12 @@ class Preset:
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> "Preset":
-        """A copy with some fields changed (validated); unknown field names are an error."""
+        """A copy with some fields changed (validated); unknown field names are an error. `semantics`
+        is the older name of `method`."""
+        if "semantics" in changes:
+            if "method" in changes:
+                raise PresetError("give the method once: `semantics` is the older name of `method`")
+            changes["method"] = changes.pop("semantics")
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:
@@ -255,7 +266,7 @@ _RECIPE = Preset(
     tool_count_cap=10000,
     tool_timeout_s=10.0,
     grade_timeout_s=30.0,
-    semantics="multiset",
+    method="multiset",
     honor_task_methods=True,  # BIRD-Verified's per-task methods: "name any five" is graded as such
     column_order="strict",
     float_digits=12,

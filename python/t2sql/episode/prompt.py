@@ -32,6 +32,7 @@ import asyncio
 import copy
 from typing import TYPE_CHECKING, Any
 
+from t2sql._grader import Method
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
 from t2sql.episode.presets import Preset
 from t2sql.episode.schema import RenderedSchema, load_schema, render_schema
@@ -73,6 +74,7 @@ EXPECTED_FORM = (
     'or <tool_call>{"name": "execute_sql_query", "arguments": {"query": "SELECT ..."}}</tool_call>'
 )
 
+# By the kind of the parsed method (t2sql._grader.Method, the core's one reading of a method name).
 _ORDER_RULE = {
     "multiset": "row order does not matter, duplicate rows do",
     "set": "row order and duplicate rows do not matter",
@@ -81,14 +83,20 @@ _ORDER_RULE = {
 }
 
 
-def order_rule(method: str) -> str:
-    """How results are compared, in words, for the grading method of the task at hand."""
-    if method.startswith("subset,"):
-        _, op, n = method.split(",")
-        count = f"exactly {n}" if op == "=" else f"at least {n}"
+# A subset method's count, in words, by its operator as the core names it.
+_SUBSET_COUNT = {"=": "exactly", ">=": "at least"}
+
+
+def order_rule(method: str | Method) -> str:
+    """How results are compared, in words, for the grading method of the task at hand: the method as
+    the core parses it for grading (any spelling it reads: "list", " Subset, ==, 3"), never a second
+    reading of its name. An unreadable name is InvalidArgument saying what is wrong."""
+    parsed = method if isinstance(method, Method) else Method(method)
+    if parsed.kind == "subset":
+        count = f"{_SUBSET_COUNT[parsed.operator]} {parsed.count}"
         return (f"return {count} distinct rows, each a row of the correct result (any of them will do; "
                 "row order does not matter)")
-    return _ORDER_RULE[method]
+    return _ORDER_RULE[parsed.kind]
 
 
 _EVIDENCE_RULES = {
@@ -134,7 +142,7 @@ def system_prompt(preset: Preset, method: str | None = None) -> str:
     return SYSTEM_TEMPLATE.format(
         max_rows=preset.tool_max_rows,
         max_tool_calls=preset.max_tool_calls,
-        order_rule=order_rule(method or preset.semantics),
+        order_rule=order_rule(method or preset.method),
         column_rule=("the number and order of columns matter, their names do not" if preset.column_order == "strict"
                      else "the number of columns matters, their order and names do not"),
         evidence_rules=_EVIDENCE_RULES[preset.evidence_rule],

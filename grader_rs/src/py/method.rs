@@ -1,0 +1,68 @@
+//! `Method`: a grading method as a task or a flag names it, read once by the core's parser
+//! (`crate::digest::Method`) and handed to Python whole, so the layers above (the prompt's ordering
+//! rule) read its parts instead of splitting its name again.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyTuple, PyType};
+
+use super::errors::to_py;
+use crate::digest::{self, Semantics};
+
+/// A grading method, parsed: its canonical name, its kind, and a subset's operator and count.
+#[pyclass(frozen, eq, hash, module = "t2sql._grader", name = "Method")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyMethod {
+    inner: digest::Method,
+}
+
+#[pymethods]
+impl PyMethod {
+    /// Read `name` as every grade reads it (case and spaces do not matter, `list` is ordered,
+    /// `==` is `=`); an unreadable name is InvalidArgument saying what is wrong.
+    #[new]
+    fn new(name: &str) -> PyResult<Self> {
+        let inner = digest::Method::parse(name).map_err(to_py)?;
+        Ok(PyMethod { inner })
+    }
+
+    /// The canonical name: auto, multiset, ordered, set, subset,=,N or subset,>=,N.
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    /// auto, multiset, ordered, set or subset.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    /// A subset's comparison, "=" (exactly) or ">=" (at least); None for every other kind.
+    #[getter]
+    fn operator(&self) -> Option<&'static str> {
+        match self.inner {
+            digest::Method::Named(Semantics::Subset { op, .. }) => Some(op.symbol()),
+            _ => None,
+        }
+    }
+    /// A subset's count of distinct gold rows; None for every other kind.
+    #[getter]
+    fn count(&self) -> Option<u64> {
+        match self.inner {
+            digest::Method::Named(Semantics::Subset { n, .. }) => Some(n),
+            _ => None,
+        }
+    }
+
+    fn __str__(&self) -> String {
+        self.inner.name()
+    }
+    fn __repr__(&self) -> String {
+        format!("Method({:?})", self.inner.name())
+    }
+    /// Unpickled from its canonical name, which reads back as the same method.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
+        let args = PyTuple::new(slf.py(), [slf.get().inner.name()])?;
+        Ok((slf.get_type(), args))
+    }
+}
