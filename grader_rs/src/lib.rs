@@ -33,19 +33,21 @@ mod py;
 fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
 
-    use py::database::{
-        grade_memory, restore_tool_result, set_grade_memory, set_heap_limit, spill_usage,
-        sqlite_temp_dir, sqlite_version, temp_usage, Cancel, Database, ToolResult,
-    };
-    use py::digest::{hash_secret_id, resolve_semantics, set_hash_secret, Digest, Verdict};
+    use py::database::{Cancel, Database};
+    use py::digest::{Digest, Verdict};
     use py::errors::{
         invalid_argument, DatabaseClosed, DatabaseError, HashSecretMismatch, QueryCancelled,
         QueryTimeout, SpillError, SqlError, T2sqlError, TempDiskExceeded, UnsafeQuery,
     };
-    use py::method::PyMethod;
+    use py::method::{method_name, resolve_semantics, PyMethod};
     use py::pool::{lower_thread_priority, SqlPool};
-    use py::spec::{method_name, GradeSpec, ToolLimits};
+    use py::process::{
+        grade_memory, hash_secret_id, set_grade_memory, set_hash_secret, set_heap_limit,
+        spill_usage, sqlite_temp_dir, sqlite_version, temp_usage,
+    };
+    use py::spec::{GradeSpec, ToolLimits};
     use py::sqltext::sql_tokens;
+    use py::tool_result::{restore_tool_result, ToolResult};
 
     let py = m.py();
     m.add("T2sqlError", py.get_type::<T2sqlError>())?;

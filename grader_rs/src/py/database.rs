@@ -1,21 +1,20 @@
-//! `Database` (one hardened read-only connection), its `ToolResult` previews, the `Cancel`
-//! token, and the SQLite-wide settings and counters (version, heap limit, grading memory,
-//! temporary disk).
+//! `Database` (one hardened read-only connection) and the `Cancel` token of its calls. Its tool
+//! previews are `tool_result`'s; the process-wide settings and counters are `process`'s.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use super::args::{check_timeout, int, path_text, pred_text, sql_text, temp_cap_bytes};
+use super::args::{check_timeout, path_text, pred_text, sql_text, temp_cap_bytes};
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py, DatabaseClosed};
 use super::spec::{GradeSpec, ToolLimits};
+use super::tool_result::{tool_result, ToolResult};
 use crate::checked::{Int, Seconds};
 use crate::compare;
-use crate::exec::{self, Cell};
-use crate::guard::{self, Budget, GuardedConnection};
+use crate::exec;
+use crate::guard::{Budget, GuardedConnection};
 
 /// A cancellation token: `cancel()` from any thread interrupts the query that holds it.
 #[pyclass(frozen, module = "t2sql._grader")]
@@ -94,91 +93,6 @@ fn cell_from_py(value: &Bound<'_, PyAny>) -> PyResult<rusqlite::types::Value> {
             "a cell must be None, a 64-bit int, a float, str or bytes, got {}",
             value.get_type().name()?
         ))),
-    }
-}
-
-fn cell_to_py(py: Python<'_>, c: &Cell) -> PyResult<Py<PyAny>> {
-    Ok(match c {
-        Cell::Null => py.None(),
-        Cell::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
-        Cell::Real(x) => x.into_pyobject(py)?.into_any().unbind(),
-        Cell::Text(t) => t.into_pyobject(py)?.into_any().unbind(),
-        Cell::Blob(b) => PyBytes::new(py, b).into_any().unbind(),
-    })
-}
-
-/// What the model sees for one `execute_sql_query` call.
-#[pyclass(frozen, get_all, module = "t2sql._grader")]
-pub struct ToolResult {
-    columns: Vec<String>,
-    rows: Py<PyList>,
-    row_count: u64,
-    row_count_capped: bool,
-    truncated: bool,
-    elapsed_s: f64,
-    text: String,
-}
-
-#[pymethods]
-impl ToolResult {
-    fn __repr__(&self) -> String {
-        let plus = if self.row_count_capped { "+" } else { "" };
-        format!(
-            "ToolResult(columns={:?}, row_count={}{plus}, truncated={})",
-            self.columns, self.row_count, self.truncated
-        )
-    }
-
-    /// Every field equal (the rows compared as Python compares them).
-    fn __eq__(&self, py: Python<'_>, other: &Self) -> PyResult<bool> {
-        Ok(self.columns == other.columns
-            && self.row_count == other.row_count
-            && self.row_count_capped == other.row_count_capped
-            && self.truncated == other.truncated
-            && self.elapsed_s == other.elapsed_s
-            && self.text == other.text
-            && self.rows.bind(py).eq(other.rows.bind(py))?)
-    }
-
-    /// A result crosses process boundaries (the process and Ray backends) as itself: unpickling
-    /// calls the module's private `_tool_result` with the fields.
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let restore = py.import("t2sql._grader")?.getattr("_tool_result")?;
-        let fields = (
-            self.columns.clone(),
-            self.rows.clone_ref(py),
-            self.row_count,
-            self.row_count_capped,
-            self.truncated,
-            self.elapsed_s,
-            self.text.clone(),
-        )
-            .into_pyobject(py)?;
-        PyTuple::new(py, [restore, fields.into_any()])
-    }
-}
-
-/// A ToolResult from its fields, as `ToolResult.__reduce__` hands them to pickle.
-#[pyfunction]
-#[pyo3(name = "_tool_result")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn restore_tool_result(
-    columns: Vec<String>,
-    rows: Bound<'_, PyList>,
-    row_count: u64,
-    row_count_capped: bool,
-    truncated: bool,
-    elapsed_s: f64,
-    text: String,
-) -> ToolResult {
-    ToolResult {
-        columns,
-        rows: rows.unbind(),
-        row_count,
-        row_count_capped,
-        truncated,
-        elapsed_s,
-        text,
     }
 }
 
@@ -420,88 +334,4 @@ impl Database {
             format!("Database({:?})", self.path)
         }
     }
-}
-
-pub(crate) fn tool_result(py: Python<'_>, out: exec::ToolOutput) -> PyResult<ToolResult> {
-    let rows = PyList::empty(py);
-    for r in &out.rows {
-        let cells = r
-            .iter()
-            .map(|c| cell_to_py(py, c))
-            .collect::<PyResult<Vec<_>>>()?;
-        rows.append(PyTuple::new(py, cells)?)?;
-    }
-    Ok(ToolResult {
-        columns: out.columns,
-        rows: rows.unbind(),
-        row_count: out.row_count,
-        row_count_capped: out.row_count_capped,
-        truncated: out.truncated,
-        elapsed_s: out.elapsed_s,
-        text: out.text,
-    })
-}
-
-#[pyfunction]
-pub(crate) fn sqlite_version() -> &'static str {
-    rusqlite::version()
-}
-
-/// Set the process's grading memory: bytes of row keys one set or subset digest holds before it
-/// spills, and the directory its spill files go to (None: the system's); returns the previous
-/// (bytes, directory).
-#[pyfunction]
-#[pyo3(signature = (bytes, tmp_dir = None))]
-pub(crate) fn set_grade_memory(
-    bytes: Int,
-    tmp_dir: Option<std::path::PathBuf>,
-) -> PyResult<(u64, Option<std::path::PathBuf>)> {
-    let bytes: u64 = int("bytes", &bytes)?;
-    let previous = crate::spill::set_grade_memory(crate::spill::GradeMemory { bytes, tmp_dir })
-        .map_err(invalid)?;
-    Ok((previous.bytes, previous.tmp_dir.clone()))
-}
-
-/// The process's grading memory: (bytes, spill directory or None).
-#[pyfunction]
-pub(crate) fn grade_memory() -> (u64, Option<std::path::PathBuf>) {
-    let m = crate::spill::grade_memory();
-    (m.bytes, m.tmp_dir.clone())
-}
-
-/// (bytes the live spill files hold now, the most they held at once); `reset` starts the peak
-/// over from now.
-#[pyfunction]
-#[pyo3(signature = (*, reset = false))]
-pub(crate) fn spill_usage(reset: bool) -> (u64, u64) {
-    let usage = crate::spill::spill_usage();
-    if reset {
-        crate::spill::reset_spill_peak();
-    }
-    usage
-}
-
-/// (bytes the process's SQLite temporary files hold now, the most they held at once); `reset`
-/// starts the peak over from now.
-#[pyfunction]
-#[pyo3(signature = (*, reset = false))]
-pub(crate) fn temp_usage(reset: bool) -> (u64, u64) {
-    let usage = crate::tempfiles::temp_usage();
-    if reset {
-        crate::tempfiles::reset_temp_peak();
-    }
-    usage
-}
-
-/// The directory SQLite puts its temporary files in (SQLITE_TMPDIR, TMPDIR, /var/tmp, /usr/tmp,
-/// /tmp or ., the first this process may write), or None when none is writable.
-#[pyfunction]
-pub(crate) fn sqlite_temp_dir() -> Option<std::path::PathBuf> {
-    crate::tempfiles::temp_dir()
-}
-
-/// Set SQLite's process-wide hard heap limit in bytes (0 = none); returns the previous one.
-#[pyfunction]
-pub(crate) fn set_heap_limit(bytes: Int) -> PyResult<i64> {
-    Ok(guard::set_heap_limit(int("bytes", &bytes)?))
 }

@@ -157,25 +157,3 @@ impl Verdict {
         )
     }
 }
-
-#[pyfunction]
-pub(crate) fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<String> {
-    digest::resolve_semantics(gold_sql, semantics)
-        .map(|s| s.name())
-        .map_err(to_py)
-}
-
-/// Key every row hash with this secret from now on (a disk cache shared by processes sets it).
-#[pyfunction]
-pub(crate) fn set_hash_secret(secret: &[u8]) -> PyResult<()> {
-    if secret.len() < 16 {
-        return Err(invalid("the hash secret must be at least 16 bytes".into()));
-    }
-    digest::set_secret(secret);
-    Ok(())
-}
-
-#[pyfunction]
-pub(crate) fn hash_secret_id() -> String {
-    format!("{:016x}", digest::secret_id())
-}

@@ -66,3 +66,18 @@ impl PyMethod {
         Ok((slf.get_type(), args))
     }
 }
+
+/// The canonical name of a grading method as a task or a flag writes it ("list" -> "ordered",
+/// " Subset, =,5" -> "subset,=,5", "auto" stays "auto"); InvalidArgument saying what is wrong.
+#[pyfunction]
+pub(crate) fn method_name(name: &str) -> PyResult<String> {
+    digest::method_name(name).map_err(to_py)
+}
+
+/// The canonical method `semantics` names for this gold ("auto" resolved against its SQL).
+#[pyfunction]
+pub(crate) fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<String> {
+    digest::resolve_semantics(gold_sql, semantics)
+        .map(|s| s.name())
+        .map_err(to_py)
+}

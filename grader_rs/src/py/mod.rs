@@ -8,5 +8,7 @@ pub(crate) mod digest;
 pub(crate) mod errors;
 pub(crate) mod method;
 pub(crate) mod pool;
+pub(crate) mod process;
 pub(crate) mod spec;
 pub(crate) mod sqltext;
+pub(crate) mod tool_result;

@@ -4,10 +4,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::args::{check_timeout, int, sql_text, temp_cap_bytes};
-use super::database::{tool_result, Cancel};
+use super::database::Cancel;
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py};
 use super::spec::{GradeSpec, ToolLimits};
+use super::tool_result::tool_result;
 use crate::checked::{Int, Seconds};
 
 /// What SqlPool.drain returns: (job id, value or None, exception or None) per finished job.

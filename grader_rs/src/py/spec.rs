@@ -321,10 +321,3 @@ impl GradeSpec {
         reduce_to_new(slf.as_any(), args, kwargs)
     }
 }
-
-/// The canonical name of a grading method as a task or a flag writes it ("list" -> "ordered",
-/// " Subset, =,5" -> "subset,=,5", "auto" stays "auto"); InvalidArgument saying what is wrong.
-#[pyfunction]
-pub(crate) fn method_name(name: &str) -> PyResult<String> {
-    digest::method_name(name).map_err(to_py)
-}
