@@ -290,3 +290,19 @@ def test_grade_on_the_bundled_sample_never_loads_the_eval_client():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "0 []", proc.stdout
+
+
+def test_the_argument_types_live_in_arguments_and_are_still_importable_from_grading():
+    import argparse
+
+    import t2sql.arguments as arguments
+    import t2sql.grading as grading
+
+    for name in ("method_arg", "seconds_arg", "positive_arg", "wait_arg", "workers_arg",
+                 "add_grade_memory_arguments", "add_temp_disk_argument", "grade_memory_from_args"):
+        assert getattr(grading, name) is getattr(arguments, name), name
+    assert grading.method_arg(" List ") == "ordered"
+    with pytest.raises(argparse.ArgumentTypeError, match="without a count"):
+        grading.method_arg("subset")
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        grading.nothing_here  # noqa: B018

@@ -1,13 +1,14 @@
-"""`t2sql.grade`: compare predicted SQL with gold SQL; and the names of the grading methods.
+"""The grading API: `t2sql.grade` (compare predicted SQL with gold SQL), a method's canonical name
+(`check_method`, `task_method`) and how methods are counted and described, and the process's grading
+memory (`grade_memory_setting`).
 
-Value equality, the digests and the safety policy live in the Rust core (grader_rs); this
-module only converts arguments.
+Value equality, the digests, the safety policy and the one parser of a method name live in the
+Rust core (grader_rs); this module converts arguments. The command line's argument types live in
+t2sql.arguments (still importable from here, loaded on first use so `import t2sql` stays light).
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 from collections import Counter
 from typing import Any, Iterable
@@ -69,78 +70,6 @@ def describe_methods(counts: dict[str, int]) -> str:
     return ", ".join(f"{method} {n}" for method, n in counts.items())
 
 
-# ---- command line ------------------------------------------------------------------------
-
-
-def method_arg(text: str) -> str:
-    """argparse type of a flag naming a grading method (--grading-method-fallback): the canonical
-    name, or a usage error saying what is wrong, before any data is read."""
-    try:
-        return check_method(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def seconds_arg(text: str) -> float:
-    """argparse type of a time limit: a positive, finite number of seconds (nan and inf are not
-    limits), or a usage error."""
-    return _positive(text, "number of seconds")
-
-
-def positive_arg(text: str) -> float:
-    """argparse type of a positive, finite amount (megabytes)."""
-    return _positive(text, "number")
-
-
-def wait_arg(text: str) -> float:
-    """argparse type of a wait that may be none (a retry's backoff): zero or a positive, finite
-    number of seconds."""
-    return _positive(text, "number of seconds", zero_allowed=True)
-
-
-def _positive(text: str, what: str, *, zero_allowed: bool = False) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a {what}") from None
-    if not (math.isfinite(value) and (value > 0 or (zero_allowed and value == 0))):
-        kind = "zero or a positive, finite" if zero_allowed else "a positive, finite"
-        raise argparse.ArgumentTypeError(f"give {kind} {what}, not {text!r}")
-    return value
-
-
-def add_grade_memory_arguments(parser: argparse.ArgumentParser) -> None:
-    """--grade-memory-mb and --tmp-dir: the grading memory of a command that grades (one place for
-    both flags; `grade_memory_from_args` reads them back)."""
-    default_mb = _grader.GRADE_DEFAULTS["memory_mb"]
-    parser.add_argument("--grade-memory-mb", type=_memory_mb, default=None, metavar="MB",
-                        help=f"MiB of row keys one set or subset grade holds in memory before it spills to "
-                             f"disk (default {default_mb}; per running grade)")
-    parser.add_argument("--tmp-dir", default=None, metavar="DIR",
-                        help="where set and subset grades past their memory spill (anonymous files, never left "
-                             "behind; default: the system's temporary directory)")
-
-
-def add_temp_disk_argument(parser: argparse.ArgumentParser, *, from_preset: bool = False) -> None:
-    """--max-temp-mb: the cap on each query's temporary disk, for every command that runs queries (one
-    place for the flag). Its default is the core's (GRADE_DEFAULTS["max_temp_mb"]), or, `from_preset`,
-    None: the command's preset decides (Preset.max_temp_mb, the same number unless a preset changes it)."""
-    core = _grader.GRADE_DEFAULTS["max_temp_mb"]
-    default, said = (None, f"the preset's, {core} in the built-in ones") if from_preset else (core, str(core))
-    parser.add_argument("--max-temp-mb", type=_temp_mb, default=default, metavar="MB",
-                        help=f"MiB of SQLite temporary files (sorts, DISTINCT, GROUP BY) one query may hold; past "
-                             f"it the query fails (default {said}; per running query)")
-
-
-def grade_memory_from_args(args: argparse.Namespace) -> tuple[int | None, str | None]:
-    """(MiB or None, tmp dir or None) from add_grade_memory_arguments' flags; ValueError that
-    names the flag when --tmp-dir is not a directory."""
-    tmp_dir = getattr(args, "tmp_dir", None)
-    if tmp_dir is not None and not os.path.isdir(tmp_dir):
-        raise ValueError(f"--tmp-dir {tmp_dir} is not a directory: create it, or pass another")
-    return getattr(args, "grade_memory_mb", None), tmp_dir
-
-
 def grade_memory_setting(memory_mb: int | None, tmp_dir) -> tuple[int, str | None] | None:
     """The (bytes, spill directory) to hand t2sql.set_grade_memory for a budget in MiB and a
     directory, each None to keep the process's own; None when both are. ValueError for a budget
@@ -154,29 +83,6 @@ def grade_memory_setting(memory_mb: int | None, tmp_dir) -> tuple[int, str | Non
         raise ValueError(f"tmp_dir {tmp_dir} is not a directory: create it, or pass another")
     directory = str(tmp_dir) if tmp_dir is not None else (str(current_dir) if current_dir else None)
     return (memory_mb * 2**20 if memory_mb is not None else current_bytes), directory
-
-
-def workers_arg(text: str) -> int:
-    """argparse type of a number of workers: a whole number, 1 or more, or a usage error."""
-    return _at_least_one(text, "workers", "the worker count")
-
-
-def _memory_mb(text: str) -> int:
-    return _at_least_one(text, "MiB", "the grading memory")
-
-
-def _temp_mb(text: str) -> int:
-    return _at_least_one(text, "MiB", "the temporary disk of a query")
-
-
-def _at_least_one(text: str, unit: str, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of {unit}, 1 or more, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{what} must be at least 1 {unit.rstrip('s')}, not {value}")
-    return value
 
 
 def fallback_note(given: str, question_id: Any, used: str) -> str:
@@ -199,3 +105,19 @@ def task_method(method: str, question_id: Any, fallback: str | None = None) -> t
             f"task {question_id!r}: grading_method {method!r} cannot be read ({e}); fix it in the data, "
             "or choose a method for such tasks with --grading-method-fallback METHOD"
         ) from None
+
+
+# The command line's argument types, importable from here as before they moved to t2sql.arguments;
+# loaded on first use (t2sql.arguments imports argparse, which `import t2sql` does not need).
+_MOVED_TO_ARGUMENTS = frozenset({
+    "method_arg", "seconds_arg", "positive_arg", "wait_arg", "workers_arg", "add_grade_memory_arguments",
+    "add_temp_disk_argument", "grade_memory_from_args",
+})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_ARGUMENTS:
+        import importlib
+
+        return getattr(importlib.import_module("t2sql.arguments"), name)
+    raise AttributeError(f"module 't2sql.grading' has no attribute {name!r}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import t2sql
+from t2sql.arguments import add_grade_memory_arguments, grade_memory_from_args
 from t2sql.atomic import OutputFile, output_folder
 from t2sql.bench.grader import PATHS, bench_grader, format_grader
 from t2sql.bench.serving import (
@@ -27,7 +28,7 @@ from t2sql.bench.serving import (
 from t2sql.commands.grade import is_verdicts
 from t2sql.errors import T2sqlError
 from t2sql.flagnames import accept_old_spelling
-from t2sql.grading import add_grade_memory_arguments, grade_memory_from_args, grade_memory_setting
+from t2sql.grading import grade_memory_setting
 from t2sql.tasks import database_path, sample_questions
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from t2sql import jsonl
+from t2sql.arguments import method_arg, seconds_arg
 from t2sql.atomic import output_folder
 from t2sql.data.convert import (
     DEFAULT_GOLD_TIMEOUT_S,
@@ -18,7 +19,7 @@ from t2sql.data.convert import (
 from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.errors import DataError
 from t2sql.flagnames import accept_old_spelling
-from t2sql.grading import describe_methods, method_arg, seconds_arg
+from t2sql.grading import describe_methods
 from t2sql.tasks import BIRD_FIELDS, parse_field_map
 
 

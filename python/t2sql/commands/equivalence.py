@@ -21,12 +21,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from t2sql.arguments import workers_arg
 from t2sql.atomic import OutputFile, first_line
 from t2sql.bench.equivalence import format_measurement, measure
 from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EquivalenceError, OutputPathError, PresetError, T2sqlError, UnknownDatabase
-from t2sql.grading import workers_arg
 from t2sql.interrupts import interrupt_word
 from t2sql.jsonl import JsonProblem, dumps, load_file, loads_or_none
 from t2sql.progress import Progress

@@ -11,21 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from t2sql import jsonl
+from t2sql.arguments import add_temp_disk_argument, method_arg, positive_arg, seconds_arg, wait_arg
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EvalError, cap_lines
 from t2sql.eval.policies import build_policy
 from t2sql.eval.results import data_sha256, format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
 from t2sql.flagnames import accept_old_spelling
-from t2sql.grading import (
-    add_temp_disk_argument,
-    describe_methods,
-    method_arg,
-    method_counts,
-    positive_arg,
-    seconds_arg,
-    wait_arg,
-)
+from t2sql.grading import describe_methods, method_counts
 from t2sql.tasks import sample_dir, sample_questions
 
 if TYPE_CHECKING:

@@ -34,20 +34,19 @@ from typing import Any
 
 from t2sql import jsonl
 from t2sql._grader import METHODS, GradeSpec
+from t2sql.arguments import (
+    add_grade_memory_arguments,
+    add_temp_disk_argument,
+    grade_memory_from_args,
+    method_arg,
+    seconds_arg,
+)
 from t2sql.atomic import OutputFile, output_folder
 from t2sql.databases import find_database, recorded_database_path
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
 from t2sql.flagnames import accept_old_spelling
-from t2sql.grading import (
-    add_grade_memory_arguments,
-    add_temp_disk_argument,
-    fallback_note,
-    grade_memory_from_args,
-    method_arg,
-    method_counts,
-    seconds_arg,
-)
+from t2sql.grading import fallback_note, method_counts
 from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.grader import Grader

@@ -24,20 +24,18 @@ from t2sql._grader import (
     Verdict,
     set_grade_memory,
 )
-from t2sql.atomic import OutputFile, first_line
-from t2sql.commands.pairsfile import count_pairs, read_pairs
-from t2sql.errors import GoldCacheError, OutputPathError
-from t2sql.grading import (
-    OUTCOMES,
+from t2sql.arguments import (
     add_grade_memory_arguments,
     add_temp_disk_argument,
-    grade,
     grade_memory_from_args,
-    grade_memory_setting,
     method_arg,
     seconds_arg,
     workers_arg,
 )
+from t2sql.atomic import OutputFile, first_line
+from t2sql.commands.pairsfile import count_pairs, read_pairs
+from t2sql.errors import GoldCacheError, OutputPathError
+from t2sql.grading import OUTCOMES, grade, grade_memory_setting
 from t2sql.interrupts import interrupt_word
 from t2sql.jsonl import dumps, loads_or_none
 from t2sql.progress import Progress

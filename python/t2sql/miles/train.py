@@ -47,12 +47,12 @@ import sys
 from dataclasses import fields
 from typing import Callable, NoReturn
 
+from t2sql.arguments import method_arg, seconds_arg
 from t2sql.data.convert import DEFAULT_GOLD_TIMEOUT_S
 from t2sql.download.bird import BIRD_URL
 from t2sql.episode.presets import get_preset
 from t2sql.errors import DataError, LaunchError, OutputPathError, PresetError, T2sqlError
 from t2sql.flagnames import accept_old_spelling
-from t2sql.grading import method_arg, seconds_arg
 from t2sql.interrupts import interrupt_exit, interrupt_word, sigterm_unwinds
 from t2sql.miles.flags import (
     HF_REPO,
