@@ -188,7 +188,8 @@ fn subset_keys(
             Ok(Ok(keys))
         }
         _ => Err(GradeError::Database(format!(
-            "{}: the gold's result is not the one its digest was made from (the database              changed?): recompute the gold digest",
+            "{}: the gold's result is not the one its digest was made from (the database \
+             changed?): recompute the gold digest",
             gc.path
         ))),
     }

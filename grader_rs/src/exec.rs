@@ -320,7 +320,8 @@ fn conclude(
 
 /// Digest inside SQLite's VM: wrap the checked statement as
 /// `WITH q(c0,…) AS (<stmt>) SELECT digest(c0,…) FROM q`, the aggregate runs per row with no
-/// round trip to the host (grader.md §5: about the stepping limit).
+/// round trip to the host, and the deadline still holds: the progress handler runs inside the VM
+/// (docs/grader.md#guarantees, "deadline").
 fn in_vm(
     gc: &GuardedConnection,
     text: &str,

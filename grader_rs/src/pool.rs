@@ -50,7 +50,7 @@ pub struct Job {
 /// SQL on a database file.
 pub struct Query {
     pub path: String,
-    /// (size, version) of the file as the caller saw it (t2sql.manifest.FileIdentity): a
+    /// (size, version) of the file as the caller saw it (t2sql.serving.manifest.FileIdentity): a
     /// connection opened on another identity is reopened (the file was replaced or written).
     pub identity: (u64, i64),
     pub sql: String,

@@ -204,7 +204,7 @@ class Verdict:
     def matched(self) -> bool: ...
 
 class Database:
-    """A hardened read-only connection to one SQLite file (see grader.md §3).
+    """A hardened read-only connection to one SQLite file (the policy: docs/grader.md#guarantees).
 
     Not for sharing between threads at once: calls on one Database are serialized.
     Open one per thread (t2sql.Grader does this for you). `with Database(path) as db:` closes it at

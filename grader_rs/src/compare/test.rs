@@ -491,3 +491,38 @@ fn failures_of_either_query_are_outcomes() {
         )
     );
 }
+
+#[test]
+fn a_gold_whose_result_changed_since_its_digest_says_so_in_one_sentence() {
+    let (dir, gc) = fixture();
+    let budget = Budget::new(10.0);
+    let subset = spec(
+        Semantics::Subset {
+            op: SubsetOp::AtLeast,
+            n: 2,
+        },
+        Some(12),
+        ColumnOrder::Strict,
+    );
+    // A gold that travels by its SQL (as one whose keys spilled does) is run again to recollect
+    // its keys; the database has changed in between.
+    let mut gold = gold_digest(&gc, GOLD, subset, &budget).unwrap();
+    gold.gold_keys = None;
+    gold.gold_sql = Some(Arc::from(GOLD));
+    let path = dir.path().join("c.sqlite");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("INSERT INTO t VALUES (6, 'f')", [])
+        .unwrap();
+    let changed = GuardedConnection::open(path.to_str().unwrap(), true).unwrap();
+    match grade_against(&changed, GOLD, &gold, &budget) {
+        Err(GradeError::Database(m)) => assert!(
+            m.ends_with(
+                "c.sqlite: the gold's result is not the one its digest was made from (the \
+                 database changed?): recompute the gold digest"
+            ),
+            "{m}"
+        ),
+        other => panic!("expected a database error, got {other:?}"),
+    }
+}

@@ -1,4 +1,5 @@
-//! Streaming digests of a query result: multiset, ordered, set and subset (grader.md §2).
+//! Streaming digests of a query result: multiset, ordered, set and subset
+//! (docs/grader.md#set-and-subset-at-the-releases-scale).
 //!
 //! A row key is XXH3-128, keyed with a process secret, over the row's canonical encoding
 //! (canon.rs); with `ColumnOrder::Ignore` over its cells' encodings sorted, so a row compares as

@@ -1,10 +1,10 @@
-//! The read-only connection and the safety policy (grader.md §3): nothing else decides what a
-//! query may do. One concept a file: `open` (what a path must be, the open flags, locks when a
-//! writer is at work), `config` (the database configuration and run-time limits), `statement` (one
-//! read-only statement, prepared under the authorizer), `authorizer` (what a statement may touch),
-//! `deadline` (a call's deadline and cancel token, the progress handler), `heap` (SQLite's
-//! process-wide heap limit), `errors` (a SQLite error as the core's). This file holds the
-//! connection and `harden`, which puts them together.
+//! The read-only connection and the safety policy (docs/grader.md#guarantees): nothing else
+//! decides what a query may do. One concept a file: `open` (what a path must be, the open flags,
+//! locks when a writer is at work), `config` (the database configuration and run-time limits),
+//! `statement` (one read-only statement, prepared under the authorizer), `authorizer` (what a
+//! statement may touch), `deadline` (a call's deadline and cancel token, the progress handler),
+//! `heap` (SQLite's process-wide heap limit), `errors` (a SQLite error as the core's). This file
+//! holds the connection and `harden`, which puts them together.
 
 use std::sync::Arc;
 
@@ -53,7 +53,7 @@ pub struct GuardedConnection {
 }
 
 impl GuardedConnection {
-    /// Lock down an open connection: everything of grader.md §3 but the open flags.
+    /// Lock down an open connection: everything of the policy but the open flags.
     /// `writable` marks a connection whose file could be written (an in-memory database the core
     /// built, memdb.rs): there `query_only` is set and writes to main are refused by the authorizer too.
     pub fn harden(mut conn: Connection, path: String, writable: bool) -> Result<Self> {

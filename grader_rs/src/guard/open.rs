@@ -43,7 +43,7 @@ fn uri_for(path: &str, immutable: bool) -> String {
 }
 
 impl GuardedConnection {
-    /// Open `path` read-only with every hardening of grader.md §3.
+    /// Open `path` read-only with every hardening of the policy (docs/grader.md#guarantees).
     pub fn open(path: &str, immutable: bool) -> Result<Self> {
         heap::install_default();
         match std::fs::metadata(path) {

@@ -23,7 +23,7 @@ pub struct SqlPool {
     pool: crate::pool::Pool,
 }
 
-/// The fields every job names, read by name from the Python job (t2sql.serving.backends:
+/// The fields every job names, read by name from the Python job (t2sql.serving.jobs:
 /// ToolJob, DigestJob, GradeJob), so a job whose fields move or are renamed fails at once.
 #[derive(FromPyObject)]
 struct Target {
