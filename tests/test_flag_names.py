@@ -1,6 +1,6 @@
-"""One flag name per idea across every command (issue 27): `--preset`, `--concurrency`, `--timeout-s`. The old
-spellings (`--recipe`, `--workers`, `--timeout`, `--gold-timeout`) still parse, to the same value, so every
-command line that worked keeps working; --help shows only the new one."""
+"""One flag name per idea across every command (issue 27): `--preset`, `--concurrency`, `--timeout-s`,
+`--method`. The old spellings (`--recipe`, `--workers`, `--timeout`, `--gold-timeout`, `--semantics`) still
+parse, to the same value, so every command line that worked keeps working; --help shows only the new one."""
 
 import argparse
 import subprocess
@@ -24,6 +24,9 @@ RENAMED = [
     (["eval"], "--timeout-s", "--timeout", "90", "timeout", 90.0),
     (["bench", "pairs"], "--concurrency", "--workers", "3", "workers", 3),
     (["bench", "serving"], "--concurrency", "--workers", "5", "workers", 5),
+    (["grade"], "--method", "--semantics", "set", "method", "set"),
+    (["gold", "--data", "x.jsonl"], "--method", "--semantics", "list", "method", "ordered"),
+    (["equivalence", "--measure"], "--method", "--semantics", "set", "method", "set"),
 ]
 TRAIN_RENAMED = [
     (["prepare"], "--preset", "--recipe", "bare", "recipe", "bare"),

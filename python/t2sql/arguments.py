@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 
 from t2sql import _grader
-from t2sql.grading import check_method
+from t2sql.grading import check_method, check_spill_directory
 
 
 def method_arg(text: str) -> str:
@@ -79,8 +78,7 @@ def grade_memory_from_args(args: argparse.Namespace) -> tuple[int | None, str | 
     """(MiB or None, tmp dir or None) from add_grade_memory_arguments' flags; ValueError that
     names the flag when --tmp-dir is not a directory."""
     tmp_dir = getattr(args, "tmp_dir", None)
-    if tmp_dir is not None and not os.path.isdir(tmp_dir):
-        raise ValueError(f"--tmp-dir {tmp_dir} is not a directory: create it, or pass another")
+    check_spill_directory(tmp_dir, "--tmp-dir")
     return getattr(args, "grade_memory_mb", None), tmp_dir
 
 

@@ -70,6 +70,14 @@ def describe_methods(counts: dict[str, int]) -> str:
     return ", ".join(f"{method} {n}" for method, n in counts.items())
 
 
+def check_spill_directory(tmp_dir, name: str) -> None:
+    """The one check of a spill directory before it is handed on (the core checks it again when it
+    is set, but a process backend sets it in its workers, later): ValueError naming `name` (the
+    argument, or the flag that gave it) when it is not a directory."""
+    if tmp_dir is not None and not os.path.isdir(tmp_dir):
+        raise ValueError(f"{name} {tmp_dir} is not a directory: create it, or pass another")
+
+
 def grade_memory_setting(memory_mb: int | None, tmp_dir) -> tuple[int, str | None] | None:
     """The (bytes, spill directory) to hand t2sql.set_grade_memory for a budget in MiB and a
     directory, each None to keep the process's own; None when both are. ValueError for a budget
@@ -79,8 +87,7 @@ def grade_memory_setting(memory_mb: int | None, tmp_dir) -> tuple[int, str | Non
     if memory_mb is not None and (isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb < 1):
         raise ValueError(f"grade_memory_mb must be a whole number of MiB, at least 1, got {memory_mb!r}")
     current_bytes, current_dir = _grader.grade_memory()
-    if tmp_dir is not None and not os.path.isdir(tmp_dir):
-        raise ValueError(f"tmp_dir {tmp_dir} is not a directory: create it, or pass another")
+    check_spill_directory(tmp_dir, "tmp_dir")
     directory = str(tmp_dir) if tmp_dir is not None else (str(current_dir) if current_dir else None)
     return (memory_mb * 2**20 if memory_mb is not None else current_bytes), directory
 

@@ -11,7 +11,7 @@ user waits for them):
 - bird_python: BIRD's rule, sequential: per pair, sqlite3 fetchall of the prediction and of the gold
   (the gold again for every line, as BIRD's evaluator does) and `set(pred) == set(gold)`; an
   error or a timeout is a non-match;
-- t2sql_n1 / t2sql_nN: `t2sql grade --pairs --semantics set --float-digits exact` on 1 and on N
+- t2sql_n1 / t2sql_nN: `t2sql grade --pairs --method set --float-digits exact` on 1 and on N
   workers (each gold digest computed once and reused by the lines that share it).
 
 The verdicts are compared line by line with BIRD's rule; the counts are reported, not asserted.
@@ -242,7 +242,7 @@ def _run(name: str, pairs: Path, root: Path, work: Path, workers: int, outputs: 
         return seconds, None
     n = 1 if name == "t2sql_n1" else workers
     seconds, proc = _timed([sys.executable, "-m", "t2sql.cli", "grade", "--pairs", str(pairs), "--db-root", str(root),
-                            "--out", str(work / verdicts_file(n)), "--semantics", "set", "--float-digits", "exact",
+                            "--out", str(work / verdicts_file(n)), "--method", "set", "--float-digits", "exact",
                             "--timeout-s", str(TIMEOUT_S), "--concurrency", str(n), "--json",
                             *(["--force"] if force else [])])
     if proc.returncode not in (0, 1):

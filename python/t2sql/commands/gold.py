@@ -117,13 +117,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-failures", action="store_true", help="exit 0 even if some golds fail")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     preset = parser.add_argument("--preset", dest="recipe", default=None,
-                                 help="preset whose semantics/float_digits/grade timeout to use (default: the "
+                                 help="preset whose method/float_digits/grade timeout to use (default: the "
                                       "recipe's default preset)")
     accept_old_spelling(parser, preset, "--recipe")
-    parser.add_argument("--semantics", type=method_arg, default=None,
-                        metavar="|".join(METHODS),
-                        help="one method for every task (default: each task's grading_method when the "
-                             "preset honors task methods, else the preset's)")
+    method = parser.add_argument("--method", type=method_arg, default=None,
+                                 metavar="|".join(METHODS),
+                                 help="one method for every task (default: each task's grading_method when "
+                                      "the preset honors task methods, else the preset's)")
+    accept_old_spelling(parser, method, "--semantics")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                         help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
                              "without it such a task is reported as a failure")
@@ -141,7 +142,7 @@ class _Grading:
     """How this run grades: the preset's grading spec of each task, with the flags' overrides."""
 
     preset: Preset
-    semantics: str | None  # --semantics: one method for every task
+    every_task_method: str | None  # --method: one method for every task
     float_digits: int | None
     timeout_s: float
     max_temp_mb: int
@@ -149,12 +150,12 @@ class _Grading:
     @classmethod
     def of(cls, args: argparse.Namespace) -> _Grading:
         preset = get_preset(args.recipe or DEFAULT_PRESET)
-        return cls(preset, args.semantics, args.float_digits if args.float_digits is not None else preset.float_digits,
+        return cls(preset, args.method, args.float_digits if args.float_digits is not None else preset.float_digits,
                    args.timeout if args.timeout is not None else preset.grade_timeout_s,
                    args.max_temp_mb if args.max_temp_mb is not None else preset.max_temp_mb)
 
     def method(self, task_method: str | None) -> str:
-        return self.semantics or self.preset.method_for(task_method)
+        return self.every_task_method or self.preset.method_for(task_method)
 
     def spec(self, task: Task) -> GradeSpec:
         return GradeSpec(self.method(task.grading_method), gold_sql=task.gold_sql, float_digits=self.float_digits,
@@ -194,7 +195,7 @@ def run(args) -> int:
     wall = time.perf_counter() - started
     records = bad_lines + records
 
-    summary = _summary(records, wall, stats, grading.semantics or "task", grading.float_digits)
+    summary = _summary(records, wall, stats, grading.every_task_method or "task", grading.float_digits)
     summary["methods"] = method_counts("unreadable" if t.method_unreadable else grading.method(t.method) for t in tasks)
     if report_out is not None:
         report = {"format": REPORT_FORMAT, "version": REPORT_VERSION, "summary": summary,
