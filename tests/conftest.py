@@ -50,3 +50,13 @@ def child_env(**extra: str) -> dict[str, str]:
 
     paths = [str(Path(t2sql.__file__).resolve().parent.parent), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), **extra}
+
+
+@pytest.fixture(scope="module")
+def bird_rollout():
+    """The rollout context of BIRD dev's databases (t2sql.episode.rollout), its Grader closed after the module."""
+    from t2sql.episode import rollout
+
+    context = rollout.context(rollout.RolloutSettings(db_root=str(bird_root()), concurrency=2))
+    yield context
+    rollout.close_contexts()

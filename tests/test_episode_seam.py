@@ -12,25 +12,20 @@ import threading
 import pytest
 
 from conftest import bird_root
+from loopback_model import xml_tool_call as xml_call
 from t2sql.episode import prompt as prompts
-from t2sql.episode import rollout
 from t2sql.episode.parsing import parse_tool_calls, split_think
-from t2sql.episode.rollout import RolloutSettings
 from t2sql.errors import EpisodeFinished
-
-BIRD = bird_root()
 
 
 @pytest.fixture(scope="module")
-def ctx():
-    context = rollout.context(RolloutSettings(db_root=str(BIRD), concurrency=2))
-    yield context
-    rollout.close_contexts()
+def ctx(bird_rollout):
+    return bird_rollout
 
 
 @pytest.fixture(scope="module")
 def tasks(ctx) -> list:
-    rows = json.loads((BIRD / "dev.json").read_text())
+    rows = json.loads((bird_root() / "dev.json").read_text())
     picked, seen = [], set()
     for row in rows:  # one task with evidence per database, so every database is exercised
         if row["evidence"] and row["db_id"] not in seen:
@@ -38,11 +33,6 @@ def tasks(ctx) -> list:
             picked.append(ctx.task(row))
     assert len(picked) >= 3
     return picked
-
-
-def xml_call(sql: str) -> str:
-    return ("<tool_call>\n<function=execute_sql_query>\n<parameter=query>\n"
-            f"{sql}\n</parameter>\n</function>\n</tool_call>")
 
 
 def structured(i: int, arguments) -> dict:

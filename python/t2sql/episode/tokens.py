@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 COMPLETED = "COMPLETED"
 TRUNCATED = "TRUNCATED"
 ABORTED = "ABORTED"
-STATUSES = (COMPLETED, TRUNCATED, ABORTED)
 
 
 @dataclass
@@ -69,10 +68,6 @@ class TokenTrajectory:
     @property
     def response_length(self) -> int:
         return len(self.tokens) - self.prompt_length
-
-    @property
-    def response_ids(self) -> list[int]:
-        return self.tokens[self.prompt_length:]
 
     def room(self) -> int:
         """Tokens the next turn may generate: <= 0 means the context is full."""
