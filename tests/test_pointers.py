@@ -5,12 +5,14 @@ its attribute; the file exists and has a heading of that slug (GitHub's rule).""
 import ast
 import functools
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from t2sql.integrations import FrameworkMissing
 
 ROOT = REPO  # the repository's own files: an installed t2sql has no README or docs beside it
 PACKAGE = REPO / "python" / "t2sql"
@@ -32,6 +34,20 @@ def loggers() -> set[str]:
             and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)}
 
 
+def top_level_names(module: str) -> set[str]:
+    """The names a module's source defines at its top level (classes, functions, assignments)."""
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(Path(spec.origin).read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
 def resolves(dotted: str) -> bool:
     """The longest prefix that imports as a module, then each further part an attribute of the last (a
     dataclass field without a default counts: it is in the class's fields); or a logger t2sql logs to."""
@@ -43,6 +59,8 @@ def resolves(dotted: str) -> bool:
             value = importlib.import_module(".".join(parts[:cut]))
         except ModuleNotFoundError:
             continue
+        except FrameworkMissing:  # an integration whose framework this environment lacks: read its source
+            return all(name in top_level_names(".".join(parts[:cut])) for name in parts[cut:cut + 1])
         for attr in parts[cut:]:
             try:
                 found = hasattr(value, attr)

@@ -1,0 +1,140 @@
+"""t2sql's episode inside other RL frameworks: one thin module per framework (trl, verl, skyrl), each an
+optional extra (pip install "t2sql[trl]", "t2sql[verl]", "t2sql[skyrl]").
+
+Each stands on the episode seam (t2sql.episode.rollout, the per-call episode API, the token trajectory)
+and holds only the framework's side: none has a token loop, prompt, reward or grading rule of its own.
+`import t2sql` imports none of them; t2sql.integrations.rows (the dataset rows `t2sql convert --format`
+writes) imports no framework.
+
+What they share is here:
+- `require`: a framework's module, or one line naming the extra to install (FrameworkMissing).
+- `settings_from_env`: the rollout settings (t2sql.episode.rollout.RolloutSettings) from T2SQL_*
+  environment variables, for frameworks that build our class with no arguments or in a worker process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from importlib import metadata
+from types import ModuleType
+from typing import Any, Mapping
+
+from t2sql.episode.rollout import RolloutSettings
+from t2sql.errors import T2sqlError
+
+
+class FrameworkMissing(T2sqlError, ImportError):
+    """A framework an integration needs is not installed, or not a version it was checked against.
+    Its message is one line that names the extra to install; uncaught, it prints only that line."""
+
+
+class SettingsError(T2sqlError, ValueError):
+    """A T2SQL_* variable or an integration's setting that cannot be used."""
+
+
+# The environment variables settings_from_env reads: variable -> (RolloutSettings field, type).
+SETTINGS_ENV: dict[str, tuple[str, type]] = {
+    "T2SQL_PRESET": ("recipe", str),
+    "T2SQL_DB_ROOT": ("db_root", str),
+    "T2SQL_CACHE_DIR": ("cache_dir", str),
+    "T2SQL_MANIFEST": ("manifest", str),
+    "T2SQL_GRADER_CONCURRENCY": ("concurrency", int),
+    "T2SQL_TOOL_TIMEOUT_S": ("tool_timeout_s", float),
+    "T2SQL_GRADE_TIMEOUT_S": ("grade_timeout_s", float),
+}
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any) -> RolloutSettings:
+    """The rollout settings named by T2SQL_* environment variables (SETTINGS_ENV), keyword overrides
+    winning (None leaves a field to the variable or the default). A value that does not read as its
+    type is a SettingsError naming the variable."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for variable, (name, kind) in SETTINGS_ENV.items():
+        raw = environ.get(variable, "").strip()
+        if not raw:
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise SettingsError(f"{variable}={raw!r} is not a{'n' if kind is int else ''} "
+                                f"{kind.__name__}; unset it or give one") from None
+        if kind is not str and value <= 0:
+            raise SettingsError(f"{variable}={raw!r} must be positive")
+        values[name] = value
+    known = {name for name, _ in SETTINGS_ENV.values()} | {"hash_databases"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise SettingsError(f"unknown t2sql setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return RolloutSettings(**values)
+
+
+def require(import_name: str, *, framework: str, extra: str, minimum: str, below: str | None = None,
+            distribution: str | None = None) -> ModuleType:
+    """`import_name` imported, after checking that the installed `distribution` (default: the first part
+    of import_name) is >= minimum and < below. Otherwise FrameworkMissing, one line naming the extra."""
+    distribution = distribution or import_name.split(".")[0]
+    wanted = f">= {minimum}" + (f", < {below}" if below else "")
+    caller = _calling_module()
+    try:
+        version = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        _fail(f"{caller} needs {framework} {wanted} (not installed): pip install \"t2sql[{extra}]\"")
+    if _release(version) < _release(minimum) or (below is not None and _release(version) >= _release(below)):
+        _fail(f"{caller} needs {framework} {wanted} (found {version}): pip install \"t2sql[{extra}]\"")
+    try:
+        return importlib.import_module(import_name)
+    except ImportError as e:
+        _fail(f"{caller} needs {framework} {wanted}; {distribution} {version} is installed but "
+              f"{import_name} does not import ({str(e).splitlines()[0] if str(e) else type(e).__name__}): "
+              f"pip install \"t2sql[{extra}]\"")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version string ("1.16.0rc1" -> (1, 16, 0)): enough to compare the
+    pins an integration states, without a dependency on `packaging`."""
+    parts = []
+    for piece in version.split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) < len(piece):
+            break
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def _calling_module() -> str:
+    frame = sys._getframe(2)
+    return frame.f_globals.get("__name__", "t2sql.integrations")
+
+
+def _fail(message: str) -> None:
+    _install_one_line_hook()
+    raise FrameworkMissing(message)
+
+
+def _install_one_line_hook() -> None:
+    """An uncaught FrameworkMissing prints its one line, not a traceback (other exceptions go on to the
+    hook that was there). Installed only when one is raised."""
+    previous = sys.excepthook
+    if getattr(previous, "_t2sql_one_line", False):
+        return
+
+    def hook(kind, value, traceback):  # noqa: ANN001 - sys.excepthook's signature
+        if isinstance(value, FrameworkMissing):
+            print(f"error: {value}", file=sys.stderr)
+            return
+        previous(kind, value, traceback)
+
+    hook._t2sql_one_line = True  # type: ignore[attr-defined]
+    sys.excepthook = hook

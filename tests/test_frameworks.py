@@ -1,0 +1,54 @@
+"""Each RL framework's test, run inside that framework's own environment.
+
+TRL, verl and SkyRL pin different transformers versions, so each gets its own environment, built from
+PyPI by tests/envs/NAME.sh (.ci/run builds all three). When `.venv-NAME` exists in the checkout root (or
+under $T2SQL_FRAMEWORK_ENVS), this runs tests/frameworks/test_NAME.py with its interpreter and fails
+unless every test there passed: a skip inside the framework's own environment is a failure here.
+Without the environment it skips, naming the script that builds it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+FRAMEWORKS = ("trl", "verl", "skyrl")
+
+
+def environment(name: str) -> Path:
+    base = Path(os.environ.get("T2SQL_FRAMEWORK_ENVS") or REPO)
+    return base / f".venv-{name}" / "bin" / "python"
+
+
+def child_env() -> dict[str, str]:
+    """The framework's environment has t2sql installed from this checkout. Only when this suite imports
+    t2sql from the checkout's source tree (a developer's PYTHONPATH) is that tree put first, so both
+    sides run the same code; an installed t2sql's site-packages never leaks into the other environment."""
+    import t2sql
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    source = Path(t2sql.__file__).resolve().parent.parent
+    if source == REPO / "python":
+        env["PYTHONPATH"] = str(source)
+    return env
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_framework_suite_passes_inside_its_own_environment(name):
+    python = environment(name)
+    if not python.exists():
+        pytest.skip(f"no {name} environment: build it with tests/envs/{name}.sh (.ci/run does)")
+    test_file = REPO / "tests" / "frameworks" / f"test_{name}.py"
+    done = subprocess.run([str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test_file)],
+                          cwd=REPO, capture_output=True, text=True, timeout=1200, env=child_env())
+    tail = (done.stdout + done.stderr)[-6000:]
+    assert done.returncode == 0, f"tests/frameworks/test_{name}.py failed in its environment:\n{tail}"
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert re.search(r"\d+ passed", summary), tail
+    assert "skipped" not in summary, f"a test skipped inside the {name} environment:\n{tail}"

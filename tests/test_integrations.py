@@ -1,0 +1,214 @@
+"""What the framework integrations share, in the main environment (no framework installed): the one-line
+FrameworkMissing, the settings from T2SQL_* variables, the dataset rows `t2sql convert --format verl|skyrl`
+writes and the integrations read back, and the `t2sql eval` replay the frameworks' tests compare with."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import bird_root, child_env
+from eval_replay import comparable, eval_records
+from loopback_model import xml_tool_call
+from t2sql.errors import DataError
+from t2sql.integrations import FrameworkMissing, SettingsError, require, rows, settings_from_env
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=120)
+
+
+def test_import_t2sql_imports_no_integration():
+    done = run_python("import sys, t2sql; print(sorted(m for m in sys.modules if m.startswith('t2sql.integrations')))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_missing_framework_is_one_line_naming_the_extra():
+    done = run_python("from t2sql.integrations import require\n"
+                      "require('t2sql_no_such_framework', framework='NoSuch', extra='nosuch', minimum='1.2')")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        'error: __main__ needs NoSuch >= 1.2 (not installed): pip install "t2sql[nosuch]"']
+
+
+def test_a_framework_of_another_version_is_one_line_with_the_version_found():
+    import pytest as installed
+
+    done = run_python("from t2sql.integrations import require\n"
+                      "require('pytest', framework='pytest', extra='test', minimum='1', below='2')")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f'error: __main__ needs pytest >= 1, < 2 (found {installed.__version__}): pip install "t2sql[test]"']
+
+
+def test_require_returns_the_module_when_the_version_is_in_range():
+    module = require("pytest", framework="pytest", extra="test", minimum="7", below="999")
+    assert module is pytest
+    with pytest.raises(FrameworkMissing) as raised:
+        require("pytest", framework="pytest", extra="test", minimum="999")
+    assert isinstance(raised.value, ImportError) and "\n" not in str(raised.value)
+
+
+def test_other_errors_keep_their_traceback_after_a_framework_missing_was_raised():
+    done = run_python("from t2sql.integrations import require, FrameworkMissing\n"
+                      "try:\n    require('t2sql_no_such', framework='X', extra='x', minimum='1')\n"
+                      "except FrameworkMissing:\n    pass\n"
+                      "raise KeyError('other')")
+    assert done.returncode == 1 and "Traceback" in done.stderr and "KeyError: 'other'" in done.stderr
+
+
+def test_settings_from_environment_variables_with_overrides_winning():
+    env = {"T2SQL_PRESET": "recipe", "T2SQL_DB_ROOT": "/data/bird", "T2SQL_GRADER_CONCURRENCY": "8",
+           "T2SQL_TOOL_TIMEOUT_S": "2.5", "T2SQL_CACHE_DIR": ""}
+    settings = settings_from_env(env, db_root="/elsewhere", cache_dir=None)
+    assert (settings.recipe, settings.db_root, settings.concurrency, settings.tool_timeout_s, settings.cache_dir) == (
+        "recipe", "/elsewhere", 8, 2.5, None)
+    assert settings_from_env({}) == type(settings)()
+    with pytest.raises(SettingsError, match="T2SQL_GRADER_CONCURRENCY='many'"):
+        settings_from_env({"T2SQL_GRADER_CONCURRENCY": "many"})
+    with pytest.raises(SettingsError, match="must be positive"):
+        settings_from_env({"T2SQL_TOOL_TIMEOUT_S": "0"})
+    with pytest.raises(SettingsError, match="unknown t2sql setting"):
+        settings_from_env({}, dbroot="/x")
+
+
+# ------------------------------------------------------------------------------------ dataset rows
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """BIRD dev converted by the real command (t2sql's own rows), the file every other format starts from."""
+    out = tmp_path_factory.mktemp("converted")
+    done = subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(bird_root() / "dev.json"),
+                           "--db-root", str(bird_root()), "--out-dir", str(out), "--no-check-gold"],
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out / "dev.jsonl"
+
+
+def convert(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", *args], capture_output=True, text=True,
+                          env=child_env(), timeout=300)
+
+
+@pytest.mark.parametrize("framework,file_type", [("verl", "parquet"), ("verl", "jsonl"), ("skyrl", "parquet"),
+                                                 ("skyrl", "jsonl")])
+def test_convert_format_writes_framework_rows_that_carry_the_t2sql_row_whole(converted, tmp_path, framework,
+                                                                               file_type):
+    done = convert("--rows", str(converted), "--out-dir", str(tmp_path), "--format", framework,
+                   "--file-type", file_type)
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / f"dev.{framework}.{file_type}"
+    assert done.stdout.strip().endswith(f"wrote {path}")
+    if file_type == "parquet":
+        import pyarrow.parquet as pq
+
+        written = pq.read_table(path).to_pylist()
+    else:
+        written = [json.loads(line) for line in path.read_text().splitlines()]
+    original = rows.read_rows(converted)
+    assert len(written) == len(original) == 432
+    first = written[0]
+    if framework == "verl":
+        assert first["agent_name"] == rows.AGENT_NAME and first["extra_info"]["index"] == 0
+        assert first["reward_model"]["ground_truth"] == original[0]["label"]["gold_sql"]
+    else:
+        assert first["env_class"] == rows.ENV_CLASS and first["index"] == 0
+        assert first["reward_spec"]["ground_truth"] == original[0]["label"]["gold_sql"]
+    assert first["prompt"] == original[0]["prompt"]
+    assert [rows.t2sql_row(r) for r in written] == original
+    assert rows.read_rows(path) == original
+    # A rerun replaces the file it wrote; a file it did not write is refused, and left as it was.
+    assert convert("--rows", str(converted), "--out-dir", str(tmp_path), "--format", framework,
+                   "--file-type", file_type).returncode == 0
+    foreign = tmp_path / f"notes.{framework}.{file_type}"
+    foreign.write_text("my notes\n")
+    refused = convert("--rows", str(converted), "--split-name", "notes", "--out-dir", str(tmp_path),
+                      "--format", framework, "--file-type", file_type)
+    assert refused.returncode == 2 and "not a split t2sql converted" in refused.stderr
+    assert foreign.read_text() == "my notes\n"
+
+
+def test_convert_questions_straight_to_a_framework_and_back(tmp_path, converted):
+    done = convert("--questions", str(bird_root() / "dev.json"), "--db-root", str(bird_root()), "--out-dir",
+                   str(tmp_path), "--format", "skyrl", "--no-check-gold")
+    assert done.returncode == 0, done.stderr
+    assert rows.read_rows(tmp_path / "dev.skyrl.parquet") == rows.read_rows(converted)
+    # The framework file reshaped again keeps the split's name (dev, not dev.skyrl).
+    again = convert("--rows", str(tmp_path / "dev.skyrl.parquet"), "--out-dir", str(tmp_path), "--format", "verl")
+    assert again.returncode == 0, again.stderr
+    assert rows.read_rows(tmp_path / "dev.verl.parquet") == rows.read_rows(converted)
+
+
+def test_convert_refuses_what_cannot_be_written_in_one_line(tmp_path, converted):
+    no_root = convert("--questions", str(bird_root() / "dev.json"), "--out-dir", str(tmp_path))
+    assert no_root.returncode == 2 and no_root.stderr.strip().endswith("needs --db-root (the directory holding "
+                                                                       "<db_id>/<db_id>.sqlite)")
+    parquet_for_miles = convert("--rows", str(converted), "--out-dir", str(tmp_path), "--file-type", "parquet")
+    assert parquet_for_miles.returncode == 2 and "Traceback" not in parquet_for_miles.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rows_file_with_bad_lines_names_each_and_writes_nothing(tmp_path, converted):
+    lines = converted.read_text().splitlines()[:3]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([lines[0], "{not json", json.dumps({"prompt": []}), lines[1]]) + "\n")
+    done = convert("--rows", str(bad), "--out-dir", str(tmp_path / "out"), "--format", "verl")
+    assert done.returncode == 1
+    assert "row 2: bad_line" in done.stderr and "row 3: bad_line" in done.stderr
+    assert "carries no t2sql task" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_t2sql_row_says_what_is_missing():
+    with pytest.raises(DataError, match="carries no t2sql task"):
+        rows.t2sql_row({"prompt": [], "extra_info": {"index": 1}})
+    with pytest.raises(DataError, match="not a t2sql row's JSON"):
+        rows.t2sql_row("{broken")
+    with pytest.raises(DataError, match="JSON but not a t2sql row"):
+        rows.t2sql_row(json.dumps({"label": {}, "metadata": {}}))
+
+
+# ------------------------------------------------------------------------------ the eval replay
+
+
+def scripted_turns(task) -> dict[str, list]:
+    gold = task.gold_sql
+    return {
+        "correct": [f"<think>look</think>{xml_tool_call(gold)}", f"<solution>{gold}</solution>"],
+        "wrong": [xml_tool_call("SELECT 1 +"), "<solution>SELECT 1</solution>"],
+        "cut": [xml_tool_call(gold), ("<think>" + "long " * 50, "length")],
+    }
+
+
+def test_eval_replay_gives_the_records_the_episode_gives(bird_rollout, converted, tmp_path):
+    """The helper the frameworks' tests compare with: its records are the in-process episode's."""
+    original = rows.read_rows(converted)[:3]
+    tasks = [bird_rollout.task(r) for r in original]
+    plans = {t.question_id: scripted_turns(t) for t in tasks}
+    kinds = ["correct", "wrong", "cut"]
+    turns = {t.question_id: plans[t.question_id][kind] for t, kind in zip(tasks, kinds)}
+    replayed = eval_records(original, turns, preset=bird_rollout.preset.name, tmp_path=tmp_path)
+
+    async def in_process(task, script):
+        episode = await bird_rollout.episode_async(task)
+        for turn in script:
+            text, cut = (turn, None) if isinstance(turn, str) else (turn[0], "turn")
+            if (await episode.on_turn(text, cut=cut)).done:
+                break
+        return episode.result.to_dict()
+
+    for task, kind in zip(tasks, kinds):
+        mine = asyncio.run(in_process(task, turns[task.question_id]))
+        assert comparable(replayed[task.question_id]) == comparable(mine), kind
+    outcomes = [replayed[t.question_id]["outcome"] for t in tasks]
+    assert outcomes == ["correct", "incorrect", "turn_cut"]
+    # It tells different turns apart: the same task answered wrongly is another record.
+    other = asyncio.run(in_process(tasks[0], plans[tasks[0].question_id]["wrong"]))
+    assert comparable(other) != comparable(replayed[tasks[0].question_id])
