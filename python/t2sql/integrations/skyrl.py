@@ -1,0 +1,283 @@
+"""SkyRL: t2sql's episode as a SkyRL-Gym text environment, registered as "t2sql" (docs/skyrl.md).
+
+    python -m t2sql.integrations.skyrl data.train_data="['train.skyrl.parquet']" ... environment.env_class=t2sql
+
+`SQLEnv(env_config, extras)` is a `skyrl_gym.envs.base_text_env.BaseTextEnv`, built the way SkyRL's
+generator builds every environment (`skyrl_gym.make("t2sql", env_config=..., extras=row_extras)`):
+
+- the task is the row's: `extras["t2sql"]`, the t2sql row `t2sql convert --format skyrl` writes
+  (t2sql.integrations.rows); the settings (preset, databases, gold cache, ...) are the T2SQL_* variables
+  (t2sql.integrations.settings_from_env), with `env_config`'s keys winning; the episode comes from
+  `t2sql.episode.rollout.context(settings).episode_async`, one Grader per process;
+- `init(prompt)` starts the episode on the row's prompt and returns its messages;
+- `step(action)` is one assistant turn: `episode.on_turn(action)`. Observations are the tool messages
+  (role "tool", which the chat template renders as the model's tool responses); done when the episode
+  ends; the reward is the recipe's reward at the end and 0 before; the last step's metadata and
+  `get_metrics()` are the episode record (`EpisodeResult.to_dict()` and the preset's name), and
+  `aggregate_metrics` turns a batch of records into rates SkyRL logs under `environment/`.
+
+SkyRL calls `step` synchronously (on its event loop's thread, or on one of `max_env_workers` threads)
+and hands it only the text. The episode is async: every SQLEnv of a process runs its episode on ONE
+event loop, on a daemon thread made at first use, so the process's Grader sees one loop (its admission
+and shared gold runs are per loop).
+
+What SkyRL tells the environment, and what it cannot (docs/skyrl.md has the consequences):
+
+- max turns: SkyRL's generator passes `generator.max_turns` as `extras["max_turns"]` and leaves ending
+  the episode to the environment. At or above the preset's `max_turns` the preset's rule ends it (as in
+  `t2sql eval`); below it, SkyRL's last turn is taken as the answer turn (`episode.finish`: graded if it
+  holds a <solution>, no_solution otherwise, its tool calls not run).
+- context: when the conversation outgrows `generator.max_input_length`, SkyRL's generator stops
+  without another step and then asks for the metrics. An episode still open at `get_metrics()` is
+  ended there as `context_cut` (`on_turn("", cut="context")`, as t2sql eval does when the context is
+  full), so the record says so; but SkyRL has already summed the step rewards (0), and never asks for
+  another: `reward_given` in the metrics says what SkyRL trained on.
+- a turn cut by `max_generate_length`: not told (SkyRL's engines decode with skip_special_tokens, so
+  the text looks the same either way). The env takes the text as a whole turn (cut=None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+from dataclasses import asdict, is_dataclass
+from typing import Any, Awaitable, Mapping, TypeVar
+
+from t2sql.integrations import SETTINGS_ENV, require, settings_from_env
+
+require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum="0.4", below="0.5",
+        distribution="skyrl-gym")
+
+from skyrl_gym.envs import register  # noqa: E402 - after the version check
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
+from skyrl_gym.envs.registration import registry  # noqa: E402
+from skyrl_gym.metrics import default_aggregate_metrics  # noqa: E402
+
+from t2sql.episode import prompt as prompts  # noqa: E402
+from t2sql.episode import rollout  # noqa: E402
+from t2sql.episode.presets import OUTCOMES  # noqa: E402
+from t2sql.errors import AdapterError  # noqa: E402
+from t2sql.integrations.rows import ENV_CLASS, t2sql_row  # noqa: E402
+
+log = logging.getLogger("t2sql.integrations.skyrl")
+
+ENTRY_POINT = "t2sql.integrations.skyrl:SQLEnv"
+
+T = TypeVar("T")
+
+
+# ------------------------------------------------------------------------ the process's event loop
+
+
+class _EpisodeLoop:
+    """One event loop on a daemon thread: every SQLEnv of this process runs its episode here."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="t2sql-skyrl-episodes", daemon=True)
+        self.thread.start()
+
+
+_loop: _EpisodeLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def on_episode_loop(awaitable: Awaitable[T]) -> T:
+    """Run a coroutine on the process's episode loop and wait for its result (from any thread but the
+    loop's own). A process forked after the loop started gets a loop of its own."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.pid != os.getpid():
+            _loop = _EpisodeLoop()
+        loop = _loop
+    if threading.current_thread() is loop.thread:
+        raise AdapterError("SQLEnv.step was called from t2sql's own episode loop; call it from SkyRL's side")
+    return asyncio.run_coroutine_threadsafe(awaitable, loop.loop).result()
+
+
+# ------------------------------------------------------------------------------------ settings
+
+
+def settings_of(env_config: Any) -> rollout.RolloutSettings:
+    """The rollout settings: T2SQL_* variables, `env_config`'s keys winning. SkyRL passes
+    `environment.skyrl_gym.<env_class>` when its config has such a field, else an empty dict; the keys
+    are settings_from_env's (recipe, db_root, cache_dir, manifest, concurrency, tool_timeout_s,
+    grade_timeout_s, hash_databases)."""
+    if env_config is None:
+        overrides: dict[str, Any] = {}
+    elif is_dataclass(env_config) and not isinstance(env_config, type):
+        overrides = asdict(env_config)
+    elif hasattr(env_config, "items"):  # a dict, or an OmegaConf DictConfig
+        overrides = {str(k): v for k, v in env_config.items()}
+    else:
+        raise AdapterError(f"SQLEnv's env_config must be a mapping of t2sql settings, got {type(env_config).__name__}")
+    return settings_from_env(**overrides)
+
+
+def tool_chat_template_kwargs(**kwargs: Any) -> dict[str, Any]:
+    """`generator.chat_template_kwargs` that give the chat template t2sql's tool (SkyRL renders every
+    prompt and observation with `tokenizer.apply_chat_template(..., **chat_template_kwargs)` and no tools
+    of its own), plus `kwargs` (e.g. enable_thinking)."""
+    return {**kwargs, "tools": prompts.tool_specs()}
+
+
+# ------------------------------------------------------------------------------- the environment
+
+
+class SQLEnv(BaseTextEnv):
+    """One text-to-SQL episode as a SkyRL-Gym text environment (see the module's doc)."""
+
+    def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None):
+        super().__init__()
+        extras = dict(extras or {})
+        self.context = rollout.context(settings_of(env_config))
+        self.task = self.context.task(t2sql_row(extras))
+        preset_turns = self.context.preset.max_turns
+        # SkyRL's convention: the generator puts generator.max_turns in the extras, the env ends the episode.
+        self.max_turns = int(extras.get("max_turns") or preset_turns)
+        if self.max_turns < preset_turns:
+            _warn_short_turns(self.max_turns, preset_turns)
+        self.episode = None
+        self.reward_given = 0.0  # what step() handed SkyRL: the recipe's reward, or 0 if SkyRL stopped first
+
+    def init(self, prompt: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Start the episode on the row's prompt (built from the task if the row has none)."""
+        messages = [dict(m) for m in prompt] if prompt else None
+        self.episode = on_episode_loop(self.context.episode_async(self.task, prompt=messages))
+        return [dict(m) for m in self.episode.messages], {"question_id": self.task.question_id}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """One assistant turn: its tool messages while the episode goes on (reward 0), the recipe's reward
+        and the episode record when it ends."""
+        if self.episode is None:
+            raise AdapterError("SQLEnv.step before init: SkyRL's generator calls init(prompt) first")
+        self.turns += 1
+        if self.turns >= self.max_turns and self.max_turns < self.context.preset.max_turns:
+            on_episode_loop(self.episode.finish(action))  # SkyRL's last turn comes before the preset's: the answer turn
+            observations: list[dict[str, Any]] = []
+        else:
+            observations = on_episode_loop(self.episode.on_turn(action)).tool_messages
+        if not self.episode.done:
+            return BaseTextEnvStepOutput(observations=[dict(m) for m in observations], reward=0.0, done=False,
+                                         metadata={})
+        record = self.record()
+        self.reward_given = record["reward"]
+        return BaseTextEnvStepOutput(observations=[], reward=record["reward"], done=True, metadata=record)
+
+    def get_metrics(self) -> dict[str, Any]:
+        """The episode record. SkyRL's generator asks once, after its loop: an episode still open then was
+        stopped by SkyRL's context limit (generator.max_input_length) and is recorded as context_cut."""
+        if self.episode is None:
+            return {}
+        if not self.episode.done:
+            on_episode_loop(self.episode.on_turn("", cut="context"))
+        return {**self.record(), "reward_given": self.reward_given}
+
+    def record(self) -> dict[str, Any]:
+        """The ended episode's record: EpisodeResult.to_dict() and the preset's name."""
+        assert self.episode is not None and self.episode.result is not None
+        return {**self.episode.result.to_dict(), "preset": self.context.preset.name}
+
+    @staticmethod
+    def aggregate_metrics(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        """A batch of episode records as the means SkyRL logs (`environment/<name>`): reward, the reward
+        SkyRL trained on, correct, turns, tool calls, each outcome's share, each reward term, and the
+        evidence rates over the episodes whose task has evidence."""
+        return default_aggregate_metrics([_numbers(m) for m in metrics if "outcome" in m])
+
+
+def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
+    out = {name: float(record[name]) for name in ("reward", "reward_given", "correct", "turns", "tool_calls",
+                                                  "invalid_tool_calls") if name in record}
+    out.update({f"outcome/{o}": float(record["outcome"] == o) for o in OUTCOMES})
+    out.update({f"reward_terms/{k}": float(v) for k, v in (record.get("reward_terms") or {}).items()})
+    if record.get("has_evidence"):
+        out["evidence_restated"] = float(bool(record.get("evidence_restated")))
+        out["evidence_checked"] = float(bool(record.get("evidence_checked")))
+    return out
+
+
+_warned_turns: set[tuple[int, int]] = set()
+
+
+def _warn_short_turns(skyrl_turns: int, preset_turns: int) -> None:
+    if (skyrl_turns, preset_turns) in _warned_turns:
+        return
+    _warned_turns.add((skyrl_turns, preset_turns))
+    log.warning("generator.max_turns=%d is below the preset's max_turns=%d: every episode ends at SkyRL's turn "
+                "%d, taken as the answer turn (its tool calls are not run); set generator.max_turns=%d for the "
+                "recipe's episodes", skyrl_turns, preset_turns, skyrl_turns, preset_turns)
+
+
+def _register() -> None:
+    """Register SQLEnv as "t2sql" in skyrl_gym's registry (importing this module again is a no-op)."""
+    spec = registry.get(ENV_CLASS)
+    if spec is None:
+        register(id=ENV_CLASS, entry_point=ENTRY_POINT)
+    elif spec.entry_point != ENTRY_POINT:
+        raise AdapterError(f"skyrl_gym already has an environment {ENV_CLASS!r} from {spec.entry_point!r}; "
+                           f"t2sql's is {ENTRY_POINT!r}: deregister the other one first")
+
+
+_register()
+
+
+# ----------------------------------------------------------------------- SkyRL's training entrypoint
+
+
+def training_config(argv: list[str]) -> Any:
+    """SkyRL's typed config from `key=value` overrides (SkyRLTrainConfig.from_cli_overrides), validated by
+    SkyRL's validate_cfg, with t2sql's tool added to generator.chat_template_kwargs (SkyRL's generator
+    renders with them) unless the command gave tools of its own. `trainer.override_entrypoint=...` (how
+    SkyRL's main_base dispatches here) is dropped first: it is not a config field."""
+    skyrl_config = require("skyrl.train.config", framework="SkyRL", extra="skyrl", minimum="0.4", below="0.5",
+                           distribution="skyrl")
+    from skyrl.train.utils import validate_cfg
+
+    overrides = [a for a in argv if not a.startswith("trainer.override_entrypoint=")]
+    cfg = skyrl_config.SkyRLTrainConfig.from_cli_overrides(overrides)
+    if not cfg.generator.chat_template_kwargs.get("tools"):
+        cfg.generator.chat_template_kwargs = tool_chat_template_kwargs(**cfg.generator.chat_template_kwargs)
+    validate_cfg(cfg)
+    return cfg
+
+
+def t2sql_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The T2SQL_* variables the driver was started with: carried into the Ray task that runs SkyRL's
+    trainer and generator (SkyRL forwards only its own variables to Ray workers)."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in SETTINGS_ENV if name in environ}
+
+
+def run_experiment(cfg: Any, environ: Mapping[str, str]) -> None:
+    """The Ray task: SkyRL's BasePPOExp with t2sql's settings. Ray ships this function by reference, so
+    the worker imports this module, which registers the environment before the generator makes one."""
+    os.environ.update(environ)
+    from skyrl.train.entrypoints.main_base import BasePPOExp
+
+    BasePPOExp(cfg).run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m t2sql.integrations.skyrl key=value ...`: SkyRL's main_base with the t2sql environment
+    registered in the training task and the T2SQL_* settings carried there. Needs SkyRL's GPU stack
+    (`skyrl[fsdp]` or `skyrl[megatron]`: Ray, vLLM, the trainer)."""
+    cfg = training_config(sys.argv[1:] if argv is None else argv)
+    require("skyrl.train.entrypoints.main_base", framework="SkyRL's trainer (skyrl[fsdp] or skyrl[megatron])",
+            extra="skyrl", minimum="0.4", below="0.5", distribution="skyrl")
+    import ray
+    from skyrl.train.utils.utils import initialize_ray
+
+    initialize_ray(cfg)
+    ray.get(ray.remote(num_cpus=1)(run_experiment).remote(cfg, t2sql_environment()))
+
+
+if __name__ == "__main__":
+    # Imported under its own name, so that Ray pickles run_experiment by reference (not __main__'s copy).
+    from t2sql.integrations.skyrl import main as _main
+
+    _main()
