@@ -45,7 +45,7 @@ from eval_replay import comparable, eval_records  # noqa: E402
 from loopback_model import xml_tool_call  # noqa: E402
 from t2sql.episode import rollout  # noqa: E402
 from t2sql.episode.presets import DEFAULT_PRESET, get_preset  # noqa: E402
-from t2sql.integrations import rows  # noqa: E402
+from t2sql.integrations import SettingsError, rows  # noqa: E402
 
 PRESET = get_preset(DEFAULT_PRESET)  # the recipe, as the env gets it with no T2SQL_PRESET
 LOGPROB = -0.25  # what the scripted engine says each sampled token's log-prob was
@@ -376,10 +376,12 @@ def test_what_skyrl_tells_the_env_about_its_limits(dataset, t2sql_rows, tokenize
     assert limits.output["rollout_metrics"]["environment/reward_given"] == pytest.approx(-0.5)
 
 
-def test_env_config_overrides_the_settings_and_bad_ones_are_named():
+def test_env_config_overrides_the_t2sql_variables_and_bad_keys_are_named(monkeypatch):
+    monkeypatch.setenv("T2SQL_GRADER_CONCURRENCY", "5")
+    monkeypatch.setenv("T2SQL_PRESET", "bare")
     settings = skyrl_env.settings_of({"db_root": "/elsewhere", "concurrency": 3})
-    assert (settings.db_root, settings.concurrency, settings.recipe) == ("/elsewhere", 3, PRESET.name)
-    with pytest.raises(Exception, match="unknown t2sql setting"):
+    assert (settings.db_root, settings.concurrency, settings.recipe) == ("/elsewhere", 3, "bare")
+    with pytest.raises(SettingsError, match="unknown t2sql setting"):
         skyrl_env.settings_of({"dbroot": "/x"})
 
 

@@ -95,6 +95,8 @@ def on_episode_loop(awaitable: Awaitable[T]) -> T:
             _loop = _EpisodeLoop()
         loop = _loop
     if threading.current_thread() is loop.thread:
+        if asyncio.iscoroutine(awaitable):
+            awaitable.close()  # never awaited: say so by the error below, not by a RuntimeWarning
         raise AdapterError("SQLEnv.step was called from t2sql's own episode loop; call it from SkyRL's side")
     return asyncio.run_coroutine_threadsafe(awaitable, loop.loop).result()
 
@@ -105,8 +107,7 @@ def on_episode_loop(awaitable: Awaitable[T]) -> T:
 def settings_of(env_config: Any) -> rollout.RolloutSettings:
     """The rollout settings: T2SQL_* variables, `env_config`'s keys winning. SkyRL passes
     `environment.skyrl_gym.<env_class>` when its config has such a field, else an empty dict; the keys
-    are settings_from_env's (recipe, db_root, cache_dir, manifest, concurrency, tool_timeout_s,
-    grade_timeout_s, hash_databases)."""
+    are settings_from_env's keyword names (a RolloutSettings field each; an unknown one is a SettingsError)."""
     if env_config is None:
         overrides: dict[str, Any] = {}
     elif is_dataclass(env_config) and not isinstance(env_config, type):
