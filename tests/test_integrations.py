@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pkgutil
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import pytest
 from conftest import bird_root, child_env
 from eval_replay import comparable, eval_records
 from loopback_model import xml_tool_call
+from t2sql import integrations
 from t2sql.errors import DataError
 from t2sql.integrations import FrameworkMissing, SettingsError, require, rows, settings_from_env
 
@@ -35,6 +37,24 @@ def test_a_missing_framework_is_one_line_naming_the_extra():
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
         'error: __main__ needs NoSuch >= 1.2 (not installed): pip install "t2sql[nosuch]"']
+
+
+INTEGRATIONS = sorted(m.name for m in pkgutil.iter_modules(integrations.__path__) if m.name != "rows")
+
+
+@pytest.mark.parametrize("name", INTEGRATIONS)
+def test_each_integration_without_its_framework_is_one_line_naming_its_extra(name):
+    """Imported, and run as `python -m` (an entrypoint some ship): the same single line, exit 1."""
+    probe = run_python(f"import t2sql.integrations.{name}")
+    if probe.returncode == 0:
+        pytest.skip(f"{name}'s framework is installed in this environment")
+    for command in ([sys.executable, "-c", f"import t2sql.integrations.{name}"],
+                    [sys.executable, "-m", f"t2sql.integrations.{name}"]):
+        done = subprocess.run(command, capture_output=True, text=True, env=child_env(), timeout=120)
+        assert done.returncode == 1 and done.stdout == ""
+        [line] = done.stderr.splitlines()
+        assert line.startswith(f"error: t2sql.integrations.{name} needs ")
+        assert line.endswith(f'pip install "t2sql[{name}]"')
 
 
 def test_a_framework_of_another_version_is_one_line_with_the_version_found():

@@ -10,14 +10,23 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
-find_python() {  # the first local CPython >= $1 (python3, then python3.N on PATH): never a download
-  local want="$1" candidate
+find_python() {  # the first local CPython >= $1 (python3, python3.N on PATH, then pyenv's): never a download
+  local want="$1" candidate version
   for candidate in python3 python3.10 python3.11 python3.12 python3.13 python3.14; do
     command -v "$candidate" >/dev/null 2>&1 || continue
     if "$candidate" -c "import sys; sys.exit(sys.version_info < tuple(map(int, '$want'.split('.'))))" 2>/dev/null
     then command -v "$candidate"; return 0; fi
   done
-  echo "no local Python >= $want (python3 or python3.N on PATH); install one, or set PYTHON" >&2
+  # pyenv's shims refuse an interpreter pyenv has not selected: an installed 3.12 may answer on no name on
+  # PATH. Ask pyenv for its lowest version that will do.
+  if command -v pyenv >/dev/null 2>&1; then
+    for version in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.[0-9]+\.[0-9]+$' | sort -V); do
+      candidate="$(PYENV_VERSION="$version" pyenv which python3 2>/dev/null)" || continue
+      if "$candidate" -c "import sys; sys.exit(sys.version_info < tuple(map(int, '$want'.split('.'))))" 2>/dev/null
+      then echo "$candidate"; return 0; fi
+    done
+  fi
+  echo "no local Python >= $want (python3 or python3.N on PATH, or pyenv's); install one, or set PYTHON" >&2
   return 1
 }
 

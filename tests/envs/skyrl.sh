@@ -8,14 +8,6 @@
 # installed: they need GPUs, and the test drives the generator with a scripted inference client.
 source "$(dirname "$0")/common.sh"
 
-# pyenv's shims refuse an interpreter pyenv has not selected, so python3.12 may be installed yet not on
-# PATH: ask pyenv for its lowest 3.12+ (as find_python prefers the lowest) when nothing on PATH will do.
-if [ -z "${PYTHON:-}" ] && ! find_python 3.12 >/dev/null 2>&1 && command -v pyenv >/dev/null 2>&1; then
-  for version in $(pyenv versions --bare | grep -E '^3\.(1[2-9])\.[0-9]+$' | sort -V); do
-    PYTHON="$(PYENV_VERSION="$version" pyenv which python3 2>/dev/null)" && break
-  done
-fi
-
 make_env skyrl 3.12
 # The framework, exactly as the test was run. skyrl 0.4.0 declares aiohttp, orjson, pybase64, loguru and
 # jaxtyping only under its CUDA-pinned extras, yet its generator, inference client and validate_cfg import

@@ -114,8 +114,10 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def _calling_module() -> str:
-    frame = sys._getframe(2)
-    return frame.f_globals.get("__name__", "t2sql.integrations")
+    """The integration asking (its module's own name even when run with `python -m`)."""
+    names = sys._getframe(2).f_globals
+    spec = names.get("__spec__")
+    return spec.name if spec is not None else names.get("__name__", "t2sql.integrations")
 
 
 def _fail(message: str) -> None:
