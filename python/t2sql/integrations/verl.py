@@ -1,0 +1,219 @@
+"""t2sql's episode as a verl agent loop: `SQLAgentLoop`, registered under the agent name "t2sql".
+
+verl (0.9.1) runs one agent loop per dataset row whose `agent_name` names it (`t2sql convert --format verl`
+writes such rows); its AgentLoopWorker builds the loop with hydra and awaits `run(sampling_params, **row)`.
+This module is verl's side only; the episode, the prompt, the tool, the grading and the reward are t2sql's
+(t2sql.episode.rollout), and the token loop is t2sql's token trajectory (t2sql.episode.tokens), exactly as
+the miles adapter (t2sql.miles.adapter) uses them:
+
+- The task: the t2sql row the verl row carries as JSON in `extra_info["t2sql"]`
+  (t2sql.integrations.rows.t2sql_row); the prompt: the row's messages as verl's dataset hands them over
+  (`raw_prompt`), rendered with the model's chat template, the episode's tool and verl's
+  `data.apply_chat_template_kwargs` (e.g. enable_thinking), through the tokenizer verl loaded.
+- Generation: `await server_manager.generate(request_id, prompt_ids=..., sampling_params=...)`, one call per
+  assistant turn with the whole sequence so far, one request id (sticky session) per episode. verl's
+  TokenOutput gives `token_ids`, `log_probs` (when rollout.calculate_log_probs) and `stop_reason`; the
+  servers name it differently (SGLang: "stop" / "length" / "abort"; vLLM: "completed" for both a stop and
+  a length cut, "aborted"), so a turn counts as cut when the stop reason says "length" or when it used
+  every token it was allowed without ending on the end-of-turn token.
+- Budgets (t2sql.episode.budget.Budget.of): each turn gets min(the preset's per-turn limit, a
+  `max_tokens` / `max_new_tokens` in sampling_params) tokens, and the whole response never holds more than
+  `actor_rollout_ref.rollout.response_length` tokens (verl pads each response to that length and cuts
+  anything past it): the context budget is min(the preset's, prompt + response_length). A turn that hits
+  that budget ends the episode as context_cut, the preset's per-turn limit as turn_cut. A prompt longer
+  than `rollout.prompt_length` (`data.max_prompt_length`) cannot be padded by verl: AdapterError, naming
+  the setting to raise.
+- The output (verl's AgentLoopOutput): prompt_ids, response_ids, response_mask (1 for the model's tokens,
+  0 for the tool segments), response_logprobs (0.0 on tool tokens; None when the server returned none),
+  routed_experts (the last turn's, which cover the whole sequence), num_turns (the prompt, each assistant
+  turn and each round of tool messages, as verl's ToolAgentLoop counts), reward_score (the recipe's reward:
+  verl puts it on the last response token and skips its own reward loop), and extra_fields:
+  `reward_extra_info` (acc = correct as 1.0/0.0, outcome, turns, tool_calls, invalid_tool_calls: verl
+  logs them and its validation reports `val-core/<data_source>/acc/...`) and `t2sql` (the whole episode
+  record, as `t2sql eval` writes it, and the preset's name).
+- A request the server aborted is not graded: its response mask is all 0 (the policy is never trained on
+  it) and its reward 0.0, with outcome "aborted".
+
+Settings: the T2SQL_* environment variables (t2sql.integrations.settings_from_env), then a `t2sql:` block in
+verl's config (`+t2sql.db_root=... +t2sql.recipe=...` on the command line), then keys of this loop's
+entry in an `agent_loop_config_path` YAML; later ones win. docs/verl.md has the command of a real run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+from uuid import uuid4
+
+from t2sql.chat_template import ChatTemplate
+from t2sql.episode import rollout
+from t2sql.episode.budget import Budget
+from t2sql.episode.machine import EpisodeResult
+from t2sql.episode.tokens import ABORTED, SampledTurn, TokenTrajectory, run_token_episode
+from t2sql.errors import AdapterError
+from t2sql.integrations import SETTINGS_ENV, require, settings_from_env
+from t2sql.integrations.rows import AGENT_NAME, t2sql_row
+
+VERL_MINIMUM, VERL_BELOW = "0.9.1", "0.10"  # the release this was checked against, and the next minor
+_agent_loop = require("verl.experimental.agent_loop.agent_loop", framework="verl", extra="verl",
+                      minimum=VERL_MINIMUM, below=VERL_BELOW)
+AgentLoopBase = _agent_loop.AgentLoopBase
+AgentLoopMetrics = _agent_loop.AgentLoopMetrics
+AgentLoopOutput = _agent_loop.AgentLoopOutput
+
+CONFIG_KEY = "t2sql"  # the block of verl's config that holds t2sql's settings (+t2sql.db_root=...)
+SETTING_NAMES = frozenset(name for name, _ in SETTINGS_ENV.values()) | {"hash_databases"}
+LENGTH_STOPS = frozenset({"length"})  # SGLang's and verl's own name for a turn stopped at its token limit
+ABORT_STOPS = frozenset({"abort", "aborted"})  # SGLang's, vLLM's and TensorRT-LLM's
+ABORTED_OUTCOME = "aborted"
+
+
+def _plain(value: Any) -> Any:
+    """An OmegaConf container (what verl's config holds) as plain Python; anything else as it is."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # verl always brings omegaconf; a plain dict needs nothing
+        return value
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def loop_settings(trainer_config: Any, loop_kwargs: Mapping[str, Any]) -> rollout.RolloutSettings:
+    """The rollout settings: T2SQL_* variables, then verl's config block `t2sql`, then this loop's own
+    config entry's keys (an unknown key in either is a SettingsError naming the known ones)."""
+    block = _plain(trainer_config.get(CONFIG_KEY) if trainer_config is not None else None) or {}
+    if not isinstance(block, Mapping):
+        block = {"recipe": block}  # `+t2sql=bare`: the preset's name alone
+    return settings_from_env(**{**block, **loop_kwargs})
+
+
+class SQLAgentLoop(AgentLoopBase):
+    """One t2sql episode per dataset row, over verl's token server (see the module doc)."""
+
+    def __init__(self, *args: Any, tools: Any = None, **kwargs: Any):
+        # verl hands every loop its configured tools; the episode has its own one (execute_sql_query).
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in SETTING_NAMES}
+        super().__init__(*args, **kwargs)
+        self.settings = loop_settings(self.config, {k: _plain(v) for k, v in overrides.items()})
+        self.template_kwargs = dict(_plain(self.apply_chat_template_kwargs) or {})
+        self.prompt_length = int(self.rollout_config.prompt_length)
+        self.response_length = int(self.rollout_config.response_length)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        ctx = rollout.context(self.settings)
+        task = ctx.task(t2sql_row(kwargs))
+        tokenizer = self.tokenizer
+        episode = await ctx.episode_async(task, prompt=_messages(kwargs.get("raw_prompt")),
+                                          count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
+        prompt_messages = len(episode.messages)
+        render = ChatTemplate(tokenizer, episode.tools, self.template_kwargs)
+        trajectory = TokenTrajectory.start(render, episode.messages, Budget.of(ctx.preset))
+        if trajectory.prompt_length > self.prompt_length:
+            raise AdapterError(
+                f"task {task.question_id}: its prompt is {trajectory.prompt_length} tokens, over verl's "
+                f"actor_rollout_ref.rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length "
+                f"(verl pads every prompt to it) or leave such tasks out of the data")
+        max_new = sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens")
+        trajectory.budget = Budget.of(ctx.preset, max_new_tokens=max_new,
+                                      max_context_len=trajectory.prompt_length + self.response_length)
+        request_id = (f"det-{kwargs.get('priority', 0)}" if self.rollout_config.full_determinism
+                      else uuid4().hex)  # one sticky session per episode, as verl's ToolAgentLoop
+        server = _Server(self.server_manager, request_id, sampling_params, tokenizer, render.end_of_turn())
+
+        started = time.monotonic()
+        await run_token_episode(episode, trajectory, server.sample_turn)
+        elapsed = time.monotonic() - started
+
+        result = episode.result
+        response_ids = trajectory.tokens[trajectory.prompt_length:]
+        graded = trajectory.status != ABORTED and result is not None
+        return AgentLoopOutput(
+            prompt_ids=trajectory.tokens[:trajectory.prompt_length],
+            response_ids=response_ids,
+            response_mask=list(trajectory.loss_mask) if graded else [0] * len(response_ids),
+            response_logprobs=list(trajectory.log_probs) if server.log_probs else None,
+            routed_experts=None if server.experts is None else server.experts[:len(trajectory.tokens)],
+            reward_score=float(result.reward) if graded else 0.0,
+            num_turns=_num_turns(episode.messages[prompt_messages:]),
+            metrics=AgentLoopMetrics(generate_sequences=server.seconds, tool_calls=max(0.0, elapsed - server.seconds),
+                                     num_preempted=server.preempted),
+            extra_fields={"reward_extra_info": reward_extra_info(result if graded else None),
+                          CONFIG_KEY: episode_record(result, ctx.preset.name) if graded else None},
+        )
+
+
+class _Server:
+    """One episode's turns through verl's server manager, as the token trajectory asks for them."""
+
+    def __init__(self, manager: Any, request_id: str, sampling_params: Mapping[str, Any], tokenizer: Any,
+                 end_of_turn: str):
+        self.manager = manager
+        self.request_id = request_id
+        self.params = {k: v for k, v in sampling_params.items() if k not in ("max_tokens", "max_new_tokens")}
+        self.tokenizer = tokenizer
+        self.end_of_turn = end_of_turn
+        self.seconds = 0.0  # spent waiting for the server
+        self.preempted = -1  # verl's "not available"
+        self.log_probs = True  # every turn came with its log-probs
+        self.experts: Any = None  # the last turn's routed experts: they cover the whole sequence
+
+    async def sample_turn(self, ids: list[int], allowed: int) -> SampledTurn:
+        started = time.monotonic()
+        output = await self.manager.generate(self.request_id, prompt_ids=ids,
+                                             sampling_params={**self.params, "max_tokens": allowed})
+        self.seconds += time.monotonic() - started
+        if output.num_preempted is not None:
+            self.preempted = max(self.preempted, 0) + output.num_preempted
+        if output.routed_experts is not None:
+            self.experts = output.routed_experts
+        new_ids = [int(t) for t in output.token_ids]
+        log_probs = None if output.log_probs is None else [float(p) for p in output.log_probs]
+        if log_probs is None or len(log_probs) != len(new_ids):
+            self.log_probs, log_probs = False, None
+        ended = bool(new_ids) and self.tokenizer.decode([new_ids[-1]]) == self.end_of_turn
+        return SampledTurn(
+            ids=new_ids, text=self.tokenizer.decode(new_ids, skip_special_tokens=True), log_probs=log_probs,
+            stopped_at_length=output.stop_reason in LENGTH_STOPS or (len(new_ids) >= allowed and not ended),
+            aborted=output.stop_reason in ABORT_STOPS)
+
+
+_agent_loop.register(AGENT_NAME)(SQLAgentLoop)
+
+
+def _messages(raw_prompt: Any) -> list[dict[str, Any]] | None:
+    """The row's prompt messages as verl's dataset hands them over (None: the episode builds them)."""
+    if raw_prompt is None or isinstance(raw_prompt, (str, bytes)):
+        return None
+    messages = [_plain(m) for m in list(raw_prompt)]
+    if not messages or not all(isinstance(m, Mapping) and "role" in m for m in messages):
+        return None
+    return [dict(m) for m in messages]
+
+
+def _num_turns(appended: list[dict[str, Any]]) -> int:
+    """verl's count (its ToolAgentLoop's): the prompt, each assistant turn, each round of tool messages."""
+    turns, previous = 1, None
+    for message in appended:
+        role = message.get("role")
+        if role == "assistant" or (role == "tool" and previous != "tool"):
+            turns += 1
+        previous = role
+    return turns
+
+
+def episode_record(result: EpisodeResult, preset_name: str) -> dict[str, Any]:
+    """The episode record verl keeps in extra_fields["t2sql"]: `t2sql eval`'s record of the episode
+    (EpisodeResult.to_dict(), the grade included) and the preset's name."""
+    return {**result.to_dict(), "preset": preset_name}
+
+
+def reward_extra_info(result: EpisodeResult | None) -> dict[str, Any]:
+    """The values verl logs beside the reward (numbers become metrics; strings go to the rollout dumps).
+    Never "reward": verl adds that key itself. The same keys for every episode, aborted ones too (verl
+    reads the keys of a batch's first sample)."""
+    if result is None:
+        return {"acc": 0.0, "outcome": ABORTED_OUTCOME, "turns": 0, "tool_calls": 0, "invalid_tool_calls": 0}
+    return {"acc": 1.0 if result.correct else 0.0, "outcome": result.outcome, "turns": result.turns,
+            "tool_calls": result.tool_calls, "invalid_tool_calls": result.invalid_tool_calls}

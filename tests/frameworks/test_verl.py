@@ -1,0 +1,401 @@
+"""t2sql's agent loop inside verl 0.9.1's own code, on CPU: run in the environment tests/envs/verl.sh builds.
+
+    tests/envs/verl.sh && .venv-verl/bin/python -m pytest tests/frameworks/test_verl.py
+
+What runs is verl's: its trainer config (hydra, `verl/trainer/config/ppo_trainer.yaml` with the overrides
+docs/verl.md gives), its model config (HFModelConfig: Qwen3.6's real tokenizer and chat template, a
+Qwen3.6-shaped config.json, no weights), its RLHFDataset reading the rows `t2sql convert --format verl`
+wrote, the trainer's own batch steps (`_get_gen_batch`, repeat by rollout.n), its AgentLoopWorker (built as
+verl builds it: the agent loop module imported through `actor_rollout_ref.model.external_lib`, the loop
+instantiated with hydra from the registry by the rows' `agent_name`, its padding, its reward placement),
+its LLMServerClient, `extract_reward` and its GRPO advantage and CISPO policy loss.
+
+What stands in, because it needs GPUs: the rollout server. verl's SGLang server (a Ray actor holding an
+SGLang engine) is replaced by `LoopbackServer`, which does what that server's `generate` does with a
+request (the token budget, the log-prob flag, the stop reason) against a loopback sglang `/generate`
+(tests/loopback_model.py) that plays scripted turns with Qwen3.6's real token ids; verl's LLMServerClient
+reaches it in place of its Ray load balancer. A "vllm" dialect answers as verl's vLLM server does (stop
+reason "completed" whether the turn stopped or was cut).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl", reason="runs inside verl's environment: tests/envs/verl.sh")
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from conftest import bird_root  # noqa: E402
+from eval_replay import comparable, eval_records  # noqa: E402
+from loopback_model import END_OF_TURN, Conversation, LoopbackModel, Reply, TaskScript  # noqa: E402
+
+PRESET = "qwen3.6-35b-a3b"
+DATABASES = ("superhero", "toxicology", "student_club")
+LOOP_MODULE = "t2sql.integrations.verl"
+LOGPROB = [-0.5 - 0.01 * (j % 7) for j in range(7)]  # the loopback server's log-prob pattern
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def model_dir(qwen36_dir, tmp_path_factory) -> Path:
+    """actor_rollout_ref.model.path for verl: Qwen3.6's tokenizer and chat template, and a small config of
+    Qwen3.6's model type (verl picks its token builder and processor by it; nothing runs the model)."""
+    from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeConfig
+
+    path = tmp_path_factory.mktemp("Qwen3.6-35B-A3B")
+    shutil.copytree(qwen36_dir, path, dirs_exist_ok=True)
+    config = Qwen3_5MoeConfig(text_config=dict(
+        hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_hidden_layers=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+        vocab_size=248320))
+    config.architectures = ["Qwen3_5MoeForConditionalGeneration"]
+    config.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> SimpleNamespace:
+    """One BIRD dev task with evidence per database, as `t2sql convert --format verl` writes them."""
+    import json
+
+    from t2sql.data import convert as data_convert
+    from t2sql.integrations import rows
+
+    root = bird_root()
+    questions = json.loads((root / "dev.json").read_text())
+    picked = [[q for q in questions if q["db_id"] == db and q.get("evidence")][0] for db in DATABASES]
+    out = tmp_path_factory.mktemp("verl-data")
+    (out / "train.json").write_text(json.dumps(picked))
+    _, built = data_convert.convert_split(out / "train.json", root, None, split="train")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([rows.verl_row(r, split="train", index=i) for i, r in enumerate(built)]),
+                   out / "train.verl.parquet")
+    path = out / "train.verl.parquet"
+    t2sql_rows = rows.read_rows(path)
+    return SimpleNamespace(path=path, rows=t2sql_rows, by_db={r["metadata"]["db_id"]: r for r in t2sql_rows})
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    """verl's dataset goes through Hugging Face datasets, which caches under the home directory: keep it in
+    the test's tmp_path. Each test's Graders are closed after it."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    yield
+    from t2sql.episode import rollout
+
+    rollout.close_contexts()
+
+
+def verl_config(model_dir: Path, *overrides: str):
+    """verl's own trainer config (ppo_trainer.yaml through hydra, as `python -m verl.trainer.main_ppo` composes
+    it) with the recipe's overrides, a CPU-sized batch and the loopback model."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    recipe = [
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=cispo",
+        "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.28",
+        "actor_rollout_ref.rollout.name=sglang",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        f"actor_rollout_ref.model.external_lib={LOOP_MODULE}",
+        "+data.apply_chat_template_kwargs.enable_thinking=true",
+        "+t2sql.recipe=" + PRESET,
+        "+t2sql.concurrency=2",
+        "data.max_prompt_length=4096",
+        "data.max_response_length=28672",
+    ]
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=[
+            *recipe, f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.n=2",
+            "data.train_batch_size=3", *overrides])
+
+
+# ------------------------------------------------------------------------------ the server stand-in
+
+
+class LoopbackServer:
+    """verl's rollout server's `generate` (verl/workers/rollout/sglang_rollout/async_sglang_server.py, and
+    vllm_rollout/vllm_async_server.py for dialect "vllm") over a loopback sglang /generate."""
+
+    def __init__(self, url: str, rollout_config: Any, dialect: str = "sglang"):
+        self.url = url
+        self.prompt_length = int(rollout_config.prompt_length)
+        self.response_length = int(rollout_config.response_length)
+        self.max_model_len = int(rollout_config.max_model_len or self.prompt_length + self.response_length)
+        self.dialect = dialect
+        self.requests: list[dict] = []
+
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None, **_):
+        from verl.workers.rollout.replica import TokenOutput
+
+        params = dict(sampling_params)
+        limit = params.pop("max_new_tokens", None) or params.pop("max_tokens", None)
+        if limit is None:
+            limit = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
+        limit = max(0, min(limit, self.max_model_len - len(prompt_ids) - 1))
+        return_logprob = params.pop("logprobs", False)
+        body = {"rid": request_id, "input_ids": list(prompt_ids),
+                "sampling_params": {**params, "max_new_tokens": limit}, "return_logprob": return_logprob}
+        self.requests.append(body)
+        async with httpx.AsyncClient(timeout=60) as client:
+            answer = (await client.post(f"{self.url}/generate", json=body)).json()
+        meta = answer["meta_info"]
+        finish = meta["finish_reason"]["type"]
+        pairs = meta["output_token_logprobs"]
+        if self.dialect == "vllm":
+            finish = "aborted" if finish == "abort" else "completed"
+        return TokenOutput(token_ids=[p[1] for p in pairs], stop_reason=finish, extra_fields={"global_steps": 0},
+                           log_probs=[p[0] for p in pairs] if return_logprob else None)
+
+
+def server_client(config: Any, server: LoopbackServer) -> Any:
+    """verl's LLMServerClient, reaching the one loopback server where it would ask its Ray load balancer."""
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    handle = SimpleNamespace(generate=SimpleNamespace(remote=server.generate))  # a Ray handle's shape
+
+    class OneServerClient(LLMServerClient):
+        async def _acquire_server(self, request_id, **extra):
+            return "loopback", handle
+
+        def _release_server(self, server_id, request_id=None):
+            return None
+
+    return OneServerClient(config, load_balancer_handle=None)
+
+
+# ------------------------------------------------------------------------------- scripted episodes
+
+
+def assistant(reasoning: str, content: str = "", sql: tuple[str, ...] = ()) -> dict[str, Any]:
+    from test_qwen36 import assistant as message
+
+    return message(reasoning, content, sql)
+
+
+def model_text(tok: Any, message: dict[str, Any]) -> str:
+    from test_qwen36 import model_text as text
+
+    return text(tok, message)
+
+
+def plans(row: dict) -> dict[int, list[dict]]:
+    """Two episodes of a task (its group of rollout.n = 2), each a list of assistant messages. The first
+    turn names the episode ("Draft k"), so the server can tell the group's episodes apart."""
+    gold = row["label"]["gold_sql"]
+    db = row["metadata"]["db_id"]
+    table = re.split(r"\s+", gold.split("FROM", 1)[1].strip())[0].strip("`\"")
+    look = f"SELECT COUNT(*) FROM {table}"
+    answer = assistant("The query's shape is right.", f"<solution>\n{gold}\n</solution>")
+    if db == "superhero":  # correct / incorrect
+        return {0: [assistant("Draft 0: look first.", "Checking.", (look,)), answer],
+                1: [assistant("Draft 1: answer at once.", "<solution>SELECT 1</solution>")]}
+    if db == "toxicology":  # an unsafe tool call ends it at once / correct after two calls in one turn
+        return {0: [assistant("Draft 0: clean up.", "", ("DELETE FROM atom",))],
+                1: [assistant("Draft 1: two checks.", "", (look, "SELECT 1 + 1")), answer]}
+    return {0: [assistant("Draft 0: I cannot tell.", "The schema does not say.")],  # no_solution / correct
+            1: [assistant("Draft 1: look.", "", (look,)), answer]}
+
+
+class GroupScript:
+    """The loopback model's script: episode k of a task plays plans(row)[k] turn by turn. Which episode a
+    request belongs to: "Draft k" in its conversation, or (first turn) the next k not yet handed out."""
+
+    def __init__(self, tok: Any, data: SimpleNamespace):
+        self.tok = tok
+        self.rows = data.rows
+        self.plans = {r["metadata"]["question_id"]: plans(r) for r in data.rows}
+        self.handed: dict[str, int] = {}
+        self.lock = threading.Lock()
+        tasks = [SimpleNamespace(question_id=r["metadata"]["question_id"], question=r["metadata"]["question"])
+                 for r in data.rows]
+        self.script = TaskScript(tasks, self.reply)
+
+    def reply(self, task: Any, conversation: Conversation) -> Reply:
+        found = re.search(r"Draft (\d)", conversation.raw)
+        if found:
+            k = int(found.group(1))
+        else:
+            with self.lock:
+                k = self.handed.get(task.question_id, 0)
+                self.handed[task.question_id] = k + 1
+        turns = self.plans[task.question_id][k]
+        return Reply(text=model_text(self.tok, turns[conversation.turn - 1]))
+
+
+def spy_tool_messages(monkeypatch) -> dict[tuple[str, int], list[list[dict]]]:
+    """The tool messages each episode returned per turn, by (question_id, draft k): {key: [[turn 1's], ...]}."""
+    from t2sql.episode import machine
+
+    recorded: dict[tuple[str, int], list[list[dict]]] = {}
+    on_turn = machine.Episode.on_turn
+
+    async def spy(self, text, **kwargs):
+        outcome = await on_turn(self, text, **kwargs)
+        first = next(m["content"] for m in self.messages if m["role"] == "assistant")
+        key = (self.task.question_id, int(re.search(r"Draft (\d)", first).group(1)))
+        recorded.setdefault(key, []).append(list(outcome.tool_messages))
+        return outcome
+
+    monkeypatch.setattr(machine.Episode, "on_turn", spy)
+    return recorded
+
+
+def render(tok: Any, messages: list[dict], *, generation_prompt: bool, **template_kwargs: Any) -> list[int]:
+    from t2sql.episode.prompt import tool_specs
+
+    text = tok.apply_chat_template(messages, tools=tool_specs(), tokenize=False,
+                                   add_generation_prompt=generation_prompt, **template_kwargs)
+    return tok.encode(text, add_special_tokens=False)
+
+
+# --------------------------------------------------------------------------------- verl's own path
+
+
+def rollout_batch(config: Any, client: Any, data_path: Path) -> tuple[Any, Any]:
+    """What verl's PPO trainer does for one step's rollout, on verl's own functions: RLHFDataset and its
+    collate_fn, DataProto, uids, `_get_gen_batch`, repeat by rollout.n, AgentLoopWorker.generate_sequences,
+    then the union with the batch. Returns (the worker, the batch with the rollout in it)."""
+    import uuid
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    worker = AgentLoopWorker(config, client)  # imports external_lib, registering the t2sql loop
+    dataset = RLHFDataset(data_files=[str(data_path)], tokenizer=worker.tokenizer, config=config.data)
+    batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)  # verl's own; it reads nothing of the trainer
+    n = config.actor_rollout_ref.rollout.n
+    output = run_async(worker.generate_sequences(gen_batch.repeat(repeat_times=n, interleave=True)))
+    return worker, batch.repeat(repeat_times=n, interleave=True).union(output)
+
+
+def run_async(coroutine):
+    import asyncio
+
+    return asyncio.new_event_loop().run_until_complete(coroutine)
+
+
+def unpadded(batch: Any, i: int) -> tuple[list[int], list[int], list[int], list[float]]:
+    """Sample i's prompt ids, response ids, response mask and log-probs, without verl's padding."""
+    prompt_len = batch.batch["prompts"].shape[1]
+    attention = batch.batch["attention_mask"][i]
+    prompt = batch.batch["prompts"][i][attention[:prompt_len].bool()].tolist()
+    keep = attention[prompt_len:].bool()
+    response = batch.batch["responses"][i][keep].tolist()
+    mask = batch.batch["response_mask"][i][keep].tolist()
+    logprobs = batch.batch["rollout_log_probs"][i][keep].tolist()
+    return prompt, response, mask, logprobs
+
+
+# ------------------------------------------------------------------------------------------- tests
+
+
+def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_dir, data, tmp_path, monkeypatch):
+    tok = qwen36_tokenizer
+    config = verl_config(model_dir, f"+t2sql.db_root={bird_root()}")
+    tools_of = spy_tool_messages(monkeypatch)
+    script = GroupScript(tok, data)
+    with LoopbackModel(script.script, tok) as model:
+        server = LoopbackServer(model.url, config.actor_rollout_ref.rollout)
+        worker, batch = rollout_batch(config, server_client(config, server), data.path)
+
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    assert _agent_loop_registry["t2sql"] == {"_target_": f"{LOOP_MODULE}.SQLAgentLoop"}
+    assert len(batch) == 6
+    records = batch.non_tensor_batch["t2sql"]
+    infos = batch.non_tensor_batch["extra_info"]
+    outcomes: dict[tuple[str, int], dict] = {}
+    for i in range(len(batch)):
+        qid = infos[i]["question_id"]
+        row = next(r for r in data.rows if r["metadata"]["question_id"] == qid)
+        prompt, response, mask, logprobs = unpadded(batch, i)
+        k = int(re.search(r"Draft (\d)", tok.decode(response)).group(1))
+        turns = plans(row)[k]
+        record = records[i]
+        outcomes[(qid, k)] = record
+        # The prompt: the row's messages through Qwen3.6's template with the tool and verl's template kwargs.
+        assert prompt == render(tok, row["prompt"], generation_prompt=True, enable_thinking=True)
+        # The whole sequence: the template's rendering of the conversation (minus the final "\n" the
+        # model never writes), with the tool messages this episode's tool calls returned.
+        tools = tools_of[(qid, k)]
+        assert len(tools) == len(turns)
+        conversation = [dict(m) for m in row["prompt"]]
+        starts = []
+        for turn, tool_messages in zip(turns, tools):
+            starts.append(len(render(tok, conversation, generation_prompt=True)) - len(prompt))
+            conversation += [turn, *tool_messages]
+        full = render(tok, conversation, generation_prompt=False)
+        assert prompt + response == full[:-1]
+        # Masks and log-probs: each turn's sampled ids (its text and <|im_end|>) 1 with the server's
+        # log-probs, each tool segment (the "\n" after <|im_end|> included) 0 with log-prob 0.
+        expected_mask, expected_logprobs = [], []
+        for j, turn in enumerate(turns):
+            n = len(tok.encode(model_text(tok, turn), add_special_tokens=False)) + 1
+            end = starts[j + 1] if j + 1 < len(starts) else len(response)
+            expected_mask += [1] * n + [0] * (end - starts[j] - n)
+            expected_logprobs += [LOGPROB[x % 7] for x in range(n)] + [0.0] * (end - starts[j] - n)
+        assert mask == expected_mask
+        assert logprobs == pytest.approx(expected_logprobs)
+        # The reward: the episode's, on the last response token only (verl's placement), and its extras.
+        scores = batch.batch["rm_scores"][i]
+        last = len(response) - 1
+        assert scores[last].item() == pytest.approx(record["reward"])
+        assert torch.count_nonzero(scores[:last]) == 0 and torch.count_nonzero(scores[last + 1:]) == 0
+        assert batch.non_tensor_batch["acc"][i] == (1.0 if record["correct"] else 0.0)
+        assert batch.non_tensor_batch["outcome"][i] == record["outcome"]
+        assert batch.non_tensor_batch["__num_turns__"][i] == 1 + len(turns) + sum(1 for t in tools if t)
+        assert record["preset"] == PRESET
+
+    expected = {"superhero": ("correct", "incorrect"), "toxicology": ("unsafe", "correct"),
+                "student_club": ("no_solution", "correct")}
+    for row in data.rows:
+        qid, db = row["metadata"]["question_id"], row["metadata"]["db_id"]
+        assert (outcomes[(qid, 0)]["outcome"], outcomes[(qid, 1)]["outcome"]) == expected[db], \
+            (outcomes[(qid, 0)]["detail"], outcomes[(qid, 1)]["detail"])
+
+    # verl's own reward extraction and GRPO advantage: every group holds a better and a worse episode.
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+    from verl.trainer.ppo.reward import extract_reward
+
+    reward_tensor, extra = extract_reward(batch)
+    assert set(batch.meta_info["reward_extra_keys"]) == {"acc", "outcome", "turns", "tool_calls",
+                                                         "invalid_tool_calls"}
+    assert list(extra["acc"]) == list(batch.non_tensor_batch["acc"])
+    advantages, _ = compute_grpo_outcome_advantage(reward_tensor, batch.batch["response_mask"],
+                                                   batch.non_tensor_batch["uid"])
+    for g in range(3):
+        pair = [advantages[2 * g + j][batch.batch["response_mask"][2 * g + j].bool()] for j in range(2)]
+        assert all(p.numel() > 0 for p in pair)
+        assert (pair[0].mean() > 0) != (pair[1].mean() > 0), "a group's better episode gets the positive advantage"
+
+    # The same task and preset give the same reward record as `t2sql eval`, replaying these turns.
+    for k in (0, 1):
+        (tmp_path / f"eval-{k}").mkdir()
+        turns = {r["metadata"]["question_id"]: [model_text(tok, t) for t in plans(r)[k]] for r in data.rows}
+        replayed = eval_records(data.rows, turns, preset=PRESET, tmp_path=tmp_path / f"eval-{k}",
+                                db_root=bird_root())
+        for qid, record in replayed.items():
+            assert comparable(outcomes[(qid, k)]) == comparable(record), (qid, k)
