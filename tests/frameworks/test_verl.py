@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,9 +36,9 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from conftest import bird_root  # noqa: E402
+from conftest import REPO, bird_root  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
-from loopback_model import END_OF_TURN, Conversation, LoopbackModel, Reply, TaskScript  # noqa: E402
+from loopback_model import Conversation, LoopbackModel, Reply, TaskScript  # noqa: E402
 
 PRESET = "qwen3.6-35b-a3b"
 DATABASES = ("superhero", "toxicology", "student_club")
@@ -70,7 +71,7 @@ def data(tmp_path_factory) -> SimpleNamespace:
     """One BIRD dev task with evidence per database, as `t2sql convert --format verl` writes them."""
     import json
 
-    from t2sql.data import convert as data_convert
+    from t2sql import cli
     from t2sql.integrations import rows
 
     root = bird_root()
@@ -78,12 +79,8 @@ def data(tmp_path_factory) -> SimpleNamespace:
     picked = [[q for q in questions if q["db_id"] == db and q.get("evidence")][0] for db in DATABASES]
     out = tmp_path_factory.mktemp("verl-data")
     (out / "train.json").write_text(json.dumps(picked))
-    _, built = data_convert.convert_split(out / "train.json", root, None, split="train")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.Table.from_pylist([rows.verl_row(r, split="train", index=i) for i, r in enumerate(built)]),
-                   out / "train.verl.parquet")
+    assert cli.main(["convert", "--questions", str(out / "train.json"), "--db-root", str(root),
+                     "--format", "verl", "--out-dir", str(out)]) == 0
     path = out / "train.verl.parquet"
     t2sql_rows = rows.read_rows(path)
     return SimpleNamespace(path=path, rows=t2sql_rows, by_db={r["metadata"]["db_id"]: r for r in t2sql_rows})
@@ -102,30 +99,34 @@ def _isolated(tmp_path, monkeypatch):
     rollout.close_contexts()
 
 
-def verl_config(model_dir: Path, *overrides: str):
-    """verl's own trainer config (ppo_trainer.yaml through hydra, as `python -m verl.trainer.main_ppo` composes
-    it) with the recipe's overrides, a CPU-sized batch and the loopback model."""
+def documented_overrides() -> dict[str, str]:
+    """The overrides of the `python -m verl.trainer.main_ppo` command docs/verl.md gives, by key."""
+    import shlex
+
+    text = (REPO / "docs" / "verl.md").read_text()
+    block = re.search(r"```bash\n(python -m verl\.trainer\.main_ppo .*?)```", text, re.S)
+    assert block, "docs/verl.md shows no `python -m verl.trainer.main_ppo` command"
+    words = shlex.split(block.group(1).replace("\\\n", " "))
+    assert words[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    return dict(word.split("=", 1) for word in words[3:])
+
+
+def verl_config(model_dir: Path, tmp_path: Path, **overrides: str):
+    """verl's own trainer config as `python -m verl.trainer.main_ppo` composes it (hydra, verl's
+    ppo_trainer.yaml) with docs/verl.md's overrides, then the test's: the loopback model, a CPU-sized
+    batch, the gold cache in tmp_path."""
     import verl
     from hydra import compose, initialize_config_dir
 
-    recipe = [
-        "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.actor.policy_loss.loss_mode=cispo",
-        "actor_rollout_ref.actor.clip_ratio_low=0.2",
-        "actor_rollout_ref.actor.clip_ratio_high=0.28",
-        "actor_rollout_ref.rollout.name=sglang",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        f"actor_rollout_ref.model.external_lib={LOOP_MODULE}",
-        "+data.apply_chat_template_kwargs.enable_thinking=true",
-        "+t2sql.recipe=" + PRESET,
-        "+t2sql.concurrency=2",
-        "data.max_prompt_length=4096",
-        "data.max_response_length=28672",
-    ]
+    values = documented_overrides()
+    values.update({"actor_rollout_ref.model.path": str(model_dir), "actor_rollout_ref.rollout.n": "2",
+                   "data.train_batch_size": "3", "actor_rollout_ref.actor.ppo_mini_batch_size": "3",
+                   "+t2sql.cache_dir": str(tmp_path / "gold-cache"), "+t2sql.concurrency": "2",
+                   # verl's length filter hashes the whole tokenizer through datasets' fingerprint: 30 s here
+                   "data.filter_overlong_prompts": "false"})
+    values.update(overrides)
     with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
-        return compose(config_name="ppo_trainer", overrides=[
-            *recipe, f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.n=2",
-            "data.train_batch_size=3", *overrides])
+        return compose(config_name="ppo_trainer", overrides=[f"{k}={v}" for k, v in values.items()])
 
 
 # ------------------------------------------------------------------------------ the server stand-in
@@ -219,10 +220,10 @@ class GroupScript:
     """The loopback model's script: episode k of a task plays plans(row)[k] turn by turn. Which episode a
     request belongs to: "Draft k" in its conversation, or (first turn) the next k not yet handed out."""
 
-    def __init__(self, tok: Any, data: SimpleNamespace):
+    def __init__(self, tok: Any, data: SimpleNamespace, plan_of=None):
         self.tok = tok
         self.rows = data.rows
-        self.plans = {r["metadata"]["question_id"]: plans(r) for r in data.rows}
+        self.plans = {r["metadata"]["question_id"]: (plan_of or plans)(r) for r in data.rows}
         self.handed: dict[str, int] = {}
         self.lock = threading.Lock()
         tasks = [SimpleNamespace(question_id=r["metadata"]["question_id"], question=r["metadata"]["question"])
@@ -237,8 +238,8 @@ class GroupScript:
             with self.lock:
                 k = self.handed.get(task.question_id, 0)
                 self.handed[task.question_id] = k + 1
-        turns = self.plans[task.question_id][k]
-        return Reply(text=model_text(self.tok, turns[conversation.turn - 1]))
+        turn = self.plans[task.question_id][k][conversation.turn - 1]
+        return turn if isinstance(turn, Reply) else Reply(text=model_text(self.tok, turn))
 
 
 def spy_tool_messages(monkeypatch) -> dict[tuple[str, int], list[list[dict]]]:
@@ -297,7 +298,7 @@ def run_async(coroutine):
     return asyncio.new_event_loop().run_until_complete(coroutine)
 
 
-def unpadded(batch: Any, i: int) -> tuple[list[int], list[int], list[int], list[float]]:
+def unpadded(batch: Any, i: int) -> tuple[list[int], list[int], list[int], list[float] | None]:
     """Sample i's prompt ids, response ids, response mask and log-probs, without verl's padding."""
     prompt_len = batch.batch["prompts"].shape[1]
     attention = batch.batch["attention_mask"][i]
@@ -305,7 +306,7 @@ def unpadded(batch: Any, i: int) -> tuple[list[int], list[int], list[int], list[
     keep = attention[prompt_len:].bool()
     response = batch.batch["responses"][i][keep].tolist()
     mask = batch.batch["response_mask"][i][keep].tolist()
-    logprobs = batch.batch["rollout_log_probs"][i][keep].tolist()
+    logprobs = batch.batch["rollout_log_probs"][i][keep].tolist() if "rollout_log_probs" in batch.batch else None
     return prompt, response, mask, logprobs
 
 
@@ -314,14 +315,17 @@ def unpadded(batch: Any, i: int) -> tuple[list[int], list[int], list[int], list[
 
 def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_dir, data, tmp_path, monkeypatch):
     tok = qwen36_tokenizer
-    config = verl_config(model_dir, f"+t2sql.db_root={bird_root()}")
+    config = verl_config(model_dir, tmp_path, **{"+t2sql.db_root": str(bird_root())})
     tools_of = spy_tool_messages(monkeypatch)
+    # As in a fresh Ray worker: the loop is neither imported nor registered until verl imports external_lib.
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    monkeypatch.delitem(_agent_loop_registry, "t2sql", raising=False)
+    monkeypatch.delitem(sys.modules, LOOP_MODULE, raising=False)
     script = GroupScript(tok, data)
     with LoopbackModel(script.script, tok) as model:
         server = LoopbackServer(model.url, config.actor_rollout_ref.rollout)
         worker, batch = rollout_batch(config, server_client(config, server), data.path)
-
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
     assert _agent_loop_registry["t2sql"] == {"_target_": f"{LOOP_MODULE}.SQLAgentLoop"}
     assert len(batch) == 6
@@ -391,6 +395,23 @@ def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_d
         assert all(p.numel() > 0 for p in pair)
         assert (pair[0].mean() > 0) != (pair[1].mean() > 0), "a group's better episode gets the positive advantage"
 
+    # verl's CISPO policy loss (the documented loss_mode) on this batch: finite, and its gradient reaches
+    # the model's tokens only (the tool segments are masked out).
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
+    actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    assert actor.policy_loss.loss_mode == "cispo"
+    old = batch.batch["rollout_log_probs"]
+    new = (old + 0.05 * torch.randn(old.shape, generator=torch.Generator().manual_seed(0))).requires_grad_()
+    mask = batch.batch["response_mask"]
+    loss, _ = get_policy_loss_fn("cispo")(old_log_prob=old, log_prob=new, advantages=advantages,
+                                            response_mask=mask, loss_agg_mode=actor.loss_agg_mode, config=actor)
+    loss.backward()
+    assert torch.isfinite(loss)
+    nonzero = new.grad != 0
+    assert torch.equal(nonzero, mask.bool() & (advantages != 0))
+
     # The same task and preset give the same reward record as `t2sql eval`, replaying these turns.
     for k in (0, 1):
         (tmp_path / f"eval-{k}").mkdir()
@@ -399,3 +420,125 @@ def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_d
                                 db_root=bird_root())
         for qid, record in replayed.items():
             assert comparable(outcomes[(qid, k)]) == comparable(record), (qid, k)
+
+
+def test_the_documented_command_composes_in_verls_config(model_dir, tmp_path):
+    """Every key of docs/verl.md's command exists in verl 0.9.1's config and means what the page says."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from t2sql.episode.presets import DEFAULT_PRESET
+    from t2sql.integrations import verl as loop
+
+    documented = documented_overrides()
+    config = verl_config(model_dir, tmp_path, **{"+t2sql.cache_dir": documented["+t2sql.cache_dir"],
+                                                 "+t2sql.concurrency": documented["+t2sql.concurrency"],
+                                                 "actor_rollout_ref.rollout.n": documented[
+                                                     "actor_rollout_ref.rollout.n"]})
+    rollout_config = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+    assert rollout_config.n == 16 and rollout_config.multi_turn.enable
+    assert rollout_config.prompt_length + rollout_config.response_length == get_preset().max_context_tokens
+    assert config.actor_rollout_ref.model.external_lib == loop.__name__
+    assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "cispo"
+    assert get_policy_loss_fn("cispo") is not None
+    assert dict(config.data.apply_chat_template_kwargs) == {"enable_thinking": True}
+    settings = loop.loop_settings(config, {})
+    assert settings.recipe == DEFAULT_PRESET and settings.cache_dir == "/data/t2sql/gold_cache"
+    assert settings.concurrency == 16
+
+
+def get_preset():
+    from t2sql.episode.presets import get_preset as preset
+
+    return preset(PRESET)
+
+
+def cut_plans(row: dict) -> dict[int, list]:
+    """One episode per task (rollout.n = 1): an aborted request, a turn the response budget cuts, an answer."""
+    gold = row["label"]["gold_sql"]
+    db = row["metadata"]["db_id"]
+    if db == "superhero":
+        return {0: [assistant("Draft 0: look.", "", ("SELECT COUNT(*) FROM superhero",)),
+                    Reply(text="partial thou", finish="abort")]}
+    if db == "toxicology":
+        return {0: [assistant("Draft 0: look.", "", ("SELECT COUNT(*) FROM atom",)),
+                    assistant("A long thought. " * 300, f"<solution>{gold}</solution>")]}
+    return {0: [assistant("Draft 0: answer.", f"<solution>{gold}</solution>")]}
+
+
+RESPONSE_BUDGET = 400  # tokens: room for one look and its tool message, not for a 1,200-token second turn
+
+
+def test_response_budget_aborts_and_a_loop_config_entry(qwen36_tokenizer, model_dir, data, tmp_path, monkeypatch):
+    """vLLM's naming (a cut turn says "completed"), thinking off, no log-probs, and the loop's settings from an
+    agent_loop_config_path entry (preset bare)."""
+    from verl.experimental.agent_loop import agent_loop
+
+    tok = qwen36_tokenizer
+    entry = tmp_path / "agent_loop.yaml"
+    entry.write_text(f"- name: t2sql\n  _target_: {LOOP_MODULE}.SQLAgentLoop\n  recipe: bare\n")
+    monkeypatch.setitem(agent_loop._agent_loop_registry, "t2sql", {"_target_": f"{LOOP_MODULE}.SQLAgentLoop"})
+    config = verl_config(model_dir, tmp_path, **{
+        "actor_rollout_ref.rollout.n": "1", "data.max_response_length": str(RESPONSE_BUDGET),
+        "+data.apply_chat_template_kwargs.enable_thinking": "false",
+        "actor_rollout_ref.rollout.calculate_log_probs": "false",
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(entry)})
+    script = GroupScript(tok, data, cut_plans)
+    with LoopbackModel(script.script, tok) as model:
+        server = LoopbackServer(model.url, config.actor_rollout_ref.rollout, dialect="vllm")
+        _, batch = rollout_batch(config, server_client(config, server), data.path)
+
+    assert "rollout_log_probs" not in batch.batch.keys()
+    infos = [info["question_id"] for info in batch.non_tensor_batch["extra_info"]]
+    for db, row in data.by_db.items():
+        i = infos.index(row["metadata"]["question_id"])
+        prompt, response, mask, _ = unpadded(batch, i)
+        # verl's data.apply_chat_template_kwargs reached the template: thinking off.
+        assert prompt == render(tok, row["prompt"], generation_prompt=True, enable_thinking=False)
+        assert prompt != render(tok, row["prompt"], generation_prompt=True, enable_thinking=True)
+        assert len(response) <= RESPONSE_BUDGET
+        record = batch.non_tensor_batch["t2sql"][i]
+        score = batch.batch["rm_scores"][i][len(response) - 1].item()
+        if db == "superhero":  # aborted: kept, never graded, never trained on
+            assert record is None and batch.non_tensor_batch["outcome"][i] == "aborted"
+            assert tok.decode(response).endswith("partial thou") and mask == [0] * len(response)
+            assert score == 0.0
+            continue
+        assert record["preset"] == "bare"
+        if db == "toxicology":  # the second turn ran into the response budget: cut there, exactly
+            assert record["outcome"] == "context_cut", record["detail"]
+            assert len(response) == RESPONSE_BUDGET and mask[-1] == 1 and score == -1.0
+            last = max((r for r in server.requests if r["input_ids"][:len(prompt)] == prompt),
+                       key=lambda r: len(r["input_ids"]))
+            assert last["sampling_params"]["max_new_tokens"] == RESPONSE_BUDGET - (len(last["input_ids"]) - len(prompt))
+        else:
+            assert record["outcome"] == "correct" and score == 1.0  # bare: the outcome table only
+
+
+def test_a_prompt_longer_than_verls_prompt_length_is_refused_naming_it(qwen36_tokenizer, model_dir, data, tmp_path):
+    from t2sql.errors import AdapterError
+
+    config = verl_config(model_dir, tmp_path, **{"data.max_prompt_length": "256",
+                                                 "data.filter_overlong_prompts": "false"})
+    with LoopbackModel(GroupScript(qwen36_tokenizer, data).script, qwen36_tokenizer) as model:
+        server = LoopbackServer(model.url, config.actor_rollout_ref.rollout)
+        with pytest.raises(AdapterError, match=r"prompt_length=256; raise data\.max_prompt_length"):
+            rollout_batch(config, server_client(config, server), data.path)
+    assert server.requests == []  # refused before anything was generated
+
+
+def test_settings_come_from_the_environment_then_verls_config_then_the_loop_entry(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from t2sql.integrations import SettingsError
+    from t2sql.integrations.verl import loop_settings
+
+    monkeypatch.setenv("T2SQL_PRESET", "bare")
+    monkeypatch.setenv("T2SQL_GRADER_CONCURRENCY", "3")
+    monkeypatch.setenv("T2SQL_DB_ROOT", "/from/env")
+    config = OmegaConf.create({"t2sql": {"recipe": PRESET, "concurrency": 5}})
+    settings = loop_settings(config, {"concurrency": 7})
+    assert (settings.recipe, settings.concurrency, settings.db_root) == (PRESET, 7, "/from/env")
+    assert loop_settings(OmegaConf.create({}), {}).recipe == "bare"
+    with pytest.raises(SettingsError, match="unknown t2sql setting"):
+        loop_settings(OmegaConf.create({"t2sql": {"preset": "bare"}}), {})
