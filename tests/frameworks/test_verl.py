@@ -111,22 +111,28 @@ def documented_overrides() -> dict[str, str]:
     return dict(word.split("=", 1) for word in words[3:])
 
 
-def verl_config(model_dir: Path, tmp_path: Path, **overrides: str):
+def compose(overrides: dict[str, str]):
     """verl's own trainer config as `python -m verl.trainer.main_ppo` composes it (hydra, verl's
-    ppo_trainer.yaml) with docs/verl.md's overrides, then the test's: the loopback model, a CPU-sized
-    batch, the gold cache in tmp_path."""
+    ppo_trainer.yaml) with these overrides."""
     import verl
-    from hydra import compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        return hydra_compose(config_name="ppo_trainer", overrides=[f"{k}={v}" for k, v in overrides.items()])
+
+
+def verl_config(model_dir: Path, tmp_path: Path, **overrides: str):
+    """docs/verl.md's config, then the test's: the loopback model, a CPU-sized batch, the gold cache in
+    tmp_path, then `overrides`."""
     values = documented_overrides()
     values.update({"actor_rollout_ref.model.path": str(model_dir), "actor_rollout_ref.rollout.n": "2",
                    "data.train_batch_size": "3", "actor_rollout_ref.actor.ppo_mini_batch_size": "3",
-                   "+t2sql.cache_dir": str(tmp_path / "gold-cache"), "+t2sql.concurrency": "2",
+                   "+t2sql.cache_dir": str(tmp_path / "gold-cache"),
                    # verl's length filter hashes the whole tokenizer through datasets' fingerprint: 30 s here
                    "data.filter_overlong_prompts": "false"})
     values.update(overrides)
-    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
-        return compose(config_name="ppo_trainer", overrides=[f"{k}={v}" for k, v in values.items()])
+    return compose(values)
 
 
 # ------------------------------------------------------------------------------ the server stand-in
@@ -325,7 +331,7 @@ def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_d
     script = GroupScript(tok, data)
     with LoopbackModel(script.script, tok) as model:
         server = LoopbackServer(model.url, config.actor_rollout_ref.rollout)
-        worker, batch = rollout_batch(config, server_client(config, server), data.path)
+        _, batch = rollout_batch(config, server_client(config, server), data.path)
 
     assert _agent_loop_registry["t2sql"] == {"_target_": f"{LOOP_MODULE}.SQLAgentLoop"}
     assert len(batch) == 6
@@ -422,35 +428,27 @@ def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_d
             assert comparable(outcomes[(qid, k)]) == comparable(record), (qid, k)
 
 
-def test_the_documented_command_composes_in_verls_config(model_dir, tmp_path):
+def test_the_documented_command_composes_in_verls_config():
     """Every key of docs/verl.md's command exists in verl 0.9.1's config and means what the page says."""
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.utils.config import omega_conf_to_dataclass
 
-    from t2sql.episode.presets import DEFAULT_PRESET
+    from t2sql.episode.presets import get_preset
     from t2sql.integrations import verl as loop
 
-    documented = documented_overrides()
-    config = verl_config(model_dir, tmp_path, **{"+t2sql.cache_dir": documented["+t2sql.cache_dir"],
-                                                 "+t2sql.concurrency": documented["+t2sql.concurrency"],
-                                                 "actor_rollout_ref.rollout.n": documented[
-                                                     "actor_rollout_ref.rollout.n"]})
+    config = compose(documented_overrides())
     rollout_config = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
-    assert rollout_config.n == 16 and rollout_config.multi_turn.enable
-    assert rollout_config.prompt_length + rollout_config.response_length == get_preset().max_context_tokens
+    assert rollout_config.n == 16 and rollout_config.multi_turn.enable and rollout_config.calculate_log_probs
+    assert rollout_config.prompt_length + rollout_config.response_length == get_preset(PRESET).max_context_tokens
     assert config.actor_rollout_ref.model.external_lib == loop.__name__
     assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "cispo"
     assert get_policy_loss_fn("cispo") is not None
+    actor = config.actor_rollout_ref.actor
+    assert (actor.clip_ratio_low, actor.clip_ratio_high) == (0.2, 0.28)
     assert dict(config.data.apply_chat_template_kwargs) == {"enable_thinking": True}
+    assert config.data.train_files.endswith("train.verl.parquet")  # what `t2sql convert --format verl` names it
     settings = loop.loop_settings(config, {})
-    assert settings.recipe == DEFAULT_PRESET and settings.cache_dir == "/data/t2sql/gold_cache"
-    assert settings.concurrency == 16
-
-
-def get_preset():
-    from t2sql.episode.presets import get_preset as preset
-
-    return preset(PRESET)
+    assert (settings.recipe, settings.cache_dir, settings.concurrency) == (PRESET, "/data/t2sql/gold_cache", 2)
 
 
 def cut_plans(row: dict) -> dict[int, list]:
@@ -542,3 +540,5 @@ def test_settings_come_from_the_environment_then_verls_config_then_the_loop_entr
     assert loop_settings(OmegaConf.create({}), {}).recipe == "bare"
     with pytest.raises(SettingsError, match="unknown t2sql setting"):
         loop_settings(OmegaConf.create({"t2sql": {"preset": "bare"}}), {})
+    with pytest.raises(SettingsError, match=r"\+t2sql\.recipe="):
+        loop_settings(OmegaConf.create({"t2sql": "bare"}), {})

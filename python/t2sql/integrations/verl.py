@@ -52,7 +52,7 @@ from t2sql.episode.budget import Budget
 from t2sql.episode.machine import EpisodeResult
 from t2sql.episode.tokens import ABORTED, SampledTurn, TokenTrajectory, run_token_episode
 from t2sql.errors import AdapterError
-from t2sql.integrations import SETTINGS_ENV, require, settings_from_env
+from t2sql.integrations import SETTINGS_ENV, SettingsError, require, settings_from_env
 from t2sql.integrations.rows import AGENT_NAME, t2sql_row
 
 VERL_MINIMUM, VERL_BELOW = "0.9.1", "0.10"  # the release this was checked against, and the next minor
@@ -71,10 +71,8 @@ ABORTED_OUTCOME = "aborted"
 
 def _plain(value: Any) -> Any:
     """An OmegaConf container (what verl's config holds) as plain Python; anything else as it is."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # verl always brings omegaconf; a plain dict needs nothing
-        return value
+    from omegaconf import DictConfig, ListConfig, OmegaConf  # verl's own dependency
+
     if isinstance(value, (DictConfig, ListConfig)):
         return OmegaConf.to_container(value, resolve=True)
     return value
@@ -85,7 +83,8 @@ def loop_settings(trainer_config: Any, loop_kwargs: Mapping[str, Any]) -> rollou
     config entry's keys (an unknown key in either is a SettingsError naming the known ones)."""
     block = _plain(trainer_config.get(CONFIG_KEY) if trainer_config is not None else None) or {}
     if not isinstance(block, Mapping):
-        block = {"recipe": block}  # `+t2sql=bare`: the preset's name alone
+        raise SettingsError(f"verl's config key {CONFIG_KEY!r} must hold t2sql's settings "
+                            f"(+{CONFIG_KEY}.recipe=... +{CONFIG_KEY}.db_root=...), not {block!r}")
     return settings_from_env(**{**block, **loop_kwargs})
 
 
@@ -137,6 +136,7 @@ class SQLAgentLoop(AgentLoopBase):
             routed_experts=None if server.experts is None else server.experts[:len(trajectory.tokens)],
             reward_score=float(result.reward) if graded else 0.0,
             num_turns=_num_turns(episode.messages[prompt_messages:]),
+            # verl's timing fields: waiting for the server, and the rest (tools, grading, templates)
             metrics=AgentLoopMetrics(generate_sequences=server.seconds, tool_calls=max(0.0, elapsed - server.seconds),
                                      num_preempted=server.preempted),
             extra_fields={"reward_extra_info": reward_extra_info(result if graded else None),
