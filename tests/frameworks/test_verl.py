@@ -10,6 +10,10 @@ verl builds it: the agent loop module imported through `actor_rollout_ref.model.
 instantiated with hydra from the registry by the rows' `agent_name`, its padding, its reward placement),
 its LLMServerClient, `extract_reward` and its GRPO advantage and CISPO policy loss.
 
+Once in the test's process (every detail of the ids, masks and records checked), once as the trainer runs
+it: verl's AgentLoopManager on a local Ray, its worker a Ray actor reaching the server through verl's
+GlobalRequestLoadBalancer actor.
+
 What stands in, because it needs GPUs: the rollout server. verl's SGLang server (a Ray actor holding an
 SGLang engine) is replaced by `LoopbackServer`, which does what that server's `generate` does with a
 request (the token budget, the log-prob flag, the stop reason) against a loopback sglang `/generate`
@@ -20,9 +24,11 @@ reason "completed" whether the turn stopped or was cut).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,6 +37,11 @@ from typing import Any
 import pytest
 
 pytest.importorskip("verl", reason="runs inside verl's environment: tests/envs/verl.sh")
+assert "datasets" not in sys.modules, "HF_DATASETS_CACHE must be set before datasets is imported"
+# verl's dataset goes through Hugging Face datasets, which caches under the home directory unless told
+# otherwise before it is imported: a folder of this module's own, removed after it (_hf_cache).
+HF_CACHE = tempfile.mkdtemp(prefix="t2sql-verl-hf-")
+os.environ["HF_DATASETS_CACHE"] = HF_CACHE
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
@@ -86,13 +97,15 @@ def data(tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(path=path, rows=t2sql_rows, by_db={r["metadata"]["db_id"]: r for r in t2sql_rows})
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    """verl's dataset goes through Hugging Face datasets, which caches under the home directory: keep it in
-    the test's tmp_path. Each test's Graders are closed after it."""
-    import datasets
+@pytest.fixture(scope="module", autouse=True)
+def _hf_cache():
+    yield
+    shutil.rmtree(HF_CACHE, ignore_errors=True)
 
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+
+@pytest.fixture(autouse=True)
+def _graders_closed():
+    """Each test's Graders are closed after it."""
     yield
     from t2sql.episode import rollout
 
@@ -542,3 +555,44 @@ def test_settings_come_from_the_environment_then_verls_config_then_the_loop_entr
         loop_settings(OmegaConf.create({"t2sql": {"preset": "bare"}}), {})
     with pytest.raises(SettingsError, match=r"\+t2sql\.recipe="):
         loop_settings(OmegaConf.create({"t2sql": "bare"}), {})
+
+
+def test_the_rollout_through_ray_as_the_trainer_runs_it(qwen36_tokenizer, model_dir, data, tmp_path, monkeypatch):
+    """verl's AgentLoopManager on a local Ray: its AgentLoopWorker in a Ray actor of its own (a fresh process,
+    where external_lib registers the loop), verl's LLMServerClient through verl's GlobalRequestLoadBalancer
+    actor to the server stand-in, itself a Ray actor."""
+    import ray
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.protocol import DataProto
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+    from verl.workers.rollout.llm_server import LLMServerClient
+    from verl.workers.rollout.router import get_router_handle
+
+    import t2sql
+
+    tok = qwen36_tokenizer
+    config = verl_config(model_dir, tmp_path, **{"actor_rollout_ref.rollout.n": "1",
+                                                 "actor_rollout_ref.rollout.agent.num_workers": "1"})
+    paths = [str(Path(t2sql.__file__).resolve().parent.parent), str(REPO / "tests"), str(REPO / "tests" / "frameworks")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))  # Ray's worker processes start with this
+    ray_dir = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths must stay under 107 bytes
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             _node_ip_address="127.0.0.1", _temp_dir=ray_dir)
+    try:
+        with LoopbackModel(GroupScript(tok, data).script, tok) as model:
+            server = ray.remote(LoopbackServer).remote(model.url, config.actor_rollout_ref.rollout)
+            balancer = get_router_handle(servers={"loopback": server})
+            manager = AgentLoopManager.create(config, LLMServerClient(config, load_balancer_handle=balancer))
+            dataset = RLHFDataset(data_files=[str(data.path)], tokenizer=tok, config=config.data)
+            batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+            output = manager.generate_sequences(batch)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert len(output) == 3
+    for i, record in enumerate(output.non_tensor_batch["t2sql"]):
+        prompt_len = output.batch["prompts"].shape[1]
+        last = int(output.batch["attention_mask"][i][prompt_len:].sum()) - 1
+        assert output.batch["rm_scores"][i][last].item() == pytest.approx(record["reward"])
+        assert output.non_tensor_batch["outcome"][i] == record["outcome"]
+    assert sorted(output.non_tensor_batch["outcome"]) == ["correct", "no_solution", "unsafe"]  # the drafts 0
