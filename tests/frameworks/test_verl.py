@@ -24,6 +24,7 @@ reason "completed" whether the turn stopped or was cut).
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
@@ -49,12 +50,13 @@ import torch  # noqa: E402
 
 from conftest import REPO, bird_root  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
-from loopback_model import Conversation, LoopbackModel, Reply, TaskScript  # noqa: E402
+from loopback_model import Conversation, LoopbackModel, Reply, TaskScript, expert_id  # noqa: E402
 
 PRESET = "qwen3.6-35b-a3b"
 DATABASES = ("superhero", "toxicology", "student_club")
 LOOP_MODULE = "t2sql.integrations.verl"
 LOGPROB = [-0.5 - 0.01 * (j % 7) for j in range(7)]  # the loopback server's log-prob pattern
+ROUTING = (2, 2)  # layers, top-k of the routed experts the loopback server reports
 
 
 # ------------------------------------------------------------------------------------------ fixtures
@@ -161,6 +163,7 @@ class LoopbackServer:
         self.response_length = int(rollout_config.response_length)
         self.max_model_len = int(rollout_config.max_model_len or self.prompt_length + self.response_length)
         self.dialect = dialect
+        self.routing = ROUTING if rollout_config.enable_rollout_routing_replay else None
         self.requests: list[dict] = []
 
     async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None, **_):
@@ -173,7 +176,8 @@ class LoopbackServer:
         limit = max(0, min(limit, self.max_model_len - len(prompt_ids) - 1))
         return_logprob = params.pop("logprobs", False)
         body = {"rid": request_id, "input_ids": list(prompt_ids),
-                "sampling_params": {**params, "max_new_tokens": limit}, "return_logprob": return_logprob}
+                "sampling_params": {**params, "max_new_tokens": limit}, "return_logprob": return_logprob,
+                "return_routed_experts": self.routing is not None}
         self.requests.append(body)
         async with httpx.AsyncClient(timeout=60) as client:
             answer = (await client.post(f"{self.url}/generate", json=body)).json()
@@ -182,8 +186,12 @@ class LoopbackServer:
         pairs = meta["output_token_logprobs"]
         if self.dialect == "vllm":
             finish = "aborted" if finish == "abort" else "completed"
+        experts = None
+        if self.routing is not None:  # the whole sequence's experts, as SGLang hands them to verl
+            raw = base64.b64decode(meta["routed_experts"])
+            experts = np.frombuffer(raw, dtype="<i4").reshape(-1, *self.routing)
         return TokenOutput(token_ids=[p[1] for p in pairs], stop_reason=finish, extra_fields={"global_steps": 0},
-                           log_probs=[p[0] for p in pairs] if return_logprob else None)
+                           log_probs=[p[0] for p in pairs] if return_logprob else None, routed_experts=experts)
 
 
 def server_client(config: Any, server: LoopbackServer) -> Any:
@@ -334,7 +342,8 @@ def unpadded(batch: Any, i: int) -> tuple[list[int], list[int], list[int], list[
 
 def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_dir, data, tmp_path, monkeypatch):
     tok = qwen36_tokenizer
-    config = verl_config(model_dir, tmp_path, **{"+t2sql.db_root": str(bird_root())})
+    config = verl_config(model_dir, tmp_path, **{"+t2sql.db_root": str(bird_root()),
+                                                 "actor_rollout_ref.rollout.enable_rollout_routing_replay": "true"})
     tools_of = spy_tool_messages(monkeypatch)
     # As in a fresh Ray worker: the loop is neither imported nor registered until verl imports external_lib.
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
@@ -342,7 +351,7 @@ def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_d
     monkeypatch.delitem(_agent_loop_registry, "t2sql", raising=False)
     monkeypatch.delitem(sys.modules, LOOP_MODULE, raising=False)
     script = GroupScript(tok, data)
-    with LoopbackModel(script.script, tok) as model:
+    with LoopbackModel(script.script, tok, routing=ROUTING) as model:
         server = LoopbackServer(model.url, config.actor_rollout_ref.rollout)
         _, batch = rollout_batch(config, server_client(config, server), data.path)
 
@@ -382,6 +391,11 @@ def test_group_rollout_through_verls_agent_loop_worker(qwen36_tokenizer, model_d
             expected_logprobs += [LOGPROB[x % 7] for x in range(n)] + [0.0] * (end - starts[j] - n)
         assert mask == expected_mask
         assert logprobs == pytest.approx(expected_logprobs)
+        # Routed experts: the last turn's (the whole sequence but its last token), where verl places them.
+        experts = batch.batch["routed_experts"][i]
+        start = batch.batch["prompts"].shape[1] - len(prompt)
+        sequence = len(prompt) + len(response)
+        assert experts[start:start + sequence - 1, 1, 1].tolist() == [expert_id(q, 1, 1) for q in range(sequence - 1)]
         # The reward: the episode's, on the last response token only (verl's placement), and its extras.
         scores = batch.batch["rm_scores"][i]
         last = len(response) - 1

@@ -88,6 +88,7 @@ def loop_settings(trainer_config: Any, loop_kwargs: Mapping[str, Any]) -> rollou
     return settings_from_env(**{**block, **loop_kwargs})
 
 
+@_agent_loop.register(AGENT_NAME)
 class SQLAgentLoop(AgentLoopBase):
     """One t2sql episode per dataset row, over verl's token server (see the module doc)."""
 
@@ -177,9 +178,6 @@ class _Server:
             ids=new_ids, text=self.tokenizer.decode(new_ids, skip_special_tokens=True), log_probs=log_probs,
             stopped_at_length=output.stop_reason in LENGTH_STOPS or (len(new_ids) >= allowed and not ended),
             aborted=output.stop_reason in ABORT_STOPS)
-
-
-_agent_loop.register(AGENT_NAME)(SQLAgentLoop)
 
 
 def _messages(raw_prompt: Any) -> list[dict[str, Any]] | None:
