@@ -19,7 +19,8 @@ PACKAGE = REPO / "python" / "t2sql"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py*") if p.suffix in (".py", ".pyi"))
 
-DOTTED = re.compile(r"(?<![\w./-])t2sql(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+# Not after "+": `+t2sql.db_root=...` is a hydra override of a config key (docs/verl.md), no module.
+DOTTED = re.compile(r"(?<![\w./+-])t2sql(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 MD_LINK = re.compile(r"\]\(([^)\s]*)\)")  # [text](target)
 SOURCE_ANCHOR = re.compile(r"(?<![\w/.-])((?:docs/)?[A-Za-z0-9_.-]+\.md)#([\w-]+)")
 SECTION = re.compile(r"(?<![\w/.-])(docs/[A-Za-z0-9_.-]+\.md), \"([^\"]+)\"")  # docs/x.md, "A heading"
