@@ -590,8 +590,8 @@ def test_the_rollout_through_ray_as_the_trainer_runs_it(qwen36_tokenizer, model_
     paths = [str(Path(t2sql.__file__).resolve().parent.parent), str(REPO / "tests"), str(REPO / "tests" / "frameworks")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))  # Ray's worker processes start with this
     ray_dir = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths must stay under 107 bytes
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _node_ip_address="127.0.0.1", _temp_dir=ray_dir)
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             _node_ip_address="127.0.0.1", _temp_dir=ray_dir, _system_config={"enable_worker_prestart": False})
     try:
         with LoopbackModel(GroupScript(tok, data).script, tok) as model:
             server = ray.remote(LoopbackServer).remote(model.url, config.actor_rollout_ref.rollout)
