@@ -15,8 +15,9 @@ it: verl's AgentLoopManager on a local Ray, its worker a Ray actor reaching the 
 GlobalRequestLoadBalancer actor.
 
 What stands in, because it needs GPUs: the rollout server. verl's SGLang server (a Ray actor holding an
-SGLang engine) is replaced by `LoopbackServer`, which does what that server's `generate` does with a
-request (the token budget, the log-prob flag, the stop reason) against a loopback sglang `/generate`
+SGLang engine) is replaced by `LoopbackServer` (tests/frameworks/verl_standins.py), which does what that
+server's `generate` does with a request (the token budget, the log-prob flag, the stop reason, the routed
+experts) against a loopback sglang `/generate`
 (tests/loopback_model.py) that plays scripted turns with Qwen3.6's real token ids; verl's LLMServerClient
 reaches it in place of its Ray load balancer. A "vllm" dialect answers as verl's vLLM server does (stop
 reason "completed" whether the turn stopped or was cut).
@@ -24,7 +25,6 @@ reason "completed" whether the turn stopped or was cut).
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import shutil
@@ -44,9 +44,9 @@ assert "datasets" not in sys.modules, "HF_DATASETS_CACHE must be set before data
 HF_CACHE = tempfile.mkdtemp(prefix="t2sql-verl-hf-")
 os.environ["HF_DATASETS_CACHE"] = HF_CACHE
 
-import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from verl_standins import ROUTING, LoopbackServer  # noqa: E402
 
 from conftest import REPO, bird_root  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
@@ -56,7 +56,6 @@ PRESET = "qwen3.6-35b-a3b"
 DATABASES = ("superhero", "toxicology", "student_club")
 LOOP_MODULE = "t2sql.integrations.verl"
 LOGPROB = [-0.5 - 0.01 * (j % 7) for j in range(7)]  # the loopback server's log-prob pattern
-ROUTING = (2, 2)  # layers, top-k of the routed experts the loopback server reports
 
 
 # ------------------------------------------------------------------------------------------ fixtures
@@ -151,47 +150,6 @@ def verl_config(model_dir: Path, tmp_path: Path, **overrides: str):
 
 
 # ------------------------------------------------------------------------------ the server stand-in
-
-
-class LoopbackServer:
-    """verl's rollout server's `generate` (verl/workers/rollout/sglang_rollout/async_sglang_server.py, and
-    vllm_rollout/vllm_async_server.py for dialect "vllm") over a loopback sglang /generate."""
-
-    def __init__(self, url: str, rollout_config: Any, dialect: str = "sglang"):
-        self.url = url
-        self.prompt_length = int(rollout_config.prompt_length)
-        self.response_length = int(rollout_config.response_length)
-        self.max_model_len = int(rollout_config.max_model_len or self.prompt_length + self.response_length)
-        self.dialect = dialect
-        self.routing = ROUTING if rollout_config.enable_rollout_routing_replay else None
-        self.requests: list[dict] = []
-
-    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None, **_):
-        from verl.workers.rollout.replica import TokenOutput
-
-        params = dict(sampling_params)
-        limit = params.pop("max_new_tokens", None) or params.pop("max_tokens", None)
-        if limit is None:
-            limit = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
-        limit = max(0, min(limit, self.max_model_len - len(prompt_ids) - 1))
-        return_logprob = params.pop("logprobs", False)
-        body = {"rid": request_id, "input_ids": list(prompt_ids),
-                "sampling_params": {**params, "max_new_tokens": limit}, "return_logprob": return_logprob,
-                "return_routed_experts": self.routing is not None}
-        self.requests.append(body)
-        async with httpx.AsyncClient(timeout=60) as client:
-            answer = (await client.post(f"{self.url}/generate", json=body)).json()
-        meta = answer["meta_info"]
-        finish = meta["finish_reason"]["type"]
-        pairs = meta["output_token_logprobs"]
-        if self.dialect == "vllm":
-            finish = "aborted" if finish == "abort" else "completed"
-        experts = None
-        if self.routing is not None:  # the whole sequence's experts, as SGLang hands them to verl
-            raw = base64.b64decode(meta["routed_experts"])
-            experts = np.frombuffer(raw, dtype="<i4").reshape(-1, *self.routing)
-        return TokenOutput(token_ids=[p[1] for p in pairs], stop_reason=finish, extra_fields={"global_steps": 0},
-                           log_probs=[p[0] for p in pairs] if return_logprob else None, routed_experts=experts)
 
 
 def server_client(config: Any, server: LoopbackServer) -> Any:
