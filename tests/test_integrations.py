@@ -232,3 +232,28 @@ def test_eval_replay_gives_the_records_the_episode_gives(bird_rollout, converted
     # It tells different turns apart: the same task answered wrongly is another record.
     other = asyncio.run(in_process(tasks[0], plans[tasks[0].question_id]["wrong"]))
     assert comparable(other) != comparable(replayed[tasks[0].question_id])
+
+
+def test_the_episode_loop_is_one_per_process_and_refuses_its_own_thread():
+    import threading
+
+    from t2sql.errors import AdapterError
+    from t2sql.integrations import on_episode_loop
+
+    async def which_loop():
+        return asyncio.get_running_loop(), threading.current_thread()
+
+    seen = []
+    workers = [threading.Thread(target=lambda: seen.append(on_episode_loop(which_loop()))) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    loops, threads = {id(loop) for loop, _ in seen}, {t for _, t in seen}
+    assert len(seen) == 3 and len(loops) == 1 and len(threads) == 1 and threading.current_thread() not in threads
+
+    async def reenter():
+        return on_episode_loop(which_loop())
+
+    with pytest.raises(AdapterError, match="own episode loop"):
+        on_episode_loop(reenter())

@@ -8,21 +8,27 @@ writes) imports no framework.
 
 What they share is here:
 - `require`: a framework's module, or one line naming the extra to install (FrameworkMissing).
+- `on_episode_loop`: the bridge for frameworks that call the environment synchronously (TRL, SkyRL): one
+  event loop per process, on a daemon thread, runs every episode coroutine.
 - `settings_from_env`: the rollout settings (t2sql.episode.rollout.RolloutSettings) from T2SQL_*
   environment variables, for frameworks that build our class with no arguments or in a worker process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import sys
+import threading
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any, Awaitable, Mapping, TypeVar
 
 from t2sql.episode.rollout import RolloutSettings
-from t2sql.errors import T2sqlError
+from t2sql.errors import AdapterError, T2sqlError
+
+T = TypeVar("T")
 
 
 class FrameworkMissing(T2sqlError, ImportError):
@@ -140,3 +146,35 @@ def _install_one_line_hook() -> None:
 
     hook._t2sql_one_line = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+class _EpisodeLoop:
+    """One event loop on a daemon thread: every episode of this process runs there, so the process's
+    Grader sees one loop (its admission and shared gold runs are per loop)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="t2sql-episodes", daemon=True)
+        self.thread.start()
+
+
+_episode_loop: _EpisodeLoop | None = None
+_episode_loop_lock = threading.Lock()
+
+
+def on_episode_loop(awaitable: Awaitable[T]) -> T:
+    """Run a coroutine on the process's episode loop and wait for its result, from a framework's
+    synchronous call on any thread but the loop's own. A process forked after the loop started (a loop
+    does not survive fork) gets a loop of its own."""
+    global _episode_loop
+    with _episode_loop_lock:
+        if _episode_loop is None or _episode_loop.pid != os.getpid():
+            _episode_loop = _EpisodeLoop()
+        current = _episode_loop
+    if threading.current_thread() is current.thread:
+        if asyncio.iscoroutine(awaitable):
+            awaitable.close()  # never awaited: say so by the error below, not by a RuntimeWarning
+        raise AdapterError("a t2sql environment was called from t2sql's own episode loop; call it from the "
+                           "framework's side (or await the episode's coroutines directly)")
+    return asyncio.run_coroutine_threadsafe(awaitable, current.loop).result()

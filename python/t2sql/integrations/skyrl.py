@@ -17,9 +17,8 @@ generator builds every environment (`skyrl_gym.make("t2sql", env_config=..., ext
   `aggregate_metrics` turns a batch of records into rates SkyRL logs under `environment/`.
 
 SkyRL calls `step` synchronously (on its event loop's thread, or on one of `max_env_workers` threads)
-and hands it only the text. The episode is async: every SQLEnv of a process runs its episode on ONE
-event loop, on a daemon thread made at first use, so the process's Grader sees one loop (its admission
-and shared gold runs are per loop).
+and hands it only the text. The episode is async: every SQLEnv of a process runs its episode on the
+process's one episode loop (t2sql.integrations.on_episode_loop).
 
 What SkyRL tells the environment, and what it cannot (docs/skyrl.md has the consequences):
 
@@ -38,15 +37,13 @@ What SkyRL tells the environment, and what it cannot (docs/skyrl.md has the cons
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
-import threading
 from dataclasses import asdict, is_dataclass
-from typing import Any, Awaitable, Mapping, TypeVar
+from typing import Any, Mapping
 
-from t2sql.integrations import SETTINGS_ENV, require, settings_from_env
+from t2sql.integrations import SETTINGS_ENV, on_episode_loop, require, settings_from_env
 
 require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum="0.4", below="0.5",
         distribution="skyrl-gym")
@@ -66,39 +63,6 @@ log = logging.getLogger("t2sql.integrations.skyrl")
 
 ENTRY_POINT = "t2sql.integrations.skyrl:SQLEnv"
 
-T = TypeVar("T")
-
-
-# ------------------------------------------------------------------------ the process's event loop
-
-
-class _EpisodeLoop:
-    """One event loop on a daemon thread: every SQLEnv of this process runs its episode here."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="t2sql-skyrl-episodes", daemon=True)
-        self.thread.start()
-
-
-_loop: _EpisodeLoop | None = None
-_loop_lock = threading.Lock()
-
-
-def on_episode_loop(awaitable: Awaitable[T]) -> T:
-    """Run a coroutine on the process's episode loop and wait for its result (from any thread but the
-    loop's own). A process forked after the loop started gets a loop of its own."""
-    global _loop
-    with _loop_lock:
-        if _loop is None or _loop.pid != os.getpid():
-            _loop = _EpisodeLoop()
-        loop = _loop
-    if threading.current_thread() is loop.thread:
-        if asyncio.iscoroutine(awaitable):
-            awaitable.close()  # never awaited: say so by the error below, not by a RuntimeWarning
-        raise AdapterError("SQLEnv.step was called from t2sql's own episode loop; call it from SkyRL's side")
-    return asyncio.run_coroutine_threadsafe(awaitable, loop.loop).result()
 
 
 # ------------------------------------------------------------------------------------ settings
