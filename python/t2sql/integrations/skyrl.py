@@ -64,7 +64,6 @@ log = logging.getLogger("t2sql.integrations.skyrl")
 ENTRY_POINT = "t2sql.integrations.skyrl:SQLEnv"
 
 
-
 # ------------------------------------------------------------------------------------ settings
 
 
