@@ -1,0 +1,415 @@
+"""t2sql's episode inside TRL's GRPOTrainer (TRL >= 1.16): an environment, a reward function, a dataset.
+
+    from trl import GRPOConfig, GRPOTrainer
+    from t2sql.integrations.trl import SQLEnvironment, sql_reward, train_dataset
+
+    trainer = GRPOTrainer(model=..., processing_class=tokenizer, reward_funcs=[sql_reward],
+                          environment_factory=SQLEnvironment.configured(db_root=..., tokenizer=tokenizer),
+                          train_dataset=train_dataset("out/data/train.jsonl"), args=GRPOConfig(...))
+
+How the pieces meet TRL (read from TRL 1.16's GRPOTrainer; docs/trl.md has the run):
+
+- TRL builds one `SQLEnvironment` per rollout with `environment_factory()` (no arguments; instances are
+  pooled and reused) and calls `reset(**row)` with the dataset row before each rollout: it starts the
+  task's episode (t2sql.episode.rollout: the process's preset and Grader) and returns None, since the
+  row's prompt is already the episode's.
+- Every public method but `reset` is a tool: `execute_sql_query` is the only one. Its JSON schema (built
+  by transformers from the docstring and signature) is t2sql's own tool spec (prompt.TOOL_SPEC). TRL
+  parses the model's tool calls, calls the method and appends what it returns; the call runs through
+  `Episode.call_tool` (budget, invalid calls, the unsafe rule). The method takes any arguments the model
+  sent, so a malformed call reaches the episode and counts as an invalid call, as in `t2sql eval`.
+- TRL never hands an environment the model's text: a turn's text reaches t2sql only at reward time, in
+  the completion's messages. `sql_reward` turns each assistant message back into the text the model
+  wrote (thinking, prose, its tool calls in Qwen's XML form), records the turns in order
+  (`Episode.record_turn`) and ends the episode with the last one (`Episode.finish`). Where TRL went on
+  past a point at which the episode's rules end it (a solution in a turn that also called the tool, an
+  unsafe query, a call to another tool name, more than the preset's max_turns turns), the record is
+  rebuilt by replaying those turns through a fresh episode (`Episode.on_turn`), so the record is the one
+  `t2sql eval` gives the same turns.
+- The last turn is cut ("turn_cut", never graded) when TRL stopped the completion at
+  max_completion_length (the environment must be configured with the tokenizer to see this: the
+  completion then does not end in an end-of-turn token) or stopped calling tools (its
+  max_tool_calling_iterations, or a tool result that would not fit): the model was not done.
+- Metrics go through TRL's `log_metric` (averaged over every episode of a logging step, across
+  processes) under the names the miles rollout log uses (`t2sql/accuracy`, `t2sql/tool_calls_mean`, ...),
+  plus `t2sql/outcome/<outcome>` rates; each completion's outcome goes to TRL's completions table
+  (`log_extra`).
+
+TRL calls environments and reward functions synchronously on its training thread; t2sql's episode is
+async. All of it runs on one event loop per process, on a daemon thread of its own (`_EPISODE_LOOP`):
+the Grader the process's episodes share serves any loop, and one loop keeps its admission and in-flight
+gold queries together. A batch's episodes are finished concurrently on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from t2sql import jsonl
+from t2sql.data import convert
+from t2sql.databases import database_path
+from t2sql.episode import parsing, prompt, rollout
+from t2sql.episode.machine import Episode, EpisodeResult
+from t2sql.episode.presets import OUTCOMES
+from t2sql.episode.rollout import RolloutContext, RolloutSettings
+from t2sql.errors import AdapterError, DataError
+from t2sql.integrations import require, rows, settings_from_env
+from t2sql.tasks import release_dir
+
+require("trl", framework="TRL", extra="trl", minimum="1.16", below="2")
+datasets = require("datasets", framework="Hugging Face datasets", extra="trl", minimum="4.7")
+
+TOOL_NAME = prompt.TOOL_NAME
+ROW_COLUMN = rows.ROW_KEY  # the dataset column holding the t2sql row's JSON
+
+
+# ------------------------------------------------------------------------------ the episode loop
+
+
+class _EpisodeLoop:
+    """One asyncio event loop per process, on a daemon thread, that runs every episode coroutine TRL's
+    synchronous calls start. Made on first use, and again in a forked child (a loop does not survive fork)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+
+    def run(self, coroutine: Any) -> Any:
+        loop = self._running_loop()
+        if threading.current_thread() is self._thread:
+            coroutine.close()
+            raise AdapterError("t2sql's TRL environment was called from its own episode loop; call it from "
+                               "TRL's thread (or await the episode's coroutines directly)")
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="t2sql-trl-episodes", daemon=True)
+                thread.start()
+                self._loop, self._thread, self._pid = loop, thread, os.getpid()
+            return self._loop
+
+
+_EPISODE_LOOP = _EpisodeLoop()
+
+
+# ------------------------------------------------------------------------------- the environment
+
+
+def _tool_docstring() -> str:
+    """The tool method's docstring, written from t2sql's tool spec: transformers builds TRL's schema from
+    it, so the model is shown exactly t2sql's tool (the test checks the two agree)."""
+    function = prompt.TOOL_SPEC["function"]
+    (name, about), = function["parameters"]["properties"].items()
+    return f"{function['description']}\n\nArgs:\n    {name}: {about['description']}"
+
+
+class SQLEnvironment:
+    """One rollout's text-to-SQL episode, for `GRPOTrainer(environment_factory=...)`.
+
+    `SQLEnvironment` itself is a factory TRL accepts: its settings come from the T2SQL_* environment
+    variables (t2sql.integrations.settings_from_env). `SQLEnvironment.configured(...)` binds them instead.
+    After `sql_reward` has scored a rollout, `result` holds its EpisodeResult and `turns` the assistant
+    turns as recorded."""
+
+    def __init__(self, *, settings: RolloutSettings | None = None, tokenizer: Any = None):
+        self.settings = settings if settings is not None else settings_from_env()
+        self.tokenizer = tokenizer
+        self.episode: Episode | None = None
+        self.task_row: dict[str, Any] | None = None
+        self.result: EpisodeResult | None = None
+        self.turns: list[str] = []  # the assistant turns as recorded (sql_reward fills them)
+        self.cut: str | None = None  # "turn" when TRL stopped the rollout before the model was done
+        self._prompt: list[dict[str, Any]] = []
+
+    @classmethod
+    def configured(cls, *, tokenizer: Any = None, **settings: Any) -> Callable[[], SQLEnvironment]:
+        """A factory for `environment_factory` with these settings (preset=..., db_root=..., cache_dir=...,
+        manifest=..., concurrency=..., tool_timeout_s=..., grade_timeout_s=...: RolloutSettings' fields,
+        T2SQL_* variables filling the rest). `tokenizer` (the trainer's processing class) lets the reward
+        see a completion TRL cut at max_completion_length, and counts the metrics' tokens with it."""
+        if "preset" in settings:
+            settings["recipe"] = settings.pop("preset")
+        resolved = settings_from_env(**settings)
+        resolved.preset()  # an unknown preset fails here, not in the first rollout
+        return functools.partial(cls, settings=resolved, tokenizer=tokenizer)
+
+    # TRL: every public method but reset (and get_reward) is a tool, so helpers here are private.
+
+    def reset(self, **row: Any) -> None:
+        """Start the episode of the dataset row's task (TRL passes the whole row; its prompt is the episode's)."""
+        self.task_row = rows.t2sql_row(row)
+        self.result, self.turns, self.cut = None, [], None
+        ctx = self._context()
+        messages = self.task_row.get("prompt")
+        self.episode = _EPISODE_LOOP.run(ctx.episode_async(
+            ctx.task(self.task_row), prompt=messages if isinstance(messages, list) else None,
+            count_tokens=self._count_tokens()))
+        self._prompt = [dict(m) for m in self.episode.messages]
+        return None
+
+    def execute_sql_query(self, query: Any = None, **others: Any) -> str:
+        episode = self._open_episode()
+        if episode.done:  # an unsafe query ended it earlier in this rollout; nothing more runs
+            assert episode.result is not None
+            return f"Error: the episode has ended ({episode.result.outcome}); this call was not run."
+        arguments = dict(others)
+        if query is not None:
+            arguments["query"] = query
+        return _EPISODE_LOOP.run(episode.call_tool(arguments))
+
+    # The schema TRL shows the model: t2sql's tool, `query` required; the method itself takes whatever
+    # the model sent (missing or extra arguments), so the episode judges the call.
+    execute_sql_query.__doc__ = _tool_docstring()
+    execute_sql_query.__annotations__ = {"query": str}  # no return type: t2sql's spec has none
+    execute_sql_query.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+         inspect.Parameter("query", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)])
+
+    # -- private: what sql_reward calls
+
+    def _context(self) -> RolloutContext:
+        return rollout.context(self.settings)
+
+    def _count_tokens(self) -> Callable[[str], int] | None:
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            return None
+        return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+
+    def _open_episode(self) -> Episode:
+        if self.episode is None:
+            raise AdapterError("SQLEnvironment has no episode: TRL calls reset(**row) before a rollout; "
+                               "call it yourself when using the environment outside TRL")
+        return self.episode
+
+    async def _score(self, completion: Sequence[Mapping[str, Any]] | str,
+                     completion_ids: Sequence[int] | None) -> EpisodeResult:
+        """End the episode on the completion TRL generated and return its result (once per reset)."""
+        if self.result is not None:  # a second reward function over the same rollout
+            return self.result
+        episode = self._open_episode()
+        messages = ([{"role": "assistant", "content": completion}] if isinstance(completion, str)
+                    else [dict(m) for m in completion])
+        assistant = [m for m in messages if m.get("role") == "assistant"]
+        turns = [turn_text(m) for m in assistant]
+        cut = None
+        if not turns or messages[-1].get("role") == "tool":  # no room was left for the model's next turn
+            turns.append("")
+            cut = "turn"
+        elif assistant[-1].get("tool_calls") or self._cut_at_max_length(completion_ids):
+            cut = "turn"  # TRL stopped calling tools (iterations, room) or cut the completion
+        if self._rules_ended_earlier(episode, assistant[:-1], turns):
+            episode = await self._fresh_episode()
+            live = False
+        else:
+            live = True
+        self.turns, self.cut = turns, cut
+        self.result = await self._end(episode, live)
+        return self.result
+
+    def _cut_at_max_length(self, completion_ids: Sequence[int] | None) -> bool:
+        """Whether the completion stops short of an end-of-turn token (TRL cut it at max_completion_length,
+        as its own clipped_ratio counts): known only when the environment has the tokenizer."""
+        tokenizer = self.tokenizer
+        if tokenizer is None or not completion_ids:
+            return False
+        return int(completion_ids[-1]) not in {tokenizer.eos_token_id, tokenizer.pad_token_id}
+
+    def _rules_ended_earlier(self, episode: Episode, earlier: Sequence[Mapping[str, Any]],
+                             turns: Sequence[str]) -> bool:
+        """Whether TRL went on past a point where the episode's rules end it (an unsafe query, a solution in
+        a turn that also called the tool, more turns than the preset's max_turns), or made a call the rules
+        count that never reached this environment (another tool's name)."""
+        if episode.done or len(turns) > episode.preset.max_turns:
+            return True
+        if any(parsing.parse_solution(parsing.split_think(text)[1]) is not None for text in turns[:-1]):
+            return True
+        names = [(call.get("function") or {}).get("name") for m in earlier for call in m.get("tool_calls") or []]
+        return any(name != TOOL_NAME for name in names)
+
+    async def _fresh_episode(self) -> Episode:
+        assert self.task_row is not None
+        ctx = self._context()
+        self.episode = await ctx.episode_async(ctx.task(self.task_row), prompt=self._prompt,
+                                               count_tokens=self._count_tokens())
+        return self.episode
+
+    async def _end(self, episode: Episode, live: bool) -> EpisodeResult:
+        """Take the recorded turns in order and end the episode. Live: the earlier turns' tool calls already
+        ran (TRL called the tool), so their text is only recorded. Otherwise each goes through `on_turn`
+        (its calls run again) until the rules end the episode. The last turn is taken as `t2sql eval` takes a
+        last turn: graded, cut, or, when it holds tool calls TRL's parser did not see, those calls judged and
+        the model's next turn (which TRL never asked for) cut."""
+        for number, text in enumerate(self.turns[:-1], 1):
+            if live:
+                episode.record_turn(text)
+            else:
+                await episode.on_turn(text)
+                if episode.done:  # the turns TRL generated after this one are no part of the episode
+                    self.turns, self.cut = self.turns[:number], None
+                    break
+        if not episode.done:
+            if self.cut is not None:
+                await episode.finish(self.turns[-1], cut=self.cut)
+            else:
+                await episode.on_turn(self.turns[-1])
+                if not episode.done:
+                    self.turns.append("")
+                    self.cut = "turn"
+                    await episode.finish("", cut="turn")
+        assert episode.result is not None
+        return episode.result
+
+
+def turn_text(message: Mapping[str, Any]) -> str:
+    """An assistant message TRL parsed (content, reasoning_content, tool_calls) as the text the model
+    wrote: thinking in <think>, then the prose, then each tool call in Qwen's XML form."""
+    reasoning = message.get("reasoning_content")
+    content = message.get("content") or ""
+    text = (f"<think>\n{reasoning}\n</think>\n\n" if reasoning else "") + (
+        content if isinstance(content, str) else json.dumps(content, ensure_ascii=False))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments") or {}
+        if isinstance(arguments, str):
+            arguments = jsonl.loads_or_none(arguments)
+        if not isinstance(arguments, Mapping):  # not an object: no parameter t2sql reads, an invalid call
+            arguments = {"arguments": function.get("arguments")}
+        parameters = "".join(
+            f"<parameter={key}>\n{value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}\n"
+            "</parameter>\n" for key, value in arguments.items())
+        block = f"<tool_call>\n<function={function.get('name', '')}>\n{parameters}</function>\n</tool_call>"
+        text = f"{text}\n\n{block}" if text else block
+    return text
+
+
+# ----------------------------------------------------------------------------------- the reward
+
+
+def sql_reward(completions: Sequence[Any], environments: Sequence[SQLEnvironment] | None = None,
+               completion_ids: Sequence[Sequence[int]] | None = None, log_metric: Callable | None = None,
+               log_extra: Callable | None = None, **kwargs: Any) -> list[float]:
+    """TRL reward function: ends each rollout's episode with the model's last message and returns the
+    recipe's reward (EpisodeResult.reward); logs the episodes' metrics through TRL's log_metric/log_extra."""
+    if environments is None:
+        raise AdapterError("sql_reward scores SQLEnvironment rollouts: pass environment_factory=SQLEnvironment "
+                           "(or SQLEnvironment.configured(...)) to GRPOTrainer")
+    if len(environments) != len(completions):
+        raise AdapterError(f"sql_reward got {len(completions)} completions for {len(environments)} environments")
+    if not all(isinstance(env, SQLEnvironment) for env in environments):
+        raise AdapterError("sql_reward scores SQLEnvironment rollouts only; with several environments, give each "
+                           "its own reward function")
+    ids = list(completion_ids) if completion_ids is not None else [None] * len(completions)
+
+    async def score_all() -> list[EpisodeResult]:
+        return list(await asyncio.gather(*(env._score(c, i) for env, c, i in zip(environments, completions, ids))))
+
+    results = _EPISODE_LOOP.run(score_all())
+    if log_metric is not None:
+        for result in results:
+            for name, value in episode_metrics(result).items():
+                log_metric(name, value)
+    if log_extra is not None:
+        log_extra("t2sql/outcome", [r.outcome for r in results])
+    return [float(r.reward) for r in results]
+
+
+def episode_metrics(result: EpisodeResult) -> dict[str, float]:
+    """One episode's numbers for TRL's log_metric (each averaged over a logging step's episodes); the names
+    are the miles rollout log's."""
+    metrics = {
+        "t2sql/accuracy": float(result.correct),
+        "t2sql/tool_calls_mean": float(result.tool_calls),
+        "t2sql/invalid_tool_calls_mean": float(result.invalid_tool_calls),
+        "t2sql/turns_mean": float(result.turns),
+        **{f"t2sql/outcome/{outcome}": float(result.outcome == outcome) for outcome in OUTCOMES},
+    }
+    if result.has_evidence:
+        metrics["t2sql/evidence_restated_rate"] = float(result.evidence_restated)
+        metrics["t2sql/evidence_checked_rate"] = float(result.evidence_checked)
+    return metrics
+
+
+# ---------------------------------------------------------------------------------- the dataset
+
+
+def train_dataset(source: str | os.PathLike, *, db_root: str | os.PathLike | None = None,
+                  preset: str | None = None, split: str | None = None) -> Any:
+    """A split as the `datasets.Dataset` GRPOTrainer takes: columns `prompt` (the episode's messages),
+    `t2sql` (the whole t2sql row, as JSON: what reset reads) and `question_id`.
+
+    `source`: a converted split (`t2sql convert`, `t2sql-train prepare`: <output-dir>/data/<split>.jsonl), a
+    verl/SkyRL file `t2sql convert --format` wrote (.jsonl or .parquet), a BIRD-layout question file (.json,
+    or .jsonl of questions: converted here, as `t2sql convert` does, databases under `db_root`, default its
+    folder), a data release directory (`split` picks the split), or the name of a task file t2sql ships
+    (train, validation, arcwise: `db_root` is the BIRD database folder it runs on). `preset`: the recipe the
+    prompts are built for (default: T2SQL_PRESET, else the recipe's); converted rows built for another
+    preset are refused. `split` keeps only that split's rows of a converted file."""
+    recipe = settings_from_env(recipe=preset).recipe
+    task_rows = _task_rows(Path(source), db_root, recipe, split, given_preset=preset is not None)
+    return datasets.Dataset.from_list([
+        {"prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+         ROW_COLUMN: jsonl.dumps(row, ensure_ascii=False, sort_keys=True),
+         "question_id": str(row["metadata"]["question_id"])}
+        for row in task_rows])
+
+
+def _task_rows(source: Path, db_root: str | os.PathLike | None, recipe: str, split: str | None,
+               given_preset: bool) -> list[dict[str, Any]]:
+    if source.is_dir():
+        (name, questions, found_root), = convert.release_splits(source, [split or "train"])
+        return _converted(questions, db_root or found_root, recipe, name)
+    if not source.exists():
+        if str(source) in convert.RELEASE_SPLITS:
+            (name, questions, _), = convert.release_splits(release_dir(), [str(source)])
+            if db_root is None:
+                raise DataError(f"the shipped {name} tasks need their databases: pass db_root=<BIRD's "
+                                f"{convert.RELEASE_DB_DIRS[name]} folder> (`t2sql-train prepare --skip-model` "
+                                "lays them out and writes the converted split)")
+            return _converted(questions, db_root, recipe, name)
+        raise DataError(f"{source}: no such file or directory (give a converted split, a BIRD question file, a "
+                        f"data release directory or one of {', '.join(convert.RELEASE_SPLITS)})")
+    if source.suffix == ".parquet" or (source.suffix == ".jsonl" and _holds_task_rows(source)):
+        return _read_converted(source, db_root, recipe if given_preset else None, split)
+    return _converted(source, db_root or source.parent, recipe, split or source.stem)
+
+
+def _holds_task_rows(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    return convert.is_converted(head) or rows.is_framework_jsonl(head.split(b"\n", 1)[0])
+
+
+def _converted(questions: Path, db_root: str | os.PathLike, recipe: str, split: str) -> list[dict[str, Any]]:
+    _, built = convert.convert_split(questions, db_root, None, split=split, recipe=recipe)
+    return built
+
+
+def _read_converted(path: Path, db_root: str | os.PathLike | None, recipe: str | None,
+                    split: str | None) -> list[dict[str, Any]]:
+    found = rows.read_rows(path)
+    if split is not None:
+        found = [r for r in found if r["metadata"].get("split") == split]
+        if not found:
+            raise DataError(f"{path}: no rows of split {split!r}")
+    if recipe is not None:
+        other = sorted({str(r["metadata"].get("recipe")) for r in found} - {recipe})
+        if other:
+            raise DataError(f"{path}: its prompts were built for preset {', '.join(other)}, not {recipe}; convert "
+                            f"it again with --preset {recipe} (or leave preset out)")
+    if db_root is not None:
+        for row in found:
+            row["metadata"] = {**row["metadata"], "db_path": str(database_path(db_root, str(row["metadata"]["db_id"])))}
+    return found
