@@ -96,6 +96,20 @@ def test_train_dataset_reads_bird_questions_and_converted_rows(dataset, task_fil
     assert again["t2sql"] == dataset["t2sql"]
     with pytest.raises(DataError, match="built for preset"):
         t2sql_trl.train_dataset(converted, preset="bare")
+    moved = t2sql_trl.train_dataset(converted, db_root=tmp_path / "elsewhere", split="dev")
+    assert {json.loads(r)["metadata"]["db_path"] for r in moved["t2sql"]} == {
+        str(tmp_path / "elsewhere" / "toxicology" / "toxicology.sqlite")}
+    with pytest.raises(DataError, match="no rows of split 'train'"):
+        t2sql_trl.train_dataset(converted, split="train")
+
+    release = tmp_path / "release"  # a data release directory: <split>.json beside databases/
+    release.mkdir()
+    (release / "validation.json").write_text(task_file.read_text())
+    (release / "databases").symlink_to(BIRD_ROOT)
+    from_release = t2sql_trl.train_dataset(release, split="validation")
+    assert {json.loads(r)["metadata"]["split"] for r in from_release["t2sql"]} == {"validation"}
+    with pytest.raises(DataError, match="need their databases: pass db_root"):
+        t2sql_trl.train_dataset("validation")  # the task file t2sql ships, without BIRD's databases
     with pytest.raises(DataError, match="no such file"):
         t2sql_trl.train_dataset(tmp_path / "missing.jsonl")
 
