@@ -36,9 +36,8 @@ How the pieces meet TRL (read from TRL 1.16's GRPOTrainer; docs/trl.md has the r
   (`log_extra`).
 
 TRL calls environments and reward functions synchronously on its training thread; t2sql's episode is
-async. All of it runs on one event loop per process, on a daemon thread of its own (`_EPISODE_LOOP`):
-the Grader the process's episodes share serves any loop, and one loop keeps its admission and in-flight
-gold queries together. A batch's episodes are finished concurrently on it.
+async. All of it runs on the process's one episode loop (t2sql.integrations.on_episode_loop), where a
+batch's episodes are finished concurrently.
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ import functools
 import inspect
 import json
 import os
-import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -60,7 +58,7 @@ from t2sql.episode.machine import Episode, EpisodeResult
 from t2sql.episode.presets import OUTCOMES
 from t2sql.episode.rollout import RolloutContext, RolloutSettings
 from t2sql.errors import AdapterError, DataError
-from t2sql.integrations import require, rows, settings_from_env
+from t2sql.integrations import on_episode_loop, require, rows, settings_from_env
 from t2sql.tasks import release_dir
 
 require("trl", framework="TRL", extra="trl", minimum="1.16", below="2")
@@ -68,40 +66,6 @@ datasets = require("datasets", framework="Hugging Face datasets", extra="trl", m
 
 TOOL_NAME = prompt.TOOL_NAME
 ROW_COLUMN = rows.ROW_KEY  # the dataset column holding the t2sql row's JSON
-
-
-# ------------------------------------------------------------------------------ the episode loop
-
-
-class _EpisodeLoop:
-    """One asyncio event loop per process, on a daemon thread, that runs every episode coroutine TRL's
-    synchronous calls start. Made on first use, and again in a forked child (a loop does not survive fork)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._pid: int | None = None
-
-    def run(self, coroutine: Any) -> Any:
-        loop = self._running_loop()
-        if threading.current_thread() is self._thread:
-            coroutine.close()
-            raise AdapterError("t2sql's TRL environment was called from its own episode loop; call it from "
-                               "TRL's thread (or await the episode's coroutines directly)")
-        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
-
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or self._pid != os.getpid():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="t2sql-trl-episodes", daemon=True)
-                thread.start()
-                self._loop, self._thread, self._pid = loop, thread, os.getpid()
-            return self._loop
-
-
-_EPISODE_LOOP = _EpisodeLoop()
 
 
 # ------------------------------------------------------------------------------- the environment
@@ -153,7 +117,7 @@ class SQLEnvironment:
         self.result, self.turns, self.cut = None, [], None
         ctx = self._context()
         messages = self.task_row.get("prompt")
-        self.episode = _EPISODE_LOOP.run(ctx.episode_async(
+        self.episode = on_episode_loop(ctx.episode_async(
             ctx.task(self.task_row), prompt=messages if isinstance(messages, list) else None,
             count_tokens=self._count_tokens()))
         self._prompt = [dict(m) for m in self.episode.messages]
@@ -167,7 +131,7 @@ class SQLEnvironment:
         arguments = dict(others)
         if query is not None:
             arguments["query"] = query
-        return _EPISODE_LOOP.run(episode.call_tool(arguments))
+        return on_episode_loop(episode.call_tool(arguments))
 
     # The schema TRL shows the model: t2sql's tool, `query` required; the method itself takes whatever
     # the model sent (missing or extra arguments), so the episode judges the call.
@@ -316,7 +280,7 @@ def sql_reward(completions: Sequence[Any], environments: Sequence[SQLEnvironment
     async def score_all() -> list[EpisodeResult]:
         return list(await asyncio.gather(*(env._score(c, i) for env, c, i in zip(environments, completions, ids))))
 
-    results = _EPISODE_LOOP.run(score_all())
+    results = on_episode_loop(score_all())
     if log_metric is not None:
         for result in results:
             for name, value in episode_metrics(result).items():
