@@ -53,7 +53,13 @@ env_install() {
 }
 
 install_t2sql() {
-  env_install "$ROOT[$1,test]"
+  # t2sql built from this checkout every time: uv keys a local project's cached build by its pyproject.toml,
+  # so without the refresh an edited tree could install yesterday's wheel.
+  if command -v uv >/dev/null; then
+    uv pip install --quiet --python "$VENV/bin/python" --refresh-package t2sql --reinstall-package t2sql "$ROOT[$1,test]"
+  else
+    env_install --force-reinstall --no-deps "$ROOT" && env_install "$ROOT[$1,test]"
+  fi
   "$VENV/bin/python" -c "import t2sql, t2sql.integrations.$1" >/dev/null
   echo "ready: $VENV ($(du -sh "$VENV" | cut -f1)); tests/test_frameworks.py runs tests/frameworks/test_$1.py in it"
 }

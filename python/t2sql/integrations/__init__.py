@@ -1,5 +1,8 @@
-"""t2sql's episode inside other RL frameworks: one thin module per framework (trl, verl, skyrl), each an
-optional extra (pip install "t2sql[trl]", "t2sql[verl]", "t2sql[skyrl]").
+"""t2sql's episode inside other RL frameworks: one thin module per framework, each an optional extra.
+
+    t2sql.integrations.trl     TRL's GRPOTrainer (environment_factory, reward_funcs)   pip install "t2sql[trl]"
+    t2sql.integrations.verl    verl's agent loop, registered as "t2sql"                 pip install "t2sql[verl]"
+    t2sql.integrations.skyrl   SkyRL's text environment, registered as "t2sql"          pip install "t2sql[skyrl]"
 
 Each stands on the episode seam (t2sql.episode.rollout, the per-call episode API, the token trajectory)
 and holds only the framework's side: none has a token loop, prompt, reward or grading rule of its own.
