@@ -48,6 +48,10 @@ class ChatTemplate:
             self._end_of_turn = after[0] if after else END_OF_TURN
         return self._end_of_turn
 
+    def ends_turn(self, ids: list[int]) -> bool:
+        """Whether sampled ids end with the end-of-turn token (the model finished its turn)."""
+        return bool(ids) and self.tokenizer.decode([ids[-1]]) == self.end_of_turn()
+
     def tool_segment(self, before: list[dict], tool_messages: list[dict], *, closed: bool) -> str:
         """The text to append after a model turn: the template's closing of that turn the model did
         not generate, then the tool messages and the next generation prompt.

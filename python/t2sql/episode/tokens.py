@@ -77,7 +77,7 @@ class TokenTrajectory:
         """The ids the model sampled for one turn (loss mask 1)."""
         self._append(ids, list(log_probs) if log_probs is not None else [0.0] * len(ids), text, trained=True)
         self._tool_tail, self._tool_tail_text = 0, ""
-        self.closed = bool(ids) and self.render.tokenizer.decode([ids[-1]]) == self.render.end_of_turn()
+        self.closed = self.render.ends_turn(ids)
 
     def cut(self, stopped_at_length: bool, allowed: int) -> str | None:
         """The cut that ended the turn just added (None, "turn" or "context")."""

@@ -13,6 +13,7 @@ What they share is here:
 - `require`: a framework's module, or one line naming the extra to install (FrameworkMissing).
 - `on_episode_loop`: the bridge for frameworks that call the environment synchronously (TRL, SkyRL): one
   event loop per process, on a daemon thread, runs every episode coroutine.
+- `episode_record`: the episode record a framework keeps beside its sample.
 - `settings_from_env`: the rollout settings (t2sql.episode.rollout.RolloutSettings) from T2SQL_*
   environment variables, for frameworks that build our class with no arguments or in a worker process.
 """
@@ -28,6 +29,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, Awaitable, Mapping, TypeVar
 
+from t2sql.episode.machine import EpisodeResult
 from t2sql.episode.rollout import RolloutSettings
 from t2sql.errors import AdapterError, T2sqlError
 
@@ -53,6 +55,8 @@ SETTINGS_ENV: dict[str, tuple[str, type]] = {
     "T2SQL_TOOL_TIMEOUT_S": ("tool_timeout_s", float),
     "T2SQL_GRADE_TIMEOUT_S": ("grade_timeout_s", float),
 }
+# The settings an integration takes by keyword (a framework's config): RolloutSettings' fields.
+SETTING_NAMES = frozenset(name for name, _ in SETTINGS_ENV.values()) | {"hash_databases"}
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any) -> RolloutSettings:
@@ -73,12 +77,17 @@ def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any
         if kind is not str and value <= 0:
             raise SettingsError(f"{variable}={raw!r} must be positive")
         values[name] = value
-    known = {name for name, _ in SETTINGS_ENV.values()} | {"hash_databases"}
-    unknown = sorted(set(overrides) - known)
+    unknown = sorted(set(overrides) - SETTING_NAMES)
     if unknown:
-        raise SettingsError(f"unknown t2sql setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise SettingsError(f"unknown t2sql setting(s) {', '.join(unknown)}; known: {', '.join(sorted(SETTING_NAMES))}")
     values.update({k: v for k, v in overrides.items() if v is not None})
     return RolloutSettings(**values)
+
+
+def episode_record(result: EpisodeResult, preset_name: str) -> dict[str, Any]:
+    """The episode record a framework keeps beside its sample: `t2sql eval`'s record of the episode
+    (EpisodeResult.to_dict(), the grade included) and the preset's name."""
+    return {**result.to_dict(), "preset": preset_name}
 
 
 def require(import_name: str, *, framework: str, extra: str, minimum: str, below: str | None = None,

@@ -43,7 +43,7 @@ import sys
 from dataclasses import asdict, is_dataclass
 from typing import Any, Mapping
 
-from t2sql.integrations import SETTINGS_ENV, on_episode_loop, require, settings_from_env
+from t2sql.integrations import SETTINGS_ENV, episode_record, on_episode_loop, require, settings_from_env
 
 require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum="0.4", below="0.5",
         distribution="skyrl-gym")
@@ -144,7 +144,7 @@ class SQLEnv(BaseTextEnv):
     def record(self) -> dict[str, Any]:
         """The ended episode's record: EpisodeResult.to_dict() and the preset's name."""
         assert self.episode is not None and self.episode.result is not None
-        return {**self.episode.result.to_dict(), "preset": self.context.preset.name}
+        return episode_record(self.episode.result, self.context.preset.name)
 
     @staticmethod
     def aggregate_metrics(metrics: list[dict[str, Any]]) -> dict[str, Any]:

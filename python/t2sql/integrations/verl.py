@@ -52,7 +52,7 @@ from t2sql.episode.budget import Budget
 from t2sql.episode.machine import EpisodeResult
 from t2sql.episode.tokens import ABORTED, SampledTurn, TokenTrajectory, run_token_episode
 from t2sql.errors import AdapterError
-from t2sql.integrations import SETTINGS_ENV, SettingsError, require, settings_from_env
+from t2sql.integrations import SETTING_NAMES, SettingsError, episode_record, require, settings_from_env
 from t2sql.integrations.rows import AGENT_NAME, t2sql_row
 
 VERL_MINIMUM, VERL_BELOW = "0.9.1", "0.10"  # the release this was checked against, and the next minor
@@ -63,7 +63,6 @@ AgentLoopMetrics = _agent_loop.AgentLoopMetrics
 AgentLoopOutput = _agent_loop.AgentLoopOutput
 
 CONFIG_KEY = "t2sql"  # the block of verl's config that holds t2sql's settings (+t2sql.db_root=...)
-SETTING_NAMES = frozenset(name for name, _ in SETTINGS_ENV.values()) | {"hash_databases"}
 LENGTH_STOPS = frozenset({"length"})  # SGLang's and verl's own name for a turn stopped at its token limit
 ABORT_STOPS = frozenset({"abort", "aborted"})  # SGLang's, vLLM's and TensorRT-LLM's
 ABORTED_OUTCOME = "aborted"
@@ -120,7 +119,7 @@ class SQLAgentLoop(AgentLoopBase):
                                       max_context_len=trajectory.prompt_length + self.response_length)
         request_id = (f"det-{kwargs.get('priority', 0)}" if self.rollout_config.full_determinism
                       else uuid4().hex)  # one sticky session per episode, as verl's ToolAgentLoop
-        server = _Server(self.server_manager, request_id, sampling_params, tokenizer, render.end_of_turn())
+        server = _Server(self.server_manager, request_id, sampling_params, render)
 
         started = time.monotonic()
         await run_token_episode(episode, trajectory, server.sample_turn)
@@ -148,13 +147,11 @@ class SQLAgentLoop(AgentLoopBase):
 class _Server:
     """One episode's turns through verl's server manager, as the token trajectory asks for them."""
 
-    def __init__(self, manager: Any, request_id: str, sampling_params: Mapping[str, Any], tokenizer: Any,
-                 end_of_turn: str):
+    def __init__(self, manager: Any, request_id: str, sampling_params: Mapping[str, Any], render: ChatTemplate):
         self.manager = manager
         self.request_id = request_id
         self.params = {k: v for k, v in sampling_params.items() if k not in ("max_tokens", "max_new_tokens")}
-        self.tokenizer = tokenizer
-        self.end_of_turn = end_of_turn
+        self.render = render
         self.seconds = 0.0  # spent waiting for the server
         self.preempted = -1  # verl's "not available"
         self.log_probs = True  # every turn came with its log-probs
@@ -173,10 +170,10 @@ class _Server:
         log_probs = None if output.log_probs is None else [float(p) for p in output.log_probs]
         if log_probs is None or len(log_probs) != len(new_ids):
             self.log_probs, log_probs = False, None
-        ended = bool(new_ids) and self.tokenizer.decode([new_ids[-1]]) == self.end_of_turn
         return SampledTurn(
-            ids=new_ids, text=self.tokenizer.decode(new_ids, skip_special_tokens=True), log_probs=log_probs,
-            stopped_at_length=output.stop_reason in LENGTH_STOPS or (len(new_ids) >= allowed and not ended),
+            ids=new_ids, text=self.render.tokenizer.decode(new_ids, skip_special_tokens=True), log_probs=log_probs,
+            stopped_at_length=(output.stop_reason in LENGTH_STOPS
+                               or (len(new_ids) >= allowed and not self.render.ends_turn(new_ids))),
             aborted=output.stop_reason in ABORT_STOPS)
 
 
@@ -199,12 +196,6 @@ def _num_turns(appended: list[dict[str, Any]]) -> int:
             turns += 1
         previous = role
     return turns
-
-
-def episode_record(result: EpisodeResult, preset_name: str) -> dict[str, Any]:
-    """The episode record verl keeps in extra_fields["t2sql"]: `t2sql eval`'s record of the episode
-    (EpisodeResult.to_dict(), the grade included) and the preset's name."""
-    return {**result.to_dict(), "preset": preset_name}
 
 
 def reward_extra_info(result: EpisodeResult | None) -> dict[str, Any]:
