@@ -365,9 +365,10 @@ def test_a_sort_that_spills_leaves_no_file(sandbox, tmp_path):
 
 SAMPLE_DB = Path(t2sql.__file__).parent / "sample" / "superhero" / "superhero.sqlite"
 SORT_DEADLINE_S = 1.5
-# 4M rows: SQLite produces them in about 1 s on a 2-core VM; sorting them in one in-memory list
-# took 7 s more there, outside every check (the deadline, Cancel), at about 200 MB.
-BIG = "hero_power a, (SELECT hero_id FROM hero_power LIMIT 700) b"
+# 16M rows. With 4M (SQLite produced them in about 1 s here; sorting them in one in-memory list took
+# 7 s more, outside every check, at about 200 MB) a faster CI machine finished some of these sorts
+# inside the deadline and the test proved nothing about it; 16M is about 4x past it there.
+BIG = "hero_power a, (SELECT hero_id FROM hero_power LIMIT 2800) b"
 SORTS = {
     "order_by": f"SELECT a.hero_id FROM {BIG} ORDER BY random()",
     "group_by": f"SELECT a.hero_id, a.power_id, b.hero_id, count(*) FROM {BIG} GROUP BY 1, 2, 3",
@@ -408,13 +409,16 @@ def test_deadline_holds_inside_sorts_and_memory_stays_bounded(name, path):
                            str(SORT_DEADLINE_S)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    # docs/grader.md: a deadline holds within MARGIN_S whatever the query does.
-    assert result["elapsed"] <= SORT_DEADLINE_S + MARGIN_S, result
     assert result["outcome"] in ({"ran", "timeout"} if path == "tool" else {"match", "gold_timeout"}), result
+    # docs/grader.md: a deadline holds within MARGIN_S whatever the query does. The deadline is each
+    # query's: a grade whose gold finished runs the prediction under a deadline of its own (CI once saw
+    # a gold and a prediction each finish in 1.4 s, a match in 2.9 s).
+    queries = 2 if result["outcome"] == "match" else 1
+    assert result["elapsed"] <= queries * SORT_DEADLINE_S + MARGIN_S, result
     assert result["peak_mib"] < 100, result
 
 
-# About 4x the cancel point on this machine (5.8 s alone): SORTS["order_by"] takes 1.4 s, so on a
+# About 4x the cancel point on this machine (5.8 s alone): a sort of 4M rows took 1.4 s, so on a
 # quiet machine it could end before a cancel at 1.3 s and the test proved nothing (CI saw this).
 LONG_SORT = "SELECT a.hero_id FROM hero_power a, (SELECT hero_id FROM hero_power LIMIT 2800) b ORDER BY random()"
 
