@@ -16,6 +16,12 @@ END_OF_TURN = "<|im_end|>"
 _PROBE = "t2sql-end-of-turn-probe"
 
 
+def count_tokens(tokenizer: Any, text: str) -> int:
+    """The model's tokens in a text, as the episode's metrics count them (think and visible tokens):
+    the text's own ids, no special tokens added."""
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
 class ChatTemplate:
     """The chat template with the episode's tools and the run's template kwargs, every time."""
 

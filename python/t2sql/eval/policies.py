@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from t2sql import jsonl
-from t2sql.chat_template import ChatTemplate
+from t2sql.chat_template import ChatTemplate, count_tokens
 from t2sql.episode.budget import Budget
 from t2sql.episode.evidence import evidence_label_lines, evidence_pieces
 from t2sql.episode.tokens import TokenTrajectory  # training's own: one way to extend the ids
@@ -182,7 +182,7 @@ class SglangPolicy:
 
     def count_tokens(self, text: str) -> int:
         """Think/visible token metrics in the model's own tokens, as in training."""
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return count_tokens(self.tokenizer, text)
 
     async def aclose(self) -> None:
         await self.client.aclose()

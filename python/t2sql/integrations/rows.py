@@ -34,7 +34,8 @@ ROW_KEY = "t2sql"  # where the t2sql row's JSON sits in a framework's row
 FORMATS = ("miles", "verl", "skyrl")  # `t2sql convert --format`; miles is t2sql's own row
 
 
-def _row_json(row: Mapping[str, Any]) -> str:
+def row_json(row: Mapping[str, Any]) -> str:
+    """A t2sql row as the one JSON string a framework's row carries under ROW_KEY."""
     return jsonl.dumps(row, ensure_ascii=False, sort_keys=True)
 
 
@@ -52,7 +53,7 @@ def verl_row(row: Mapping[str, Any], *, split: str, index: int) -> dict[str, Any
         "prompt": prompt,
         "ability": "text-to-sql",
         "reward_model": {"style": "rule", "ground_truth": gold},
-        "extra_info": {"split": split, "index": index, "question_id": question_id, ROW_KEY: _row_json(row)},
+        "extra_info": {"split": split, "index": index, "question_id": question_id, ROW_KEY: row_json(row)},
     }
 
 
@@ -67,7 +68,7 @@ def skyrl_row(row: Mapping[str, Any], *, split: str, index: int) -> dict[str, An
         "split": split,
         "index": index,
         "question_id": question_id,
-        ROW_KEY: _row_json(row),
+        ROW_KEY: row_json(row),
     }
 
 

@@ -45,8 +45,10 @@ from typing import Any, Mapping
 
 from t2sql.integrations import SETTINGS_ENV, episode_record, on_episode_loop, require, settings_from_env
 
-require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum="0.4", below="0.5",
-        distribution="skyrl-gym")
+# The release this was checked against (skyrl-gym and skyrl alike), and the next minor.
+SKYRL_MINIMUM, SKYRL_BELOW = "0.4", "0.5"
+require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum=SKYRL_MINIMUM,
+        below=SKYRL_BELOW, distribution="skyrl-gym")
 
 from skyrl_gym.envs import register  # noqa: E402 - after the version check
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
@@ -198,8 +200,8 @@ def training_config(argv: list[str]) -> Any:
     SkyRL's validate_cfg, with t2sql's tool added to generator.chat_template_kwargs (SkyRL's generator
     renders with them) unless the command gave tools of its own. `trainer.override_entrypoint=...` (how
     SkyRL's main_base dispatches here) is dropped first: it is not a config field."""
-    skyrl_config = require("skyrl.train.config", framework="SkyRL", extra="skyrl", minimum="0.4", below="0.5",
-                           distribution="skyrl")
+    skyrl_config = require("skyrl.train.config", framework="SkyRL", extra="skyrl", minimum=SKYRL_MINIMUM,
+                           below=SKYRL_BELOW, distribution="skyrl")
     from skyrl.train.utils import validate_cfg
 
     overrides = [a for a in argv if not a.startswith("trainer.override_entrypoint=")]
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     (`skyrl[fsdp]` or `skyrl[megatron]`: Ray, vLLM, the trainer)."""
     cfg = training_config(sys.argv[1:] if argv is None else argv)
     require("skyrl.train.entrypoints.main_base", framework="SkyRL's trainer (skyrl[fsdp] or skyrl[megatron])",
-            extra="skyrl", minimum="0.4", below="0.5", distribution="skyrl")
+            extra="skyrl", minimum=SKYRL_MINIMUM, below=SKYRL_BELOW, distribution="skyrl")
     import ray
     from skyrl.train.utils.utils import initialize_ray
 

@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from t2sql import jsonl
+from t2sql.atomic import first_line, read_head
+from t2sql.chat_template import count_tokens
 from t2sql.data import convert
 from t2sql.databases import database_path
 from t2sql.episode import parsing, prompt, rollout
@@ -150,7 +152,7 @@ class SQLEnvironment:
         tokenizer = self.tokenizer
         if tokenizer is None:
             return None
-        return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+        return functools.partial(count_tokens, tokenizer)
 
     def _open_episode(self) -> Episode:
         if self.episode is None:
@@ -325,7 +327,7 @@ def train_dataset(source: str | os.PathLike, *, db_root: str | os.PathLike | Non
     task_rows = _task_rows(Path(source), db_root, recipe, split, given_preset=preset is not None)
     return datasets.Dataset.from_list([
         {"prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
-         ROW_COLUMN: jsonl.dumps(row, ensure_ascii=False, sort_keys=True),
+         ROW_COLUMN: rows.row_json(row),
          "question_id": str(row["metadata"]["question_id"])}
         for row in task_rows])
 
@@ -351,9 +353,8 @@ def _task_rows(source: Path, db_root: str | os.PathLike | None, recipe: str, spl
 
 
 def _holds_task_rows(path: Path) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(1 << 20)
-    return convert.is_converted(head) or rows.is_framework_jsonl(head.split(b"\n", 1)[0])
+    head = read_head(path)
+    return convert.is_converted(head) or rows.is_framework_jsonl(first_line(head))
 
 
 def _converted(questions: Path, db_root: str | os.PathLike, recipe: str, split: str) -> list[dict[str, Any]]:

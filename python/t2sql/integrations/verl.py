@@ -41,12 +41,13 @@ entry in an `agent_loop_config_path` YAML; later ones win. docs/verl.md has the 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
-from t2sql.chat_template import ChatTemplate
+from t2sql.chat_template import ChatTemplate, count_tokens
 from t2sql.episode import rollout
 from t2sql.episode.budget import Budget
 from t2sql.episode.machine import EpisodeResult
@@ -105,7 +106,7 @@ class SQLAgentLoop(AgentLoopBase):
         task = ctx.task(t2sql_row(kwargs))
         tokenizer = self.tokenizer
         episode = await ctx.episode_async(task, prompt=_messages(kwargs.get("raw_prompt")),
-                                          count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
+                                          count_tokens=functools.partial(count_tokens, tokenizer))
         prompt_messages = len(episode.messages)
         render = ChatTemplate(tokenizer, episode.tools, self.template_kwargs)
         trajectory = TokenTrajectory.start(render, episode.messages, Budget.of(ctx.preset))

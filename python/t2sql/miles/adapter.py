@@ -47,13 +47,14 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import functools
 import logging
 import sys
 from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from t2sql.chat_template import ChatTemplate
+from t2sql.chat_template import ChatTemplate, count_tokens
 from t2sql.episode import rollout
 from t2sql.episode.budget import Budget
 from t2sql.episode.machine import EpisodeResult
@@ -223,7 +224,7 @@ async def generate(input: Any) -> Any:  # noqa: A002 - miles calls the new form 
     tokenizer = state.tokenizer
     # A string prompt (--apply-chat-template) has no messages: the episode builds them (off the loop).
     episode = await ctx.episode_async(task, prompt=_prompt_messages(sample),
-                                      count_tokens=lambda s: len(tokenizer.encode(s, add_special_tokens=False)))
+                                      count_tokens=functools.partial(count_tokens, tokenizer))
     render = ChatTemplate(tokenizer, episode.tools, getattr(args, "apply_chat_template_kwargs", None))
     budget = Budget.of(ctx.preset, max_new_tokens=input.sampling_params.get("max_new_tokens"),
                        max_context_len=getattr(args, "rollout_max_context_len", None))
