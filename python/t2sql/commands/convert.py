@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
     parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
-                        help="the method for rows whose grading_method cannot be read (a bare 'subset'); "
+                        help="the method for rows whose grading_method cannot be read (e.g. 'subset,<,3'); "
                              "without it such a row fails the conversion")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 

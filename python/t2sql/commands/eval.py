@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
     add_temp_disk_argument(what, from_preset=True)
     what.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
-                      help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
+                      help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3'); "
                            "without it such a task is skipped with a line saying why")
 
     model = parser.add_argument_group("model endpoint")

@@ -167,8 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     accept_old_spelling(p, timeout, "--gold-timeout")
     p.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     p.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
-                   help="the method for tasks whose grading_method cannot be read (two BIRD-Verified train "
-                        "tasks say a bare 'subset'); without it they fail the conversion")
+                   help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3', in data "
+                        "of your own; the shipped task files need none); without it they fail the conversion")
     p.add_argument("--skip-model", action="store_true", help="prepare the data only")
     p.add_argument("--skip-data", action="store_true", help="prepare the checkpoint only")
     p.add_argument("--skip-disk-check", action="store_true")
