@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from t2sql.eval.results import data_sha256, format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
 from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import describe_methods, method_counts
+from t2sql.home import default_dir, describe_default_dir, made_default_dir
 from t2sql.tasks import sample_dir, sample_questions
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", default=None,
                            help="results jsonl, appended; rerun to resume (default: "
-                                "eval-<model or policy>-<preset>-<data>.jsonl under $T2SQL_HOME/eval, "
-                                "else ~/.local/share/t2sql/eval). Only a t2sql results file of the same run (policy, "
+                                "eval-<model or policy>-<preset>-<data>.jsonl under "
+                                f"{describe_default_dir('eval')}). Only a t2sql results file of the same run (policy, "
                                 "model, preset, sampling, the data's content) is resumed; any other existing file "
                                 "is refused")
     run_group.add_argument("--fresh", action="store_true",
@@ -81,22 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
 
 
-def results_home() -> Path:
-    """Where eval results go without --out: $T2SQL_HOME/eval, else $XDG_DATA_HOME/t2sql/eval,
-    else ~/.local/share/t2sql/eval. Never the current directory (nor a checkout's root)."""
-    if os.environ.get("T2SQL_HOME"):
-        return Path(os.environ["T2SQL_HOME"]) / "eval"
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "t2sql" / "eval"
-
-
 def default_out(who: str | None, preset_name: str, data: Path, data_sha256: str) -> str:
-    """<results_home>/eval-<model or policy>-<preset>-<data>-<its sha256, 8 digits>.jsonl: a rerun of
+    """<t2sql.home's eval folder>/eval-<model or policy>-<preset>-<data>-<its sha256, 8 digits>.jsonl: a rerun of
     the same command finds its own file and resumes it; two data files of one name do not meet."""
     parts = [who or "model", preset_name, data.stem if data.stem != "dev" else f"{data.parent.name}-dev",
              data_sha256[:8]]
     name = "eval-" + "-".join(re.sub(r"[^A-Za-z0-9._]+", "_", p).strip("_") for p in parts) + ".jsonl"
-    return str(results_home() / name)
+    return str(default_dir("eval") / name)  # never the current directory (nor a checkout's root)
 
 
 def describe_preset(preset: Preset, width: int = 100) -> str:
@@ -157,7 +148,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     if args.out is None:
         args.out = default_out(args.model if args.policy == "model" else args.policy, preset_name, Path(data),
                                digest)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # t2sql's own folder; --out's must exist
+        made_default_dir("eval")  # t2sql's own folder; --out's must exist
     log(f"t2sql eval: {len(loaded.tasks)} tasks from {data}"
         + (f" ({len(loaded.skipped)} rows skipped, listed above)" if loaded.skipped else "")
         + f" | policy {policy.name}"

@@ -27,6 +27,7 @@ from t2sql.data import convert as data
 from t2sql.download import bird
 from t2sql.errors import DataError, ForeignFilesError, LaunchError, cap_lines
 from t2sql.grading import describe_methods
+from t2sql.home import made_default_dir
 from t2sql.miles.checkpoint import convert_torch_dist, download_repo, is_complete, own_checkpoint_problems
 from t2sql.miles.flags import (
     CISPO_LOSS_PATH,
@@ -295,6 +296,8 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
                 "Run prepare on the training node, or pass --skip-model to prepare only the data."
             )
         import_miles_command_utils(c)
+    if getattr(args, "output_dir", None) is None:  # the default: made with its parents under $T2SQL_HOME
+        made_default_dir("train")
     check_output_dir(c.root, (c.data_dir, c.model_dir, c.cache_dir))
     outputs = split_outputs(c, args.splits, args.force) if not args.skip_data else {}
     if not args.skip_data and not args.data_release and not args.data_repo:
