@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "and maj@k (majority vote of the k answers by result; each task's vote is a line "
                            "of the results file)")
     what.add_argument("--preset", default=None,
-                      help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
+                      help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; named at the start, every field "
+                           "with --verbose")
     add_temp_disk_argument(what, from_preset=True)
     what.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                       help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3'); "
@@ -79,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 "results file is refused all the same)")
     run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    run_group.add_argument("--verbose", action="store_true", help="print the preset in full (every field) at the start")
 
 
 def default_out(who: str | None, preset_name: str, data: Path, data_sha256: str) -> str:
@@ -90,10 +92,15 @@ def default_out(who: str | None, preset_name: str, data: Path, data_sha256: str)
     return str(default_dir("eval") / name)  # never the current directory (nor a checkout's root)
 
 
-def describe_preset(preset: Preset, width: int = 100) -> str:
-    """The preset in full, as a few readable lines (every field, wrapped)."""
+def describe_preset(preset: Preset, *, verbose: bool = False, width: int = 100) -> str:
+    """The preset in one line (its name and the episode's shape), or in full with `verbose`: a few readable
+    lines, every field, wrapped."""
     import textwrap
 
+    if not verbose:
+        methods = (f"the task's method, else {preset.method}" if preset.honor_task_methods else preset.method)
+        return (f"preset {preset.name}: {preset.max_tool_calls} tool calls, {preset.max_turns} turns, graded by "
+                f"{methods} (every field: --verbose)")
     fields = preset.to_dict()
     name = fields.pop("name")
     body = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
@@ -155,7 +162,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         + (f" | model {args.model} at {args.endpoint}" if args.policy == "model" else ""))
     methods = method_counts(preset.method_for(t.grading_method) for t in loaded.tasks)
     log("grading methods: " + describe_methods(methods))
-    log(describe_preset(preset))
+    log(describe_preset(preset, verbose=args.verbose))
     log(f"results: {args.out}" + (" (starting over: --fresh)" if args.fresh and Path(args.out).exists() else
                                   " (resuming: it exists)" if Path(args.out).exists() else ""))
 
