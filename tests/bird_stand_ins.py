@@ -3,10 +3,11 @@ small SQLite database with a schema on which every gold query of that db_id prep
 empty), built from the golds themselves.
 
 How: SQLite is asked to compile each gold (`EXPLAIN`, nothing runs), and what it says is missing is added until
-every gold compiles. A column a gold qualifies (`T1.name`, `T1` an alias of one table in that gold) is placed
-on its table up front; one SQLite names unqualified, or through an alias of a subquery or a CTE, is tried on each
-table the gold names until SQLite's complaint changes; a guess that makes another gold ambiguous is taken back
-and not made again. Deterministic (the golds in file order) and fast (about a second for BIRD's 80 databases).
+every gold compiles. A column a gold qualifies with one table's alias (`T1.name`) goes on that table up front;
+one SQLite names unqualified, or through an alias of a subquery or a CTE, is tried on the tables the gold names
+(first the one named with it in most golds) until SQLite's complaint moves on; a guess that makes a gold
+ambiguous is taken back (the one whose loss leaves the fewest golds failing) and not made again. Deterministic
+(the golds in file order) and fast: about a second for BIRD's 80 databases. Needs SQLite 3.35 (DROP COLUMN).
 Used by the end-to-end prepare test (tests/test_prepare_bird.py); BIRD's data is never needed here."""
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class _Schema:
         self.refused: set[tuple[str, str]] = set()  # guesses taken back: never made again
 
     def tables(self) -> dict[str, str]:
-        return {r[0].lower(): r[0] for r in self.con.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        return {r[0].lower(): r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
     def columns(self, table: str) -> list[str]:
         return [r[1] for r in self.con.execute(f"PRAGMA table_info({_quote(table)})")]
