@@ -254,15 +254,17 @@ def documented_pip_installs(paths=DOCS) -> dict[str, list[str]]:
 
 def installs_run() -> set[str]:
     """The `pip install ...` lines .ci/run and tests/envs/*.sh run, as a user types them: `python3 -m pip` and
-    pip's --quiet are how a script runs them; `install_t2sql NAME` (tests/envs/common.sh) installs this checkout
-    with its NAME extra, which a user types as `pip install ".[NAME]"` in the clone."""
+    pip's --quiet are how a script runs them, and tests/envs/common.sh's `documented pip install ...` runs the
+    line as written from the checkout's root. (`install_t2sql NAME`, which that file had before `documented`,
+    installs this checkout with its NAME extra: `pip install ".[NAME]"` in the clone.)"""
     run = set()
     for path in RUNNERS:
         for line in path.read_text().splitlines():
             line = _without_comment(line).strip()
             if m := re.fullmatch(r"install_t2sql (\w+)", line):
                 run.add(f'pip install ".[{m.group(1)}]"')
-            line = re.sub(r"^(python3? -m |\"?\$VENV/bin/python\"? -m |\"?\$VENV/bin/)pip install", "pip install", line)
+            line = re.sub(r"^(documented |python3? -m |\"?\$VENV/bin/python\"? -m |\"?\$VENV/bin/)pip install",
+                          "pip install", line)
             line = re.sub(r" (--quiet|-q)\b", "", line)
             if line.startswith("pip install "):
                 run.add(re.sub(r"\s+", " ", PIP.match(line).group(0)).strip())
