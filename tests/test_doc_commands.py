@@ -85,7 +85,6 @@ NOT_RUN: dict[str, str] = {
     "t2sql-train prepare --output-dir /data/t2sql --data-release /data/my-release": _PREPARES_MODEL,
     "t2sql-train prepare --output-dir /data/t2sql --skip-model": _DOWNLOADS_BIRD,
     "t2sql-train prepare --output-dir /data/t2sql --splits arcwise --skip-model": _DOWNLOADS_BIRD,
-    "t2sql-train prepare --output-dir /data/t2sql --skip-model --grading-method-fallback set": _DOWNLOADS_BIRD,
     "t2sql-train train --output-dir /data/t2sql --wandb-project t2sql": _TRAINS,
     "t2sql-train train --output-dir /data/t2sql --wandb-project t2sql --wandb-team my-team": _TRAINS,
     "t2sql-train train --output-dir /data/t2sql --loss grpo": _TRAINS,
