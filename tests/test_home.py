@@ -54,7 +54,7 @@ def test_without_it_each_kind_goes_to_its_platform_place(clean_env, monkeypatch)
     assert home.default_dir("eval") == user / ".local" / "share" / "t2sql" / "eval"
     assert diskcache.cache_dir() == user / ".cache" / "t2sql" / "equivalence"
     assert home.default_dir("bench-grader") == Path(tempfile.gettempdir()) / "t2sql-bench"
-    assert TrainConfig(run_id="r").output_dir == "/root/t2sql"  # miles' image
+    assert TrainConfig(run_id="r").output_dir == str(user / "t2sql")  # /root/t2sql in miles' image
     monkeypatch.setenv("XDG_CACHE_HOME", str(clean_env / "xdg-cache"))
     assert diskcache.cache_dir() == clean_env / "xdg-cache" / "t2sql" / "equivalence"
     monkeypatch.setenv("T2SQL_HOME", "")  # empty is unset
@@ -88,5 +88,5 @@ def test_runs_with_t2sql_home_write_nothing_outside_it(tmp_path):
     assert (root / "bench" / "grader" / "bench_2000.sqlite").is_file()
     dry = run(*TRAIN, "train", "--dry-run", "--run-id", "r", "--miles-path", "/m", "--megatron-path", "/g")
     assert dry.returncode == 0, dry.stderr
-    assert f"{root / 'train' / 'checkpoints' / 'r'}" in dry.stdout and "/root/t2sql" not in dry.stdout
+    assert f"{root / 'train' / 'checkpoints' / 'r'}" in dry.stdout and str(tmp_path / "user" / "t2sql") not in dry.stdout
     assert list((tmp_path / "user").iterdir()) == [] and list((tmp_path / "cwd").iterdir()) == []

@@ -5,7 +5,7 @@ check's invariants and suites), bench/<suite>/ (benchmark tables, pairs and down
 output: models, data, the gold cache, checkpoints with the curriculum's state). Unset, each kind goes where the
 platform keeps it: results under $XDG_DATA_HOME/t2sql (~/.local/share/t2sql), caches under
 $XDG_CACHE_HOME/t2sql (~/.cache/t2sql), benchmark work in the system's temporary directory, and
-t2sql-train's output at /root/t2sql (miles' image). A flag or a more specific variable
+t2sql-train's output at ~/t2sql (/root/t2sql in miles' image). A flag or a more specific variable
 ($T2SQL_EQUIVALENCE_CACHE) always wins.
 """
 
@@ -30,7 +30,7 @@ _PLACES: dict[str, tuple[str, Callable[[], Path]]] = {
     "bench-grader": ("bench/grader", lambda: Path(tempfile.gettempdir()) / "t2sql-bench"),
     "bench-pairs": ("bench/pairs", lambda: Path(tempfile.gettempdir()) / "t2sql-bench-pairs"),
     "bench-download": ("bench/download", lambda: Path(tempfile.gettempdir())),
-    "train": ("train", lambda: Path("/root/t2sql")),
+    "train": ("train", lambda: Path.home() / "t2sql"),
 }
 KINDS = tuple(_PLACES)
 
