@@ -15,7 +15,8 @@ What they share is here:
   event loop per process, on a daemon thread, runs every episode coroutine.
 - `episode_record`: the episode record a framework keeps beside its sample.
 - `settings_from_env`: the rollout settings (t2sql.episode.rollout.RolloutSettings) from T2SQL_*
-  environment variables, for frameworks that build our class with no arguments or in a worker process.
+  environment variables, for frameworks that build our class with no arguments or in a worker process;
+  a bad value is a SettingsError (t2sql.errors) naming it.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import importlib
 import os
 import sys
 import threading
+from dataclasses import fields
 from importlib import metadata
 from types import ModuleType
 from typing import Any, Awaitable, Mapping, TypeVar
 
 from t2sql.episode.machine import EpisodeResult
-from t2sql.episode.rollout import RolloutSettings
-from t2sql.errors import AdapterError, T2sqlError
+from t2sql.episode.rollout import RolloutSettings, check_setting
+from t2sql.errors import AdapterError, SettingsError, T2sqlError
 
 T = TypeVar("T")
 
@@ -39,10 +41,6 @@ T = TypeVar("T")
 class FrameworkMissing(T2sqlError, ImportError):
     """A framework an integration needs is not installed, or not a version it was checked against.
     Its message is one line that names the extra to install; uncaught, it prints only that line."""
-
-
-class SettingsError(T2sqlError, ValueError):
-    """A T2SQL_* variable or an integration's setting that cannot be used."""
 
 
 # The environment variables settings_from_env reads: variable -> (RolloutSettings field, type).
@@ -56,13 +54,15 @@ SETTINGS_ENV: dict[str, tuple[str, type]] = {
     "T2SQL_GRADE_TIMEOUT_S": ("grade_timeout_s", float),
 }
 # The settings an integration takes by keyword (a framework's config): RolloutSettings' fields.
-SETTING_NAMES = frozenset(name for name, _ in SETTINGS_ENV.values()) | {"hash_databases"}
+SETTING_NAMES = frozenset(f.name for f in fields(RolloutSettings))
 
 
-def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any) -> RolloutSettings:
+def settings_from_env(environ: Mapping[str, str] | None = None, *, config: str = "",
+                      **overrides: Any) -> RolloutSettings:
     """The rollout settings named by T2SQL_* environment variables (SETTINGS_ENV), keyword overrides
-    winning (None leaves a field to the variable or the default). A value that does not read as its
-    type is a SettingsError naming the variable."""
+    winning (None leaves a field to the variable or the default). Each value is checked where it is read
+    (t2sql.episode.rollout.check_setting): a bad one is a one-line SettingsError naming the variable, or
+    the override as `config` + its name (`config`: where a framework's config keeps them, "t2sql.")."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for variable, (name, kind) in SETTINGS_ENV.items():
@@ -72,15 +72,14 @@ def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any
         try:
             value = kind(raw)
         except ValueError:
-            raise SettingsError(f"{variable}={raw!r} is not a{'n' if kind is int else ''} "
-                                f"{kind.__name__}; unset it or give one") from None
-        if kind is not str and value <= 0:
-            raise SettingsError(f"{variable}={raw!r} must be positive")
-        values[name] = value
+            what = {int: "a whole number", float: "a number"}.get(kind, kind.__name__)
+            raise SettingsError(f"{variable}={raw[:80]!r} is not {what}; unset it or give one") from None
+        values[name] = check_setting(name, value, variable, raw)
     unknown = sorted(set(overrides) - SETTING_NAMES)
     if unknown:
-        raise SettingsError(f"unknown t2sql setting(s) {', '.join(unknown)}; known: {', '.join(sorted(SETTING_NAMES))}")
-    values.update({k: v for k, v in overrides.items() if v is not None})
+        raise SettingsError(f"unknown t2sql setting(s) {', '.join(config + u for u in unknown)}; known: "
+                            f"{', '.join(sorted(SETTING_NAMES))}")
+    values.update({k: check_setting(k, v, config + k) for k, v in overrides.items() if v is not None})
     return RolloutSettings(**values)
 
 

@@ -64,6 +64,7 @@ from t2sql.integrations.rows import ENV_CLASS, t2sql_row  # noqa: E402
 log = logging.getLogger("t2sql.integrations.skyrl")
 
 ENTRY_POINT = "t2sql.integrations.skyrl:SQLEnv"
+ENV_CONFIG = f"environment.skyrl_gym.{ENV_CLASS}."  # where SkyRL's config keeps env_config: named in errors
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -81,7 +82,7 @@ def settings_of(env_config: Any) -> rollout.RolloutSettings:
         overrides = {str(k): v for k, v in env_config.items()}
     else:
         raise AdapterError(f"SQLEnv's env_config must be a mapping of t2sql settings, got {type(env_config).__name__}")
-    return settings_from_env(**overrides)
+    return settings_from_env(config=ENV_CONFIG, **overrides)
 
 
 def tool_chat_template_kwargs(**kwargs: Any) -> dict[str, Any]:

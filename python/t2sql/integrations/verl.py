@@ -85,7 +85,7 @@ def loop_settings(trainer_config: Any, loop_kwargs: Mapping[str, Any]) -> rollou
     if not isinstance(block, Mapping):
         raise SettingsError(f"verl's config key {CONFIG_KEY!r} must hold t2sql's settings "
                             f"(+{CONFIG_KEY}.recipe=... +{CONFIG_KEY}.db_root=...), not {block!r}")
-    return settings_from_env(**{**block, **loop_kwargs})
+    return settings_from_env(config=f"{CONFIG_KEY}.", **{str(k): v for k, v in {**block, **loop_kwargs}.items()})
 
 
 @_agent_loop.register(AGENT_NAME)
