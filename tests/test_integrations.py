@@ -38,7 +38,7 @@ def test_a_missing_framework_is_one_line_naming_the_extra():
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
-        'error: __main__ needs NoSuch >= 1.2 (not installed): pip install "t2sql[nosuch]"']
+        'error: __main__ needs NoSuch >= 1.2 (not installed): in the t2sql checkout, pip install ".[nosuch]"']
 
 
 INTEGRATIONS = sorted(m.name for m in pkgutil.iter_modules(integrations.__path__) if m.name != "rows")
@@ -56,7 +56,7 @@ def test_each_integration_without_its_framework_is_one_line_naming_its_extra(nam
         assert done.returncode == 1 and done.stdout == ""
         [line] = done.stderr.splitlines()
         assert line.startswith(f"error: t2sql.integrations.{name} needs ")
-        assert line.endswith(f'pip install "t2sql[{name}]"')
+        assert line.endswith(f'in the t2sql checkout, pip install ".[{name}]"')  # t2sql is not on PyPI
 
 
 def test_a_framework_of_another_version_is_one_line_with_the_version_found():
@@ -66,7 +66,8 @@ def test_a_framework_of_another_version_is_one_line_with_the_version_found():
                       "require('pytest', framework='pytest', extra='test', minimum='1', below='2')")
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        f'error: __main__ needs pytest >= 1, < 2 (found {installed.__version__}): pip install "t2sql[test]"']
+        f'error: __main__ needs pytest >= 1, < 2 (found {installed.__version__}): in the t2sql checkout, '
+        'pip install ".[test]"']
 
 
 def test_require_returns_the_module_when_the_version_is_in_range():

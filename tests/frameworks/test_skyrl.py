@@ -40,7 +40,7 @@ from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator  # noqa
 from skyrl.train.generators.utils import prepare_generator_input  # noqa: E402
 
 import t2sql.integrations.skyrl as skyrl_env  # noqa: E402
-from conftest import REPO, bird_root, child_env  # noqa: E402
+from conftest import REPO, bird_root, child_env, integration_help  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
 from loopback_model import xml_tool_call  # noqa: E402
 from t2sql.episode import rollout  # noqa: E402
@@ -402,3 +402,11 @@ def test_the_docs_command_parses_under_skyrls_own_config_and_checks(monkeypatch)
     assert cfg.generator.max_input_length + PRESET.max_turn_tokens == PRESET.max_context_tokens
     assert cfg.generator.chat_template_kwargs["tools"] == skyrl_env.tool_chat_template_kwargs()["tools"]
     assert cfg.environment.env_class == rows.ENV_CLASS
+
+
+def test_python_m_t2sql_integrations_skyrl_help_runs_cleanly_here():
+    """The entrypoint's --help in the framework's own environment (tests/envs/skyrl.sh, which also runs it with
+    only the documented install): its usage, exit 0, no traceback."""
+    done = integration_help("skyrl")
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "docs/skyrl.md" in done.stdout and "usage: python -m t2sql.integrations.skyrl KEY=VALUE" in done.stdout

@@ -27,7 +27,7 @@ pytest.importorskip("trl")
 
 import torch  # noqa: E402
 
-from conftest import BIRD_ROOT, REPO  # noqa: E402
+from conftest import BIRD_ROOT, REPO, integration_help  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
 from loopback_model import xml_tool_call  # noqa: E402
 from t2sql.episode import rollout  # noqa: E402
@@ -136,7 +136,11 @@ def test_the_documented_run_is_trl_1_16s(tmp_path):
     assert args.max_tool_calling_iterations == preset.max_turns - 1
     assert args.vllm_max_model_length == preset.max_context_tokens
     assert {k.arg for k in calls["GRPOTrainer"].keywords} <= set(inspect.signature(GRPOTrainer).parameters)
-    settings = {k.arg for k in calls["configured"].keywords} - {"tokenizer"}
+    configured = {k.arg: k.value for k in calls["configured"].keywords}
+    # The environment reads the model's tokens with the trainer's tokenizer and GRPOConfig's template kwargs.
+    assert ast.unparse(configured["chat_template_kwargs"]) == "args.chat_template_kwargs"
+    assert ast.unparse(configured["tokenizer"]) == "tokenizer"
+    settings = set(configured) - {"tokenizer", "chat_template_kwargs"}
     assert settings <= {f.name for f in dataclasses.fields(rollout.RolloutSettings)} | {"preset"}
     literal = {k.arg: ast.literal_eval(k.value) for k in calls["configured"].keywords
                if k.arg in ("preset", "concurrency")}
@@ -430,3 +434,11 @@ def test_without_the_tokenizer_the_reward_refuses_to_guess(dataset, settings):
     with pytest.raises(AdapterError, match=r"SQLEnvironment.configured\(tokenizer="):
         t2sql_trl.sql_reward([[{"role": "assistant", "content": "<solution>SELECT 1</solution>"}]],
                              environments=[env], completion_ids=[[1, 2]])
+
+
+def test_python_m_t2sql_integrations_trl_help_runs_cleanly_here():
+    """The entrypoint's --help in the framework's own environment (tests/envs/trl.sh, which also runs it with
+    only the documented install): its usage, exit 0, no traceback."""
+    done = integration_help("trl")
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "docs/trl.md" in done.stdout and "SQLEnvironment" in done.stdout

@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from verl_standins import ROUTING, LoopbackServer  # noqa: E402
 
-from conftest import REPO, bird_root  # noqa: E402
+from conftest import REPO, bird_root, integration_help  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
 from loopback_model import Conversation, LoopbackModel, Reply, TaskScript, expert_id  # noqa: E402
 
@@ -568,3 +568,11 @@ def test_the_rollout_through_ray_as_the_trainer_runs_it(qwen36_tokenizer, model_
         assert output.batch["rm_scores"][i][last].item() == pytest.approx(record["reward"])
         assert output.non_tensor_batch["outcome"][i] == record["outcome"]
     assert sorted(output.non_tensor_batch["outcome"]) == ["correct", "no_solution", "unsafe"]  # the drafts 0
+
+
+def test_python_m_t2sql_integrations_verl_help_runs_cleanly_here():
+    """The entrypoint's --help in the framework's own environment (tests/envs/verl.sh, which also runs it with
+    only the documented install): its usage, exit 0, no traceback."""
+    done = integration_help("verl")
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "docs/verl.md" in done.stdout and "SQLAgentLoop" in done.stdout

@@ -1,8 +1,10 @@
 """t2sql's episode inside other RL frameworks: one thin module per framework, each an optional extra.
 
-    t2sql.integrations.trl     TRL's GRPOTrainer (environment_factory, reward_funcs)   pip install "t2sql[trl]"
-    t2sql.integrations.verl    verl's agent loop, registered as "t2sql"                 pip install "t2sql[verl]"
-    t2sql.integrations.skyrl   SkyRL's text environment, registered as "t2sql"          pip install "t2sql[skyrl]"
+    t2sql.integrations.trl     TRL's GRPOTrainer (environment_factory, reward_funcs)   pip install ".[trl]"
+    t2sql.integrations.verl    verl's agent loop, registered as "t2sql"                 pip install ".[verl]"
+    t2sql.integrations.skyrl   SkyRL's text environment, registered as "t2sql"          pip install ".[skyrl]"
+
+(t2sql is installed from its checkout: each command runs in the checkout's root.)
 
 Each stands on the episode seam (t2sql.episode.rollout, the per-call episode API, the token trajectory)
 and holds only the framework's side: none has a token loop, prompt, reward or grading rule of its own.
@@ -11,6 +13,8 @@ writes) imports no framework.
 
 What they share is here:
 - `require`: a framework's module, or one line naming the extra to install (FrameworkMissing).
+- `module_help`: what `python -m t2sql.integrations.NAME --help` prints for an integration that is a
+  library a training script imports (TRL, verl), not a command.
 - `on_episode_loop`: the bridge for frameworks that call the environment synchronously (TRL, SkyRL): one
   event loop per process, on a daemon thread, runs every episode coroutine.
 - `episode_record`: the episode record a framework keeps beside its sample.
@@ -23,17 +27,19 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import os
 import sys
 import threading
 from dataclasses import fields
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Awaitable, Mapping, TypeVar
+from typing import Any, Awaitable, Mapping, Sequence, TypeVar
 
 from t2sql.episode.machine import EpisodeResult
 from t2sql.episode.rollout import RolloutSettings, check_setting
 from t2sql.errors import AdapterError, SettingsError, T2sqlError
+from t2sql.progress import closed_stdout_exit
 
 T = TypeVar("T")
 
@@ -96,18 +102,51 @@ def require(import_name: str, *, framework: str, extra: str, minimum: str, below
     distribution = distribution or import_name.split(".")[0]
     wanted = f">= {minimum}" + (f", < {below}" if below else "")
     caller = _calling_module()
+    install = install_command(extra)
     try:
         version = metadata.version(distribution)
     except metadata.PackageNotFoundError:
-        _fail(f"{caller} needs {framework} {wanted} (not installed): pip install \"t2sql[{extra}]\"")
+        _fail(f"{caller} needs {framework} {wanted} (not installed): {install}")
     if _release(version) < _release(minimum) or (below is not None and _release(version) >= _release(below)):
-        _fail(f"{caller} needs {framework} {wanted} (found {version}): pip install \"t2sql[{extra}]\"")
+        _fail(f"{caller} needs {framework} {wanted} (found {version}): {install}")
     try:
         return importlib.import_module(import_name)
     except ImportError as e:
         _fail(f"{caller} needs {framework} {wanted}; {distribution} {version} is installed but "
-              f"{import_name} does not import ({str(e).splitlines()[0] if str(e) else type(e).__name__}): "
-              f"pip install \"t2sql[{extra}]\"")
+              f"{import_name} does not import ({str(e).splitlines()[0] if str(e) else type(e).__name__}): {install}")
+
+
+def install_command(extra: str) -> str:
+    """The command that installs an extra, as it works: from the root of t2sql's checkout (t2sql is not on
+    PyPI; docs/NAME.md gives the same command)."""
+    return f'in the t2sql checkout, pip install ".[{extra}]"'
+
+
+def wants_help(argv: Sequence[str]) -> bool:
+    """Whether `python -m t2sql.integrations.NAME` was asked for its help (or given nothing to do)."""
+    return not argv or any(a in ("-h", "--help") for a in argv)
+
+
+def print_help(first_line: str, doc: str | None) -> int:
+    """An integration's --help: one line saying how it is used, then its module's documentation. The exit
+    code: 0, or 141 when the reader went away (`--help | head`), never a traceback."""
+    try:
+        print(f"{first_line}\n\n{inspect.cleandoc(doc or '')}", flush=True)
+    except BrokenPipeError:
+        return closed_stdout_exit()
+    return 0
+
+
+def module_help(argv: Sequence[str], doc: str | None, name: str) -> int:
+    """`python -m t2sql.integrations.NAME` of an integration a training script imports: with no argument or
+    -h/--help, its documentation (the module's doc) and the page to read, exit 0; anything else is one line
+    saying it is not a command, exit 2."""
+    if wants_help(argv):
+        return print_help(f"t2sql.integrations.{name}: imported by a training script, not a command "
+                          f"(docs/{name}.md)", doc)
+    print(f"error: t2sql.integrations.{name} is not a command (got {' '.join(argv)!r}); see --help or "
+          f"docs/{name}.md", file=sys.stderr)
+    return 2
 
 
 def _release(version: str) -> tuple[int, ...]:

@@ -43,7 +43,15 @@ import sys
 from dataclasses import asdict, is_dataclass
 from typing import Any, Mapping
 
-from t2sql.integrations import SETTINGS_ENV, episode_record, on_episode_loop, require, settings_from_env
+from t2sql.integrations import (
+    SETTINGS_ENV,
+    episode_record,
+    on_episode_loop,
+    print_help,
+    require,
+    settings_from_env,
+    wants_help,
+)
 
 # The release this was checked against (skyrl-gym and skyrl alike), and the next minor.
 SKYRL_MINIMUM, SKYRL_BELOW = "0.4", "0.5"
@@ -229,11 +237,15 @@ def run_experiment(cfg: Any, environ: Mapping[str, str]) -> None:
     BasePPOExp(cfg).run()
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`python -m t2sql.integrations.skyrl key=value ...`: SkyRL's main_base with the t2sql environment
     registered in the training task and the T2SQL_* settings carried there. Needs SkyRL's GPU stack
-    (`skyrl[fsdp]` or `skyrl[megatron]`: Ray, vLLM, the trainer)."""
-    cfg = training_config(sys.argv[1:] if argv is None else argv)
+    (`skyrl[fsdp]` or `skyrl[megatron]`: Ray, vLLM, the trainer). With -h/--help (or nothing), the usage."""
+    argv = sys.argv[1:] if argv is None else argv
+    if wants_help(argv):
+        return print_help("usage: python -m t2sql.integrations.skyrl KEY=VALUE ...  (SkyRL's config overrides, as "
+                          "its main_base takes them; docs/skyrl.md has the recipe's command)", __doc__)
+    cfg = training_config(argv)
     require("skyrl.train.entrypoints.main_base", framework="SkyRL's trainer (skyrl[fsdp] or skyrl[megatron])",
             extra="skyrl", minimum=SKYRL_MINIMUM, below=SKYRL_BELOW, distribution="skyrl")
     import ray
@@ -247,4 +259,4 @@ if __name__ == "__main__":
     # Imported under its own name, so that Ray pickles run_experiment by reference (not __main__'s copy).
     from t2sql.integrations.skyrl import main as _main
 
-    _main()
+    sys.exit(_main())

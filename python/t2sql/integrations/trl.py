@@ -50,6 +50,7 @@ import asyncio
 import functools
 import inspect
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -62,7 +63,7 @@ from t2sql.episode.machine import Episode, EpisodeResult
 from t2sql.episode.presets import OUTCOMES
 from t2sql.episode.rollout import RolloutContext, RolloutSettings
 from t2sql.errors import AdapterError, DataError
-from t2sql.integrations import on_episode_loop, require, rows, settings_from_env
+from t2sql.integrations import module_help, on_episode_loop, require, rows, settings_from_env
 from t2sql.tasks import release_dir
 
 require("trl", framework="TRL", extra="trl", minimum="1.16", below="2")
@@ -424,3 +425,7 @@ def _read_converted(path: Path, db_root: str | os.PathLike | None, recipe: str |
         for row in found:
             row["metadata"] = {**row["metadata"], "db_path": str(database_path(db_root, str(row["metadata"]["db_id"])))}
     return found
+
+
+if __name__ == "__main__":
+    sys.exit(module_help(sys.argv[1:], __doc__, "trl"))
