@@ -204,14 +204,23 @@ _register()
 # ----------------------------------------------------------------------- SkyRL's training entrypoint
 
 
+def _config_check() -> tuple[Any, Any]:
+    """SkyRL's config module and its validate_cfg: what the entrypoint runs before it starts Ray. A package
+    they import that is missing (skyrl 0.4.0 declares some only under its GPU extras) is one line naming the
+    install command, at --help already."""
+    config = require("skyrl.train.config", framework="SkyRL", extra="skyrl", minimum=SKYRL_MINIMUM,
+                     below=SKYRL_BELOW, distribution="skyrl")
+    utils = require("skyrl.train.utils", framework="SkyRL", extra="skyrl", minimum=SKYRL_MINIMUM,
+                    below=SKYRL_BELOW, distribution="skyrl")
+    return config, utils.validate_cfg
+
+
 def training_config(argv: list[str]) -> Any:
     """SkyRL's typed config from `key=value` overrides (SkyRLTrainConfig.from_cli_overrides), validated by
     SkyRL's validate_cfg, with t2sql's tool added to generator.chat_template_kwargs (SkyRL's generator
     renders with them) unless the command gave tools of its own. `trainer.override_entrypoint=...` (how
     SkyRL's main_base dispatches here) is dropped first: it is not a config field."""
-    skyrl_config = require("skyrl.train.config", framework="SkyRL", extra="skyrl", minimum=SKYRL_MINIMUM,
-                           below=SKYRL_BELOW, distribution="skyrl")
-    from skyrl.train.utils import validate_cfg
+    skyrl_config, validate_cfg = _config_check()
 
     overrides = [a for a in argv if not a.startswith("trainer.override_entrypoint=")]
     cfg = skyrl_config.SkyRLTrainConfig.from_cli_overrides(overrides)
@@ -243,6 +252,7 @@ def main(argv: list[str] | None = None) -> int | None:
     (`skyrl[fsdp]` or `skyrl[megatron]`: Ray, vLLM, the trainer). With -h/--help (or nothing), the usage."""
     argv = sys.argv[1:] if argv is None else argv
     if wants_help(argv):
+        _config_check()  # what the command needs before Ray imports: a missing package says so here
         return print_help("usage: python -m t2sql.integrations.skyrl KEY=VALUE ...  (SkyRL's config overrides, as "
                           "its main_base takes them; docs/skyrl.md has the recipe's command)", __doc__)
     cfg = training_config(argv)
