@@ -383,6 +383,14 @@ def test_env_config_overrides_the_t2sql_variables_and_bad_keys_are_named(monkeyp
     assert (settings.db_root, settings.concurrency, settings.recipe) == ("/elsewhere", 3, "bare")
     with pytest.raises(SettingsError, match="unknown t2sql setting"):
         skyrl_env.settings_of({"dbroot": "/x"})
+    # Each value is checked by type and range, named where SkyRL's config keeps it.
+    with pytest.raises(SettingsError, match=r"^environment\.skyrl_gym\.t2sql\.concurrency='8' must be a whole number"):
+        skyrl_env.settings_of({"concurrency": "8"})
+    with pytest.raises(SettingsError, match=r"^environment\.skyrl_gym\.t2sql\.tool_timeout_s=0 must be"):
+        skyrl_env.settings_of({"tool_timeout_s": 0})
+    monkeypatch.setenv("T2SQL_GRADER_CONCURRENCY", "5000")
+    with pytest.raises(SettingsError, match="^T2SQL_GRADER_CONCURRENCY='5000' must be"):
+        skyrl_env.SQLEnv({}, extras={})
 
 
 def test_the_docs_command_parses_under_skyrls_own_config_and_checks(monkeypatch):

@@ -527,6 +527,14 @@ def test_settings_come_from_the_environment_then_verls_config_then_the_loop_entr
         loop_settings(OmegaConf.create({"t2sql": {"preset": "bare"}}), {})
     with pytest.raises(SettingsError, match=r"\+t2sql\.recipe="):
         loop_settings(OmegaConf.create({"t2sql": "bare"}), {})
+    # Each value is checked by type and range, as verl's config hands it over (concurrency="8" was a
+    # TypeError, tool_timeout_s=0 was silently ignored).
+    with pytest.raises(SettingsError, match=r"^t2sql\.concurrency='8' must be a whole number from 1 to 1024"):
+        loop_settings(OmegaConf.create({"t2sql": {"concurrency": "8"}}), {})
+    with pytest.raises(SettingsError, match=r"^t2sql\.tool_timeout_s=0 must be a number of seconds above 0"):
+        loop_settings(OmegaConf.create({"t2sql": {"tool_timeout_s": 0}}), {})
+    with pytest.raises(SettingsError, match=r"^t2sql\.grade_timeout_s=inf must be"):
+        loop_settings(OmegaConf.create({"t2sql": {"grade_timeout_s": float("inf")}}), {})
 
 
 def test_the_rollout_through_ray_as_the_trainer_runs_it(qwen36_tokenizer, model_dir, data, tmp_path, monkeypatch):
