@@ -314,11 +314,12 @@ def _call_key(call: parsing.ToolCall) -> tuple[str | None, bool]:
 def sql_reward(completions: Sequence[Any], environments: Sequence[SQLEnvironment] | None = None,
                completion_ids: Sequence[Sequence[int]] | None = None, log_metric: Callable | None = None,
                log_extra: Callable | None = None, **kwargs: Any) -> list[float]:
-    """TRL reward function: ends each rollout's episode with the model's last message and returns the
-    recipe's reward (EpisodeResult.reward); logs the episodes' metrics through TRL's log_metric/log_extra."""
+    """TRL reward function: ends each rollout's episode on the turns the model sampled (decoded from
+    `completion_ids`, TRL's own ids of the completion) and returns the recipe's reward (EpisodeResult.reward);
+    logs the episodes' metrics through TRL's log_metric/log_extra."""
     if environments is None:
-        raise AdapterError("sql_reward scores SQLEnvironment rollouts: pass environment_factory=SQLEnvironment "
-                           "(or SQLEnvironment.configured(...)) to GRPOTrainer")
+        raise AdapterError("sql_reward scores SQLEnvironment rollouts: pass environment_factory="
+                           "SQLEnvironment.configured(tokenizer=..., chat_template_kwargs=...) to GRPOTrainer")
     if len(environments) != len(completions):
         raise AdapterError(f"sql_reward got {len(completions)} completions for {len(environments)} environments")
     if not all(isinstance(env, SQLEnvironment) for env in environments):
