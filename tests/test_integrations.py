@@ -289,7 +289,7 @@ def test_convert_split_name_is_one_file_name_inside_out_dir(tmp_path, converted,
     done = convert("--rows", str(converted), "--split-name", name, "--out-dir", str(out))
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert f"argument --split-name: {name!r} is not a split name" in done.stderr and "Traceback" not in done.stderr
-    assert list(tmp_path.iterdir()) == [] and not Path("/dev/null.jsonl").exists()
+    assert list(tmp_path.iterdir()) == []  # ../x went beside --out-dir; /dev/null went to /dev/null.jsonl
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device"])
