@@ -13,7 +13,7 @@ writes) imports no framework.
 
 What they share is here:
 - `require`: a framework's module, or one line naming the extra to install (FrameworkMissing).
-- `module_help`: what `python -m t2sql.integrations.NAME --help` prints for an integration that is a
+- `module_help`: what `python -m` of an integration prints for `--help` when the integration is a
   library a training script imports (TRL, verl), not a command.
 - `on_episode_loop`: the bridge for frameworks that call the environment synchronously (TRL, SkyRL): one
   event loop per process, on a daemon thread, runs every episode coroutine.
@@ -118,12 +118,12 @@ def require(import_name: str, *, framework: str, extra: str, minimum: str, below
 
 def install_command(extra: str) -> str:
     """The command that installs an extra, as it works: from the root of t2sql's checkout (t2sql is not on
-    PyPI; docs/NAME.md gives the same command)."""
+    PyPI; each framework's page in docs/ gives the same command)."""
     return f'in the t2sql checkout, pip install ".[{extra}]"'
 
 
 def wants_help(argv: Sequence[str]) -> bool:
-    """Whether `python -m t2sql.integrations.NAME` was asked for its help (or given nothing to do)."""
+    """Whether `python -m` of an integration was asked for its help (or given nothing to do)."""
     return not argv or any(a in ("-h", "--help") for a in argv)
 
 
@@ -138,7 +138,7 @@ def print_help(first_line: str, doc: str | None) -> int:
 
 
 def module_help(argv: Sequence[str], doc: str | None, name: str) -> int:
-    """`python -m t2sql.integrations.NAME` of an integration a training script imports: with no argument or
+    """`python -m` of an integration a training script imports (`name`: trl, verl): with no argument or
     -h/--help, its documentation (the module's doc) and the page to read, exit 0; anything else is one line
     saying it is not a command, exit 2."""
     if wants_help(argv):
