@@ -114,10 +114,6 @@ PREFIXED = ("python -m verl.trainer.main_ppo", "DATA=/data/t2sql/data\nT2SQL_PRE
 PIP_NOT_RUN: dict[str, str] = {
     'pip install ".[train]"': "torch's CUDA wheels (about 5 GB), for the GPU node; its other packages are in the "
                               "test extra",
-    'pip install "trl[deepspeed,vllm]==1.16.0"': "TRL's GPU stack (vLLM, DeepSpeed), for the GPU node",
-    'pip install "skyrl[megatron]==0.4.0"': "SkyRL's GPU stack (vLLM, Megatron), for the GPU node",
-    'pip install "t2sql[verl]"': "t2sql is not on PyPI: docs/verl.md is to say pip install \".[verl]\" from a clone "
-                                 "(issue 36, item 2)",
 }
 
 
@@ -254,14 +250,11 @@ def documented_pip_installs(paths=DOCS) -> dict[str, list[str]]:
 def installs_run() -> set[str]:
     """The `pip install ...` lines .ci/run and tests/envs/*.sh run, as a user types them: `python3 -m pip` and
     pip's --quiet are how a script runs them, and tests/envs/common.sh's `documented pip install ...` runs the
-    line as written from the checkout's root. (`install_t2sql NAME`, which that file had before `documented`,
-    installs this checkout with its NAME extra: `pip install ".[NAME]"` in the clone.)"""
+    line as written from the checkout's root."""
     run = set()
     for path in RUNNERS:
         for line in path.read_text().splitlines():
             line = _without_comment(line).strip()
-            if m := re.fullmatch(r"install_t2sql (\w+)", line):
-                run.add(f'pip install ".[{m.group(1)}]"')
             line = re.sub(r"^(documented |python3? -m |\"?\$VENV/bin/python\"? -m |\"?\$VENV/bin/)pip install",
                           "pip install", line)
             line = re.sub(r" (--quiet|-q)\b", "", line)
