@@ -55,15 +55,26 @@ ATTACKS: list[tuple[str, str, type | None]] = [
     ("release", "RELEASE s1", UnsafeQuery),
     ("analyze", "ANALYZE", UnsafeQuery),
     ("reindex", "REINDEX", UnsafeQuery),
-    ("explain", "EXPLAIN SELECT 1", UnsafeQuery),
+    ("explain_drop", "EXPLAIN DROP TABLE people", UnsafeQuery),
     ("two_statements", "SELECT 1; DROP TABLE people", UnsafeQuery),
-    ("two_selects", "SELECT 1; SELECT 2", UnsafeQuery),
+    ("typo_then_drop", "SELEC 1; DROP TABLE people", UnsafeQuery),
+    ("drop_missing_table", "DROP TABLE no_such_table", UnsafeQuery),
+    ("delete_missing_table", "WITH x AS (SELECT 1) DELETE FROM no_such_table", UnsafeQuery),
+    ("pragma_unknown", "PRAGMA no_such_pragma", UnsafeQuery),
     ("statement_after_comment", "SELECT 1 /* c */ ; -- x\n DELETE FROM people", UnsafeQuery),
-    ("nul_then_statement", "SELECT 1\x00; DROP TABLE people", UnsafeQuery),
-    ("empty", "", UnsafeQuery),
-    ("whitespace", "   \n\t ", UnsafeQuery),
-    ("comment_only", "-- nothing here", UnsafeQuery),
-    ("semicolons_only", ";;", UnsafeQuery),
+    # What SQLite cannot parse, or what is not one query though it writes nothing: the query's error.
+    ("syntax_error", "SELEC 1", SqlError),
+    ("typo_inside_with", "WITH x AS (SELEC 1) SELECT * FROM x", SqlError),
+    ("select_then_typo", "SELECT 1; SELEC 2", SqlError),
+    ("incomplete", "SELECT (1", SqlError),
+    ("explain", "EXPLAIN SELECT 1", SqlError),
+    ("explain_query_plan", "EXPLAIN QUERY PLAN SELECT * FROM people", SqlError),
+    ("two_selects", "SELECT 1; SELECT 2", SqlError),
+    ("nul_then_statement", "SELECT 1\x00; DROP TABLE people", SqlError),
+    ("empty", "", SqlError),
+    ("whitespace", "   \n\t ", SqlError),
+    ("comment_only", "-- nothing here", SqlError),
+    ("semicolons_only", ";;", SqlError),
     ("endless_recursive_cte", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
      QueryTimeout),
     ("billions_cross_join",
@@ -82,7 +93,6 @@ ATTACKS: list[tuple[str, str, type | None]] = [
     ("oversized_sql", "SELECT 1" + " " * 200_000, SqlError),
     ("many_unions", " UNION ALL ".join(["SELECT 1"] * 1000), SqlError),
     ("missing_table", "SELECT * FROM no_such_table", SqlError),
-    ("syntax_error", "SELEC 1", UnsafeQuery),
     ("json_each_is_fine", "SELECT value FROM json_each('[1,2,3]')", None),
     ("schema_read_is_fine", "SELECT name FROM sqlite_master WHERE type = 'table'", None),
     ("plain_select", "SELECT name FROM people ORDER BY id", None),
@@ -153,8 +163,15 @@ def test_unsafe_message_names_what_was_refused(sandbox):
         db.run_tool("SELECT * FROM pragma_table_info('people')")
     with pytest.raises(UnsafeQuery, match="DROP"):
         db.run_tool("DROP TABLE people")
-    with pytest.raises(UnsafeQuery, match="more than one statement"):
+    with pytest.raises(UnsafeQuery, match="DROP"):
+        db.run_tool("SELECT 1; DROP TABLE people")
+    # Not one query, but nothing that writes: SQLite's message, or the policy's, as an SQL error.
+    with pytest.raises(SqlError, match="more than one statement"):
         db.run_tool("SELECT 1; SELECT 2")
+    with pytest.raises(SqlError, match='near "SELEC": syntax error'):
+        db.run_tool("SELEC count(*) FROM people")
+    assert db.grade("SELEC count(*) FROM people", "SELECT count(*) FROM people").outcome == "pred_error"
+    assert db.grade("DROP TABLE no_such_table", "SELECT count(*) FROM people").outcome == "unsafe"
 
 
 def test_invalid_utf8_is_a_typed_error(sandbox):
