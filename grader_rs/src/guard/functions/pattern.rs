@@ -159,15 +159,11 @@ fn compare(
         let (kind, resume, started) = search.as_mut().expect("a live search");
         match kind {
             Search::Byte { stops, next } => {
-                // strcspn for either stop byte, then one byte past it.
+                // strcspn for either stop byte (a NUL ends the string), then one byte past it.
                 let rest = string.get(*resume..).unwrap_or(&[]);
-                let found = if stops[0] == stops[1] {
-                    memchr::memchr(stops[0], rest)
-                } else {
-                    memchr::memchr2(stops[0], stops[1], rest)
-                };
+                let found = memchr::memchr3(stops[0], stops[1], 0, rest);
                 ticker.spend(found.map_or(rest.len(), |k| k + 1) as u64)?;
-                let Some(k) = found else {
+                let Some(k) = found.filter(|&k| rest[k] != 0) else {
                     return Ok(Outcome::NoWildcardMatch);
                 };
                 *resume += k + 1;
@@ -200,6 +196,7 @@ fn compare(
 }
 
 /// One run of `patternCompare`'s main loop from pattern position `p` and string position `s`.
+#[inline]
 fn attempt(
     pattern: &[u8],
     string: &[u8],
@@ -210,6 +207,7 @@ fn attempt(
     ticker: &mut Ticker<'_>,
 ) -> Result<Attempt, Stopped> {
     loop {
+        // One unit per pattern character: each reads at most one character of the string.
         ticker.spend(1)?;
         let mut c = utf8_read(pattern, p);
         if c == 0 {
@@ -228,7 +226,6 @@ fn attempt(
                     continue;
                 }
                 if c == rules.one && rules.one != 0 {
-                    ticker.spend(1)?;
                     if utf8_read(string, s) == 0 {
                         return Ok(Attempt::Done(Outcome::NoWildcardMatch));
                     }
@@ -277,7 +274,6 @@ fn attempt(
                 continue;
             }
         }
-        ticker.spend(1)?;
         let c2 = utf8_read(string, s);
         if c == c2 {
             continue;

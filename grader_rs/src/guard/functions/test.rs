@@ -369,3 +369,40 @@ fn functions_sqlite_does_not_replace_are_its_own() {
         assert!(builtin.iter().any(|(b, bn, _)| b == name && bn == n));
     }
 }
+
+#[test]
+#[ignore = "a timing probe, run by hand: cargo test --release -- --ignored --nocapture speed"]
+fn speed_against_the_builtins() {
+    let conns = pair(&[]);
+    for conn in [&conns.0, &conns.1] {
+        conn.execute_batch(
+            "CREATE TABLE t(d TEXT); WITH RECURSIVE n(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM n \
+             WHERE x < 999999) INSERT INTO t SELECT printf('row-%08d', x) FROM n;",
+        )
+        .unwrap();
+    }
+    for q in [
+        "SELECT count(*) FROM t WHERE d LIKE '%0012345%'",
+        "SELECT count(*) FROM t WHERE d LIKE 'ROW-0001%'",
+        "SELECT count(*) FROM t WHERE d GLOB '*12[3-5]4*'",
+        "SELECT count(*) FROM t WHERE instr(d, '999') > 0",
+        "SELECT sum(length(replace(d, '0', 'xy'))) FROM t",
+        "SELECT sum(length(trim(d, 'row-'))) FROM t",
+        "SELECT count(*) FROM t WHERE d > 'row-00500000'",
+    ] {
+        let mut best = [f64::MAX; 2];
+        for _ in 0..5 {
+            for (k, conn) in [&conns.0, &conns.1].iter().enumerate() {
+                let t = std::time::Instant::now();
+                let _: i64 = conn.query_row(q, [], |r| r.get(0)).unwrap();
+                best[k] = best[k].min(t.elapsed().as_secs_f64());
+            }
+        }
+        println!(
+            "{q}: builtin {:.1} ms, replaced {:.1} ms ({:.2}x)",
+            best[0] * 1e3,
+            best[1] * 1e3,
+            best[1] / best[0]
+        );
+    }
+}
