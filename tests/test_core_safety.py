@@ -479,3 +479,103 @@ def test_a_heap_limit_chosen_before_the_first_open_is_kept():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "123456789"
+
+
+# ---- the deadline inside one built-in call: the replacements of grader_rs/src/guard/functions/
+
+LIMIT = 16 * 1024 * 1024 - 1  # the longest value a query may make (SQLite's LENGTH limit, 16 MiB)
+FUNCTION_DEADLINE_S = 1.0
+HALF = LIMIT // 2
+
+
+def _rep(n: int, ch: str) -> str:
+    return f"printf('%.*c', {n}, '{ch}')"
+
+
+A, B = _rep(LIMIT, "a"), _rep(HALF, "b")
+# name -> (a query whose one call SQLite's built-in runs for minutes to days at the value limit,
+#          its answer when the replacement finishes it, or None when it must stop at the deadline)
+LONG_CALLS: dict[str, tuple[str, object]] = {
+    # linear now: they finish
+    "instr": (f"SELECT instr({A}, {_rep(HALF, 'a')} || 'b')", 0),
+    "instr_counts_characters": (  # N/4 two-byte characters, then a run of 'a' that ends in the needle
+        f"SELECT instr(replace({_rep(LIMIT // 4, 'x')}, 'x', 'é') || {_rep(HALF - 1, 'a')} || 'b', "
+        f"{_rep(LIMIT // 4, 'a')} || 'b')", LIMIT // 4 + (HALF - 1 - LIMIT // 4) + 1),
+    "instr_blobs": (f"SELECT instr(CAST({A} AS BLOB), CAST({_rep(HALF, 'a')} || 'b' AS BLOB))", 0),
+    "replace": (f"SELECT length(replace({A}, {_rep(HALF, 'a')} || 'b', 'x'))", LIMIT),
+    "trim_ascii_set": (f"SELECT length(trim({A}, {_rep(LIMIT - 1, 'b')} || 'a'))", 0),
+    "unhex_ascii_set": (f"SELECT length(unhex({_rep(LIMIT, 'g')}, {_rep(LIMIT - 1, 'h')} || 'g'))", 0),
+    # the string's length times the pattern's (the pattern limit is 10,000 bytes): they stop
+    "like": (f"SELECT {A} LIKE '%' || {_rep(9990, 'a')} || 'b'", None),
+    "like_escape": (f"SELECT {A} LIKE '%' || {_rep(9990, 'a')} || '!%' ESCAPE '!'", None),
+    "not_like": (f"SELECT {A} NOT LIKE '%' || {_rep(9990, 'a')} || 'b'", None),
+    "glob": (f"SELECT {A} GLOB '*' || {_rep(9990, 'a')} || 'b'", None),
+    "glob_class": (f"SELECT {A} GLOB '*[' || {_rep(9990, 'b')} || ']x'", None),
+    # a set with characters of more than one byte is looked through in SQLite's order: they stop
+    "trim_wide_set": (f"SELECT length(trim({A}, replace({B}, 'b', 'é') || 'a'))", None),
+    "ltrim_wide_set": (f"SELECT length(ltrim({A}, replace({B}, 'b', 'é') || 'a'))", None),
+    "rtrim_wide_set": (f"SELECT length(rtrim({A}, replace({B}, 'b', 'é') || 'a'))", None),
+    "unhex_wide_set": (f"SELECT length(unhex(replace({_rep(HALF, 'x')}, 'x', 'é'), replace({B}, 'b', 'ü') || 'é'))",
+                       None),
+}
+
+
+def _within(seconds: float, call):
+    """call() in a thread, waited for `seconds`: a call that outruns its deadline fails the test at
+    once instead of holding it for the minutes SQLite's own built-in would take."""
+    done: list = []
+
+    def run():
+        try:
+            done.append(("ok", call()))
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            done.append(("error", e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running {seconds:.1f}s after it started: the deadline did not hold")
+    return done[0], time.monotonic() - start
+
+
+@pytest.mark.parametrize("name", list(LONG_CALLS))
+def test_a_long_built_in_call_ends_within_its_deadline_on_the_tool_path(sandbox, name):
+    _, db_path = sandbox
+    sql, answer = LONG_CALLS[name]
+    db = Database(str(db_path))
+    (how, got), elapsed = _within(FUNCTION_DEADLINE_S + 0.5, lambda: db.run_tool(
+        sql, ToolLimits(timeout_s=FUNCTION_DEADLINE_S)))
+    if answer is None:
+        assert how == "error" and isinstance(got, QueryTimeout), got
+    else:
+        assert how == "ok" and got.rows == [(answer,)], got
+    assert elapsed < FUNCTION_DEADLINE_S + 0.5
+    assert db.run_tool("SELECT count(*) FROM people").rows == [(200,)]
+
+
+@pytest.mark.parametrize("name", list(LONG_CALLS))
+def test_a_long_built_in_call_ends_within_its_deadline_on_the_grade_path(sandbox, name):
+    _, db_path = sandbox
+    sql, answer = LONG_CALLS[name]
+    db = Database(str(db_path))
+    gold = f"SELECT {answer!r}" if answer is not None else "SELECT 1"
+    (how, verdict), elapsed = _within(FUNCTION_DEADLINE_S + 0.5, lambda: db.grade(
+        sql, gold, GradeSpec(timeout_s=FUNCTION_DEADLINE_S)))
+    assert how == "ok", verdict
+    assert verdict.outcome == ("pred_timeout" if answer is None else "match"), verdict
+    assert elapsed < FUNCTION_DEADLINE_S + 0.5
+
+
+def test_a_cancel_stops_a_long_built_in_call(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    token = Cancel()
+    sql, _ = LONG_CALLS["like"]
+    timer = threading.Timer(0.5, token.cancel)
+    timer.start()
+    (how, got), elapsed = _within(1.5, lambda: db.run_tool(sql, ToolLimits(timeout_s=60), cancel=token))
+    timer.join()
+    assert how == "error" and isinstance(got, QueryCancelled), got
+    assert elapsed < 1.0
