@@ -27,7 +27,50 @@ thread_local! {
 /// The thread's connection and its prepared statements (finalized before it closes).
 struct Own {
     conn: Connection,
-    statements: HashMap<String, *mut ffi::sqlite3_stmt>,
+    statements: HashMap<Shape, *mut ffi::sqlite3_stmt>,
+}
+
+/// What a statement of the own connection runs: fixed SQL of the core's, or a built-in called
+/// with `args` arguments, the ones listed carrying their subtype (argument index, subtype).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(super) enum Shape {
+    Sql(&'static str),
+    Call {
+        name: &'static str,
+        args: usize,
+        subtypes: Vec<(usize, u32)>,
+    },
+}
+
+impl Shape {
+    /// `SELECT name(?1, ...)`: an argument with a subtype S is `t2sql_subtype(?N, S)`, so the
+    /// built-in reads it as it would have read the caller's (JSON text from another JSON function
+    /// has 'J').
+    fn sql(&self) -> String {
+        let (name, args, subtypes) = match self {
+            Shape::Sql(sql) => return sql.to_string(),
+            Shape::Call {
+                name,
+                args,
+                subtypes,
+            } => (name, *args, subtypes),
+        };
+        let mut sql = format!("SELECT {name}(");
+        for n in 1..=args {
+            if n > 1 {
+                sql.push_str(", ");
+            }
+            match subtypes.iter().find(|(i, _)| *i + 1 == n) {
+                Some((_, subtype)) => sql.push_str(&format!(
+                    "{}(?{n}, {subtype})",
+                    SUBTYPE_FN.to_str().unwrap_or_default()
+                )),
+                None => sql.push_str(&format!("?{n}")),
+            }
+        }
+        sql.push(')');
+        sql
+    }
 }
 
 impl Own {
@@ -53,10 +96,11 @@ impl Own {
         })
     }
 
-    fn statement(&mut self, sql: &str) -> Result<*mut ffi::sqlite3_stmt, Failure> {
-        if let Some(stmt) = self.statements.get(sql) {
+    fn statement(&mut self, shape: &Shape) -> Result<*mut ffi::sqlite3_stmt, Failure> {
+        if let Some(stmt) = self.statements.get(shape) {
             return Ok(*stmt);
         }
+        let sql = shape.sql();
         if self.statements.len() >= KEPT_STATEMENTS {
             self.finalize_all();
         }
@@ -76,7 +120,7 @@ impl Own {
         if rc != ffi::SQLITE_OK || stmt.is_null() {
             return Err(Failure::of(db, rc));
         }
-        self.statements.insert(sql.to_string(), stmt);
+        self.statements.insert(shape.clone(), stmt);
         Ok(stmt)
     }
 
@@ -142,12 +186,11 @@ impl Failure {
     }
 }
 
-/// Run `sql` (one `SELECT` of one column, with `?1`, `?2`, ... for `args`) on the thread's own
+/// Run `shape` (one `SELECT` of one column, with `?1`, `?2`, ... for `args`) on the thread's own
 /// connection under a LENGTH limit of `length`, and hand its value to `then` (valid only inside
-/// it) or the error. An argument with a subtype keeps it when `sql` names it as `{N}` for `?N`
-/// (see `placeholder`).
+/// it) or the error.
 pub(super) fn run<R>(
-    sql: &str,
+    shape: &Shape,
     args: &[*mut ffi::sqlite3_value],
     length: usize,
     then: impl FnOnce(Result<*mut ffi::sqlite3_value, Failure>) -> R,
@@ -167,7 +210,7 @@ pub(super) fn run<R>(
                 message: CString::default(),
             }));
         };
-        let stmt = match own.statement(sql) {
+        let stmt = match own.statement(shape) {
             Ok(stmt) => stmt,
             Err(failure) => return then(Err(failure)),
         };
@@ -248,33 +291,24 @@ unsafe fn bind_all(
     Ok(())
 }
 
-/// `?N`, or `t2sql_subtype(?N, S)` when the argument has a subtype S (JSON text from another JSON
-/// function has 'J'): the built-in then reads it as it would have read the caller's argument.
-pub(super) fn placeholder(n: usize, v: *mut ffi::sqlite3_value) -> String {
-    // SAFETY: a protected value of the caller's current call.
-    let (kind, subtype) = unsafe { (ffi::sqlite3_value_type(v), ffi::sqlite3_value_subtype(v)) };
-    if subtype == 0 || kind == ffi::SQLITE_NULL {
-        format!("?{n}")
-    } else {
-        format!(
-            "{}(?{n}, {subtype})",
-            SUBTYPE_FN.to_str().unwrap_or_default()
-        )
-    }
-}
-
 /// The built-in `name` called with the caller's arguments, its result or error made the call's.
-pub(super) fn forward(call: &Call, name: &str, args: &[*mut ffi::sqlite3_value]) {
-    let mut sql = format!("SELECT {name}(");
+pub(super) fn forward(call: &Call, name: &'static str, args: &[*mut ffi::sqlite3_value]) {
+    let mut subtypes = Vec::new();
     for (i, &v) in args.iter().enumerate() {
-        if i > 0 {
-            sql.push_str(", ");
+        // SAFETY: a protected value of the caller's current call.
+        let (kind, subtype) =
+            unsafe { (ffi::sqlite3_value_type(v), ffi::sqlite3_value_subtype(v)) };
+        if subtype != 0 && kind != ffi::SQLITE_NULL {
+            subtypes.push((i, subtype));
         }
-        sql.push_str(&placeholder(i + 1, v));
     }
-    sql.push(')');
+    let shape = Shape::Call {
+        name,
+        args: args.len(),
+        subtypes,
+    };
     run(
-        &sql,
+        &shape,
         args,
         call.limit(ffi::SQLITE_LIMIT_LENGTH),
         |outcome| match outcome {

@@ -20,7 +20,7 @@ use std::ffi::{c_int, CString};
 
 use rusqlite::ffi;
 
-use super::builtin::{self, Failure};
+use super::builtin::{self, Failure, Shape};
 use super::{c_string, guarded, Call, Stopped, Ticker};
 
 /// `json_extract`, `json_remove`: each path after the document is a pass over it.
@@ -151,34 +151,39 @@ pub(super) unsafe extern "C" fn pretty(
         };
         // The canonical text may be longer than the document (JSONB renders up to 6x): the own
         // connection's limit is the largest, and the laid-out text is checked against `limit`.
-        builtin::run("SELECT json(?1)", &args[..1], usize::MAX, |outcome| {
-            let text = match outcome {
-                Err(failure) => return failure.report(call),
-                // SAFETY: the own statement's value, read before it is reset.
-                Ok(v) => match unsafe { super::text_of(v) } {
-                    None if unsafe { ffi::sqlite3_value_type(v) } == ffi::SQLITE_NULL => return,
-                    None => return call.result_nomem(),
-                    Some(text) => text,
-                },
-            };
-            let mut ticker = Ticker::new(&call.data().control);
-            match lay_out(text, &indent, limit, &mut ticker) {
-                Ok(Some(out)) => call.result_text(&out),
-                Ok(None) => call.result_toobig(),
-                Err(Halt::TooDeep) => call.result_error(c"JSON nested too deep"),
-                Err(Halt::Malformed) => call.result_error(c"malformed JSON"),
-                Err(Halt::Stopped) => call.result_stopped(),
-            }
-        })
+        builtin::run(
+            &Shape::Sql("SELECT json(?1)"),
+            &args[..1],
+            usize::MAX,
+            |outcome| {
+                let text = match outcome {
+                    Err(failure) => return failure.report(call),
+                    // SAFETY: the own statement's value, read before it is reset.
+                    Ok(v) => match unsafe { super::text_of(v) } {
+                        None if unsafe { ffi::sqlite3_value_type(v) } == ffi::SQLITE_NULL => return,
+                        None => return call.result_nomem(),
+                        Some(text) => text,
+                    },
+                };
+                let mut ticker = Ticker::new(&call.data().control);
+                match lay_out(text, &indent, limit, &mut ticker) {
+                    Ok(Some(out)) => call.result_text(&out),
+                    Ok(None) => call.result_toobig(),
+                    Err(Halt::TooDeep) => call.result_error(c"JSON nested too deep"),
+                    Err(Halt::Malformed) => call.result_error(c"malformed JSON"),
+                    Err(Halt::Stopped) => call.result_stopped(),
+                }
+            },
+        )
     })
 }
 
 /// Whether SQLite takes `v` (a blob) for JSONB that is not well-formed: its superficial check
 /// passes and its strict one does not.
 fn malformed_jsonb(v: *mut ffi::sqlite3_value, limit: usize) -> bool {
-    let sql = "SELECT json_valid(?1, 4) AND NOT json_valid(?1, 8)";
+    let sql = Shape::Sql("SELECT json_valid(?1, 4) AND NOT json_valid(?1, 8)");
     builtin::run(
-        sql,
+        &sql,
         &[v],
         limit,
         |outcome: Result<_, Failure>| match outcome {
