@@ -74,7 +74,19 @@ TERM_NAME = "equivalence"
 async def check_trajectory(trajectory: Trajectory, preset: Preset) -> EquivalenceReport:
     """The report for a finished episode (a t2sql.episode.reward.Trajectory): on the episode's
     Grader, under its concurrency limit; a trajectory built without one is checked on a thread
-    of its own."""
+    of its own. It never raises but for the episode's own cancellation: a check the Grader could
+    not run (its worker lost, the Grader closing) is a report that says so."""
+    try:
+        return await _check_trajectory(trajectory, preset)
+    except asyncio.CancelledError:
+        raise
+    except t2sql.DatabaseError as e:
+        return skipped("database_error", str(e))
+    except Exception as e:  # the reward goes on; the report says what happened
+        return skipped("check_error", f"{type(e).__name__}: {e}"[:500])
+
+
+async def _check_trajectory(trajectory: Trajectory, preset: Preset) -> EquivalenceReport:
     if trajectory.outcome != "correct":
         return skipped("not_correct")
     task = trajectory.task
