@@ -109,21 +109,34 @@ def wait_for(event_wait: Callable[[float], bool]) -> None:
 # What one object costs, roughly (CPython 3.11, 64-bit): enough that many small entries count.
 _OBJECT_BYTES = 56
 _SLOT_BYTES = 8
+_NUMBER_BYTES = 32
+_SCALARS = (int, float, bool, type(None))
 
 
 def approx_bytes(value: Any, depth: int = 0) -> int:
     """About how many bytes `value` holds (str, bytes, numbers, None, and tuples, lists, sets and dicts
     of them; anything else counts as one object). Deep nesting past 32 levels counts as one object
-    each: the check's values are rows, keys and small records."""
-    if isinstance(value, (str, bytes)):
+    each: the check's values are rows, keys and small records. Fast on rows (flat tuples of scalars):
+    the caches count every entry they take."""
+    kind = type(value)
+    if kind is str or kind is bytes:
         return _OBJECT_BYTES + len(value)
-    if value is None or isinstance(value, (int, float, bool)):
-        return 32
+    if kind in _SCALARS:
+        return _NUMBER_BYTES
     if depth >= 32:
         return _OBJECT_BYTES
-    if isinstance(value, dict):
+    if kind is tuple or kind is list or kind is set or kind is frozenset:
+        total = _OBJECT_BYTES + _SLOT_BYTES * len(value)
+        for v in value:
+            k = type(v)
+            if k is str or k is bytes:
+                total += _OBJECT_BYTES + len(v)
+            elif k in _SCALARS:
+                total += _NUMBER_BYTES
+            else:
+                total += approx_bytes(v, depth + 1)
+        return total
+    if kind is dict:
         return _OBJECT_BYTES + sum(2 * _SLOT_BYTES + approx_bytes(k, depth + 1) + approx_bytes(v, depth + 1)
                                    for k, v in value.items())
-    if isinstance(value, (tuple, list, set, frozenset)):
-        return _OBJECT_BYTES + sum(_SLOT_BYTES + approx_bytes(v, depth + 1) for v in value)
     return _OBJECT_BYTES

@@ -142,6 +142,7 @@ class EquivalenceReport:
     databases: int = 0  # small databases tried
     informative: int = 0  # of them, those where both queries ran and nothing made the verdict uncertain
     detail: str = ""
+    refused: int = 0  # small databases the schema's constraints refused (not tried)
     elapsed_s: float = 0.0
 
     def to_metrics(self) -> dict[str, Any]:
@@ -377,7 +378,7 @@ class EquivalenceChecker:
                     informative += 1
                 elif detail == NONDETERMINISTIC:
                     return done(skipped_reason="nondeterministic", databases=tried, informative=informative,
-                                detail=detail)
+                                refused=refused, detail=detail)
                 elif verdict == "uncertain":
                     uncertain.append(detail)
                 else:
@@ -388,24 +389,24 @@ class EquivalenceChecker:
                     if smallest is not trial:
                         smallest.prepared.close()
                     return done(checked=True, refuted=True, witness=witness, databases=tried,
-                                informative=informative + 1, detail=witness.detail)
+                                informative=informative + 1, refused=refused, detail=witness.detail)
         except BudgetSpent:
             out_of_time = True  # past the deadline no further small database is tried
         finally:
             for p in fresh:
                 p.close()
         if informative:
-            return done(checked=True, databases=tried, informative=informative)
+            return done(checked=True, databases=tried, informative=informative, refused=refused)
         if out_of_time:
-            return done(skipped_reason="budget", databases=tried,
+            return done(skipped_reason="budget", databases=tried, refused=refused,
                         detail=f"the check's budget of {config.budget_s:g}s ran out before a small database told")
         if refused and not tried:
-            return done(skipped_reason="constraint", databases=refused,
+            return done(skipped_reason="constraint", refused=refused,
                         detail=f"the schema's constraints refused all {refused} small databases built")
         why = "; ".join(dict.fromkeys(uncertain)) or "no small database could be built"
         if refused:
             why += f" ({refused} more refused by the schema's constraints)"
-        return done(skipped_reason="no_informative_database", databases=tried, detail=why)
+        return done(skipped_reason="no_informative_database", databases=tried, refused=refused, detail=why)
 
     @staticmethod
     def _fresh(own: list[SmallDb], gold_sql: str, config: EquivalenceConfig, fresh: list[Prepared]) -> Iterator[Any]:

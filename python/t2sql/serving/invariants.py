@@ -42,7 +42,7 @@ from t2sql.serving.gold_memory import Lru
 
 INVARIANTS_VERSION = 4
 
-MEMO_BYTES = 2 * 1024 * 1024  # what one database's memo holds (Invariants.memo), about
+MEMO_BYTES = 16 * 1024 * 1024  # what one database's memo holds (Invariants.memo), about
 
 TEXT_CACHED = 256  # texts up to this many characters have their shape and letter cases remembered
 
@@ -190,7 +190,7 @@ class Invariants:
     def memo(self) -> Lru[Any]:
         """What users of these invariants remember about rows of this database (t2sql.serving.smalldb
         keeps its tables' checks here), at most MEMO_BYTES of it; it lives and dies with the invariants."""
-        return Lru(1 << 20, MEMO_BYTES, lambda k, v: approx_bytes(k) + approx_bytes(v))
+        return Lru(1 << 20, MEMO_BYTES, _memo_bytes)
 
     @functools.cached_property
     def left_out_tables(self) -> frozenset[str]:
@@ -312,6 +312,23 @@ class Invariants:
         for kind, name, why in self.left_out:
             lines.append(f"left out of the small databases: {kind} {name} ({why})")
         return lines
+
+def _memo_bytes(key: tuple, value: Any) -> int:
+    """A memo entry's bytes: its own tuples, each row a tuple of slots, and every long text or blob a row
+    holds (a variant's text beside a long literal may be new; short cells are the real rows' own values,
+    which RealRows keeps and bounds, or small)."""
+    total = 256
+    for part in (*key, *(value.values() if type(value) is dict else ())):
+        if type(part) is tuple:
+            total += 56 + 8 * len(part)
+            for r in part:
+                if type(r) is tuple:
+                    total += 56 + 8 * len(r) + sum(len(v) for v in r if type(v) in _LONG_CELLS and len(v) > 64)
+    return total + (approx_bytes(value) if type(value) is list else 0)
+
+
+_LONG_CELLS = (str, bytes)
+
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'

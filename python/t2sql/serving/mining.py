@@ -57,6 +57,10 @@ ANSWER_BYTES = 4 * 1024 * 1024  # what one mining statement may return
 
 MINING_KEPT = 8  # databases whose unfinished mining is kept for the next check
 
+# Databases whose invariants are kept in memory (each with its memo, at most MEMO_BYTES); more are read
+# back from disk.
+INVARIANTS_KEPT = 16
+
 
 @dataclass
 class Progress:
@@ -490,7 +494,8 @@ class InvariantStore:
     only when it reads back whole, of this version and for this very content; anything else is mined
     again. A mining run a check's deadline stops keeps its progress for the next check."""
 
-    def __init__(self, disk: DiskCache | None = None, *, keep: int = 64, budget_s: float = DEFAULT_MINE_BUDGET_S):
+    def __init__(self, disk: DiskCache | None = None, *, keep: int = INVARIANTS_KEPT,
+                 budget_s: float = DEFAULT_MINE_BUDGET_S):
         self.disk = disk if disk is not None else DiskCache()
         self.keep = keep
         self.budget_s = budget_s
