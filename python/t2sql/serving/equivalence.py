@@ -15,7 +15,12 @@ every declared constraint and every invariant mined from the real data (t2sql.se
   the column holds NULLs, duplicated under fresh keys, and with integer keys renumbered;
 - the database's suite: small databases drawn from random real rows and their variants, distilled
   greedily against neighbour queries derived from the schema (a test-suite approach), built once per
-  database file and kept on disk (t2sql.serving.diskcache.cache_dir()).
+  database content and kept on disk (t2sql.serving.diskcache.cache_dir()).
+
+Every query runs in the core's guard (the real file through `Database.rows` and `Database.catalog`,
+small databases through `Database.from_rows`), under one deadline and one Cancel for the whole check
+(t2sql.serving.checkbounds); the caches are bounded in bytes. Whatever it meets, a check returns a
+report: refuted with a witness, checked, or skipped for one of SKIP_REASONS.
 
 A small database refutes the match when the queries' results there differ (or the prediction fails
 where the gold runs), on it and on its mirror (the rows in reverse order, SQLite's unordered scans
