@@ -39,8 +39,9 @@ CLOSE_ROUNDS = 64  # each round follows every reference one step; the size cap s
 
 VALUES_PER_COLUMN = 64  # other real values of a column kept for borrowing
 
-ANSWERS_KEPT = 4096  # answers kept per database (a few rows each) ...
-ANSWER_BYTES = 8 * 1024 * 1024  # ... and at most this many bytes of them
+# The answers kept per database: at most this many bytes of them (a few rows each; a check asks the
+# same rows again and again: the lookups of closing, the values of a column).
+ANSWER_BYTES = 16 * 1024 * 1024
 
 ANSWER_MAX_ROWS = 1000  # rows one statement brings back (every statement here has a smaller LIMIT)
 
@@ -60,8 +61,7 @@ class RealRows:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self.db = t2sql.Database(path)
-        self._answers: Lru[list[tuple]] = Lru(ANSWERS_KEPT, ANSWER_BYTES,
-                                              lambda k, v: approx_bytes(k) + approx_bytes(v))
+        self._answers: Lru[list[tuple]] = Lru(1 << 30, ANSWER_BYTES, lambda k, v: approx_bytes(k) + approx_bytes(v))
 
     def close(self) -> None:
         with self._lock:
