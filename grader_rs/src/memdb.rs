@@ -366,7 +366,7 @@ mod test {
         let started = Instant::now();
         let got = build(
             "w",
-            &[slow.clone()],
+            std::slice::from_ref(&slow),
             std::slice::from_ref(&rows),
             false,
             &Budget::new(0.3),

@@ -95,22 +95,6 @@ class RealRows:
         self._answers.put(key, got)
         return got
 
-    def prepares(self, sql: str) -> str:
-        """"" when `sql` is one statement the core's policy takes on this database (prepared, never
-        run), else why not."""
-        budget = checkbounds.current()
-        try:
-            checkbounds.wait_for(lambda t: self._lock.acquire(timeout=t))
-            try:
-                self.db.rows(sql, max_rows=0, timeout_s=budget.timeout(self.timeout_s), cancel=budget.cancel)
-            finally:
-                self._lock.release()
-        except t2sql.QueryCancelled:
-            raise
-        except t2sql.T2sqlError as e:
-            return str(e)
-        return ""
-
     def _select(self, t: Table) -> str:
         return f"SELECT {', '.join(quote(c) for c in t.column_names)} FROM {quote(t.name)}"
 
