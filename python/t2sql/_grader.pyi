@@ -365,9 +365,10 @@ def temp_usage(*, reset: bool = False) -> tuple[int, int]:
 def sqlite_temp_dir() -> Path | None:
     """The directory SQLite puts its temporary files in: the first of SQLITE_TMPDIR, TMPDIR,
     /var/tmp, /usr/tmp, /tmp and . that this process may write; None when none is."""
-def file_digest(path: str | bytes | PathLike[str] | PathLike[bytes]) -> str:
+def file_digest(path: str | bytes | PathLike[str] | PathLike[bytes], *, cancel: Cancel | None = None) -> str:
     """XXH3-128 of the file's bytes, 32 hex digits, streamed without the GIL (DatabaseError for a
-    missing file or one that is not regular): what the equivalence check's caches are keyed by."""
+    missing file or one that is not regular; `cancel` stops it between 1 MiB chunks: QueryCancelled):
+    what the equivalence check's caches are keyed by."""
 def set_heap_limit(bytes: int) -> int:
     """SQLite's process-wide hard heap limit (0 = none); returns the previous one. Without a
     call, the first Database installs 2 GiB."""

@@ -448,10 +448,17 @@ impl Database {
     }
 }
 
-/// The XXH3-128 of a file's bytes as 32 hex digits (filedigest.rs), read without the GIL.
+/// The XXH3-128 of a file's bytes as 32 hex digits (filedigest.rs), read without the GIL; `cancel`
+/// stops it between chunks (QueryCancelled).
 #[pyfunction]
-pub(crate) fn file_digest(py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<String> {
+#[pyo3(signature = (path, *, cancel = None))]
+pub(crate) fn file_digest(
+    py: Python<'_>,
+    path: &Bound<'_, PyAny>,
+    cancel: Option<&Bound<'_, Cancel>>,
+) -> PyResult<String> {
     let path = path_text(path)?;
-    py.detach(|| crate::filedigest::file_digest(&path))
+    let flag = cancel.map(|c| Arc::clone(&c.get().flag));
+    py.detach(|| crate::filedigest::file_digest(&path, flag.as_deref()))
         .map_err(to_py)
 }

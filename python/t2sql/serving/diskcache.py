@@ -17,6 +17,7 @@ from typing import Any
 from t2sql._grader import file_digest
 from t2sql.atomic import read_head, write_bytes_atomic
 from t2sql.errors import DatabaseError
+from t2sql.serving import checkbounds
 
 CACHE_ENV = "T2SQL_EQUIVALENCE_CACHE"  # where invariants and suites are kept on disk
 
@@ -53,7 +54,9 @@ def database_key(path: str) -> str:
     with _digests_lock:
         digest = _digests.get(version)
     if digest is None:
-        digest = file_digest(path)
+        # Read once per file version, at disk speed (a 1 GB database: about a second, the first check of
+        # it pays), stopped by the check's Cancel.
+        digest = file_digest(path, cancel=checkbounds.current().cancel)
         with _digests_lock:
             _digests[version] = digest
             while len(_digests) > DIGESTS_KEPT:
