@@ -453,11 +453,7 @@ def mine(path: str, *, budget_s: float = DEFAULT_MINE_BUDGET_S, progress: Progre
     """The invariants of the database file at `path` (no cache). With `progress`, statements answered in
     an earlier run are not run again (the run goes on where a check's deadline stopped it)."""
     progress = progress if progress is not None else Progress()
-    try:
-        db = t2sql.Database(path)
-    except t2sql.DatabaseError as e:
-        raise DatabaseError(str(e)) from None
-    with db:
+    with t2sql.Database(path) as db:  # a file that is not a readable database: DatabaseError
         m = _Miner(Reader(db, progress, budget_s))
         listed, kinds = _listing(m, path)
         left: set[str] = set()
@@ -524,7 +520,7 @@ class InvariantStore:
                     progress = self._progress.pop(key, None) or Progress()
                 try:
                     inv = mine(path, budget_s=self.budget_s, progress=progress)
-                except BudgetSpent:
+                except (BudgetSpent, t2sql.QueryCancelled):
                     with self._lock:  # the next check goes on from here
                         self._progress[key] = progress
                         while len(self._progress) > MINING_KEPT:

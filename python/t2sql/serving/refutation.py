@@ -29,6 +29,8 @@ SHRINK_TRIES = 40  # attempts to drop rows from a witness
 # The detail of a database where a query's result changed from one run to the next.
 NONDETERMINISTIC = "a query's result changes from run to run here (random(), the clock)"
 
+TIMED_OUT = object()  # a query run again timed out: its result is not known
+
 def with_method(spec: GradeSpec, method: str) -> GradeSpec:
     """`spec` with another method: float digits, column order, timeout and temp-disk cap kept."""
     return GradeSpec(method, float_digits=spec.float_digits, column_order=spec.column_order,
@@ -120,31 +122,33 @@ class Trial:
                 pred = None
         return v.outcome, v.detail, gold, pred
 
-    def repeatable(self) -> bool:
+    def repeatable(self) -> bool | None:
         """Whether both queries give here, run again, what they gave: the gold its digest, the prediction
         the same digest (or the same error) twice. A result that changes from run to run is a draw, not
-        a fact about the queries."""
+        a fact about the queries. None when a run again timed out (nothing is known)."""
         core, gold = self.prepared.core, self.prepared.gold
         if gold is None:
-            return False
+            return None
         again = self._result(core, self.gold, self.spec)
-        if not isinstance(again, type(gold)) or not gold.same_result(again):
-            return False
         spec = with_method(self.spec, gold.semantics)
         first, second = self._result(core, self.pred, spec), self._result(core, self.pred, spec)
+        if TIMED_OUT in (again, first, second):
+            return None
+        if isinstance(again, str) or not gold.same_result(again):
+            return False
         if isinstance(first, str) or isinstance(second, str):
             return first == second
         return first.same_result(second)
 
     @staticmethod
     def _result(core: Any, sql: str, spec: GradeSpec) -> Any:
-        """The digest, or the error's text."""
+        """The digest, the error's text, or TIMED_OUT."""
         try:
             return digest(core, sql, spec)
         except t2sql.QueryCancelled:
             raise
-        except t2sql.QueryTimeout as e:
-            return f"timeout {id(e)}"  # a timeout tells nothing: never equal to another
+        except t2sql.QueryTimeout:
+            return TIMED_OUT
         except t2sql.T2sqlError as e:
             return f"{type(e).__name__}: {e}"
 
@@ -229,7 +233,10 @@ def _refutes(trial: Trial) -> tuple[str, str]:
     ties = trial.ties()
     if ties:
         return "uncertain", "an ORDER BY ... LIMIT keeps one of tied rows here"
-    if not trial.repeatable():
+    repeatable = trial.repeatable()
+    if repeatable is None:
+        return "uncertain", "a query timed out when run again here"
+    if not repeatable:
         return "uncertain", NONDETERMINISTIC
     mirrored = trial.verdict(reverse=True)
     if mirrored[0] not in REFUTING:
