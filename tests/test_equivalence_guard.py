@@ -279,15 +279,38 @@ def test_caches_keyed_by_prediction_text_are_bounded_in_bytes(monkeypatch):
 
 
 @pytest.mark.parametrize("query", [
-    "SELECT count(*) FROM superhero WHERE abs(random()) % 2 = 0",
+    "SELECT count(*) FROM superhero WHERE abs(random()) % 2 = 0",  # refuted 3 times in 3 before the fix
     "SELECT id FROM superhero WHERE id < 10 AND abs(random()) % 3 = 0",
     "SELECT superhero_name FROM superhero ORDER BY random() LIMIT 1",
+    "SELECT count(*) FROM superhero WHERE julianday('now') - julianday('2000-01-01') > id",
 ])
-def test_a_random_gold_is_never_refuted_against_itself(checker, query):
+def test_a_random_or_clock_gold_is_never_refuted_against_itself(checker, query):
     for _ in range(3):
         report = checker.check_sync(SUPERHERO, query, query, CONFIG)
         assert not report.refuted, report.witness and report.witness.to_text()
         assert report.skipped_reason == "nondeterministic"
+
+
+def test_a_view_of_random_rows_is_nondeterministic_too(tmp_path, checker):
+    path = make_db(tmp_path / "view.sqlite", "CREATE TABLE person (id INTEGER PRIMARY KEY, name TEXT, age INTEGER); "
+                   "CREATE VIEW someone AS SELECT name FROM person ORDER BY random() LIMIT 1", {"person": PEOPLE})
+    report = checker.check_sync(path, "SELECT name FROM someone", "SELECT name FROM someone", CONFIG)
+    assert report.skipped_reason == "nondeterministic" and "someone" in report.detail
+
+
+def test_a_result_that_changes_when_run_again_is_no_refutation(checker):
+    """The second line, for what the text does not show: both queries run again on the database that
+    would refute, and a result that changed makes it uncertain."""
+    from t2sql.serving.refutation import NONDETERMINISTIC, Trial, refutes
+
+    gold = "SELECT superhero_name FROM superhero WHERE id = 1"
+    inv = checker.invariants.get(SUPERHERO)
+    case = checker.gold_case(SUPERHERO, inv, checker.real_rows(SUPERHERO, inv), gold, CONFIG)
+    prepared = case.prepared[0]
+    assert Trial(prepared, gold, gold).repeatable() is True
+    changing = "SELECT hex(randomblob(16)) FROM superhero WHERE id = 1"  # another value at every run
+    assert Trial(prepared, changing, gold).repeatable() is False
+    assert refutes(Trial(prepared, changing, gold)) == ("uncertain", NONDETERMINISTIC)
 
 
 # -- one deadline, one Cancel, the temporary-disk cap

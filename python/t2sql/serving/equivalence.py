@@ -42,7 +42,7 @@ from typing import Any, Iterator
 import t2sql
 from t2sql._grader import MAX_SQL_BYTES, GradeSpec
 from t2sql.errors import EquivalenceError
-from t2sql.serving import checkbounds
+from t2sql.serving import checkbounds, querytext
 from t2sql.serving.checkbounds import BudgetSpent, CheckBudget, approx_bytes
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.gold_memory import Lru
@@ -165,6 +165,17 @@ class EquivalenceReport:
 
 def skipped(reason: str, detail: str = "", elapsed_s: float = 0.0) -> EquivalenceReport:
     return EquivalenceReport(False, False, reason, None, 0, 0, detail, elapsed_s)
+
+def _through_views(sql: str, inv: Invariants) -> str:
+    """Why a view `sql` reads makes its result change from run to run ("" when none does)."""
+    for statement in inv.schema:
+        view = querytext.created_view(statement)
+        if view is not None and mentions(sql, frozenset({view.lower()})):
+            why = querytext.nondeterministic(statement)
+            if why:
+                return f"through the view {view}, {why}"
+    return ""
+
 
 class GoldCase:
     """What every prediction of one gold is tried on: the gold's targeted databases and the suite, built
@@ -354,6 +365,10 @@ class EquivalenceChecker:
                 return done(skipped_reason="unsupported_schema",
                             detail=f"no small database can be built: {inv.unsupported}")
             for name, sql in (("prediction", pred_sql), ("gold", gold_sql)):
+                why = querytext.nondeterministic(sql) or _through_views(sql, inv)
+                if why:  # a result that changes from run to run proves nothing on any database
+                    return done(skipped_reason="nondeterministic",
+                                detail=f"the {name}'s result may change from run to run: {why}")
                 if mentions(sql, inv.left_out_tables):
                     parts = "; ".join(f"{n} ({why})" for kind, n, why in inv.left_out if kind == "table")
                     return done(skipped_reason="unsupported_schema",
