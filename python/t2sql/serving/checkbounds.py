@@ -4,8 +4,8 @@
 on temporary disk. While a check runs it is the thread's current budget (`active`), so every query the
 check runs on a real file or a small database (t2sql.serving.sampling, mining, refutation) takes its
 timeout from it (`timeout`: the query's own, cut at the deadline) and every loop of the check's own
-asks `checkpoint()`. Past the deadline `BudgetSpent` ends the check (skipped: budget); a fired Cancel
-raises t2sql.QueryCancelled, which frees the worker.
+asks `checkpoint()`. Past the deadline `BudgetSpent` (a QueryCancelled of the check's own) ends the
+check (skipped: budget); a fired Cancel raises t2sql.QueryCancelled, which frees the worker.
 
 `approx_bytes` is what the check's caches (t2sql.serving.gold_memory.Lru) count an entry as: caches
 keyed by a prediction's text are bounded in bytes, not entries.
@@ -28,9 +28,10 @@ T = TypeVar("T")
 DEFAULT_MAX_TEMP_MB = int(TOOL_DEFAULTS["max_temp_mb"])
 
 
-class BudgetSpent(Exception):
-    """The check's deadline passed: it ends as skipped: budget. Not a T2sqlError, so that no handler
-    of a failed query takes it for one."""
+class BudgetSpent(t2sql.QueryCancelled):
+    """The check's deadline passed: its work stops as a cancelled query's does (every handler of a
+    failed query passes a cancel on, never taking it for a failure), and the check ends as skipped:
+    budget."""
 
 
 @dataclass(frozen=True)

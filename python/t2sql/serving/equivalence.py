@@ -42,12 +42,14 @@ from typing import Any, Iterator
 import t2sql
 from t2sql._grader import MAX_SQL_BYTES, GradeSpec
 from t2sql.errors import EquivalenceError
-from t2sql.serving import checkbounds, querytext
+from t2sql.serving import checkbounds
 from t2sql.serving.checkbounds import BudgetSpent, CheckBudget, approx_bytes
+from t2sql.serving.declared import mentions
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariants import Invariants
-from t2sql.serving.mining import InvariantStore, mentions
+from t2sql.serving.mining import InvariantStore
+from t2sql.serving.nondeterminism import nondeterministic
 from t2sql.serving.refutation import NONDETERMINISTIC, Prepared, Trial, refutes, shrink
 from t2sql.serving.sampling import RealRows
 from t2sql.serving.smalldb import SmallDb
@@ -165,17 +167,6 @@ class EquivalenceReport:
 
 def skipped(reason: str, detail: str = "", elapsed_s: float = 0.0) -> EquivalenceReport:
     return EquivalenceReport(False, False, reason, None, 0, 0, detail, elapsed_s)
-
-def _through_views(sql: str, inv: Invariants) -> str:
-    """Why a view `sql` reads makes its result change from run to run ("" when none does)."""
-    for statement in inv.schema:
-        view = querytext.created_view(statement)
-        if view is not None and mentions(sql, frozenset({view.lower()})):
-            why = querytext.nondeterministic(statement)
-            if why:
-                return f"through the view {view}, {why}"
-    return ""
-
 
 class GoldCase:
     """What every prediction of one gold is tried on: the gold's targeted databases and the suite, built
@@ -332,11 +323,11 @@ class EquivalenceChecker:
         with budget.active():
             try:
                 return self._check(db_path, pred_sql, gold_sql, config, done)
-            except t2sql.QueryCancelled:
-                raise
-            except BudgetSpent:
+            except BudgetSpent:  # (a QueryCancelled of the check's own: first)
                 return done(skipped_reason="budget",
                             detail=f"the check's budget of {config.budget_s:g}s ran out before a small database told")
+            except t2sql.QueryCancelled:
+                raise
             except Exception as e:  # a bug of the check: the reward goes on, the report says what happened
                 detail = f"{type(e).__name__}: {e}"[:500]
                 log.warning("equivalence check failed on %s: %s", db_path, detail)
@@ -365,7 +356,7 @@ class EquivalenceChecker:
                 return done(skipped_reason="unsupported_schema",
                             detail=f"no small database can be built: {inv.unsupported}")
             for name, sql in (("prediction", pred_sql), ("gold", gold_sql)):
-                why = querytext.nondeterministic(sql) or _through_views(sql, inv)
+                why = nondeterministic(sql, inv)
                 if why:  # a result that changes from run to run proves nothing on any database
                     return done(skipped_reason="nondeterministic",
                                 detail=f"the {name}'s result may change from run to run: {why}")

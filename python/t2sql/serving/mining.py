@@ -1,12 +1,11 @@
 """Finding a database's invariants (t2sql.serving.invariants) in its file, once, and keeping them.
 
 Mining runs SQL of our own through the core's guard: the schema through `Database.catalog` (the
-pragmas no query may name, read on a connection that can read nothing else), everything else through
+pragmas no query may name, read on a connection that can read nothing else; t2sql.serving.declared
+says what a small database takes of it and what is left out), everything else through
 `Database.rows` (one read-only statement under the tool call's policy, each under a deadline, the
 Cancel and the temporary-disk cap). The whole runs under a budget; what could not be checked in time
-is assumed to hold and listed under `assumed`. A part of the schema no small database can hold (a
-virtual table and its storage, a table the catalog cannot describe, a view over either, a foreign key
-naming a column its parent lacks) is left out (`left_out`), the rest used.
+is assumed to hold and listed under `assumed`.
 
 Inside an equivalence check mining also stops at the check's deadline (t2sql.serving.checkbounds):
 the statements that finished are kept (`Progress`) and the next check goes on from there, so a large
@@ -25,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import t2sql
-from t2sql.errors import DatabaseError
 from t2sql.serving import checkbounds
 from t2sql.serving.checkbounds import BudgetSpent
+from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.invariants import (
     FORMATS,
@@ -40,7 +39,6 @@ from t2sql.serving.invariants import (
     Table,
     quote,
 )
-from t2sql.sqltext import tokens
 
 # The budget of one mining run (over all the checks it takes), and of each statement in it.
 DEFAULT_MINE_BUDGET_S = 60.0
@@ -132,92 +130,6 @@ class _Miner:
         return got
 
 
-def unquote_name(text: str) -> str:
-    if len(text) >= 2 and text[0] in "\"`[" and text[-1] in "\"`]":
-        return text[1:-1].replace('""', '"')
-    return text
-
-
-def mentions(sql: str, names: frozenset[str]) -> bool:
-    """Whether `sql` names one of `names` (lower case) as a word or a quoted identifier (a column of the
-    same name counts too: this errs on the side of saying yes)."""
-    if not names:
-        return False
-    return any(t.kind in ("word", "quoted") and unquote_name(t.text).lower() in names for t in tokens(sql))
-
-
-@dataclass(frozen=True)
-class _Listed:
-    kind: str  # sqlite_master's type: table, index, view
-    name: str
-    table: str  # the table an index belongs to
-    sql: str
-
-
-def _listing(m: _Miner, path: str) -> tuple[list[_Listed], dict[str, tuple[str, bool]]]:
-    """sqlite_master's objects a small database may take (no triggers, no SQLite's own), and each
-    table's (pragma_table_list type, WITHOUT ROWID). A database whose schema cannot be read is a
-    DatabaseError."""
-    listed = m.reader.rows("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL "
-                           "ORDER BY rowid")
-    kinds_rows = m.reader.catalog("table_list")
-    if listed is None or kinds_rows is None:
-        raise DatabaseError(f"cannot read the schema of database {path}")
-    kinds = {str(r[1]): (str(r[2]), bool(r[4])) for r in kinds_rows if r[0] == "main"}
-    out = []
-    for kind, name, table, sql in listed:
-        if kind == "trigger" or not isinstance(name, str) or name.startswith("sqlite_") or not isinstance(sql, str):
-            continue  # a trigger would write when rows are inserted; the data already holds its effects
-        out.append(_Listed(kind, name, table if isinstance(table, str) else "", sql))
-    return out, kinds
-
-
-def _statements(m: _Miner, listed: list[_Listed], left: set[str]) -> tuple[str, ...]:
-    """The CREATE statements a small database takes: those of the tables kept, their indexes, and the
-    views that name no table left out (a view over one is left out too)."""
-    out = []
-    for item in listed:
-        if item.kind == "table" and item.name.lower() in left:
-            continue
-        if item.kind == "index" and item.table.lower() in left:
-            continue
-        if item.kind == "view" and mentions(item.sql, frozenset(left)):
-            m.left_out.append(("table", item.name, "a view over a table left out"))
-            left.add(item.name.lower())
-            continue
-        out.append(item.sql)
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class _Shape:
-    info: list[tuple[str, str, int, int]]  # (name, declared type, notnull, pk) per column
-    rowid: bool
-    keys: list[tuple[str, ...]]
-
-
-def _table_shape(m: _Miner, name: str, without_rowid: bool) -> _Shape | None:
-    """The table's columns and keys from the catalog; None when the catalog cannot describe it."""
-    reader = m.reader
-    info = reader.catalog("table_info", name)
-    if not info or any(not isinstance(r[1], str) for r in info):
-        return None
-    columns = [(r[1], r[2] if isinstance(r[2], str) else "", int(r[3] or 0), int(r[5] or 0)) for r in info]
-    keys: list[tuple[str, ...]] = []
-    pk = tuple(c[0] for c in sorted((c for c in columns if c[3]), key=lambda c: c[3]))
-    if pk:
-        keys.append(pk)
-    for _seq, index_name, unique, origin, *_ in reader.catalog("index_list", name) or []:
-        if not unique or origin == "pk" or not isinstance(index_name, str):
-            continue
-        cols = tuple(r[2] for r in reader.catalog("index_info", index_name) or [])
-        # An index on an expression names no column there: not a key of columns (the core refuses
-        # the rows that break it, and the check skips that small database).
-        if cols and all(isinstance(c, str) for c in cols) and cols not in keys:
-            keys.append(cols)
-    return _Shape(columns, not without_rowid, keys)
-
-
 def _scan(m: _Miner, name: str, cols: list[str], n_rows: int) -> dict[str, dict[str, Any]]:
     """NULLs, storage classes, text shapes and letter cases per column, SCAN_COLUMNS columns a statement
     (a table of hundreds of columns stays under SQLite's result width); a part that did not finish
@@ -255,7 +167,7 @@ def _scan(m: _Miner, name: str, cols: list[str], n_rows: int) -> dict[str, dict[
     return stats
 
 
-def _mine_table(m: _Miner, name: str, shape: _Shape) -> Table:
+def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
     info, rowid, keys = shape.info, shape.rowid, list(shape.keys)
     cols = [r[0] for r in info]
     t = quote(name)
@@ -293,45 +205,6 @@ def _mine_table(m: _Miner, name: str, shape: _Shape) -> Table:
     return Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
 
 
-def _declared_references(m: _Miner, tables: dict[str, Table]) -> list[tuple[str, tuple, str, tuple]]:
-    """Every declared foreign key as (child, columns, parent, columns); one that names a table or a
-    column the schema lacks (SQLite does not check) is left out, noted in `m.left_out`."""
-    out = []
-    for t in tables.values():
-        groups: dict[int, list[tuple]] = {}
-        for row in m.reader.catalog("foreign_key_list", t.name) or []:
-            groups.setdefault(row[0], []).append(row)
-        for rows in groups.values():
-            rows.sort(key=lambda r: r[1])
-            named = f"{t.name}({', '.join(str(r[3]) for r in rows)}) -> {rows[0][2]}"
-            parent = _resolve(tables, rows[0][2]) if isinstance(rows[0][2], str) else None
-            if parent is None:
-                m.left_out.append(("reference", named, "its parent table is not in the small databases"))
-                continue
-            child_cols = tuple(r[3] for r in rows)
-            to = [r[4] for r in rows]
-            if any(x is None for x in to):  # REFERENCES parent with no column: its primary key
-                pk = next((k for k in parent.keys if all(parent.column(c) and parent.column(c).pk for c in k)), None)
-                if pk is None or len(pk) != len(child_cols):
-                    m.left_out.append(("reference", named, "its parent has no primary key of that width"))
-                    continue
-                to = list(pk)
-            missing = [f"{t.name}.{c}" for c in child_cols if not isinstance(c, str) or t.column(c) is None]
-            missing += [f"{parent.name}.{c}" for c in to if not isinstance(c, str) or parent.column(c) is None]
-            if missing:
-                m.left_out.append(("reference", named, f"it names {', '.join(map(str, missing))}, which the "
-                                                       "schema lacks"))
-                continue
-            parent_cols = tuple(parent.column(c).name for c in to)
-            child_cols = tuple(t.column(c).name for c in child_cols)
-            out.append((t.name, child_cols, parent.name, parent_cols))
-    return out
-
-
-def _resolve(tables: dict[str, Table], name: str) -> Table | None:
-    low = name.lower()
-    return next((t for t in tables.values() if t.name.lower() == low), None)
-
 def _is_key(table: Table, cols: tuple[str, ...]) -> bool:
     low = {c.lower() for c in cols}
     if any({k.lower() for k in key} == low for key in table.keys):
@@ -366,7 +239,7 @@ def _candidate_references(tables: dict[str, Table], declared: set[tuple]) -> lis
     return out
 
 def _references(m: _Miner, tables: dict[str, Table]) -> list[Reference]:
-    declared = _declared_references(m, tables)
+    declared = declared_references(m.reader, tables, m.left_out)
     declared_set = set(declared)
     out: list[Reference] = []
     for child, ccols, parent, pcols in declared + _candidate_references(tables, declared_set):
@@ -455,9 +328,9 @@ def mine(path: str, *, budget_s: float = DEFAULT_MINE_BUDGET_S, progress: Progre
     progress = progress if progress is not None else Progress()
     with t2sql.Database(path) as db:  # a file that is not a readable database: DatabaseError
         m = _Miner(Reader(db, progress, budget_s))
-        listed, kinds = _listing(m, path)
+        listed, kinds = listing(m.reader, path)
         left: set[str] = set()
-        shapes: dict[str, _Shape] = {}
+        shapes: dict[str, Shape] = {}
         for item in listed:
             if item.kind != "table":
                 continue
@@ -467,14 +340,14 @@ def mine(path: str, *, budget_s: float = DEFAULT_MINE_BUDGET_S, progress: Progre
             elif kind == "shadow":
                 why = "a virtual table's own storage"
             else:
-                shape = _table_shape(m, item.name, without_rowid)
+                shape = table_shape(m.reader, item.name, without_rowid)
                 if shape is not None:
                     shapes[item.name] = shape
                     continue
                 why = "the catalog cannot describe it"
             m.left_out.append(("table", item.name, why))
             left.add(item.name.lower())
-        schema = _statements(m, listed, left)
+        schema = statements(listed, left, m.left_out)
         tables = {n: _mine_table(m, n, shape) for n, shape in shapes.items()}
         references = _references(m, tables)
         copies = _copies(m, tables, references)

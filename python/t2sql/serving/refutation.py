@@ -205,12 +205,12 @@ class Trial:
                 out.append(budget.run(self.spec.timeout_s, lambda t, sql=sql: self.prepared.core.run_tool(
                     sql, ToolLimits(timeout_s=t, max_rows=WITNESS_RESULT_ROWS, max_chars=1500,
                                     max_temp_mb=self.spec.max_temp_mb), cancel=budget.cancel).text))
+            except checkbounds.BudgetSpent:
+                out.append("(not run: the check's budget ran out)")
             except t2sql.QueryCancelled:
                 raise
             except t2sql.T2sqlError as e:
                 out.append(f"Error: {e}")
-            except checkbounds.BudgetSpent:
-                out.append("(not run: the check's budget ran out)")
         return out[0], out[1]
 
 def refutes(trial: Trial) -> tuple[str, str]:
