@@ -7,6 +7,8 @@ the recipe's task files. Nothing outside the checkout is read unless $T2SQL_BIRD
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,13 @@ def child_env(**extra: str) -> dict[str, str]:
 
     paths = [str(Path(t2sql.__file__).resolve().parent.parent), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), **extra}
+
+
+def integration_help(name: str) -> subprocess.CompletedProcess[str]:
+    """`python -m t2sql.integrations.NAME --help`, as a user runs it, in this interpreter's environment (a
+    framework's own, for tests/frameworks/)."""
+    return subprocess.run([sys.executable, "-m", f"t2sql.integrations.{name}", "--help"], capture_output=True,
+                          text=True, timeout=300, env=child_env())
 
 
 @pytest.fixture(scope="module")

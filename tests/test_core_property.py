@@ -18,7 +18,7 @@ I64 = 2**63
 
 
 def canon(v, digits: int | None):
-    """The value rules (README.md, "How results are compared"), written independently of the Rust code."""
+    """The value rules (docs/grader.md, "How results are compared"), written independently of the Rust code."""
     if v is None:
         return ("null",)
     if isinstance(v, bytes):

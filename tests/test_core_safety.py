@@ -332,8 +332,8 @@ def test_bad_arguments_are_value_errors(sandbox):
         db.grade("SELECT 1", "SELECT 1", GradeSpec(float_digits=0))
     with pytest.raises(ValueError, match="grading method"):
         db.grade("SELECT 1", "SELECT 1", GradeSpec("bag", gold_sql="SELECT 1"))
-    with pytest.raises(ValueError, match="without a count"):
-        db.grade("SELECT 1", "SELECT 1", GradeSpec("subset", gold_sql="SELECT 1"))
+    with pytest.raises(ValueError, match="the count must be a whole number of rows, at least 1"):
+        db.grade("SELECT 1", "SELECT 1", GradeSpec("subset,=,0", gold_sql="SELECT 1"))
     with pytest.raises(ValueError, match="column_order"):
         db.grade("SELECT 1", "SELECT 1", GradeSpec(column_order="sideways"))
 

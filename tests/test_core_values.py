@@ -149,7 +149,7 @@ def test_auto_is_resolved_against_the_gold_at_construction():
         GradeSpec("auto", gold_sql=3)
 
 
-@pytest.mark.parametrize("name", ["bag", "subset", "subset,<,3", "subset,=,0", ""])
+@pytest.mark.parametrize("name", ["bag", "subset,", "subset,<,3", "subset,=,0", ""])
 def test_an_unreadable_method_says_what_resolve_semantics_says(name):
     with pytest.raises(InvalidArgument) as today:
         t2sql.resolve_semantics("SELECT 1", name)
@@ -222,10 +222,19 @@ def test_a_methods_name_is_read_by_the_core_before_any_gold():
     from t2sql._grader import method_name
     from t2sql.grading import check_method
 
-    names = [method_name(m) for m in (" List ", " Subset, =,5", "AUTO", "set")]
-    assert names == ["ordered", "subset,=,5", "auto", "set"]
+    names = [method_name(m) for m in (" List ", " Subset, =,5", "AUTO", "set", " multiset", "subset")]
+    assert names == ["ordered", "subset,=,5", "auto", "set", "multiset", "subset,>=,1"]
     assert check_method(" List ") == "ordered" and check_method("Auto") == "auto"
-    for bad in ("subset", "bag"):
+    # A bare subset (BIRD-Verified's 1104 and 1105) is subset,>=,1: on a one-row gold, set's verdict.
+    assert GradeSpec("subset") == GradeSpec("subset,>=,1") and GradeSpec(" multiset") == GradeSpec()
+    db = Database(SUPERHERO)
+    gold = "SELECT MIN(height_cm) FROM superhero"
+    for pred in (gold, "SELECT MIN(height_cm) FROM superhero WHERE id > 1",
+                 "SELECT height_cm FROM superhero WHERE height_cm IS NOT NULL",
+                 "SELECT MIN(height_cm), 1 FROM superhero"):
+        bare, as_set = (db.grade(pred, gold, GradeSpec(m, gold_sql=gold)) for m in ("subset", "set"))
+        assert (bare.outcome, bare.semantics) == (as_set.outcome, "subset,>=,1"), pred
+    for bad in ("subset,<,3", "bag"):
         assert refused(lambda: method_name(bad)) == refused(lambda: GradeSpec(bad))
 
 
@@ -261,7 +270,7 @@ def test_a_method_is_parsed_once_into_its_parts(given, kind, operator, count):
         method.kind = "set"
 
 
-@pytest.mark.parametrize("name", ["bag", "subset", "subset,<,3", "subset,=,0", ""])
+@pytest.mark.parametrize("name", ["bag", "subset,", "subset,<,3", "subset,=,0", ""])
 def test_an_unreadable_method_is_refused_as_a_grade_refuses_it(name):
     from t2sql._grader import Method
 

@@ -483,7 +483,10 @@ def test_cli_oracle_on_the_embedded_sample(tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["episodes"] == 129 and summary["accuracy"] == 1.0 and summary["ran"] == 129
     assert summary["outcomes"]["correct"] == 129
-    assert "preset qwen3.6-35b-a3b:\n  " in proc.stderr  # the preset is printed in full at the start
+    # The preset in one line at the start (every field with --verbose, below).
+    assert ("\npreset qwen3.6-35b-a3b: 5 tool calls, 7 turns, graded by the task's method, else multiset "
+            "(every field: --verbose)\n") in proc.stderr
+    assert "max_tool_calls=5" not in proc.stderr
     assert len(read_lines(out)) == 129
     again = subprocess.run(eval_cmd("--policy", "oracle", "--out", str(out)), capture_output=True, text=True,
                            timeout=300)
@@ -753,8 +756,8 @@ def test_readme_command_needs_no_out_and_writes_nothing_in_the_cwd(tmp_path):
     cwd, home = tmp_path / "cwd", tmp_path / "home"
     cwd.mkdir()
     env = {**os.environ, "T2SQL_HOME": str(home), "T2SQL_PROGRESS_INTERVAL": "0"}
-    proc = subprocess.run(eval_cmd("--policy", "oracle", "--limit", "3", "--json"), capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=env)
+    proc = subprocess.run(eval_cmd("--policy", "oracle", "--limit", "3", "--json", "--verbose"), capture_output=True,
+                          text=True, timeout=120, cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["ran"] == 3 and summary["resumed_skipped"] == 0
@@ -763,7 +766,7 @@ def test_readme_command_needs_no_out_and_writes_nothing_in_the_cwd(tmp_path):
     assert list(cwd.iterdir()) == []
     # With no terminal, progress comes as plain lines (here every episode: interval 0).
     assert "eval: 1/3" in proc.stderr and "eval: 3/3" in proc.stderr
-    # The preset is printed in full, on lines a person can read.
+    # With --verbose the preset is printed in full, on lines a person can read.
     preset_lines = proc.stderr.split("preset ", 1)[1].split("results:", 1)[0].splitlines()
     assert len(preset_lines) > 3 and max(len(x) for x in preset_lines) <= 100
     assert "max_tool_calls=5" in proc.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -52,3 +53,35 @@ def test_framework_suite_passes_inside_its_own_environment(name):
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert re.search(r"\d+ passed", summary), tail
     assert "skipped" not in summary, f"a test skipped inside the {name} environment:\n{tail}"
+
+
+def documented_installs(name: str) -> list[list[str]]:
+    """The install commands docs/NAME.md gives (its code lines that begin with `pip install`), as words."""
+    lines = (REPO / "docs" / f"{name}.md").read_text().splitlines()
+    return [shlex.split(line, comments=True) for line in lines if line.strip().startswith("pip install")]
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_each_environment_script_installs_exactly_the_documented_command(name):
+    """tests/envs/NAME.sh runs docs/NAME.md's install commands as written (`documented pip install ...`,
+    from the checkout's root), then checks the entrypoint's --help with nothing else installed, and only
+    then adds the test extra: what a user pastes is what the framework's tests run on."""
+    from t2sql.integrations import install_command
+
+    script = (REPO / "tests" / "envs" / f"{name}.sh").read_text().splitlines()
+    run = [shlex.split(line, comments=True)[1:] for line in script if line.startswith("documented ")]
+    assert run and run == documented_installs(name)
+    steps = [line.split()[0] for line in script if line.split() and line.split()[0] in
+             ("make_env", "pin", "documented", "check_entrypoint", "install_test_extra")]
+    assert steps == ["make_env", "pin", "documented", "check_entrypoint", "install_test_extra"], steps
+    assert f"check_entrypoint {name}" in script and f"install_test_extra {name}" in script
+    # The missing-framework message gives the same command.
+    assert install_command(name).endswith(shlex.join(["pip", "install", f".[{name}]"]).replace("'", '"'))
+    assert ["pip", "install", f".[{name}]"] in run
+
+
+def test_no_doc_installs_t2sql_from_pypi():
+    """t2sql is not on PyPI: every install command in docs/ installs it from the checkout (`.[extra]`)."""
+    for page in sorted((REPO / "docs").glob("*.md")):
+        for line in page.read_text().splitlines():
+            assert not re.search(r"""pip install ["']?t2sql\b""", line), f"{page.name}: {line.strip()}"

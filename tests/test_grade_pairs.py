@@ -410,7 +410,7 @@ def test_what_a_run_keeps_per_gold_and_per_database_stays_bounded(tmp_path, monk
 
 def test_a_forgotten_gold_runs_again_or_comes_from_the_cache_dir(tmp_path, monkeypatch, capsys):
     """Past its bounds a run forgets the oldest golds: one asked for again is run again (a failed one
-    too), or read from --cache-dir when there is one, as the README says. The records do not change."""
+    too), or read from --cache-dir when there is one, as docs/cli.md says. The records do not change."""
     monkeypatch.setattr(grade_command, "GOLDS_KEPT", 10)
     failing = [{"id": f"f{i}", "db_id": "superhero", "pred": "SELECT 1", "gold": f"SELECT nope{i} FROM x"}
                for i in (0, *range(1, 21), 0)]  # f0, 20 other failures, f0 again

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +38,7 @@ def test_a_missing_framework_is_one_line_naming_the_extra():
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
-        'error: __main__ needs NoSuch >= 1.2 (not installed): pip install "t2sql[nosuch]"']
+        'error: __main__ needs NoSuch >= 1.2 (not installed): in the t2sql checkout, pip install ".[nosuch]"']
 
 
 INTEGRATIONS = sorted(m.name for m in pkgutil.iter_modules(integrations.__path__) if m.name != "rows")
@@ -54,7 +56,7 @@ def test_each_integration_without_its_framework_is_one_line_naming_its_extra(nam
         assert done.returncode == 1 and done.stdout == ""
         [line] = done.stderr.splitlines()
         assert line.startswith(f"error: t2sql.integrations.{name} needs ")
-        assert line.endswith(f'pip install "t2sql[{name}]"')
+        assert line.endswith(f'in the t2sql checkout, pip install ".[{name}]"')  # t2sql is not on PyPI
 
 
 def test_a_framework_of_another_version_is_one_line_with_the_version_found():
@@ -64,7 +66,8 @@ def test_a_framework_of_another_version_is_one_line_with_the_version_found():
                       "require('pytest', framework='pytest', extra='test', minimum='1', below='2')")
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        f'error: __main__ needs pytest >= 1, < 2 (found {installed.__version__}): pip install "t2sql[test]"']
+        f'error: __main__ needs pytest >= 1, < 2 (found {installed.__version__}): in the t2sql checkout, '
+        'pip install ".[test]"']
 
 
 def test_require_returns_the_module_when_the_version_is_in_range():
@@ -84,18 +87,121 @@ def test_other_errors_keep_their_traceback_after_a_framework_missing_was_raised(
 
 
 def test_settings_from_environment_variables_with_overrides_winning():
-    env = {"T2SQL_PRESET": "recipe", "T2SQL_DB_ROOT": "/data/bird", "T2SQL_GRADER_CONCURRENCY": "8",
+    env = {"T2SQL_PRESET": "bare", "T2SQL_DB_ROOT": "/data/bird", "T2SQL_GRADER_CONCURRENCY": "8",
            "T2SQL_TOOL_TIMEOUT_S": "2.5", "T2SQL_CACHE_DIR": ""}
     settings = settings_from_env(env, db_root="/elsewhere", cache_dir=None)
     assert (settings.recipe, settings.db_root, settings.concurrency, settings.tool_timeout_s, settings.cache_dir) == (
-        "recipe", "/elsewhere", 8, 2.5, None)
+        "bare", "/elsewhere", 8, 2.5, None)
     assert settings_from_env({}) == type(settings)()
     with pytest.raises(SettingsError, match="T2SQL_GRADER_CONCURRENCY='many'"):
         settings_from_env({"T2SQL_GRADER_CONCURRENCY": "many"})
-    with pytest.raises(SettingsError, match="must be positive"):
-        settings_from_env({"T2SQL_TOOL_TIMEOUT_S": "0"})
     with pytest.raises(SettingsError, match="unknown t2sql setting"):
         settings_from_env({}, dbroot="/x")
+
+
+# Every value a rollout setting may not take, as a T2SQL_* variable gives it: each a one-line SettingsError
+# naming the variable (t2sql.episode.rollout.check_setting).
+BAD_VARIABLES = [
+    ("T2SQL_GRADER_CONCURRENCY", "99999999999", "from 1 to 1024"),
+    ("T2SQL_GRADER_CONCURRENCY", "5000", "from 1 to 1024"),
+    ("T2SQL_GRADER_CONCURRENCY", "0", "from 1 to 1024"),
+    ("T2SQL_GRADER_CONCURRENCY", "2.5", "not a whole number"),
+    ("T2SQL_GRADER_CONCURRENCY", "9" * 5000, "not a whole number"),
+    ("T2SQL_TOOL_TIMEOUT_S", "inf", "above 0 and at most 3600"),
+    ("T2SQL_TOOL_TIMEOUT_S", "1e308", "above 0 and at most 3600"),
+    ("T2SQL_TOOL_TIMEOUT_S", "nan", "above 0 and at most 3600"),
+    ("T2SQL_TOOL_TIMEOUT_S", "0", "above 0 and at most 3600"),
+    ("T2SQL_GRADE_TIMEOUT_S", "-1", "above 0 and at most 3600"),
+    ("T2SQL_GRADE_TIMEOUT_S", "soon", "not a number"),
+    ("T2SQL_PRESET", "no-such-preset", "unknown preset"),
+    ("T2SQL_MANIFEST", "/dev/zero", "is a device, not a regular file"),
+    ("T2SQL_MANIFEST", "/no/such/manifest.json", "cannot be read"),
+]
+
+
+@pytest.mark.parametrize("variable,value,says", BAD_VARIABLES, ids=[f"{v}={x[:12]}" for v, x, _ in BAD_VARIABLES])
+def test_a_bad_variable_is_one_line_naming_it(variable, value, says):
+    with pytest.raises(SettingsError) as raised:
+        settings_from_env({variable: value})
+    message = str(raised.value)
+    assert message.startswith(f"{variable}=") and says in message and "\n" not in message, message
+
+
+def test_a_manifest_that_is_a_fifo_or_too_large_is_refused_unread(tmp_path):
+    """A FIFO blocked the reader forever, /dev/zero filled memory: the setting and Manifest.load (what the
+    Grader reads it with) both refuse by the file's stat, and never read past the bound."""
+    from t2sql.serving.manifest import MAX_MANIFEST_BYTES, Manifest
+
+    fifo = tmp_path / "manifest.fifo"
+    os.mkfifo(fifo)
+    large = tmp_path / "large.json"
+    with open(large, "wb") as f:
+        f.truncate(MAX_MANIFEST_BYTES + 1)  # sparse: no disk spent
+    for path, says in ((fifo, "is a FIFO, not a regular file"), (large, "over the"),
+                       (Path("/dev/zero"), "is a device")):
+        with pytest.raises(SettingsError, match=f"T2SQL_MANIFEST=.*{says}"):
+            settings_from_env({"T2SQL_MANIFEST": str(path)})
+        with pytest.raises(ValueError, match=says):
+            Manifest.load(path)
+    with pytest.raises(FileNotFoundError):
+        Manifest.load(tmp_path / "missing.json")
+
+
+BAD_CONFIG = [
+    ({"concurrency": "8"}, "t2sql.concurrency='8' must be a whole number from 1 to 1024, not a str"),
+    ({"concurrency": True}, "t2sql.concurrency=True must be a whole number from 1 to 1024, not a bool"),
+    ({"concurrency": 2000}, "t2sql.concurrency=2000 must be a whole number from 1 to 1024"),
+    ({"tool_timeout_s": 0}, "t2sql.tool_timeout_s=0 must be a number of seconds above 0"),
+    ({"grade_timeout_s": float("inf")}, "t2sql.grade_timeout_s=inf must be a number of seconds above 0"),
+    ({"tool_timeout_s": "10"}, "t2sql.tool_timeout_s='10' must be a number of seconds, not a str"),
+    ({"hash_databases": "yes"}, "t2sql.hash_databases='yes' must be true or false"),
+    ({"db_root": 3}, "t2sql.db_root=3 must be a path"),
+    ({"recipe": ""}, "t2sql.recipe='' must be a preset's name"),
+]
+
+
+@pytest.mark.parametrize("config,says", BAD_CONFIG, ids=[next(iter(c)) + "=" + repr(next(iter(c.values())))
+                                                         for c, _ in BAD_CONFIG])
+def test_a_bad_config_value_is_one_line_naming_it(config, says):
+    """What verl's `+t2sql.*` block and SkyRL's env_config hand over: typed values, each checked by type and
+    range (a str is no number; a timeout of 0 was ignored; a concurrency of "8" was a TypeError)."""
+    with pytest.raises(SettingsError) as raised:
+        settings_from_env({}, config="t2sql.", **config)
+    assert str(raised.value).startswith(says), str(raised.value)
+
+
+def test_every_reader_of_the_settings_checks_them_the_same_way():
+    """RolloutSettings itself (what miles' flags and every integration build) refuses what the variables
+    refuse, naming the field; the values kept are normalized (a path as str, a timeout as float)."""
+    from t2sql.episode.rollout import RolloutSettings
+
+    with pytest.raises(SettingsError, match="^concurrency=5000 must be"):
+        RolloutSettings(concurrency=5000)
+    with pytest.raises(SettingsError, match="^tool_timeout_s=1e\\+308 must be"):
+        RolloutSettings(tool_timeout_s=1e308)
+    settings = RolloutSettings(db_root=Path("/data"), tool_timeout_s=2)
+    assert (settings.db_root, settings.tool_timeout_s) == ("/data", 2.0)
+    assert settings.preset().tool_timeout_s == 2.0
+
+
+@pytest.mark.parametrize("value", ["99999999999", "5000"])
+def test_a_huge_concurrency_neither_aborts_nor_starts_threads(value):
+    """T2SQL_GRADER_CONCURRENCY=99999999999 aborted the process in the core's thread pool, =5000 started
+    5,001 threads: now the process opening its rollout context gets the SettingsError, and no thread."""
+    code = ("import os, sys\n"
+            "from t2sql.episode import rollout\n"
+            "from t2sql.integrations import settings_from_env\n"
+            "from t2sql.errors import SettingsError\n"
+            "try:\n"
+            "    rollout.context(settings_from_env())\n"
+            "except SettingsError as e:\n"
+            "    print(len(os.listdir('/proc/self/task')), e)\n"
+            "    sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=child_env(T2SQL_GRADER_CONCURRENCY=value))
+    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
+    threads, message = done.stdout.split(" ", 1)
+    assert int(threads) < 16 and message.startswith(f"T2SQL_GRADER_CONCURRENCY={value!r} must be")
 
 
 # ------------------------------------------------------------------------------------ dataset rows
@@ -112,9 +218,9 @@ def converted(tmp_path_factory):
     return out / "dev.jsonl"
 
 
-def convert(*args: str) -> subprocess.CompletedProcess:
+def convert(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", *args], capture_output=True, text=True,
-                          env=child_env(), timeout=300)
+                          env=child_env(), timeout=timeout)
 
 
 @pytest.mark.parametrize("framework,file_type", [("verl", "parquet"), ("verl", "jsonl"), ("skyrl", "parquet"),
@@ -173,6 +279,34 @@ def test_convert_refuses_what_cannot_be_written_in_one_line(tmp_path, converted)
     parquet_for_miles = convert("--rows", str(converted), "--out-dir", str(tmp_path), "--file-type", "parquet")
     assert parquet_for_miles.returncode == 2 and "Traceback" not in parquet_for_miles.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["/dev/null", "../x", "a/b", "..", ".", ""])
+def test_convert_split_name_is_one_file_name_inside_out_dir(tmp_path, converted, name):
+    """--split-name /dev/null wrote /dev/null.jsonl, ../x wrote beside --out-dir: a name that is not one file
+    name is a usage error (exit 2), before anything is read or written."""
+    out = tmp_path / "out"
+    done = convert("--rows", str(converted), "--split-name", name, "--out-dir", str(out))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert f"argument --split-name: {name!r} is not a split name" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []  # ../x went beside --out-dir; /dev/null went to /dev/null.jsonl
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_convert_rows_on_a_fifo_or_device_is_refused_unread(tmp_path, kind):
+    """--rows on a FIFO waited forever for a writer; on /dev/zero it would read without end: refused by its
+    stat (exit 2), never opened for a blocking read. So is every reader of rows files (rows.read_rows)."""
+    if kind == "fifo":
+        source = tmp_path / "rows.jsonl"
+        os.mkfifo(source)
+        says = "is a FIFO, not a regular file"
+    else:
+        source, says = Path("/dev/zero"), "is a device, not a regular file"
+    done = convert("--rows", str(source), "--out-dir", str(tmp_path / "out"), timeout=60)  # a hang fails here
+    assert done.returncode == 2 and f"--rows file {source} {says}" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(DataError, match=says):
+        rows.read_rows(source)
 
 
 def test_rows_file_with_bad_lines_names_each_and_writes_nothing(tmp_path, converted):

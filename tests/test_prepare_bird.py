@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -14,7 +15,8 @@ from collections import Counter
 
 import pytest
 
-from bird_zips import build_dev_zip, build_train_zip, make_database, make_train_databases
+from bird_stand_ins import write_stand_ins
+from bird_zips import BIRD, SAMPLE_DEV_DBS, build_dev_zip, build_train_zip, make_database, make_train_databases
 from conftest import REPO
 from loopback_http import Fault, LoopbackFileServer
 from t2sql.download import bird
@@ -44,6 +46,66 @@ def mirror(tmp_path_factory):
         server.add("dev.zip", folder / "dev.zip")
         server.add("train.zip", folder / "train.zip")
         yield server
+
+
+@pytest.fixture(scope="module")
+def bird_mirror(tmp_path_factory):
+    """BIRD's train.zip and dev.zip with every database the three shipped task files name, on a loopback mirror:
+    the three real dev databases of tests/data/bird, a stand-in (tests/bird_stand_ins) for each of the others
+    (8 dev, 69 train), on which each of its golds runs. Built once, in seconds."""
+    folder = tmp_path_factory.mktemp("bird-mirror")
+    golds: dict[str, dict[str, list[str]]] = {"train": {}, "dev": {}}
+    for name, archive in (("bird-verified-train.json", "train"), ("bird-verified-val.json", "train"),
+                          ("arcwise_plat_sql.json", "dev")):
+        for row in json.loads((release_dir() / name).read_text()):
+            golds[archive].setdefault(row["db_id"], []).append(row["SQL"])
+    real = {db_id: BIRD / db_id for db_id in SAMPLE_DEV_DBS}
+    dev = {**write_stand_ins(folder / "dev", {d: g for d, g in golds["dev"].items() if d not in real}), **real}
+    train = write_stand_ins(folder / "train", golds["train"])
+    assert (len(dev), len(train)) == (11, 69)
+    build_dev_zip(folder / "dev.zip", dev)
+    build_train_zip(folder / "train.zip", train)
+    with LoopbackFileServer() as server:
+        server.add("dev.zip", folder / "dev.zip")
+        server.add("train.zip", folder / "train.zip")
+        yield server
+
+
+def test_the_shipped_task_files_convert_with_no_flag(tmp_path, bird_mirror):
+    """The README's prepare, as a user pastes it (against a mirror, without the model): all three splits of the
+    shipped task files convert, every task written, with no --grading-method-fallback and no --drop-invalid."""
+    out = tmp_path / "t2sql"
+    # The disk check counts BIRD's real archives (about 45 GB); the mirror's are a few MB.
+    args = ("--bird-url", bird_mirror.base_url, "--skip-disk-check")
+    proc = _prepare(out, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "--grading-method-fallback" not in proc.stderr and "dropped" not in proc.stderr
+    written = {split: [json.loads(line) for line in (out / "data" / f"{split}.jsonl").read_text().splitlines()]
+               for split in ("train", "validation", "arcwise")}
+    assert {split: len(rows) for split, rows in written.items()} == {"train": 2064, "validation": 398,
+                                                                    "arcwise": 498}
+    assert re.search(r"^convert data +train 2064, validation 398, arcwise 498$", proc.stdout, re.M), proc.stdout
+    assert f"{2064 + 398 + 498}/{2064 + 398 + 498} gold digests" in proc.stdout, proc.stdout
+    # The bare "subset" of tasks 1104 and 1105 is read as subset,>=,1; " multiset" as multiset.
+    methods = {r["metadata"]["question_id"]: r["label"].get("grading_method") for r in written["train"]}
+    assert methods["1104"] == methods["1105"] == "subset,>=,1" and methods["5248"] == "multiset"
+    assert not any("grading_method_given" in r["metadata"] for rows in written.values() for r in rows)
+    assert "train grading methods: " in proc.stdout and "subset,>=,1 3" in proc.stdout, proc.stdout
+
+
+def test_the_task_files_are_checked_before_anything_is_downloaded(tmp_path, mirror):
+    """A task file that cannot convert (here every row lacks the field --field-map names) stops prepare before
+    BIRD's archives come down: one message naming the tasks, nothing requested from the mirror."""
+    requests = len(mirror.requests)
+    proc = _prepare(tmp_path / "t2sql", "--splits", "arcwise", "--bird-url", mirror.base_url,
+                    "--field-map", "question=no_such_field")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "498 problem(s), found before downloading BIRD's databases" in proc.stderr, proc.stderr
+    assert "missing field(s) no_such_field" in proc.stderr
+    assert len(mirror.requests) == requests
+    assert not (tmp_path / "t2sql" / "data" / "bird").exists()
 
 
 def test_arcwise_from_a_mirror_end_to_end(tmp_path, mirror):

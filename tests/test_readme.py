@@ -32,6 +32,12 @@ def _readme_commands() -> list[str]:
     return [line for line in first.group(1).splitlines() if line.strip()]
 
 
+def test_ci_runs_the_readmes_first_command_verbatim():
+    # .ci/run calls pip through python3 -m, as for the second; otherwise the same line.
+    first = _readme_commands()[0].replace("pip install", "python3 -m pip install")
+    assert first in [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+
+
 def test_ci_runs_the_readmes_test_command_verbatim():
     # .ci/run calls pip and pytest through python3 -m (the interpreter that installed them); otherwise the same line.
     test_command = _readme_commands()[1]

@@ -23,7 +23,7 @@ FILES = {"train": "bird-verified-train.json", "validation": "bird-verified-val.j
 # The release README's table of grading_method values (train / validation), by canonical name.
 METHODS = {
     "train": {"set": 2027, "ordered": 4, "subset,=,5": 11, "subset,=,3": 8, "subset,=,10": 6, "subset,=,1": 1,
-              "subset,=,2": 1, "subset,=,4": 1, "subset,>=,1": 1, "subset,>=,5": 1, "multiset": 1},
+              "subset,=,2": 1, "subset,=,4": 1, "subset,>=,1": 3, "subset,>=,5": 1, "multiset": 1},
     "validation": {"set": 395, "ordered": 1, "subset,=,10": 2},
     "arcwise": {},
 }
@@ -40,12 +40,12 @@ def test_every_row_is_read_and_its_method_understood(split):
     raw = _rows(split)
     assert len(raw) == {"train": 2064, "validation": 398, "arcwise": 498}[split]
     rows, problems = data.normalize_rows(raw, data.BIRD_FIELDS, split, "databases")
-    # The bare "subset" of two train tasks has no count: a data error, by question_id.
-    expected_bad = {"1104", "1105"} if split == "train" else set()
-    assert {p.question_id for p in problems} == expected_bad
-    assert all(p.kind == "bad_grading_method" and "--grading-method-fallback" in p.message for p in problems)
+    assert problems == []
     methods = Counter(t.grading_method for _, t in rows if t.grading_method)
     assert methods == METHODS[split]
+    if split == "train":  # the two bare "subset" (one-row golds) and the " multiset" with its stray space
+        by_id = {t.question_id: (t.grading_method, t.grading_method_given) for _, t in rows}
+        assert by_id["1104"] == by_id["1105"] == ("subset,>=,1", None) and by_id["5248"] == ("multiset", None)
     # Every row is otherwise complete, and question ids are unique.
     assert all(t.question and t.gold_sql and t.db_id for _, t in rows)
     assert all(t.db_path == str(Path("databases", t.db_id, f"{t.db_id}.sqlite")) for _, t in rows)
@@ -58,14 +58,38 @@ def test_every_row_is_read_and_its_method_understood(split):
         assert all(piece for piece in evidence_pieces(t.evidence))
 
 
-def test_a_fallback_method_is_chosen_by_flag_never_silently():
-    raw = _rows("train")
+# A user's own task file: the train file with two tasks' methods made unreadable (an operator the core does not
+# know), which --grading-method-fallback is for.
+UNREADABLE = {"1104": "subset,<,3", "1105": "subset,<,3"}
+
+
+def _own_file(tmp_path) -> str:
+    rows = json.loads((RELEASE / FILES["train"]).read_text())
+    for row in rows:
+        row["grading_method"] = UNREADABLE.get(row["question_id"], row["grading_method"])
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "own-train.json"
+    path.write_text(json.dumps(rows))
+    return str(path)
+
+
+def test_every_shipped_file_passes_the_checks_that_need_no_database():
+    """What prepare checks before it downloads BIRD's databases: every shipped file, with no fallback."""
+    for split, name in FILES.items():
+        assert data.check_questions(RELEASE / name, split=split) == [], split
+
+
+def test_a_fallback_method_is_chosen_by_flag_never_silently(tmp_path):
+    raw, _ = data.load_questions(_own_file(tmp_path))
+    rows, problems = data.normalize_rows(raw, data.BIRD_FIELDS, "train", "databases")
+    assert {p.question_id for p in problems} == set(UNREADABLE)
+    assert all(p.kind == "bad_grading_method" and "--grading-method-fallback" in p.message for p in problems)
     rows, problems = data.normalize_rows(raw, data.BIRD_FIELDS, "train", "databases", method_fallback="set")
     assert problems == []
     methods = {t.question_id: t.grading_method for _, t in rows}
     assert methods["1104"] == methods["1105"] == "set"
     given = {t.question_id: t.grading_method_given for _, t in rows if t.grading_method_given}
-    assert given == {"1104": "subset", "1105": "subset"}
+    assert given == UNREADABLE
 
 
 def _stand_in_databases(root, split: str) -> None:
@@ -81,16 +105,16 @@ def test_convert_gold_and_eval_say_which_tasks_the_fallback_graded(tmp_path):
     from t2sql.eval.runner import load_tasks
 
     _stand_in_databases(tmp_path / "db", "train")
-    train, fallback = str(RELEASE / FILES["train"]), ["--grading-method-fallback", "set"]
-    said = "grading_method 'subset' cannot be read; graded as 'set' (--grading-method-fallback)"
+    train, fallback = _own_file(tmp_path), ["--grading-method-fallback", "set"]
+    said = "grading_method 'subset,<,3' cannot be read; graded as 'set' (--grading-method-fallback)"
     convert = subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", "--questions", train, "--db-root",
                               str(tmp_path / "db"), "--out-dir", str(tmp_path / "out"), "--no-check-gold", *fallback],
                              capture_output=True, text=True, timeout=300)
     assert convert.returncode == 0, convert.stderr
     assert f"note: task 1104: {said}" in convert.stderr and f"note: task 1105: {said}" in convert.stderr
-    written = [json.loads(line) for line in (tmp_path / "out" / "bird-verified-train.jsonl").read_text().splitlines()]
+    written = [json.loads(line) for line in (tmp_path / "out" / "own-train.jsonl").read_text().splitlines()]
     kept = {r["metadata"]["question_id"]: r["metadata"].get("grading_method_given") for r in written}
-    assert kept["1104"] == kept["1105"] == "subset" and sum(v is not None for v in kept.values()) == 2
+    assert kept["1104"] == kept["1105"] == "subset,<,3" and sum(v is not None for v in kept.values()) == 2
     gold = subprocess.run([sys.executable, "-m", "t2sql.cli", "gold", "--data", train, "--db-root",
                            str(tmp_path / "db"), "--json", *fallback], capture_output=True, text=True, timeout=300)
     assert f"note: task 1104: {said}" in gold.stderr and f"note: task 1105: {said}" in gold.stderr
@@ -104,31 +128,33 @@ def test_an_unreadable_fallback_method_is_a_usage_error_before_any_data_is_read(
     from t2sql import cli
     from t2sql.miles import train
 
-    questions = str(RELEASE / FILES["train"])  # its bare "subset" rows would need the fallback
+    questions = _own_file(tmp_path / "in")  # its unreadable methods would need the fallback
     argv = {"convert": ["convert", "--questions", questions, "--db-root", str(tmp_path), "--out-dir", str(tmp_path)],
             "gold": ["gold", "--data", questions, "--db-root", str(tmp_path)],
             "eval": ["eval", "--policy", "oracle", "--data", questions, "--db-root", str(tmp_path)],
             "prepare": ["prepare", "--skip-model"]}[command]
     main = train.main if command == "prepare" else cli.main
     with pytest.raises(SystemExit) as exit_:
-        main(argv + ["--grading-method-fallback", "subset"])
+        main(argv + ["--grading-method-fallback", "subset,<,3"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "argument --grading-method-fallback" in err and "without a count" in err
-    assert list(tmp_path.iterdir()) == []
+    assert "argument --grading-method-fallback" in err and "the comparison must be = or >=" in err
+    assert list(tmp_path.iterdir()) == [tmp_path / "in"]
+
 
 def test_convert_and_gold_report_the_unreadable_method_by_question_id(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", "--questions", str(RELEASE / FILES["train"]),
+    own = _own_file(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "convert", "--questions", own,
                            "--db-root", str(tmp_path), "--out-dir", str(tmp_path / "out"), "--no-check-gold"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "(question_id 1104): bad_grading_method" in proc.stderr
     assert not (tmp_path / "out").exists()
-    gold = subprocess.run([sys.executable, "-m", "t2sql.cli", "gold", "--data", str(RELEASE / FILES["train"]),
+    gold = subprocess.run([sys.executable, "-m", "t2sql.cli", "gold", "--data", own,
                            "--db-root", str(tmp_path), "--json"], capture_output=True, text=True, timeout=300)
     summary = json.loads(gold.stdout)
     failures = {f["question_id"]: f["error"] for f in summary["failures"]}
-    assert "grading_method 'subset' cannot be read" in failures["1104"]
+    assert "grading_method 'subset,<,3' cannot be read" in failures["1104"]
     assert summary["methods"]["unreadable"] == 2 and summary["methods"]["subset,=,5"] == 11
 
 

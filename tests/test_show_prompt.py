@@ -33,6 +33,17 @@ def test_prompt_prints_the_messages_an_episode_starts_from():
     assert text.returncode == 0 and "===== user =====" in text.stdout and rows[4]["question"] in text.stdout
 
 
+def test_prompt_without_data_shows_the_embedded_sample_as_eval_runs_it():
+    rows = json.loads((SAMPLE / "dev.json").read_text())
+    proc = t2sql_cli("prompt", "--index", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["messages"] == build_prompt(Task.from_row(rows[3], SAMPLE), get_preset())
+    first = t2sql_cli("prompt")
+    assert first.returncode == 0 and rows[0]["question"] in first.stdout, first.stderr
+    alone = t2sql_cli("prompt", "--db-root", str(SAMPLE))
+    assert alone.returncode == 2 and "--db-root needs --data" in alone.stderr and not alone.stdout
+
+
 def test_prompt_reads_a_converted_jsonl_and_skips_bad_lines(tmp_path):
     rows = json.loads((SAMPLE / "dev.json").read_text())
     # A converted row keeps the db_path recorded at conversion (in its metadata); a flat row is BIRD's,

@@ -1,6 +1,6 @@
 //! Canonical encoding of SQLite values: the one place that decides when two cells are equal.
 //!
-//! Rules (README.md#grading-t2sql-grade-and-the-rust-core, "How results are compared"):
+//! Rules (docs/grader.md#how-results-are-compared):
 //! - NULL equals NULL; every NaN is one value; ±Inf keep their identity.
 //! - INTEGER and REAL compare by value: a finite REAL that is integral and fits in i64 is
 //!   encoded as that integer (so 1 == 1.0 and -0.0 == 0).

@@ -121,7 +121,7 @@ class ToolLimits:
 class Method:
     """A grading method as a task or a flag names it, parsed by the core's one parser (the parser
     every grade uses): read leniently (case, spaces, `list` = ordered, `==` = `=`), "auto" kept
-    unresolved. An unreadable name (a bare "subset", an unknown word) is InvalidArgument saying what
+    unresolved. An unreadable name (an unknown word, "subset,<,3") is InvalidArgument saying what
     is wrong. The prompt's ordering rule reads it (t2sql.episode.prompt.order_rule). Frozen,
     comparable, hashable, picklable."""
 
@@ -336,8 +336,8 @@ class SqlPool:
         """Cancel what runs or waits and join the workers; a last drain() collects those jobs."""
 
 def method_name(name: MethodName) -> str:
-    """The canonical name of a method as a task or a flag writes it ("list" -> "ordered", "auto"
-    stays "auto"); InvalidArgument saying what is wrong (a bare "subset" has no count)."""
+    """The canonical name of a method as a task or a flag writes it ("list" -> "ordered", a bare
+    "subset" -> "subset,>=,1", "auto" stays "auto"); InvalidArgument saying what is wrong."""
 def resolve_semantics(gold_sql: str, semantics: MethodName) -> Resolved:
     """The canonical method `semantics` names for this gold ("auto" resolved against its SQL);
     ValueError for a name that cannot be read."""

@@ -51,6 +51,7 @@ __all__ = [
     "QueryCancelled",
     "QueryTimeout",
     "SchemaError",
+    "SettingsError",
     "SqlError",
     "T2sqlError",
     "TaskError",
@@ -73,6 +74,11 @@ class SchemaError(T2sqlError, ValueError):
 
 class CurriculumError(T2sqlError, ValueError):
     """The curriculum cannot run as configured; the message says what to change."""
+
+
+class SettingsError(T2sqlError, ValueError):
+    """A rollout setting that cannot be used (a T2SQL_* variable, a framework's config value, a miles flag):
+    one line naming the setting and what it must be (t2sql.episode.rollout.check_setting)."""
 
 
 class AdapterError(T2sqlError, RuntimeError):

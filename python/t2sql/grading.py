@@ -55,8 +55,8 @@ def grade(
 
 def check_method(method: str) -> str:
     """The canonical name of a grading method ("list" -> "ordered", " Subset, =,5" ->
-    "subset,=,5", "auto" stays "auto": the core's reading); raises ValueError (InvalidArgument)
-    saying what is wrong (a bare "subset" has no count)."""
+    "subset,=,5", a bare "subset" -> "subset,>=,1", "auto" stays "auto": the core's reading);
+    raises ValueError (InvalidArgument) saying what is wrong ("subset,<,3")."""
     return _grader.method_name(method)
 
 

@@ -143,8 +143,8 @@ class Task:
 
         With `db_root`, the database is `<db_root>/<db_id>/<db_id>.sqlite` (BIRD's layout);
         without it, the row's `db_path` (converted rows carry one). A grading_method that cannot be
-        read (the bare "subset" of two BIRD-Verified train tasks) is a TaskError unless
-        `method_fallback` names the method to use instead.
+        read (an unknown word, "subset,<,3") is a TaskError unless `method_fallback` names the
+        method to use instead.
         """
         if not isinstance(row, Mapping):
             raise TaskError(f"a task row must be a JSON object, got {type(row).__name__}")
@@ -355,9 +355,11 @@ def normalize_rows(
     return out, problems
 
 
-def validate_rows(rows: list[tuple[int, Task]]) -> tuple[list[tuple[int, Task]], list[Problem]]:
-    """Checks that need no SQL: duplicates, empty text, database files present (find_database's rule) and
-    opening as SQLite."""
+def validate_rows(rows: list[tuple[int, Task]], *, databases: bool = True
+                  ) -> tuple[list[tuple[int, Task]], list[Problem]]:
+    """Checks that need no SQL: duplicates, empty text, and (unless `databases` is off: the checks of
+    question files before their databases are there) database files present (find_database's rule)
+    and opening as SQLite."""
     problems: list[Problem] = []
     seen: dict[str, int] = {}
     db_ok: dict[str, str | None] = {}  # db_id -> None if usable, else the reason
@@ -374,7 +376,7 @@ def validate_rows(rows: list[tuple[int, Task]]) -> tuple[list[tuple[int, Task]],
         if not task.question:
             bad.append(Problem("empty_question", row, qid, "the question is empty"))
         db_id = task.db_id
-        if db_id not in db_ok:
+        if databases and db_id not in db_ok:
             try:
                 path = existing_database(task)
                 Database(path)
@@ -383,7 +385,7 @@ def validate_rows(rows: list[tuple[int, Task]]) -> tuple[list[tuple[int, Task]],
                 db_ok[db_id] = str(e)
             except DatabaseError as e:
                 db_ok[db_id] = f"database unreadable: {task.db_path}: {e}"
-        if db_ok[db_id] is not None:
+        if databases and db_ok[db_id] is not None:
             bad.append(Problem("missing_database", row, qid, db_ok[db_id]))
         if bad:
             problems.extend(bad)

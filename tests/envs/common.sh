@@ -1,9 +1,12 @@
 # Sourced by tests/envs/<framework>.sh: make one framework's own environment from PyPI alone.
 #
-#   make_env NAME 3.10        # .venv-NAME in the checkout root, on a local CPython >= 3.10
-#   env_install PACKAGE...    # pip install into it (uv when on PATH: about a minute with a warm cache)
-#   install_t2sql NAME        # this checkout with its NAME and test extras (builds the Rust core; the
-#                             # cargo target/ is shared, so a second environment relinks only)
+#   make_env NAME 3.10           # .venv-NAME in the checkout root, on a local CPython >= 3.10
+#   pin PACKAGE==VERSION...      # the versions the test was last run with: every install below keeps to them
+#   documented pip install ARGS  # a command docs/NAME.md gives, run as a user runs it from the checkout's root
+#                                # (into the environment, uv when on PATH); tests/test_frameworks.py checks the
+#                                # scripts run exactly the documented commands
+#   check_entrypoint NAME        # `python -m t2sql.integrations.NAME --help` exits 0 without a traceback
+#   install_test_extra NAME      # this checkout's NAME and test extras (pytest and the tests' own needs)
 #
 # Each framework pins its own transformers range, so each gets its own environment; tests/test_frameworks.py
 # runs tests/frameworks/test_NAME.py inside it when it exists. VENV overrides where it goes.
@@ -44,22 +47,42 @@ make_env() {
   fi
 }
 
-env_install() {
+env_install() {  # pip install into the environment, keeping to the pins
   if command -v uv >/dev/null; then
-    uv pip install --quiet --python "$VENV/bin/python" "$@"
+    uv pip install --quiet --python "$VENV/bin/python" --constraint "$VENV/pins.txt" "$@"
   else
-    "$VENV/bin/python" -m pip install --quiet "$@"
+    "$VENV/bin/python" -m pip install --quiet --constraint "$VENV/pins.txt" "$@"
   fi
 }
 
-install_t2sql() {
-  # t2sql built from this checkout every time: uv keys a local project's cached build by its pyproject.toml,
-  # so without the refresh an edited tree could install yesterday's wheel.
-  if command -v uv >/dev/null; then
-    uv pip install --quiet --python "$VENV/bin/python" --refresh-package t2sql --reinstall-package t2sql "$ROOT[$1,test]"
-  else
-    env_install --force-reinstall --no-deps "$ROOT" && env_install "$ROOT[$1,test]"
+pin() {
+  printf '%s\n' "$@" > "$VENV/pins.txt"
+}
+
+documented() {
+  if [ "${1:-} ${2:-}" != "pip install" ]; then
+    echo "documented: give the command as docs/ writes it (pip install ...), not: $*" >&2
+    return 2
   fi
+  shift 2
+  # uv keys a local project's cached build by its pyproject.toml: without the refresh an edited tree could
+  # install yesterday's wheel. pip builds a local directory every time.
+  local refresh=()
+  if command -v uv >/dev/null; then refresh=(--refresh-package t2sql --reinstall-package t2sql); fi
+  (cd "$ROOT" && env_install "${refresh[@]}" "$@")
+}
+
+check_entrypoint() {
+  local out
+  if ! out="$("$VENV/bin/python" -m "t2sql.integrations.$1" --help 2>&1)" || [[ "$out" == *Traceback* ]]; then
+    echo "python -m t2sql.integrations.$1 --help fails with only the documented install:" >&2
+    echo "$out" >&2
+    return 1
+  fi
+}
+
+install_test_extra() {
+  (cd "$ROOT" && env_install ".[$1,test]")
   "$VENV/bin/python" -c "import t2sql, t2sql.integrations.$1" >/dev/null
   echo "ready: $VENV ($(du -sh "$VENV" | cut -f1)); tests/test_frameworks.py runs tests/frameworks/test_$1.py in it"
 }

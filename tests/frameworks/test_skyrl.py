@@ -40,7 +40,7 @@ from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator  # noqa
 from skyrl.train.generators.utils import prepare_generator_input  # noqa: E402
 
 import t2sql.integrations.skyrl as skyrl_env  # noqa: E402
-from conftest import REPO, bird_root, child_env  # noqa: E402
+from conftest import REPO, bird_root, child_env, integration_help  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
 from loopback_model import xml_tool_call  # noqa: E402
 from t2sql.episode import rollout  # noqa: E402
@@ -383,6 +383,14 @@ def test_env_config_overrides_the_t2sql_variables_and_bad_keys_are_named(monkeyp
     assert (settings.db_root, settings.concurrency, settings.recipe) == ("/elsewhere", 3, "bare")
     with pytest.raises(SettingsError, match="unknown t2sql setting"):
         skyrl_env.settings_of({"dbroot": "/x"})
+    # Each value is checked by type and range, named where SkyRL's config keeps it.
+    with pytest.raises(SettingsError, match=r"^environment\.skyrl_gym\.t2sql\.concurrency='8' must be a whole number"):
+        skyrl_env.settings_of({"concurrency": "8"})
+    with pytest.raises(SettingsError, match=r"^environment\.skyrl_gym\.t2sql\.tool_timeout_s=0 must be"):
+        skyrl_env.settings_of({"tool_timeout_s": 0})
+    monkeypatch.setenv("T2SQL_GRADER_CONCURRENCY", "5000")
+    with pytest.raises(SettingsError, match="^T2SQL_GRADER_CONCURRENCY='5000' must be"):
+        skyrl_env.SQLEnv({}, extras={})
 
 
 def test_the_docs_command_parses_under_skyrls_own_config_and_checks(monkeypatch):
@@ -402,3 +410,11 @@ def test_the_docs_command_parses_under_skyrls_own_config_and_checks(monkeypatch)
     assert cfg.generator.max_input_length + PRESET.max_turn_tokens == PRESET.max_context_tokens
     assert cfg.generator.chat_template_kwargs["tools"] == skyrl_env.tool_chat_template_kwargs()["tools"]
     assert cfg.environment.env_class == rows.ENV_CLASS
+
+
+def test_python_m_t2sql_integrations_skyrl_help_runs_cleanly_here():
+    """The entrypoint's --help in the framework's own environment (tests/envs/skyrl.sh, which also runs it with
+    only the documented install): its usage, exit 0, no traceback."""
+    done = integration_help("skyrl")
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "docs/skyrl.md" in done.stdout and "usage: python -m t2sql.integrations.skyrl KEY=VALUE" in done.stdout

@@ -27,7 +27,7 @@ pytest.importorskip("trl")
 
 import torch  # noqa: E402
 
-from conftest import BIRD_ROOT, REPO  # noqa: E402
+from conftest import BIRD_ROOT, REPO, integration_help  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
 from loopback_model import xml_tool_call  # noqa: E402
 from t2sql.episode import rollout  # noqa: E402
@@ -43,6 +43,7 @@ PROBE = "SELECT COUNT(*) FROM molecule"  # the warm-up's tool call, the same for
 SEED = 0
 SFT_STEPS = 80
 SFT_NEGATIVES = 8192  # vocabulary entries each warm-up step scores its targets against, besides the targets
+TEMPLATE_KWARGS = {"enable_thinking": False}  # GRPOConfig's and the environment's: the prompts render alike
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +136,11 @@ def test_the_documented_run_is_trl_1_16s(tmp_path):
     assert args.max_tool_calling_iterations == preset.max_turns - 1
     assert args.vllm_max_model_length == preset.max_context_tokens
     assert {k.arg for k in calls["GRPOTrainer"].keywords} <= set(inspect.signature(GRPOTrainer).parameters)
-    settings = {k.arg for k in calls["configured"].keywords} - {"tokenizer"}
+    configured = {k.arg: k.value for k in calls["configured"].keywords}
+    # The environment reads the model's tokens with the trainer's tokenizer and GRPOConfig's template kwargs.
+    assert ast.unparse(configured["chat_template_kwargs"]) == "args.chat_template_kwargs"
+    assert ast.unparse(configured["tokenizer"]) == "tokenizer"
+    settings = set(configured) - {"tokenizer", "chat_template_kwargs"}
     assert settings <= {f.name for f in dataclasses.fields(rollout.RolloutSettings)} | {"preset"}
     literal = {k.arg: ast.literal_eval(k.value) for k in calls["configured"].keywords
                if k.arg in ("preset", "concurrency")}
@@ -158,7 +163,7 @@ def tiny_qwen3(tokenizer):
 
 def render_ids(tokenizer, messages, **kwargs):
     return tokenizer.apply_chat_template(messages, tools=[TOOL_SPEC], tokenize=True, return_dict=False,
-                                         enable_thinking=False, **kwargs)
+                                         **TEMPLATE_KWARGS, **kwargs)
 
 
 def tool_suffix_ids(tokenizer, tool_message):
@@ -244,15 +249,15 @@ def test_grpo_trainer_runs_t2sql_episodes_and_steps(tokenizer, dataset, settings
 
     grader = rollout.context(settings).grader
     tool_calls_before = grader.stats()["tool_calls"]
-    factory = t2sql_trl.SQLEnvironment.configured(tokenizer=tokenizer, preset=PRESET, db_root=str(BIRD_ROOT),
-                                                  concurrency=2)
+    factory = t2sql_trl.SQLEnvironment.configured(tokenizer=tokenizer, chat_template_kwargs=TEMPLATE_KWARGS,
+                                                  preset=PRESET, db_root=str(BIRD_ROOT), concurrency=2)
     args = GRPOConfig(
         output_dir=str(tmp_path / "grpo"), seed=SEED, use_cpu=True, report_to="none", save_strategy="no",
         per_device_train_batch_size=4, num_generations=4, max_steps=1, logging_steps=1,
         loss_type="cispo", epsilon_high=1.28, beta=0.0, learning_rate=1e-4, temperature=1.0, top_k=10,
         max_completion_length=160,
         max_tool_calling_iterations=rollout.RolloutSettings(recipe=PRESET).preset().max_turns - 1,
-        chat_template_kwargs={"enable_thinking": False}, dataloader_num_workers=0,
+        chat_template_kwargs=TEMPLATE_KWARGS, dataloader_num_workers=0,
     )
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[t2sql_trl.sql_reward],
@@ -297,66 +302,143 @@ def eval_script(env):
     return list(env.turns) if env.cut is None else [*env.turns[:-1], (env.turns[-1], "length")]
 
 
-# ------------------------------------------------------- TRL's messages where the episode's rules differ
+# ------------------------------------------ scripted turns inside GRPOTrainer: what the reward grades
 
 
-def trl_rollout(env, tokenizer, item, texts):
-    """What GRPOTrainer does with these assistant turns (its tool loop, without a model): each turn parsed by
-    TRL's own parser for TRL's Qwen3.6 template, its tool calls made on the environment as TRL makes them (an
-    exception becomes an error result), the next turn only while the last one called a tool."""
-    from trl.chat_template_utils import add_response_schema, parse_response
+class ScriptedSampling:
+    """Stands in for the model's sampling only (GRPOTrainer._generate_single_turn, transformers' path): each
+    rollout's next scripted turn, as token ids ending in <|im_end|>. Everything else is TRL's: its tool-call
+    parser, its tool loop calling SQLEnvironment, the ids it appends for the tool results, the reward call
+    with completion_ids, the loss. A rollout is told apart by its prompt (the task) and its first turn."""
 
-    add_response_schema(tokenizer)
-    tools = [env.execute_sql_query]
-    prefix = render_ids(tokenizer, item["prompt"], add_generation_prompt=True)
-    env.reset(**item)
-    completion = []
-    for text in texts:
-        message = parse_response(tokenizer, tokenizer.encode(text + "<|im_end|>", add_special_tokens=False),
-                                 prefix=prefix, tools=tools)
-        completion.append(message)
-        if not message.get("tool_calls") or text is texts[-1]:
-            break
-        for call in message["tool_calls"]:
-            function = call["function"]
-            try:
-                result = getattr(env, function["name"])(**function["arguments"])
-            except Exception as e:  # noqa: BLE001 - TRL turns any failure into an error result
-                result = {"error": str(e)}
-            completion.append({"role": "tool", "name": function["name"], "content": str(result)})
-    return completion
+    def __init__(self, tokenizer, prompts, scripts):
+        self.tokenizer = tokenizer
+        self.prompts = prompts  # question_id -> prompt ids (as TRL renders them)
+        self.scripts = scripts  # question_id -> [turns, turns]: one script per generation of the task
+        self.started = {qid: 0 for qid in scripts}
+        self.served = {}  # (question_id, script number) -> turns served
+        self.order = []  # (question_id, script number) of each rollout, in the batch's order
+
+    def ids(self, text):
+        return self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+
+    def __call__(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        out = []
+        for sequence in prompt_ids:
+            qid = next(q for q, p in self.prompts.items() if sequence[:len(p)] == p)
+            completion = sequence[len(self.prompts[qid]):]
+            if not completion:
+                number = self.started[qid]
+                self.started[qid] += 1
+                self.order.append((qid, number))
+            else:
+                number = next(n for n, turns in enumerate(self.scripts[qid])
+                              if completion[:len(self.ids(turns[0]))] == self.ids(turns[0]))
+            turn = self.served.get((qid, number), 0)
+            self.served[(qid, number)] = turn + 1
+            out.append(self.ids(self.scripts[qid][number][turn]))
+        return out, None
 
 
-def test_where_trl_goes_on_past_the_rules_the_record_is_still_evals(tokenizer, dataset, settings, tmp_path):
-    factory = t2sql_trl.SQLEnvironment.configured(preset=PRESET, db_root=str(BIRD_ROOT), concurrency=2)
+def test_inside_grpo_trainer_the_reward_grades_the_text_the_model_wrote(tokenizer, dataset, settings,
+                                                                         completion_positions_only, tmp_path,
+                                                                         monkeypatch):
+    """Turns where TRL's parsed messages and the model's text part: text before and after a tool call (TRL's
+    parser keeps one content span and drops the text before the call), a <solution> before a call, a call
+    with an extra argument, a tool call and a solution in one turn, an unsafe query, and a rollout TRL stops
+    while the model still calls the tool. Each rollout's reward is the one `t2sql eval` gives its turns."""
+    from trl import GRPOConfig, GRPOTrainer
+
     items = {item["question_id"]: item for item in dataset}
     gold = {qid: json.loads(item["t2sql"])["label"]["gold_sql"] for qid, item in items.items()}
+    requirement = "Requirement of external knowledge 1 (label = '+' mean molecules are carcinogenic)"
+    verification = "Verification of external knowledge 1 (label = '+' mean molecules are carcinogenic)"
+    extra_argument = xml_tool_call(PROBE).replace("</parameter>\n",
+                                                  "</parameter>\n<parameter=limit>\n5\n</parameter>\n")
     scripts = {
-        # A turn with a tool call and a solution: TRL runs the call and goes on; the rules end at the solution.
-        "313": [xml_tool_call(PROBE) + f"\n<solution>{gold['313']}</solution>", "<solution>SELECT 1</solution>"],
-        # An unsafe query ends the episode at once; TRL goes on to the next turn.
-        "323": [xml_tool_call("DELETE FROM molecule"), f"<solution>{gold['323']}</solution>"],
-        # TRL stops while the model still calls the tool (max_tool_calling_iterations, or no room left).
-        "289": [xml_tool_call(PROBE), xml_tool_call("SELECT label FROM molecule LIMIT 1")],
+        "289": [
+            # Text on both sides of the call: the evidence label before it is what the evidence rule reads.
+            [f"{requirement}: '+' marks a carcinogenic molecule.\n\n"
+             + xml_tool_call("SELECT label FROM molecule WHERE molecule_id = 'TR151'")
+             + "\n\nThe label answers the question.",
+             f"{verification}: the label is the answer.\n\n<solution>{gold['289']}</solution>"],
+            # TRL stops (max_tool_calling_iterations) while the model still calls the tool.
+            [xml_tool_call(PROBE), xml_tool_call("SELECT label FROM molecule LIMIT 1"),
+             xml_tool_call("SELECT COUNT(*) FROM atom")],
+        ],
+        "313": [
+            # The right <solution> before a call (text after it), a wrong one next turn: the rules end at the first.
+            [f"<solution>{gold['313']}</solution>\n\n" + xml_tool_call(PROBE) + "\n\nLet me check it first.",
+             "<solution>SELECT 1</solution>"],
+            # A tool call and a solution in one turn: TRL runs the call and goes on; the rules end at the solution.
+            [xml_tool_call(PROBE) + f"\n<solution>{gold['313']}</solution>", "<solution>SELECT 1</solution>"],
+        ],
+        "323": [
+            # An unsafe query ends the episode at once; TRL goes on to the next turn.
+            [xml_tool_call("DELETE FROM molecule"), f"<solution>{gold['323']}</solution>"],
+            # A call with an extra argument runs, as in `t2sql eval` (the tool reads only `query`).
+            [extra_argument, f"<solution>{gold['323']}</solution>"],
+        ],
     }
-    environments = [factory() for _ in scripts]
-    completions = [trl_rollout(env, tokenizer, items[qid], texts)
-                   for env, (qid, texts) in zip(environments, scripts.items())]
-    logged = []
-    rewards = t2sql_trl.sql_reward(completions, environments=environments, log_metric=lambda *m: logged.append(m))
+    prompts = {qid: render_ids(tokenizer, items[qid]["prompt"], add_generation_prompt=True) for qid in scripts}
+    factory = t2sql_trl.SQLEnvironment.configured(tokenizer=tokenizer, chat_template_kwargs=TEMPLATE_KWARGS,
+                                                  preset=PRESET, db_root=str(BIRD_ROOT), concurrency=2)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"), seed=SEED, use_cpu=True, report_to="none", save_strategy="no",
+        per_device_train_batch_size=6, num_generations=2, max_steps=1, logging_steps=1,
+        loss_type="cispo", epsilon_high=1.28, beta=0.0, learning_rate=1e-4, max_completion_length=1024,
+        max_tool_calling_iterations=2, chat_template_kwargs=TEMPLATE_KWARGS, dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(model=tiny_qwen3(tokenizer), processing_class=tokenizer,
+                          reward_funcs=[t2sql_trl.sql_reward], environment_factory=factory,
+                          train_dataset=dataset, args=args)
+    sampling = ScriptedSampling(tokenizer, prompts, scripts)
+    monkeypatch.setattr(trainer, "_generate_single_turn", sampling)
+    trainer.train()
 
-    outcomes = {env.task_row["metadata"]["question_id"]: env.result.outcome for env in environments}
-    assert outcomes == {"313": "correct", "323": "unsafe", "289": "turn_cut"}
-    by_task = {env.task_row["metadata"]["question_id"]: env for env in environments}
-    # The episode ends where the rules end it; what TRL generated after that is no part of it.
-    assert [len(by_task[qid].turns) for qid in ("313", "323")] == [1, 1]
-    # The call TRL never made is not run at reward time either: the last turn is the cut one.
-    assert (by_task["289"].result.tool_calls, by_task["289"].turns[-1]) == (1, scripts["289"][-1])
-    assert rewards == [env.result.reward for env in environments]
-    assert ("t2sql/outcome/unsafe", 1.0) in logged and ("t2sql/accuracy", 1.0) in logged
-    records = eval_records([json.loads(items[qid]["t2sql"]) for qid in scripts],
-                           {env.task_row["metadata"]["question_id"]: eval_script(env) for env in environments},
-                           preset=PRESET, tmp_path=tmp_path)
-    for env in environments:
-        record = records[env.task_row["metadata"]["question_id"]]
-        assert comparable(env.result.to_dict()) == comparable(record), env.turns
+    by_script = dict(zip(sampling.order, trainer.environments))  # TRL keeps one environment per batch position
+    assert len(by_script) == 6
+    assert all(env.task_row["metadata"]["question_id"] == qid for (qid, _), env in by_script.items())
+    assert all(env.turns[0] == scripts[qid][n][0] for (qid, n), env in by_script.items())  # the text, whole
+    outcome = {key: (env.result.outcome, env.result.reward) for key, env in by_script.items()}
+    # The evidence label written before the call counts (TRL's message lost it: 0.9); the right solution
+    # before a call ends the episode (graded from TRL's messages, the wrong one after it scored -0.2).
+    assert outcome[("289", 0)] == ("correct", 1.0) and by_script[("289", 0)].result.evidence_restated
+    assert outcome[("313", 0)] == ("correct", 1.0) and len(by_script[("313", 0)].turns) == 1
+    assert outcome[("313", 1)][0] == "correct" and len(by_script[("313", 1)].turns) == 1
+    assert outcome[("323", 0)][0] == "unsafe" and len(by_script[("323", 0)].turns) == 1
+    extra = by_script[("323", 1)].result
+    assert (extra.outcome, extra.invalid_tool_calls, extra.metrics["executed_tool_calls"]) == ("correct", 0, 1)
+    stopped = by_script[("289", 1)]
+    assert (stopped.result.outcome, stopped.result.tool_calls, stopped.cut) == ("turn_cut", 2, "turn")
+    logs = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
+    assert logs["rewards/sql_reward/mean"] == pytest.approx(sum(r for _, r in outcome.values()) / 6)
+
+    for number in (0, 1):  # `t2sql eval` replays each task once a run: one run per script number
+        (tmp_path / f"eval-{number}").mkdir()
+        replayed = eval_records([json.loads(items[qid]["t2sql"]) for qid in scripts],
+                                {qid: eval_script(by_script[(qid, number)]) for qid in scripts},
+                                preset=PRESET, tmp_path=tmp_path / f"eval-{number}")
+        for qid in scripts:
+            env = by_script[(qid, number)]
+            assert comparable(env.result.to_dict()) == comparable(replayed[qid]), env.turns
+
+
+def test_without_the_tokenizer_the_reward_refuses_to_guess(dataset, settings):
+    """The reward reads the model's tokens; an environment without the tokenizer cannot, and says how to fix it
+    (it never falls back to TRL's parsed messages)."""
+    from t2sql.errors import AdapterError
+
+    env = t2sql_trl.SQLEnvironment(settings=settings)
+    env.reset(**dataset[0])
+    with pytest.raises(AdapterError, match=r"SQLEnvironment.configured\(tokenizer="):
+        t2sql_trl.sql_reward([[{"role": "assistant", "content": "<solution>SELECT 1</solution>"}]],
+                             environments=[env], completion_ids=[[1, 2]])
+
+
+def test_python_m_t2sql_integrations_trl_help_runs_cleanly_here():
+    """The entrypoint's --help in the framework's own environment (tests/envs/trl.sh, which also runs it with
+    only the documented install): its usage, exit 0, no traceback."""
+    done = integration_help("trl")
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "docs/trl.md" in done.stdout and "SQLEnvironment" in done.stdout

@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from verl_standins import ROUTING, LoopbackServer  # noqa: E402
 
-from conftest import REPO, bird_root  # noqa: E402
+from conftest import REPO, bird_root, integration_help  # noqa: E402
 from eval_replay import comparable, eval_records  # noqa: E402
 from loopback_model import Conversation, LoopbackModel, Reply, TaskScript, expert_id  # noqa: E402
 
@@ -527,6 +527,14 @@ def test_settings_come_from_the_environment_then_verls_config_then_the_loop_entr
         loop_settings(OmegaConf.create({"t2sql": {"preset": "bare"}}), {})
     with pytest.raises(SettingsError, match=r"\+t2sql\.recipe="):
         loop_settings(OmegaConf.create({"t2sql": "bare"}), {})
+    # Each value is checked by type and range, as verl's config hands it over (concurrency="8" was a
+    # TypeError, tool_timeout_s=0 was silently ignored).
+    with pytest.raises(SettingsError, match=r"^t2sql\.concurrency='8' must be a whole number from 1 to 1024"):
+        loop_settings(OmegaConf.create({"t2sql": {"concurrency": "8"}}), {})
+    with pytest.raises(SettingsError, match=r"^t2sql\.tool_timeout_s=0 must be a number of seconds above 0"):
+        loop_settings(OmegaConf.create({"t2sql": {"tool_timeout_s": 0}}), {})
+    with pytest.raises(SettingsError, match=r"^t2sql\.grade_timeout_s=inf must be"):
+        loop_settings(OmegaConf.create({"t2sql": {"grade_timeout_s": float("inf")}}), {})
 
 
 def test_the_rollout_through_ray_as_the_trainer_runs_it(qwen36_tokenizer, model_dir, data, tmp_path, monkeypatch):
@@ -568,3 +576,11 @@ def test_the_rollout_through_ray_as_the_trainer_runs_it(qwen36_tokenizer, model_
         assert output.batch["rm_scores"][i][last].item() == pytest.approx(record["reward"])
         assert output.non_tensor_batch["outcome"][i] == record["outcome"]
     assert sorted(output.non_tensor_batch["outcome"]) == ["correct", "no_solution", "unsafe"]  # the drafts 0
+
+
+def test_python_m_t2sql_integrations_verl_help_runs_cleanly_here():
+    """The entrypoint's --help in the framework's own environment (tests/envs/verl.sh, which also runs it with
+    only the documented install): its usage, exit 0, no traceback."""
+    done = integration_help("verl")
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "docs/verl.md" in done.stdout and "SQLAgentLoop" in done.stdout

@@ -113,8 +113,16 @@ fn list_is_ordered_and_column_order_can_be_ignored() {
             "6 rows match (ordered; columns in any order)"
         )
     );
+    // A bare subset is the least a subset asks: at least one distinct gold row.
+    assert_eq!(
+        resolve_semantics(gold, "subset").unwrap(),
+        Semantics::Subset {
+            op: SubsetOp::AtLeast,
+            n: 1
+        }
+    );
     assert!(matches!(
-        resolve_semantics(gold, "subset"),
+        resolve_semantics(gold, "subset,<,3"),
         Err(GradeError::Invalid(_))
     ));
 }

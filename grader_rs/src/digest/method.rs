@@ -83,7 +83,8 @@ impl Semantics {
     }
 
     /// Read a method leniently: case and spaces do not matter; `list` is `ordered`;
-    /// `subset,=,N` / `subset,>=,N` (also `==`). A bare `subset` (no count) is an error.
+    /// `subset,=,N` / `subset,>=,N` (also `==`); a bare `subset` (no count) is `subset,>=,1`,
+    /// the least a subset asks (BIRD-Verified's two bare ones are one-row golds: docs/episode.md).
     pub fn parse(s: &str) -> std::result::Result<Self, String> {
         let compact: String = s
             .chars()
@@ -95,7 +96,10 @@ impl Semantics {
             "ordered" | "list" => return Ok(Semantics::Ordered),
             "set" => return Ok(Semantics::Set),
             "subset" => {
-                return Err("\"subset\" without a count: write subset,=,N or subset,>=,N".into())
+                return Ok(Semantics::Subset {
+                    op: SubsetOp::AtLeast,
+                    n: 1,
+                })
             }
             _ => {}
         }
@@ -292,8 +296,15 @@ mod test {
             Semantics::parse("Subset,>=,10"),
             Ok(subset(SubsetOp::AtLeast, 10))
         );
+        // A bare subset is the least a subset asks: at least one distinct gold row.
+        assert_eq!(
+            Semantics::parse(" Subset "),
+            Ok(subset(SubsetOp::AtLeast, 1))
+        );
+        assert_eq!(Semantics::parse("subset").unwrap().name(), "subset,>=,1");
         for bad in [
-            "subset",
+            "subset,",
+            "subset,>=",
             "subset,=,0",
             "subset,<,3",
             "subset,=,x",
@@ -354,7 +365,7 @@ mod test {
             subset(SubsetOp::AtLeast, 4)
         );
         // An unreadable name says what resolve_semantics says, with or without the gold.
-        for bad in ["bag", "subset", "subset,<,3"] {
+        for bad in ["bag", "subset,=", "subset,<,3"] {
             let (a, b) = (resolve_method(None, bad), resolve_semantics(GOLD, bad));
             match (a, b) {
                 (Err(GradeError::Invalid(a)), Err(GradeError::Invalid(b))) => assert_eq!(a, b),
@@ -369,7 +380,11 @@ mod test {
         assert_eq!(method_name(" Subset, =,5").unwrap(), "subset,=,5");
         assert_eq!(method_name("subset,==,5").unwrap(), "subset,=,5");
         assert_eq!(method_name("AUTO").unwrap(), "auto");
-        assert!(matches!(method_name("subset"), Err(GradeError::Invalid(_))));
+        assert_eq!(method_name(" subset ").unwrap(), "subset,>=,1");
+        assert!(matches!(
+            method_name("subset,=,"),
+            Err(GradeError::Invalid(_))
+        ));
         assert!(matches!(method_name("bag"), Err(GradeError::Invalid(_))));
     }
 

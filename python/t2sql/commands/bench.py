@@ -10,7 +10,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from t2sql.commands.grade import is_verdicts
 from t2sql.errors import T2sqlError
 from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import grade_memory_setting
+from t2sql.home import describe_default_dir, made_default_dir
 from t2sql.tasks import database_path, sample_questions
 
 
@@ -43,8 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                       "process, timed after its imports, with its peak memory.\n\npaths:\n" + paths,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("--rows", default="1000000,5000000", help="table sizes, comma-separated")
-    g.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "t2sql-bench"),
-                   help="where the benchmark tables are built (and reused); made if missing, when its parent exists")
+    g.add_argument("--work-dir", default=None,
+                   help="where the benchmark tables are built (and reused); made if missing, when its parent exists "
+                        f"(default: {describe_default_dir('bench-grader')})")
     g.add_argument("--repeat", type=int, default=5, help="runs of the fast paths, round-robin (best is kept)")
     g.add_argument("--skip", default="", help="comma-separated paths to skip (e.g. python_counter; paths above)")
     add_grade_memory_arguments(g)
@@ -61,9 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--repeat", type=int, default=3, help="rounds, round-robin (the best is kept)")
     d.add_argument("--extract-mb", type=int, default=200,
                    help="MB of databases in the archive whose extraction is measured (default 200; 0 skips it)")
-    d.add_argument("--work-dir", default=tempfile.gettempdir(),
+    d.add_argument("--work-dir", default=None,
                    help="where the file and the fetched copies are written, in a folder of their own (needs twice "
-                        "--size-mb free, and three times --extract-mb); everything is removed at the end")
+                        "--size-mb free, and three times --extract-mb); everything is removed at the end "
+                        f"(default: {describe_default_dir('bench-download')})")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     add_pairs_arguments(suites)
     e = suites.add_parser(
@@ -79,9 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--cancel-after-s", type=float, default=3.0, help="when the cancel case cancels (default 3)")
     e.add_argument("--case", action="append", default=[], choices=["zeroblob", "temp", "instr", "mining", "cancel"],
                    help="run only this case (repeatable)")
-    e.add_argument("--work-dir", default=tempfile.gettempdir(),
-                   help="where the table is built (about 85 MB per 20,000 rows; removed at the end) and SQLite's "
-                        "temporary files go as usual")
+    e.add_argument("--work-dir", default=None,
+                   help="where the table is built (about 85 MB per 20,000 rows; removed at the end) "
+                        f"(default: {describe_default_dir('bench-equivalence-guard')})")
     e.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"t2sql bench grader: {e}", file=sys.stderr)
         return 2
     memory = grade_memory_setting(memory_mb, tmp_dir)
-    work = output_folder(args.work_dir, flag="--work-dir")
+    work = output_folder(args.work_dir or made_default_dir("bench-grader"), flag="--work-dir")
     report = bench_grader(rows, work, max(1, args.repeat), skip, memory)
     print(json.dumps(report, indent=2) if args.json else format_grader(report))
     return 0
@@ -131,7 +133,7 @@ def run_download(args: argparse.Namespace) -> int:
     if args.extract_mb < 0:
         print("t2sql bench download: --extract-mb must be 0 (skip the extraction) or more", file=sys.stderr)
         return 2
-    work = output_folder(args.work_dir, flag="--work-dir")
+    work = output_folder(args.work_dir or made_default_dir("bench-download"), flag="--work-dir")
     try:
         report = bench_download(args.size_mb, work, args.repeat, args.extract_mb)
     except (T2sqlError, OSError, RuntimeError, subprocess.SubprocessError) as e:
@@ -148,7 +150,7 @@ def run_equivalence_guard(args: argparse.Namespace) -> int:
         print("t2sql bench equivalence-guard: --rows must be at least 100, --mining-temp-mb at least 1 and "
               "--cancel-after-s positive", file=sys.stderr)
         return 2
-    work = output_folder(args.work_dir, flag="--work-dir")
+    work = output_folder(args.work_dir or made_default_dir("bench-equivalence-guard"), flag="--work-dir")
     try:
         report = bench_equivalence_guard(work, rows=args.rows, mining_temp_mb=args.mining_temp_mb,
                                          cancel_after_s=args.cancel_after_s, cases=args.case or None)
@@ -176,10 +178,10 @@ def add_pairs_arguments(suites) -> None:
                              help="workers of the parallel t2sql run (default 2)")
     accept_old_spelling(p, workers, "--workers")
     p.add_argument("--repeat", type=int, default=1, help="rounds, round-robin (the best of each run is kept)")
-    p.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "t2sql-bench-pairs"),
+    p.add_argument("--work-dir", default=None,
                    help="where the pairs file and the verdicts are written (made if missing, when its parent "
                         "exists); what an earlier bench pairs wrote there is replaced, any other file only with "
-                        "--force")
+                        f"--force (default: {describe_default_dir('bench-pairs')})")
     p.add_argument("--force", action="store_true",
                    help="replace files in --work-dir of those names even when this bench did not write them")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -216,7 +218,7 @@ def _pairs_work_dir(args: argparse.Namespace) -> Path:
     runs (OutputPathError: exit 2); t2sql grade checks its --out again when it runs."""
     from t2sql.bench.pairs import own_outputs, verdicts_file
 
-    work = output_folder(args.work_dir, flag="--work-dir", create=False)
+    work = output_folder(args.work_dir or made_default_dir("bench-pairs"), flag="--work-dir", create=False)
     if work.is_dir():  # else it is made, empty, below
         for output in own_outputs(work, args.force).values():
             output.check()

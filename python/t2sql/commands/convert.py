@@ -23,7 +23,7 @@ from t2sql.errors import DataError
 from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import describe_methods, method_counts
 from t2sql.integrations import rows as framework_rows
-from t2sql.tasks import BIRD_FIELDS, parse_field_map
+from t2sql.tasks import BIRD_FIELDS, open_input, parse_field_map
 
 FILE_TYPES = ("jsonl", "parquet")
 
@@ -47,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "existing one is replaced only when t2sql converted it, or with --force")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing output file even when it is not a split t2sql converted")
-    parser.add_argument("--split-name", default=None, help="output name and split label (default: the file's stem)")
+    parser.add_argument("--split-name", default=None, type=split_name_arg,
+                        help="output name and split label: one file name, written inside --out-dir (default: the "
+                             "file's stem)")
     parser.add_argument(
         "--field-map", nargs="*", default=[], metavar="FIELD=KEY",
         help=f"source keys for the canonical fields {', '.join(BIRD_FIELDS)} (default BIRD's: gold_sql=SQL)",
@@ -62,9 +64,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
     parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
-                        help="the method for rows whose grading_method cannot be read (a bare 'subset'); "
+                        help="the method for rows whose grading_method cannot be read (e.g. 'subset,<,3'); "
                              "without it such a row fails the conversion")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def split_name_arg(text: str) -> str:
+    """argparse type of --split-name: the name of one file inside --out-dir (no folder, no "." or "..": a
+    name such as /dev/null or ../x would put the output outside it), or a usage error."""
+    if not text or text in (".", "..") or any(c in text for c in ("/", "\\", "\0")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a split name: give one file name (e.g. train), written "
+                                         "inside --out-dir; no folders, '.' or '..'")
+    return text
 
 
 def output_name(split: str, framework: str, file_type: str) -> str:
@@ -103,6 +114,12 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     source = args.questions or args.rows
+    if args.rows:  # a FIFO or a device is refused by its stat, never read (the read would hang or never end)
+        try:
+            open_input(args.rows, "--rows file").close()
+        except DataError as e:
+            print(f"t2sql convert: {e}", file=sys.stderr)
+            return 2
     split = args.split_name or split_of(Path(source))
     # The output under t2sql.atomic's rule, checked before the validation and the gold queries run.
     output = split_output(Path(args.out_dir) / output_name(split, framework, file_type), framework, file_type,

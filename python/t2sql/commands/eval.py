@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from t2sql.eval.results import data_sha256, format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
 from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import describe_methods, method_counts
+from t2sql.home import default_dir, describe_default_dir, made_default_dir
 from t2sql.tasks import sample_dir, sample_questions
 
 if TYPE_CHECKING:
@@ -40,10 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "and maj@k (majority vote of the k answers by result; each task's vote is a line "
                            "of the results file)")
     what.add_argument("--preset", default=None,
-                      help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; printed in full at the start")
+                      help="recipe preset, e.g. qwen3.6-35b-a3b (default) or bare; named at the start, every field "
+                           "with --verbose")
     add_temp_disk_argument(what, from_preset=True)
     what.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
-                      help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
+                      help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3'); "
                            "without it such a task is skipped with a line saying why")
 
     model = parser.add_argument_group("model endpoint")
@@ -70,8 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", default=None,
                            help="results jsonl, appended; rerun to resume (default: "
-                                "eval-<model or policy>-<preset>-<data>.jsonl under $T2SQL_HOME/eval, "
-                                "else ~/.local/share/t2sql/eval). Only a t2sql results file of the same run (policy, "
+                                "eval-<model or policy>-<preset>-<data>.jsonl under "
+                                f"{describe_default_dir('eval')}). Only a t2sql results file of the same run (policy, "
                                 "model, preset, sampling, the data's content) is resumed; any other existing file "
                                 "is refused")
     run_group.add_argument("--fresh", action="store_true",
@@ -79,30 +80,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 "results file is refused all the same)")
     run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-
-
-def results_home() -> Path:
-    """Where eval results go without --out: $T2SQL_HOME/eval, else $XDG_DATA_HOME/t2sql/eval,
-    else ~/.local/share/t2sql/eval. Never the current directory (nor a checkout's root)."""
-    if os.environ.get("T2SQL_HOME"):
-        return Path(os.environ["T2SQL_HOME"]) / "eval"
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "t2sql" / "eval"
+    run_group.add_argument("--verbose", action="store_true", help="print the preset in full (every field) at the start")
 
 
 def default_out(who: str | None, preset_name: str, data: Path, data_sha256: str) -> str:
-    """<results_home>/eval-<model or policy>-<preset>-<data>-<its sha256, 8 digits>.jsonl: a rerun of
+    """<t2sql.home's eval folder>/eval-<model or policy>-<preset>-<data>-<its sha256, 8 digits>.jsonl: a rerun of
     the same command finds its own file and resumes it; two data files of one name do not meet."""
     parts = [who or "model", preset_name, data.stem if data.stem != "dev" else f"{data.parent.name}-dev",
              data_sha256[:8]]
     name = "eval-" + "-".join(re.sub(r"[^A-Za-z0-9._]+", "_", p).strip("_") for p in parts) + ".jsonl"
-    return str(results_home() / name)
+    return str(default_dir("eval") / name)  # never the current directory (nor a checkout's root)
 
 
-def describe_preset(preset: Preset, width: int = 100) -> str:
-    """The preset in full, as a few readable lines (every field, wrapped)."""
+def describe_preset(preset: Preset, *, verbose: bool = False, width: int = 100) -> str:
+    """The preset in one line (its name and the episode's shape), or in full with `verbose`: a few readable
+    lines, every field, wrapped."""
     import textwrap
 
+    if not verbose:
+        methods = (f"the task's method, else {preset.method}" if preset.honor_task_methods else preset.method)
+        return (f"preset {preset.name}: {preset.max_tool_calls} tool calls, {preset.max_turns} turns, graded by "
+                f"{methods} (every field: --verbose)")
     fields = preset.to_dict()
     name = fields.pop("name")
     body = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
@@ -157,14 +155,14 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     if args.out is None:
         args.out = default_out(args.model if args.policy == "model" else args.policy, preset_name, Path(data),
                                digest)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # t2sql's own folder; --out's must exist
+        made_default_dir("eval")  # t2sql's own folder; --out's must exist
     log(f"t2sql eval: {len(loaded.tasks)} tasks from {data}"
         + (f" ({len(loaded.skipped)} rows skipped, listed above)" if loaded.skipped else "")
         + f" | policy {policy.name}"
         + (f" | model {args.model} at {args.endpoint}" if args.policy == "model" else ""))
     methods = method_counts(preset.method_for(t.grading_method) for t in loaded.tasks)
     log("grading methods: " + describe_methods(methods))
-    log(describe_preset(preset))
+    log(describe_preset(preset, verbose=args.verbose))
     log(f"results: {args.out}" + (" (starting over: --fresh)" if args.fresh and Path(args.out).exists() else
                                   " (resuming: it exists)" if Path(args.out).exists() else ""))
 

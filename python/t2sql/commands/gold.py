@@ -126,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                       "the preset honors task methods, else the preset's)")
     accept_old_spelling(parser, method, "--semantics")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
-                        help="the method for tasks whose grading_method cannot be read (a bare 'subset'); "
+                        help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3'); "
                              "without it such a task is reported as a failure")
     parser.add_argument("--float-digits", type=int, default=None)
     timeout = parser.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=None, metavar="S",

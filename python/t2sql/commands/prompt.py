@@ -1,9 +1,10 @@
 """`t2sql prompt`: print the rendered prompt of one task (system and user messages), as the model sees it.
 
-    t2sql prompt --data dev.json --db-root DIR --index N [--preset NAME] [--json]
+    t2sql prompt [--data dev.json [--db-root DIR]] [--index N | --question-id ID] [--preset NAME] [--json]
 
-`--data` is a BIRD question file (a JSON list) or a t2sql/miles jsonl (one row per line); the task
-is the N-th row (0-based), or the row with `--question-id`. Rows that a converted file carries a
+`--data` is a BIRD question file (a JSON list) or a t2sql/miles jsonl (one row per line); without it,
+the embedded superhero sample (as `t2sql eval`). The task is the N-th row (0-based), or the row with
+`--question-id`. Rows that a converted file carries a
 prompt for are rendered anew from the task, so what is printed is what this version would build.
 """
 
@@ -17,7 +18,7 @@ from t2sql import T2sqlError, jsonl
 from t2sql.episode.presets import get_preset
 from t2sql.episode.prompt import build_prompt, tool_specs
 from t2sql.errors import DataError, PresetError, PromptCommandError, SchemaError, TaskError, UnknownDatabase
-from t2sql.tasks import Task, existing_database, load_questions, row_db_root, row_fields
+from t2sql.tasks import Task, existing_database, load_questions, row_db_root, row_fields, sample_questions
 
 
 def read_rows(path: str) -> list[Any]:
@@ -44,7 +45,8 @@ def pick(rows: list[Any], index: int | None, question_id: str | None) -> Any:
 
 
 def add_arguments(parser: Any) -> None:
-    parser.add_argument("--data", required=True, help="BIRD questions (JSON list) or a t2sql jsonl")
+    parser.add_argument("--data", default=None,
+                        help="BIRD questions (JSON list) or a t2sql jsonl (default: the embedded superhero sample)")
     parser.add_argument("--db-root", default=None,
                         help="databases at <db-root>/<db_id>/<db_id>.sqlite (default: beside --data for BIRD "
                              "rows, as eval and gold look; a converted row's db_path)")
@@ -58,11 +60,14 @@ def add_arguments(parser: Any) -> None:
 def run(args: Any) -> int:
     try:
         preset = get_preset(args.preset)
+        if args.data is None and args.db_root is not None:
+            raise PromptCommandError("--db-root needs --data (the embedded sample brings its own database)")
+        data = args.data if args.data is not None else str(sample_questions())
         if args.db_root is not None and not Path(args.db_root).is_dir():
             raise PromptCommandError(f"--db-root {args.db_root} is not a directory "
                                      "(it must hold <db_id>/<db_id>.sqlite)")
-        row = pick(read_rows(args.data), args.index, args.question_id)
-        root = row_db_root(row, args.db_root, args.data)  # eval's and gold's rule: beside --data for BIRD rows
+        row = pick(read_rows(data), args.index, args.question_id)
+        root = row_db_root(row, args.db_root, data)  # eval's and gold's rule: beside --data for BIRD rows
         task = Task.from_row(row, root)
         existing_database(task)  # the path rule, and a regular file (t2sql.databases)
         messages = build_prompt(task, preset)  # a question or evidence over the preset's limits: TaskError

@@ -214,6 +214,34 @@ def write_jsonl_atomic(path: str | os.PathLike | OutputFile, rows: Iterable[dict
     return count
 
 
+def _read_tasks(questions: str | os.PathLike, db_root: Path, split: str, fields: dict[str, str] | None,
+                recipe: str, method_fallback: str | None, *, databases: bool
+                ) -> tuple[int, list[tuple[int, Task]], list[Problem]]:
+    """A question file's tasks on `db_root` that pass every check but their gold's (the databases' too unless
+    `databases` is off): (rows in the file, tasks, problems)."""
+    preset = get_preset(recipe)  # an unknown recipe stops here, before any gold runs
+    raw, problems = load_questions(questions)
+    if not raw:
+        raise DataError(f"{questions}: no questions found", problems)
+    rows_in = len(raw) + len(problems)
+    rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split, db_root, method_fallback)
+    problems += structural
+    too_long = {row: task_text_problem(task, preset) for row, task in rows}
+    problems += [Problem("too_long", row, task.question_id, too_long[row]) for row, task in rows if too_long[row]]
+    rows = [(row, task) for row, task in rows if not too_long[row]]
+    rows, invalid = validate_rows(rows, databases=databases)
+    return rows_in, rows, problems + invalid
+
+
+def check_questions(questions: str | os.PathLike, *, split: str, fields: dict[str, str] | None = None,
+                    recipe: str = DEFAULT_PRESET, method_fallback: str | None = None) -> list[Problem]:
+    """Every check of `convert_split` that needs no database (the file's lines, fields, ids, grading
+    methods, lengths): what `t2sql-train prepare` runs before it downloads the databases."""
+    _, _, problems = _read_tasks(questions, Path("databases"), split, fields, recipe, method_fallback,
+                                 databases=False)
+    return sorted(problems, key=lambda p: p.row)
+
+
 def convert_split(
     questions: str | os.PathLike,
     db_root: str | os.PathLike,
@@ -236,19 +264,9 @@ def convert_split(
     db_root = Path(db_root)
     if not db_root.is_dir():
         raise DataError(f"database root not found: {db_root} (expected <db-root>/<db_id>/<db_id>.sqlite)")
-    preset = get_preset(recipe)  # an unknown recipe stops here, before any gold runs
     report = SplitReport(split=split, questions=Path(questions), out_path=Path(out_path) if out_path else None)
-    raw, problems = load_questions(questions)
-    report.rows_in = len(raw) + len(problems)
-    if not raw:
-        raise DataError(f"{questions}: no questions found", problems)
-    rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split, db_root, method_fallback)
-    problems += structural
-    too_long = {row: task_text_problem(task, preset) for row, task in rows}
-    problems += [Problem("too_long", row, task.question_id, too_long[row]) for row, task in rows if too_long[row]]
-    rows = [(row, task) for row, task in rows if not too_long[row]]
-    rows, invalid = validate_rows(rows)
-    problems += invalid
+    report.rows_in, rows, problems = _read_tasks(questions, db_root, split, fields, recipe, method_fallback,
+                                                 databases=True)
     report.databases = len({t.db_id for _, t in rows})
     if check_gold_sql and rows:
         started = time.perf_counter()

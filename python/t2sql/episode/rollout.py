@@ -5,7 +5,9 @@ holds the framework's side (how a turn is generated, where the reward goes); eve
 
 - `RolloutSettings`: what a rollout process is configured with (the preset's name, the database root,
   the gold cache, the manifest, the Grader's concurrency, timeout overrides), from the framework's own
-  flags. Hashable: one context per distinct settings.
+  flags. Hashable: one context per distinct settings. Each field is checked when the settings are made
+  (`check_setting`, the one check every reader goes through: miles' flags, T2SQL_* variables, verl's and
+  SkyRL's config, TRL's factory); a bad value is a one-line SettingsError naming it.
 - `RolloutContext`: the per-process state, the preset and one Grader (SQL runs on its worker threads;
   every episode of the process shares it), and the task reader. `context(settings)` returns the
   process's context for those settings, made on first use; `close_contexts()` closes them.
@@ -22,8 +24,10 @@ docs/episode.md shows the thirty lines an adapter for another framework writes.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from t2sql._grader import DatabaseError
@@ -31,10 +35,84 @@ from t2sql.episode.machine import VERDICT_OUTCOMES, Episode
 from t2sql.episode.parsing import parse_solution, strip_think
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.episode.prompt import build_prompt_async
+from t2sql.errors import PresetError, SettingsError
 from t2sql.serving.grader import Grader
+from t2sql.serving.manifest import manifest_file_problem
 from t2sql.tasks import Task
 
 log = logging.getLogger("t2sql.rollout")
+
+# The ranges of the numbers a rollout process is configured with. Concurrency is SQL worker threads: past
+# 1024 a process spends its memory on thread stacks, not queries. A timeout is a limit: finite, positive,
+# and at most an hour (the core treats anything near 1e9 s as no limit at all).
+CONCURRENCY_RANGE = (1, 1024)
+MAX_TIMEOUT_S = 3600.0
+_PATHS = ("db_root", "cache_dir", "manifest")
+_TIMEOUTS = ("tool_timeout_s", "grade_timeout_s")
+
+
+def check_setting(name: str, value: Any, label: str | None = None, text: str | None = None) -> Any:
+    """`value` as RolloutSettings' field `name` holds it (paths as str, timeouts as float), or a one-line
+    SettingsError naming the setting as the user gave it (`label`: a T2SQL_* variable, a config key;
+    default the field's name; `text`: what the value was read from) and what it must be. None leaves an
+    optional field to its default."""
+    label = label or name
+    shown = _shown(value) if text is None else _shown(text)
+
+    def refuse(must: str) -> SettingsError:
+        return SettingsError(f"{label}={shown} {must}")
+
+    if name == "recipe":
+        if not isinstance(value, str) or not value.strip():
+            raise refuse("must be a preset's name")
+        try:
+            get_preset(value)
+        except PresetError as e:
+            raise SettingsError(f"{label}={shown}: {e}") from None
+        return value
+    if value is None and name != "hash_databases":
+        return None
+    if name in _PATHS:
+        path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise refuse("must be a path")
+        if name == "manifest":
+            try:
+                problem = manifest_file_problem(os.stat(path))
+            except OSError as e:
+                raise refuse(f"cannot be read ({e.strerror}); give the manifest `t2sql-train prepare` wrote") from None
+            if problem is not None:
+                raise refuse(f"{problem}; give the manifest `t2sql-train prepare` wrote")
+        return path
+    if name == "hash_databases":
+        if not isinstance(value, bool):
+            raise refuse("must be true or false")
+        return value
+    if name == "concurrency":
+        low, high = CONCURRENCY_RANGE
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise refuse(f"must be a whole number from {low} to {high}, not a {type(value).__name__}")
+        if not low <= value <= high:
+            raise refuse(f"must be a whole number from {low} to {high}")
+        return value
+    if name in _TIMEOUTS:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise refuse(f"must be a number of seconds, not a {type(value).__name__}")
+        if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
+            raise refuse(f"must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+        return float(value)
+    raise SettingsError(f"unknown t2sql setting {name!r}; known: {', '.join(f.name for f in fields(RolloutSettings))}")
+
+
+def _shown(value: Any) -> str:
+    """A value as a one-line message shows it: its repr, cut at 80 characters (an int too long for
+    repr by its size)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit
+        return f"<a {value.bit_length()}-bit number>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
 
 @dataclass(frozen=True)
 class RolloutSettings:
@@ -47,11 +125,16 @@ class RolloutSettings:
     tool_timeout_s: float | None = None  # None: the preset's
     grade_timeout_s: float | None = None  # None: the preset's
 
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            object.__setattr__(self, field.name, check_setting(field.name, getattr(self, field.name)))
+
     def preset(self) -> Preset:
         preset = get_preset(self.recipe)
         if self.tool_timeout_s is not None or self.grade_timeout_s is not None:
-            preset = preset.replace(tool_timeout_s=self.tool_timeout_s or preset.tool_timeout_s,
-                                    grade_timeout_s=self.grade_timeout_s or preset.grade_timeout_s)
+            preset = preset.replace(
+                tool_timeout_s=preset.tool_timeout_s if self.tool_timeout_s is None else self.tool_timeout_s,
+                grade_timeout_s=preset.grade_timeout_s if self.grade_timeout_s is None else self.grade_timeout_s)
         return preset
 
 

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from t2sql import jsonl
 from t2sql.errors import DataError, Problem
+from t2sql.tasks import open_input
 
 AGENT_NAME = "t2sql"  # verl: the agent loop's registered name, each row's agent_name
 ENV_CLASS = "t2sql"  # SkyRL: the environment's registered id, each row's env_class
@@ -114,13 +115,11 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The t2sql rows of a file: a converted split (.jsonl, t2sql's own rows) or a verl/SkyRL file of the
     rows above (.jsonl or .parquet). DataError lists every line that holds no t2sql row."""
     path = Path(path)
+    f = open_input(path, "rows file")  # a FIFO or a device is refused by its stat, never read
     if path.suffix == ".parquet":
-        return [t2sql_row(r) for r in _parquet_records(path)]
+        with f:
+            return [t2sql_row(r) for r in _parquet_records(path, f)]
     rows, problems = [], []
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise DataError(f"{path}: cannot read it ({e.strerror or e})") from None
     with f:
         for line in jsonl.json_lines(f):
             if line.problem:
@@ -137,14 +136,14 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
-def _parquet_records(path: Path) -> list[dict[str, Any]]:
+def _parquet_records(path: Path, f: Any) -> list[dict[str, Any]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise DataError(f"{path}: reading parquet needs pyarrow: pip install pyarrow "
                         f"(or write the rows as jsonl: t2sql convert --file-type jsonl)") from None
     try:
-        return pq.read_table(path).to_pylist()
+        return pq.read_table(f).to_pylist()
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise DataError(f"{path}: not a parquet file pyarrow reads ({str(e).splitlines()[0]})") from None
 

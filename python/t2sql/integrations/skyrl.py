@@ -43,7 +43,15 @@ import sys
 from dataclasses import asdict, is_dataclass
 from typing import Any, Mapping
 
-from t2sql.integrations import SETTINGS_ENV, episode_record, on_episode_loop, require, settings_from_env
+from t2sql.integrations import (
+    SETTINGS_ENV,
+    episode_record,
+    on_episode_loop,
+    print_help,
+    require,
+    settings_from_env,
+    wants_help,
+)
 
 # The release this was checked against (skyrl-gym and skyrl alike), and the next minor.
 SKYRL_MINIMUM, SKYRL_BELOW = "0.4", "0.5"
@@ -64,6 +72,7 @@ from t2sql.integrations.rows import ENV_CLASS, t2sql_row  # noqa: E402
 log = logging.getLogger("t2sql.integrations.skyrl")
 
 ENTRY_POINT = "t2sql.integrations.skyrl:SQLEnv"
+ENV_CONFIG = f"environment.skyrl_gym.{ENV_CLASS}."  # where SkyRL's config keeps env_config: named in errors
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -81,7 +90,7 @@ def settings_of(env_config: Any) -> rollout.RolloutSettings:
         overrides = {str(k): v for k, v in env_config.items()}
     else:
         raise AdapterError(f"SQLEnv's env_config must be a mapping of t2sql settings, got {type(env_config).__name__}")
-    return settings_from_env(**overrides)
+    return settings_from_env(config=ENV_CONFIG, **overrides)
 
 
 def tool_chat_template_kwargs(**kwargs: Any) -> dict[str, Any]:
@@ -195,14 +204,23 @@ _register()
 # ----------------------------------------------------------------------- SkyRL's training entrypoint
 
 
+def _config_check() -> tuple[Any, Any]:
+    """SkyRL's config module and its validate_cfg: what the entrypoint runs before it starts Ray. A package
+    they import that is missing (skyrl 0.4.0 declares some only under its GPU extras) is one line naming the
+    install command, at --help already."""
+    config = require("skyrl.train.config", framework="SkyRL", extra="skyrl", minimum=SKYRL_MINIMUM,
+                     below=SKYRL_BELOW, distribution="skyrl")
+    utils = require("skyrl.train.utils", framework="SkyRL", extra="skyrl", minimum=SKYRL_MINIMUM,
+                    below=SKYRL_BELOW, distribution="skyrl")
+    return config, utils.validate_cfg
+
+
 def training_config(argv: list[str]) -> Any:
     """SkyRL's typed config from `key=value` overrides (SkyRLTrainConfig.from_cli_overrides), validated by
     SkyRL's validate_cfg, with t2sql's tool added to generator.chat_template_kwargs (SkyRL's generator
     renders with them) unless the command gave tools of its own. `trainer.override_entrypoint=...` (how
     SkyRL's main_base dispatches here) is dropped first: it is not a config field."""
-    skyrl_config = require("skyrl.train.config", framework="SkyRL", extra="skyrl", minimum=SKYRL_MINIMUM,
-                           below=SKYRL_BELOW, distribution="skyrl")
-    from skyrl.train.utils import validate_cfg
+    skyrl_config, validate_cfg = _config_check()
 
     overrides = [a for a in argv if not a.startswith("trainer.override_entrypoint=")]
     cfg = skyrl_config.SkyRLTrainConfig.from_cli_overrides(overrides)
@@ -228,11 +246,16 @@ def run_experiment(cfg: Any, environ: Mapping[str, str]) -> None:
     BasePPOExp(cfg).run()
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`python -m t2sql.integrations.skyrl key=value ...`: SkyRL's main_base with the t2sql environment
     registered in the training task and the T2SQL_* settings carried there. Needs SkyRL's GPU stack
-    (`skyrl[fsdp]` or `skyrl[megatron]`: Ray, vLLM, the trainer)."""
-    cfg = training_config(sys.argv[1:] if argv is None else argv)
+    (`skyrl[fsdp]` or `skyrl[megatron]`: Ray, vLLM, the trainer). With -h/--help (or nothing), the usage."""
+    argv = sys.argv[1:] if argv is None else argv
+    if wants_help(argv):
+        _config_check()  # what the command needs before Ray imports: a missing package says so here
+        return print_help("usage: python -m t2sql.integrations.skyrl KEY=VALUE ...  (SkyRL's config overrides, as "
+                          "its main_base takes them; docs/skyrl.md has the recipe's command)", __doc__)
+    cfg = training_config(argv)
     require("skyrl.train.entrypoints.main_base", framework="SkyRL's trainer (skyrl[fsdp] or skyrl[megatron])",
             extra="skyrl", minimum=SKYRL_MINIMUM, below=SKYRL_BELOW, distribution="skyrl")
     import ray
@@ -246,4 +269,4 @@ if __name__ == "__main__":
     # Imported under its own name, so that Ray pickles run_experiment by reference (not __main__'s copy).
     from t2sql.integrations.skyrl import main as _main
 
-    _main()
+    sys.exit(_main())

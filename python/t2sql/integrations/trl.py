@@ -3,9 +3,12 @@
     from trl import GRPOConfig, GRPOTrainer
     from t2sql.integrations.trl import SQLEnvironment, sql_reward, train_dataset
 
+    args = GRPOConfig(..., chat_template_kwargs={"enable_thinking": True})
+    environment = SQLEnvironment.configured(db_root=..., tokenizer=tokenizer,
+                                            chat_template_kwargs=args.chat_template_kwargs)
     trainer = GRPOTrainer(model=..., processing_class=tokenizer, reward_funcs=[sql_reward],
-                          environment_factory=SQLEnvironment.configured(db_root=..., tokenizer=tokenizer),
-                          train_dataset=train_dataset("out/data/train.jsonl"), args=GRPOConfig(...))
+                          environment_factory=environment, train_dataset=train_dataset("out/data/train.jsonl"),
+                          args=args)
 
 How the pieces meet TRL (read from TRL 1.16's GRPOTrainer; docs/trl.md has the run):
 
@@ -19,17 +22,18 @@ How the pieces meet TRL (read from TRL 1.16's GRPOTrainer; docs/trl.md has the r
   `Episode.call_tool` (budget, invalid calls, the unsafe rule). The method takes any arguments the model
   sent, so a malformed call reaches the episode and counts as an invalid call, as in `t2sql eval`.
 - TRL never hands an environment the model's text: a turn's text reaches t2sql only at reward time, in
-  the completion's messages. `sql_reward` turns each assistant message back into the text the model
-  wrote (thinking, prose, its tool calls in Qwen's XML form), records the turns in order
-  (`Episode.record_turn`) and ends the episode with the last one (`Episode.finish`). Where TRL went on
-  past a point at which the episode's rules end it (a solution in a turn that also called the tool, an
-  unsafe query, a call to another tool name, more than the preset's max_turns turns), the record is
-  rebuilt by replaying those turns through a fresh episode (`Episode.on_turn`), so the record is the one
-  `t2sql eval` gives the same turns.
+  the completion's token ids. `sql_reward` decodes each turn the model sampled from them (TRL's ids are
+  each sampled turn, then the chat template's rendering of the tool results TRL appended, then the next
+  turn; the tool rounds are located with the chat template and checked id for id), never TRL's parsed
+  messages (its parser keeps one content span a turn and drops the text before a tool call). The turns
+  are recorded in order (`Episode.record_turn`) and the last one ends the episode (`Episode.finish`).
+  Where the calls TRL made are not the ones the episode's rules give those turns (a solution in a turn
+  that also called the tool, an unsafe query, a call to another tool name, a call TRL's parser read
+  differently, more than the preset's max_turns turns), the record is rebuilt by replaying the turns
+  through a fresh episode (`Episode.on_turn`), so the record is the one `t2sql eval` gives the same turns.
 - The last turn is cut ("turn_cut", never graded) when TRL stopped the completion at
-  max_completion_length (the environment must be configured with the tokenizer to see this: the
-  completion then does not end in an end-of-turn token) or stopped calling tools (its
-  max_tool_calling_iterations, or a tool result that would not fit): the model was not done.
+  max_completion_length (the completion then does not end in an end-of-turn token) or stopped calling
+  tools (its max_tool_calling_iterations, or a tool result that would not fit): the model was not done.
 - Metrics go through TRL's `log_metric` (averaged over every episode of a logging step, across
   processes) under the names the miles rollout log uses (`t2sql/accuracy`, `t2sql/tool_calls_mean`, ...),
   plus `t2sql/outcome/<outcome>` rates; each completion's outcome goes to TRL's completions table
@@ -45,14 +49,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from t2sql import jsonl
 from t2sql.atomic import first_line, read_head
-from t2sql.chat_template import count_tokens
+from t2sql.chat_template import ChatTemplate, count_tokens
 from t2sql.data import convert
 from t2sql.databases import database_path
 from t2sql.episode import parsing, prompt, rollout
@@ -60,7 +63,7 @@ from t2sql.episode.machine import Episode, EpisodeResult
 from t2sql.episode.presets import OUTCOMES
 from t2sql.episode.rollout import RolloutContext, RolloutSettings
 from t2sql.errors import AdapterError, DataError
-from t2sql.integrations import on_episode_loop, require, rows, settings_from_env
+from t2sql.integrations import module_help, on_episode_loop, require, rows, settings_from_env
 from t2sql.tasks import release_dir
 
 require("trl", framework="TRL", extra="trl", minimum="1.16", below="2")
@@ -84,39 +87,44 @@ def _tool_docstring() -> str:
 class SQLEnvironment:
     """One rollout's text-to-SQL episode, for `GRPOTrainer(environment_factory=...)`.
 
-    `SQLEnvironment` itself is a factory TRL accepts: its settings come from the T2SQL_* environment
-    variables (t2sql.integrations.settings_from_env). `SQLEnvironment.configured(...)` binds them instead.
-    After `sql_reward` has scored a rollout, `result` holds its EpisodeResult and `turns` the assistant
-    turns as recorded."""
+    Build it with `SQLEnvironment.configured(tokenizer=..., chat_template_kwargs=..., **settings)`: the
+    reward reads the model's tokens with the tokenizer (settings the factory leaves out come from the T2SQL_*
+    environment variables, t2sql.integrations.settings_from_env). After `sql_reward` has scored a rollout,
+    `result` holds its EpisodeResult and `turns` the assistant turns as recorded."""
 
-    def __init__(self, *, settings: RolloutSettings | None = None, tokenizer: Any = None):
+    def __init__(self, *, settings: RolloutSettings | None = None, tokenizer: Any = None,
+                 chat_template_kwargs: Mapping[str, Any] | None = None):
         self.settings = settings if settings is not None else settings_from_env()
         self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.episode: Episode | None = None
         self.task_row: dict[str, Any] | None = None
         self.result: EpisodeResult | None = None
         self.turns: list[str] = []  # the assistant turns as recorded (sql_reward fills them)
         self.cut: str | None = None  # "turn" when TRL stopped the rollout before the model was done
         self._prompt: list[dict[str, Any]] = []
+        self._live_calls: list[parsing.ToolCall] = []  # the calls TRL made on this environment, in order
 
     @classmethod
-    def configured(cls, *, tokenizer: Any = None, **settings: Any) -> Callable[[], SQLEnvironment]:
+    def configured(cls, *, tokenizer: Any = None, chat_template_kwargs: Mapping[str, Any] | None = None,
+                   **settings: Any) -> Callable[[], SQLEnvironment]:
         """A factory for `environment_factory` with these settings (preset=..., db_root=..., cache_dir=...,
         manifest=..., concurrency=..., tool_timeout_s=..., grade_timeout_s=...: RolloutSettings' fields,
-        T2SQL_* variables filling the rest). `tokenizer` (the trainer's processing class) lets the reward
-        see a completion TRL cut at max_completion_length, and counts the metrics' tokens with it."""
+        T2SQL_* variables filling the rest). `tokenizer` (the trainer's processing class) and
+        `chat_template_kwargs` (GRPOConfig's) are how the reward reads the model's own tokens: each turn
+        decoded from the completion's ids, the tool results between them rendered as TRL renders them."""
         if "preset" in settings:
             settings["recipe"] = settings.pop("preset")
         resolved = settings_from_env(**settings)
-        resolved.preset()  # an unknown preset fails here, not in the first rollout
-        return functools.partial(cls, settings=resolved, tokenizer=tokenizer)
+        return functools.partial(cls, settings=resolved, tokenizer=tokenizer,
+                                 chat_template_kwargs=dict(chat_template_kwargs or {}))
 
     # TRL: every public method but reset (and get_reward) is a tool, so helpers here are private.
 
     def reset(self, **row: Any) -> None:
         """Start the episode of the dataset row's task (TRL passes the whole row; its prompt is the episode's)."""
         self.task_row = rows.t2sql_row(row)
-        self.result, self.turns, self.cut = None, [], None
+        self.result, self.turns, self.cut, self._live_calls = None, [], None, []
         ctx = self._context()
         messages = self.task_row.get("prompt")
         self.episode = on_episode_loop(ctx.episode_async(
@@ -133,7 +141,9 @@ class SQLEnvironment:
         arguments = dict(others)
         if query is not None:
             arguments["query"] = query
-        return on_episode_loop(episode.call_tool(arguments))
+        call = parsing.tool_call_from_arguments(arguments)
+        self._live_calls.append(call)
+        return on_episode_loop(episode.call_tool(call))
 
     # The schema TRL shows the model: t2sql's tool, `query` required; the method itself takes whatever
     # the model sent (missing or extra arguments), so the episode judges the call.
@@ -168,15 +178,14 @@ class SQLEnvironment:
         episode = self._open_episode()
         messages = ([{"role": "assistant", "content": completion}] if isinstance(completion, str)
                     else [dict(m) for m in completion])
+        turns = self._model_turns(messages, completion_ids)
         assistant = [m for m in messages if m.get("role") == "assistant"]
-        turns = [turn_text(m) for m in assistant]
         cut = None
-        if not turns or messages[-1].get("role") == "tool":  # no room was left for the model's next turn
-            turns.append("")
+        if not assistant or messages[-1].get("role") == "tool":  # no room was left for the model's next turn
             cut = "turn"
         elif assistant[-1].get("tool_calls") or self._cut_at_max_length(completion_ids):
             cut = "turn"  # TRL stopped calling tools (iterations, room) or cut the completion
-        if self._rules_ended_earlier(episode, assistant[:-1], turns):
+        if self._rules_ended_earlier(episode, turns):
             episode = await self._fresh_episode()
             live = False
         else:
@@ -185,25 +194,66 @@ class SQLEnvironment:
         self.result = await self._end(episode, live)
         return self.result
 
+    def _model_turns(self, messages: Sequence[Mapping[str, Any]], completion_ids: Sequence[int] | None) -> list[str]:
+        """The model's own turns, decoded from the completion's ids. TRL's completion_ids are each sampled
+        turn (ending in its end-of-turn token) followed by the tool results TRL appended for it (the chat
+        template's rendering of that round's tool messages and the next generation prompt, mask 0 in
+        TRL's loss), then the next sampled turn. The tool rounds are read from TRL's messages; every
+        round's ids are checked against the template's rendering, so a turn is never cut in the wrong place.
+        TRL's parsed messages are never graded: its parser keeps one content span a turn and drops the
+        text before a tool call."""
+        tokenizer = self.tokenizer
+        if tokenizer is None or completion_ids is None:
+            raise AdapterError("sql_reward grades the tokens the model sampled: build the environments with "
+                               "SQLEnvironment.configured(tokenizer=<the trainer's processing class>, "
+                               "chat_template_kwargs=<GRPOConfig's chat_template_kwargs>, ...)")
+        ids = [int(i) for i in completion_ids]
+        template = ChatTemplate(tokenizer, prompt.tool_specs(), self.chat_template_kwargs)
+        ends = {tokenizer.convert_tokens_to_ids(template.end_of_turn()), tokenizer.eos_token_id} - {None}
+        turns, start, before = [], 0, list(self._prompt)
+        for tool_messages in _tool_rounds(messages):
+            end = next((i for i in range(start, len(ids)) if ids[i] in ends), None)
+            if end is None:
+                raise AdapterError(f"the completion's turn {len(turns) + 1} called a tool but has no end-of-turn "
+                                   f"token ({template.end_of_turn()}); these ids are not TRL's tool loop's")
+            text = tokenizer.decode(ids[start:end + 1], skip_special_tokens=True)
+            turns.append(text)
+            before = [*before, {"role": "assistant", "content": text}]
+            segment = template.encode(template.tool_segment(before, tool_messages, closed=True))
+            if ids[end + 1:end + 1 + len(segment)] != segment:
+                raise AdapterError(
+                    f"the tool results after turn {len(turns)} are not what the chat template renders with "
+                    f"chat_template_kwargs={self.chat_template_kwargs}: pass SQLEnvironment.configured the "
+                    "tokenizer and chat_template_kwargs GRPOTrainer runs with")
+            before = [*before, *tool_messages]
+            start = end + 1 + len(segment)
+        if start < len(ids) or not turns or messages[-1].get("role") != "tool":
+            turns.append(tokenizer.decode(ids[start:], skip_special_tokens=True))
+        else:
+            turns.append("")  # TRL had no room for the model's next turn
+        return turns
+
     def _cut_at_max_length(self, completion_ids: Sequence[int] | None) -> bool:
         """Whether the completion stops short of an end-of-turn token (TRL cut it at max_completion_length,
-        as its own clipped_ratio counts): known only when the environment has the tokenizer."""
+        as its own clipped_ratio counts)."""
         tokenizer = self.tokenizer
         if tokenizer is None or not completion_ids:
             return False
         return int(completion_ids[-1]) not in {tokenizer.eos_token_id, tokenizer.pad_token_id}
 
-    def _rules_ended_earlier(self, episode: Episode, earlier: Sequence[Mapping[str, Any]],
-                             turns: Sequence[str]) -> bool:
-        """Whether TRL went on past a point where the episode's rules end it (an unsafe query, a solution in
-        a turn that also called the tool, more turns than the preset's max_turns), or made a call the rules
-        count that never reached this environment (another tool's name)."""
+    def _rules_ended_earlier(self, episode: Episode, turns: Sequence[str]) -> bool:
+        """Whether the live episode (the calls TRL made) is not the one the episode's rules give these turns:
+        TRL went on past a point where the rules end it (an unsafe query, a solution in a turn that also
+        called the tool, more turns than the preset's max_turns), or the calls TRL made differ from the
+        calls the episode reads in the turns' text (another tool's name, which TRL answers itself; a call
+        TRL's parser saw differently or not at all)."""
         if episode.done or len(turns) > episode.preset.max_turns:
             return True
-        if any(parsing.parse_solution(parsing.split_think(text)[1]) is not None for text in turns[:-1]):
+        visible = [parsing.split_think(text)[1] for text in turns[:-1]]
+        if any(parsing.parse_solution(text) is not None for text in visible):
             return True
-        names = [(call.get("function") or {}).get("name") for m in earlier for call in m.get("tool_calls") or []]
-        return any(name != TOOL_NAME for name in names)
+        read = [call for text in visible for call in parsing.parse_tool_calls(text)]
+        return [_call_key(c) for c in read] != [_call_key(c) for c in self._live_calls]
 
     async def _fresh_episode(self) -> Episode:
         assert self.task_row is not None
@@ -239,26 +289,23 @@ class SQLEnvironment:
         return episode.result
 
 
-def turn_text(message: Mapping[str, Any]) -> str:
-    """An assistant message TRL parsed (content, reasoning_content, tool_calls) as the text the model
-    wrote: thinking in <think>, then the prose, then each tool call in Qwen's XML form."""
-    reasoning = message.get("reasoning_content")
-    content = message.get("content") or ""
-    text = (f"<think>\n{reasoning}\n</think>\n\n" if reasoning else "") + (
-        content if isinstance(content, str) else json.dumps(content, ensure_ascii=False))
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        arguments = function.get("arguments") or {}
-        if isinstance(arguments, str):
-            arguments = jsonl.loads_or_none(arguments)
-        if not isinstance(arguments, Mapping):  # not an object: no parameter t2sql reads, an invalid call
-            arguments = {"arguments": function.get("arguments")}
-        parameters = "".join(
-            f"<parameter={key}>\n{value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}\n"
-            "</parameter>\n" for key, value in arguments.items())
-        block = f"<tool_call>\n<function={function.get('name', '')}>\n{parameters}</function>\n</tool_call>"
-        text = f"{text}\n\n{block}" if text else block
-    return text
+def _tool_rounds(messages: Sequence[Mapping[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The tool messages TRL appended after each assistant turn, one list per round, in order."""
+    rounds: list[list[dict[str, Any]]] = []
+    previous = None
+    for message in messages:
+        if message.get("role") == "tool":
+            if previous != "tool":
+                rounds.append([])
+            rounds[-1].append(dict(message))
+        previous = message.get("role")
+    return rounds
+
+
+def _call_key(call: parsing.ToolCall) -> tuple[str | None, bool]:
+    """What makes two calls run the same: the query when the call is valid (its other arguments are not
+    read), and whether it is."""
+    return (call.query if call.valid else None, call.valid)
 
 
 # ----------------------------------------------------------------------------------- the reward
@@ -267,11 +314,12 @@ def turn_text(message: Mapping[str, Any]) -> str:
 def sql_reward(completions: Sequence[Any], environments: Sequence[SQLEnvironment] | None = None,
                completion_ids: Sequence[Sequence[int]] | None = None, log_metric: Callable | None = None,
                log_extra: Callable | None = None, **kwargs: Any) -> list[float]:
-    """TRL reward function: ends each rollout's episode with the model's last message and returns the
-    recipe's reward (EpisodeResult.reward); logs the episodes' metrics through TRL's log_metric/log_extra."""
+    """TRL reward function: ends each rollout's episode on the turns the model sampled (decoded from
+    `completion_ids`, TRL's own ids of the completion) and returns the recipe's reward (EpisodeResult.reward);
+    logs the episodes' metrics through TRL's log_metric/log_extra."""
     if environments is None:
-        raise AdapterError("sql_reward scores SQLEnvironment rollouts: pass environment_factory=SQLEnvironment "
-                           "(or SQLEnvironment.configured(...)) to GRPOTrainer")
+        raise AdapterError("sql_reward scores SQLEnvironment rollouts: pass environment_factory="
+                           "SQLEnvironment.configured(tokenizer=..., chat_template_kwargs=...) to GRPOTrainer")
     if len(environments) != len(completions):
         raise AdapterError(f"sql_reward got {len(completions)} completions for {len(environments)} environments")
     if not all(isinstance(env, SQLEnvironment) for env in environments):
@@ -378,3 +426,7 @@ def _read_converted(path: Path, db_root: str | os.PathLike | None, recipe: str |
         for row in found:
             row["metadata"] = {**row["metadata"], "db_path": str(database_path(db_root, str(row["metadata"]["db_id"])))}
     return found
+
+
+if __name__ == "__main__":
+    sys.exit(module_help(sys.argv[1:], __doc__, "trl"))

@@ -42,6 +42,7 @@ entry in an `agent_loop_config_path` YAML; later ones win. docs/verl.md has the 
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -53,7 +54,14 @@ from t2sql.episode.budget import Budget
 from t2sql.episode.machine import EpisodeResult
 from t2sql.episode.tokens import ABORTED, SampledTurn, TokenTrajectory, run_token_episode
 from t2sql.errors import AdapterError
-from t2sql.integrations import SETTING_NAMES, SettingsError, episode_record, require, settings_from_env
+from t2sql.integrations import (
+    SETTING_NAMES,
+    SettingsError,
+    episode_record,
+    module_help,
+    require,
+    settings_from_env,
+)
 from t2sql.integrations.rows import AGENT_NAME, t2sql_row
 
 VERL_MINIMUM, VERL_BELOW = "0.9.1", "0.10"  # the release this was checked against, and the next minor
@@ -85,7 +93,7 @@ def loop_settings(trainer_config: Any, loop_kwargs: Mapping[str, Any]) -> rollou
     if not isinstance(block, Mapping):
         raise SettingsError(f"verl's config key {CONFIG_KEY!r} must hold t2sql's settings "
                             f"(+{CONFIG_KEY}.recipe=... +{CONFIG_KEY}.db_root=...), not {block!r}")
-    return settings_from_env(**{**block, **loop_kwargs})
+    return settings_from_env(config=f"{CONFIG_KEY}.", **{str(k): v for k, v in {**block, **loop_kwargs}.items()})
 
 
 @_agent_loop.register(AGENT_NAME)
@@ -207,3 +215,7 @@ def reward_extra_info(result: EpisodeResult | None) -> dict[str, Any]:
         return {"acc": 0.0, "outcome": ABORTED_OUTCOME, "turns": 0, "tool_calls": 0, "invalid_tool_calls": 0}
     return {"acc": 1.0 if result.correct else 0.0, "outcome": result.outcome, "turns": result.turns,
             "tool_calls": result.tool_calls, "invalid_tool_calls": result.invalid_tool_calls}
+
+
+if __name__ == "__main__":
+    sys.exit(module_help(sys.argv[1:], __doc__, "verl"))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import LaunchError
+from t2sql.home import default_dir
 
 MODEL_NAME = "Qwen3.6-35B-A3B"
 
@@ -59,7 +60,7 @@ EVAL_SPLITS = ("validation", "arcwise")
 class TrainConfig:
     """Every knob of the launch. Defaults are the recipe's; a CLI flag exists for each field."""
 
-    output_dir: str = "/root/t2sql"
+    output_dir: str = field(default_factory=lambda: str(default_dir("train")))  # t2sql.home's rule
     run_id: str = ""  # default: default_run_id(), stable, so rerunning the same command resumes
     recipe: str = DEFAULT_PRESET  # t2sql preset: budgets, reward table
     loss: str = ""  # grpo | cispo; empty: the preset's `loss` (cispo in the recipe, grpo in bare)

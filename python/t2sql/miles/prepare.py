@@ -27,6 +27,7 @@ from t2sql.data import convert as data
 from t2sql.download import bird
 from t2sql.errors import DataError, ForeignFilesError, LaunchError, cap_lines
 from t2sql.grading import describe_methods
+from t2sql.home import made_default_dir
 from t2sql.miles.checkpoint import convert_torch_dist, download_repo, is_complete, own_checkpoint_problems
 from t2sql.miles.flags import (
     CISPO_LOSS_PATH,
@@ -229,6 +230,21 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     return f"{len(records) - len(failed)}/{len(records)} gold digests in {c.cache_dir} ({elapsed:.1f}s{slow})"
 
 
+def check_task_files(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) -> None:
+    """The shipped task files' checks that need no database (t2sql.data.convert.check_questions), before
+    BIRD's archives are downloaded: a problem is a DataError naming each task, unless --drop-invalid (the
+    conversion then drops those tasks and lists them)."""
+    if args.drop_invalid:
+        return
+    for split, questions, _ in data.release_splits(release_dir(), args.splits):
+        problems = data.check_questions(questions, split=split, fields=fields, recipe=c.recipe,
+                                        method_fallback=args.grading_method_fallback)
+        if problems:
+            raise DataError(f"{questions}: {len(problems)} problem(s), found before downloading BIRD's databases; "
+                            "nothing downloaded or written (fix them, or pass --drop-invalid to convert only "
+                            "the valid tasks)", problems)
+
+
 def bird_splits(c: TrainConfig, args: argparse.Namespace) -> tuple[list[tuple[str, Path, Path]], list[str]]:
     """(split, question file, database root) for the shipped task files, after laying out BIRD's databases
     they run on under <output-dir>/data/bird (or finding the user's own copy there: t2sql.download.bird); and
@@ -280,8 +296,12 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
                 "Run prepare on the training node, or pass --skip-model to prepare only the data."
             )
         import_miles_command_utils(c)
+    if getattr(args, "output_dir", None) is None:  # the default: made with its parents under $T2SQL_HOME
+        made_default_dir("train")
     check_output_dir(c.root, (c.data_dir, c.model_dir, c.cache_dir))
     outputs = split_outputs(c, args.splits, args.force) if not args.skip_data else {}
+    if not args.skip_data and not args.data_release and not args.data_repo:
+        check_task_files(c, args, fields)
     needs = {}
     if not args.skip_model:
         if not c.hf_checkpoint and not is_complete(c.hf_checkpoint_path):

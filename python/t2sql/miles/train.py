@@ -53,6 +53,7 @@ from t2sql.download.bird import BIRD_URL
 from t2sql.episode.presets import get_preset
 from t2sql.errors import DataError, LaunchError, OutputPathError, PresetError, T2sqlError
 from t2sql.flagnames import accept_old_spelling
+from t2sql.home import describe_default_dir
 from t2sql.interrupts import interrupt_exit, interrupt_word, sigterm_unwinds
 from t2sql.miles.flags import (
     HF_REPO,
@@ -118,7 +119,9 @@ def _number(name: str) -> Callable[[str], int | float]:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     d = TrainConfig(run_id="x")
-    p.add_argument("--output-dir", default=d.output_dir, help="models, data, gold cache and checkpoints live here")
+    p.add_argument("--output-dir", default=None,
+                   help="models, data, gold cache and checkpoints live here (default: "
+                        f"{describe_default_dir('train')})")
     preset = p.add_argument("--preset", dest="recipe", default=d.recipe, help="t2sql preset (budgets and reward)")
     accept_old_spelling(p, preset, "--recipe")
     p.add_argument("--num-gpus-per-node", type=_number("num_gpus_per_node"), default=d.num_gpus_per_node)
@@ -167,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     accept_old_spelling(p, timeout, "--gold-timeout")
     p.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     p.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
-                   help="the method for tasks whose grading_method cannot be read (two BIRD-Verified train "
-                        "tasks say a bare 'subset'); without it they fail the conversion")
+                   help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3', in data "
+                        "of your own; the shipped task files need none); without it they fail the conversion")
     p.add_argument("--skip-model", action="store_true", help="prepare the data only")
     p.add_argument("--skip-data", action="store_true", help="prepare the checkpoint only")
     p.add_argument("--skip-disk-check", action="store_true")
@@ -200,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     names = {f.name for f in fields(TrainConfig)}
-    values = {k: v for k, v in vars(args).items() if k in names}
+    values = {k: v for k, v in vars(args).items() if k in names and not (k == "output_dir" and v is None)}
     if "env" in vars(args):
         values["extra_env"] = args.env
     return TrainConfig(**values)

@@ -17,17 +17,17 @@ from typing import Any
 from t2sql._grader import file_digest
 from t2sql.atomic import read_head, write_bytes_atomic
 from t2sql.errors import DatabaseError
+from t2sql.home import default_dir
 from t2sql.serving import checkbounds
 
 CACHE_ENV = "T2SQL_EQUIVALENCE_CACHE"  # where invariants and suites are kept on disk
 
 def cache_dir() -> Path:
-    """Where invariants and suites are kept: $T2SQL_EQUIVALENCE_CACHE, else $XDG_CACHE_HOME/t2sql/equivalence,
-    else ~/.cache/t2sql/equivalence."""
+    """Where invariants and suites are kept: $T2SQL_EQUIVALENCE_CACHE, else t2sql.home's rule
+    ($T2SQL_HOME/cache/equivalence, else $XDG_CACHE_HOME/t2sql/equivalence, else ~/.cache/t2sql/equivalence)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "t2sql" / "equivalence"
+    return default_dir("equivalence")
 
 # Content digests remembered per file version in this process: (dev, inode, size, mtime_ns, ctime_ns) ->
 # digest. A write changes the ctime (to the nanosecond), so a changed file is read again.

@@ -32,12 +32,14 @@ import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from t2sql import DatabaseError
 from t2sql.atomic import OutputFile
+from t2sql.databases import file_kind
 from t2sql.errors import UnknownDatabase
 from t2sql.tasks import find_database, list_databases
 
@@ -45,6 +47,36 @@ MANIFEST_VERSION = 1
 MANIFEST_FORMAT = "t2sql-database-manifest"
 # How a manifest begins as `save` writes it (json.dumps, indent 1); before "format" it began with the version.
 _MANIFEST_HEAD = re.compile(rb'\{\s*("format":\s*"' + MANIFEST_FORMAT.encode() + rb'"|"version":\s*1,\s*"db_root":)')
+
+
+# The most a manifest file may hold: about 200 bytes a database, so some 80,000 databases. A manifest is
+# parsed whole; the bound keeps a path such as /dev/zero or a stray multi-GB file from filling memory.
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def manifest_file_problem(st: os.stat_result) -> str | None:
+    """Why a file with this stat cannot be read as a manifest (not a regular file, over MAX_MANIFEST_BYTES),
+    or None: the one rule the settings check (t2sql.episode.rollout) and `Manifest.load` apply."""
+    if not stat.S_ISREG(st.st_mode):
+        return f"is {file_kind(st.st_mode)}, not a regular file"
+    if st.st_size > MAX_MANIFEST_BYTES:
+        return f"is {st.st_size:,} bytes, over the {MAX_MANIFEST_BYTES:,} a manifest may have"
+    return None
+
+
+def _manifest_bytes(path: str | os.PathLike) -> bytes:
+    """The manifest file's bytes: opened without blocking (a FIFO is refused by its fstat, never waited
+    on), read up to MAX_MANIFEST_BYTES. FileNotFoundError, or ValueError saying what the path is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        problem = manifest_file_problem(os.fstat(fd))
+        if problem is not None:
+            raise ValueError(f"{path} {problem}")
+        os.set_blocking(fd, True)
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{path} grew past the {MAX_MANIFEST_BYTES:,} bytes a manifest may have while it was read")
+    return data
 
 
 def is_manifest(head: bytes) -> bool:
@@ -168,8 +200,16 @@ class Manifest:
 
     @classmethod
     def load(cls, path: str | os.PathLike, db_root: str | os.PathLike | None = None) -> Manifest:
+        """The manifest at `path` (a regular file of at most MAX_MANIFEST_BYTES). FileNotFoundError when
+        there is none; ValueError, one line saying why, for anything that is not a manifest."""
         try:
-            data = json.loads(Path(path).read_text())
+            raw = _manifest_bytes(path)
+        except (FileNotFoundError, ValueError):
+            raise
+        except OSError as e:
+            raise ValueError(f"cannot read the manifest {path}: {e.strerror or e}") from None
+        try:
+            data = json.loads(raw)
             if data.get("version") != MANIFEST_VERSION:
                 raise ValueError(f"version {data.get('version')!r}, expected {MANIFEST_VERSION}")
             entries = {
@@ -178,9 +218,7 @@ class Manifest:
                 for db_id, e in data["databases"].items()
             }
             root = db_root if db_root is not None else data["db_root"]
-        except FileNotFoundError:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ValueError(
                 f"{path} is not a t2sql database manifest ({e}); rebuild it with `t2sql gold`"
             ) from e
