@@ -55,15 +55,26 @@ ATTACKS: list[tuple[str, str, type | None]] = [
     ("release", "RELEASE s1", UnsafeQuery),
     ("analyze", "ANALYZE", UnsafeQuery),
     ("reindex", "REINDEX", UnsafeQuery),
-    ("explain", "EXPLAIN SELECT 1", UnsafeQuery),
+    ("explain_drop", "EXPLAIN DROP TABLE people", UnsafeQuery),
     ("two_statements", "SELECT 1; DROP TABLE people", UnsafeQuery),
-    ("two_selects", "SELECT 1; SELECT 2", UnsafeQuery),
+    ("typo_then_drop", "SELEC 1; DROP TABLE people", UnsafeQuery),
+    ("drop_missing_table", "DROP TABLE no_such_table", UnsafeQuery),
+    ("delete_missing_table", "WITH x AS (SELECT 1) DELETE FROM no_such_table", UnsafeQuery),
+    ("pragma_unknown", "PRAGMA no_such_pragma", UnsafeQuery),
     ("statement_after_comment", "SELECT 1 /* c */ ; -- x\n DELETE FROM people", UnsafeQuery),
-    ("nul_then_statement", "SELECT 1\x00; DROP TABLE people", UnsafeQuery),
-    ("empty", "", UnsafeQuery),
-    ("whitespace", "   \n\t ", UnsafeQuery),
-    ("comment_only", "-- nothing here", UnsafeQuery),
-    ("semicolons_only", ";;", UnsafeQuery),
+    # What SQLite cannot parse, or what is not one query though it writes nothing: the query's error.
+    ("syntax_error", "SELEC 1", SqlError),
+    ("typo_inside_with", "WITH x AS (SELEC 1) SELECT * FROM x", SqlError),
+    ("select_then_typo", "SELECT 1; SELEC 2", SqlError),
+    ("incomplete", "SELECT (1", SqlError),
+    ("explain", "EXPLAIN SELECT 1", SqlError),
+    ("explain_query_plan", "EXPLAIN QUERY PLAN SELECT * FROM people", SqlError),
+    ("two_selects", "SELECT 1; SELECT 2", SqlError),
+    ("nul_then_statement", "SELECT 1\x00; DROP TABLE people", SqlError),
+    ("empty", "", SqlError),
+    ("whitespace", "   \n\t ", SqlError),
+    ("comment_only", "-- nothing here", SqlError),
+    ("semicolons_only", ";;", SqlError),
     ("endless_recursive_cte", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
      QueryTimeout),
     ("billions_cross_join",
@@ -82,7 +93,6 @@ ATTACKS: list[tuple[str, str, type | None]] = [
     ("oversized_sql", "SELECT 1" + " " * 200_000, SqlError),
     ("many_unions", " UNION ALL ".join(["SELECT 1"] * 1000), SqlError),
     ("missing_table", "SELECT * FROM no_such_table", SqlError),
-    ("syntax_error", "SELEC 1", UnsafeQuery),
     ("json_each_is_fine", "SELECT value FROM json_each('[1,2,3]')", None),
     ("schema_read_is_fine", "SELECT name FROM sqlite_master WHERE type = 'table'", None),
     ("plain_select", "SELECT name FROM people ORDER BY id", None),
@@ -153,8 +163,15 @@ def test_unsafe_message_names_what_was_refused(sandbox):
         db.run_tool("SELECT * FROM pragma_table_info('people')")
     with pytest.raises(UnsafeQuery, match="DROP"):
         db.run_tool("DROP TABLE people")
-    with pytest.raises(UnsafeQuery, match="more than one statement"):
+    with pytest.raises(UnsafeQuery, match="DROP"):
+        db.run_tool("SELECT 1; DROP TABLE people")
+    # Not one query, but nothing that writes: SQLite's message, or the policy's, as an SQL error.
+    with pytest.raises(SqlError, match="more than one statement"):
         db.run_tool("SELECT 1; SELECT 2")
+    with pytest.raises(SqlError, match='near "SELEC": syntax error'):
+        db.run_tool("SELEC count(*) FROM people")
+    assert db.grade("SELEC count(*) FROM people", "SELECT count(*) FROM people").outcome == "pred_error"
+    assert db.grade("DROP TABLE no_such_table", "SELECT count(*) FROM people").outcome == "unsafe"
 
 
 def test_invalid_utf8_is_a_typed_error(sandbox):
@@ -462,3 +479,103 @@ def test_a_heap_limit_chosen_before_the_first_open_is_kept():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "123456789"
+
+
+# ---- the deadline inside one built-in call: the replacements of grader_rs/src/guard/functions/
+
+LIMIT = 16 * 1024 * 1024 - 1  # the longest value a query may make (SQLite's LENGTH limit, 16 MiB)
+FUNCTION_DEADLINE_S = 1.0
+HALF = LIMIT // 2
+
+
+def _rep(n: int, ch: str) -> str:
+    return f"printf('%.*c', {n}, '{ch}')"
+
+
+A, B = _rep(LIMIT, "a"), _rep(HALF, "b")
+# name -> (a query whose one call SQLite's built-in runs for minutes to days at the value limit,
+#          its answer when the replacement finishes it, or None when it must stop at the deadline)
+LONG_CALLS: dict[str, tuple[str, object]] = {
+    # linear now: they finish
+    "instr": (f"SELECT instr({A}, {_rep(HALF, 'a')} || 'b')", 0),
+    "instr_counts_characters": (  # N/4 two-byte characters, then a run of 'a' that ends in the needle
+        f"SELECT instr(replace({_rep(LIMIT // 4, 'x')}, 'x', 'é') || {_rep(HALF - 1, 'a')} || 'b', "
+        f"{_rep(LIMIT // 4, 'a')} || 'b')", LIMIT // 4 + (HALF - 1 - LIMIT // 4) + 1),
+    "instr_blobs": (f"SELECT instr(CAST({A} AS BLOB), CAST({_rep(HALF, 'a')} || 'b' AS BLOB))", 0),
+    "replace": (f"SELECT length(replace({A}, {_rep(HALF, 'a')} || 'b', 'x'))", LIMIT),
+    "trim_ascii_set": (f"SELECT length(trim({A}, {_rep(LIMIT - 1, 'b')} || 'a'))", 0),
+    "unhex_ascii_set": (f"SELECT length(unhex({_rep(LIMIT, 'g')}, {_rep(LIMIT - 1, 'h')} || 'g'))", 0),
+    # the string's length times the pattern's (the pattern limit is 10,000 bytes): they stop
+    "like": (f"SELECT {A} LIKE '%' || {_rep(9990, 'a')} || 'b'", None),
+    "like_escape": (f"SELECT {A} LIKE '%' || {_rep(9990, 'a')} || '!%' ESCAPE '!'", None),
+    "not_like": (f"SELECT {A} NOT LIKE '%' || {_rep(9990, 'a')} || 'b'", None),
+    "glob": (f"SELECT {A} GLOB '*' || {_rep(9990, 'a')} || 'b'", None),
+    "glob_class": (f"SELECT {A} GLOB '*[' || {_rep(9990, 'b')} || ']x'", None),
+    # a set with characters of more than one byte is looked through in SQLite's order: they stop
+    "trim_wide_set": (f"SELECT length(trim({A}, replace({B}, 'b', 'é') || 'a'))", None),
+    "ltrim_wide_set": (f"SELECT length(ltrim({A}, replace({B}, 'b', 'é') || 'a'))", None),
+    "rtrim_wide_set": (f"SELECT length(rtrim({A}, replace({B}, 'b', 'é') || 'a'))", None),
+    "unhex_wide_set": (f"SELECT length(unhex(replace({_rep(HALF, 'x')}, 'x', 'é'), replace({B}, 'b', 'ü') || 'é'))",
+                       None),
+}
+
+
+def _within(seconds: float, call):
+    """call() in a thread, waited for `seconds`: a call that outruns its deadline fails the test at
+    once instead of holding it for the minutes SQLite's own built-in would take."""
+    done: list = []
+
+    def run():
+        try:
+            done.append(("ok", call()))
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            done.append(("error", e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running {seconds:.1f}s after it started: the deadline did not hold")
+    return done[0], time.monotonic() - start
+
+
+@pytest.mark.parametrize("name", list(LONG_CALLS))
+def test_a_long_built_in_call_ends_within_its_deadline_on_the_tool_path(sandbox, name):
+    _, db_path = sandbox
+    sql, answer = LONG_CALLS[name]
+    db = Database(str(db_path))
+    (how, got), elapsed = _within(FUNCTION_DEADLINE_S + 0.5, lambda: db.run_tool(
+        sql, ToolLimits(timeout_s=FUNCTION_DEADLINE_S)))
+    if answer is None:
+        assert how == "error" and isinstance(got, QueryTimeout), got
+    else:
+        assert how == "ok" and got.rows == [(answer,)], got
+    assert elapsed < FUNCTION_DEADLINE_S + 0.5
+    assert db.run_tool("SELECT count(*) FROM people").rows == [(200,)]
+
+
+@pytest.mark.parametrize("name", list(LONG_CALLS))
+def test_a_long_built_in_call_ends_within_its_deadline_on_the_grade_path(sandbox, name):
+    _, db_path = sandbox
+    sql, answer = LONG_CALLS[name]
+    db = Database(str(db_path))
+    gold = f"SELECT {answer!r}" if answer is not None else "SELECT 1"
+    (how, verdict), elapsed = _within(FUNCTION_DEADLINE_S + 0.5, lambda: db.grade(
+        sql, gold, GradeSpec(timeout_s=FUNCTION_DEADLINE_S)))
+    assert how == "ok", verdict
+    assert verdict.outcome == ("pred_timeout" if answer is None else "match"), verdict
+    assert elapsed < FUNCTION_DEADLINE_S + 0.5
+
+
+def test_a_cancel_stops_a_long_built_in_call(sandbox):
+    _, db_path = sandbox
+    db = Database(str(db_path))
+    token = Cancel()
+    sql, _ = LONG_CALLS["like"]
+    timer = threading.Timer(0.5, token.cancel)
+    timer.start()
+    (how, got), elapsed = _within(1.5, lambda: db.run_tool(sql, ToolLimits(timeout_s=60), cancel=token))
+    timer.join()
+    assert how == "error" and isinstance(got, QueryCancelled), got
+    assert elapsed < 1.0

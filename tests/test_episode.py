@@ -117,6 +117,14 @@ def test_pred_error_is_rewarded_as_incorrect(rows, db_root, grader):
     assert e.result.outcome == "pred_error" and e.result.reward == 0.0
 
 
+def test_a_solution_sqlite_cannot_parse_is_a_pred_error_not_unsafe(rows, db_root, grader):
+    # A typo writes nothing: it scores as a wrong answer (0), never as a write (-1).
+    e = Episode(task(rows, db_root), BARE, grader)
+    play(e, "<solution>SELEC count(*) FROM superhero</solution>")
+    assert e.result.outcome == "pred_error" and e.result.reward == 0.0
+    assert "syntax error" in e.result.grade["detail"]
+
+
 def test_pred_timeout_is_rewarded_as_incorrect_after_one_retry(rows, db_root, grader):
     e = Episode(task(rows, db_root), BARE.replace(grade_timeout_s=0.3), grader)
     # three columns like the gold's, so no early mismatch: it must run into the deadline
@@ -203,6 +211,22 @@ def test_json_form_and_sql_errors_are_shown_and_the_episode_goes_on(rows, db_roo
     assert e.messages[-1] == msg
     play(e, js("SELECT count(*) FROM superhero"), f"<solution>{t.gold_sql}</solution>")
     assert e.result.outcome == "correct" and e.result.metrics["tool_errors"] == 1
+
+
+def test_a_tool_call_sqlite_cannot_parse_shows_its_error_and_the_episode_goes_on(rows, db_root, grader):
+    t = task(rows, db_root)
+    e = Episode(t, BARE, grader)
+    shown = []
+    for typo in ("SELEC count(*) FROM superhero", "WITH x AS (SELEC 1) SELECT * FROM x",
+                 "SELECT 1; SELEC 2", "EXPLAIN SELECT 1"):
+        out = play(e, xml(typo))
+        assert not out.done, typo
+        (msg,) = out.tool_messages
+        shown.append(msg["content"])
+    assert all(m.startswith('Error: near "SELEC": syntax error') for m in shown[:3]), shown
+    assert shown[3].startswith("Error: EXPLAIN shows SQLite's plan"), shown
+    play(e, f"<solution>{t.gold_sql}</solution>")
+    assert e.result.outcome == "correct" and e.result.metrics["tool_errors"] == 4
 
 
 def test_tool_timeout_is_an_error_message(rows, db_root, grader):

@@ -4,7 +4,8 @@ use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum GradeError {
-    /// Anything but one read-only SELECT/WITH/VALUES statement, or an action the authorizer denies.
+    /// A statement that parses and would write, attach, detach, load, vacuum or change a setting
+    /// (guard/statement.rs); what SQLite cannot parse is `Sql`.
     #[error("unsafe query: {0}")]
     Unsafe(String),
     /// SQLite rejected or failed the query; the text is SQLite's message.

@@ -129,6 +129,8 @@ pub struct FirstStatement<'a> {
     pub keyword: String,
     /// True when anything but `;`, whitespace and comments follows the first statement.
     pub more_statements: bool,
+    /// The text after the `;` that ends the first statement ("" when no `;` ends it).
+    pub rest: &'a str,
 }
 
 /// Split off the first statement. `None` when the text holds no token at all.
@@ -137,17 +139,21 @@ pub fn first_statement(sql: &str) -> Option<FirstStatement<'_>> {
     let first = toks.next()?;
     if first.kind == TokenKind::Semicolon {
         // Nothing before the first `;`: an empty statement; look for anything else.
+        let rest = &sql[first.end..];
         let more = toks.any(|t| t.kind != TokenKind::Semicolon);
         return Some(FirstStatement {
             text: "",
             keyword: String::new(),
             more_statements: more,
+            rest,
         });
     }
     let mut last_end = first.end;
     let mut more = false;
+    let mut rest = "";
     for t in toks.by_ref() {
         if t.kind == TokenKind::Semicolon {
+            rest = &sql[t.end..];
             more = toks.any(|t| t.kind != TokenKind::Semicolon);
             break;
         }
@@ -162,7 +168,65 @@ pub fn first_statement(sql: &str) -> Option<FirstStatement<'_>> {
         text: &sql[first.start..last_end],
         keyword,
         more_statements: more,
+        rest,
     })
+}
+
+/// The word that says what a statement SQLite has parsed does, upper-cased: its first word, past
+/// `EXPLAIN [QUERY PLAN]` and past a `WITH [RECURSIVE]` clause's common table expressions
+/// (`name [(columns)] AS [NOT] [MATERIALIZED] (...)`, comma-separated), so
+/// `WITH x AS (SELECT 1) DELETE FROM t` is a DELETE. "" when the statement starts with something
+/// else. Only meaningful for text SQLite parsed: a CTE may be named like a keyword (`replace`).
+pub fn verb(stmt: &str) -> String {
+    let mut toks = tokens(stmt).peekable();
+    let word =
+        |t: &Token| (t.kind == TokenKind::Word).then(|| stmt[t.start..t.end].to_ascii_uppercase());
+    let next_word = |toks: &mut std::iter::Peekable<Tokens<'_>>| toks.next().and_then(|t| word(&t));
+    let mut first = next_word(&mut toks).unwrap_or_default();
+    if first == "EXPLAIN" {
+        first = next_word(&mut toks).unwrap_or_default();
+        if first == "QUERY" {
+            next_word(&mut toks); // PLAN
+            first = next_word(&mut toks).unwrap_or_default();
+        }
+    }
+    if first != "WITH" {
+        return first;
+    }
+    // Skip a parenthesised group whose `(` is the next token.
+    fn skip_group(toks: &mut std::iter::Peekable<Tokens<'_>>) {
+        let mut depth = 0i32;
+        for t in toks.by_ref() {
+            match t.kind {
+                TokenKind::OpenParen => depth += 1,
+                TokenKind::CloseParen => depth -= 1,
+                _ => {}
+            }
+            if depth <= 0 {
+                return;
+            }
+        }
+    }
+    if toks.peek().and_then(word).as_deref() == Some("RECURSIVE") {
+        toks.next();
+    }
+    loop {
+        toks.next(); // the CTE's name
+        if toks.peek().is_some_and(|t| t.kind == TokenKind::OpenParen) {
+            skip_group(&mut toks); // its column names
+        }
+        // AS [NOT] [MATERIALIZED], up to the body's `(`.
+        while toks.peek().is_some_and(|t| t.kind == TokenKind::Word) {
+            toks.next();
+        }
+        skip_group(&mut toks);
+        match toks.peek() {
+            Some(t) if t.kind == TokenKind::Other && &stmt[t.start..t.end] == "," => {
+                toks.next();
+            }
+            _ => return toks.next().and_then(|t| word(&t)).unwrap_or_default(),
+        }
+    }
 }
 
 /// Whether the statement's outermost query ends in ORDER BY (a top-level ORDER BY, outside
@@ -244,6 +308,36 @@ mod test {
         );
         assert_eq!(first_statement("(SELECT 1)").unwrap().keyword, "");
         assert_eq!(first_statement("values(1)").unwrap().keyword, "VALUES");
+    }
+
+    #[test]
+    fn the_rest_is_what_follows_the_first_semicolon() {
+        let s = first_statement("SELECEL 1; DROP TABLE t; -- c").unwrap();
+        assert_eq!(s.rest, " DROP TABLE t; -- c");
+        assert_eq!(first_statement(s.rest).unwrap().rest, " -- c");
+        assert_eq!(first_statement("SELECT 1").unwrap().rest, "");
+        assert_eq!(first_statement(";; x").unwrap().rest, "; x");
+    }
+
+    #[test]
+    fn the_verb_looks_past_explain_and_common_table_expressions() {
+        assert_eq!(verb("select 1"), "SELECT");
+        assert_eq!(verb("DROP TABLE t"), "DROP");
+        assert_eq!(verb("EXPLAIN QUERY PLAN DELETE FROM t"), "DELETE");
+        assert_eq!(verb("explain select 1"), "SELECT");
+        assert_eq!(verb("WITH x AS (SELECT 1) DELETE FROM t"), "DELETE");
+        assert_eq!(
+            verb("WITH RECURSIVE replace(a, b) AS NOT MATERIALIZED (SELECT 1, 2), \"y\" AS (VALUES (1)) SELECT * FROM replace"),
+            "SELECT"
+        );
+        assert_eq!(
+            verb("with x as (select ';') insert into t select * from x"),
+            "INSERT"
+        );
+        assert_eq!(verb("WITH x AS (SELECT 1) VALUES (2)"), "VALUES");
+        assert_eq!(verb("(SELECT 1)"), "");
+        assert_eq!(verb(""), "");
+        assert_eq!(verb("WITH"), "");
     }
 
     #[test]

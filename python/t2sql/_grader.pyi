@@ -24,10 +24,15 @@ class T2sqlError(Exception):
     """Base class of every error the grading core raises."""
 
 class UnsafeQuery(T2sqlError):
-    """The SQL is not one read-only SELECT/WITH/VALUES statement (or the authorizer denied it)."""
+    """A statement of the SQL parses and would write, attach, detach, load an extension, vacuum or
+    change a setting (PRAGMA, a transaction): the authorizer refuses it, it is not read-only, or it
+    names such an action on an object that is not there (`DROP TABLE no_such_table`). Wherever it
+    stands in the text (`SELECT 1; DROP TABLE t`)."""
 
 class SqlError(T2sqlError):
-    """SQLite rejected or failed the query; the message is SQLite's."""
+    """SQLite rejected or failed the query; the message is SQLite's. Also what is not one query but
+    writes nothing: text SQLite cannot parse (`SELEC 1`: 'near "SELEC": syntax error ...'), an
+    empty query, EXPLAIN, more than one SELECT."""
 
 class QueryTimeout(T2sqlError):
     """The query ran past its deadline and was interrupted ("query timed out after Ns").

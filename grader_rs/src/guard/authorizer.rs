@@ -88,8 +88,17 @@ fn is_pragma_table(name: &str) -> bool {
     name.len() > 7 && name[..7].eq_ignore_ascii_case("pragma_")
 }
 
+/// The action as SQL words: `DropTable { .. }` is "DROP TABLE", `CreateTempTrigger` "CREATE TEMP
+/// TRIGGER" (CREATE/DROP of any object, TEMP and virtual tables included, and anything unknown).
 fn action_name(a: &AuthAction<'_>) -> String {
-    // CREATE/DROP of any object (including TEMP and virtual tables) and anything unknown.
-    let s = format!("{a:?}");
-    s.split([' ', '{']).next().unwrap_or("action").to_string()
+    let debug = format!("{a:?}");
+    let name = debug.split([' ', '{', '(']).next().unwrap_or("action");
+    let mut words = String::new();
+    for (i, ch) in name.char_indices() {
+        if i > 0 && ch.is_ascii_uppercase() {
+            words.push(' ');
+        }
+        words.push(ch.to_ascii_uppercase());
+    }
+    words
 }

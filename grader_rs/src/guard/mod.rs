@@ -3,7 +3,8 @@
 //! locks when a writer is at work), `config` (the database configuration and run-time limits),
 //! `statement` (one read-only statement, prepared under the authorizer), `authorizer` (what a
 //! statement may touch), `deadline` (a call's deadline and cancel token, the progress handler),
-//! `heap` (SQLite's process-wide heap limit), `errors` (a SQLite error as the core's). This file
+//! `heap` (SQLite's process-wide heap limit), `errors` (a SQLite error as the core's), `functions`
+//! (built-in functions that could outrun the deadline inside one VM step, replaced). This file
 //! holds the connection and `harden`, which puts them together.
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ mod authorizer;
 mod config;
 mod deadline;
 mod errors;
+mod functions;
 mod heap;
 mod open;
 mod statement;
@@ -27,6 +29,7 @@ pub use authorizer::AuthState;
 use deadline::PROGRESS_STEPS;
 pub use deadline::{Budget, RunControl};
 use errors::writer_error;
+pub use functions::replaced as replaced_functions;
 pub use heap::{set_heap_limit, DEFAULT_HEAP_LIMIT};
 pub use open::writer_side_file;
 pub use statement::MAX_SQL_BYTES;
@@ -76,6 +79,7 @@ impl GuardedConnection {
         let c = Arc::clone(&control);
         conn.progress_handler(PROGRESS_STEPS, Some(move || c.should_stop()))
             .map_err(db_err)?;
+        functions::register(&conn, &control).map_err(db_err)?;
 
         let (digest_fn, aggregate) = crate::digest::register(&conn).map_err(db_err)?;
         let auth = Arc::new(AuthState::new(writable));

@@ -35,8 +35,6 @@ fn policy_refuses_everything_but_one_select() {
     assert!(unsafe_reason(&gc, "SELECT load_extension('x')").contains("load_extension"));
     assert!(unsafe_reason(&gc, "DELETE FROM t").contains("DELETE"));
     assert!(unsafe_reason(&gc, "WITH x AS (SELECT 1) DELETE FROM t").contains("writes"));
-    assert!(unsafe_reason(&gc, "SELECT 1; SELECT 2").contains("more than one"));
-    assert!(unsafe_reason(&gc, "  -- nothing").contains("empty"));
     // The digest aggregate is only for the core's own wrapper.
     let call = format!("SELECT {}(1)", gc.digest_fn);
     assert!(unsafe_reason(&gc, &call).contains("function"));
@@ -46,6 +44,97 @@ fn policy_refuses_everything_but_one_select() {
     assert!(gc
         .prepare_checked("SELECT v FROM t -- trailing comment")
         .is_ok());
+}
+
+fn sql_error(gc: &GuardedConnection, sql: &str) -> String {
+    match gc.prepare_checked(sql) {
+        Err(GradeError::Sql(m)) => m,
+        Err(other) => panic!("{sql}: expected an SQL error, got {other:?}"),
+        Ok(_) => panic!("{sql}: expected an SQL error, it prepared"),
+    }
+}
+
+#[test]
+fn what_does_not_parse_is_an_sql_error_and_what_writes_is_unsafe() {
+    let (_dir, path) = fixture();
+    let gc = GuardedConnection::open(&path, true).unwrap();
+    // SQLite's own message for what it cannot parse.
+    assert!(sql_error(&gc, "SELEC count(*) FROM t").starts_with("near \"SELEC\": syntax error"));
+    for (sql, message) in [
+        (
+            "WITH x AS (SELEC 1) SELECT * FROM x",
+            "near \"SELEC\": syntax error",
+        ),
+        ("SELECT 1; SELEC 2", "near \"SELEC\": syntax error"),
+        ("SELECT (1", "incomplete input"),
+        ("SELECT 1 ^ 2", "unrecognized token: \"^\""),
+        ("DROP TABLE", "incomplete input"),
+        ("DROPP TABLE t", "near \"DROPP\": syntax error"),
+        ("PRAGMA", "incomplete input"),
+    ] {
+        assert!(
+            sql_error(&gc, sql).starts_with(message),
+            "{sql}: {}",
+            sql_error(&gc, sql)
+        );
+    }
+    // Not one query, though nothing writes: the query's mistake too.
+    for empty in ["", "   ", "-- nothing", ";;", "/* c */ ;"] {
+        assert!(
+            sql_error(&gc, empty).starts_with("empty query"),
+            "{empty:?}"
+        );
+    }
+    assert!(sql_error(&gc, "SELECT 1; SELECT 2").contains("more than one statement"));
+    assert!(sql_error(&gc, "SELECT 1; VALUES (2);").contains("more than one statement"));
+    assert!(sql_error(&gc, "EXPLAIN SELECT 1").starts_with("EXPLAIN"));
+    assert!(sql_error(&gc, "EXPLAIN QUERY PLAN SELECT * FROM t").starts_with("EXPLAIN"));
+    assert!(sql_error(&gc, "SELECT 1\0; DROP TABLE t").contains("NUL"));
+    assert!(sql_error(&gc, "SELECT nope FROM t").starts_with("no such column: nope"));
+    assert!(sql_error(&gc, "WITH x AS (SELECT 1) SELECT * FROM nope")
+        .starts_with("no such table: nope"));
+    // What parses and would write, attach, vacuum or change a setting, wherever it stands.
+    assert!(unsafe_reason(&gc, "DROP TABLE t").contains("DROP"));
+    assert!(unsafe_reason(&gc, "DROP TABLE no_such_table").contains("DROP"));
+    let if_exists = unsafe_reason(&gc, "DROP TABLE IF EXISTS no_such_table");
+    assert!(if_exists.contains("DROP"), "{if_exists}");
+    assert!(unsafe_reason(&gc, "DELETE FROM no_such_table").contains("DELETE"));
+    assert!(unsafe_reason(&gc, "INSERT INTO nope VALUES (1)").contains("INSERT"));
+    assert!(
+        unsafe_reason(&gc, "WITH x AS (SELECT 1) DELETE FROM nope").contains("DELETE"),
+        "a WITH that ends in a write"
+    );
+    assert!(unsafe_reason(&gc, "SELECT 1; DROP TABLE t").contains("DROP"));
+    assert!(unsafe_reason(&gc, "SELEC 1; DROP TABLE t").contains("DROP"));
+    assert!(unsafe_reason(&gc, "SELECT 1; SELEC 2; UPDATE t SET v = 1").contains("UPDATE"));
+    assert!(unsafe_reason(&gc, "PRAGMA x").contains("PRAGMA"));
+    assert!(unsafe_reason(&gc, "PRAGMA query_only = 0").contains("PRAGMA"));
+    assert_eq!(
+        unsafe_reason(&gc, "VACUUM"),
+        "VACUUM writes to the database"
+    );
+    assert!(unsafe_reason(&gc, "BEGIN").contains("transactions"));
+    let r = unsafe_reason(&gc, "ROLLBACK TO nope");
+    assert!(r.contains("savepoints"), "{r}");
+    assert!(unsafe_reason(&gc, "ATTACH 'x.db' AS x").contains("ATTACH"));
+    let r = unsafe_reason(&gc, "DETACH nope");
+    assert!(r.contains("DETACH"), "{r}");
+    assert!(unsafe_reason(&gc, "EXPLAIN DROP TABLE t").contains("DROP"));
+    assert!(unsafe_reason(
+        &gc,
+        "CREATE TEMP TRIGGER x AFTER INSERT ON t BEGIN SELECT 1; END"
+    )
+    .contains("CREATE TEMP TRIGGER"));
+    assert!(unsafe_reason(&gc, "SELECT load_extension('x')").contains("load_extension"));
+    // Queries that parse and read still run: VALUES forms, a WITH, trailing `;` and comments.
+    for query in [
+        "VALUES (1), (2)",
+        "WITH x AS (SELECT 1) VALUES (2)",
+        "WITH RECURSIVE c(n) AS (VALUES (1) UNION ALL SELECT n + 1 FROM c WHERE n < 3) SELECT n FROM c;",
+        "SELECT v FROM t; -- done",
+    ] {
+        assert!(gc.prepare_checked(query).is_ok(), "{query}");
+    }
 }
 
 #[test]

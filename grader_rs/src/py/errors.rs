@@ -19,7 +19,7 @@ create_exception!(
     _grader,
     UnsafeQuery,
     T2sqlError,
-    "Not one read-only SELECT/WITH/VALUES statement."
+    "A statement that parses and would write, attach, detach, load, vacuum or change a setting."
 );
 create_exception!(
     _grader,
