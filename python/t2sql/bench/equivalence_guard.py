@@ -10,7 +10,8 @@ X)`: the grade short-circuits X) while the check's lineage queries run X on ever
 - instr: X = a row-dependent `instr()` of 20 kB strings (milliseconds a row, minutes a query);
 - mining: the table's invariants mined under a cap of --mining-temp-mb, where counting its distinct
   4 kB texts wants more temporary disk than that;
-- cancel: the instr prediction on a Grader of one worker, cancelled after --cancel-after-s; then a tool
+- cancel: a prediction whose X counts to 100,000 in a recursive CTE for every row (minutes a query,
+  whatever the built-ins cost) on a Grader of one worker, cancelled after --cancel-after-s; then a tool
   call is sent and timed: the worker is free when it answers.
 
 Each case runs in a fresh interpreter that first warms up (imports, the invariants mined, the suite and
@@ -39,6 +40,11 @@ CASES: dict[str, str] = {
     "temp": "(SELECT count(*) FROM (SELECT printf('%.*c', 100000, 'x') || id AS b FROM t GROUP BY b)) < 0",
     "instr": "instr(printf('%.*c', 20000 + id, 'a'), printf('%.*c', 10000, 'a') || 'b') > 0",
 }
+
+# What the cancel case's check runs: seconds a row in any SQLite, many VM steps each (the cancel lands
+# between them).
+SLOW_X = ("(WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000 + id) "
+          "SELECT count(*) FROM c) < 0")
 
 TARGET_EXTRA_S = 5.0
 TARGET_RSS_MIB = 1024
@@ -70,7 +76,7 @@ from t2sql.episode.presets import get_preset
 from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.serving.mining import InvariantStore
-from t2sql.bench.equivalence_guard import GOLD, prediction, CASES
+from t2sql.bench.equivalence_guard import GOLD, SLOW_X, prediction, CASES
 
 case, db, cache = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 mining_mb, cancel_after = int(sys.argv[4]), float(sys.argv[5])
@@ -93,7 +99,7 @@ if case == "cancel":
         with t2sql.Grader(concurrency=1) as grader:
             await grader.equivalence(db, GOLD, GOLD, config)  # warm: invariants, suite, the gold's databases
             slow = EquivalenceConfig(config.suite_size, config.seed, 60.0, config.spec)
-            check = asyncio.ensure_future(grader.equivalence(db, prediction(CASES["instr"]), GOLD, slow))
+            check = asyncio.ensure_future(grader.equivalence(db, prediction(SLOW_X), GOLD, slow))
             await asyncio.sleep(cancel_after)
             running = not check.done()
             check.cancel()
