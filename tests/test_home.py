@@ -36,7 +36,8 @@ def test_with_t2sql_home_every_default_folder_is_under_it(clean_env, monkeypatch
     places = {kind: home.default_dir(kind) for kind in home.KINDS}
     assert places == {"eval": root / "eval", "equivalence": root / "cache" / "equivalence",
                       "bench-grader": root / "bench" / "grader", "bench-pairs": root / "bench" / "pairs",
-                      "bench-download": root / "bench" / "download", "train": root / "train"}
+                      "bench-download": root / "bench" / "download",
+                      "bench-equivalence-guard": root / "bench" / "equivalence-guard", "train": root / "train"}
     # Each owner reads the rule: the eval results, the equivalence cache, t2sql-train's output (gold cache and
     # checkpoints, where the curriculum keeps its state, are folders of it).
     assert Path(default_out("oracle", "bare", Path("x/dev.json"), "0" * 64)).parent == root / "eval"
@@ -88,5 +89,6 @@ def test_runs_with_t2sql_home_write_nothing_outside_it(tmp_path):
     assert (root / "bench" / "grader" / "bench_2000.sqlite").is_file()
     dry = run(*TRAIN, "train", "--dry-run", "--run-id", "r", "--miles-path", "/m", "--megatron-path", "/g")
     assert dry.returncode == 0, dry.stderr
-    assert f"{root / 'train' / 'checkpoints' / 'r'}" in dry.stdout and str(tmp_path / "user" / "t2sql") not in dry.stdout
+    assert f"{root / 'train' / 'checkpoints' / 'r'}" in dry.stdout
+    assert str(tmp_path / "user" / "t2sql") not in dry.stdout
     assert list((tmp_path / "user").iterdir()) == [] and list((tmp_path / "cwd").iterdir()) == []

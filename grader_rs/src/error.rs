@@ -20,6 +20,10 @@ pub enum GradeError {
     /// The database file is missing, unreadable, corrupt or not SQLite.
     #[error("{0}")]
     Database(String),
+    /// A row given to a small database (memdb.rs) breaks a constraint of its schema (CHECK,
+    /// UNIQUE, NOT NULL, ...); the text is SQLite's message.
+    #[error("{0}")]
+    Constraint(String),
     /// A caller's mistake that is not about SQL (an unknown method name, a closed pool, ...).
     #[error("{0}")]
     Invalid(String),

@@ -4,7 +4,9 @@
 //! and the safety policy), `canon` (value equality), `digest` (streaming digests), `exec`
 //! (tool previews and digest runs), `compare` (verdicts), `sqltext` (scanning SQL text),
 //! `checked` (the ranges of the numbers a caller passes),
-//! `memdb` (small databases built from given rows), `pool` (SQL worker threads), `spill` (the
+//! `memdb` (small databases built from given rows), `rows` (a query's rows as values, bounded),
+//! `catalog` (a database's declared schema, read with the allowed pragmas), `filedigest` (a file's
+//! content digest), `pool` (SQL worker threads), `spill` (the
 //! grading memory budget and the temporary disk past it), `tempfiles` (SQLite's temporary files,
 //! capped per query).
 //! This file declares them and, with the `python` feature, registers `t2sql._grader`, whose
@@ -12,14 +14,17 @@
 //! per error variant.
 
 pub mod canon;
+pub mod catalog;
 pub mod checked;
 pub mod compare;
 pub mod digest;
 pub mod error;
 pub mod exec;
+pub mod filedigest;
 pub mod guard;
 pub mod memdb;
 pub mod pool;
+pub mod rows;
 pub mod spill;
 pub mod sqltext;
 pub mod tempfiles;
@@ -33,11 +38,12 @@ mod py;
 fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
 
-    use py::database::{Cancel, Database};
+    use py::database::{file_digest, Cancel, Database};
     use py::digest::{Digest, Verdict};
     use py::errors::{
-        invalid_argument, DatabaseClosed, DatabaseError, HashSecretMismatch, QueryCancelled,
-        QueryTimeout, SpillError, SqlError, T2sqlError, TempDiskExceeded, UnsafeQuery,
+        invalid_argument, ConstraintError, DatabaseClosed, DatabaseError, HashSecretMismatch,
+        QueryCancelled, QueryTimeout, SpillError, SqlError, T2sqlError, TempDiskExceeded,
+        UnsafeQuery,
     };
     use py::method::{method_name, resolve_semantics, PyMethod};
     use py::pool::{lower_thread_priority, SqlPool};
@@ -57,6 +63,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add("QueryCancelled", py.get_type::<QueryCancelled>())?;
     m.add("DatabaseError", py.get_type::<DatabaseError>())?;
     m.add("DatabaseClosed", py.get_type::<DatabaseClosed>())?;
+    m.add("ConstraintError", py.get_type::<ConstraintError>())?;
     m.add("InvalidArgument", invalid_argument(py)?)?;
     m.add("HashSecretMismatch", py.get_type::<HashSecretMismatch>())?;
     m.add("SpillError", py.get_type::<SpillError>())?;
@@ -84,11 +91,17 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_function(wrap_pyfunction!(lower_thread_priority, m)?)?;
     m.add_function(wrap_pyfunction!(sql_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(restore_tool_result, m)?)?;
+    m.add_function(wrap_pyfunction!(file_digest, m)?)?;
 
     // The core's defaults and names, for the Python layers above (one place for each).
     let outcomes: Vec<&str> = compare::Outcome::ALL.iter().map(|o| o.name()).collect();
     m.add("OUTCOMES", pyo3::types::PyTuple::new(py, outcomes)?)?;
     m.add("MAX_FLOAT_DIGITS", canon::MAX_FLOAT_DIGITS)?;
+    m.add("MAX_SQL_BYTES", guard::MAX_SQL_BYTES)?;
+    m.add(
+        "CATALOG_PRAGMAS",
+        pyo3::types::PyTuple::new(py, catalog::CATALOG_PRAGMAS)?,
+    )?;
     let methods = digest::Method::forms();
     m.add("METHODS", pyo3::types::PyTuple::new(py, methods)?)?;
     let orders: Vec<&str> = digest::COLUMN_ORDERS.iter().map(|o| o.name()).collect();

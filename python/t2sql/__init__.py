@@ -8,6 +8,7 @@ from typing import Any
 
 from t2sql._grader import (
     Cancel,
+    ConstraintError,
     Database,
     DatabaseClosed,
     DatabaseError,
@@ -86,6 +87,7 @@ __all__ = [
     "TaskError",
     "get_preset",
     "Cancel",
+    "ConstraintError",
     "Database",
     "DatabaseClosed",
     "DatabaseError",

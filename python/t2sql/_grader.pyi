@@ -6,7 +6,7 @@ names from `t2sql`; import them from there.
 
 from os import PathLike
 from pathlib import Path
-from typing import Callable, Literal, Protocol
+from typing import Callable, Literal, Protocol, Sequence
 
 # A grading method: multiset, set, ordered (or list), auto (ordered when the gold has ORDER BY, else
 # multiset), or subset with a count: "subset,=,N" (exactly N distinct gold rows) / "subset,>=,N" (at
@@ -48,6 +48,10 @@ class DatabaseError(T2sqlError):
 class DatabaseClosed(DatabaseError):
     """The Database was closed (close(), or the end of its `with` block); open a new one."""
 
+class ConstraintError(DatabaseError):
+    """A row given to Database.from_rows breaks a constraint of the schema (a CHECK, a UNIQUE under
+    its collation, a unique expression index, NOT NULL, ...): that small database cannot exist."""
+
 class SpillError(T2sqlError):
     """A set or subset digest past its memory budget could not spill to its temporary directory
     (the message names it and says what to do)."""
@@ -70,6 +74,11 @@ class InvalidArgument(T2sqlError, ValueError):
 OUTCOMES: tuple[Outcome, ...]
 # Floats compare to at most this many significant digits (float_digits).
 MAX_FLOAT_DIGITS: int
+# The longest SQL text a query may be, in bytes (longer is SqlError before anything is parsed).
+MAX_SQL_BYTES: int
+# The pragmas Database.catalog reads: ("table_list", "table_info", "index_list", "index_info",
+# "foreign_key_list").
+CATALOG_PRAGMAS: tuple[str, ...]
 # What a tool call and a grade get when the caller names nothing; the defaults written `...`
 # below are these values.
 TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap, max_temp_mb
@@ -254,12 +263,39 @@ class Database:
         tables: list[tuple[str, list[str], list[tuple[Value, ...]]]],
         *,
         reverse_scans: bool = False,
+        timeout_s: float = ...,
+        cancel: Cancel | None = None,
+        max_temp_mb: int = ...,
     ) -> Database:
         """A small in-memory database: `schema` (CREATE TABLE / INDEX / VIEW statements only, else
-        InvalidArgument) then each table's rows (None, int, float, str or bytes cells), hardened like a
-        file (query_only, writes refused). A row a constraint refuses is a DatabaseError.
+        InvalidArgument) then each table's rows (None, int, float, str or bytes cells; an int outside
+        64 bits is InvalidArgument), hardened like a file (query_only, writes refused). Built under
+        `timeout_s` (QueryTimeout), `cancel` (QueryCancelled) and `max_temp_mb`: a schema's CHECK runs
+        at every insert. A row a constraint refuses is ConstraintError (a DatabaseError).
         `reverse_scans`: unordered scans run in reverse (a query whose result depends on scan order
         shows it)."""
+    def rows(
+        self,
+        sql: str,
+        params: Sequence[Value] = (),
+        *,
+        timeout_s: float = ...,
+        max_temp_mb: int = ...,
+        max_rows: int = ...,
+        max_bytes: int = ...,
+        cancel: Cancel | None = None,
+    ) -> list[tuple[Value, ...]]:
+        """The rows of one query checked as a tool call's is (one read-only statement, the authorizer),
+        `params` bound to its `?` marks, under `timeout_s`, `cancel` and `max_temp_mb`: at most
+        `max_rows` rows (default 10,000; the rest is never stepped), SqlError past `max_bytes` bytes
+        of values (default 16 MiB). The equivalence check's reads of a real database go through it."""
+    def catalog(
+        self, pragma: str, name: str | None = None, *, timeout_s: float = ..., cancel: Cancel | None = None
+    ) -> list[tuple[Value, ...]]:
+        """The rows of SQLite's `pragma_<pragma>(name)` for one of CATALOG_PRAGMAS (`table_list` takes
+        no name and lists the main schema's tables): what the database declares, for the equivalence
+        check's mining. A query may name no pragma at all (UnsafeQuery); these run on a connection of
+        the core's own whose authorizer allows exactly these reads, the name bound as a parameter."""
     def count_rows(
         self, sql: str, timeout_s: float = ..., *, cancel: Cancel | None = None, max_temp_mb: int = ...
     ) -> int:
@@ -334,6 +370,10 @@ def temp_usage(*, reset: bool = False) -> tuple[int, int]:
 def sqlite_temp_dir() -> Path | None:
     """The directory SQLite puts its temporary files in: the first of SQLITE_TMPDIR, TMPDIR,
     /var/tmp, /usr/tmp, /tmp and . that this process may write; None when none is."""
+def file_digest(path: str | bytes | PathLike[str] | PathLike[bytes], *, cancel: Cancel | None = None) -> str:
+    """XXH3-128 of the file's bytes, 32 hex digits, streamed without the GIL (DatabaseError for a
+    missing file or one that is not regular; `cancel` stops it between 1 MiB chunks: QueryCancelled):
+    what the equivalence check's caches are keyed by."""
 def set_heap_limit(bytes: int) -> int:
     """SQLite's process-wide hard heap limit (0 = none); returns the previous one. Without a
     call, the first Database installs 2 GiB."""

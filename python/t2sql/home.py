@@ -30,6 +30,8 @@ _PLACES: dict[str, tuple[str, Callable[[], Path]]] = {
     "bench-grader": ("bench/grader", lambda: Path(tempfile.gettempdir()) / "t2sql-bench"),
     "bench-pairs": ("bench/pairs", lambda: Path(tempfile.gettempdir()) / "t2sql-bench-pairs"),
     "bench-download": ("bench/download", lambda: Path(tempfile.gettempdir())),
+    "bench-equivalence-guard": ("bench/equivalence-guard",
+                                lambda: Path(tempfile.gettempdir()) / "t2sql-bench-equivalence-guard"),
     "train": ("train", lambda: Path.home() / "t2sql"),
 }
 KINDS = tuple(_PLACES)

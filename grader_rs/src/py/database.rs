@@ -1,16 +1,18 @@
 //! `Database` (one hardened read-only connection) and the `Cancel` token of its calls. Its tool
-//! previews are `tool_result`'s; the process-wide settings and counters are `process`'s.
+//! previews are `tool_result`'s; the process-wide settings and counters are `process`'s. The
+//! equivalence check's reads (`rows`, `catalog`, `from_rows`' budget) and `file_digest` are here too.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 
-use super::args::{check_timeout, path_text, pred_text, sql_text, temp_cap_bytes};
+use super::args::{check_timeout, int, path_text, pred_text, sql_text, temp_cap_bytes};
 use super::digest::{Digest, Verdict};
 use super::errors::{invalid, to_py, DatabaseClosed};
 use super::spec::{GradeSpec, ToolLimits};
 use super::tool_result::{tool_result, ToolResult};
+use crate::catalog::Catalog;
 use crate::checked::{Int, Seconds};
 use crate::compare;
 use crate::exec;
@@ -96,6 +98,34 @@ fn cell_from_py(value: &Bound<'_, PyAny>) -> PyResult<rusqlite::types::Value> {
     }
 }
 
+/// A SQLite value as Python's (None, int, float, str, bytes).
+fn value_to_py(py: Python<'_>, v: rusqlite::types::Value) -> PyResult<Py<PyAny>> {
+    use rusqlite::types::Value;
+    Ok(match v {
+        Value::Null => py.None(),
+        Value::Integer(i) => i.into_pyobject(py)?.into_any().unbind(),
+        Value::Real(x) => x.into_pyobject(py)?.into_any().unbind(),
+        Value::Text(t) => t.into_pyobject(py)?.into_any().unbind(),
+        Value::Blob(b) => pyo3::types::PyBytes::new(py, &b).into_any().unbind(),
+    })
+}
+
+/// Rows as a list of tuples of Python values.
+fn rows_to_py(
+    py: Python<'_>,
+    rows: Vec<Vec<rusqlite::types::Value>>,
+) -> PyResult<Py<pyo3::types::PyList>> {
+    let list = pyo3::types::PyList::empty(py);
+    for row in rows {
+        let cells = row
+            .into_iter()
+            .map(|v| value_to_py(py, v))
+            .collect::<PyResult<Vec<_>>>()?;
+        list.append(pyo3::types::PyTuple::new(py, cells)?)?;
+    }
+    Ok(list.unbind())
+}
+
 /// A hardened read-only connection to one SQLite file. Calls on one Database are
 /// serialized; open one per thread for parallel work (t2sql.Grader does). `close()` (or the
 /// end of a `with` block) closes the file; any later call raises DatabaseClosed.
@@ -103,6 +133,8 @@ fn cell_from_py(value: &Bound<'_, PyAny>) -> PyResult<rusqlite::types::Value> {
 pub struct Database {
     /// None once closed.
     conn: Mutex<Option<GuardedConnection>>,
+    /// The connection `catalog` reads on (catalog.rs), opened at its first call.
+    catalog: Mutex<Option<Catalog>>,
     closed: AtomicBool,
     #[pyo3(get)]
     path: String,
@@ -117,6 +149,7 @@ impl Database {
             immutable: gc.immutable,
             path: gc.path.clone(),
             conn: Mutex::new(Some(gc)),
+            catalog: Mutex::new(None),
             closed: AtomicBool::new(false),
         }
     }
@@ -160,6 +193,12 @@ impl Database {
         py.detach(|| {
             let gc = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
             drop(gc); // the SQLite connection closes here, without the GIL
+            drop(
+                self.catalog
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take(),
+            );
         });
     }
 
@@ -278,15 +317,22 @@ impl Database {
     /// statements) and `tables` ((name, columns, rows) with None, int, float, str or bytes
     /// cells), hardened like any other (see memdb.rs). `reverse_scans`: SQLite scans tables in
     /// reverse order where no ORDER BY says otherwise.
+    /// Built under `timeout_s`, `cancel` and `max_temp_mb`; a row a constraint refuses is
+    /// ConstraintError.
     #[staticmethod]
-    #[pyo3(signature = (label, schema, tables, *, reverse_scans = false))]
+    #[pyo3(signature = (label, schema, tables, *, reverse_scans = false, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), cancel = None, max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB)))]
+    #[allow(clippy::too_many_arguments)]
     fn from_rows(
         py: Python<'_>,
         label: String,
         schema: Vec<String>,
         tables: Vec<TableArg<'_>>,
         reverse_scans: bool,
+        timeout_s: Seconds,
+        cancel: Option<&Bound<'_, Cancel>>,
+        max_temp_mb: Int,
     ) -> PyResult<Database> {
+        let budget = budget(&timeout_s, &max_temp_mb, cancel)?;
         let mut converted = Vec::with_capacity(tables.len());
         for (name, columns, rows) in tables {
             let rows = rows
@@ -300,9 +346,75 @@ impl Database {
             });
         }
         let gc = py
-            .detach(|| crate::memdb::build(&label, &schema, &converted, reverse_scans))
+            .detach(|| crate::memdb::build(&label, &schema, &converted, reverse_scans, &budget))
             .map_err(to_py)?;
         Ok(Database::opened(gc))
+    }
+
+    /// The rows of one checked query (the tool call's policy) with `params` bound to its `?`
+    /// marks, as tuples of Python values: at most `max_rows` rows (the rest never stepped), and
+    /// SqlError past `max_bytes` of values.
+    #[pyo3(signature = (sql, params = Vec::new(), *, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB), max_rows = Int::from(crate::rows::RowsLimits::DEFAULT.max_rows as u64), max_bytes = Int::from(crate::rows::RowsLimits::DEFAULT.max_bytes as u64), cancel = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn rows(
+        &self,
+        py: Python<'_>,
+        sql: &Bound<'_, PyAny>,
+        params: Vec<Bound<'_, PyAny>>,
+        timeout_s: Seconds,
+        max_temp_mb: Int,
+        max_rows: Int,
+        max_bytes: Int,
+        cancel: Option<&Bound<'_, Cancel>>,
+    ) -> PyResult<Py<pyo3::types::PyList>> {
+        let sql = sql_text(sql)?;
+        let params = params
+            .iter()
+            .map(cell_from_py)
+            .collect::<PyResult<Vec<_>>>()?;
+        let limits = crate::rows::RowsLimits {
+            max_rows: int("max_rows", &max_rows)?,
+            max_bytes: int("max_bytes", &max_bytes)?,
+        };
+        let budget = budget(&timeout_s, &max_temp_mb, cancel)?;
+        let rows = self.with(py, |gc| {
+            crate::rows::rows(gc, &sql, &params, limits, &budget)
+        })?;
+        rows_to_py(py, rows)
+    }
+
+    /// The rows of SQLite's `pragma_<pragma>(name)`, one of CATALOG_PRAGMAS (`table_list` takes no
+    /// name), read on a connection of the core's own that reads the schema and nothing else
+    /// (catalog.rs); the name is bound, never SQL.
+    #[pyo3(signature = (pragma, name = None, *, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), cancel = None))]
+    fn catalog(
+        &self,
+        py: Python<'_>,
+        pragma: String,
+        name: Option<String>,
+        timeout_s: Seconds,
+        cancel: Option<&Bound<'_, Cancel>>,
+    ) -> PyResult<Py<pyo3::types::PyList>> {
+        let budget = budget(&timeout_s, &Int::from(DEFAULT_MAX_TEMP_MB), cancel)?;
+        if self.closed() {
+            return Err(DatabaseClosed::new_err(format!(
+                "Database({:?}) is closed; open a new Database to query it",
+                self.path
+            )));
+        }
+        let (path, immutable) = (self.path.clone(), self.immutable);
+        let rows = py
+            .detach(|| {
+                let mut cat = self.catalog.lock().unwrap_or_else(|p| p.into_inner());
+                if cat.is_none() {
+                    *cat = Some(Catalog::open(&path, immutable)?);
+                }
+                cat.as_ref()
+                    .expect("opened above")
+                    .read(&pragma, name.as_deref(), &budget)
+            })
+            .map_err(to_py)?;
+        rows_to_py(py, rows)
     }
 
     /// Step through the result without reading a value; returns the row count.
@@ -334,4 +446,19 @@ impl Database {
             format!("Database({:?})", self.path)
         }
     }
+}
+
+/// The XXH3-128 of a file's bytes as 32 hex digits (filedigest.rs), read without the GIL; `cancel`
+/// stops it between chunks (QueryCancelled).
+#[pyfunction]
+#[pyo3(signature = (path, *, cancel = None))]
+pub(crate) fn file_digest(
+    py: Python<'_>,
+    path: &Bound<'_, PyAny>,
+    cancel: Option<&Bound<'_, Cancel>>,
+) -> PyResult<String> {
+    let path = path_text(path)?;
+    let flag = cancel.map(|c| Arc::clone(&c.get().flag));
+    py.detach(|| crate::filedigest::file_digest(&path, flag.as_deref()))
+        .map_err(to_py)
 }

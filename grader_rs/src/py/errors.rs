@@ -55,6 +55,13 @@ create_exception!(
 
 create_exception!(
     _grader,
+    ConstraintError,
+    DatabaseError,
+    "A row given to Database.from_rows breaks a constraint of the schema (CHECK, UNIQUE, NOT NULL, ...)."
+);
+
+create_exception!(
+    _grader,
     SpillError,
     T2sqlError,
     "A set or subset digest past its memory budget could not spill to its temporary directory."
@@ -115,6 +122,7 @@ pub(crate) fn to_py(e: GradeError) -> PyErr {
         GradeError::Cancelled => QueryCancelled::new_err(msg),
         GradeError::Database(_) => DatabaseError::new_err(msg),
         GradeError::Invalid(_) => invalid(msg),
+        GradeError::Constraint(_) => ConstraintError::new_err(msg),
         GradeError::SecretMismatch(_) => HashSecretMismatch::new_err(msg),
         GradeError::Spill(_) => SpillError::new_err(msg),
         GradeError::TempDisk(_) => TempDiskExceeded::new_err(msg),

@@ -39,6 +39,7 @@ class MeasureRow:
     kept: int = 0  # match on the real database (the pairs measured)
     refuted: int = 0
     skipped: int = 0  # check skipped (no informative database, ...)
+    skip_reasons: dict[str, int] = field(default_factory=dict)  # skipped, by reason
     by_db: dict[str, list[int]] = field(default_factory=dict)  # db_id -> [pairs, refuted]
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,7 +73,17 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
     lock = threading.Lock()
     check_times: list[float] = []
 
+    failed: list[dict[str, Any]] = []
+
     def one(row: dict[str, Any]) -> None:
+        try:
+            measure_row(row)
+        except Exception as e:  # one question's trouble is reported, the measurement goes on
+            with lock:
+                failed.append({"question_id": row.get("question_id"), "db_id": row.get("db_id"),
+                               "error": f"{type(e).__name__}: {e}"[:300]})
+
+    def measure_row(row: dict[str, Any]) -> None:
         db_path = str(database_path(db_root, row["db_id"]))
         gold = row["SQL"]
         db = original(db_path)
@@ -110,6 +121,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
                 per_db[1] += int(report.refuted)
                 if report.skipped_reason:
                     r.skipped += 1
+                    r.skip_reasons[report.skipped_reason] = r.skip_reasons.get(report.skipped_reason, 0) + 1
                 if report.refuted:
                     r.refuted += 1
                     found = {**entry, "witness": report.witness.to_text() if report.witness else ""}
@@ -138,6 +150,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
         "rows": [r.to_dict() for r in table.values()],
         "refuted_equivalent": refuted_equivalent,
         "rewrites_not_matching": not_matching,
+        "questions_failed": failed,
         "examples_refuted": samples,
         "examples_missed": missed,
         "suites": stats,
@@ -168,15 +181,23 @@ def format_measurement(result: dict[str, Any]) -> str:
         t[1] += r["kept"]
         t[2] += r["refuted"]
     lines.append("-" * len(head))
+    reasons: dict[str, int] = {}
+    for r in result["rows"]:
+        for why, n in r.get("skip_reasons", {}).items():
+            reasons[why] = reasons.get(why, 0) + n
     for kind, (cand, kept, refuted) in totals.items():
         share = f"{refuted / kept:.1%}" if kept else "-"
         lines.append(f"{kind:<15} {'all':<22} {cand:>7} {kept:>6} {refuted:>8} {share:>6}")
+    if reasons:
+        lines.append("skipped: " + ", ".join(f"{why} {n}" for why, n in sorted(reasons.items())))
     t = result["check_s"]
     lines.append("")
     lines.append(f"time per check: median {t['median'] * 1000:.1f} ms, p95 {t['p95'] * 1000:.1f} ms, max "
                  f"{t['max']:.2f} s; suites built: {result['suites']['suite_builds']} in "
                  f"{result['suites']['suite_build_s']} s")
     lines.append(f"rewrites that did not match on the real database: {len(result['rewrites_not_matching'])}")
+    for item in result.get("questions_failed", [])[:10]:
+        lines.append(f"QUESTION NOT MEASURED q{item['question_id']} ({item['db_id']}): {item['error']}")
     for item in result["refuted_equivalent"][:10]:
         lines.append(f"REFUTED EQUIVALENT q{item['question_id']} ({item['kind']}): {item['pred']}")
     return "\n".join(lines)

@@ -1,11 +1,14 @@
-"""`t2sql bench grader|serving|download|pairs`: the grading core against its peers, the Grader at training
-scale, the data downloader against curl, and batch grading (`t2sql grade --pairs`) against BIRD's rule."""
+"""`t2sql bench grader|serving|download|pairs|equivalence-guard`: the grading core against its peers, the Grader
+at training scale, the data downloader against curl, batch grading (`t2sql grade --pairs`) against BIRD's rule,
+and the equivalence check under red-team predictions."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,9 +68,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default: {describe_default_dir('bench-download')})")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     add_pairs_arguments(suites)
+    e = suites.add_parser(
+        "equivalence-guard", help="the equivalence check under red-team predictions: time, RSS, temp disk, cancel",
+        description="The equivalence check under the red team's predictions (a 400 MB value, a sort wanting "
+                    "2 GB of temporary disk, a row-dependent instr(), mining past a temp cap, a cancel): each case "
+                    "in a fresh interpreter, its seconds against the check's budget (target budget + 5 s), its "
+                    "RSS above the warmed-up baseline (target 1 GiB), the peak of its temporary files (target the "
+                    "per-query cap), and how soon a cancelled check frees the Grader's worker (target 1 s).")
+    e.add_argument("--rows", type=int, default=20_000, help="rows of the generated table (default 20000)")
+    e.add_argument("--mining-temp-mb", type=int, default=32,
+                   help="the temp cap the mining case runs under (default 32; its DISTINCT wants more)")
+    e.add_argument("--cancel-after-s", type=float, default=3.0, help="when the cancel case cancels (default 3)")
+    e.add_argument("--case", action="append", default=[], choices=["zeroblob", "temp", "instr", "mining", "cancel"],
+                   help="run only this case (repeatable)")
+    e.add_argument("--work-dir", default=None,
+                   help="where the table is built (about 85 MB per 20,000 rows; removed at the end) "
+                        f"(default: {describe_default_dir('bench-equivalence-guard')})")
+    e.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.suite == "equivalence-guard":
+        return run_equivalence_guard(args)
     if args.suite == "serving":
         return run_serving(args)
     if args.suite == "download":
@@ -119,6 +141,24 @@ def run_download(args: argparse.Namespace) -> int:
         return 2
     print(json.dumps(report, indent=2) if args.json else format_download(report))
     return 0
+
+
+def run_equivalence_guard(args: argparse.Namespace) -> int:
+    from t2sql.bench.equivalence_guard import bench_equivalence_guard, format_equivalence_guard
+
+    if args.rows < 100 or args.mining_temp_mb < 1 or not args.cancel_after_s > 0:
+        print("t2sql bench equivalence-guard: --rows must be at least 100, --mining-temp-mb at least 1 and "
+              "--cancel-after-s positive", file=sys.stderr)
+        return 2
+    work = output_folder(args.work_dir or made_default_dir("bench-equivalence-guard"), flag="--work-dir")
+    try:
+        report = bench_equivalence_guard(work, rows=args.rows, mining_temp_mb=args.mining_temp_mb,
+                                         cancel_after_s=args.cancel_after_s, cases=args.case or None)
+    except (OSError, sqlite3.Error, subprocess.SubprocessError) as e:
+        print(f"t2sql bench equivalence-guard: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_equivalence_guard(report))
+    return 0 if report["ok"] else 1
 
 
 def add_pairs_arguments(suites) -> None:

@@ -152,8 +152,12 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
         except UnknownDatabase as e:
             return {"line": lineno, "id": row.get("id"), "refuted": None, "witness": "", "skipped": "bad_input",
                     "detail": str(e), "elapsed_s": 0.0}
-        config = _config(args, row.get("grading_method")) if row.get("grading_method") else default
-        report = checker.check_sync(db_path, row["pred"], row["gold"], config)
+        try:
+            config = _config(args, row.get("grading_method")) if row.get("grading_method") else default
+        except (PresetError, EquivalenceError, ValueError) as e:
+            return {"line": lineno, "id": row.get("id"), "refuted": None, "witness": "", "skipped": "bad_input",
+                    "detail": str(e), "elapsed_s": 0.0}
+        report = checker.check_sync(db_path, row["pred"], row["gold"], config)  # a report whatever the pair
         return {"line": lineno, "id": row.get("id"), "refuted": report.refuted,
                 "witness": report.witness.to_text() if report.witness else "",
                 "skipped": report.skipped_reason or "", "detail": report.detail,

@@ -36,19 +36,23 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
   INSERT statements with both queries' results there.
 - A refuted match loses `equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the outcome
   stays `correct` (evaluation still scores it correct; only the training reward changes).
-- Skipped, never refuted: a schema no small database can be built from ("unsupported_schema", a
-  virtual table), a database that cannot be read ("database_error"), no informative database
-  ("no_informative_database").
+- Never raised: the check ends refuted with a witness, checked, or skipped for one of
+  t2sql.serving.equivalence.SKIP_REASONS (a query the guard does not run, a part of the schema left
+  out, an unreadable file, every small database refused by a constraint, a result that changes from
+  run to run, the budget spent, no informative database, the check's own failure); docs/episode.md
+  states each.
 - Deterministic: the same (database file, prediction, gold, preset) gives the same verdict and
   witness.
-- Bounded: one check stops trying databases after `equivalence_budget_s`; each query on a small
+- Bounded: every query the check runs (on the small databases, on the real file, mining's) goes
+  through the core's guard, under its timeout cut at one deadline for the whole check
+  (`equivalence_budget_s`), the episode's Cancel and the temporary-disk cap; each query on a small
   database runs under `equivalence_timeout_s`; the check is one job on one of the episode's
   Grader's SQL workers (`Grader.equivalence`), so it counts against the Grader's one concurrency
-  limit, runs with the GIL released, never on the event loop, and a cancelled episode interrupts it.
+  limit, runs with the GIL released, never on the event loop, and a cancelled episode frees it.
 
 Metrics added to the episode (every episode scored with the term on): equivalence_checked,
-equivalence_refuted, equivalence_skipped_reason ("" or not_correct / unsupported_schema /
-database_error / no_informative_database / no_task), equivalence_databases (small databases tried),
+equivalence_refuted, equivalence_skipped_reason ("" or one of SKIP_REASONS), equivalence_databases
+(small databases tried),
 equivalence_elapsed_s, equivalence_witness (the witness as text, "" when not refuted).
 
 `t2sql equivalence --measure --data dev.json --db-root DIR` (t2sql.bench.equivalence) measures both
@@ -74,7 +78,19 @@ TERM_NAME = "equivalence"
 async def check_trajectory(trajectory: Trajectory, preset: Preset) -> EquivalenceReport:
     """The report for a finished episode (a t2sql.episode.reward.Trajectory): on the episode's
     Grader, under its concurrency limit; a trajectory built without one is checked on a thread
-    of its own."""
+    of its own. It never raises but for the episode's own cancellation: a check the Grader could
+    not run (its worker lost, the Grader closing) is a report that says so."""
+    try:
+        return await _check_trajectory(trajectory, preset)
+    except asyncio.CancelledError:
+        raise
+    except t2sql.DatabaseError as e:
+        return skipped("database_error", str(e))
+    except Exception as e:  # the reward goes on; the report says what happened
+        return skipped("check_error", f"{type(e).__name__}: {e}"[:500])
+
+
+async def _check_trajectory(trajectory: Trajectory, preset: Preset) -> EquivalenceReport:
     if trajectory.outcome != "correct":
         return skipped("not_correct")
     task = trajectory.task

@@ -15,7 +15,12 @@ every declared constraint and every invariant mined from the real data (t2sql.se
   the column holds NULLs, duplicated under fresh keys, and with integer keys renumbered;
 - the database's suite: small databases drawn from random real rows and their variants, distilled
   greedily against neighbour queries derived from the schema (a test-suite approach), built once per
-  database file and kept on disk (t2sql.serving.diskcache.cache_dir()).
+  database content and kept on disk (t2sql.serving.diskcache.cache_dir()).
+
+Every query runs in the core's guard (the real file through `Database.rows` and `Database.catalog`,
+small databases through `Database.from_rows`), under one deadline and one Cancel for the whole check
+(t2sql.serving.checkbounds); the caches are bounded in bytes. Whatever it meets, a check returns a
+report: refuted with a witness, checked, or skipped for one of SKIP_REASONS.
 
 A small database refutes the match when the queries' results there differ (or the prediction fails
 where the gold runs), on it and on its mirror (the rows in reverse order, SQLite's unordered scans
@@ -27,29 +32,59 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import logging
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import t2sql
-from t2sql._grader import GradeSpec
+from t2sql._grader import MAX_SQL_BYTES, GradeSpec
 from t2sql.errors import EquivalenceError
+from t2sql.serving import checkbounds
+from t2sql.serving.checkbounds import BudgetSpent, CheckBudget, approx_bytes
+from t2sql.serving.declared import mentions
 from t2sql.serving.diskcache import DiskCache, database_key
+from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.mining import InvariantStore
-from t2sql.serving.refutation import Prepared, Trial, refutes, shrink
+from t2sql.serving.nondeterminism import nondeterministic
+from t2sql.serving.refutation import NONDETERMINISTIC, Prepared, Trial, refutes, shrink
 from t2sql.serving.sampling import RealRows
 from t2sql.serving.smalldb import SmallDb
 from t2sql.serving.suites import SUITE_VERSION, build_suite, suite_from_json, suite_to_json
 from t2sql.serving.targeted import Covered, realistic, targeted
 
-SKIP_REASONS = ("not_correct", "unsupported_schema", "database_error", "no_informative_database", "no_task")
+log = logging.getLogger("t2sql.serving.equivalence")
 
+# Why a check ends without a verdict (EquivalenceReport.skipped_reason; docs/episode.md states each):
+SKIP_REASONS = (
+    "not_correct",  # the episode's outcome is not correct: nothing to check
+    "no_task",  # the trajectory carries no task or solution
+    "unsupported_query",  # the prediction or the gold is not one statement the guard takes (or too long)
+    "unsupported_schema",  # no small database of this kind can be built, or a query reads a part left out
+    "database_error",  # the database file cannot be read
+    "constraint",  # every small database built was refused by a constraint of the schema
+    "nondeterministic",  # a query's result changes from run to run on one database (random(), the clock)
+    "budget",  # the check's budget ran out before any small database told
+    "no_informative_database",  # no small database where both queries ran and the verdict was certain
+    "check_error",  # the check itself failed (a bug): reported, never raised
+)
+
+# What the check's caches hold at most, in bytes (besides each RealRows' own ANSWER_BYTES and each
+# database's Invariants.memo): golds' prepared databases, each query's targeted ones, suites.
+GOLD_CASE_BYTES = 128 * 1024 * 1024
 GOLD_CASES = 64  # golds whose prepared small databases a checker keeps (a task's samples share one)
-
+PREPARED_BYTES = 48 * 1024  # what one small database in the core costs besides its rows, about
+TARGETED_BYTES = 64 * 1024 * 1024
 TARGETED_QUERIES = 1024  # queries whose targeted small databases a checker keeps (samples repeat queries)
+SUITE_BYTES = 32 * 1024 * 1024
+
+
+def rows_bytes(dbs: list[SmallDb]) -> int:
+    """About what the rows of `dbs` hold."""
+    return sum(approx_bytes(db.rows) + approx_bytes(db.note) for db in dbs)
 
 @dataclass(frozen=True)
 class EquivalenceConfig:
@@ -114,6 +149,7 @@ class EquivalenceReport:
     databases: int = 0  # small databases tried
     informative: int = 0  # of them, those where both queries ran and nothing made the verdict uncertain
     detail: str = ""
+    refused: int = 0  # small databases the schema's constraints refused (not tried)
     elapsed_s: float = 0.0
 
     def to_metrics(self) -> dict[str, Any]:
@@ -134,21 +170,31 @@ def skipped(reason: str, detail: str = "", elapsed_s: float = 0.0) -> Equivalenc
 
 class GoldCase:
     """What every prediction of one gold is tried on: the gold's targeted databases and the suite, built
-    in the core with the gold's digest on each."""
+    in the core with the gold's digest on each (`refused`: those the schema's constraints refused)."""
 
-    def __init__(self, prepared: list[Prepared], covered: Covered):
+    def __init__(self, prepared: list[Prepared], covered: Covered, refused: int = 0):
         self.prepared = prepared
         self.covered = covered
+        self.refused = refused
         self.keys = {p.db.key() for p in prepared}
-        self.lock = threading.Lock()
 
-    def close(self) -> None:
-        for p in self.prepared:
-            p.close()
+    def nbytes(self) -> int:
+        return rows_bytes([p.db for p in self.prepared]) + PREPARED_BYTES * len(self.prepared)
+
+
+def _prepared(dbs: list[SmallDb], gold_sql: str, spec: GradeSpec) -> Iterator[Prepared | None]:
+    """Each database built in the core with the gold's digest, or None for one its schema refuses."""
+    for db in dbs:
+        checkbounds.checkpoint()
+        try:
+            yield Prepared(db, gold_sql, spec)
+        except t2sql.ConstraintError:
+            yield None
+
 
 class EquivalenceChecker:
-    """The check over the databases' invariants, real rows and suites, each kept per database file; one
-    per process is enough (`default_checker()`). It runs in the calling thread."""
+    """The check over the databases' invariants, real rows and suites, each kept per database content; one
+    per process is enough (`default_checker()`). It runs in the calling thread, under one deadline."""
 
     def __init__(self, *, invariants: InvariantStore | None = None, disk: DiskCache | None = None,
                  keep_databases: int = 16):
@@ -157,9 +203,10 @@ class EquivalenceChecker:
         self.keep = keep_databases
         self._lock = threading.Lock()
         self._real: OrderedDict[str, RealRows] = OrderedDict()
-        self._suites: OrderedDict[tuple, list[SmallDb]] = OrderedDict()
-        self._golds: OrderedDict[tuple, GoldCase] = OrderedDict()
-        self._targeted: OrderedDict[tuple, list[SmallDb]] = OrderedDict()
+        self._suites: Lru[list[SmallDb]] = Lru(keep_databases, SUITE_BYTES, lambda k, v: rows_bytes(v))
+        self._golds: Lru[GoldCase] = Lru(GOLD_CASES, GOLD_CASE_BYTES, lambda k, v: approx_bytes(k) + v.nbytes())
+        self._targeted: Lru[tuple[list[SmallDb], Covered]] = Lru(
+            TARGETED_QUERIES, TARGETED_BYTES, lambda k, v: approx_bytes(k) + rows_bytes(v[0]))
         self._building: dict[tuple, concurrent.futures.Future] = {}
         self.suite_builds = 0
         self.suite_build_s = 0.0
@@ -171,46 +218,37 @@ class EquivalenceChecker:
             if real is not None:
                 self._real.move_to_end(key)
                 return real
-            real = self._real[key] = RealRows(path, inv)
+        real = RealRows(path, inv)  # opened outside the lock (a DatabaseError for a bad file)
+        with self._lock:
+            if key in self._real:  # another thread got there first
+                real.close()
+                return self._real[key]
+            self._real[key] = real
             while len(self._real) > self.keep:
                 self._real.popitem(last=False)[1].close()
             return real
 
     def suite(self, path: str, inv: Invariants, real: RealRows, config: EquivalenceConfig) -> list[SmallDb]:
         key = (database_key(path), config.suite_size, config.seed)
-        with self._lock:
-            got = self._suites.get(key)
-            if got is not None:
-                self._suites.move_to_end(key)
-                return got
-            pending = self._building.get(key)
-            owner = pending is None
-            if owner:
-                pending = self._building[key] = concurrent.futures.Future()
-        if not owner:
-            return pending.result()
-        try:
-            name = f"{key[0]}.suite-v{SUITE_VERSION}-{config.suite_size}-{config.seed}.json"
-            data = self.disk.load(name)
-            suite = None
-            if isinstance(data, dict) and isinstance(data.get("suite"), list):
-                try:
-                    suite = suite_from_json(inv, data["suite"])
-                    if any(db.problems() for db in suite):
-                        suite = None  # made under other invariants: build it again
-                except (KeyError, TypeError, ValueError):
-                    suite = None
-            if suite is None:
-                started = time.perf_counter()
-                suite = build_suite(real, inv, size=config.suite_size, seed=config.seed)
-                with self._lock:
-                    self.suite_builds += 1
-                    self.suite_build_s += time.perf_counter() - started
-                self.disk.store(name, {"suite": suite_to_json(suite)})
+        while True:
             with self._lock:
-                self._suites[key] = suite
-                while len(self._suites) > self.keep:
-                    self._suites.popitem(last=False)
+                got = self._suites.get(key)
+                if got is not None:
+                    return got
+                pending = self._building.get(key)
+                owner = pending is None
+                if owner:
+                    pending = self._building[key] = concurrent.futures.Future()
+            if owner:
+                break
+            checkbounds.wait_for(lambda t: bool(concurrent.futures.wait([pending], t).done))
+            try:
+                return pending.result()
+            except (BudgetSpent, t2sql.QueryCancelled):
+                continue  # its builder's check ran out or was cancelled: build it under this one
+        try:
+            suite = self._build_suite(key, inv, real, config)
+            self._suites.put(key, suite)
             pending.set_result(suite)
             return suite
         except BaseException as e:
@@ -220,109 +258,183 @@ class EquivalenceChecker:
             with self._lock:
                 self._building.pop(key, None)
 
+    def _build_suite(self, key: tuple, inv: Invariants, real: RealRows, config: EquivalenceConfig) -> list[SmallDb]:
+        """The suite from disk when an entry for this very content reads back whole and realistic, else built
+        (and stored)."""
+        name = f"{key[0]}.suite-v{SUITE_VERSION}-{config.suite_size}-{config.seed}.json"
+        data = self.disk.load(name)
+        if data is not None and data.get("database") == key[0]:
+            try:
+                suite = suite_from_json(inv, data.get("suite"))
+                if not any(db.problems() for db in suite):
+                    return suite
+            except ValueError:
+                pass  # malformed: built again
+        started = time.perf_counter()
+        suite = build_suite(real, inv, size=config.suite_size, seed=config.seed)
+        with self._lock:
+            self.suite_builds += 1
+            self.suite_build_s += time.perf_counter() - started
+        self.disk.store(name, {"database": key[0], "suite": suite_to_json(suite)})
+        return suite
+
     def targeted(self, db_path: str, inv: Invariants, real: RealRows, sql: str, seed: int,
                  covered: Covered | None = None) -> tuple[list[SmallDb], Covered]:
         """`targeted` kept per (database, query, seed, what the gold covers): a task's samples repeat
         queries."""
         key = (database_key(db_path), sql, seed, covered.key() if covered is not None else None)
-        with self._lock:
-            got = self._targeted.get(key)
-            if got is not None:
-                self._targeted.move_to_end(key)
-                return got
-        got = targeted(real, inv, sql, seed, covered)
-        with self._lock:
-            self._targeted[key] = got
-            while len(self._targeted) > TARGETED_QUERIES:
-                self._targeted.popitem(last=False)
+        got = self._targeted.get(key)
+        if got is None:
+            got = targeted(real, inv, sql, seed, covered)
+            self._targeted.put(key, got)
         return got
 
     def gold_case(self, db_path: str, inv: Invariants, real: RealRows, gold_sql: str,
-                  config: EquivalenceConfig, cancel: Any = None) -> GoldCase:
+                  config: EquivalenceConfig) -> GoldCase:
         """The gold's targeted databases and the suite, prepared once per (database, gold, grading spec)."""
         spec = config.spec
         key = (database_key(db_path), gold_sql, spec.method, spec.float_digits, spec.column_order,
                config.suite_size, config.seed)
-        with self._lock:
-            case = self._golds.get(key)
-            if case is not None:
-                self._golds.move_to_end(key)
-                return case
+        case = self._golds.get(key)
+        if case is not None:
+            return case
         dbs, covered = self.targeted(db_path, inv, real, gold_sql, config.seed)
         dbs = dbs + self.suite(db_path, inv, real, config)
-        case = GoldCase([Prepared(db, gold_sql, spec, cancel) for db in realistic(dbs)], covered)
-        with self._lock:
-            self._golds[key] = case
-            while len(self._golds) > GOLD_CASES:
-                self._golds.popitem(last=False)[1].close()
+        built = list(_prepared(realistic(dbs), gold_sql, spec))
+        case = GoldCase([p for p in built if p is not None], covered, sum(p is None for p in built))
+        self._golds.put(key, case)
         return case
 
     def check_sync(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig,
                    *, cancel: Any = None) -> EquivalenceReport:
-        """The check, in the calling thread; `cancel` (a t2sql.Cancel) interrupts its SQL."""
+        """The check, in the calling thread, under one deadline (`config.budget_s` from now, everything
+        included: mining, small databases built, queries run); `cancel` (a t2sql.Cancel) stops it at
+        once (QueryCancelled). Whatever the queries, the database or the caches hold, it returns a
+        report: refuted with a witness, or not refuted (checked, or skipped for one of SKIP_REASONS)."""
         started = time.perf_counter()
 
         def done(**kw: Any) -> EquivalenceReport:
+            kw.setdefault("checked", False)
+            kw.setdefault("refuted", False)
+            kw.setdefault("skipped_reason", None)
             return EquivalenceReport(elapsed_s=time.perf_counter() - started, **kw)
 
+        budget = CheckBudget.starting_now(config.budget_s, cancel, config.spec.max_temp_mb)
+        with budget.active():
+            try:
+                return self._check(db_path, pred_sql, gold_sql, config, done)
+            except BudgetSpent:  # (a QueryCancelled of the check's own: first)
+                return done(skipped_reason="budget",
+                            detail=f"the check's budget of {config.budget_s:g}s ran out before a small database told")
+            except t2sql.QueryCancelled:
+                raise
+            except Exception as e:  # a bug of the check: the reward goes on, the report says what happened
+                detail = f"{type(e).__name__}: {e}"[:500]
+                log.warning("equivalence check failed on %s: %s", db_path, detail)
+                return done(skipped_reason="check_error", detail=detail)
+
+    def _check(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig,
+               done: Any) -> EquivalenceReport:
+        for name, sql in (("prediction", pred_sql), ("gold", gold_sql)):
+            if not isinstance(sql, str):
+                return done(skipped_reason="unsupported_query", detail=f"the {name} is not text")
+            size = len(sql.encode("utf-8", "surrogatepass"))
+            if size > MAX_SQL_BYTES:
+                return done(skipped_reason="unsupported_query",
+                            detail=f"the {name} is {size} bytes; a query is at most {MAX_SQL_BYTES}")
         try:
+            with t2sql.Database(db_path) as db:
+                for name, sql in (("prediction", pred_sql), ("gold", gold_sql)):
+                    budget = checkbounds.current()
+                    try:
+                        db.rows(sql, max_rows=0, timeout_s=budget.timeout(5.0), cancel=budget.cancel)
+                    except (t2sql.UnsafeQuery, t2sql.SqlError) as e:
+                        return done(skipped_reason="unsupported_query",
+                                    detail=f"the {name} is not one statement the guard runs: {e}")
             inv = self.invariants.get(db_path)
             if inv.unsupported:
-                return done(checked=False, refuted=False, skipped_reason="unsupported_schema",
+                return done(skipped_reason="unsupported_schema",
                             detail=f"no small database can be built: {inv.unsupported}")
+            for name, sql in (("prediction", pred_sql), ("gold", gold_sql)):
+                why = nondeterministic(sql, inv)
+                if why:  # a result that changes from run to run proves nothing on any database
+                    return done(skipped_reason="nondeterministic",
+                                detail=f"the {name}'s result may change from run to run: {why}")
+                if mentions(sql, inv.left_out_tables):
+                    parts = "; ".join(f"{n} ({why})" for kind, n, why in inv.left_out if kind == "table")
+                    return done(skipped_reason="unsupported_schema",
+                                detail=f"the {name} may read a table the small databases leave out: {parts}")
             real = self.real_rows(db_path, inv)
-            case = self.gold_case(db_path, inv, real, gold_sql, config, cancel)
+            case = self.gold_case(db_path, inv, real, gold_sql, config)
             own = [db for db in self.targeted(db_path, inv, real, pred_sql, config.seed, case.covered)[0]
                    if db.key() not in case.keys]
         except t2sql.QueryCancelled:
             raise
         except t2sql.T2sqlError as e:
-            return done(checked=False, refuted=False, skipped_reason="database_error", detail=str(e))
+            return done(skipped_reason="database_error", detail=str(e))
         tried = informative = 0
+        refused = case.refused
         uncertain: list[str] = []
         fresh: list[Prepared] = []
+        out_of_time = False
         try:
-            candidates = itertools.chain(case.prepared, (fresh.append(Prepared(db, gold_sql, config.spec, cancel))
-                                                         or fresh[-1] for db in own))
-            for prepared in candidates:
-                if time.perf_counter() - started > config.budget_s and tried:
-                    break
+            for prepared in itertools.chain(case.prepared, self._fresh(own, gold_sql, config, fresh)):
+                if prepared is None:
+                    refused += 1
+                    continue
                 tried += 1
-                trial = Trial(prepared, pred_sql, gold_sql, cancel)
+                trial = Trial(prepared, pred_sql, gold_sql)
                 verdict, detail = refutes(trial)
                 if verdict == "agrees":
                     informative += 1
+                elif detail == NONDETERMINISTIC:
+                    return done(skipped_reason="nondeterministic", databases=tried, informative=informative,
+                                refused=refused, detail=detail)
                 elif verdict == "uncertain":
                     uncertain.append(detail)
                 else:
-                    informative += 1
-                    smallest = shrink(trial, config.spec)
+                    smallest, detail = shrink(trial, config.spec, detail)
                     gold_text, pred_text = smallest.results_text()
                     witness = Witness(smallest.db.to_sql(), smallest.db.size, smallest.db.note, gold_text, pred_text,
-                                      refutes(smallest)[1])
+                                      detail)
                     if smallest is not trial:
                         smallest.prepared.close()
-                    return done(checked=True, refuted=True, skipped_reason=None, witness=witness, databases=tried,
-                                informative=informative, detail=witness.detail)
+                    return done(checked=True, refuted=True, witness=witness, databases=tried,
+                                informative=informative + 1, refused=refused, detail=witness.detail)
+        except BudgetSpent:
+            out_of_time = True  # past the deadline no further small database is tried
         finally:
             for p in fresh:
                 p.close()
-        if not informative:
-            why = "; ".join(dict.fromkeys(uncertain)) or "no small database could be built"
-            return done(checked=False, refuted=False, skipped_reason="no_informative_database",
-                        databases=tried, detail=why)
-        return done(checked=True, refuted=False, skipped_reason=None, databases=tried, informative=informative)
+        if informative:
+            return done(checked=True, databases=tried, informative=informative, refused=refused)
+        if out_of_time:
+            return done(skipped_reason="budget", databases=tried, refused=refused,
+                        detail=f"the check's budget of {config.budget_s:g}s ran out before a small database told")
+        if refused and not tried:
+            return done(skipped_reason="constraint", refused=refused,
+                        detail=f"the schema's constraints refused all {refused} small databases built")
+        why = "; ".join(dict.fromkeys(uncertain)) or "no small database could be built"
+        if refused:
+            why += f" ({refused} more refused by the schema's constraints)"
+        return done(skipped_reason="no_informative_database", databases=tried, refused=refused, detail=why)
+
+    @staticmethod
+    def _fresh(own: list[SmallDb], gold_sql: str, config: EquivalenceConfig, fresh: list[Prepared]) -> Iterator[Any]:
+        """The prediction's own databases, built as they are tried (kept in `fresh` to be closed)."""
+        for p in _prepared(own, gold_sql, config.spec):
+            if p is not None:
+                fresh.append(p)
+            yield p
 
     def close(self) -> None:
         with self._lock:
             for real in self._real.values():
                 real.close()
             self._real.clear()
-            self._suites.clear()
-            for case in self._golds.values():
-                case.close()
-            self._golds.clear()
-            self._targeted.clear()
+        self._suites = Lru(self.keep, SUITE_BYTES, lambda k, v: rows_bytes(v))
+        self._golds = Lru(GOLD_CASES, GOLD_CASE_BYTES, lambda k, v: approx_bytes(k) + v.nbytes())
+        self._targeted = Lru(TARGETED_QUERIES, TARGETED_BYTES, lambda k, v: approx_bytes(k) + rows_bytes(v[0]))
 
     def __enter__(self) -> EquivalenceChecker:
         return self

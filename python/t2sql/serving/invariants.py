@@ -19,14 +19,15 @@ punished. So every small database keeps, besides the schema's own rules:
     (a denormalised copy of a parent's value), stays equal;
   - relations: a numeric column that is always the sum of two others in its row stays so.
 
-Mining runs SQL of our own on a read-only connection (Python's sqlite3, trusted statements only;
-the model's SQL never comes here), each statement under a deadline and the whole under a budget.
-What could not be checked in time is assumed to hold and listed under `assumed`: assuming more
-invariants only makes the small databases more cautious, never less realistic.
+Mining runs SQL of our own through the core's guard (t2sql.serving.mining), each statement under a
+deadline and the whole under a budget. What could not be checked in time is assumed to hold and listed
+under `assumed`. A part of the schema no small database can hold faithfully (a virtual table, a table
+the catalog cannot describe, a foreign key naming a column its parent lacks) is listed under `left_out`
+and kept out of every small database; the rest of the database is used.
 
-Invariants are cached in memory and on disk (JSON), keyed by the file's identity (size, mtime and the
-SQLite header's first 100 bytes, which hold its change counter); `t2sql equivalence --invariants --db
-FILE` lists them.
+Invariants are cached in memory and on disk (JSON), keyed by the file's content digest
+(t2sql.serving.diskcache.database_key); an entry that does not read back as these fields with these
+types is mined again. `t2sql equivalence --invariants --db FILE` lists them.
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-INVARIANTS_VERSION = 3
+from t2sql.serving.checkbounds import approx_bytes
+from t2sql.serving.gold_memory import Lru
+
+INVARIANTS_VERSION = 4
+
+MEMO_BYTES = 16 * 1024 * 1024  # what one database's memo holds (Invariants.memo), about
+
+TEXT_CACHED = 256  # texts up to this many characters have their shape and letter cases remembered
 
 # Text shapes, tried in order; a value takes the first that fits. The SQL condition (on the column
 # `{q}`) and Python's regex say the same thing (ASCII digits only), so mined formats and checked
@@ -56,13 +64,20 @@ _FORMAT_RE = [(name, re.compile(pattern, re.S)) for name, _, pattern in FORMATS]
 
 OTHER_TEXT = "text"
 
-@functools.lru_cache(maxsize=65536)
 def text_format(value: str) -> str:
-    """The shape of a TEXT value: one of FORMATS' names, else "text"."""
+    """The shape of a TEXT value: one of FORMATS' names, else "text" (remembered for short texts only:
+    a real cell may hold megabytes)."""
+    return _text_format_short(value) if len(value) <= TEXT_CACHED else _text_format(value)
+
+
+def _text_format(value: str) -> str:
     for name, pattern in _FORMAT_RE:
         if pattern.search(value):
             return name
     return OTHER_TEXT
+
+
+_text_format_short = functools.lru_cache(maxsize=65536)(_text_format)
 
 def storage_class(value: Any) -> str:
     if value is None:
@@ -168,12 +183,19 @@ class Invariants:
     unsupported: str  # why no small database can be built from this schema ("" when one can)
     assumed: tuple[str, ...] = ()  # checks that did not finish in time: their invariant is assumed
     mine_s: float = 0.0
+    # (kind, name, why), kind "table" or "reference": parts of the schema kept out of every small database
+    left_out: tuple[tuple[str, str, str], ...] = ()
 
     @functools.cached_property
-    def memo(self) -> dict[tuple, Any]:
+    def memo(self) -> Lru[Any]:
         """What users of these invariants remember about rows of this database (t2sql.serving.smalldb
-        keeps its tables' checks here), in insertion order; it lives and dies with the invariants."""
-        return {}
+        keeps its tables' checks here), at most MEMO_BYTES of it; it lives and dies with the invariants."""
+        return Lru(1 << 20, MEMO_BYTES, _memo_bytes)
+
+    @functools.cached_property
+    def left_out_tables(self) -> frozenset[str]:
+        """Lower-case names of the tables no small database holds."""
+        return frozenset(name.lower() for kind, name, _ in self.left_out if kind == "table")
 
     @functools.cached_property
     def _by_name(self) -> dict[str, Table]:
@@ -243,30 +265,16 @@ class Invariants:
         return {"version": INVARIANTS_VERSION, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Invariants:
-        if data.get("version") != INVARIANTS_VERSION:
-            raise ValueError(f"invariants of version {data.get('version')}, this t2sql reads {INVARIANTS_VERSION}")
-
-        def ref(d: dict[str, Any] | None) -> Reference | None:
-            if d is None:
-                return None
-            return Reference(d["child"], tuple(d["child_columns"]), d["parent"], tuple(d["parent_columns"]),
-                             d["declared"], d["total"])
-
-        tables = tuple(
-            Table(t["name"], tuple(Column(c["name"], c["decl_type"], c["pk"], c["not_null"], c["nulls"], c["unique"],
-                                          tuple(c["types"]), tuple(c["formats"]), c["mined"], tuple(c["cases"]))
-                        for c in t["columns"]),
-                  t["rows"], t["rowid"], t["integer_key"], tuple(tuple(k) for k in t["keys"]))
-            for t in data["tables"])
-        return cls(
-            path=data["path"], schema=tuple(data["schema"]), tables=tables,
-            references=tuple(ref(r) for r in data["references"]),
-            copies=tuple(Copy(c["table"], c["column"], c["source"], c["source_column"], ref(c["via"]))
-                         for c in data["copies"]),
-            relations=tuple(Relation(r["table"], r["total"], r["left"], r["right"]) for r in data["relations"]),
-            unsupported=data["unsupported"], assumed=tuple(data["assumed"]), mine_s=data.get("mine_s", 0.0),
-        )
+    def from_dict(cls, data: Any) -> Invariants:
+        """Invariants written by to_dict; ValueError for anything else (another version, a missing
+        field, a value of another type): such an entry is never trusted."""
+        if not isinstance(data, dict) or data.get("version") != INVARIANTS_VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise ValueError(f"invariants of version {version!r}, this t2sql reads {INVARIANTS_VERSION}")
+        try:
+            return _from_dict(data)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"malformed invariants: {type(e).__name__}: {e}") from None
 
     def describe(self) -> list[str]:
         """One line per invariant, for `t2sql equivalence --invariants`."""
@@ -301,7 +309,126 @@ class Invariants:
             lines.append(f"relation: {rel.table}.{rel.total} = {rel.left} + {rel.right}")
         for a in self.assumed:
             lines.append(f"assumed (not checked in time): {a}")
+        for kind, name, why in self.left_out:
+            lines.append(f"left out of the small databases: {kind} {name} ({why})")
         return lines
+
+def _memo_bytes(key: tuple, value: Any) -> int:
+    """A memo entry's bytes: its own tuples, each row a tuple of slots, and every long text or blob a row
+    holds (a variant's text beside a long literal may be new; short cells are the real rows' own values,
+    which RealRows keeps and bounds, or small)."""
+    total = 256
+    for part in (*key, *(value.values() if type(value) is dict else ())):
+        if type(part) is tuple:
+            total += 56 + 8 * len(part)
+            for r in part:
+                if type(r) is tuple:
+                    total += 56 + 8 * len(r) + sum(len(v) for v in r if type(v) in _LONG_CELLS and len(v) > 64)
+    return total + (approx_bytes(value) if type(value) is list else 0)
+
+
+_LONG_CELLS = (str, bytes)
+
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+# -- reading an entry back, every field checked (a cache file is data, never trusted)
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"expected text, got {type(v).__name__}")
+    return v
+
+
+def _flag(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"expected true or false, got {type(v).__name__}")
+    return v
+
+
+def _count(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TypeError(f"expected a count, got {v!r:.40}")
+    return v
+
+
+def _texts(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list):
+        raise TypeError(f"expected a list, got {type(v).__name__}")
+    return tuple(_text(x) for x in v)
+
+
+def _items(v: Any) -> list[dict[str, Any]]:
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        raise TypeError("expected a list of objects")
+    return v
+
+
+def _reference(d: Any) -> Reference | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise TypeError("expected a reference")
+    return Reference(_text(d["child"]), _texts(d["child_columns"]), _text(d["parent"]), _texts(d["parent_columns"]),
+                     _flag(d["declared"]), _flag(d["total"]))
+
+
+def _column(c: dict[str, Any]) -> Column:
+    return Column(_text(c["name"]), _text(c["decl_type"]), _flag(c["pk"]), _flag(c["not_null"]), _flag(c["nulls"]),
+                  _flag(c["unique"]), _texts(c["types"]), _texts(c["formats"]), _flag(c["mined"]),
+                  _texts(c["cases"]))
+
+
+def _table(t: dict[str, Any]) -> Table:
+    columns = tuple(_column(c) for c in _items(t["columns"]))
+    integer_key = t["integer_key"]
+    if not isinstance(t["keys"], list):
+        raise TypeError("expected a list of keys")
+    table = Table(_text(t["name"]), columns, _count(t["rows"]), _flag(t["rowid"]),
+                  None if integer_key is None else _text(integer_key), tuple(_texts(k) for k in t["keys"]))
+    for key in table.keys:  # every key names columns of its table
+        if not key or any(table.position(c) is None for c in key):
+            raise TypeError(f"a key of {table.name} names a column it lacks")
+    return table
+
+
+def _from_dict(data: dict[str, Any]) -> Invariants:
+    tables = tuple(_table(t) for t in _items(data["tables"]))
+    by_name = {t.name.lower(): t for t in tables}
+    references = tuple(_reference(r) for r in _items(data["references"]))
+    for r in references:  # every reference joins columns its tables have
+        child, parent = by_name.get(r.child.lower()), by_name.get(r.parent.lower())
+        if (child is None or parent is None or len(r.child_columns) != len(r.parent_columns)
+                or any(child.position(c) is None for c in r.child_columns)
+                or any(parent.position(c) is None for c in r.parent_columns)):
+            raise TypeError(f"reference {r.name} names a table or column the invariants lack")
+    copies = tuple(Copy(_text(c["table"]), _text(c["column"]), _text(c["source"]), _text(c["source_column"]),
+                        _reference(c["via"])) for c in _items(data["copies"]))
+    relations = tuple(Relation(_text(r["table"]), _text(r["total"]), _text(r["left"]), _text(r["right"]))
+                      for r in _items(data["relations"]))
+    for table, cols in ([(c.table, (c.column,)) for c in copies] + [(c.source, (c.source_column,)) for c in copies]
+                        + [(r.table, (r.total, r.left, r.right)) for r in relations]):
+        t = by_name.get(table.lower())
+        if t is None or any(t.position(c) is None for c in cols):
+            raise TypeError(f"an invariant names {table}.{cols} the invariants lack")
+    left_out = data.get("left_out", [])
+    if not isinstance(left_out, list):
+        raise TypeError("expected a list of left-out parts")
+    mine_s = data.get("mine_s", 0.0)
+    if isinstance(mine_s, bool) or not isinstance(mine_s, (int, float)):
+        raise TypeError("expected seconds")
+    return Invariants(
+        path=_text(data["path"]), schema=_texts(data["schema"]), tables=tables, references=references,
+        copies=copies, relations=relations, unsupported=_text(data["unsupported"]), assumed=_texts(data["assumed"]),
+        mine_s=float(mine_s), left_out=tuple(_left_out(x) for x in left_out),
+    )
+
+
+def _left_out(v: Any) -> tuple[str, str, str]:
+    got = _texts(v)
+    if len(got) != 3 or got[0] not in ("table", "reference"):
+        raise TypeError("expected a (kind, name, why) triple")
+    return got[0], got[1], got[2]

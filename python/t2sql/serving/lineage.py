@@ -1,7 +1,11 @@
 """The real rows a query touches: for each of its SELECTs, the keys of the rows its FROM joins and its
 WHERE keeps, and of those that meet all but one of its WHERE's conditions (the rows that tell a query
 from a near neighbour), fetched from the real file; and how to copy what one result row joins as new
-entities (one more result row)."""
+entities (one more result row).
+
+A lineage query pastes the query's own WITH, FROM and WHERE (a prediction's too): it runs as every
+such query does, through RealRows on the core's guard, under the check's deadline, Cancel and
+temporary-disk cap (t2sql.serving.sampling)."""
 
 from __future__ import annotations
 

@@ -1,25 +1,32 @@
 """Finding a database's invariants (t2sql.serving.invariants) in its file, once, and keeping them.
 
-Mining runs SQL of our own on a read-only connection (Python's sqlite3, trusted statements only; the
-model's SQL never comes here), each statement under a deadline and the whole under a budget. What
-could not be checked in time is assumed to hold and listed under `assumed`: assuming more invariants
-only makes the small databases more cautious, never less realistic. `InvariantStore` keeps them in
-memory and on disk (t2sql.serving.diskcache), keyed by the file's identity.
+Mining runs SQL of our own through the core's guard: the schema through `Database.catalog` (the
+pragmas no query may name, read on a connection that can read nothing else; t2sql.serving.declared
+says what a small database takes of it and what is left out), everything else through
+`Database.rows` (one read-only statement under the tool call's policy, each under a deadline, the
+Cancel and the temporary-disk cap). The whole runs under a budget; what could not be checked in time
+is assumed to hold and listed under `assumed`.
+
+Inside an equivalence check mining also stops at the check's deadline (t2sql.serving.checkbounds):
+the statements that finished are kept (`Progress`) and the next check goes on from there, so a large
+database is mined over several checks and no check outlives its budget. `InvariantStore` keeps
+invariants in memory and on disk (t2sql.serving.diskcache), keyed by the file's content.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import dataclasses
 import re
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable
 
-from t2sql.errors import DatabaseError, T2sqlError
+import t2sql
+from t2sql.serving import checkbounds
+from t2sql.serving.checkbounds import BudgetSpent
+from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.invariants import (
     FORMATS,
@@ -33,7 +40,7 @@ from t2sql.serving.invariants import (
     quote,
 )
 
-# The budget of one mining run, and of each statement in it.
+# The budget of one mining run (over all the checks it takes), and of each statement in it.
 DEFAULT_MINE_BUDGET_S = 60.0
 
 STATEMENT_TIMEOUT_S = 20.0
@@ -42,146 +49,135 @@ MAX_RELATION_COLUMNS = 10  # numeric columns per table tried for a + b = c (10 c
 
 MAX_COPY_PAIRS = 400  # column pairs per reference tried for a copy
 
-class Deadline(T2sqlError):
-    pass
+SCAN_COLUMNS = 24  # columns per statement of a table's scan (8 results each: far below SQLite's 2,000)
 
-@contextlib.contextmanager
-def open_readonly(path: str) -> Iterator[sqlite3.Connection]:
-    """A read-only connection of our own (immutable unless a writer's side file is there, as the core
-    decides), for trusted statements only."""
-    side = any(os.path.exists(f"{path}{s}") and os.path.getsize(f"{path}{s}") > 0 for s in ("-wal", "-journal"))
-    uri = "file:" + path.replace("%", "%25").replace("?", "%3F").replace("#", "%23") + "?mode=ro"
-    if not side:
-        uri += "&immutable=1"
-    try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    except sqlite3.Error as e:
-        raise DatabaseError(f"cannot open database {path}: {e}") from None
-    try:
-        yield conn
-    finally:
-        conn.close()
+ANSWER_BYTES = 4 * 1024 * 1024  # what one mining statement may return
+
+MINING_KEPT = 8  # databases whose unfinished mining is kept for the next check
+
+# Databases whose invariants are kept in memory (each with its memo, at most MEMO_BYTES); more are read
+# back from disk.
+INVARIANTS_KEPT = 16
+
+
+@dataclass
+class Progress:
+    """What mining one database file has done so far: each statement's answer (None: not known in
+    time, or it failed), and the seconds spent."""
+
+    answers: dict[tuple, Any] = field(default_factory=dict)
+    spent_s: float = 0.0
+
 
 class Reader:
-    """Trusted statements on one read-only connection, each under a deadline; a statement past it
-    raises Deadline."""
+    """Mining's statements on the core, each remembered in `progress`: under its own timeout, the mining
+    budget and the check's deadline (past which BudgetSpent ends the check, the answers kept)."""
 
-    def __init__(self, conn: sqlite3.Connection, timeout_s: float = STATEMENT_TIMEOUT_S):
-        self.conn = conn
-        self.timeout_s = timeout_s
-        self._until = 0.0
-        conn.set_progress_handler(self._progress, 10_000)
+    def __init__(self, db: t2sql.Database, progress: Progress, budget_s: float = DEFAULT_MINE_BUDGET_S):
+        self.db = db
+        self.progress = progress
+        self.budget_s = budget_s
 
-    def _progress(self) -> int:
-        return 1 if time.monotonic() > self._until else 0
-
-    def rows(self, sql: str, params: tuple = (), timeout_s: float | None = None) -> list[tuple]:
-        self._until = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+    def _ask(self, key: tuple, run: Callable[[float, Any], list[tuple]]) -> list[tuple] | None:
+        answers = self.progress.answers
+        if key in answers:
+            return answers[key]
+        left = self.budget_s - self.progress.spent_s
+        if left <= 0:
+            answers[key] = None  # the mining budget is spent: assumed
+            return None
+        check = checkbounds.current()
+        timeout_s = check.timeout(min(STATEMENT_TIMEOUT_S, left))
+        started = time.monotonic()
         try:
-            return self.conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as e:
-            if "interrupted" in str(e):
-                raise Deadline(sql) from None
+            got: list[tuple] | None = run(timeout_s, check)
+        except t2sql.QueryTimeout:
+            if check.left() <= 0:
+                raise BudgetSpent("the check's budget ran out while mining") from None
+            got = None
+        except t2sql.QueryCancelled:
             raise
+        except t2sql.T2sqlError:
+            got = None
+        finally:
+            self.progress.spent_s += time.monotonic() - started
+        answers[key] = got
+        return got
 
-    def one(self, sql: str, params: tuple = (), timeout_s: float | None = None) -> tuple:
-        rows = self.rows(sql, params, timeout_s)
-        return rows[0] if rows else ()
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple] | None:
+        """The rows of a statement of ours (through the guard), or None when it failed or ran out of time."""
+        return self._ask(("rows", sql, params), lambda t, check: self.db.rows(
+            sql, list(params), timeout_s=t, max_temp_mb=check.max_temp_mb, max_bytes=ANSWER_BYTES,
+            cancel=check.cancel))
+
+    def catalog(self, pragma: str, name: str | None = None) -> list[tuple] | None:
+        """The rows of a catalog pragma (t2sql.Database.catalog), or None when it failed."""
+        return self._ask(("catalog", pragma, name), lambda t, check: self.db.catalog(
+            pragma, name, timeout_s=t, cancel=check.cancel))
+
 
 @dataclass
 class _Miner:
     reader: Reader
-    deadline: float
     assumed: list[str] = field(default_factory=list)
-
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
+    left_out: list[tuple[str, str, str]] = field(default_factory=list)
 
     def try_rows(self, what: str, sql: str, params: tuple = ()) -> list[tuple] | None:
         """The rows, or None (noted in `assumed`) when the budget or the statement's deadline ran out."""
-        left = self.left()
-        if left <= 0:
+        got = self.reader.rows(sql, params)
+        if got is None:
             self.assumed.append(what)
-            return None
-        try:
-            return self.reader.rows(sql, params, min(STATEMENT_TIMEOUT_S, left))
-        except Deadline:
-            self.assumed.append(what)
-            return None
+        return got
 
-def _schema_statements(reader: Reader) -> tuple[tuple[str, ...], str]:
-    """The CREATE statements a small database takes, and why none can be built ("" when one can)."""
-    rows = reader.rows("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")
-    out, unsupported = [], ""
-    for kind, name, sql in rows:
-        if kind == "trigger":
-            continue  # a trigger would write when rows are inserted; the data already holds its effects
-        if name.startswith("sqlite_"):
-            continue
-        if kind == "table" and re.match(r"\s*CREATE\s+VIRTUAL\b", sql, re.I):
-            unsupported = unsupported or f"virtual table {name}"
-            continue
-        out.append(sql)
-    return tuple(out), unsupported
 
-def _table_shape(reader: Reader, name: str) -> tuple[list[tuple], bool, list[tuple[str, ...]]]:
-    info = reader.rows(f"SELECT name, type, \"notnull\", pk FROM pragma_table_info({_lit(name)})")
-    try:
-        reader.rows(f"SELECT rowid FROM {quote(name)} LIMIT 0")
-        rowid = True
-    except sqlite3.Error:
-        rowid = False
-    keys: list[tuple[str, ...]] = []
-    pk = tuple(r[0] for r in sorted((r for r in info if r[3]), key=lambda r: r[3]))
-    if pk:
-        keys.append(pk)
-    for index_name, unique, origin in reader.rows(
-            f"SELECT name, \"unique\", origin FROM pragma_index_list({_lit(name)})"):
-        if not unique or origin == "pk":
-            continue
-        cols = tuple(r[0] for r in reader.rows(f"SELECT name FROM pragma_index_info({_lit(index_name)})"))
-        if cols and all(c is not None for c in cols) and cols not in keys:
-            keys.append(cols)
-    return info, rowid, keys
+def _scan(m: _Miner, name: str, cols: list[str], n_rows: int) -> dict[str, dict[str, Any]]:
+    """NULLs, storage classes, text shapes and letter cases per column, SCAN_COLUMNS columns a statement
+    (a table of hundreds of columns stays under SQLite's result width); a part that did not finish
+    leaves its columns unmined."""
+    stats: dict[str, dict[str, Any]] = {}
+    t = quote(name)
+    for at in range(0, len(cols), SCAN_COLUMNS):
+        part_cols = cols[at:at + SCAN_COLUMNS]
+        parts = []
+        for c in part_cols:
+            q = quote(c)
+            parts.append(f"count({q})")
+            parts += [f"sum(typeof({q}) = '{k}')" for k in ("integer", "real", "text", "blob")]
+            shape = " ".join(f"WHEN {cond.format(q=q)} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
+            parts.append(f"group_concat(DISTINCT CASE WHEN typeof({q}) <> 'text' THEN NULL {shape} "
+                         f"ELSE '{OTHER_TEXT}' END)")
+            parts += [f"max(typeof({q}) = 'text' AND {q} GLOB '*[a-z]*')",
+                      f"max(typeof({q}) = 'text' AND {q} GLOB '*[A-Z]*')"]
+        what = f"NULLs, types and formats of {name}" + (f" (columns {at + 1}-{at + len(part_cols)})"
+                                                          if len(cols) > SCAN_COLUMNS else "")
+        scan = m.try_rows(what, f"SELECT {', '.join(parts)} FROM {t}")
+        for i, c in enumerate(part_cols):
+            if not scan:
+                stats[c] = dict(nulls=False, types=(), formats=(), mined=False, cases=())
+                continue
+            row = scan[0]
+            base = i * 8
+            non_null = row[base] or 0
+            stats[c] = dict(
+                nulls=non_null < n_rows,
+                types=tuple(k for k, v in zip(("integer", "real", "text", "blob"), row[base + 1:base + 5]) if v),
+                formats=tuple(sorted(set(str(row[base + 5] or "").split(",")) - {""})),
+                cases=tuple(k for k, v in zip(("lower", "upper"), row[base + 6:base + 8]) if v),
+                mined=True)
+    return stats
 
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
-def _mine_table(m: _Miner, name: str) -> Table:
-    info, rowid, keys = _table_shape(m.reader, name)
+def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
+    info, rowid, keys = shape.info, shape.rowid, list(shape.keys)
     cols = [r[0] for r in info]
     t = quote(name)
-    stats: dict[str, dict[str, Any]] = {c: {} for c in cols}
     n_rows = 0
     counted = m.try_rows(f"row count of {name}", f"SELECT count(*) FROM {t}")
-    if counted:
+    if counted and isinstance(counted[0][0], int):
         n_rows = counted[0][0]
-    # Per column: NULLs, storage classes and text shapes in one scan; distinct counts one column each
-    # (they sort), so a slow one costs only its own invariant.
-    parts = []
-    for c in cols:
-        q = quote(c)
-        parts.append(f"count({q})")
-        parts += [f"sum(typeof({q}) = '{k}')" for k in ("integer", "real", "text", "blob")]
-        shape = " ".join(f"WHEN {cond.format(q=q)} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
-        parts.append(f"group_concat(DISTINCT CASE WHEN typeof({q}) <> 'text' THEN NULL {shape} "
-                     f"ELSE '{OTHER_TEXT}' END)")
-        parts += [f"max(typeof({q}) = 'text' AND {q} GLOB '*[a-z]*')",
-                  f"max(typeof({q}) = 'text' AND {q} GLOB '*[A-Z]*')"]
-    scan = m.try_rows(f"NULLs, types and formats of {name}", f"SELECT {', '.join(parts)} FROM {t}") if cols else None
-    for i, c in enumerate(cols):
-        s = stats[c]
-        if scan is None:
-            s.update(nulls=False, types=(), formats=(), mined=False, cases=())
-            continue
-        row = scan[0]
-        base = i * 8
-        non_null = row[base] or 0
-        s["nulls"] = non_null < n_rows
-        s["types"] = tuple(k for k, v in zip(("integer", "real", "text", "blob"), row[base + 1:base + 5]) if v)
-        s["formats"] = tuple(sorted(set((row[base + 5] or "").split(",")) - {""}))
-        s["cases"] = tuple(k for k, v in zip(("lower", "upper"), row[base + 6:base + 8]) if v)
-        s["mined"] = True
+    # NULLs, storage classes and text shapes in a scan; distinct counts one column each (they sort), so
+    # a slow one costs only its own invariant.
+    stats = _scan(m, name, cols, n_rows)
     declared_unique = {k[0] for k in keys if len(k) == 1}
     for c in cols:
         if c in declared_unique:
@@ -189,7 +185,7 @@ def _mine_table(m: _Miner, name: str) -> Table:
             continue
         got = m.try_rows(f"repeats in {name}.{c}",
                          f"SELECT count({quote(c)}) = count(DISTINCT {quote(c)}) FROM {t}")
-        stats[c]["unique"] = True if got is None else bool(got[0][0])
+        stats[c]["unique"] = True if not got else bool(got[0][0])
     pk_cols = [r for r in info if r[3]]
     integer_key = (pk_cols[0][0] if rowid and len(pk_cols) == 1 and (pk_cols[0][1] or "").upper() == "INTEGER"
                    else None)
@@ -204,38 +200,10 @@ def _mine_table(m: _Miner, name: str) -> Table:
         # is its key (a hero does not hold one power twice).
         got = m.try_rows(f"repeated rows in {name}",
                          f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}")
-        if got is None or got[0][0]:
+        if not got or got[0][0]:
             keys.append(tuple(cols))
     return Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
 
-def _declared_references(reader: Reader, tables: dict[str, Table]) -> list[tuple[str, tuple, str, tuple]]:
-    out = []
-    for t in tables.values():
-        groups: dict[int, list[tuple]] = {}
-        listed = reader.rows('SELECT id, seq, "table", "from", "to" FROM '
-                             f"pragma_foreign_key_list({_lit(t.name)})")
-        for row in listed:
-            groups.setdefault(row[0], []).append(row)
-        for rows in groups.values():
-            rows.sort(key=lambda r: r[1])
-            parent = _resolve(tables, rows[0][2])
-            if parent is None:
-                continue
-            child_cols = tuple(r[3] for r in rows)
-            to = [r[4] for r in rows]
-            if any(x is None for x in to):  # REFERENCES parent with no column: its primary key
-                pk = next((k for k in parent.keys if all(parent.column(c) and parent.column(c).pk for c in k)), None)
-                if pk is None or len(pk) != len(child_cols):
-                    continue
-                to = list(pk)
-            parent_cols = tuple(parent.column(c).name if parent.column(c) else c for c in to)
-            child_cols = tuple(t.column(c).name if t.column(c) else c for c in child_cols)
-            out.append((t.name, child_cols, parent.name, parent_cols))
-    return out
-
-def _resolve(tables: dict[str, Table], name: str) -> Table | None:
-    low = name.lower()
-    return next((t for t in tables.values() if t.name.lower() == low), None)
 
 def _is_key(table: Table, cols: tuple[str, ...]) -> bool:
     low = {c.lower() for c in cols}
@@ -271,7 +239,7 @@ def _candidate_references(tables: dict[str, Table], declared: set[tuple]) -> lis
     return out
 
 def _references(m: _Miner, tables: dict[str, Table]) -> list[Reference]:
-    declared = _declared_references(m.reader, tables)
+    declared = declared_references(m.reader, tables, m.left_out)
     declared_set = set(declared)
     out: list[Reference] = []
     for child, ccols, parent, pcols in declared + _candidate_references(tables, declared_set):
@@ -354,36 +322,56 @@ def _relations(m: _Miner, tables: dict[str, Table]) -> list[Relation]:
                 out.append(Relation(t.name, total.name, a.name, b.name))
     return out
 
-def mine(path: str, *, budget_s: float = DEFAULT_MINE_BUDGET_S) -> Invariants:
-    """The invariants of the database file at `path` (no cache)."""
-    started = time.monotonic()
-    with open_readonly(path) as conn:
-        reader = Reader(conn)
-        try:
-            schema, unsupported = _schema_statements(reader)
-            names = [r[0] for r in reader.rows(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
-                "AND sql NOT LIKE 'CREATE VIRTUAL%' ORDER BY rowid")]
-            m = _Miner(reader, started + budget_s)
-            tables = {n: _mine_table(m, n) for n in names}
-            references = _references(m, tables)
-            copies = _copies(m, tables, references)
-            relations = _relations(m, tables)
-        except sqlite3.DatabaseError as e:
-            raise DatabaseError(f"cannot read database {path}: {e}") from None
+def mine(path: str, *, budget_s: float = DEFAULT_MINE_BUDGET_S, progress: Progress | None = None) -> Invariants:
+    """The invariants of the database file at `path` (no cache). With `progress`, statements answered in
+    an earlier run are not run again (the run goes on where a check's deadline stopped it)."""
+    progress = progress if progress is not None else Progress()
+    with t2sql.Database(path) as db:  # a file that is not a readable database: DatabaseError
+        m = _Miner(Reader(db, progress, budget_s))
+        listed, kinds = listing(m.reader, path)
+        left: set[str] = set()
+        shapes: dict[str, Shape] = {}
+        for item in listed:
+            if item.kind != "table":
+                continue
+            kind, without_rowid = kinds.get(item.name, ("table", False))
+            if kind == "virtual" or re.match(r"\s*CREATE\s+VIRTUAL\b", item.sql, re.I):
+                why = "a virtual table"
+            elif kind == "shadow":
+                why = "a virtual table's own storage"
+            else:
+                shape = table_shape(m.reader, item.name, without_rowid)
+                if shape is not None:
+                    shapes[item.name] = shape
+                    continue
+                why = "the catalog cannot describe it"
+            m.left_out.append(("table", item.name, why))
+            left.add(item.name.lower())
+        schema = statements(listed, left, m.left_out)
+        tables = {n: _mine_table(m, n, shape) for n, shape in shapes.items()}
+        references = _references(m, tables)
+        copies = _copies(m, tables, references)
+        relations = _relations(m, tables)
+    unsupported = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
-                      unsupported, tuple(m.assumed), round(time.monotonic() - started, 3))
+                      unsupported, tuple(dict.fromkeys(m.assumed)), round(progress.spent_s, 3),
+                      tuple(dict.fromkeys(m.left_out)))
+
 
 class InvariantStore:
-    """Invariants per database file, mined once: in memory (an LRU) and on disk."""
+    """Invariants per database content, mined once: in memory (an LRU) and on disk. A disk entry is used
+    only when it reads back whole, of this version and for this very content; anything else is mined
+    again. A mining run a check's deadline stops keeps its progress for the next check."""
 
-    def __init__(self, disk: DiskCache | None = None, *, keep: int = 64, budget_s: float = DEFAULT_MINE_BUDGET_S):
+    def __init__(self, disk: DiskCache | None = None, *, keep: int = INVARIANTS_KEPT,
+                 budget_s: float = DEFAULT_MINE_BUDGET_S):
         self.disk = disk if disk is not None else DiskCache()
         self.keep = keep
         self.budget_s = budget_s
         self._lock = threading.Lock()
         self._mem: OrderedDict[str, Invariants] = OrderedDict()
         self._building: dict[str, threading.Event] = {}
+        self._progress: OrderedDict[str, Progress] = OrderedDict()
 
     def get(self, path: str) -> Invariants:
         key = database_key(path)
@@ -392,17 +380,26 @@ class InvariantStore:
                 inv = self._mem.get(key)
                 if inv is not None:
                     self._mem.move_to_end(key)
-                    return inv
+                    return inv if inv.path == path else _at(inv, path)
                 event = self._building.get(key)
                 if event is None:
                     event = self._building[key] = threading.Event()
                     break
-            event.wait()
+            checkbounds.wait_for(event.wait)  # another thread mines it: within this check's budget
         try:
             inv = self._load(key, path)
             if inv is None:
-                inv = mine(path, budget_s=self.budget_s)
-                self.disk.store(f"{key}.invariants.json", inv.to_dict())
+                with self._lock:
+                    progress = self._progress.pop(key, None) or Progress()
+                try:
+                    inv = mine(path, budget_s=self.budget_s, progress=progress)
+                except (BudgetSpent, t2sql.QueryCancelled):
+                    with self._lock:  # the next check goes on from here
+                        self._progress[key] = progress
+                        while len(self._progress) > MINING_KEPT:
+                            self._progress.popitem(last=False)
+                    raise
+                self.disk.store(f"{key}.invariants.json", {"database": key, **inv.to_dict()})
             with self._lock:
                 self._mem[key] = inv
                 while len(self._mem) > self.keep:
@@ -415,10 +412,15 @@ class InvariantStore:
 
     def _load(self, key: str, path: str) -> Invariants | None:
         data = self.disk.load(f"{key}.invariants.json")
-        if data is None:
-            return None
+        if data is None or data.get("database") != key:
+            return None  # none, or another database's
         try:
-            inv = Invariants.from_dict(data)
-        except (KeyError, TypeError, ValueError):
+            inv = Invariants.from_dict({k: v for k, v in data.items() if k != "database"})
+        except ValueError:
             return None
-        return inv if inv.path == path else Invariants.from_dict({**data, "path": path})
+        return inv if inv.path == path else _at(inv, path)
+
+
+def _at(inv: Invariants, path: str) -> Invariants:
+    """The same invariants for the same content at another path."""
+    return dataclasses.replace(inv, path=path)

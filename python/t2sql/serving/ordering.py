@@ -20,17 +20,22 @@ class Cut:
     offset: int
     ordered_sql: str  # every row's keys, in the statement's order (ties anywhere show as repeats)
 
-def cut(st: Statement) -> Cut | None | bool:
+# LIMIT n, LIMIT n OFFSET m, LIMIT m, n: numbers of up to 18 digits (a longer one is read as no LIMIT
+# this understands, never given to int()).
+LIMIT_RE = r"(\d{1,18})(?:\s*(?:OFFSET\s+(\d{1,18})|,\s*(\d{1,18})))?"
+
+
+def cut(st: Statement | None) -> Cut | None | bool:
     """The statement's outermost ORDER BY ... LIMIT as a Cut; None when it has no LIMIT at its outer
     level; False when it has one this cannot read (then ties cannot be ruled out)."""
-    if not st.parts:
+    if st is None or not st.parts:
         return None
     part = st.parts[-1]
     sql = st.sql
     if part.limit is None:
         return None
     limit_text = sql[part.limit[0]:part.limit[1]].strip()
-    m = re.fullmatch(r"(\d+)(?:\s*(?:OFFSET\s+(\d+)|,\s*(\d+)))?", limit_text, re.I)
+    m = re.fullmatch(LIMIT_RE, limit_text, re.I)
     if not m or part.order is None or len(st.parts) > 1 or part.distinct:
         return False
     if m.group(3) is not None:  # LIMIT offset, count
@@ -51,7 +56,7 @@ def cut(st: Statement) -> Cut | None | bool:
         term = re.sub(r"\s+(ASC|DESC)\s*$|\s+NULLS\s+(FIRST|LAST)\s*$", "", sql[x:y].strip(), flags=re.I)
         term = re.sub(r"\s+(ASC|DESC)\s*$", "", term, flags=re.I).strip()
         if re.fullmatch(r"\d+", term):
-            pos = int(term)
+            pos = int(term) if len(term) <= 18 else 0
             if not 1 <= pos <= len(exprs):
                 return False
             term = exprs[pos - 1]
@@ -71,13 +76,13 @@ def cut(st: Statement) -> Cut | None | bool:
     return Cut(f"{base} LIMIT 2 OFFSET {offset + count - 1}" if count > 0 else f"{base} LIMIT 0",
                count, offset, base)
 
-def outer_limit(st: Statement) -> int | None:
+def outer_limit(st: Statement | None) -> int | None:
     """The number of rows the statement's outermost LIMIT keeps (LIMIT n, LIMIT n OFFSET m, LIMIT m, n),
-    or None."""
-    if not st.parts or st.parts[-1].limit is None:
+    or None (also for a statement this cannot read)."""
+    if st is None or not st.parts or st.parts[-1].limit is None:
         return None
     text = st.sql[st.parts[-1].limit[0]:st.parts[-1].limit[1]].strip()
-    m = re.fullmatch(r"(\d+)(?:\s*(?:OFFSET\s+(\d+)|,\s*(\d+)))?", text, re.I)
+    m = re.fullmatch(LIMIT_RE, text, re.I)
     if not m:
         return None
     return int(m.group(3)) if m.group(3) is not None else int(m.group(1))

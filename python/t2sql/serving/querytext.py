@@ -9,10 +9,10 @@ small databases do.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 
+from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariants import Invariants
 from t2sql.sqltext import Token, tokens
 
@@ -44,10 +44,27 @@ class Statement:
     with_prefix: str  # "WITH ... " before the main SELECT, or ""
     parts: list[SelectPart] = field(default_factory=list)
 
-@functools.lru_cache(maxsize=4096)
 def read(sql: str) -> Statement | None:
     """The statement's SELECT parts at its outer level, or None when it is not a SELECT this reads.
-    Remembered per text (a check reads each query several times); a Statement is never changed."""
+    Remembered per text, at most READ_BYTES of them (a check reads each query several times, and a
+    prediction may be long); a Statement is never changed."""
+    if not isinstance(sql, str):
+        return None
+    found = _read.get(sql)
+    if found is None:
+        found = _read_uncached(sql) or False
+        _read.put(sql, found)
+    return found or None
+
+
+# What a remembered statement costs: its text and, per character, its tokens (measured on CPython 3.11:
+# about 60 bytes per character of a long query).
+READ_BYTES = 64 * 1024 * 1024
+_BYTES_PER_CHAR = 64
+_read: Lru[Statement | bool] = Lru(4096, READ_BYTES, lambda k, v: 1024 + _BYTES_PER_CHAR * len(k))
+
+
+def _read_uncached(sql: str) -> Statement | None:
     sql = sql.strip().rstrip(";").strip()
     try:
         toks = tokens(sql)
@@ -213,8 +230,21 @@ def _literal_at(toks: list[Token], j: int) -> tuple[object, int] | None:
         k = j + used + 1
         if k + 1 < len(toks) and toks[k].text == "." and re.fullmatch(r"[0-9]+(e[+-]?[0-9]+)?", toks[k + 1].text, re.I):
             return sign * float(f"{t.text}.{toks[k + 1].text}"), used + 3
-        return sign * int(t.text), used + 1
+        return number(t.text, sign), used + 1
     return None
+
+
+INT64_DIGITS = 19  # an integer literal of more digits is past SQLite's 64-bit integers
+
+
+def number(digits: str, sign: int = 1) -> int | float:
+    """An integer literal's value as SQLite reads it: an int within 64 bits, else a REAL (a float; inf
+    for thousands of digits, where Python's int() would refuse)."""
+    if len(digits) <= INT64_DIGITS:
+        value = sign * int(digits)
+        if -(1 << 63) <= value < (1 << 63):
+            return value
+    return sign * float(digits)
 
 def _column_before(toks: list[Token], j: int) -> tuple[str | None, str, bool] | None:
     """The column reference that ends at token j-1: (qualifier or None, column, wrapped in a call)."""
@@ -382,7 +412,7 @@ def _literal_before(toks: list[Token], j: int) -> object | None:
     if t.kind == "word" and re.fullmatch(r"[0-9]+", t.text):
         if k >= 2 and toks[k - 1].text == "." and re.fullmatch(r"[0-9]+", toks[k - 2].text):
             return float(f"{toks[k - 2].text}.{t.text}")
-        return int(t.text)
+        return number(t.text)
     return None
 
 def _flip(op: str) -> str:
@@ -429,3 +459,4 @@ def top_conjuncts(sql: str, span: tuple[int, int]) -> list[tuple[int, int]]:
         start = c.end
     spans.append((start, b))
     return [(x, y) for x, y in spans if sql[x:y].strip()]
+

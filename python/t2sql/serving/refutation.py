@@ -1,7 +1,12 @@
 """What one small database says about a pair: the queries run there (the gold's digest prepared once per
 gold), and whether the result refutes the match: they differ there and on its mirror (rows reversed,
-unordered scans reversed), the gold's result does not depend on the order rows come in, and no ORDER
-BY ... LIMIT keeps one of tied rows. A refuting database is shrunk to as few rows as still refute."""
+unordered scans reversed), the gold's result does not depend on the order rows come in, no ORDER
+BY ... LIMIT keeps one of tied rows, and both queries give the same result when run again there (a
+query of random() or the clock is never refuted for its changing). A refuting database is shrunk to as
+few rows as still refute.
+
+Every query here runs in the core on the small database, under its timeout cut at the check's
+deadline and under its Cancel (t2sql.serving.checkbounds)."""
 
 from __future__ import annotations
 
@@ -9,10 +14,9 @@ from typing import Any
 
 import t2sql
 from t2sql._grader import GradeSpec, ToolLimits
-from t2sql.serving import ordering, querytext
+from t2sql.serving import checkbounds, ordering, querytext
 from t2sql.serving.smalldb import SmallDb
 
-# Verdict outcomes on a small database, by what they say about the pair.
 # Verdict outcomes on a small database, by what they say about the pair.
 REFUTING = frozenset({"mismatch", "pred_error"})
 
@@ -22,10 +26,27 @@ WITNESS_RESULT_ROWS = 8  # rows of each query's result shown with a witness
 
 SHRINK_TRIES = 40  # attempts to drop rows from a witness
 
+# The detail of a database where a query's result changed from one run to the next.
+NONDETERMINISTIC = "a query's result changes from run to run here (random(), the clock)"
+
+TIMED_OUT = object()  # a query run again timed out: its result is not known
+
 def with_method(spec: GradeSpec, method: str) -> GradeSpec:
     """`spec` with another method: float digits, column order, timeout and temp-disk cap kept."""
     return GradeSpec(method, float_digits=spec.float_digits, column_order=spec.column_order,
                      timeout_s=spec.timeout_s, max_temp_mb=spec.max_temp_mb)
+
+
+def with_timeout(spec: GradeSpec, timeout_s: float) -> GradeSpec:
+    """`spec` under another timeout (its method, digits, column order and temp-disk cap kept)."""
+    return GradeSpec(spec.method, float_digits=spec.float_digits, column_order=spec.column_order,
+                     timeout_s=timeout_s, max_temp_mb=spec.max_temp_mb)
+
+
+def digest(core: Any, sql: str, spec: GradeSpec) -> Any:
+    """`sql`'s digest on `core` under `spec`, its timeout cut at the check's deadline."""
+    budget = checkbounds.current()
+    return budget.run(spec.timeout_s, lambda t: core.digest(sql, with_timeout(spec, t), cancel=budget.cancel))
 
 
 def witness_spec(spec: GradeSpec) -> GradeSpec:
@@ -38,23 +59,24 @@ def witness_spec(spec: GradeSpec) -> GradeSpec:
 
 class Prepared:
     """A small database built in the core, with the gold's digest there (None: the gold failed, which
-    makes the database uninformative). Kept per gold: every prediction of a task reuses it."""
+    makes the database uninformative). Kept per gold: every prediction of a task reuses it. Building it
+    raises t2sql.ConstraintError when the schema refuses its rows (the database cannot exist)."""
 
-    def __init__(self, db: SmallDb, gold: str, spec: GradeSpec, cancel: Any = None, *, reverse: bool = False):
+    def __init__(self, db: SmallDb, gold: str, spec: GradeSpec, *, reverse: bool = False):
         self.db = db
         self.core = db.database("witness", reverse=reverse)
         self.spec = witness_spec(spec)
         self.gold_error = ""
-        self.gold = self._gold_digest(gold, cancel)
+        self.gold = self._gold_digest(gold)
 
-    def _gold_digest(self, gold: str, cancel: Any) -> Any:
+    def _gold_digest(self, gold: str) -> Any:
         try:
-            digest = self.core.digest(gold, self.spec, cancel=cancel)
-            if self.spec.method.startswith("subset") and digest.rows == 0:
+            found = digest(self.core, gold, self.spec)
+            if self.spec.method.startswith("subset") and found.rows == 0:
                 # No gold row here: the prediction must return none either (compared as sets).
                 self.spec = with_method(self.spec, "set")
-                digest = self.core.digest(gold, self.spec, cancel=cancel)
-            return digest
+                found = digest(self.core, gold, self.spec)
+            return found
         except t2sql.QueryCancelled:
             raise
         except t2sql.T2sqlError as e:
@@ -67,8 +89,8 @@ class Prepared:
 class Trial:
     """One small database and the two queries on it."""
 
-    def __init__(self, prepared: Prepared, pred: str, gold: str, cancel: Any):
-        self.prepared, self.db, self.pred, self.gold, self.cancel = prepared, prepared.db, pred, gold, cancel
+    def __init__(self, prepared: Prepared, pred: str, gold: str):
+        self.prepared, self.db, self.pred, self.gold = prepared, prepared.db, pred, gold
         self.spec = prepared.spec
 
     def verdict(self, reverse: bool = False) -> tuple[str, str, Any, Any]:
@@ -78,7 +100,7 @@ class Trial:
             if gold is None:
                 return "gold_error", self.prepared.gold_error, None, None
             return self._grade(core, gold)
-        mirror = Prepared(self.db, self.gold, self.spec, self.cancel, reverse=True)
+        mirror = Prepared(self.db, self.gold, self.spec, reverse=True)
         try:
             if mirror.gold is None:
                 return "gold_error", mirror.gold_error, None, None
@@ -87,16 +109,48 @@ class Trial:
             mirror.close()
 
     def _grade(self, core: Any, gold: Any) -> tuple[str, str, Any, Any]:
-        v = core.grade_against(self.pred, gold, self.spec.timeout_s, cancel=self.cancel)
+        budget = checkbounds.current()
+        v = budget.run(self.spec.timeout_s, lambda t: core.grade_against(
+            self.pred, gold, t, cancel=budget.cancel, max_temp_mb=self.spec.max_temp_mb))
         pred = None
         if v.outcome == "mismatch":  # its digest tells a refutation's row counts apart (a match needs none)
             try:
-                pred = core.digest(self.pred, with_method(self.spec, gold.semantics), cancel=self.cancel)
+                pred = digest(core, self.pred, with_method(self.spec, gold.semantics))
             except t2sql.QueryCancelled:
                 raise
             except t2sql.T2sqlError:
                 pred = None
         return v.outcome, v.detail, gold, pred
+
+    def repeatable(self) -> bool | None:
+        """Whether both queries give here, run again, what they gave: the gold its digest, the prediction
+        the same digest (or the same error) twice. A result that changes from run to run is a draw, not
+        a fact about the queries. None when a run again timed out (nothing is known)."""
+        core, gold = self.prepared.core, self.prepared.gold
+        if gold is None:
+            return None
+        again = self._result(core, self.gold, self.spec)
+        spec = with_method(self.spec, gold.semantics)
+        first, second = self._result(core, self.pred, spec), self._result(core, self.pred, spec)
+        if TIMED_OUT in (again, first, second):
+            return None
+        if isinstance(again, str) or not gold.same_result(again):
+            return False
+        if isinstance(first, str) or isinstance(second, str):
+            return first == second
+        return first.same_result(second)
+
+    @staticmethod
+    def _result(core: Any, sql: str, spec: GradeSpec) -> Any:
+        """The digest, the error's text, or TIMED_OUT."""
+        try:
+            return digest(core, sql, spec)
+        except t2sql.QueryCancelled:
+            raise
+        except t2sql.QueryTimeout:
+            return TIMED_OUT
+        except t2sql.T2sqlError as e:
+            return f"{type(e).__name__}: {e}"
 
     def ties(self) -> bool | None:
         """True when a query's ORDER BY ... LIMIT keeps one of tied rows here (its result is then a
@@ -130,20 +184,29 @@ class Trial:
 
     def _rows_and_distinct(self, core: Any, sql: str) -> tuple[int, int] | None:
         """(rows, distinct rows) of `sql` here, or None when it does not run."""
+        budget = checkbounds.current()
+
+        def count(text: str) -> int:
+            return budget.run(self.spec.timeout_s, lambda t: core.count_rows(
+                text, t, cancel=budget.cancel, max_temp_mb=self.spec.max_temp_mb))
+
         try:
-            return (core.count_rows(sql, self.spec.timeout_s, cancel=self.cancel),
-                    core.count_rows(f"SELECT DISTINCT * FROM ({sql})", self.spec.timeout_s, cancel=self.cancel))
+            return count(sql), count(f"SELECT DISTINCT * FROM ({sql})")
         except t2sql.QueryCancelled:
             raise
         except t2sql.T2sqlError:
             return None
 
     def results_text(self) -> tuple[str, str]:
-        limits = ToolLimits(timeout_s=self.spec.timeout_s, max_rows=WITNESS_RESULT_ROWS, max_chars=1500)
+        budget = checkbounds.current()
         out = []
         for sql in (self.gold, self.pred):
             try:
-                out.append(self.prepared.core.run_tool(sql, limits, cancel=self.cancel).text)
+                out.append(budget.run(self.spec.timeout_s, lambda t, sql=sql: self.prepared.core.run_tool(
+                    sql, ToolLimits(timeout_s=t, max_rows=WITNESS_RESULT_ROWS, max_chars=1500,
+                                    max_temp_mb=self.spec.max_temp_mb), cancel=budget.cancel).text))
+            except checkbounds.BudgetSpent:
+                out.append("(not run: the check's budget ran out)")
             except t2sql.QueryCancelled:
                 raise
             except t2sql.T2sqlError as e:
@@ -151,13 +214,18 @@ class Trial:
         return out[0], out[1]
 
 def refutes(trial: Trial) -> tuple[str, str]:
-    """("refutes" | "agrees" | "uncertain", detail) for one small database."""
+    """("refutes" | "agrees" | "uncertain", detail) for one small database; a query that fails or runs
+    out of its time makes it uncertain (the check's deadline and Cancel go on up)."""
     try:
-        outcome, detail, gold, pred = trial.verdict()
+        return _refutes(trial)
     except t2sql.QueryCancelled:
         raise
     except t2sql.T2sqlError as e:
         return "uncertain", str(e)
+
+
+def _refutes(trial: Trial) -> tuple[str, str]:
+    outcome, detail, gold, pred = trial.verdict()
     if outcome in AGREEING:
         return "agrees", detail
     if outcome not in REFUTING:
@@ -165,6 +233,11 @@ def refutes(trial: Trial) -> tuple[str, str]:
     ties = trial.ties()
     if ties:
         return "uncertain", "an ORDER BY ... LIMIT keeps one of tied rows here"
+    repeatable = trial.repeatable()
+    if repeatable is None:
+        return "uncertain", "a query timed out when run again here"
+    if not repeatable:
+        return "uncertain", NONDETERMINISTIC
     mirrored = trial.verdict(reverse=True)
     if mirrored[0] not in REFUTING:
         return "uncertain", "the mirror database (rows reversed) does not tell them apart"
@@ -183,10 +256,11 @@ def refutes(trial: Trial) -> tuple[str, str]:
         return "uncertain", "the gold's result depends on the order rows come in"
     return "refutes", detail
 
-def shrink(trial: Trial, spec: GradeSpec) -> Trial:
-    """A smaller database that still refutes: rows dropped, half a table at a time and then one at a time,
-    while it stays realistic and the two queries still differ there; the smallest is checked in full
-    (mirror and ties) once, and the original kept when that check fails."""
+def shrink(trial: Trial, spec: GradeSpec, detail: str) -> tuple[Trial, str]:
+    """A smaller database that still refutes, and its verdict's detail (`detail`: the original's): rows
+    dropped, half a table at a time and then one at a time, while it stays realistic and the two queries
+    still differ there; the smallest is checked in full (mirror, ties, runs again) once, and the original
+    kept when that check fails or the check's deadline comes first."""
     original, best = trial, trial
     db = trial.db
     tries = 0
@@ -196,10 +270,15 @@ def shrink(trial: Trial, spec: GradeSpec) -> Trial:
         tries += 1
         if smaller.problems():
             return False
-        candidate = Trial(Prepared(smaller, trial.gold, spec, trial.cancel), trial.pred, trial.gold, trial.cancel)
+        try:
+            candidate = Trial(Prepared(smaller, trial.gold, spec), trial.pred, trial.gold)
+        except t2sql.QueryCancelled:
+            raise
+        except t2sql.T2sqlError:  # its rows are refused (a constraint), or it cannot be built in time
+            return False
         try:
             outcome = candidate.verdict()[0]
-        except t2sql.QueryCancelled:
+        except (t2sql.QueryCancelled, checkbounds.BudgetSpent):
             candidate.prepared.close()
             raise
         except t2sql.T2sqlError:
@@ -212,21 +291,28 @@ def shrink(trial: Trial, spec: GradeSpec) -> Trial:
         db, best = smaller, candidate
         return True
 
-    for table in sorted(db.rows, key=lambda t: -len(db.rows[t])):
-        # Halves first: most rows of a closed sample are there only to close it.
-        while len(db.rows.get(table, [])) > 1 and tries < SHRINK_TRIES:
-            smaller = db.copy()
-            rows = smaller.rows[table]
-            smaller.rows[table] = rows[: len(rows) // 2]
-            if not attempt(smaller):
-                break
-        i = 0
-        while i < len(db.rows.get(table, [])) and tries < SHRINK_TRIES:
-            smaller = db.copy()
-            del smaller.rows[table][i]
-            if not attempt(smaller):
-                i += 1
-    if best is not original and refutes(best)[0] != "refutes":
-        best.prepared.close()
-        return original
-    return best
+    try:
+        for table in sorted(db.rows, key=lambda t: -len(db.rows[t])):
+            # Halves first: most rows of a closed sample are there only to close it.
+            while len(db.rows.get(table, [])) > 1 and tries < SHRINK_TRIES:
+                smaller = db.copy()
+                rows = smaller.rows[table]
+                smaller.rows[table] = rows[: len(rows) // 2]
+                if not attempt(smaller):
+                    break
+            i = 0
+            while i < len(db.rows.get(table, [])) and tries < SHRINK_TRIES:
+                smaller = db.copy()
+                del smaller.rows[table][i]
+                if not attempt(smaller):
+                    i += 1
+        if best is not original:
+            verdict, best_detail = refutes(best)
+            if verdict != "refutes":
+                best.prepared.close()
+                return original, detail
+            return best, best_detail
+    except checkbounds.BudgetSpent:  # out of time: the witness is the database that refuted, unshrunk
+        if best is not original:
+            best.prepared.close()
+    return original, detail

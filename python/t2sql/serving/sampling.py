@@ -1,8 +1,10 @@
 """Drawing small databases from a real one: real rows, closed under the database's references, and
 variants of them that stay within what the database's invariants allow.
 
-- `RealRows` fetches rows of the real file with trusted statements of our own (a read-only
-  connection, each statement under a deadline) and keeps what it fetched.
+- `RealRows` fetches rows of the real file through the core's guard (`Database.rows`: the tool call's
+  policy, each statement under its timeout cut at the check's deadline, the Cancel and the temporary-disk
+  cap; t2sql.serving.checkbounds), some of them with a prediction's own WHERE (t2sql.serving.lineage),
+  and keeps what it fetched, at most ANSWER_BYTES of it.
 - `close` makes a set of rows a database of this kind: every reference names a row that is there
   (a parent is fetched; a row whose parent the real file lacks is dropped), and every parent of a
   reference with total participation keeps a child (one of its real children is fetched).
@@ -20,13 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import random
-import sqlite3
 import threading
-from collections import OrderedDict
 from typing import Any, Iterable
 
+import t2sql
+from t2sql.serving import checkbounds
+from t2sql.serving.checkbounds import approx_bytes
+from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariants import Invariants, Reference, Table, quote
-from t2sql.serving.mining import Deadline, Reader, open_readonly
 from t2sql.serving.querytext import Comparison
 from t2sql.serving.smalldb import Row, SmallDb, column_index, remember, sqlite_key
 
@@ -36,49 +39,61 @@ CLOSE_ROUNDS = 64  # each round follows every reference one step; the size cap s
 
 VALUES_PER_COLUMN = 64  # other real values of a column kept for borrowing
 
-ANSWERS_KEPT = 4096  # answers of trusted statements kept per database (a few rows each)
+# The answers kept per database: at most this many bytes of them (a few rows each; a check asks the
+# same rows again and again: the lookups of closing, the values of a column).
+ANSWER_BYTES = 16 * 1024 * 1024
+
+ANSWER_MAX_ROWS = 1000  # rows one statement brings back (every statement here has a smaller LIMIT)
+
+ANSWER_MAX_BYTES = 1024 * 1024  # bytes one statement brings back: a row past it is not fetched
 
 def stable_rng(*parts: Any) -> random.Random:
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "little"))
 
 class RealRows:
-    """Rows of one real database file, fetched on demand and kept. Thread-safe (one lock)."""
+    """Rows of one real database file, fetched on demand through the core's guard and kept (bounded in
+    bytes). Thread-safe (one lock: one connection)."""
 
     def __init__(self, path: str, inv: Invariants, *, timeout_s: float = 5.0):
         self.path = path
         self.inv = inv
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
-        self._conn_cm = open_readonly(path)
-        self._reader = Reader(self._conn_cm.__enter__(), timeout_s)
-        self._by_key: dict[tuple, Row | None] = {}
-        self._children: dict[tuple, list[Row]] = {}
-        self._values: dict[tuple, list[Any]] = {}
-        self._max_rowid: dict[str, int] = {}
-        self._answers: OrderedDict[tuple, list[tuple]] = OrderedDict()
+        self.db = t2sql.Database(path)
+        self._answers: Lru[list[tuple]] = Lru(1 << 30, ANSWER_BYTES, lambda k, v: approx_bytes(k) + approx_bytes(v))
 
     def close(self) -> None:
         with self._lock:
-            self._conn_cm.__exit__(None, None, None)
+            self.db.close()
 
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
-        """Trusted SQL of our own; [] when it fails or runs past the deadline. Answers are kept (the
-        file is immutable while its identity holds, and the checks of one task ask alike)."""
+        """The rows of a statement (ours, or holding a prediction's clauses: the core's policy either
+        way); [] when it fails or runs past its timeout. Answers are kept (the file's content is what
+        names this RealRows, and the checks of one task ask alike); a statement the check's deadline
+        or Cancel stopped raises (BudgetSpent, QueryCancelled) and is not kept."""
         key = (sql, params)
-        with self._lock:
+        got = self._answers.get(key)
+        if got is not None:
+            return got
+        budget = checkbounds.current()
+        checkbounds.wait_for(lambda t: self._lock.acquire(timeout=t))
+        try:
             got = self._answers.get(key)
             if got is not None:
-                self._answers.move_to_end(key)
                 return got
             try:
-                got = self._reader.rows(sql, params)
-            except (sqlite3.Error, Deadline):
+                got = budget.run(self.timeout_s, lambda t: self.db.rows(
+                    sql, list(params), timeout_s=t, max_temp_mb=budget.max_temp_mb, max_rows=ANSWER_MAX_ROWS,
+                    max_bytes=ANSWER_MAX_BYTES, cancel=budget.cancel))
+            except t2sql.QueryCancelled:
+                raise
+            except t2sql.T2sqlError:
                 got = []
-            self._answers[key] = got
-            while len(self._answers) > ANSWERS_KEPT:
-                self._answers.popitem(last=False)
-            return got
+        finally:
+            self._lock.release()
+        self._answers.put(key, got)
+        return got
 
     def _select(self, t: Table) -> str:
         return f"SELECT {', '.join(quote(c) for c in t.column_names)} FROM {quote(t.name)}"
@@ -95,35 +110,23 @@ class RealRows:
 
     def by_key(self, table: str, columns: tuple[str, ...], values: tuple) -> Row | None:
         """One real row of `table` whose `columns` hold `values` (the lowest rowid), or None."""
-        cache_key = (table, columns, sqlite_key(values))
-        if cache_key in self._by_key:
-            return self._by_key[cache_key]
         t = self.inv.table(table)
         cond = " AND ".join(f"{quote(c)} = ?" for c in columns)
         order = " ORDER BY rowid" if t.rowid else ""
-        got = self.rows(f"{self._select(t)} WHERE {cond}{order} LIMIT 1", values)
-        row = got[0] if got else None
-        self._by_key[cache_key] = row
-        return row
+        got = self.rows(f"{self._select(t)} WHERE {cond}{order} LIMIT 1", tuple(values))
+        return got[0] if got else None
 
     def children(self, ref: Reference, parent_key: tuple, limit: int = 1) -> list[Row]:
-        cache_key = (ref, sqlite_key(parent_key), limit)
-        if cache_key not in self._children:
-            t = self.inv.table(ref.child)
-            cond = " AND ".join(f"{quote(c)} = ?" for c in ref.child_columns)
-            order = " ORDER BY rowid" if t.rowid else ""
-            self._children[cache_key] = self.rows(f"{self._select(t)} WHERE {cond}{order} LIMIT {limit}", parent_key)
-        return self._children[cache_key]
+        t = self.inv.table(ref.child)
+        cond = " AND ".join(f"{quote(c)} = ?" for c in ref.child_columns)
+        order = " ORDER BY rowid" if t.rowid else ""
+        return self.rows(f"{self._select(t)} WHERE {cond}{order} LIMIT {limit}", tuple(parent_key))
 
     def values(self, table: str, column: str) -> list[Any]:
         """Up to VALUES_PER_COLUMN distinct non-NULL real values of a column (the same ones every time)."""
-        cache_key = (table, column)
-        if cache_key not in self._values:
-            q = quote(column)
-            got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE {q} IS NOT NULL "
-                            f"LIMIT {VALUES_PER_COLUMN}")
-            self._values[cache_key] = [r[0] for r in got]
-        return self._values[cache_key]
+        q = quote(column)
+        got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE {q} IS NOT NULL LIMIT {VALUES_PER_COLUMN}")
+        return [r[0] for r in got]
 
     def random_rows(self, table: str, k: int, rng: random.Random) -> list[Row]:
         t = self.inv.table(table)
@@ -132,10 +135,8 @@ class RealRows:
         if not t.rowid:
             offsets = sorted({rng.randrange(t.rows) for _ in range(k)})
             return [r for off in offsets for r in self.rows(f"{self._select(t)} LIMIT 1 OFFSET {off}")]
-        if table not in self._max_rowid:
-            got = self.rows(f"SELECT min(rowid), max(rowid) FROM {quote(table)}")
-            self._max_rowid[table] = got[0] if got and got[0][0] is not None else (0, 0)
-        lo, hi = self._max_rowid[table]
+        got = self.rows(f"SELECT min(rowid), max(rowid) FROM {quote(table)}")
+        lo, hi = got[0] if got and got[0][0] is not None else (0, 0)
         out = []
         for _ in range(k):
             at = rng.randint(lo, hi)
@@ -181,15 +182,14 @@ def close(db: SmallDb, real: RealRows, *, max_rows: int = MAX_ROWS) -> SmallDb |
     have one, rows whose parent the real file lacks dropped. None when it grows past `max_rows`. The
     answer is remembered by the rows it starts from (Invariants.memo): variants repeat them."""
     key = ("closed", db.key(), max_rows)
-    memo = db.inv.memo
-    if key in memo:
-        found = memo[key]
-        if found is None:
+    found = db.inv.memo.get(key)
+    if found is not None:
+        if found is False:  # it could not be closed
             return None
         db.rows = {t: list(r) for t, r in found.items()}
         return db
     closed = _close(db, real, max_rows)
-    remember(memo, key, None if closed is None else {t: tuple(r) for t, r in closed.rows.items()})
+    remember(db.inv.memo, key, False if closed is None else {t: tuple(r) for t, r in closed.rows.items()})
     return closed
 
 

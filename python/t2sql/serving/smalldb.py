@@ -16,11 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from t2sql._grader import Database
-from t2sql.serving.invariants import Invariants, Table, quote, storage_class, text_format
+from t2sql.serving import checkbounds
+from t2sql.serving.invariants import TEXT_CACHED, Invariants, Table, quote, storage_class, text_format
 
 Row = tuple  # one row's values in its table's column order
 
-MEMO_KEPT = 8192  # checks and closings remembered per database (Invariants.memo)
+BUILD_TIMEOUT_S = 5.0  # building one small database in the core, at most (a schema's CHECKs run per row)
+
+INT64 = (-(1 << 63), (1 << 63) - 1)  # what an INTEGER cell can hold
+
 
 
 @dataclass
@@ -88,10 +92,17 @@ class SmallDb:
             out.append((t.name, list(t.column_names), list(reversed(rows)) if reverse else list(rows)))
         return out
 
-    def database(self, label: str = "witness", *, reverse: bool = False) -> Database:
+    def database(self, label: str = "witness", *, reverse: bool = False,
+                 timeout_s: float = BUILD_TIMEOUT_S) -> Database:
         """The database in the core (rows in reverse insertion order and reversed scans with `reverse`, to
-        see whether a query's result depends on the order rows happen to come in)."""
-        return Database.from_rows(label, list(self.inv.schema), self.tables_for_core(reverse), reverse_scans=reverse)
+        see whether a query's result depends on the order rows happen to come in), built under
+        `timeout_s` cut at the check's deadline, and its Cancel (t2sql.serving.checkbounds). A row the
+        schema refuses (a CHECK, a UNIQUE under a collation, a unique expression index: rules
+        `problems()` cannot see) is t2sql.ConstraintError: that database cannot exist."""
+        budget = checkbounds.current()
+        return budget.run(timeout_s, lambda t: Database.from_rows(
+            label, list(self.inv.schema), self.tables_for_core(reverse), reverse_scans=reverse, timeout_s=t,
+            cancel=budget.cancel, max_temp_mb=budget.max_temp_mb))
 
     def to_sql(self) -> str:
         """The rows as INSERT statements (the schema is the real database's)."""
@@ -106,15 +117,10 @@ class SmallDb:
         return "\n".join(lines)
 
 
-def remember(memo: dict, key: Any, value: Any) -> Any:
-    """Keep `value` under `key` in a database's memo (Invariants.memo), the oldest entries going past
-    MEMO_KEPT; returns the value."""
-    memo[key] = value
-    while len(memo) > MEMO_KEPT:
-        try:
-            memo.pop(next(iter(memo)))
-        except (RuntimeError, KeyError, StopIteration):  # another thread got there first
-            break
+def remember(memo: Any, key: Any, value: Any) -> Any:
+    """Keep `value` (never None) under `key` in a database's memo (Invariants.memo, bounded in bytes);
+    returns the value."""
+    memo.put(key, value)
     return value
 
 
@@ -205,14 +211,21 @@ def _same(a: Any, b: Any) -> bool:
     return sqlite_key((a,)) == sqlite_key((b,))
 
 
-@functools.lru_cache(maxsize=65536)
 def letter_cases(text: str) -> frozenset[str]:
+    """The letter cases (ASCII) a text uses; remembered for short texts only (a cell may hold megabytes)."""
+    return _letter_cases_short(text) if len(text) <= TEXT_CACHED else _letter_cases(text)
+
+
+def _letter_cases(text: str) -> frozenset[str]:
     out = set()
     if any("a" <= ch <= "z" for ch in text):
         out.add("lower")
     if any("A" <= ch <= "Z" for ch in text):
         out.add("upper")
     return frozenset(out)
+
+
+_letter_cases_short = functools.lru_cache(maxsize=65536)(_letter_cases)
 
 
 def _table_problems(t: Table, rows: list[Row], identifiers: frozenset[str] = frozenset()) -> list[str]:
@@ -243,6 +256,9 @@ def _table_problems(t: Table, rows: list[Row], identifiers: frozenset[str] = fro
         if not c.mined:
             continue
         for v in present:
+            if type(v) is int and not INT64[0] <= v <= INT64[1]:
+                out.append(f"{t.name}.{c.name}: {v} is past SQLite's 64-bit integers")
+                break
             kind = storage_class(v)
             if kind not in c.types:
                 out.append(f"{t.name}.{c.name} holds no {kind} values ({v!r})")

@@ -1,7 +1,8 @@
 """A database's suite: small databases drawn from random real rows and their realistic variants,
 distilled greedily against neighbour queries derived from the schema (pairs that differ only on
 databases with duplicates, NULLs, childless parents, text in another case, a value at a boundary): a
-test-suite approach. Built once per database file and kept on disk (t2sql.serving.diskcache)."""
+test-suite approach. Built once per database content and kept on disk (t2sql.serving.diskcache), within the deadline of
+the check that builds it (t2sql.serving.checkbounds: a build the deadline stops is not kept)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import t2sql
 from t2sql._grader import GradeSpec
 from t2sql.serving.diskcache import database_key
 from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.refutation import digest
 from t2sql.serving.sampling import RealRows, add_rows, close, duplicate, rekey, stable_rng
 from t2sql.serving.smalldb import SmallDb, column_index
 from t2sql.serving.targeted import realistic
@@ -18,6 +20,8 @@ from t2sql.serving.targeted import realistic
 SUITE_VERSION = 1
 
 SUITE_POOL = 24  # random closed samples drawn per suite (each with its variants)
+
+NEIGHBOUR_SPEC = GradeSpec("multiset", timeout_s=2.0)  # how a neighbour query runs on a candidate
 
 def neighbour_pairs(inv: Invariants, real: RealRows) -> list[tuple[str, str]]:
     """Pairs of queries that differ only on databases with duplicates, NULLs, childless parents,
@@ -104,13 +108,17 @@ def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> lis
         results = {}
         try:
             core = db.database("suite candidate")
-        except t2sql.T2sqlError:
+        except t2sql.QueryCancelled:
+            raise
+        except t2sql.T2sqlError:  # its rows are refused (a constraint), or it cannot be built in time
             kills.append(set())
             continue
         with core:
             for q in queries:
                 try:
-                    results[q] = core.digest(q, GradeSpec("multiset", timeout_s=2.0))
+                    results[q] = digest(core, q, NEIGHBOUR_SPEC)
+                except t2sql.QueryCancelled:
+                    raise
                 except t2sql.T2sqlError:
                     results[q] = None
         killed = set()
@@ -142,10 +150,34 @@ def _cell_json(v: Any) -> Any:
     return v
 
 def _cell_from_json(v: Any) -> Any:
-    if isinstance(v, dict):
-        return bytes.fromhex(v["hex"]) if "hex" in v else float(v["real"])
-    return v
+    if isinstance(v, dict) and len(v) == 1:
+        if isinstance(v.get("hex"), str):
+            return bytes.fromhex(v["hex"])
+        if isinstance(v.get("real"), (int, float)) and not isinstance(v["real"], bool):
+            return float(v["real"])
+    if v is None or isinstance(v, (str, float)):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63):
+        return v
+    raise ValueError(f"not a cell: {v!r:.60}")
 
-def suite_from_json(inv: Invariants, data: list[dict[str, Any]]) -> list[SmallDb]:
-    return [SmallDb(inv, {t: [tuple(_cell_from_json(v) for v in r) for r in rows] for t, rows in d["rows"].items()},
-                    d["note"]) for d in data]
+
+def suite_from_json(inv: Invariants, data: Any) -> list[SmallDb]:
+    """The suite suite_to_json wrote; ValueError for anything else (a cache file is data, never trusted:
+    each database names tables of `inv` and holds rows of their width)."""
+    if not isinstance(data, list):
+        raise ValueError("a suite is a list of small databases")
+    out = []
+    for d in data:
+        if not isinstance(d, dict) or not isinstance(d.get("note"), str) or not isinstance(d.get("rows"), dict):
+            raise ValueError("a small database is {note, rows}")
+        rows: dict[str, list[tuple]] = {}
+        for name, table_rows in d["rows"].items():
+            t = inv.table(name)
+            if t is None or t.name != name or not isinstance(table_rows, list):
+                raise ValueError(f"no table {name!r:.60} in this database")
+            if not all(isinstance(r, list) and len(r) == len(t.columns) for r in table_rows):
+                raise ValueError(f"a row of {name} without {len(t.columns)} values")
+            rows[name] = [tuple(_cell_from_json(v) for v in r) for r in table_rows]
+        out.append(SmallDb(inv, rows, d["note"]))
+    return out
