@@ -579,3 +579,84 @@ def test_a_cancel_stops_a_long_built_in_call(sandbox):
     timer.join()
     assert how == "error" and isinstance(got, QueryCancelled), got
     assert elapsed < 1.0
+
+
+# ---- the deadline inside one JSON call: grader_rs/src/guard/functions/json.rs
+
+def _array(n: int) -> str:
+    """SQL for the text of a JSON array of n + 1 ones (2n + 3 bytes), built in linear time."""
+    return f"('[' || replace({_rep(n, 'x')}, 'x', '1,') || '1]')"
+
+
+def _object(n: int, entry: str) -> str:
+    """SQL for a JSON object of n copies of `entry` (keys may repeat in SQLite's JSON) and a last key."""
+    return f"('{{' || replace({_rep(n, 'x')}, 'x', '{entry},') || '\"last\":0}}')"
+
+
+MiB = 1024 * 1024
+Y_KEY, X_DELETE = '"y":0', '"x":null'
+TWO_PASSES = "json_extract(d, '$[#-1]', '$[0]')"
+PATHS = ", ".join(["'$[#-1]'"] * 999)
+APPENDS = ", ".join(["'$[#]', 1"] * 499)
+# name -> (a query whose one JSON call SQLite's built-in ran for seconds to minutes, or that built
+#          past the value limit until the heap limit stopped it; what it ends with now: an SqlError
+#          whose message holds the text given, or QueryTimeout)
+JSON_CALLS: dict[str, tuple[str, object]] = {
+    # 999 passes over 1 MiB: 2.6 s before (over 30 s at 15 MiB); past the bound on passes x bytes
+    "json_extract_999_paths": (f"SELECT json_extract({_array(MiB // 2)}, {PATHS})", "more work than one call"),
+    "jsonb_extract_999_paths": (f"SELECT jsonb_extract(jsonb({_array(MiB // 2)}), {PATHS})",
+                                "more work than one call"),
+    "json_remove_999_paths": (f"SELECT json_remove({_array(MiB // 2)}, {PATHS})", "more work than one call"),
+    # 499 appends to 1 MiB: 1.3 s before (20 s at 15 MiB)
+    "json_insert_499_edits": (f"SELECT length(json_insert({_array(MiB // 2)}, {APPENDS}))", "more work than one call"),
+    "json_set_499_edits": (f"SELECT length(json_set({_array(MiB // 2)}, {APPENDS}))", "more work than one call"),
+    # every key of a 240 KB patch compared with every key of a 240 KB target: seconds before
+    "json_patch_quadratic": (f"SELECT length(json_patch({_object(40_000, Y_KEY)}, {_object(26_000, X_DELETE)}))",
+                             "more work than one call"),
+    # arguments past the value limit in all: SQLite built their whole text before checking it (999
+    # copies of 1 MiB: 1 GB, 1.5-2.2 s; of 15 MiB: until the heap limit); refused before building.
+    # (Evaluating 999 arguments of 1 MiB takes about 1 s by itself, whatever the function: max()
+    # too. That is the general case of many large values in one step: docs/grader.md.)
+    "json_array_999_values": (f"SELECT length(json_array({', '.join(['x'] * 999)})) "
+                              f"FROM (SELECT {_rep(32 * 1024, 'a')} AS x)", "more than one call may build"),
+    "json_object_499_values": (f"SELECT length(json_object({', '.join(['x, x'] * 499)})) "
+                               f"FROM (SELECT {_rep(32 * 1024, 'a')} AS x)", "more than one call may build"),
+    # every line of a 1 MiB array 998 levels deep indented 998 times: 2 s to the heap limit before
+    "json_pretty_deep": (f"SELECT length(json_pretty({_rep(998, '[')} || {_array(MiB // 2)} || {_rep(998, ']')}))",
+                         "too big"),
+    "json_pretty_deep_wide_indent": (
+        f"SELECT length(json_pretty({_rep(998, '[')} || '1' || {_rep(998, ']')}, {_rep(100_000, ' ')}))",
+        "too big"),
+    # 100 calls in one row, each within its bound (two passes over 15 MiB) but together 20 s:
+    # each call asks the deadline first
+    "json_calls_in_one_row": (f"SELECT max({', '.join([TWO_PASSES] * 100)}) FROM (SELECT {_array(15 * MiB // 2)} AS d)",
+                              QueryTimeout),
+}
+
+
+@pytest.mark.parametrize("name", list(JSON_CALLS))
+def test_a_long_json_call_ends_within_its_deadline_on_the_tool_path(sandbox, name):
+    _, db_path = sandbox
+    sql, ending = JSON_CALLS[name]
+    db = Database(str(db_path))
+    (how, got), elapsed = _within(FUNCTION_DEADLINE_S + 0.5, lambda: db.run_tool(
+        sql, ToolLimits(timeout_s=FUNCTION_DEADLINE_S)))
+    assert how == "error", got
+    if isinstance(ending, str):
+        assert type(got) is SqlError and ending in str(got), got
+    else:
+        assert isinstance(got, ending), got
+    assert elapsed < FUNCTION_DEADLINE_S + 0.5
+    assert db.run_tool("SELECT json_extract('[1,[2]]', '$[1][0]', '$[0]')").rows == [("[2,1]",)]
+
+
+@pytest.mark.parametrize("name", list(JSON_CALLS))
+def test_a_long_json_call_ends_within_its_deadline_on_the_grade_path(sandbox, name):
+    _, db_path = sandbox
+    sql, ending = JSON_CALLS[name]
+    db = Database(str(db_path))
+    (how, verdict), elapsed = _within(FUNCTION_DEADLINE_S + 0.5, lambda: db.grade(
+        sql, "SELECT 1", GradeSpec(timeout_s=FUNCTION_DEADLINE_S)))
+    assert how == "ok", verdict
+    assert verdict.outcome == ("pred_error" if isinstance(ending, str) else "pred_timeout"), verdict
+    assert elapsed < FUNCTION_DEADLINE_S + 0.5

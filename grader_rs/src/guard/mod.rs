@@ -4,7 +4,8 @@
 //! `statement` (one read-only statement, prepared under the authorizer), `authorizer` (what a
 //! statement may touch), `deadline` (a call's deadline and cancel token, the progress handler),
 //! `heap` (SQLite's process-wide heap limit), `errors` (a SQLite error as the core's), `functions`
-//! (built-in functions that could outrun the deadline inside one VM step, replaced). This file
+//! (built-in functions that could outrun the deadline inside one VM step, replaced or bounded,
+//! the bounded ones then run on a connection of the core's own that replaces nothing). This file
 //! holds the connection and `harden`, which puts them together.
 
 use std::sync::Arc;

@@ -3,9 +3,11 @@
 //! progress handler between VM steps; one call of SQLite's `instr()` over 16 MiB ran for half an
 //! hour inside one step. Each replacement gives the built-in's result, errors and NULLs exactly
 //! (tested against it), and either runs in linear time (`search`: `instr`, `replace` by
-//! `memchr::memmem`) or asks the call's deadline and cancel token as it works (`pattern`: LIKE and
+//! `memchr::memmem`), or asks the call's deadline and cancel token as it works (`pattern`: LIKE and
 //! GLOB, `charset`: `trim`/`ltrim`/`rtrim` and `unhex` with a character set), stopping the query
-//! as a timeout or a cancel. Bound with SQLite's C API, like the digest aggregate.
+//! as a timeout or a cancel, or bounds the call's work and hands it to SQLite's own built-in on a
+//! connection of the core's (`json`: the JSON functions whose cost grows faster than their input;
+//! `builtin`: that connection). Bound with SQLite's C API, like the digest aggregate.
 
 use std::ffi::{c_int, c_void, CString};
 use std::sync::Arc;
@@ -14,7 +16,9 @@ use rusqlite::{ffi, Connection};
 
 use super::deadline::RunControl;
 
+mod builtin;
 mod charset;
+mod json;
 mod pattern;
 mod search;
 #[cfg(test)]
@@ -24,32 +28,90 @@ mod test;
 /// deadline: tens of microseconds.
 const TICK_UNITS: u64 = 1 << 16;
 
-/// What a replacement gets with each call: the connection's deadline and cancel token, and the
-/// variant of its function (`trim`'s sides).
+/// What a replacement gets with each call: the connection's deadline and cancel token, its name
+/// (the built-in a JSON replacement hands a bounded call to) and its variant (`trim`'s sides,
+/// the bound a JSON function's work gets).
 struct Data {
     control: Arc<RunControl>,
+    name: &'static str,
     flags: u8,
 }
 
 type XFunc = unsafe extern "C" fn(*mut ffi::sqlite3_context, c_int, *mut *mut ffi::sqlite3_value);
 
-/// (name, argument count, implementation, flags). `trim`'s flags: 1 the left, 2 the right side.
-/// The one-argument forms of trim and unhex are linear already and stay SQLite's.
-const REPLACED: [(&str, c_int, XFunc, u8); 9] = [
-    ("instr", 2, search::instr, 0),
-    ("replace", 3, search::replace, 0),
-    ("like", 2, pattern::like, 0),
-    ("like", 3, pattern::like, 0),
-    ("glob", 2, pattern::glob, 0),
-    ("trim", 2, charset::trim, 3),
-    ("ltrim", 2, charset::trim, 1),
-    ("rtrim", 2, charset::trim, 2),
-    ("unhex", 2, charset::unhex, 0),
+/// One replaced built-in: its name and argument count (-1: any), implementation, variant, and
+/// the subtype flags SQLite gives the built-in (JSON functions read and set the subtype that
+/// marks JSON text).
+struct Replacement {
+    name: &'static str,
+    args: c_int,
+    func: XFunc,
+    flags: u8,
+    subtypes: c_int,
+}
+
+const fn plain(name: &'static str, args: c_int, func: XFunc, flags: u8) -> Replacement {
+    Replacement {
+        name,
+        args,
+        func,
+        flags,
+        subtypes: 0,
+    }
+}
+
+/// A JSON function whose one call could outrun the deadline: bounded by `json::bounded` under
+/// `bound`, then SQLite's own. `reads`/`sets`: the built-in reads / sets subtypes. Any argument
+/// count, as the built-in, but json_patch's two.
+const fn json_fn(name: &'static str, bound: u8, reads: bool, sets: bool) -> Replacement {
+    let read = if reads { ffi::SQLITE_SUBTYPE } else { 0 };
+    let set = if sets { ffi::SQLITE_RESULT_SUBTYPE } else { 0 };
+    Replacement {
+        name,
+        args: if bound == json::PATCH { 2 } else { -1 },
+        func: json::bounded,
+        flags: bound,
+        subtypes: read | set,
+    }
+}
+
+/// The one-argument forms of trim and unhex are linear already and stay SQLite's; so do the JSON
+/// functions whose one call is linear in its arguments (json.rs says which and why).
+const REPLACED: [Replacement; 29] = [
+    plain("instr", 2, search::instr, 0),
+    plain("replace", 3, search::replace, 0),
+    plain("like", 2, pattern::like, 0),
+    plain("like", 3, pattern::like, 0),
+    plain("glob", 2, pattern::glob, 0),
+    plain("trim", 2, charset::trim, 3),
+    plain("ltrim", 2, charset::trim, 1),
+    plain("rtrim", 2, charset::trim, 2),
+    plain("unhex", 2, charset::unhex, 0),
+    json_fn("json_extract", json::PATHS, false, true),
+    json_fn("jsonb_extract", json::PATHS, false, false),
+    json_fn("json_remove", json::PATHS, false, true),
+    json_fn("jsonb_remove", json::PATHS, false, false),
+    json_fn("json_set", json::EDITS, true, true),
+    json_fn("jsonb_set", json::EDITS, true, false),
+    json_fn("json_insert", json::EDITS, true, true),
+    json_fn("jsonb_insert", json::EDITS, true, false),
+    json_fn("json_replace", json::EDITS, true, true),
+    json_fn("jsonb_replace", json::EDITS, true, false),
+    json_fn("json_array_insert", json::EDITS, true, true),
+    json_fn("jsonb_array_insert", json::EDITS, true, false),
+    json_fn("json_array", json::BUILDS, true, true),
+    json_fn("jsonb_array", json::BUILDS, true, true),
+    json_fn("json_object", json::BUILDS, true, true),
+    json_fn("jsonb_object", json::BUILDS, true, true),
+    json_fn("json_patch", json::PATCH, false, true),
+    json_fn("jsonb_patch", json::PATCH, false, false),
+    plain("json_pretty", 1, json::pretty, 0),
+    plain("json_pretty", 2, json::pretty, 0),
 ];
 
-/// The built-ins this module replaces, as (name, argument count).
+/// The built-ins this module replaces, as (name, argument count; -1 for any).
 pub fn replaced() -> impl Iterator<Item = (&'static str, c_int)> {
-    REPLACED.iter().map(|(name, n, _, _)| (*name, *n))
+    REPLACED.iter().map(|r| (r.name, r.args))
 }
 
 unsafe extern "C" fn drop_data(p: *mut c_void) {
@@ -60,22 +122,23 @@ unsafe extern "C" fn drop_data(p: *mut c_void) {
 /// and deterministic like the built-ins, so views and CHECK constraints that use them still work
 /// with the schema untrusted.
 pub(super) fn register(conn: &Connection, control: &Arc<RunControl>) -> rusqlite::Result<()> {
-    for (name, args, func, flags) in REPLACED {
+    for r in &REPLACED {
         let data = Box::into_raw(Box::new(Data {
             control: Arc::clone(control),
-            flags,
+            name: r.name,
+            flags: r.flags,
         }));
-        let cname = CString::new(name).expect("no NUL in a function name");
+        let cname = CString::new(r.name).expect("no NUL in a function name");
         // SAFETY: `data` is freed by `drop_data`, which SQLite calls when the function is replaced
         // or the connection closes, and also when registering fails.
         let rc = unsafe {
             ffi::sqlite3_create_function_v2(
                 conn.handle(),
                 cname.as_ptr(),
-                args,
-                ffi::SQLITE_UTF8 | ffi::SQLITE_DETERMINISTIC | ffi::SQLITE_INNOCUOUS,
+                r.args,
+                ffi::SQLITE_UTF8 | ffi::SQLITE_DETERMINISTIC | ffi::SQLITE_INNOCUOUS | r.subtypes,
                 data as *mut c_void,
-                Some(func),
+                Some(r.func),
                 None,
                 None,
                 Some(drop_data),
@@ -84,7 +147,7 @@ pub(super) fn register(conn: &Connection, control: &Arc<RunControl>) -> rusqlite
         if rc != ffi::SQLITE_OK {
             return Err(rusqlite::Error::SqliteFailure(
                 ffi::Error::new(rc),
-                Some(format!("cannot register {name}()")),
+                Some(format!("cannot register {}()", r.name)),
             ));
         }
     }
@@ -141,6 +204,17 @@ impl Call {
         unsafe { &*(ffi::sqlite3_user_data(self.ctx) as *const Data) }
     }
 
+    /// The call's arguments.
+    fn args(&self, argc: c_int) -> &[*mut ffi::sqlite3_value] {
+        // SAFETY: SQLite passes `argc` arguments.
+        unsafe { std::slice::from_raw_parts(self.args, argc.max(0) as usize) }
+    }
+
+    /// Whether the armed call's deadline has passed or its cancel token fired.
+    fn should_stop(&self) -> bool {
+        self.data().control.should_stop()
+    }
+
     fn kind(&self, i: usize) -> c_int {
         unsafe { ffi::sqlite3_value_type(self.arg(i)) }
     }
@@ -194,6 +268,16 @@ impl Call {
 
     fn result_error(&self, message: &std::ffi::CStr) {
         unsafe { ffi::sqlite3_result_error(self.ctx, message.as_ptr(), -1) }
+    }
+
+    /// A value from another statement as the result (SQLite copies it, subtype included; past
+    /// the LENGTH limit it is "string or blob too big").
+    fn result_value(&self, v: *mut ffi::sqlite3_value) {
+        unsafe { ffi::sqlite3_result_value(self.ctx, v) }
+    }
+
+    fn result_error_code(&self, code: c_int) {
+        unsafe { ffi::sqlite3_result_error_code(self.ctx, code) }
     }
 
     fn result_toobig(&self) {

@@ -366,7 +366,10 @@ fn functions_sqlite_does_not_replace_are_its_own() {
     assert_eq!(mine.len(), names.len(), "{mine:?}");
     for (name, n, _) in mine {
         assert!(names.contains(&(name.as_str(), *n as i32)), "{name}/{n}");
-        assert!(builtin.iter().any(|(b, bn, _)| b == name && bn == n));
+        assert!(
+            builtin.iter().any(|(b, bn, _)| b == name && bn == n),
+            "{name}/{n}"
+        );
     }
 }
 
@@ -404,5 +407,323 @@ fn speed_against_the_builtins() {
             best[1] * 1e3,
             best[1] / best[0]
         );
+    }
+}
+
+// ---- JSON: the bounded functions are SQLite's own below their bounds, json_pretty is laid out
+// as SQLite lays it out.
+
+/// JSON text: nested arrays and objects (keys repeat), numbers, strings with escapes and
+/// multi-byte characters, and now and then JSON5 (hex, leading dots, single quotes, bare keys,
+/// trailing commas, comments, Infinity).
+fn json_text(depth: u32) -> BoxedStrategy<String> {
+    let scalar = prop::sample::select(
+        &[
+            "null",
+            "true",
+            "false",
+            "0",
+            "-0",
+            "1",
+            "-17",
+            "12345678901234567890",
+            "1.5",
+            "-2.25e-3",
+            "1e300",
+            "\"\"",
+            "\"a\"",
+            "\"é\\n\\u00e9\\\"\\\\\"",
+            "\"\\ud834\\udd1e\"",
+            "\"漢 x\"",
+            "0x1F",
+            ".5",
+            "+3",
+            "Infinity",
+            "'q'",
+            "\"\\x41\"",
+            "NaN",
+        ][..],
+    )
+    .prop_map(str::to_string)
+    .boxed();
+    if depth == 0 {
+        return scalar;
+    }
+    let inner = json_text(depth - 1);
+    let key = prop::sample::select(&["\"a\"", "\"b\"", "\"\"", "\"é\"", "c", "'d'"][..]);
+    let sep = prop::sample::select(&[",", ", ", " ,\n", ",/*c*/"][..]);
+    prop_oneof![
+        3 => scalar,
+        1 => (prop::collection::vec(inner.clone(), 0..4), sep.clone(), any::<bool>()).prop_map(
+            |(items, sep, trailing)| {
+                let tail = if trailing && !items.is_empty() { "," } else { "" };
+                format!("[{}{tail}]", items.join(sep))
+            }
+        ),
+        1 => (prop::collection::vec((key, inner), 0..4), sep).prop_map(|(items, sep)| {
+            let items: Vec<String> = items.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            format!("{{{}}}", items.join(sep))
+        }),
+    ]
+    .boxed()
+}
+
+/// A document argument: JSON text, its JSONB (made in the query: `jsonb(?)`), or something else.
+fn json_doc() -> impl Strategy<Value = (Arg, bool)> {
+    prop_oneof![
+        6 => (json_text(3), any::<bool>()).prop_map(|(t, as_blob)| (Arg::Text(t), as_blob)),
+        1 => arg(8).prop_map(|a| (a, false)),
+        1 => Just((Arg::Text("{\"a\":[1,2,{\"b\":null}],\"c\":\"x\"}".into()), false)),
+    ]
+}
+
+fn json_path() -> impl Strategy<Value = Arg> {
+    prop_oneof![
+        8 => prop::sample::select(
+            &["$", "$.a", "$.b", "$.c", "$.\"a\"", "$[0]", "$[1]", "$[#]", "$[#-1]", "$.a[0]",
+              "$.a[1].b", "$.é", "$.a.b.c", "$[2]", "$.x"][..]
+        )
+        .prop_map(|p| Arg::Text(p.to_string())),
+        1 => prop::sample::select(&["a", "$.", "$[", "$[x]", "", "$a"][..]).prop_map(|p| Arg::Text(p.into())),
+        1 => Just(Arg::Null),
+        1 => (0i64..3).prop_map(Arg::Int),
+    ]
+}
+
+/// A value to insert: an SQL value, or JSON (`json(?)`, which marks it JSON text by its subtype).
+fn json_value() -> impl Strategy<Value = (Arg, bool)> {
+    prop_oneof![
+        2 => arg(6).prop_map(|a| (a, false)),
+        2 => json_text(2).prop_map(|t| (Arg::Text(t), true)),
+    ]
+}
+
+/// `$N`, or `jsonb($N)` / `json($N)` when the flag says so.
+fn wrap(n: usize, flag: bool, with: &str) -> String {
+    if flag {
+        format!("{with}(${n})")
+    } else {
+        format!("${n}")
+    }
+}
+
+/// SQLite as it comes and SQLite with the replacements, with a LENGTH limit small enough that
+/// results past it are refused alike.
+fn json_pair() -> (Connection, Connection) {
+    pair(&[(Limit::SQLITE_LIMIT_LENGTH, 600)])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn json_paths_are_sqlites((doc, blob) in json_doc(), paths in prop::collection::vec(json_path(), 0..4)) {
+        let conns = json_pair();
+        let mut args = vec![doc];
+        args.extend(paths);
+        let holes: Vec<String> = (2..=args.len()).map(|n| format!("${n}")).collect();
+        let d = wrap(1, blob, "jsonb");
+        for f in ["json_extract", "jsonb_extract", "json_remove", "jsonb_remove"] {
+            let sep = if holes.is_empty() { "" } else { ", " };
+            same(&conns, &format!("SELECT {f}({d}{sep}{})", holes.join(", ")), &args);
+        }
+    }
+
+    #[test]
+    fn json_edits_are_sqlites((doc, blob) in json_doc(),
+                              pairs in prop::collection::vec((json_path(), json_value()), 0..4),
+                              odd in any::<bool>()) {
+        let conns = json_pair();
+        let mut args = vec![doc];
+        let mut holes = vec![wrap(1, blob, "jsonb")];
+        for (path, (value, is_json)) in pairs {
+            args.push(path);
+            holes.push(format!("${}", args.len()));
+            args.push(value);
+            holes.push(wrap(args.len(), is_json, "json"));
+        }
+        if odd && holes.len() > 1 {
+            holes.pop();  // a path without its value: SQLite's argument-count error
+        }
+        for f in ["json_set", "jsonb_set", "json_insert", "jsonb_insert", "json_replace",
+                  "jsonb_replace", "json_array_insert", "jsonb_array_insert"] {
+            same(&conns, &format!("SELECT {f}({})", holes.join(", ")), &args);
+        }
+    }
+
+    #[test]
+    fn json_builders_are_sqlites(values in prop::collection::vec(json_value(), 0..5),
+                                 labels in prop::collection::vec(arg(4), 0..5)) {
+        let conns = json_pair();
+        let args: Vec<Arg> = values.iter().map(|(a, _)| a.clone()).chain(labels.iter().cloned()).collect();
+        let vals: Vec<String> = values.iter().enumerate().map(|(i, (_, j))| wrap(i + 1, *j, "json")).collect();
+        for f in ["json_array", "jsonb_array"] {
+            same(&conns, &format!("SELECT {f}({})", vals.join(", ")), &args);
+        }
+        // Labels after the values; as many pairs as both have, then maybe one label alone.
+        let mut holes = vec![];
+        for (i, v) in vals.iter().enumerate().take(labels.len()) {
+            holes.push(format!("${}", values.len() + i + 1));
+            holes.push(v.clone());
+        }
+        if labels.len() > values.len() {
+            holes.push(format!("${}", values.len() + values.len() + 1));
+        }
+        for f in ["json_object", "jsonb_object"] {
+            same(&conns, &format!("SELECT {f}({})", holes.join(", ")), &args);
+        }
+        // Results that carry the JSON subtype into another replaced function, and back out.
+        same(&conns, &format!("SELECT json_array(json_array({0}), json_object('k', json_array({0})), \
+                               json_extract(json_array({0}), '$'), json_extract(json_array({0}), '$[0]', '$[1]'))",
+                              vals.join(", ")), &args);
+    }
+
+    #[test]
+    fn json_patch_is_sqlites((target, tb) in json_doc(), (patch, pb) in json_doc()) {
+        let conns = json_pair();
+        for f in ["json_patch", "jsonb_patch"] {
+            same(&conns, &format!("SELECT {f}({}, {})", wrap(1, tb, "jsonb"), wrap(2, pb, "jsonb")),
+                 &[target.clone(), patch.clone()]);
+        }
+    }
+
+    #[test]
+    fn json_pretty_is_sqlites((doc, blob) in json_doc(), indent in prop_oneof![
+        Just(Arg::Null), text(3).prop_map(Arg::Text), Just(Arg::Text("\t".into())),
+        Just(Arg::Text(" \0 ".into())), (0i64..30).prop_map(Arg::Int), bytes(3).prop_map(Arg::RawText)]) {
+        let conns = json_pair();
+        let d = wrap(1, blob, "jsonb");
+        same(&conns, &format!("SELECT json_pretty({d})"), std::slice::from_ref(&doc));
+        same(&conns, &format!("SELECT json_pretty({d}, $2)"), &[doc, indent]);
+    }
+
+    /// Blobs that SQLite may take for JSONB, well-formed or not.
+    #[test]
+    fn json_pretty_of_any_blob_is_sqlites(blob in prop::collection::vec(any::<u8>(), 0..24),
+                                          (doc, _) in json_doc()) {
+        let conns = json_pair();
+        same(&conns, "SELECT json_pretty($1)", &[Arg::Blob(blob.clone())]);
+        // A well-formed JSONB with bytes changed.
+        same(&conns, "SELECT json_pretty(CAST(substr(jsonb($1), 1, length(jsonb($1)) - 1) || $2 AS BLOB))",
+             &[doc, Arg::Blob(blob)]);
+    }
+}
+
+#[test]
+fn json_pretty_refuses_a_thousandth_level_as_sqlite_does() {
+    let conns = pair(&[]);
+    for depth in [998, 999, 1000] {
+        for inner in ["", "1"] {
+            let doc = format!("{}{inner}{}", "[".repeat(depth), "]".repeat(depth));
+            for sql in [
+                "SELECT json_pretty($1)",
+                "SELECT json_pretty(jsonb($1), '')",
+            ] {
+                same(&conns, sql, &[Arg::Text(doc.clone())]);
+            }
+        }
+    }
+    // Past the value limit with a level too deep further on: SQLite's answer is the depth.
+    let conns = pair(&[(Limit::SQLITE_LIMIT_LENGTH, 5000)]);
+    let doc = format!(
+        "[{}, {}1{}]",
+        "1,".repeat(3000) + "1",
+        "[".repeat(1000),
+        "]".repeat(1000)
+    );
+    same(&conns, "SELECT json_pretty($1)", &[Arg::Text(doc)]);
+}
+
+/// Calls past their bound are an SQL error that says what to do; calls within it are SQLite's.
+#[test]
+fn json_calls_past_their_bounds_are_refused() {
+    let conns = pair(&[(Limit::SQLITE_LIMIT_LENGTH, 1000)]);
+    let refused = |sql: &str, word: &str| {
+        let sql = &format!("{sql} AS r"); // the expression is not the column's name: it is long
+        let got = answer(&conns.1, sql, &[]);
+        assert!(
+            matches!(&got, Err(m) if m.contains(word) && m.contains("one call")),
+            "{sql}: {got:?}"
+        );
+        assert!(
+            answer(&conns.0, sql, &[]).is_ok() || word == "build",
+            "{sql}"
+        );
+    };
+    let doc = format!("'[{}1]'", "1,".repeat(200)); // 403 bytes
+    refused(
+        &format!("SELECT json_extract({doc}, '$[0]', '$[1]', '$[2]', '$[3]', '$[4]')"),
+        "paths",
+    );
+    refused(
+        &format!("SELECT json_remove({doc}, '$[0]', '$[1]', '$[2]', '$[3]', '$[4]')"),
+        "paths",
+    );
+    refused(
+        &format!("SELECT json_set({doc}, '$[0]', 1, '$[1]', 2, '$[2]', 3, '$[3]', 4, '$[4]', 5)"),
+        "edits",
+    );
+    refused(&format!("SELECT json_array({doc}, {doc}, {doc})"), "build");
+    refused(
+        &format!("SELECT json_object('a', {doc}, 'b', {doc}, 'c', {doc})"),
+        "build",
+    );
+    // Within the bound: SQLite's answer.
+    same(
+        &conns,
+        &format!("SELECT json_extract({doc}, '$[0]', '$[#-1]')"),
+        &[],
+    );
+    same(&conns, &format!("SELECT json_array({doc}, {doc})"), &[]);
+    // An argument count SQLite refuses is SQLite's error whatever the sizes.
+    same(
+        &conns,
+        &format!("SELECT json_set({doc}, '$[0]', 1, '$[1]', 2, '$[2]', 3, '$[3]')"),
+        &[],
+    );
+    same(
+        &conns,
+        &format!("SELECT json_object('a', {doc}, 'b', {doc}, 'c')"),
+        &[],
+    );
+    // json_patch: the product of the two sizes.
+    let conns = pair(&[]);
+    let big = format!("'{{{}\"z\":0}}'", "\"y\":0,".repeat(3000)); // 18 KB
+    let got = answer(&conns.1, &format!("SELECT json_patch({big}, {big})"), &[]);
+    assert!(matches!(&got, Err(m) if m.contains("patch")), "{got:?}");
+    same(
+        &conns,
+        &format!("SELECT json_patch({big}, '{{\"y\":null,\"w\":[1]}}')"),
+        &[],
+    );
+}
+
+/// A JSON call made after the deadline stops the statement as a timeout, however small.
+#[test]
+fn a_json_call_past_the_deadline_stops_the_statement() {
+    let conn = Connection::open_in_memory().unwrap();
+    let gc = super::super::GuardedConnection::harden(conn, "memory".into(), true).unwrap();
+    for sql in [
+        "SELECT json_extract('[1]', '$[0]')",
+        "SELECT json_pretty('[1]')",
+    ] {
+        gc.arm(&super::super::Budget::new(0.0)).unwrap();
+        let got = gc
+            .conn
+            .query_row(sql, [], |r| r.get::<_, rusqlite::types::Value>(0));
+        gc.disarm();
+        let interrupted = rusqlite::ErrorCode::OperationInterrupted;
+        assert!(
+            matches!(&got, Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == interrupted),
+            "{sql}: {got:?}"
+        );
+        gc.arm(&super::super::Budget::new(10.0)).unwrap();
+        assert!(
+            gc.conn
+                .query_row(sql, [], |r| r.get::<_, rusqlite::types::Value>(0))
+                .is_ok(),
+            "{sql}"
+        );
+        gc.disarm();
     }
 }
