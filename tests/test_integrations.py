@@ -179,8 +179,8 @@ def test_every_reader_of_the_settings_checks_them_the_same_way():
         RolloutSettings(concurrency=5000)
     with pytest.raises(SettingsError, match="^tool_timeout_s=1e\\+308 must be"):
         RolloutSettings(tool_timeout_s=1e308)
-    settings = RolloutSettings(db_root=Path("/data"), tool_timeout_s=2)
-    assert (settings.db_root, settings.tool_timeout_s) == ("/data", 2.0)
+    settings = RolloutSettings(db_root=Path("databases"), tool_timeout_s=2)
+    assert (settings.db_root, settings.tool_timeout_s) == ("databases", 2.0)
     assert settings.preset().tool_timeout_s == 2.0
 
 
