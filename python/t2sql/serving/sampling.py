@@ -26,7 +26,7 @@ import threading
 from typing import Any, Iterable
 
 import t2sql
-from t2sql.serving import checkbounds
+from t2sql.serving import checkbounds, realism
 from t2sql.serving.checkbounds import approx_bytes
 from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariants import Invariants, Reference, Table, quote
@@ -197,7 +197,7 @@ def _close(db: SmallDb, real: RealRows, max_rows: int) -> SmallDb | None:
     inv = db.inv
     doomed: set[tuple[str, Row]] = set()  # rows whose parent the real file lacks: never added again
     for _ in range(CLOSE_ROUNDS):
-        changed = False
+        changed = realism.add_mirrors(inv, db.rows)  # a symmetric table's rows come both ways
         for ref in inv.references:
             child, parent = inv.table(ref.child), inv.table(ref.parent)
             ci = [column_index(child, c) for c in ref.child_columns]
@@ -274,8 +274,9 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
     for name, value in (changes or {}).items():
         new[column_index(t, name)] = value
         new = list(repair_relations(inv, table, tuple(new), name))
+    keys = (*t.keys, *realism.unique_sets(inv, t.name))  # column sets that never repeat, declared or mined
     fresh_cols: list[str] = []
-    for key in t.keys:
+    for key in keys:
         fresh_cols += [c for c in key if c not in fresh_cols]
     fresh_cols += [c.name for c in t.columns if c.unique and c.name not in fresh_cols]
     if not fresh_cols and t.rowid:
@@ -283,7 +284,7 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
         return tuple(new)
     ref_cols = {c: ref for ref in inv.references if ref.child == t.name and len(ref.child_columns) == 1
                 for c in ref.child_columns}
-    for key in t.keys:
+    for key in keys:
         # A composite key made of references (a link table): point one part at another parent that is in
         # `db`, such that the key is new.
         if all(c in ref_cols for c in key) and not any(c in (changes or {}) for c in key):

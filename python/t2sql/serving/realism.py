@@ -1,0 +1,250 @@
+"""Realism rules a table's data keeps beyond its columns and references, mined from the data
+(t2sql.serving.invariants lists the others) and kept by every small database:
+
+- `symmetries`: a relation stored in both directions (a bond from atom a to atom b is also a row from b
+  to a): two columns that reference the same parent key, where every row's mirror (the two swapped,
+  the rest the same) is a row too. Without it a small database holds a bond one way only, and a query
+  that reads one side differs from one that reads the other on data no real database holds.
+  `close` adds each row's mirror (t2sql.serving.sampling), so a variant that adds, changes or renumbers
+  a row does it to its mirror too.
+- `unique_sets`: two columns that never repeat together (a budget row per event and category), though
+  neither is unique alone and, were they unrelated, the data would show repeats (at least
+  MIN_EXPECTED_REPEATS expected): a duplicate under fresh keys gives such a set fresh values too.
+- `vocabularies`: a low-cardinality text column (at most VOCABULARY_MAX values, at least
+  VOCABULARY_ROWS_PER_VALUE rows per value: a code, a category, a status) keeps its set of values and
+  their letter case: a small database never holds a value the real one lacks ('Cl' in a column of
+  'cl'). A column with a row per value (a lookup table's names) stays open: new values may come.
+
+An invariant mining cannot check in time is not kept (each only narrows what a small database may hold).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from t2sql.serving.invariants import (
+    TEXT_CACHED,
+    Invariants,
+    Reference,
+    Symmetry,
+    Table,
+    UniqueSet,
+    Vocabulary,
+    quote,
+    sqlite_key,
+)
+
+MIN_MIRRORED = 3  # rows (left <> right) a table must hold to be called symmetric: fewer is luck
+
+MAX_SYMMETRY_PAIRS = 8  # column pairs per table tried for a symmetry
+
+MIN_ROWS = 20  # rows a table must hold before its columns are tried for unique sets or vocabularies
+
+MIN_EXPECTED_REPEATS = 10.0  # repeats two unrelated columns would show by chance before "never" counts (about
+# 100 pairs tried in a database: at 10, P(none by luck) = e^-10 each, a false rule in about 1 of 200 databases)
+
+MAX_UNIQUE_PAIRS = 24  # column pairs per table tried for a unique set
+
+VOCABULARY_MAX = 64  # distinct values a closed vocabulary holds, at most
+
+VOCABULARY_ROWS_PER_VALUE = 5  # rows per distinct value, at least (fewer: an open column, names)
+
+MAX_STAT_COLUMNS = 64  # columns per table whose repeats are counted (one statement each)
+
+Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows, None when not known in time
+
+
+def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
+         ) -> tuple[tuple[Symmetry, ...], tuple[UniqueSet, ...], tuple[Vocabulary, ...]]:
+    """The symmetries, unique sets and closed vocabularies of a database's tables (see the module doc)."""
+    references = list(references)
+    symmetries: list[Symmetry] = []
+    unique_sets: list[UniqueSet] = []
+    vocabularies: list[Vocabulary] = []
+    for t in tables.values():
+        symmetries += _symmetries(rows, t, references)
+        if t.rows < MIN_ROWS:
+            continue
+        stats = _column_stats(rows, t)
+        unique_sets += _unique_sets(rows, t, stats)
+        vocabularies += _vocabularies(rows, t, stats, references)
+    return tuple(symmetries), tuple(unique_sets), tuple(vocabularies)
+
+
+def _symmetries(rows: Rows, t: Table, references: list[Reference]) -> list[Symmetry]:
+    # Candidates: two columns of one table that reference the same parent key.
+    targets: dict[tuple, list[str]] = {}
+    for r in references:
+        if r.child == t.name and len(r.child_columns) == 1:
+            targets.setdefault((r.parent, r.parent_columns), []).append(r.child_columns[0])
+    for cols in targets.values():
+        cols.sort(key=lambda c: t.position(c) or 0)
+    pairs = [(a, b) for cols in targets.values() for i, a in enumerate(cols) for b in cols[i + 1:]]
+    out = []
+    for a, b in pairs[:MAX_SYMMETRY_PAIRS]:
+        rest = [c.name for c in t.columns if c.name not in (a, b)]
+        mirror = ", ".join(quote(c) for c in [b, a, *rest])
+        own = ", ".join(quote(c) for c in [a, b, *rest])
+        got = rows(f"SELECT count(*), sum({quote(a)} IS NOT {quote(b)}), "
+                   f"sum(({mirror}) IN (SELECT {own} FROM {quote(t.name)})) FROM {quote(t.name)}")
+        if got and got[0][0] and got[0][2] == got[0][0] and (got[0][1] or 0) >= MIN_MIRRORED:
+            out.append(Symmetry(t.name, a, b))
+    return out
+
+
+def _column_stats(rows: Rows, t: Table) -> dict[str, tuple[int, int, int]]:
+    """column -> (distinct non-NULL values, non-NULL values, pairs of rows that share a value) for the
+    mined columns, letter case counting (BINARY collation); a column whose statement did not finish in
+    time is left out."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for c in t.columns[:MAX_STAT_COLUMNS]:
+        if not (c.mined and c.types) or c.unique:
+            continue
+        q = quote(c.name)
+        got = rows(f"SELECT count(*), sum(k), sum(k * (k - 1) / 2) FROM (SELECT count(*) AS k FROM {quote(t.name)} "
+                   f"WHERE {q} IS NOT NULL GROUP BY {q} COLLATE BINARY)")
+        if got and got[0][0]:
+            out[c.name] = (got[0][0], got[0][1], got[0][2])
+    return out
+
+
+def _unique_sets(rows: Rows, t: Table, stats: dict[str, tuple[int, int, int]]) -> list[UniqueSet]:
+    cols = [c.name for c in t.columns if c.name in stats and stats[c.name][0] >= 2]
+    all_pairs = t.rows * (t.rows - 1) / 2
+    scored = []
+    for i, a in enumerate(cols):
+        for b in cols[i + 1:]:
+            if any({k.lower() for k in key} <= {a.lower(), b.lower()} for key in t.keys):
+                continue  # a declared key (or the whole row) says it already
+            # Pairs of rows equal in both columns were the two unrelated: those equal in one, times the
+            # chance that two rows are equal in the other.
+            expected = stats[a][2] * stats[b][2] / all_pairs
+            if expected >= MIN_EXPECTED_REPEATS:
+                scored.append((-expected, a, b))
+    out = []
+    for _, a, b in sorted(scored)[:MAX_UNIQUE_PAIRS]:
+        qa, qb, qt = quote(a), quote(b), quote(t.name)
+        both = f"{qa} IS NOT NULL AND {qb} IS NOT NULL"
+        got = rows(f"SELECT (SELECT count(*) FROM {qt} WHERE {both}) - "
+                   f"(SELECT count(*) FROM (SELECT DISTINCT {qa}, {qb} FROM {qt} WHERE {both}))")
+        if got and got[0][0] == 0:
+            out.append(UniqueSet(t.name, (a, b)))
+    return out
+
+
+def _vocabularies(rows: Rows, t: Table, stats: dict[str, tuple[int, int, int]],
+                  references: list[Reference]) -> list[Vocabulary]:
+    linked = {c for r in references if r.child == t.name for c in r.child_columns}
+    linked |= {c for r in references if r.parent == t.name for c in r.parent_columns}
+    out = []
+    for c in t.columns:
+        if (c.name not in stats or c.pk or c.unique or c.name in linked or "text" not in c.types
+                or any(c.name in key for key in t.keys)):
+            continue  # identifiers take their values from the rows they name, not from a vocabulary
+        n_distinct, n, _ = stats[c.name]
+        if not 0 < n_distinct <= VOCABULARY_MAX or n < VOCABULARY_ROWS_PER_VALUE * n_distinct:
+            continue
+        q = quote(c.name)
+        got = rows(f"SELECT DISTINCT {q} COLLATE BINARY FROM {quote(t.name)} WHERE typeof({q}) = 'text' "
+                   f"ORDER BY 1 LIMIT {VOCABULARY_MAX + 1}")
+        if got is None or len(got) > VOCABULARY_MAX or any(len(v) > TEXT_CACHED for v, in got):
+            continue
+        out.append(Vocabulary(t.name, c.name, tuple(v for v, in got)))
+    return out
+
+
+# ------------------------------------------------------------------------------ checks on a small database
+
+
+def problems(inv: Invariants, rows: dict[str, tuple], remembered: Callable[[tuple, Any], list[str]]) -> list[str]:
+    """Every way a small database's rows (table -> rows) break a realism rule; `remembered(key, compute)`
+    keeps each check by the rows it reads (SmallDb's memo)."""
+    out: list[str] = []
+    empty: tuple = ()
+    for sym in inv.symmetries:
+        mine = rows.get(sym.table, empty)
+        out += remembered(("symmetry", sym, mine), lambda: _symmetry_problems(inv, sym, mine))
+    for us in inv.unique_sets:
+        mine = rows.get(us.table, empty)
+        out += remembered(("unique set", us, mine), lambda: _unique_set_problems(inv, us, mine))
+    for v in inv.vocabularies:
+        mine = rows.get(v.table, empty)
+        out += remembered(("vocabulary", v, mine), lambda: _vocabulary_problems(inv, v, mine))
+    return out
+
+
+def mirror(t: Table, sym: Symmetry, row: tuple) -> tuple:
+    """`row` the other way round."""
+    a, b = t.position(sym.left), t.position(sym.right)
+    out = list(row)
+    out[a], out[b] = row[b], row[a]
+    return tuple(out)
+
+
+def _symmetry_problems(inv: Invariants, sym: Symmetry, rows: tuple) -> list[str]:
+    t = inv.table(sym.table)
+    have = {sqlite_key(r) for r in rows}
+    lonely = next((r for r in rows if sqlite_key(mirror(t, sym, r)) not in have), None)
+    if lonely is None:
+        return []
+    return [f"{sym.table}: row {lonely!r} lacks its mirror ({sym.left} and {sym.right} swapped)"]
+
+
+def _unique_set_problems(inv: Invariants, us: UniqueSet, rows: tuple) -> list[str]:
+    t = inv.table(us.table)
+    idx = [t.position(c) for c in us.columns]
+    seen = set()
+    for r in rows:
+        k = sqlite_key(tuple(r[i] for i in idx))
+        if None in k:
+            continue
+        if k in seen:
+            return [f"{us.table}: ({', '.join(us.columns)}) {k!r} repeats"]
+        seen.add(k)
+    return []
+
+
+def _vocabulary_problems(inv: Invariants, v: Vocabulary, rows: tuple) -> list[str]:
+    i = inv.table(v.table).position(v.column)
+    allowed = vocabulary(inv, v.table, v.column)
+    bad = next((r[i] for r in rows if type(r[i]) is str and r[i] not in allowed), None)
+    return [] if bad is None else [f"{v.table}.{v.column}: {bad!r} is not one of its values"]
+
+
+# ------------------------------------------------------------------------------ what builders ask
+
+
+def vocabulary(inv: Invariants, table: str, column: str) -> frozenset[str] | None:
+    """The closed set of a column's text values, or None when the column is open."""
+    return _vocabularies_of(inv).get((table.lower(), column.lower()))
+
+
+def _vocabularies_of(inv: Invariants) -> dict[tuple[str, str], frozenset[str]]:
+    found = inv.memo.get(("vocabularies",))
+    if found is None:
+        found = {(v.table.lower(), v.column.lower()): frozenset(v.values) for v in inv.vocabularies}
+        inv.memo.put(("vocabularies",), found)
+    return found
+
+
+def unique_sets(inv: Invariants, table: str) -> tuple[tuple[str, ...], ...]:
+    """The column sets of `table` that never repeat together (beside its keys)."""
+    return tuple(us.columns for us in inv.unique_sets if us.table.lower() == table.lower())
+
+
+def add_mirrors(inv: Invariants, tables: dict[str, list[tuple]]) -> bool:
+    """Every row of a symmetric table given its mirror (appended); True when one was missing."""
+    changed = False
+    for sym in inv.symmetries:
+        t = inv.table(sym.table)
+        rows = tables.get(sym.table)
+        if t is None or not rows:
+            continue
+        have = {sqlite_key(r) for r in rows}
+        for r in list(rows):
+            m = mirror(t, sym, r)
+            if sqlite_key(m) not in have:
+                rows.append(m)
+                have.add(sqlite_key(m))
+                changed = True
+    return changed
