@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from t2sql._grader import Database
-from t2sql.serving import checkbounds
-from t2sql.serving import realism
+from t2sql.serving import checkbounds, realism
 from t2sql.serving.invariants import (
     TEXT_CACHED,
     Invariants,
