@@ -188,6 +188,9 @@ class Symmetry:
     table: str
     left: str
     right: str
+    # The rest names one pair: rows that agree on every other column hold the same two values (a bond's
+    # id names its two atoms, one row each way).
+    keyed: bool = False
 
 
 @dataclass(frozen=True)
@@ -349,7 +352,8 @@ class Invariants:
         for rel in self.relations:
             lines.append(f"relation: {rel.table}.{rel.total} = {rel.left} + {rel.right}")
         for sym in self.symmetries:
-            lines.append(f"symmetric: {sym.table}({sym.left}, {sym.right}) holds every row both ways")
+            keyed = "; the other columns name one pair" if sym.keyed else ""
+            lines.append(f"symmetric: {sym.table}({sym.left}, {sym.right}) holds every row both ways{keyed}")
         for us in self.unique_sets:
             lines.append(f"unique together (mined): {us.table}({', '.join(us.columns)})")
         for v in self.vocabularies:
@@ -463,7 +467,7 @@ def _from_dict(data: dict[str, Any]) -> Invariants:
         t = by_name.get(table.lower())
         if t is None or any(t.position(c) is None for c in cols):
             raise TypeError(f"an invariant names {table}.{cols} the invariants lack")
-    symmetries = tuple(Symmetry(_text(x["table"]), _text(x["left"]), _text(x["right"]))
+    symmetries = tuple(Symmetry(_text(x["table"]), _text(x["left"]), _text(x["right"]), _flag(x["keyed"]))
                        for x in _items(data["symmetries"]))
     unique_sets = tuple(UniqueSet(_text(x["table"]), _texts(x["columns"])) for x in _items(data["unique_sets"]))
     vocabularies = tuple(Vocabulary(_text(x["table"]), _text(x["column"]), _texts(x["values"]))

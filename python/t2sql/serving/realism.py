@@ -3,7 +3,7 @@
 
 - `symmetries`: a relation stored in both directions (a bond from atom a to atom b is also a row from b
   to a): two columns that reference the same parent key, where every row's mirror (the two swapped,
-  the rest the same) is a row too. Without it a small database holds a bond one way only, and a query
+  the rest the same) is a row too, and (`keyed`, where the data shows it) the rest names one pair. Without it a small database holds a bond one way only, and a query
   that reads one side differs from one that reads the other on data no real database holds.
   `close` adds each row's mirror (t2sql.serving.sampling), so a variant that adds, changes or renumbers
   a row does it to its mirror too.
@@ -87,8 +87,16 @@ def _symmetries(rows: Rows, t: Table, references: list[Reference]) -> list[Symme
         own = ", ".join(quote(c) for c in [a, b, *rest])
         got = rows(f"SELECT count(*), sum({quote(a)} IS NOT {quote(b)}), "
                    f"sum(({mirror}) IN (SELECT {own} FROM {quote(t.name)})) FROM {quote(t.name)}")
-        if got and got[0][0] and got[0][2] == got[0][0] and (got[0][1] or 0) >= MIN_MIRRORED:
-            out.append(Symmetry(t.name, a, b))
+        if not (got and got[0][0] and got[0][2] == got[0][0] and (got[0][1] or 0) >= MIN_MIRRORED):
+            continue
+        keyed = False
+        if rest:
+            names = ", ".join(quote(c) for c in rest)
+            pair = f"min({quote(a)}, {quote(b)}), max({quote(a)}, {quote(b)})"
+            named = rows(f"SELECT (SELECT count(*) FROM (SELECT DISTINCT {names} FROM {quote(t.name)})) = "
+                         f"(SELECT count(*) FROM (SELECT DISTINCT {names}, {pair} FROM {quote(t.name)}))")
+            keyed = bool(named and named[0][0])
+        out.append(Symmetry(t.name, a, b, keyed))
     return out
 
 
@@ -185,9 +193,17 @@ def _symmetry_problems(inv: Invariants, sym: Symmetry, rows: tuple) -> list[str]
     t = inv.table(sym.table)
     have = {sqlite_key(r) for r in rows}
     lonely = next((r for r in rows if sqlite_key(mirror(t, sym, r)) not in have), None)
-    if lonely is None:
-        return []
-    return [f"{sym.table}: row {lonely!r} lacks its mirror ({sym.left} and {sym.right} swapped)"]
+    if lonely is not None:
+        return [f"{sym.table}: row {lonely!r} lacks its mirror ({sym.left} and {sym.right} swapped)"]
+    if sym.keyed:
+        a, b = t.position(sym.left), t.position(sym.right)
+        rest = [i for i in range(len(t.columns)) if i not in (a, b)]
+        pairs: dict[tuple, frozenset] = {}
+        for r in rows:
+            pair = frozenset(sqlite_key((r[a], r[b])))
+            if pairs.setdefault(sqlite_key(tuple(r[i] for i in rest)), pair) != pair:
+                return [f"{sym.table}: {r!r} names a second pair for the same other columns"]
+    return []
 
 
 def _unique_set_problems(inv: Invariants, us: UniqueSet, rows: tuple) -> list[str]:
