@@ -213,6 +213,28 @@ class Vocabulary:
 
 
 @dataclass(frozen=True)
+class PathCopy:
+    """In every row of `first.child` (= `second.child`), the row `first` names holds in `first_column`
+    what the row `second` names holds in `second_column` (an atom's molecule is its bond's molecule,
+    through the row that joins them). t2sql.serving.realism."""
+
+    first: Reference
+    first_column: str
+    second: Reference
+    second_column: str
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """table.column's text always starts with table.source_column's (an atom id 'TR009_12' starts with
+    its molecule's id 'TR009'). t2sql.serving.realism."""
+
+    table: str
+    column: str
+    source_column: str
+
+
+@dataclass(frozen=True)
 class Invariants:
     path: str
     schema: tuple[str, ...]  # CREATE TABLE / INDEX / VIEW statements, in creation order
@@ -229,6 +251,8 @@ class Invariants:
     symmetries: tuple[Symmetry, ...] = ()
     unique_sets: tuple[UniqueSet, ...] = ()
     vocabularies: tuple[Vocabulary, ...] = ()
+    path_copies: tuple[PathCopy, ...] = ()
+    prefixes: tuple[Prefix, ...] = ()
 
     @functools.cached_property
     def memo(self) -> Lru[Any]:
@@ -360,6 +384,11 @@ class Invariants:
             shown = ", ".join(repr(x) for x in v.values[:8]) + (", ..." if len(v.values) > 8 else "")
             lines.append(f"closed vocabulary: {v.table}.{v.column} in {{{shown}}} ({len(v.values)} values, "
                          "letter case kept)")
+        for pc in self.path_copies:
+            lines.append(f"path copy: {pc.first.parent}.{pc.first_column} via {pc.first.name} = "
+                         f"{pc.second.parent}.{pc.second_column} via {pc.second.name}")
+        for px in self.prefixes:
+            lines.append(f"prefix: {px.table}.{px.column} starts with {px.source_column}")
         for a in self.assumed:
             lines.append(f"assumed (not checked in time): {a}")
         for kind, name, why in self.left_out:
@@ -472,7 +501,17 @@ def _from_dict(data: dict[str, Any]) -> Invariants:
     unique_sets = tuple(UniqueSet(_text(x["table"]), _texts(x["columns"])) for x in _items(data["unique_sets"]))
     vocabularies = tuple(Vocabulary(_text(x["table"]), _text(x["column"]), _texts(x["values"]))
                          for x in _items(data["vocabularies"]))
-    for table, cols in ([(x.table, (x.left, x.right)) for x in symmetries] + [(x.table, x.columns) for x in unique_sets]
+    path_copies = tuple(PathCopy(_reference(x["first"]), _text(x["first_column"]), _reference(x["second"]),
+                                 _text(x["second_column"])) for x in _items(data["path_copies"]))
+    prefixes = tuple(Prefix(_text(x["table"]), _text(x["column"]), _text(x["source_column"]))
+                     for x in _items(data["prefixes"]))
+    if any(pc.first is None or pc.second is None or pc.first not in references or pc.second not in references
+           for pc in path_copies):
+        raise TypeError("a path copy names a reference the invariants lack")
+    for table, cols in ([(x.table, (x.left, x.right)) for x in symmetries]
+                        + [(x.first.parent, (x.first_column,)) for x in path_copies]
+                        + [(x.second.parent, (x.second_column,)) for x in path_copies]
+                        + [(x.table, (x.column, x.source_column)) for x in prefixes] + [(x.table, x.columns) for x in unique_sets]
                         + [(x.table, (x.column,)) for x in vocabularies]):
         t = by_name.get(table.lower())
         if t is None or not cols or any(t.position(c) is None for c in cols):
@@ -487,7 +526,8 @@ def _from_dict(data: dict[str, Any]) -> Invariants:
         path=_text(data["path"]), schema=_texts(data["schema"]), tables=tables, references=references,
         copies=copies, relations=relations, unsupported=_text(data["unsupported"]), assumed=_texts(data["assumed"]),
         mine_s=float(mine_s), left_out=tuple(_left_out(x) for x in left_out),
-        symmetries=symmetries, unique_sets=unique_sets, vocabularies=vocabularies,
+        symmetries=symmetries, unique_sets=unique_sets, vocabularies=vocabularies, path_copies=path_copies,
+        prefixes=prefixes,
     )
 
 

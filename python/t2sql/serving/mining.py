@@ -352,11 +352,11 @@ def mine(path: str, *, budget_s: float = DEFAULT_MINE_BUDGET_S, progress: Progre
         references = _references(m, tables)
         copies = _copies(m, tables, references)
         relations = _relations(m, tables)
-        symmetries, unique_sets, vocabularies = realism.mine(m.reader.rows, tables, references)
+        realistic = realism.mine(m.reader.rows, tables, references)
     unsupported = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
                       unsupported, tuple(dict.fromkeys(m.assumed)), round(progress.spent_s, 3),
-                      tuple(dict.fromkeys(m.left_out)), symmetries, unique_sets, vocabularies)
+                      tuple(dict.fromkeys(m.left_out)), **realistic)
 
 
 class InvariantStore:

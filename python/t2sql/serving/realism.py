@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable
 from t2sql.serving.invariants import (
     TEXT_CACHED,
     Invariants,
+    PathCopy,
+    Prefix,
     Reference,
     Symmetry,
     Table,
@@ -35,6 +37,8 @@ from t2sql.serving.invariants import (
 )
 
 MIN_MIRRORED = 3  # rows (left <> right) a table must hold to be called symmetric: fewer is luck
+
+MAX_PATH_PAIRS = 64  # column pairs per pair of references (or per table, for prefixes) tried
 
 MAX_SYMMETRY_PAIRS = 8  # column pairs per table tried for a symmetry
 
@@ -54,9 +58,9 @@ MAX_STAT_COLUMNS = 64  # columns per table whose repeats are counted (one statem
 Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows, None when not known in time
 
 
-def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
-         ) -> tuple[tuple[Symmetry, ...], tuple[UniqueSet, ...], tuple[Vocabulary, ...]]:
-    """The symmetries, unique sets and closed vocabularies of a database's tables (see the module doc)."""
+def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference]) -> dict[str, tuple]:
+    """The symmetries, unique sets, closed vocabularies, path copies and prefixes of a database's tables
+    (see the module doc), by Invariants' field names."""
     references = list(references)
     symmetries: list[Symmetry] = []
     unique_sets: list[UniqueSet] = []
@@ -68,7 +72,50 @@ def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
         stats = _column_stats(rows, t)
         unique_sets += _unique_sets(rows, t, stats)
         vocabularies += _vocabularies(rows, t, stats, references)
-    return tuple(symmetries), tuple(unique_sets), tuple(vocabularies)
+    return dict(symmetries=tuple(symmetries), unique_sets=tuple(unique_sets), vocabularies=tuple(vocabularies),
+                path_copies=tuple(_path_copies(rows, tables, references)), prefixes=tuple(_prefixes(rows, tables)))
+
+
+def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Reference]) -> list[PathCopy]:
+    out: list[PathCopy] = []
+    for i, r1 in enumerate(references):
+        for r2 in references[i + 1:]:
+            if r2.child != r1.child or r1.parent == r1.child or r2.parent == r2.child:
+                continue
+            p1, p2 = tables[r1.parent], tables[r2.parent]
+            # Columns other than the joins' own keys, of one storage class, and not a unique one (two
+            # unique columns agree only when the two references name one row).
+            pairs = [(x.name, y.name) for x in p1.columns if x.name not in r1.parent_columns and not x.unique
+                     and x.types for y in p2.columns if y.name not in r2.parent_columns and not y.unique
+                     and set(y.types) == set(x.types)][:MAX_PATH_PAIRS]
+            if not pairs:
+                continue
+            on1 = " AND ".join(f"c.{quote(a)} = p.{quote(b)}" for a, b in zip(r1.child_columns, r1.parent_columns))
+            on2 = " AND ".join(f"c.{quote(a)} = q.{quote(b)}" for a, b in zip(r2.child_columns, r2.parent_columns))
+            sums = ", ".join(f"sum(p.{quote(x)} IS NOT q.{quote(y)})" for x, y in pairs)
+            got = rows(f"SELECT count(*), {sums} FROM {quote(r1.child)} AS c JOIN {quote(r1.parent)} AS p ON {on1} "
+                       f"JOIN {quote(r2.parent)} AS q ON {on2}")
+            if not got or (got[0][0] or 0) < MIN_ROWS:
+                continue
+            out += [PathCopy(r1, x, r2, y) for (x, y), diff in zip(pairs, got[0][1:]) if diff == 0]
+    return out
+
+
+def _prefixes(rows: Rows, tables: dict[str, Table]) -> list[Prefix]:
+    out: list[Prefix] = []
+    for t in tables.values():
+        texts = [c.name for c in t.columns if c.mined and c.types == ("text",) and not c.nulls]
+        pairs = [(x, y) for x in texts for y in texts if x != y][:MAX_PATH_PAIRS]
+        if not pairs or t.rows < MIN_ROWS:
+            continue
+        # Always a proper prefix, and the source not one value throughout (a constant starts nothing).
+        terms = ", ".join(f"sum(substr({quote(x)}, 1, length({quote(y)})) IS NOT {quote(y)} "
+                          f"OR length({quote(x)}) <= length({quote(y)})), count(DISTINCT {quote(y)})" for x, y in pairs)
+        got = rows(f"SELECT {terms} FROM {quote(t.name)}")
+        if got:
+            out += [Prefix(t.name, x, y) for k, (x, y) in enumerate(pairs)
+                    if got[0][2 * k] == 0 and (got[0][2 * k + 1] or 0) >= MIN_MIRRORED]
+    return out
 
 
 def _symmetries(rows: Rows, t: Table, references: list[Reference]) -> list[Symmetry]:
@@ -178,7 +225,41 @@ def problems(inv: Invariants, rows: dict[str, tuple], remembered: Callable[[tupl
     for v in inv.vocabularies:
         mine = rows.get(v.table, empty)
         out += remembered(("vocabulary", v, mine), lambda: _vocabulary_problems(inv, v, mine))
+    for pc in inv.path_copies:
+        mine, one, two = (rows.get(x, empty) for x in (pc.first.child, pc.first.parent, pc.second.parent))
+        out += remembered(("path copy", pc, mine, one, two), lambda: _path_copy_problems(inv, pc, mine, one, two))
+    for px in inv.prefixes:
+        mine = rows.get(px.table, empty)
+        out += remembered(("prefix", px, mine), lambda: _prefix_problems(inv, px, mine))
     return out
+
+
+def _path_copy_problems(inv: Invariants, pc: PathCopy, rows: tuple, first: tuple, second: tuple) -> list[str]:
+    child = inv.table(pc.first.child)
+
+    def values(ref: Reference, parents: tuple, column: str) -> dict[tuple, Any]:
+        p = inv.table(ref.parent)
+        keys, at = [p.position(c) for c in ref.parent_columns], p.position(column)
+        return {sqlite_key(tuple(r[i] for i in keys)): r[at] for r in parents}
+
+    one, two = values(pc.first, first, pc.first_column), values(pc.second, second, pc.second_column)
+    k1 = [child.position(c) for c in pc.first.child_columns]
+    k2 = [child.position(c) for c in pc.second.child_columns]
+    for r in rows:
+        a, b = sqlite_key(tuple(r[i] for i in k1)), sqlite_key(tuple(r[i] for i in k2))
+        if a in one and b in two and sqlite_key((one[a],)) != sqlite_key((two[b],)):
+            return [f"{pc.first.child} row {r!r}: {pc.first.parent}.{pc.first_column} no longer equals "
+                    f"{pc.second.parent}.{pc.second_column}"]
+    return []
+
+
+def _prefix_problems(inv: Invariants, px: Prefix, rows: tuple) -> list[str]:
+    t = inv.table(px.table)
+    x, y = t.position(px.column), t.position(px.source_column)
+    for r in rows:
+        if not (type(r[x]) is str and type(r[y]) is str and len(r[x]) > len(r[y]) and r[x].startswith(r[y])):
+            return [f"{px.table}.{px.column} {r[x]!r} does not start with {px.source_column} {r[y]!r}"]
+    return []
 
 
 def mirror(t: Table, sym: Symmetry, row: tuple) -> tuple:
@@ -246,6 +327,16 @@ def _vocabularies_of(inv: Invariants) -> dict[tuple[str, str], frozenset[str]]:
 def unique_sets(inv: Invariants, table: str) -> tuple[tuple[str, ...], ...]:
     """The column sets of `table` that never repeat together (beside its keys)."""
     return tuple(us.columns for us in inv.unique_sets if us.table.lower() == table.lower())
+
+
+def prefix_of(inv: Invariants, t: Table, column: str, row: tuple) -> str | None:
+    """The text `row`'s value in `column` must start with (a prefix rule's source value), or None."""
+    for px in inv.prefixes:
+        if px.table == t.name and px.column == column:
+            value = row[t.position(px.source_column)]
+            if type(value) is str:
+                return value
+    return None
 
 
 def add_mirrors(inv: Invariants, tables: dict[str, list[tuple]]) -> bool:

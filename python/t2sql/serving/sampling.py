@@ -128,6 +128,13 @@ class RealRows:
         got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE {q} IS NOT NULL LIMIT {VALUES_PER_COLUMN}")
         return [r[0] for r in got]
 
+    def values_with_prefix(self, table: str, column: str, prefix: str) -> list[Any]:
+        """Up to VALUES_PER_COLUMN distinct real values of a text column that start with `prefix` and are longer."""
+        q = quote(column)
+        got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE substr({q}, 1, length(?1)) = ?1 "
+                        f"AND length({q}) > length(?1) LIMIT {VALUES_PER_COLUMN}", (prefix,))
+        return [r[0] for r in got]
+
     def random_rows(self, table: str, k: int, rng: random.Random) -> list[Row]:
         t = self.inv.table(table)
         if t is None or t.rows == 0 or k <= 0:
@@ -249,12 +256,17 @@ def _close(db: SmallDb, real: RealRows, max_rows: int) -> SmallDb | None:
             return db
     return None
 
-def fresh_value(db: SmallDb, table: str, column: str, real: RealRows, rng: random.Random) -> Any:
-    """A real value of the column that no row of `db` holds there (None when there is none)."""
+def fresh_value(db: SmallDb, table: str, column: str, real: RealRows, rng: random.Random,
+                prefix: str | None = None) -> Any:
+    """A real value of the column that no row of `db` holds there (None when there is none); with `prefix`,
+    one that starts with it (t2sql.serving.realism's prefixes)."""
     t = db.inv.table(table)
     i = column_index(t, column)
     used = {sqlite_key((r[i],)) for r in db.rows.get(t.name, [])}
-    pool = [v for v in real.values(t.name, column) if sqlite_key((v,)) not in used]
+    values = real.values(t.name, column) if prefix is None else real.values_with_prefix(t.name, column, prefix)
+    pool = [v for v in values if sqlite_key((v,)) not in used]
+    if prefix is not None:
+        return pool[rng.randrange(len(pool))] if pool else None
     if pool:
         return pool[rng.randrange(len(pool))]
     col = t.column(column)
@@ -312,7 +324,7 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
     for c in fresh_cols:
         if c in ref_cols or (changes and c in changes):
             continue
-        value = fresh_value(db, table, c, real, rng)
+        value = fresh_value(db, table, c, real, rng, realism.prefix_of(inv, t, c, tuple(new)))
         if value is None:
             return None
         new[column_index(t, c)] = value

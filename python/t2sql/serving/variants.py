@@ -58,7 +58,8 @@ def literal_variants(c: Comparison, table: Table, real: RealRows) -> list[Varian
     if closed is not None:
         # A closed column holds nothing but its values: those the query does not name are what it meets.
         named = {lit for lit in c.literals if isinstance(lit, str)}
-        out += [Variant(v, "another value of its vocabulary") for v in sorted(closed - named)[:4]]
+        # Right after the first literal: a long IN list's own literals would crowd them out.
+        out[1:1] = [Variant(v, "another value of its vocabulary") for v in sorted(closed - named)[:4]]
     seen, unique = set(), []
     for v in out:
         k = (type(v.value).__name__, v.value)
