@@ -511,7 +511,8 @@ def _from_dict(data: dict[str, Any]) -> Invariants:
     for table, cols in ([(x.table, (x.left, x.right)) for x in symmetries]
                         + [(x.first.parent, (x.first_column,)) for x in path_copies]
                         + [(x.second.parent, (x.second_column,)) for x in path_copies]
-                        + [(x.table, (x.column, x.source_column)) for x in prefixes] + [(x.table, x.columns) for x in unique_sets]
+                        + [(x.table, (x.column, x.source_column)) for x in prefixes]
+                        + [(x.table, x.columns) for x in unique_sets]
                         + [(x.table, (x.column,)) for x in vocabularies]):
         t = by_name.get(table.lower())
         if t is None or not cols or any(t.position(c) is None for c in cols):
