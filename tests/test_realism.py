@@ -136,7 +136,8 @@ def _kept_by_sql(prepared: machinery.Prepared, inv) -> list[str]:
             bad.append(f"a new value in {v.table}.{v.column}")
     for p in inv.path_copies:
         c = quote(p.first.child)
-        on1 = " AND ".join(f"c.{quote(a)} = x.{quote(b)}" for a, b in zip(p.first.child_columns, p.first.parent_columns))
+        on1 = " AND ".join(f"c.{quote(a)} = x.{quote(b)}"
+                           for a, b in zip(p.first.child_columns, p.first.parent_columns))
         on2 = " AND ".join(f"c.{quote(a)} = y.{quote(b)}"
                            for a, b in zip(p.second.child_columns, p.second.parent_columns))
         if count(f"SELECT count(*) FROM {c} AS c JOIN {quote(p.first.parent)} AS x ON {on1} JOIN "
