@@ -343,6 +343,20 @@ def prefix_of(inv: Invariants, t: Table, column: str, row: tuple) -> str | None:
     return None
 
 
+def pair_names(inv: Invariants, t: Table) -> list[tuple[str, Reference]]:
+    """The columns (with their reference) that name a pair of a keyed symmetric table `t`: a copy of a row
+    (a new pair) needs a copy of the parent they name (a new bond for the new pair of atoms)."""
+    out = []
+    for sym in inv.symmetries:
+        if sym.table != t.name or not sym.keyed:
+            continue
+        for r in inv.references:
+            if (r.child == t.name and len(r.child_columns) == 1
+                    and r.child_columns[0] not in (sym.left, sym.right)):
+                out.append((r.child_columns[0], r))
+    return out
+
+
 def add_mirrors(inv: Invariants, tables: dict[str, list[tuple]]) -> bool:
     """Every row of a symmetric table given its mirror (appended); True when one was missing."""
     changed = False

@@ -286,6 +286,16 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
     for name, value in (changes or {}).items():
         new[column_index(t, name)] = value
         new = list(repair_relations(inv, table, tuple(new), name))
+    for c, ref in realism.pair_names(inv, t):
+        if changes and c in changes:
+            continue
+        parent = inv.table(ref.parent)
+        ci, pi = column_index(t, c), column_index(parent, ref.parent_columns[0])
+        named = next((p for p in db.rows.get(parent.name, []) if same_value(p[pi], row[ci])), None)
+        copied = duplicate(db, parent.name, named, real, rng) if named is not None else None
+        if copied is None:
+            return None
+        new[ci] = copied[pi]
     keys = (*t.keys, *realism.unique_sets(inv, t.name))  # column sets that never repeat, declared or mined
     fresh_cols: list[str] = []
     for key in keys:
@@ -322,8 +332,8 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
                 return None
             fresh_cols = [c for c in fresh_cols if c not in key]
     for c in fresh_cols:
-        if c in ref_cols or (changes and c in changes):
-            continue
+        if (c in ref_cols and not t.column(c).unique) or (changes and c in changes):
+            continue  # a unique reference (one member a zip code) takes another real value: close fetches its row
         value = fresh_value(db, table, c, real, rng, realism.prefix_of(inv, t, c, tuple(new)))
         if value is None:
             return None
