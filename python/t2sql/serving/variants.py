@@ -58,8 +58,12 @@ def literal_variants(c: Comparison, table: Table, real: RealRows) -> list[Varian
     if closed is not None:
         # A closed column holds nothing but its values: those the query does not name are what it meets.
         named = {lit for lit in c.literals if isinstance(lit, str)}
-        # Right after the first literal: a long IN list's own literals would crowd them out.
-        out[1:1] = [Variant(v, "another value of its vocabulary") for v in sorted(closed - named)[:4]]
+        plain = [lit.replace("%", "").replace("_", "").lower() for lit in named]
+        # Those holding a literal in any case first ('West Virginia' beside 'Virginia', 'cl' beside 'c'): what
+        # a LIKE or a lower() would mistake for it. Right after the first literal: a long IN list's own
+        # literals would crowd them out.
+        others = sorted(closed - named, key=lambda v: (not any(p and p in v.lower() for p in plain), v))
+        out[1:1] = [Variant(v, "another value of its vocabulary") for v in others[:4]]
     seen, unique = set(), []
     for v in out:
         k = (type(v.value).__name__, v.value)
