@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import t2sql
 from conftest import bird_root
 from t2sql.episode.presets import get_preset
 from t2sql.serving import equivalence as machinery
@@ -47,14 +48,21 @@ RIGHT = [
 # Lucky answers that must stay refuted.
 LUCKY = [
     # 'Green/Blue' is a real colour: a lookup table's names stay open
-    (SUPERHERO, "SELECT COUNT(*) FROM superhero AS T1 INNER JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
-                "WHERE T2.colour = 'Green'",
-     "SELECT COUNT(*) FROM superhero AS T1 INNER JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
-     "WHERE T2.colour LIKE '%Green%'"),
+    (SUPERHERO, "SELECT COUNT(T1.id) FROM superhero AS T1 INNER JOIN alignment AS T2 ON T1.alignment_id = T2.id "
+                "INNER JOIN colour AS T3 ON T1.skin_colour_id = T3.id "
+                "WHERE T2.alignment = 'Bad' AND T3.colour = 'Green'",
+     "SELECT COUNT(*) FROM superhero s JOIN colour c ON s.skin_colour_id = c.id JOIN alignment a ON "
+     "s.alignment_id = a.id WHERE c.colour LIKE '%Green%' AND a.alignment = 'Bad'"),
     # a whitelist of today's elements: another molecule may hold another of the vocabulary's values
     (TOXICOLOGY, "SELECT DISTINCT T.element FROM atom AS T WHERE T.molecule_id = 'TR004'",
      "SELECT DISTINCT element FROM atom WHERE molecule_id = 'TR004' AND element IN ('cl', 'c', 'h', 'o', 's', 'n', "
      "'p', 'na', 'br', 'f', 'i', 'sn', 'pb', 'te', 'ca')"),
+    # a second secretary: a duplicated member takes another real zip code (member.zip never repeats)
+    (STUDENT_CLUB, "SELECT first_name, last_name, email FROM member WHERE position = 'Secretary'",
+     "SELECT first_name, last_name, email FROM member WHERE position = 'Secretary' LIMIT 1"),
+    # LIKE '%c%' also takes 'cl', 'ca', 'cu': the vocabulary's values holding the literal come first
+    (TOXICOLOGY, "SELECT COUNT(*) FROM atom WHERE molecule_id = 'TR004' AND element = 'c'",
+     "SELECT COUNT(*) FROM atom WHERE molecule_id = 'TR004' AND element LIKE '%c%'"),
 ]
 
 
@@ -193,12 +201,14 @@ def test_a_broken_rule_is_a_problem(checker):
 
 @pytest.mark.parametrize("path, gold, pred", RIGHT)
 def test_right_answers_leaning_on_them_are_not_refuted(checker, path, gold, pred):
+    assert t2sql.Database(path).grade(pred, gold).outcome == "match"
     report = checker.check_sync(path, pred, gold, CONFIG)
     assert not report.refuted, report.witness and report.witness.to_text()
 
 
 @pytest.mark.parametrize("path, gold, pred", LUCKY)
 def test_lucky_answers_are_still_refuted(checker, path, gold, pred):
+    assert t2sql.Database(path).grade(pred, gold).outcome == "match"  # a match on the real data
     report = checker.check_sync(path, pred, gold, CONFIG)
     assert report.refuted
 
