@@ -17,7 +17,7 @@ from t2sql.bench.equivalence_pairs import (
     never_null,
     where_conjuncts,
 )
-from t2sql.serving import querytext
+from t2sql.serving import querytext, realism
 from t2sql.serving.invariants import Invariants, quote
 from t2sql.serving.smalldb import letter_cases
 
@@ -70,6 +70,10 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
                           or _not_null_in_where(_enclosing_select(gold, m.start()), inv, found[0].name, found[1].name)):
                 return "equivalent"
         return "different"
+    if kind in ("like_for_eq", "literal_case", "like_substring"):
+        closed = _closed_vocabulary_label(kind, gold, pred, st, inv)
+        if closed is not None:
+            return closed
     if kind in ("like_for_eq", "literal_case"):
         # The same whenever no value can differ from the literal in case alone: a literal without letters,
         # or an identifier that only ever uses the literal's case.
@@ -131,6 +135,32 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
     if kind == "left_join":
         return _left_join_label(gold, pred, st, inv)
     return "different"
+
+def _closed_vocabulary_label(kind: str, gold: str, pred: str, st: Any, inv: Invariants) -> str | None:
+    """On a column with a closed vocabulary (t2sql.serving.realism) the edit is the same on every database of
+    this kind exactly when it picks the same values of the vocabulary as the gold's `=`; None when the
+    column is open (or not found)."""
+    pattern = (rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'" if kind == "literal_case"
+               else rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'")
+    m = re.search(pattern, pred, re.I)
+    found = column_of(st, inv, *colref(m)) if m else None
+    closed = realism.vocabulary(inv, found[0].name, found[1].name) if found else None
+    if closed is None:
+        return None
+    text = m.group(3).replace("''", "'")
+    if kind == "literal_case":
+        gm = re.search(rf"{re.escape(m.group(1) or '')}{re.escape(m.group(2))}\s*=\s*'((?:[^']|'')*)'", gold, re.I)
+        if gm is None:
+            return None
+        literal = gm.group(1).replace("''", "'")
+        picked = {v for v in closed if v.lower() == text}
+    else:
+        literal = text.strip("%") if kind == "like_substring" else text
+        like = re.compile("".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in text),
+                          re.I | re.A | re.S)
+        picked = {v for v in closed if like.fullmatch(v)}
+    return "equivalent" if picked == {v for v in closed if v == literal} else "different"
+
 
 def _derived_column(sql: str, inv: Invariants, qualifier: str | None, column: str):
     """(table, Column) that `qualifier.column` names when `qualifier` is a derived table `(SELECT ...) AS

@@ -40,7 +40,7 @@ from typing import Any
 from t2sql.serving.checkbounds import approx_bytes
 from t2sql.serving.gold_memory import Lru
 
-INVARIANTS_VERSION = 4
+INVARIANTS_VERSION = 5
 
 MEMO_BYTES = 16 * 1024 * 1024  # what one database's memo holds (Invariants.memo), about
 
@@ -89,6 +89,14 @@ def storage_class(value: Any) -> str:
     if isinstance(value, str):
         return "text"
     return "blob"
+
+def sqlite_key(key: tuple) -> tuple:
+    """A key as SQLite compares it: 1 and 1.0 are one value (an integral float becomes the int)."""
+    for v in key:
+        if type(v) is float:
+            return tuple(int(x) if type(x) is float and x.is_integer() else x for x in key)
+    return key
+
 
 @dataclass(frozen=True)
 class Column:
@@ -173,6 +181,60 @@ class Relation:
     right: str
 
 @dataclass(frozen=True)
+class Symmetry:
+    """table holds every row both ways: for each row (left = a, right = b, the rest) a row (left = b,
+    right = a, the same rest) exists (a relation stored in both directions). t2sql.serving.realism."""
+
+    table: str
+    left: str
+    right: str
+    # The rest names one pair: rows that agree on every other column hold the same two values (a bond's
+    # id names its two atoms, one row each way).
+    keyed: bool = False
+
+
+@dataclass(frozen=True)
+class UniqueSet:
+    """table's `columns` never repeat together (in rows where none is NULL), though none of them is
+    unique alone and the data would show repeats by chance. t2sql.serving.realism."""
+
+    table: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """table.column's TEXT values are a closed set, letter case included: `values`, nothing else.
+    t2sql.serving.realism."""
+
+    table: str
+    column: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PathCopy:
+    """In every row of `first.child` (= `second.child`), the row `first` names holds in `first_column`
+    what the row `second` names holds in `second_column` (an atom's molecule is its bond's molecule,
+    through the row that joins them). t2sql.serving.realism."""
+
+    first: Reference
+    first_column: str
+    second: Reference
+    second_column: str
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """table.column's text always starts with table.source_column's (an atom id 'TR009_12' starts with
+    its molecule's id 'TR009'). t2sql.serving.realism."""
+
+    table: str
+    column: str
+    source_column: str
+
+
+@dataclass(frozen=True)
 class Invariants:
     path: str
     schema: tuple[str, ...]  # CREATE TABLE / INDEX / VIEW statements, in creation order
@@ -185,6 +247,12 @@ class Invariants:
     mine_s: float = 0.0
     # (kind, name, why), kind "table" or "reference": parts of the schema kept out of every small database
     left_out: tuple[tuple[str, str, str], ...] = ()
+    # Realism rules mined from the data (t2sql.serving.realism says why each holds and how it is kept).
+    symmetries: tuple[Symmetry, ...] = ()
+    unique_sets: tuple[UniqueSet, ...] = ()
+    vocabularies: tuple[Vocabulary, ...] = ()
+    path_copies: tuple[PathCopy, ...] = ()
+    prefixes: tuple[Prefix, ...] = ()
 
     @functools.cached_property
     def memo(self) -> Lru[Any]:
@@ -307,6 +375,20 @@ class Invariants:
             lines.append(f"copy: {cp.table}.{cp.column} = {cp.source}.{cp.source_column} ({where})")
         for rel in self.relations:
             lines.append(f"relation: {rel.table}.{rel.total} = {rel.left} + {rel.right}")
+        for sym in self.symmetries:
+            keyed = "; the other columns name one pair" if sym.keyed else ""
+            lines.append(f"symmetric: {sym.table}({sym.left}, {sym.right}) holds every row both ways{keyed}")
+        for us in self.unique_sets:
+            lines.append(f"unique together (mined): {us.table}({', '.join(us.columns)})")
+        for v in self.vocabularies:
+            shown = ", ".join(repr(x) for x in v.values[:8]) + (", ..." if len(v.values) > 8 else "")
+            lines.append(f"closed vocabulary: {v.table}.{v.column} in {{{shown}}} ({len(v.values)} values, "
+                         "letter case kept)")
+        for pc in self.path_copies:
+            lines.append(f"path copy: {pc.first.parent}.{pc.first_column} via {pc.first.name} = "
+                         f"{pc.second.parent}.{pc.second_column} via {pc.second.name}")
+        for px in self.prefixes:
+            lines.append(f"prefix: {px.table}.{px.column} starts with {px.source_column}")
         for a in self.assumed:
             lines.append(f"assumed (not checked in time): {a}")
         for kind, name, why in self.left_out:
@@ -414,6 +496,27 @@ def _from_dict(data: dict[str, Any]) -> Invariants:
         t = by_name.get(table.lower())
         if t is None or any(t.position(c) is None for c in cols):
             raise TypeError(f"an invariant names {table}.{cols} the invariants lack")
+    symmetries = tuple(Symmetry(_text(x["table"]), _text(x["left"]), _text(x["right"]), _flag(x["keyed"]))
+                       for x in _items(data["symmetries"]))
+    unique_sets = tuple(UniqueSet(_text(x["table"]), _texts(x["columns"])) for x in _items(data["unique_sets"]))
+    vocabularies = tuple(Vocabulary(_text(x["table"]), _text(x["column"]), _texts(x["values"]))
+                         for x in _items(data["vocabularies"]))
+    path_copies = tuple(PathCopy(_reference(x["first"]), _text(x["first_column"]), _reference(x["second"]),
+                                 _text(x["second_column"])) for x in _items(data["path_copies"]))
+    prefixes = tuple(Prefix(_text(x["table"]), _text(x["column"]), _text(x["source_column"]))
+                     for x in _items(data["prefixes"]))
+    if any(pc.first is None or pc.second is None or pc.first not in references or pc.second not in references
+           for pc in path_copies):
+        raise TypeError("a path copy names a reference the invariants lack")
+    for table, cols in ([(x.table, (x.left, x.right)) for x in symmetries]
+                        + [(x.first.parent, (x.first_column,)) for x in path_copies]
+                        + [(x.second.parent, (x.second_column,)) for x in path_copies]
+                        + [(x.table, (x.column, x.source_column)) for x in prefixes]
+                        + [(x.table, x.columns) for x in unique_sets]
+                        + [(x.table, (x.column,)) for x in vocabularies]):
+        t = by_name.get(table.lower())
+        if t is None or not cols or any(t.position(c) is None for c in cols):
+            raise TypeError(f"an invariant names {table}.{cols} the invariants lack")
     left_out = data.get("left_out", [])
     if not isinstance(left_out, list):
         raise TypeError("expected a list of left-out parts")
@@ -424,6 +527,8 @@ def _from_dict(data: dict[str, Any]) -> Invariants:
         path=_text(data["path"]), schema=_texts(data["schema"]), tables=tables, references=references,
         copies=copies, relations=relations, unsupported=_text(data["unsupported"]), assumed=_texts(data["assumed"]),
         mine_s=float(mine_s), left_out=tuple(_left_out(x) for x in left_out),
+        symmetries=symmetries, unique_sets=unique_sets, vocabularies=vocabularies, path_copies=path_copies,
+        prefixes=prefixes,
     )
 
 

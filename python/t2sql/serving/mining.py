@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import t2sql
-from t2sql.serving import checkbounds
+from t2sql.serving import checkbounds, realism
 from t2sql.serving.checkbounds import BudgetSpent
 from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.diskcache import DiskCache, database_key
@@ -352,10 +352,11 @@ def mine(path: str, *, budget_s: float = DEFAULT_MINE_BUDGET_S, progress: Progre
         references = _references(m, tables)
         copies = _copies(m, tables, references)
         relations = _relations(m, tables)
+        realistic = realism.mine(m.reader.rows, tables, references)
     unsupported = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
                       unsupported, tuple(dict.fromkeys(m.assumed)), round(progress.spent_s, 3),
-                      tuple(dict.fromkeys(m.left_out)))
+                      tuple(dict.fromkeys(m.left_out)), **realistic)
 
 
 class InvariantStore:

@@ -26,7 +26,7 @@ import threading
 from typing import Any, Iterable
 
 import t2sql
-from t2sql.serving import checkbounds
+from t2sql.serving import checkbounds, realism
 from t2sql.serving.checkbounds import approx_bytes
 from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariants import Invariants, Reference, Table, quote
@@ -128,6 +128,13 @@ class RealRows:
         got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE {q} IS NOT NULL LIMIT {VALUES_PER_COLUMN}")
         return [r[0] for r in got]
 
+    def values_with_prefix(self, table: str, column: str, prefix: str) -> list[Any]:
+        """Up to VALUES_PER_COLUMN distinct real values of a text column that start with `prefix` and are longer."""
+        q = quote(column)
+        got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE substr({q}, 1, length(?1)) = ?1 "
+                        f"AND length({q}) > length(?1) LIMIT {VALUES_PER_COLUMN}", (prefix,))
+        return [r[0] for r in got]
+
     def random_rows(self, table: str, k: int, rng: random.Random) -> list[Row]:
         t = self.inv.table(table)
         if t is None or t.rows == 0 or k <= 0:
@@ -197,7 +204,7 @@ def _close(db: SmallDb, real: RealRows, max_rows: int) -> SmallDb | None:
     inv = db.inv
     doomed: set[tuple[str, Row]] = set()  # rows whose parent the real file lacks: never added again
     for _ in range(CLOSE_ROUNDS):
-        changed = False
+        changed = realism.add_mirrors(inv, db.rows)  # a symmetric table's rows come both ways
         for ref in inv.references:
             child, parent = inv.table(ref.child), inv.table(ref.parent)
             ci = [column_index(child, c) for c in ref.child_columns]
@@ -249,12 +256,17 @@ def _close(db: SmallDb, real: RealRows, max_rows: int) -> SmallDb | None:
             return db
     return None
 
-def fresh_value(db: SmallDb, table: str, column: str, real: RealRows, rng: random.Random) -> Any:
-    """A real value of the column that no row of `db` holds there (None when there is none)."""
+def fresh_value(db: SmallDb, table: str, column: str, real: RealRows, rng: random.Random,
+                prefix: str | None = None) -> Any:
+    """A real value of the column that no row of `db` holds there (None when there is none); with `prefix`,
+    one that starts with it (t2sql.serving.realism's prefixes)."""
     t = db.inv.table(table)
     i = column_index(t, column)
     used = {sqlite_key((r[i],)) for r in db.rows.get(t.name, [])}
-    pool = [v for v in real.values(t.name, column) if sqlite_key((v,)) not in used]
+    values = real.values(t.name, column) if prefix is None else real.values_with_prefix(t.name, column, prefix)
+    pool = [v for v in values if sqlite_key((v,)) not in used]
+    if prefix is not None:
+        return pool[rng.randrange(len(pool))] if pool else None
     if pool:
         return pool[rng.randrange(len(pool))]
     col = t.column(column)
@@ -274,8 +286,19 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
     for name, value in (changes or {}).items():
         new[column_index(t, name)] = value
         new = list(repair_relations(inv, table, tuple(new), name))
+    for c, ref in realism.pair_names(inv, t):
+        if changes and c in changes:
+            continue
+        parent = inv.table(ref.parent)
+        ci, pi = column_index(t, c), column_index(parent, ref.parent_columns[0])
+        named = next((p for p in db.rows.get(parent.name, []) if same_value(p[pi], row[ci])), None)
+        copied = duplicate(db, parent.name, named, real, rng) if named is not None else None
+        if copied is None:
+            return None
+        new[ci] = copied[pi]
+    keys = (*t.keys, *realism.unique_sets(inv, t.name))  # column sets that never repeat, declared or mined
     fresh_cols: list[str] = []
-    for key in t.keys:
+    for key in keys:
         fresh_cols += [c for c in key if c not in fresh_cols]
     fresh_cols += [c.name for c in t.columns if c.unique and c.name not in fresh_cols]
     if not fresh_cols and t.rowid:
@@ -283,7 +306,7 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
         return tuple(new)
     ref_cols = {c: ref for ref in inv.references if ref.child == t.name and len(ref.child_columns) == 1
                 for c in ref.child_columns}
-    for key in t.keys:
+    for key in keys:
         # A composite key made of references (a link table): point one part at another parent that is in
         # `db`, such that the key is new.
         if all(c in ref_cols for c in key) and not any(c in (changes or {}) for c in key):
@@ -309,9 +332,9 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
                 return None
             fresh_cols = [c for c in fresh_cols if c not in key]
     for c in fresh_cols:
-        if c in ref_cols or (changes and c in changes):
-            continue
-        value = fresh_value(db, table, c, real, rng)
+        if (c in ref_cols and not t.column(c).unique) or (changes and c in changes):
+            continue  # a unique reference (one member a zip code) takes another real value: close fetches its row
+        value = fresh_value(db, table, c, real, rng, realism.prefix_of(inv, t, c, tuple(new)))
         if value is None:
             return None
         new[column_index(t, c)] = value

@@ -16,8 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from t2sql._grader import Database
-from t2sql.serving import checkbounds
-from t2sql.serving.invariants import TEXT_CACHED, Invariants, Table, quote, storage_class, text_format
+from t2sql.serving import checkbounds, realism
+from t2sql.serving.invariants import (
+    TEXT_CACHED,
+    Invariants,
+    Table,
+    quote,
+    sqlite_key,
+    storage_class,
+    text_format,
+)
 
 Row = tuple  # one row's values in its table's column order
 
@@ -75,7 +83,7 @@ class SmallDb:
         for rel in self.inv.relations:
             mine = rows.get(rel.table, empty)
             out += self._remembered(("relation", rel, mine), lambda: _relation_problems(tables, rel, mine))
-        return out
+        return out + realism.problems(self.inv, rows, self._remembered)
 
     def _remembered(self, key: tuple, compute: Any) -> list[str]:
         found = self.inv.memo.get(key)
@@ -195,14 +203,6 @@ def column_index(table: Table, column: str) -> int:
     if i is None:
         raise KeyError(f"{table.name} has no column {column}")
     return i
-
-
-def sqlite_key(key: tuple) -> tuple:
-    """A key as SQLite compares it: 1 and 1.0 are one value (an integral float becomes the int)."""
-    for v in key:
-        if type(v) is float:
-            return tuple(int(x) if type(x) is float and x.is_integer() else x for x in key)
-    return key
 
 
 def _same(a: Any, b: Any) -> bool:

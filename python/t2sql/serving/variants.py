@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
+from t2sql.serving import realism
 from t2sql.serving.invariants import Table, storage_class, text_format
 from t2sql.serving.querytext import Comparison
 from t2sql.serving.sampling import RealRows
@@ -53,17 +54,28 @@ def literal_variants(c: Comparison, table: Table, real: RealRows) -> list[Varian
         out.append(Variant(None, "NULL"))
     for v in real.values(table.name, c.column)[:3]:
         out.append(Variant(v, "another real value"))
+    closed = realism.vocabulary(real.inv, c.table, c.column)
+    if closed is not None:
+        # A closed column holds nothing but its values: those the query does not name are what it meets.
+        named = {lit for lit in c.literals if isinstance(lit, str)}
+        plain = [lit.replace("%", "").replace("_", "").lower() for lit in named]
+        # Those holding a literal in any case first ('West Virginia' beside 'Virginia', 'cl' beside 'c'): what
+        # a LIKE or a lower() would mistake for it. Right after the first literal: a long IN list's own
+        # literals would crowd them out.
+        others = sorted(closed - named, key=lambda v: (not any(p and p in v.lower() for p in plain), v))
+        out[1:1] = [Variant(v, "another value of its vocabulary") for v in others[:4]]
     seen, unique = set(), []
     for v in out:
         k = (type(v.value).__name__, v.value)
-        if k not in seen and fits(col, v.value, c.column in real.inv.identifiers(c.table)):
+        if k not in seen and fits(col, v.value, c.column in real.inv.identifiers(c.table), closed):
             seen.add(k)
             unique.append(v)
     return unique
 
-def fits(col: Any, value: Any, identifier: bool = False) -> bool:
+def fits(col: Any, value: Any, identifier: bool = False, vocabulary: frozenset[str] | None = None) -> bool:
     """Whether the column could hold `value` as far as its own facts go (type, format, NULL, an
-    identifier's letter case); the rest (keys, references, copies) is checked on the whole database."""
+    identifier's letter case, a closed vocabulary's values); the rest (keys, references, copies) is
+    checked on the whole database."""
     if col is None or not col.mined:
         return False
     if value is None:
@@ -73,6 +85,8 @@ def fits(col: Any, value: Any, identifier: bool = False) -> bool:
         return False
     if kind != "text":
         return True
+    if vocabulary is not None and value not in vocabulary:
+        return False
     return text_format(value) in col.formats and (not identifier or letter_cases(value) <= set(col.cases))
 
 def _number(text: str) -> int | float | None:

@@ -1,0 +1,375 @@
+"""Realism rules a table's data keeps beyond its columns and references, mined from the data
+(t2sql.serving.invariants lists the others) and kept by every small database:
+
+- `symmetries`: a relation stored in both directions (a bond from atom a to atom b is also a row from b
+  to a): two columns that reference the same parent key, where every row's mirror (the two swapped,
+  the rest the same) is a row too, and (`keyed`, where the data shows it) the rest names one pair.
+  Without it a small database holds a bond one way only, and a query that reads one side differs
+  from one that reads the other on data no real database holds. `close` adds each row's mirror
+  (t2sql.serving.sampling), so a variant that adds, changes or renumbers a row does it to its mirror.
+- `unique_sets`: two columns that never repeat together (a budget row per event and category), though
+  neither is unique alone and, were they unrelated, the data would show repeats (at least
+  MIN_EXPECTED_REPEATS expected): a duplicate under fresh keys gives such a set fresh values too.
+- `vocabularies`: a low-cardinality text column (at most VOCABULARY_MAX values, at least
+  VOCABULARY_ROWS_PER_VALUE rows per value: a code, a category, a status) keeps its set of values and
+  their letter case: a small database never holds a value the real one lacks ('Cl' in a column of
+  'cl'). A column with a row per value (a lookup table's names) stays open: new values may come.
+- `path_copies`: two parents of one row agree on a column (an atom's molecule is the molecule of the
+  bond that joins it: connected -> atom and connected -> bond), like a copy along one reference.
+- `prefixes`: a text column always starts with another of its row (an atom id 'TR009_12' with its
+  molecule id 'TR009'): a duplicate under fresh keys takes a real id under its own row's prefix.
+
+An invariant mining cannot check in time is not kept (each only narrows what a small database may hold).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from t2sql.serving.invariants import (
+    TEXT_CACHED,
+    Invariants,
+    PathCopy,
+    Prefix,
+    Reference,
+    Symmetry,
+    Table,
+    UniqueSet,
+    Vocabulary,
+    quote,
+    sqlite_key,
+)
+
+MIN_MIRRORED = 3  # rows (left <> right) a table must hold to be called symmetric: fewer is luck
+
+MAX_PATH_PAIRS = 64  # column pairs per pair of references (or per table, for prefixes) tried
+
+MAX_SYMMETRY_PAIRS = 8  # column pairs per table tried for a symmetry
+
+MIN_ROWS = 20  # rows a table must hold before its columns are tried for unique sets or vocabularies
+
+MIN_EXPECTED_REPEATS = 10.0  # repeats two unrelated columns would show by chance before "never" counts (about
+# 100 pairs tried in a database: at 10, P(none by luck) = e^-10 each, a false rule in about 1 of 200 databases)
+
+MAX_UNIQUE_PAIRS = 24  # column pairs per table tried for a unique set
+
+VOCABULARY_MAX = 64  # distinct values a closed vocabulary holds, at most
+
+VOCABULARY_ROWS_PER_VALUE = 5  # rows per distinct value, at least (fewer: an open column, names)
+
+MAX_STAT_COLUMNS = 64  # columns per table whose repeats are counted (one statement each)
+
+Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows, None when not known in time
+
+
+def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference]) -> dict[str, tuple]:
+    """The symmetries, unique sets, closed vocabularies, path copies and prefixes of a database's tables
+    (see the module doc), by Invariants' field names."""
+    references = list(references)
+    symmetries: list[Symmetry] = []
+    unique_sets: list[UniqueSet] = []
+    vocabularies: list[Vocabulary] = []
+    for t in tables.values():
+        symmetries += _symmetries(rows, t, references)
+        if t.rows < MIN_ROWS:
+            continue
+        stats = _column_stats(rows, t)
+        unique_sets += _unique_sets(rows, t, stats)
+        vocabularies += _vocabularies(rows, t, stats, references)
+    return dict(symmetries=tuple(symmetries), unique_sets=tuple(unique_sets), vocabularies=tuple(vocabularies),
+                path_copies=tuple(_path_copies(rows, tables, references)), prefixes=tuple(_prefixes(rows, tables)))
+
+
+def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Reference]) -> list[PathCopy]:
+    out: list[PathCopy] = []
+    for i, r1 in enumerate(references):
+        for r2 in references[i + 1:]:
+            if r2.child != r1.child or r1.parent == r1.child or r2.parent == r2.child:
+                continue
+            p1, p2 = tables[r1.parent], tables[r2.parent]
+            # Columns other than the joins' own keys, of one storage class, and not a unique one (two
+            # unique columns agree only when the two references name one row).
+            pairs = [(x.name, y.name) for x in p1.columns if x.name not in r1.parent_columns and not x.unique
+                     and x.types for y in p2.columns if y.name not in r2.parent_columns and not y.unique
+                     and set(y.types) == set(x.types)][:MAX_PATH_PAIRS]
+            if not pairs:
+                continue
+            on1 = " AND ".join(f"c.{quote(a)} = p.{quote(b)}" for a, b in zip(r1.child_columns, r1.parent_columns))
+            on2 = " AND ".join(f"c.{quote(a)} = q.{quote(b)}" for a, b in zip(r2.child_columns, r2.parent_columns))
+            sums = ", ".join(f"sum(p.{quote(x)} IS NOT q.{quote(y)})" for x, y in pairs)
+            got = rows(f"SELECT count(*), {sums} FROM {quote(r1.child)} AS c JOIN {quote(r1.parent)} AS p ON {on1} "
+                       f"JOIN {quote(r2.parent)} AS q ON {on2}")
+            if not got or (got[0][0] or 0) < MIN_ROWS:
+                continue
+            out += [PathCopy(r1, x, r2, y) for (x, y), diff in zip(pairs, got[0][1:]) if diff == 0]
+    return out
+
+
+def _prefixes(rows: Rows, tables: dict[str, Table]) -> list[Prefix]:
+    out: list[Prefix] = []
+    for t in tables.values():
+        texts = [c.name for c in t.columns if c.mined and c.types == ("text",) and not c.nulls]
+        pairs = [(x, y) for x in texts for y in texts if x != y][:MAX_PATH_PAIRS]
+        if not pairs or t.rows < MIN_ROWS:
+            continue
+        # Always a proper prefix, and the source not one value throughout (a constant starts nothing).
+        terms = ", ".join(f"sum(substr({quote(x)}, 1, length({quote(y)})) IS NOT {quote(y)} "
+                          f"OR length({quote(x)}) <= length({quote(y)})), count(DISTINCT {quote(y)})" for x, y in pairs)
+        got = rows(f"SELECT {terms} FROM {quote(t.name)}")
+        if got:
+            out += [Prefix(t.name, x, y) for k, (x, y) in enumerate(pairs)
+                    if got[0][2 * k] == 0 and (got[0][2 * k + 1] or 0) >= MIN_MIRRORED]
+    return out
+
+
+def _symmetries(rows: Rows, t: Table, references: list[Reference]) -> list[Symmetry]:
+    # Candidates: two columns of one table that reference the same parent key.
+    targets: dict[tuple, list[str]] = {}
+    for r in references:
+        if r.child == t.name and len(r.child_columns) == 1:
+            targets.setdefault((r.parent, r.parent_columns), []).append(r.child_columns[0])
+    for cols in targets.values():
+        cols.sort(key=lambda c: t.position(c) or 0)
+    pairs = [(a, b) for cols in targets.values() for i, a in enumerate(cols) for b in cols[i + 1:]]
+    out = []
+    for a, b in pairs[:MAX_SYMMETRY_PAIRS]:
+        rest = [c.name for c in t.columns if c.name not in (a, b)]
+        mirror = ", ".join(quote(c) for c in [b, a, *rest])
+        own = ", ".join(quote(c) for c in [a, b, *rest])
+        got = rows(f"SELECT count(*), sum({quote(a)} IS NOT {quote(b)}), "
+                   f"sum(({mirror}) IN (SELECT {own} FROM {quote(t.name)})) FROM {quote(t.name)}")
+        if not (got and got[0][0] and got[0][2] == got[0][0] and (got[0][1] or 0) >= MIN_MIRRORED):
+            continue
+        keyed = False
+        if rest:
+            names = ", ".join(quote(c) for c in rest)
+            pair = f"min({quote(a)}, {quote(b)}), max({quote(a)}, {quote(b)})"
+            named = rows(f"SELECT (SELECT count(*) FROM (SELECT DISTINCT {names} FROM {quote(t.name)})) = "
+                         f"(SELECT count(*) FROM (SELECT DISTINCT {names}, {pair} FROM {quote(t.name)}))")
+            keyed = bool(named and named[0][0])
+        out.append(Symmetry(t.name, a, b, keyed))
+    return out
+
+
+def _column_stats(rows: Rows, t: Table) -> dict[str, tuple[int, int, int]]:
+    """column -> (distinct non-NULL values, non-NULL values, pairs of rows that share a value) for the
+    mined columns, letter case counting (BINARY collation); a column whose statement did not finish in
+    time is left out."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for c in t.columns[:MAX_STAT_COLUMNS]:
+        if not (c.mined and c.types) or c.unique:
+            continue
+        q = quote(c.name)
+        got = rows(f"SELECT count(*), sum(k), sum(k * (k - 1) / 2) FROM (SELECT count(*) AS k FROM {quote(t.name)} "
+                   f"WHERE {q} IS NOT NULL GROUP BY {q} COLLATE BINARY)")
+        if got and got[0][0]:
+            out[c.name] = (got[0][0], got[0][1], got[0][2])
+    return out
+
+
+def _unique_sets(rows: Rows, t: Table, stats: dict[str, tuple[int, int, int]]) -> list[UniqueSet]:
+    cols = [c.name for c in t.columns if c.name in stats and stats[c.name][0] >= 2]
+    all_pairs = t.rows * (t.rows - 1) / 2
+    scored = []
+    for i, a in enumerate(cols):
+        for b in cols[i + 1:]:
+            if any({k.lower() for k in key} <= {a.lower(), b.lower()} for key in t.keys):
+                continue  # a declared key (or the whole row) says it already
+            # Pairs of rows equal in both columns were the two unrelated: those equal in one, times the
+            # chance that two rows are equal in the other.
+            expected = stats[a][2] * stats[b][2] / all_pairs
+            if expected >= MIN_EXPECTED_REPEATS:
+                scored.append((-expected, a, b))
+    out = []
+    for _, a, b in sorted(scored)[:MAX_UNIQUE_PAIRS]:
+        qa, qb, qt = quote(a), quote(b), quote(t.name)
+        both = f"{qa} IS NOT NULL AND {qb} IS NOT NULL"
+        got = rows(f"SELECT (SELECT count(*) FROM {qt} WHERE {both}) - "
+                   f"(SELECT count(*) FROM (SELECT DISTINCT {qa}, {qb} FROM {qt} WHERE {both}))")
+        if got and got[0][0] == 0:
+            out.append(UniqueSet(t.name, (a, b)))
+    return out
+
+
+def _vocabularies(rows: Rows, t: Table, stats: dict[str, tuple[int, int, int]],
+                  references: list[Reference]) -> list[Vocabulary]:
+    linked = {c for r in references if r.child == t.name for c in r.child_columns}
+    linked |= {c for r in references if r.parent == t.name for c in r.parent_columns}
+    out = []
+    for c in t.columns:
+        if (c.name not in stats or c.pk or c.unique or c.name in linked or "text" not in c.types
+                or any(c.name in key for key in t.keys)):
+            continue  # identifiers take their values from the rows they name, not from a vocabulary
+        n_distinct, n, _ = stats[c.name]
+        if not 0 < n_distinct <= VOCABULARY_MAX or n < VOCABULARY_ROWS_PER_VALUE * n_distinct:
+            continue
+        q = quote(c.name)
+        got = rows(f"SELECT DISTINCT {q} COLLATE BINARY FROM {quote(t.name)} WHERE typeof({q}) = 'text' "
+                   f"ORDER BY 1 LIMIT {VOCABULARY_MAX + 1}")
+        if got is None or len(got) > VOCABULARY_MAX or any(len(v) > TEXT_CACHED for v, in got):
+            continue
+        out.append(Vocabulary(t.name, c.name, tuple(v for v, in got)))
+    return out
+
+
+# ------------------------------------------------------------------------------ checks on a small database
+
+
+def problems(inv: Invariants, rows: dict[str, tuple], remembered: Callable[[tuple, Any], list[str]]) -> list[str]:
+    """Every way a small database's rows (table -> rows) break a realism rule; `remembered(key, compute)`
+    keeps each check by the rows it reads (SmallDb's memo)."""
+    out: list[str] = []
+    empty: tuple = ()
+    for sym in inv.symmetries:
+        mine = rows.get(sym.table, empty)
+        out += remembered(("symmetry", sym, mine), lambda: _symmetry_problems(inv, sym, mine))
+    for us in inv.unique_sets:
+        mine = rows.get(us.table, empty)
+        out += remembered(("unique set", us, mine), lambda: _unique_set_problems(inv, us, mine))
+    for v in inv.vocabularies:
+        mine = rows.get(v.table, empty)
+        out += remembered(("vocabulary", v, mine), lambda: _vocabulary_problems(inv, v, mine))
+    for pc in inv.path_copies:
+        mine, one, two = (rows.get(x, empty) for x in (pc.first.child, pc.first.parent, pc.second.parent))
+        out += remembered(("path copy", pc, mine, one, two), lambda: _path_copy_problems(inv, pc, mine, one, two))
+    for px in inv.prefixes:
+        mine = rows.get(px.table, empty)
+        out += remembered(("prefix", px, mine), lambda: _prefix_problems(inv, px, mine))
+    return out
+
+
+def _path_copy_problems(inv: Invariants, pc: PathCopy, rows: tuple, first: tuple, second: tuple) -> list[str]:
+    child = inv.table(pc.first.child)
+
+    def values(ref: Reference, parents: tuple, column: str) -> dict[tuple, Any]:
+        p = inv.table(ref.parent)
+        keys, at = [p.position(c) for c in ref.parent_columns], p.position(column)
+        return {sqlite_key(tuple(r[i] for i in keys)): r[at] for r in parents}
+
+    one, two = values(pc.first, first, pc.first_column), values(pc.second, second, pc.second_column)
+    k1 = [child.position(c) for c in pc.first.child_columns]
+    k2 = [child.position(c) for c in pc.second.child_columns]
+    for r in rows:
+        a, b = sqlite_key(tuple(r[i] for i in k1)), sqlite_key(tuple(r[i] for i in k2))
+        if a in one and b in two and sqlite_key((one[a],)) != sqlite_key((two[b],)):
+            return [f"{pc.first.child} row {r!r}: {pc.first.parent}.{pc.first_column} no longer equals "
+                    f"{pc.second.parent}.{pc.second_column}"]
+    return []
+
+
+def _prefix_problems(inv: Invariants, px: Prefix, rows: tuple) -> list[str]:
+    t = inv.table(px.table)
+    x, y = t.position(px.column), t.position(px.source_column)
+    for r in rows:
+        if not (type(r[x]) is str and type(r[y]) is str and len(r[x]) > len(r[y]) and r[x].startswith(r[y])):
+            return [f"{px.table}.{px.column} {r[x]!r} does not start with {px.source_column} {r[y]!r}"]
+    return []
+
+
+def mirror(t: Table, sym: Symmetry, row: tuple) -> tuple:
+    """`row` the other way round."""
+    a, b = t.position(sym.left), t.position(sym.right)
+    out = list(row)
+    out[a], out[b] = row[b], row[a]
+    return tuple(out)
+
+
+def _symmetry_problems(inv: Invariants, sym: Symmetry, rows: tuple) -> list[str]:
+    t = inv.table(sym.table)
+    have = {sqlite_key(r) for r in rows}
+    lonely = next((r for r in rows if sqlite_key(mirror(t, sym, r)) not in have), None)
+    if lonely is not None:
+        return [f"{sym.table}: row {lonely!r} lacks its mirror ({sym.left} and {sym.right} swapped)"]
+    if sym.keyed:
+        a, b = t.position(sym.left), t.position(sym.right)
+        rest = [i for i in range(len(t.columns)) if i not in (a, b)]
+        pairs: dict[tuple, frozenset] = {}
+        for r in rows:
+            pair = frozenset(sqlite_key((r[a], r[b])))
+            if pairs.setdefault(sqlite_key(tuple(r[i] for i in rest)), pair) != pair:
+                return [f"{sym.table}: {r!r} names a second pair for the same other columns"]
+    return []
+
+
+def _unique_set_problems(inv: Invariants, us: UniqueSet, rows: tuple) -> list[str]:
+    t = inv.table(us.table)
+    idx = [t.position(c) for c in us.columns]
+    seen = set()
+    for r in rows:
+        k = sqlite_key(tuple(r[i] for i in idx))
+        if None in k:
+            continue
+        if k in seen:
+            return [f"{us.table}: ({', '.join(us.columns)}) {k!r} repeats"]
+        seen.add(k)
+    return []
+
+
+def _vocabulary_problems(inv: Invariants, v: Vocabulary, rows: tuple) -> list[str]:
+    i = inv.table(v.table).position(v.column)
+    allowed = vocabulary(inv, v.table, v.column)
+    bad = next((r[i] for r in rows if type(r[i]) is str and r[i] not in allowed), None)
+    return [] if bad is None else [f"{v.table}.{v.column}: {bad!r} is not one of its values"]
+
+
+# ------------------------------------------------------------------------------ what builders ask
+
+
+def vocabulary(inv: Invariants, table: str, column: str) -> frozenset[str] | None:
+    """The closed set of a column's text values, or None when the column is open."""
+    return _vocabularies_of(inv).get((table.lower(), column.lower()))
+
+
+def _vocabularies_of(inv: Invariants) -> dict[tuple[str, str], frozenset[str]]:
+    found = inv.memo.get(("vocabularies",))
+    if found is None:
+        found = {(v.table.lower(), v.column.lower()): frozenset(v.values) for v in inv.vocabularies}
+        inv.memo.put(("vocabularies",), found)
+    return found
+
+
+def unique_sets(inv: Invariants, table: str) -> tuple[tuple[str, ...], ...]:
+    """The column sets of `table` that never repeat together (beside its keys)."""
+    return tuple(us.columns for us in inv.unique_sets if us.table.lower() == table.lower())
+
+
+def prefix_of(inv: Invariants, t: Table, column: str, row: tuple) -> str | None:
+    """The text `row`'s value in `column` must start with (a prefix rule's source value), or None."""
+    for px in inv.prefixes:
+        if px.table == t.name and px.column == column:
+            value = row[t.position(px.source_column)]
+            if type(value) is str:
+                return value
+    return None
+
+
+def pair_names(inv: Invariants, t: Table) -> list[tuple[str, Reference]]:
+    """The columns (with their reference) that name a pair of a keyed symmetric table `t`: a copy of a row
+    (a new pair) needs a copy of the parent they name (a new bond for the new pair of atoms)."""
+    out = []
+    for sym in inv.symmetries:
+        if sym.table != t.name or not sym.keyed:
+            continue
+        for r in inv.references:
+            if (r.child == t.name and len(r.child_columns) == 1
+                    and r.child_columns[0] not in (sym.left, sym.right)):
+                out.append((r.child_columns[0], r))
+    return out
+
+
+def add_mirrors(inv: Invariants, tables: dict[str, list[tuple]]) -> bool:
+    """Every row of a symmetric table given its mirror (appended); True when one was missing."""
+    changed = False
+    for sym in inv.symmetries:
+        t = inv.table(sym.table)
+        rows = tables.get(sym.table)
+        if t is None or not rows:
+            continue
+        have = {sqlite_key(r) for r in rows}
+        for r in list(rows):
+            m = mirror(t, sym, r)
+            if sqlite_key(m) not in have:
+                rows.append(m)
+                have.add(sqlite_key(m))
+                changed = True
+    return changed
