@@ -99,10 +99,12 @@ async def _check_trajectory(trajectory: Trajectory, preset: Preset) -> Equivalen
     spec = trajectory.grade_spec if trajectory.grade_spec is not None else preset.grade_spec(task)
     config = EquivalenceConfig.from_preset(preset, spec)
     if trajectory.grader is not None:
-        return await trajectory.grader.equivalence(task.db_path, trajectory.solution, task.gold_sql, config)
+        return await trajectory.grader.equivalence(task.db_path, trajectory.solution, task.gold_sql, config,
+                                                   task.evidence)
     cancel = t2sql.Cancel()
     check = asyncio.ensure_future(asyncio.to_thread(
-        default_checker().check_sync, task.db_path, trajectory.solution, task.gold_sql, config, cancel=cancel))
+        default_checker().check_sync, task.db_path, trajectory.solution, task.gold_sql, config, cancel=cancel,
+        evidence=task.evidence))
     try:
         return await asyncio.shield(check)
     except asyncio.CancelledError:
