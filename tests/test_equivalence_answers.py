@@ -39,7 +39,8 @@ def checker(tmp_path_factory):
 
 
 def test_a_key_the_evidence_states_is_kept_and_one_it_does_not_is_renumbered(checker):
-    lucky = checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG, evidence="blue eyes refers to colour = 'Blue'")
+    lucky = checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG,
+                               evidence="blue eyes refers to colour = 'Blue'")
     assert lucky.refuted  # the id was looked up in today's data
     stated = checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG,
                                 evidence="blue eyes refers to colour.id = eye_colour_id = 7")

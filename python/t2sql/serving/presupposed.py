@@ -32,7 +32,7 @@ from t2sql.serving.smalldb import SmallDb, column_index, remember, sqlite_key
 
 LOOKUP_MAX_ROWS = 64  # a referenced table of at most this many rows, with a unique name column, is a vocabulary
 
-NAMED_MAX_ROWS = 3  # a text literal that names at most this many real rows names entities the question presupposes
+NAMED_MAX_ROWS = 1  # a text literal (or several, together) that names one real row names an entity the question presupposes
 
 
 @dataclass(frozen=True)
@@ -125,22 +125,28 @@ def named(real: Any, inv: Invariants, sqls: list[str]) -> tuple[Entity, ...]:
             continue
         values: dict[str, dict[str, set]] = {}
         for c in querytext.comparisons(st, inv):
-            if c.op not in ("=", "IN"):
+            # `LIKE 'Emil Blonsky'` without a wildcard names its value too.
+            plain = c.op.upper() == "LIKE" and all(isinstance(v, str) and not set(v) & {"%", "_"} for v in c.literals)
+            if c.op not in ("=", "IN") and not plain:
                 continue
             table, column = _entity_column(inv, c.table, c.column)
             if table not in fixed:  # a lookup table's rows are all there already
                 values.setdefault(table, {}).setdefault(column, set()).update(c.literals)
         for table, columns in values.items():
-            # A column compared with several values (IN, OR) names no one entity.
-            conds = tuple(sorted((col, next(iter(lits))) for col, lits in columns.items()
-                                 if len(lits) == 1 and isinstance(next(iter(lits)), str)))
-            if not conds or (table, conds) in out:
-                continue
-            where = " AND ".join(f"{quote(col)} = ?" for col, _ in conds)
-            got = real.rows(f"SELECT count(*) FROM {quote(table)} WHERE {where}", tuple(v for _, v in conds))
-            n = got[0][0] if got and isinstance(got[0][0], int) else 0
-            if 1 <= n <= NAMED_MAX_ROWS:
-                out[(table, conds)] = n
+            # The columns compared with one value each name one entity together; a column compared with
+            # several (IN, OR, two subqueries) names one entity by each.
+            together = tuple(sorted((col, next(iter(lits))) for col, lits in columns.items()
+                                    if len(lits) == 1 and isinstance(next(iter(lits)), str)))
+            each = [((col, lit),) for col, lits in sorted(columns.items()) if len(lits) > 1
+                    for lit in sorted(v for v in lits if isinstance(v, str))]
+            for conds in ([together] if together else []) + each:
+                if (table, conds) in out:
+                    continue
+                where = " AND ".join(f"{quote(col)} = ?" for col, _ in conds)
+                got = real.rows(f"SELECT count(*) FROM {quote(table)} WHERE {where}", tuple(v for _, v in conds))
+                n = got[0][0] if got and isinstance(got[0][0], int) else 0
+                if 1 <= n <= NAMED_MAX_ROWS:
+                    out[(table, conds)] = n
     return tuple((t, conds, n) for (t, conds), n in out.items())
 
 
@@ -235,7 +241,7 @@ class Presupposition:
     def fit(self, db: SmallDb, real: Any) -> SmallDb | None:
         """`db` with what the question presupposes (its named entities added where absent, its lookup
         tables completed, stated keys back on their rows), or None when it cannot hold it."""
-        from t2sql.serving.sampling import add_rows, close, duplicate, stable_rng  # (it imports smalldb)
+        from t2sql.serving.sampling import add_rows, close, duplicate, fresh_value, stable_rng  # (imports smalldb)
 
         out = db.copy()
         out.presupposition = None
@@ -254,8 +260,15 @@ class Presupposition:
                 changed = next((r for r in rows if t.keys and _same_key(t, r, row)), None)
                 if changed is not None:
                     rows[rows.index(changed)] = row
-                    duplicate(out, t.name, changed, real, rng,
-                              {c: changed[column_index(t, c)] for c, _ in conds})
+                    # A reference column that never repeats names another real parent (closed below).
+                    changes = {c: changed[column_index(t, c)] for c, _ in conds}
+                    for ref in self.inv.references:
+                        if ref.child == t.name and len(ref.child_columns) == 1:
+                            c = t.column(ref.child_columns[0])
+                            if c is not None and c.unique and c.name not in changes:
+                                changes[c.name] = fresh_value(out, t.name, c.name, real, rng)
+                    if None not in changes.values():
+                        duplicate(out, t.name, changed, real, rng, changes)
                 else:
                     add_rows(out, table, [row])
             closed = close(out, real, max_rows=max(out.size, 1) * 4 + 64)
