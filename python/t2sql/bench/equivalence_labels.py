@@ -19,7 +19,7 @@ from t2sql.bench.equivalence_pairs import (
 )
 from t2sql.serving import querytext
 from t2sql.serving.invariants import Invariants, quote
-from t2sql.serving.presupposed import lookups
+from t2sql.serving.presupposed import lookups, named
 from t2sql.serving.smalldb import letter_cases
 
 
@@ -30,8 +30,11 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
     if st is None:
         return "different"
     masked, _ = masked_sql(gold)
-    if kind in ("like_for_eq", "literal_case", "like_substring") and _same_rows_of_a_vocabulary(gold, pred, st, inv,
-                                                                                                 lookup):
+    if kind in ("like_for_eq", "literal_case", "like_substring") and (
+            _same_rows_of_a_vocabulary(gold, pred, st, inv, lookup) or _entity_pinned_by_another(gold, pred, st, inv,
+                                                                                                  lookup)):
+        return "equivalent"
+    if kind in ("add_limit", "add_distinct") and _one_entity_row(gold, st, inv, lookup):
         return "equivalent"
     if kind == "add_distinct":
         return "equivalent" if _distinct_is_redundant(gold, inv) else "different"
@@ -393,3 +396,54 @@ def _same_rows_of_a_vocabulary(gold: str, pred: str, st: querytext.Statement, in
     picked = lookup(f"SELECT {k} FROM {t} WHERE {test.format(c=c)}", (m.group(3).replace("''", "'"),))
     wanted = lookup(f"SELECT {k} FROM {t} WHERE {c} = ?", (gm.group(1).replace("''", "'"),))
     return bool(wanted) and sorted(map(repr, picked)) == sorted(map(repr, wanted))
+
+
+class _Real:
+    """`lookup` as t2sql.serving.presupposed reads the real database."""
+
+    def __init__(self, lookup: Any):
+        self.rows = lookup
+
+
+def _entities(gold: str, inv: Invariants, lookup: Any) -> list[tuple]:
+    return list(named(_Real(lookup), inv, [gold])) if lookup is not None else []
+
+
+def _one_entity_row(gold: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
+    """The gold reads one table, and its WHERE pins every value an entity it names is held by: it returns
+    that entity's one row at most on every database that holds the entity once (t2sql.serving.presupposed)."""
+    if len(st.parts) != 1 or st.parts[0].group is not None:
+        return False
+    part = st.parts[0]
+    items = querytext.from_items(st, part, inv)
+    from_text = masked_sql(gold)[0][part.from_clause[0]:part.from_clause[1]] if part.from_clause else ""
+    if len(items) != 1 or re.search(r"(?<!\w)JOIN(?!\w)|,", from_text, re.I):
+        return False
+    pinned = _pinned_columns(gold, part, st, inv, items[0])
+    return any(table == items[0].table and n == 1 and all(c.lower() in pinned for c, _ in conds)
+               for table, conds, n in _entities(gold, inv, lookup))
+
+
+def _entity_pinned_by_another(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
+    """The edited condition's column is one of an entity's values, and another of them is a column that
+    never repeats, compared with `=` in the prediction as in the gold: the one row holding that value is the
+    entity, whose edited value is the gold's literal (t2sql.serving.presupposed), so both pick it alone."""
+    m = (re.search(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", pred, re.I)
+         or re.search(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", pred, re.I))
+    if m is None or m.group(0) in gold:
+        return False
+    found = column_of(st, inv, *colref(m))
+    if found is None:
+        return False
+    table, edited = found[0], found[1].name
+    for name, conds, n in _entities(gold, inv, lookup):
+        columns = [c for c, _ in conds]
+        if name != table.name or n != 1 or edited not in columns:
+            continue
+        for other, value in conds:
+            col = table.column(other)
+            literal = "'" + value.replace("'", "''") + "'"
+            if (other != edited and col is not None and col.unique
+                    and re.search(rf"{re.escape(other)}\s*=\s*{re.escape(literal)}", pred, re.I)):
+                return True
+    return False

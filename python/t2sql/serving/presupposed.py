@@ -32,7 +32,9 @@ from t2sql.serving.smalldb import SmallDb, column_index, remember, sqlite_key
 
 LOOKUP_MAX_ROWS = 64  # a referenced table of at most this many rows, with a unique name column, is a vocabulary
 
-NAMED_MAX_ROWS = 1  # a text literal (or several, together) that names one real row names an entity the question presupposes
+NAME_SHARE = 0.5  # a column whose distinct values are at least this share of its values names rows
+
+NAMED_MAX_ROWS = 1  # a literal (or several, together) naming this many real rows names an entity
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ Entity = tuple  # (table, ((column, text literal), ...), real count): the rows h
 def named(real: Any, inv: Invariants, sqls: list[str]) -> tuple[Entity, ...]:
     """The entities each query names: per table, the text literals it compares one column each with `=`
     (a reference column's literal: in the parent it names), taken together (`first_name = 'Angela' AND
-    last_name = 'Sanders'` is one person), when 1 to NAMED_MAX_ROWS real rows hold them all."""
+    last_name = 'Sanders'` is one person), when one of those columns names rows (`_names_rows`) and
+    NAMED_MAX_ROWS real rows hold them all."""
     fixed = {lk.table for lk in lookups(inv)}
     out: dict[tuple, int] = {}
     for sql in sqls:
@@ -140,7 +143,7 @@ def named(real: Any, inv: Invariants, sqls: list[str]) -> tuple[Entity, ...]:
             each = [((col, lit),) for col, lits in sorted(columns.items()) if len(lits) > 1
                     for lit in sorted(v for v in lits if isinstance(v, str))]
             for conds in ([together] if together else []) + each:
-                if (table, conds) in out:
+                if (table, conds) in out or not any(_names_rows(real, table, col) for col, _ in conds):
                     continue
                 where = " AND ".join(f"{quote(col)} = ?" for col, _ in conds)
                 got = real.rows(f"SELECT count(*) FROM {quote(table)} WHERE {where}", tuple(v for _, v in conds))
@@ -148,6 +151,13 @@ def named(real: Any, inv: Invariants, sqls: list[str]) -> tuple[Entity, ...]:
                 if 1 <= n <= NAMED_MAX_ROWS:
                     out[(table, conds)] = n
     return tuple((t, conds, n) for (t, conds), n in out.items())
+
+
+def _names_rows(real: Any, table: str, column: str) -> bool:
+    """Whether the column names rows (most of its values name one row: a name, an id), not kinds of them
+    (an element, a position, a department)."""
+    got = real.rows(f"SELECT count(DISTINCT {quote(column)}), count({quote(column)}) FROM {quote(table)}")
+    return bool(got) and got[0][1] > 0 and got[0][0] >= NAME_SHARE * got[0][1]
 
 
 def _same_key(t: Any, a: tuple, b: tuple) -> bool:
