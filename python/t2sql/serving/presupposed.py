@@ -34,6 +34,8 @@ LOOKUP_MAX_ROWS = 64  # a referenced table of at most this many rows, with a uni
 
 NAME_SHARE = 0.5  # a column whose distinct values are at least this share of its values names rows
 
+ENTITY_CHILDREN = 8  # an entity added back comes with up to this many rows of each table it must have
+
 NAMED_MAX_ROWS = 1  # a literal (or several, together) naming this many real rows names an entity
 
 
@@ -281,6 +283,12 @@ class Presupposition:
                         duplicate(out, t.name, changed, real, rng, changes)
                 else:
                     add_rows(out, table, [row])
+                    # As it is: with its real rows of every table each of its kind must have (a bond's
+                    # both connections), a few at most, not just the one closing would bring.
+                    for ref in self.inv.references:
+                        if ref.parent == t.name and ref.total:
+                            key = tuple(row[column_index(t, c)] for c in ref.parent_columns)
+                            add_rows(out, ref.child, real.children(ref, key, limit=ENTITY_CHILDREN))
             closed = close(out, real, max_rows=max(out.size, 1) * 4 + 64)
             if closed is None:
                 return None
