@@ -118,3 +118,43 @@ def test_measure_answers_reports_both_errors_per_label_kind_and_reason(tmp_path)
     assert text.returncode == 1 and "right answers refuted: 0/2" in text.stdout and "bad line 6" in text.stdout
     both = subprocess.run(base + ["--data", str(BIRD / "dev.json")], capture_output=True, text=True, timeout=60)
     assert both.returncode == 2
+
+
+def _blue_task(evidence: str):
+    from t2sql.tasks import Task
+
+    return Task(question_id="blue", db_id="superhero", db_path=SUPERHERO, question="How many heroes have blue eyes?",
+                evidence=evidence, gold_sql=BLUE_BY_NAME)
+
+
+def test_the_episode_passes_its_tasks_evidence_to_the_check():
+    import asyncio
+
+    from t2sql.episode import equivalence as eq
+    from t2sql.episode.reward import Trajectory
+    from t2sql.serving.grader import Grader
+
+    def trajectory(evidence: str, grader=None) -> Trajectory:
+        return Trajectory(outcome="correct", evidence="", visible=("x",), prose=("x",), answer_turn=0,
+                          invalid_tool_calls=0, solution=BLUE_BY_ID, task=_blue_task(evidence), grader=grader)
+
+    recipe = get_preset("qwen3.6-35b-a3b")
+    named = asyncio.run(eq.check_trajectory(trajectory("blue eyes refers to colour = 'Blue'"), recipe))
+    stated = asyncio.run(eq.check_trajectory(trajectory("blue eyes refers to eye_colour_id = 7"), recipe))
+    assert named.refuted and stated.checked and not stated.refuted
+
+    async def on_a_grader():
+        with Grader(concurrency=1) as grader:
+            return await eq.check_trajectory(trajectory("blue eyes refers to eye_colour_id = 7", grader), recipe)
+
+    assert not asyncio.run(on_a_grader()).refuted
+
+
+def test_invariants_lists_the_fixed_lookup_tables():
+    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--invariants", "--db", SUPERHERO],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "fixed lookup table: colour (all 35 rows" in proc.stdout
+    assert "fixed lookup table: superhero" not in proc.stdout
+    as_json = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--invariants", "--db", SUPERHERO,
+                              "--json"], capture_output=True, text=True, timeout=120)
+    assert {"table": "gender", "key": "id", "name": "gender"} in json.loads(as_json.stdout)["lookups"]
