@@ -28,6 +28,7 @@ from typing import Any
 
 from t2sql.serving import checkbounds, querytext
 from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.sampling import add_rows, close, duplicate, fresh_value, stable_rng
 from t2sql.serving.smalldb import SmallDb, column_index, remember, sqlite_key
 
 LOOKUP_MAX_ROWS = 64  # a referenced table of at most this many rows, with a unique name column, is a vocabulary
@@ -253,8 +254,6 @@ class Presupposition:
     def fit(self, db: SmallDb, real: Any) -> SmallDb | None:
         """`db` with what the question presupposes (its named entities added where absent, its lookup
         tables completed, stated keys back on their rows), or None when it cannot hold it."""
-        from t2sql.serving.sampling import add_rows, close, duplicate, fresh_value, stable_rng  # (imports smalldb)
-
         out = db.copy()
         out.presupposition = None
         absent = []
