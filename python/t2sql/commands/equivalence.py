@@ -8,12 +8,18 @@
 - `--invariants --db FILE`: what every small database of this database's kind keeps.
 - `--measure --data dev.json --db-root DIR`: both errors of the check, per kind
   (t2sql.bench.equivalence).
+- `--measure --answers FILE --db-root DIR`: both errors on labelled real answers, per label, lucky_kind
+  and reason (t2sql.bench.equivalence_answers). Exit status as `--pairs`: 1 when some lines are not
+  labelled answers.
+
+A --pairs line (and a labelled answer) may carry the task's `evidence`: the check keeps what it states.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import sys
 import time
@@ -24,6 +30,7 @@ from typing import Any
 from t2sql.arguments import workers_arg
 from t2sql.atomic import OutputFile, first_line
 from t2sql.bench.equivalence import format_measurement, measure
+from t2sql.bench.equivalence_answers import format_answers, measure_answers
 from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EquivalenceError, OutputPathError, PresetError, T2sqlError, UnknownDatabase
@@ -33,6 +40,8 @@ from t2sql.jsonl import JsonProblem, dumps, load_file, loads_or_none
 from t2sql.progress import Progress
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.serving.mining import InvariantStore
+from t2sql.serving.presupposed import describe as describe_lookups
+from t2sql.serving.presupposed import lookups
 from t2sql.serving.refutation import with_method
 from t2sql.tasks import database_path, find_database
 
@@ -53,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="JSONL output, one line per non-blank --pairs line, in order")
     parser.add_argument("--force", action="store_true", help="replace an --out file this command did not write")
     parser.add_argument("--data", help="BIRD questions (dev.json: question_id, db_id, SQL), with --measure")
+    parser.add_argument("--answers", metavar="FILE",
+                        help="labelled real answers (JSONL: id, db_id, gold, pred, label[, evidence, systems, "
+                             "reason, lucky_kind]), with --measure")
     parser.add_argument("--preset", default=None, help="t2sql preset: suite size, seed, timeouts, method")
     parser.add_argument("--suite-size", type=int, default=None, help="override the preset's equivalence_suite_size")
     parser.add_argument("--seed", type=int, default=None, help="override the preset's equivalence_seed")
@@ -115,9 +127,9 @@ def _invariants(args: argparse.Namespace) -> int:
     except T2sqlError as e:
         return _fail(str(e))
     if args.json:
-        print(json.dumps(inv.to_dict(), indent=1))
+        print(json.dumps({**inv.to_dict(), "lookups": [dataclasses.asdict(lk) for lk in lookups(inv)]}, indent=1))
     else:
-        print("\n".join(inv.describe()))
+        print("\n".join(inv.describe() + describe_lookups(inv)))
     return EXIT_OK
 
 
@@ -157,7 +169,9 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
         except (PresetError, EquivalenceError, ValueError) as e:
             return {"line": lineno, "id": row.get("id"), "refuted": None, "witness": "", "skipped": "bad_input",
                     "detail": str(e), "elapsed_s": 0.0}
-        report = checker.check_sync(db_path, row["pred"], row["gold"], config)  # a report whatever the pair
+        evidence = row.get("evidence") if isinstance(row.get("evidence"), str) else ""
+        # a report whatever the pair
+        report = checker.check_sync(db_path, row["pred"], row["gold"], config, evidence=evidence)
         return {"line": lineno, "id": row.get("id"), "refuted": report.refuted,
                 "witness": report.witness.to_text() if report.witness else "",
                 "skipped": report.skipped_reason or "", "detail": report.detail,
@@ -214,8 +228,10 @@ def _write(record: dict[str, Any], sink: Any, counts: dict[str, int], bar: Progr
 
 
 def _measure(args: argparse.Namespace, config: EquivalenceConfig) -> int:
+    if args.answers:
+        return _measure_answers(args, config)
     if not args.data or not args.db_root:
-        return _fail("--measure needs --data FILE and --db-root DIR")
+        return _fail("--measure needs --data FILE (or --answers FILE) and --db-root DIR")
     try:
         data = load_file(args.data, max_bytes=MAX_QUESTIONS_BYTES, what="question file")
     except (OSError, JsonProblem) as e:
@@ -243,3 +259,32 @@ def _measure(args: argparse.Namespace, config: EquivalenceConfig) -> int:
     result = measure(rows, args.db_root, config, concurrency=args.concurrency)
     print(json.dumps(result, indent=1) if args.json else format_measurement(result))
     return EXIT_OK
+
+
+def _measure_answers(args: argparse.Namespace, default: EquivalenceConfig) -> int:
+    if args.data:
+        return _fail("--measure takes --data or --answers, not both")
+    if not args.db_root:
+        return _fail("--measure --answers needs --db-root DIR")
+    answers, root = Path(args.answers), Path(args.db_root)
+    if not answers.is_file():
+        return _fail(f"no such answers file: {answers}" if not answers.exists()
+                     else f"--answers {answers} is not a file")
+    if not root.is_dir():
+        return _fail(f"--db-root {root} is not a directory (expected DIR/<db_id>/<db_id>.sqlite)")
+
+    def config_for(method: str | None) -> EquivalenceConfig:
+        try:
+            return _config(args, method) if method else default
+        except (PresetError, EquivalenceError) as e:
+            raise ValueError(str(e)) from None
+
+    try:
+        with open(answers, "rb") as f:
+            result = measure_answers(f, str(root), config_for, concurrency=args.concurrency)
+    except KeyboardInterrupt as stop:
+        return _fail(f"{interrupt_word(stop)}; nothing measured")
+    except (OSError, T2sqlError) as e:
+        return _fail(f"stopped ({e}); nothing measured")
+    print(json.dumps(result, indent=1) if args.json else format_answers(result))
+    return EXIT_SOME if result["bad_lines"] else EXIT_OK

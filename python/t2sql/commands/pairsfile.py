@@ -1,5 +1,5 @@
 """A pairs file, as `t2sql grade --pairs` and `t2sql equivalence --pairs` read it: JSONL, one
-{"id", "db_id", "pred", "gold"[, "grading_method"]} per line, read by t2sql.jsonl (each line's length,
+{"id", "db_id", "pred", "gold"[, "grading_method", "evidence"]} per line, read by t2sql.jsonl (each line's length,
 depth, numbers and text bounded), each line that is not a pair one problem of its own."""
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ def read_pairs(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
             yield lineno, None, "not a JSON object"
             continue
         missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
-        # Only grading_method may be null (the --method task default); null SQL is no SQL.
-        bad = [k for k in ("db_id", "pred", "gold", "grading_method")
-               if k in row and not isinstance(row[k], str) and not (k == "grading_method" and row[k] is None)]
+        # Only grading_method (the --method task default) and evidence (none) may be null; null SQL is no SQL.
+        nullable = ("grading_method", "evidence")
+        bad = [k for k in ("db_id", "pred", "gold", *nullable)
+               if k in row and not isinstance(row[k], str) and not (k in nullable and row[k] is None)]
         if missing or bad:
             yield lineno, row, (f"missing {missing}" if missing else f"not strings: {bad}")
             continue

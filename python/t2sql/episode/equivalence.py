@@ -41,8 +41,11 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
   out, an unreadable file, every small database refused by a constraint, a result that changes from
   run to run, the budget spent, no informative database, the check's own failure); docs/episode.md
   states each.
-- Deterministic: the same (database file, prediction, gold, preset) gives the same verdict and
-  witness.
+- What a question presupposes is kept too (t2sql.serving.presupposed; the task's evidence is passed
+  with the pair): fixed lookup tables whole, with the keys the evidence states; the entities the
+  gold names, once; an aggregate's one row never NULL where the real one is not.
+- Deterministic: the same (database file, prediction, gold, evidence, preset) gives the same verdict
+  and witness.
 - Bounded: every query the check runs (on the small databases, on the real file, mining's) goes
   through the core's guard, under its timeout cut at one deadline for the whole check
   (`equivalence_budget_s`), the episode's Cancel and the temporary-disk cap; each query on a small
@@ -99,10 +102,12 @@ async def _check_trajectory(trajectory: Trajectory, preset: Preset) -> Equivalen
     spec = trajectory.grade_spec if trajectory.grade_spec is not None else preset.grade_spec(task)
     config = EquivalenceConfig.from_preset(preset, spec)
     if trajectory.grader is not None:
-        return await trajectory.grader.equivalence(task.db_path, trajectory.solution, task.gold_sql, config)
+        return await trajectory.grader.equivalence(task.db_path, trajectory.solution, task.gold_sql, config,
+                                                   evidence=task.evidence)
     cancel = t2sql.Cancel()
     check = asyncio.ensure_future(asyncio.to_thread(
-        default_checker().check_sync, task.db_path, trajectory.solution, task.gold_sql, config, cancel=cancel))
+        default_checker().check_sync, task.db_path, trajectory.solution, task.gold_sql, config, cancel=cancel,
+        evidence=task.evidence))
     try:
         return await asyncio.shield(check)
     except asyncio.CancelledError:

@@ -50,6 +50,7 @@ from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.mining import InvariantStore
 from t2sql.serving.nondeterminism import nondeterministic
+from t2sql.serving.presupposed import Presupposition, degenerate, one_row_answer, presupposition
 from t2sql.serving.refutation import NONDETERMINISTIC, Prepared, Trial, refutes, shrink
 from t2sql.serving.sampling import RealRows
 from t2sql.serving.smalldb import SmallDb
@@ -172,11 +173,14 @@ class GoldCase:
     """What every prediction of one gold is tried on: the gold's targeted databases and the suite, built
     in the core with the gold's digest on each (`refused`: those the schema's constraints refused)."""
 
-    def __init__(self, prepared: list[Prepared], covered: Covered, refused: int = 0):
+    def __init__(self, prepared: list[Prepared], covered: Covered, refused: int = 0,
+                 presupposed: Presupposition | None = None, one_row: bool = False):
         self.prepared = prepared
         self.covered = covered
         self.refused = refused
         self.keys = {p.db.key() for p in prepared}
+        self.presupposed = presupposed  # what the gold and the evidence presuppose (t2sql.serving.presupposed)
+        self.one_row = one_row  # the gold's real result is one row without NULL
 
     def nbytes(self) -> int:
         return rows_bytes([p.db for p in self.prepared]) + PREPARED_BYTES * len(self.prepared)
@@ -290,27 +294,34 @@ class EquivalenceChecker:
         return got
 
     def gold_case(self, db_path: str, inv: Invariants, real: RealRows, gold_sql: str,
-                  config: EquivalenceConfig) -> GoldCase:
-        """The gold's targeted databases and the suite, prepared once per (database, gold, grading spec)."""
+                  config: EquivalenceConfig, evidence: str = "") -> GoldCase:
+        """The gold's targeted databases and the suite, each fitted to what the gold and the task's
+        evidence presuppose (t2sql.serving.presupposed), prepared once per (database, gold, grading
+        spec, evidence)."""
         spec = config.spec
         key = (database_key(db_path), gold_sql, spec.method, spec.float_digits, spec.column_order,
-               config.suite_size, config.seed)
+               config.suite_size, config.seed, evidence)
         case = self._golds.get(key)
         if case is not None:
             return case
         dbs, covered = self.targeted(db_path, inv, real, gold_sql, config.seed)
         dbs = dbs + self.suite(db_path, inv, real, config)
-        built = list(_prepared(realistic(dbs), gold_sql, spec))
-        case = GoldCase([p for p in built if p is not None], covered, sum(p is None for p in built))
+        presupposed = presupposition(real, inv, [gold_sql], evidence)
+        fitted = realistic([f for f in (presupposed.fit(db, real) for db in realistic(dbs)) if f is not None])
+        built = list(_prepared(fitted, gold_sql, spec))
+        case = GoldCase([p for p in built if p is not None], covered, sum(p is None for p in built),
+                        presupposed, one_row_answer(real, gold_sql))
         self._golds.put(key, case)
         return case
 
     def check_sync(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig,
-                   *, cancel: Any = None) -> EquivalenceReport:
+                   *, cancel: Any = None, evidence: str = "") -> EquivalenceReport:
         """The check, in the calling thread, under one deadline (`config.budget_s` from now, everything
         included: mining, small databases built, queries run); `cancel` (a t2sql.Cancel) stops it at
-        once (QueryCancelled). Whatever the queries, the database or the caches hold, it returns a
-        report: refuted with a witness, or not refuted (checked, or skipped for one of SKIP_REASONS)."""
+        once (QueryCancelled). `evidence` is the task's: the facts it states hold on every small
+        database (t2sql.serving.presupposed). Whatever the queries, the database or the caches hold, it
+        returns a report: refuted with a witness, or not refuted (checked, or skipped for one of
+        SKIP_REASONS)."""
         started = time.perf_counter()
 
         def done(**kw: Any) -> EquivalenceReport:
@@ -322,7 +333,8 @@ class EquivalenceChecker:
         budget = CheckBudget.starting_now(config.budget_s, cancel, config.spec.max_temp_mb)
         with budget.active():
             try:
-                return self._check(db_path, pred_sql, gold_sql, config, done)
+                return self._check(db_path, pred_sql, gold_sql, config, done,
+                                   evidence if isinstance(evidence, str) else "")
             except BudgetSpent:  # (a QueryCancelled of the check's own: first)
                 return done(skipped_reason="budget",
                             detail=f"the check's budget of {config.budget_s:g}s ran out before a small database told")
@@ -334,7 +346,7 @@ class EquivalenceChecker:
                 return done(skipped_reason="check_error", detail=detail)
 
     def _check(self, db_path: str, pred_sql: str, gold_sql: str, config: EquivalenceConfig,
-               done: Any) -> EquivalenceReport:
+               done: Any, evidence: str = "") -> EquivalenceReport:
         for name, sql in (("prediction", pred_sql), ("gold", gold_sql)):
             if not isinstance(sql, str):
                 return done(skipped_reason="unsupported_query", detail=f"the {name} is not text")
@@ -365,9 +377,12 @@ class EquivalenceChecker:
                     return done(skipped_reason="unsupported_schema",
                                 detail=f"the {name} may read a table the small databases leave out: {parts}")
             real = self.real_rows(db_path, inv)
-            case = self.gold_case(db_path, inv, real, gold_sql, config)
-            own = [db for db in self.targeted(db_path, inv, real, pred_sql, config.seed, case.covered)[0]
-                   if db.key() not in case.keys]
+            case = self.gold_case(db_path, inv, real, gold_sql, config, evidence)
+            # The question's entities are the gold's: a prediction that names fewer (a dropped condition)
+            # is told apart where more rows hold its values.
+            own = [db for db in (case.presupposed.fit(raw, real) for raw in
+                                 self.targeted(db_path, inv, real, pred_sql, config.seed, case.covered)[0])
+                   if db is not None and db.key() not in case.keys]
         except t2sql.QueryCancelled:
             raise
         except t2sql.T2sqlError as e:
@@ -385,6 +400,8 @@ class EquivalenceChecker:
                 tried += 1
                 trial = Trial(prepared, pred_sql, gold_sql)
                 verdict, detail = refutes(trial)
+                if verdict == "refutes" and case.one_row and degenerate(prepared.core, gold_sql, config.spec.timeout_s):
+                    verdict, detail = "uncertain", "the gold's one-row answer is empty or NULL here"
                 if verdict == "agrees":
                     informative += 1
                 elif detail == NONDETERMINISTIC:
@@ -393,7 +410,13 @@ class EquivalenceChecker:
                 elif verdict == "uncertain":
                     uncertain.append(detail)
                 else:
-                    smallest, detail = shrink(trial, config.spec, detail)
+                    smallest, shrunk = shrink(trial, config.spec, detail)
+                    if smallest is not trial and case.one_row and degenerate(smallest.prepared.core, gold_sql,
+                                                                             config.spec.timeout_s):
+                        smallest.prepared.close()  # shrunk past an answer: the witness is the database unshrunk
+                        smallest = trial
+                    else:
+                        detail = shrunk
                     gold_text, pred_text = smallest.results_text()
                     witness = Witness(smallest.db.to_sql(), smallest.db.size, smallest.db.note, gold_text, pred_text,
                                       detail)

@@ -248,14 +248,15 @@ class Grader:
         return await self._gold(db_path, identity, gold_sql, self._grade_spec if spec is None else spec)
 
     async def equivalence(self, db_path: str, pred_sql: str, gold_sql: str,
-                          config: EquivalenceConfig) -> EquivalenceReport:
+                          config: EquivalenceConfig, evidence: str = "") -> EquivalenceReport:
         """The equivalence check of a correct prediction (t2sql.serving.equivalence), as one job on
         one SQL worker: its queries on the small databases count against the one concurrency
-        limit. Cancelling the awaiting task interrupts the running query."""
+        limit (`evidence`: the task's, whose stated facts the check keeps). Cancelling the awaiting
+        task interrupts the running query."""
         identity = await self._enter(db_path)
         self._count("equivalence_checks")
         return await self._submit(EquivalenceJob(db_path, identity.stat, pred_sql, gold_sql, config,
-                                                 job_id=next_job_id()))
+                                                 job_id=next_job_id(), evidence=evidence))
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

@@ -76,6 +76,7 @@ class EquivalenceJob(NamedTuple):
     gold_sql: str
     config: EquivalenceConfig
     job_id: int = 0
+    evidence: str = ""  # the task's evidence: what it states the check keeps (t2sql.serving.presupposed)
 
 
 Job = Union[ToolJob, DigestJob, GradeJob, EquivalenceJob]
@@ -131,7 +132,8 @@ def connection(db_path: str, identity: tuple[int, int]) -> Database:
 def run_job(job: Job, cancel: Cancel | None):
     """Run one job on this thread's connection. Raises the core's exceptions unchanged."""
     if type(job) is EquivalenceJob:  # on small databases of its own, not on the real file's connection
-        return default_checker().check_sync(job.db_path, job.pred_sql, job.gold_sql, job.config, cancel=cancel)
+        return default_checker().check_sync(job.db_path, job.pred_sql, job.gold_sql, job.config, cancel=cancel,
+                                            evidence=job.evidence)
     db = connection(job.db_path, job.identity)
     if type(job) is ToolJob:
         return db.run_tool(job.sql, job.limits, cancel=cancel)

@@ -10,6 +10,7 @@ other database (the model's SQL meets the same policy there).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -40,9 +41,13 @@ class SmallDb:
     inv: Invariants
     rows: dict[str, list[Row]] = field(default_factory=dict)  # table name -> rows, in insertion order
     note: str = ""  # how it was made, for the witness
+    # What the check's question presupposes (t2sql.serving.presupposed.Presupposition), checked with the
+    # invariants; None: the invariants alone.
+    presupposition: Any = None
 
     def copy(self, note: str | None = None) -> SmallDb:
-        return SmallDb(self.inv, {t: list(r) for t, r in self.rows.items()}, self.note if note is None else note)
+        return SmallDb(self.inv, {t: list(r) for t, r in self.rows.items()}, self.note if note is None else note,
+                       self.presupposition)
 
     def table_rows(self, table: str) -> list[Row]:
         return self.rows.setdefault(table, [])
@@ -72,7 +77,11 @@ class SmallDb:
                 continue
             out += self._remembered(("table", name, table_rows),
                                     lambda: _table_problems(t, table_rows, self.inv.identifiers(name)))
+        fixed = self.presupposition.fixed_tables if self.presupposition is not None else frozenset()
         for ref in self.inv.references:
+            if ref.total and ref.parent in fixed:
+                # A vocabulary is whole whether or not each of its rows is in use here.
+                ref = dataclasses.replace(ref, total=False)
             child, parent = rows.get(ref.child, empty), rows.get(ref.parent, empty)
             out += self._remembered(("reference", ref, child, parent),
                                     lambda: _reference_problems(tables, ref, child, parent))
@@ -83,7 +92,10 @@ class SmallDb:
         for rel in self.inv.relations:
             mine = rows.get(rel.table, empty)
             out += self._remembered(("relation", rel, mine), lambda: _relation_problems(tables, rel, mine))
-        return out + realism.problems(self.inv, rows, self._remembered)
+        out += realism.problems(self.inv, rows, self._remembered)
+        if self.presupposition is not None:
+            out += self.presupposition.problems(self)
+        return out
 
     def _remembered(self, key: tuple, compute: Any) -> list[str]:
         found = self.inv.memo.get(key)

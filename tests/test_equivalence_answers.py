@@ -1,0 +1,160 @@
+"""The equivalence check on labelled answers (`t2sql equivalence --measure --answers`) and what a question
+presupposes (t2sql.serving.presupposed): fixed lookup tables, evidence-stated keys, named entities."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import bird_root
+from t2sql.episode.presets import get_preset
+from t2sql.serving import presupposed
+from t2sql.serving.checkbounds import CheckBudget
+from t2sql.serving.diskcache import DiskCache
+from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.serving.smalldb import column_index
+from t2sql.serving.targeted import targeted
+
+BIRD = bird_root()
+SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
+CONFIG = EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))
+
+BLUE_BY_NAME = ("SELECT COUNT(T1.id) FROM superhero AS T1 INNER JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
+                "WHERE T2.colour = 'Blue'")
+BLUE_BY_ID = "SELECT COUNT(*) FROM superhero WHERE eye_colour_id = 7"
+POWERS_JOIN = ("SELECT T3.power_name FROM superhero AS T1 INNER JOIN hero_power AS T2 ON T1.id = T2.hero_id "
+               "INNER JOIN superpower AS T3 ON T2.power_id = T3.id WHERE T1.superhero_name = '3-D Man'")
+POWERS_SCALAR = ("SELECT power_name FROM superpower WHERE id IN (SELECT power_id FROM hero_power WHERE hero_id = "
+                 "(SELECT id FROM superhero WHERE superhero_name = '3-D Man'))")
+
+
+@pytest.fixture(scope="module")
+def checker(tmp_path_factory):
+    c = EquivalenceChecker(disk=DiskCache(tmp_path_factory.mktemp("answers-cache")))
+    yield c
+    c.close()
+
+
+def test_a_key_the_evidence_states_is_kept_and_one_it_does_not_is_renumbered(checker):
+    lucky = checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG,
+                               evidence="blue eyes refers to colour = 'Blue'")
+    assert lucky.refuted  # the id was looked up in today's data
+    stated = checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG,
+                                evidence="blue eyes refers to colour.id = eye_colour_id = 7")
+    assert stated.checked and not stated.refuted  # the evidence itself gives the id
+
+
+def test_a_named_entity_is_neither_absent_nor_repeated(checker):
+    report = checker.check_sync(SUPERHERO, POWERS_SCALAR, POWERS_JOIN, CONFIG)
+    assert report.checked and not report.refuted  # differs only if two heroes were named '3-D Man'
+
+
+def test_every_small_database_keeps_the_lookup_tables_whole_and_the_stated_keys(checker):
+    with CheckBudget.starting_now(60.0, None, 256).active():
+        inv = checker.invariants.get(SUPERHERO)
+        real = checker.real_rows(SUPERHERO, inv)
+        fixed = {lk.table: lk for lk in presupposed.lookups(inv)}
+        assert {"colour", "gender", "alignment"} <= set(fixed) and "superhero" not in fixed
+        assert presupposed.stated_keys("male refers to gender.id = 1; blue refers to eye_colour_id = 7; id = 3",
+                                       inv) == {("gender", 1), ("colour", 7)}
+        p = presupposed.presupposition(real, inv, [POWERS_JOIN], "blue refers to eye_colour_id = 7")
+        dbs, _ = targeted(real, inv, BLUE_BY_NAME, CONFIG.seed)
+        dbs += targeted(real, inv, POWERS_JOIN, CONFIG.seed)[0]
+        fitted = [f for f in (p.fit(db, real) for db in dbs) if f is not None]
+        assert len(fitted) >= len(dbs) // 2
+        assert any("renumbered" in db.note for db in fitted)
+        for db in fitted:
+            assert not db.problems()
+            for name in ("colour", "gender"):
+                t = inv.table(name)
+                ni = column_index(t, fixed[name].name)
+                assert sorted(r[ni] for r in db.rows[name]) == sorted(r[ni] for r in real.rows(f"SELECT * FROM {name}"))
+            colour = inv.table("colour")
+            assert (7, "Blue") in {(r[column_index(colour, "id")], r[column_index(colour, "colour")])
+                                   for r in db.rows["colour"]}
+            hero = inv.table("superhero")
+            named = [r for r in db.rows["superhero"] if r[column_index(hero, "superhero_name")] == "3-D Man"]
+            assert len(named) == 1
+        # A database that drops a lookup row, or repeats the named hero, is not admissible.
+        broken = fitted[0].copy()
+        broken.rows["colour"] = broken.rows["colour"][1:]
+        assert broken.problems()
+        twice = fitted[0].copy()
+        row = next(r for r in twice.rows["superhero"] if r[column_index(hero, "superhero_name")] == "3-D Man")
+        twice.rows["superhero"].append(tuple(10**6 if i == column_index(hero, "id") else v for i, v in enumerate(row)))
+        assert any("3-D Man" in p for p in twice.problems())
+
+
+def test_measure_answers_reports_both_errors_per_label_kind_and_reason(tmp_path):
+    answers = tmp_path / "answers.jsonl"
+    lines = [
+        {"id": "a", "db_id": "superhero", "gold": BLUE_BY_NAME, "pred": BLUE_BY_ID, "label": "lucky",
+         "lucky_kind": "hardcoded_value", "reason": "hard-codes the id", "systems": 3,
+         "evidence": "blue eyes refers to colour = 'Blue'"},
+        {"id": "b", "db_id": "superhero", "gold": BLUE_BY_NAME, "pred": BLUE_BY_ID, "label": "equivalent_in_practice",
+         "reason": "the evidence gives the id", "systems": 2,
+         "evidence": "blue eyes refers to colour.id = eye_colour_id = 7"},
+        {"id": "c", "db_id": "superhero", "gold": BLUE_BY_NAME, "pred": BLUE_BY_NAME + " ", "label": "equivalent"},
+        {"id": "d", "db_id": "superhero", "gold": "SELECT 1", "pred": "SELECT 1", "label": "maybe"},
+        {"id": "e", "db_id": "nowhere", "gold": "SELECT 1", "pred": "SELECT 1", "label": "equivalent"},
+    ]
+    answers.write_text("\n".join(json.dumps(x) for x in lines) + "\n{not json\n")
+    base = [sys.executable, "-m", "t2sql.cli", "equivalence", "--measure", "--answers", str(answers),
+            "--db-root", str(BIRD)]
+    proc = subprocess.run(base + ["--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr  # some lines are not labelled answers
+    assert "Traceback" not in proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["labels"]["lucky"] == {"refuted": 1, "pairs": 1, "refuted_weight": 3, "weight": 3}
+    assert got["labels"]["equivalent_in_practice"]["refuted"] == 0
+    assert got["right_refuted"] == {"refuted": 0, "pairs": 2, "refuted_weight": 0, "weight": 3}
+    assert got["lucky_kinds"]["hardcoded_value"]["refuted_weight"] == 3
+    assert {e["reason"] for e in got["reasons"]} == {"hard-codes the id", "the evidence gives the id", ""}
+    assert sorted(e["line"] for e in got["bad_lines"]) == [4, 5, 6]
+    text = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert text.returncode == 1 and "right answers refuted: 0/2" in text.stdout and "bad line 6" in text.stdout
+    both = subprocess.run(base + ["--data", str(BIRD / "dev.json")], capture_output=True, text=True, timeout=60)
+    assert both.returncode == 2
+
+
+def _blue_task(evidence: str):
+    from t2sql.tasks import Task
+
+    return Task(question_id="blue", db_id="superhero", db_path=SUPERHERO, question="How many heroes have blue eyes?",
+                evidence=evidence, gold_sql=BLUE_BY_NAME)
+
+
+def test_the_episode_passes_its_tasks_evidence_to_the_check():
+    import asyncio
+
+    from t2sql.episode import equivalence as eq
+    from t2sql.episode.reward import Trajectory
+    from t2sql.serving.grader import Grader
+
+    def trajectory(evidence: str, grader=None) -> Trajectory:
+        return Trajectory(outcome="correct", evidence="", visible=("x",), prose=("x",), answer_turn=0,
+                          invalid_tool_calls=0, solution=BLUE_BY_ID, task=_blue_task(evidence), grader=grader)
+
+    recipe = get_preset("qwen3.6-35b-a3b")
+    named = asyncio.run(eq.check_trajectory(trajectory("blue eyes refers to colour = 'Blue'"), recipe))
+    stated = asyncio.run(eq.check_trajectory(trajectory("blue eyes refers to eye_colour_id = 7"), recipe))
+    assert named.refuted and stated.checked and not stated.refuted
+
+    async def on_a_grader():
+        with Grader(concurrency=1) as grader:
+            return await eq.check_trajectory(trajectory("blue eyes refers to eye_colour_id = 7", grader), recipe)
+
+    assert not asyncio.run(on_a_grader()).refuted
+
+
+def test_invariants_lists_the_fixed_lookup_tables():
+    proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--invariants", "--db", SUPERHERO],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "fixed lookup table: colour (all 35 rows" in proc.stdout
+    assert "fixed lookup table: superhero" not in proc.stdout
+    as_json = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--invariants", "--db", SUPERHERO,
+                              "--json"], capture_output=True, text=True, timeout=120)
+    assert {"table": "gender", "key": "id", "name": "gender"} in json.loads(as_json.stdout)["lookups"]
