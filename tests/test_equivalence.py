@@ -29,6 +29,7 @@ from t2sql.serving import equivalence as machinery
 from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.grader import Grader
 from t2sql.serving.invariants import quote
+from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.serving.mining import InvariantStore
 from t2sql.tasks import Task
 
@@ -345,6 +346,13 @@ def test_a_missing_database_is_skipped_as_a_database_error(tmp_path):
 
 
 # -- on the Grader's workers, cancellable
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _mined_ahead():
+    """Training's checks (the Grader's, the episode's) skip a database not mined yet (not_ready): these
+    databases are mined ahead, as `t2sql gold` and `t2sql-train prepare` do."""
+    mine_ahead([SUPERHERO, STUDENT_CLUB, TOXICOLOGY], progress=False)
 
 
 # Seconds on any database, however small.
