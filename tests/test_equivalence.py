@@ -137,7 +137,7 @@ def test_invariants_hold_what_the_data_keeps(checker):
 def test_invariants_are_cached_on_disk_by_the_files_identity(tmp_path):
     store = InvariantStore(DiskCache(tmp_path))
     first = store.get(SUPERHERO)
-    [entry] = list(tmp_path.glob("superhero-*.invariants.json"))
+    [entry] = list(tmp_path.glob("superhero-*.invariants-v*.json"))
     again = InvariantStore(DiskCache(tmp_path))  # a new process would start like this
     before = entry.stat().st_mtime_ns
     assert again.get(SUPERHERO).to_dict() == first.to_dict()
@@ -146,9 +146,9 @@ def test_invariants_are_cached_on_disk_by_the_files_identity(tmp_path):
     other.write_bytes(open(SUPERHERO, "rb").read())
     with sqlite3.connect(other) as c:
         c.execute("DELETE FROM hero_power WHERE rowid % 2 = 0")  # another file: another key, mined afresh
-    assert len(list(tmp_path.glob("*.invariants.json"))) == 1
+    assert len(list(tmp_path.glob("*.invariants-v*.json"))) == 1
     store.get(str(other))
-    assert len(list(tmp_path.glob("*.invariants.json"))) == 2
+    assert len(list(tmp_path.glob("*.invariants-v*.json"))) == 2
 
 
 def test_invariants_command_lists_them(private_cache):

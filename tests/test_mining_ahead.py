@@ -17,6 +17,7 @@ from conftest import SAMPLE_ROOT
 from t2sql.serving import mining
 from t2sql.serving.diskcache import LOCK_STALE_S, DiskCache, database_key
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.serving.invariants import INVARIANTS_VERSION
 from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.serving.mining import InvariantStore
 
@@ -55,7 +56,7 @@ def test_the_same_file_gives_the_same_invariants_and_a_mined_file_is_not_mined_a
     assert (again.databases, again.mined, again.found) == (1, 0, 1)
 
     def entry(root):
-        data = json.loads((root / f"{database_key(db)}.invariants.json").read_text())
+        data = json.loads((root / f"{database_key(db)}.invariants-v{INVARIANTS_VERSION}.json").read_text())
         return {k: v for k, v in data.items() if k != "mine_s"}
 
     mine_ahead([db], InvariantStore(DiskCache(tmp_path / "b")), progress=False)
@@ -89,7 +90,7 @@ def test_cancel_stops_mining_and_keeps_nothing(tmp_path, db):
 
 def test_one_process_mines_a_file_while_the_others_wait_or_go_on(tmp_path, db):
     disk = DiskCache(tmp_path / "cache")
-    name = f"{database_key(db)}.invariants.lock"
+    name = f"{database_key(db)}.invariants-v{INVARIANTS_VERSION}.lock"
     with disk.lock(name) as held:
         assert held
         with disk.lock(name) as second:

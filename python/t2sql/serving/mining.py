@@ -32,6 +32,7 @@ from t2sql.serving.declared import Shape, declared_references, listing, statemen
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.invariants import (
     FORMATS,
+    INVARIANTS_VERSION,
     OTHER_TEXT,
     Column,
     Copy,
@@ -414,9 +415,9 @@ class InvariantStore:
             event.set()
 
     def _mine_once(self, key: str, path: str, cancel: Any, wait: bool) -> Invariants | None:
-        name = f"{key}.invariants.json"
+        name = _entry(key)
         while True:
-            with self.disk.lock(f"{key}.invariants.lock") as held:
+            with self.disk.lock(_entry(key, "lock")) as held:
                 inv = self._load(key, path)  # another process may have finished it
                 if inv is None and held:
                     try:
@@ -478,7 +479,7 @@ class InvariantStore:
                 self._mem.popitem(last=False)
 
     def _load(self, key: str, path: str) -> Invariants | None:
-        data = self.disk.load(f"{key}.invariants.json")
+        data = self.disk.load(_entry(key))
         if data is None or data.get("database") != key:
             return None  # none, or another database's
         try:
@@ -486,6 +487,12 @@ class InvariantStore:
         except ValueError:
             return None
         return inv if inv.path == path else _at(inv, path)
+
+
+def _entry(key: str, kind: str = "json") -> str:
+    """The cache entry's name (and its lock's): versioned, so that two t2sql versions sharing a cache
+    keep their own entries instead of mining over each other's."""
+    return f"{key}.invariants-v{INVARIANTS_VERSION}.{kind}"
 
 
 def _checkpoint(cancel: Any) -> None:
