@@ -7,8 +7,9 @@ The release's databases run to GBs and tables of millions of rows; the bundled o
 a copy of `--db-id`'s database at each scale k (every table's rows repeated k times; in copy i > 0 every
 column that names things, namely keys, unique columns, either side of a reference and the columns equal
 to them, offset: numbers by i times a power of ten past the largest, texts of digits likewise, other
-texts suffixed with `~i`), so that every invariant mined at 1x still holds: the bench mines each copy and
-checks that its invariants equal 1x's (row counts times k). Then, in a fresh interpreter per scale (its
+texts marked `~i~` after their first character, so that `LIKE '%TR000%'` finds no copy of TR000), so
+that every invariant mined at 1x still holds: the bench mines each copy and checks that its invariants
+equal 1x's (row counts times k). Then, in a fresh interpreter per scale (its
 peak RSS its own), it mines the copy ahead and runs the check on the pairs `t2sql equivalence --measure`
 derives from the database's golds (those matching on the 1x database; `--pairs-limit` keeps an evenly
 spaced subset). Reported per scale: the copy's size and build seconds, mining seconds and peak temporary
@@ -100,7 +101,8 @@ def scale_database(src: str, dst: Path, k: int, inv: Invariants) -> dict[str, An
                 off = i * step
                 exprs.append(f"CASE typeof({q}) WHEN 'integer' THEN {q} + {off} WHEN 'real' THEN {q} + {off} "
                              f"WHEN 'text' THEN CASE WHEN {q} <> '' AND {q} NOT GLOB '*[^0-9]*' AND length({q}) < 16 "
-                             f"THEN CAST(CAST({q} AS INTEGER) + {off} AS TEXT) ELSE {q} || '~{i}' END ELSE {q} END")
+                             f"THEN CAST(CAST({q} AS INTEGER) + {off} AS TEXT) "
+                             f"ELSE substr({q}, 1, 1) || '~{i}~' || substr({q}, 2) END ELSE {q} END")
             conn.execute(f"INSERT INTO main.{_q(t.name)} ({names}) SELECT {', '.join(exprs)} FROM s.{_q(t.name)}")
     conn.commit()
     for kind, _name, sql in schema:
