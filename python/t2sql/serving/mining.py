@@ -458,7 +458,9 @@ class InvariantStore:
 
     def _background(self, key: str, path: str, cancel: Any) -> None:
         try:
-            self.get(path, cancel, wait=False)
+            if self.get(path, cancel, wait=False) is None:
+                with self._lock:  # another process mines it: a later start looks again (its lock may go stale)
+                    self._started.discard(key)
         except t2sql.QueryCancelled:
             with self._lock:
                 self._started.discard(key)  # a later start mines it again
