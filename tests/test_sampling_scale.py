@@ -47,3 +47,24 @@ def test_a_lookup_no_index_serves_reads_only_the_first_rows_of_a_large_table(tmp
         assert real.children(ref, (30,)) and real.by_key("child", ("tag",), ("tag30",)) is not None
     finally:
         real.close()
+
+
+def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_path, monkeypatch):
+    from t2sql.serving.lineage import fetch_lineage
+
+    path = _db(tmp_path / "db.sqlite")
+    inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
+    monkeypatch.setattr(sampling, "SCAN_ROWS", 10)
+    real = RealRows(path, inv)
+    try:
+        def found(sql):  # the rows the query keeps (not those that miss a condition)
+            return [t for label, tuples in fetch_lineage(real, inv, sql) if label.endswith("its rows")
+                    for t in tuples]
+
+        assert found("SELECT tag FROM child WHERE tag = 'tag5'")
+        assert not found("SELECT tag FROM child WHERE tag = 'tag30'")  # row 30 is past the first 10
+        # a LEFT JOIN's missing side (a NULL rowid) stays in scope
+        assert found("SELECT p.name FROM parent AS p LEFT JOIN child AS c ON c.parent_id = p.id AND c.tag = 'none' "
+                     "WHERE p.id = 3")
+    finally:
+        real.close()

@@ -113,12 +113,17 @@ class RealRows:
     def _scope(self, t: Table, columns: tuple[str, ...] = ()) -> tuple[str, tuple]:
         """(condition, parameters) that keep a lookup on `columns` within the table's first SCAN_ROWS rows,
         or ("1", ()) when an index serves it or the table is that small (or has no rowid to range on)."""
-        if t.rows <= SCAN_ROWS or not t.rowid or (columns and self._indexed(t, columns)):
-            return "1", ()
+        bound = None if columns and self._indexed(t, columns) else self.first_rows_bound(t)
+        return ("1", ()) if bound is None else ("rowid <= ?", (bound,))
+
+    def first_rows_bound(self, t: Table) -> int | None:
+        """The rowid that ends the table's first SCAN_ROWS rows, or None when the table is no larger (or
+        has no rowid to range on)."""
+        if t.rows <= SCAN_ROWS or not t.rowid:
+            return None
         got = self.rows(f"SELECT max(rowid) FROM (SELECT rowid FROM {quote(t.name)} ORDER BY rowid "
                         f"LIMIT {SCAN_ROWS})")
-        bound = got[0][0] if got and got[0][0] is not None else 0
-        return "rowid <= ?", (bound,)
+        return got[0][0] if got and isinstance(got[0][0], int) else 0
 
     def _indexed(self, t: Table, columns: tuple[str, ...]) -> bool:
         """Whether an index of the real file leads with one of `columns` (the rowid alias, a declared key,
