@@ -48,10 +48,11 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int,
         scope = "".join(f" AND ({quote(i.alias)}.rowid <= {bounds[i.table]} OR {quote(i.alias)}.rowid IS NULL)"
                         for i in keyed if i.table in bounds)
         if part.where is None:
-            out.append((f"part {n}: its rows", f"{head} WHERE 1{scope} LIMIT {limit}", keyed))
+            out.append((f"part {n}: its rows", f"{head}{' WHERE 1' + scope if scope else ''} LIMIT {limit}", keyed))
             continue
         where = sql[part.where[0]:part.where[1]]
-        out.append((f"part {n}: its rows", f"{head} WHERE ({where}){scope} LIMIT {limit}", keyed))
+        out.append((f"part {n}: its rows", f"{head} WHERE {f'({where}){scope}' if scope else where} LIMIT {limit}",
+                    keyed))
         conj = top_conjuncts(sql, part.where)
         if len(conj) > 1:
             for i in range(len(conj)):
