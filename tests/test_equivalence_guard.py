@@ -24,6 +24,7 @@ from t2sql.episode.presets import get_preset
 from t2sql.serving import equivalence as machinery
 from t2sql.serving import querytext
 from t2sql.serving.diskcache import DiskCache, database_key
+from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.serving.mining import InvariantStore
 
 BIRD = bird_root()
@@ -382,16 +383,31 @@ def test_lineage_and_mining_queries_stay_under_the_temp_cap(tmp_path):
     path = make_db(tmp_path / "big.sqlite", "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)",
                    {"t": [(i, f"{i:08d}" + "x" * 192) for i in range(1, 40_001)]})
     cap = config(CONFIG.budget_s, max_temp_mb=1)
-    t2sql.temp_usage(reset=True)
     with machinery.EquivalenceChecker(disk=DiskCache(tmp_path / "cache")) as c:
+        c.invariants.get(path)  # mined ahead, under mining's own cap
+        t2sql.temp_usage(reset=True)
         report = c.check_sync(path, "SELECT v FROM t WHERE id = 1 AND (id = 1 OR "
                                     "(SELECT count(*) FROM (SELECT v || id AS k FROM t GROUP BY k)) < 0)",
                               "SELECT v FROM t WHERE id = 1", cap)
-        inv = c.invariants.get(path)
     assert_a_verdict(report)
     assert report.skipped_reason != "nondeterministic"  # the lineage query ran (and met the cap)
     assert t2sql.temp_usage()[1] <= 1024 * 1024 + 64 * 1024  # never past the cap (a page of slack)
-    assert any("repeats in t.v" in a for a in inv.assumed)  # its count(DISTINCT) needed more: assumed
+
+
+def test_an_invariant_mining_cannot_verify_is_never_used(tmp_path):
+    path = make_db(tmp_path / "big.sqlite", "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)",
+                   {"t": [(i, f"{i:08d}" + "x" * 192) for i in range(1, 40_001)]})
+    t2sql.temp_usage(reset=True)
+    store = InvariantStore(DiskCache(tmp_path / "cache"), max_temp_mb=1)
+    inv = store.get(path)
+    assert t2sql.temp_usage()[1] <= 1024 * 1024 + 64 * 1024
+    # count(DISTINCT v) needs more than the cap: not assumed unique, the database is unsupported (with why) ...
+    assert "repeats in t.v" in inv.unsupported and not inv.tables
+    # ... and that conclusion is kept, so the next process does not mine again.
+    assert InvariantStore(DiskCache(tmp_path / "cache")).ready(path) == inv
+    with machinery.EquivalenceChecker(invariants=store) as c:
+        report = c.check_sync(path, "SELECT v FROM t WHERE id = 1", "SELECT v FROM t WHERE id = 1", CONFIG)
+    assert report.skipped_reason == "unsupported_schema" and "repeats in t.v" in report.detail
 
 
 def test_cancel_frees_the_graders_worker_at_once(tmp_path):
@@ -400,6 +416,7 @@ def test_cancel_frees_the_graders_worker_at_once(tmp_path):
     slow_x = SLOW_X.replace("3000000", "300000")
     pred = f"SELECT name FROM t WHERE id = 1 AND (id = 1 OR {slow_x})"
     gold = "SELECT name FROM t WHERE id = 1"
+    mine_ahead([path], progress=False)  # as `t2sql gold` does: training's checks never mine
 
     async def main():
         with t2sql.Grader(concurrency=1) as grader:

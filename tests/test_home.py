@@ -37,7 +37,8 @@ def test_with_t2sql_home_every_default_folder_is_under_it(clean_env, monkeypatch
     assert places == {"eval": root / "eval", "equivalence": root / "cache" / "equivalence",
                       "bench-grader": root / "bench" / "grader", "bench-pairs": root / "bench" / "pairs",
                       "bench-download": root / "bench" / "download",
-                      "bench-equivalence-guard": root / "bench" / "equivalence-guard", "train": root / "train"}
+                      "bench-equivalence-guard": root / "bench" / "equivalence-guard",
+                      "bench-equivalence-scale": root / "bench" / "equivalence-scale", "train": root / "train"}
     # Each owner reads the rule: the eval results, the equivalence cache, t2sql-train's output (gold cache and
     # checkpoints, where the curriculum keeps its state, are folders of it).
     assert Path(default_out("oracle", "bare", Path("x/dev.json"), "0" * 64)).parent == root / "eval"

@@ -32,6 +32,8 @@ _PLACES: dict[str, tuple[str, Callable[[], Path]]] = {
     "bench-download": ("bench/download", lambda: Path(tempfile.gettempdir())),
     "bench-equivalence-guard": ("bench/equivalence-guard",
                                 lambda: Path(tempfile.gettempdir()) / "t2sql-bench-equivalence-guard"),
+    "bench-equivalence-scale": ("bench/equivalence-scale",
+                                lambda: Path(tempfile.gettempdir()) / "t2sql-bench-equivalence-scale"),
     "train": ("train", lambda: Path.home() / "t2sql"),
 }
 KINDS = tuple(_PLACES)

@@ -27,6 +27,7 @@ from t2sql.bench.equivalence_labels import label
 from t2sql.bench.equivalence_pairs import MUTATIONS, REWRITES, derive_mutations, derive_rewrites
 from t2sql.progress import Progress
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.tasks import database_path
 
 __all__ = ["MUTATIONS", "REWRITES", "derive_mutations", "derive_rewrites", "format_measurement", "label", "measure"]
@@ -134,6 +135,8 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
                                         "detail": report.detail})
 
     started = time.perf_counter()
+    mined = mine_ahead({str(database_path(db_root, r["db_id"])) for r in rows}, checker.invariants,
+                       concurrency=concurrency, progress=progress)
     try:
         with Progress(len(rows), "equivalence", stream=None if progress else io.StringIO()) as bar:
             with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
@@ -154,6 +157,8 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
         "examples_refuted": samples,
         "examples_missed": missed,
         "suites": stats,
+        "mining": {"databases": mined.databases, "mined": mined.mined, "elapsed_s": round(mined.elapsed_s, 2),
+                   "unsupported": mined.unsupported, "failed": mined.failed},
         "check_s": quantiles(check_times),
         "elapsed_s": round(time.perf_counter() - started, 2),
     }
@@ -196,6 +201,9 @@ def format_measurement(result: dict[str, Any]) -> str:
                  f"{t['max']:.2f} s; suites built: {result['suites']['suite_builds']} in "
                  f"{result['suites']['suite_build_s']} s")
     lines.append(f"rewrites that did not match on the real database: {len(result['rewrites_not_matching'])}")
+    m = result["mining"]
+    lines.append(f"mining ahead: {m['mined']} of {m['databases']} databases mined in {m['elapsed_s']} s"
+                 + "".join(f"; {p} unsupported: {why}" for p, why in m["unsupported"].items()))
     for item in result.get("questions_failed", [])[:10]:
         lines.append(f"QUESTION NOT MEASURED q{item['question_id']} ({item['db_id']}): {item['error']}")
     for item in result["refuted_equivalent"][:10]:

@@ -1,6 +1,6 @@
-"""`t2sql bench grader|serving|download|pairs|equivalence-guard`: the grading core against its peers, the Grader
-at training scale, the data downloader against curl, batch grading (`t2sql grade --pairs`) against BIRD's rule,
-and the equivalence check under red-team predictions."""
+"""`t2sql bench grader|serving|download|pairs|equivalence-guard|equivalence-scale`: the grading core against its
+peers, the Grader at training scale, the data downloader against curl, batch grading (`t2sql grade --pairs`)
+against BIRD's rule, the equivalence check under red-team predictions and on scaled copies of a database."""
 
 from __future__ import annotations
 
@@ -85,11 +85,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the table is built (about 85 MB per 20,000 rows; removed at the end) "
                         f"(default: {describe_default_dir('bench-equivalence-guard')})")
     e.add_argument("--json", action="store_true", help="print the report as JSON")
+    sc = suites.add_parser(
+        "equivalence-scale", help="the equivalence check on scaled copies of a database: mining, latency, RSS",
+        description="Copies of one database at each scale (every table's rows repeated k times, names offset so "
+                    "that every mined invariant holds; checked), each mined ahead and checked on the pairs derived "
+                    "from its golds in a fresh interpreter: mining seconds and temporary disk, first-check seconds, "
+                    "p50/p95 per check, peak RSS, invariants and verdicts against 1x.")
+    sc.add_argument("--db-root", required=True, help="databases at DIR/<db_id>/<db_id>.sqlite")
+    sc.add_argument("--data", required=True, help="BIRD questions (dev.json) whose golds give the pairs")
+    sc.add_argument("--db-id", default="toxicology", help="the database to scale (default toxicology)")
+    sc.add_argument("--scales", default="10,100",
+                    help="comma-separated factors besides 1x (default 10,100; 1000 makes GBs of a toxicology)")
+    sc.add_argument("--pairs-limit", type=int, default=None, help="an evenly spaced subset of this many pairs")
+    sc.add_argument("--preset", default="qwen3.6-35b-a3b", help="the preset whose check runs (default the recipe's)")
+    sc.add_argument("--work-dir", default=None,
+                    help="where the copies are built (each removed after its scale; the caches stay) "
+                         f"(default: {describe_default_dir('bench-equivalence-scale')})")
+    sc.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run_equivalence_scale(args: argparse.Namespace) -> int:
+    from t2sql.bench.equivalence_scale import bench_equivalence_scale, format_equivalence_scale
+
+    try:
+        scales = [int(x) for x in args.scales.split(",") if x.strip()]
+    except ValueError:
+        scales = []
+    if not scales or min(scales) < 1 or (args.pairs_limit is not None and args.pairs_limit < 1):
+        print("t2sql bench equivalence-scale: --scales takes positive factors, comma-separated, and --pairs-limit "
+              "a positive count", file=sys.stderr)
+        return 2
+    work = output_folder(args.work_dir or made_default_dir("bench-equivalence-scale"), flag="--work-dir")
+    try:
+        report = bench_equivalence_scale(args.db_root, args.data, args.db_id, work, scales,
+                                         preset=args.preset, pairs_limit=args.pairs_limit)
+    except (OSError, ValueError, T2sqlError, sqlite3.Error, subprocess.SubprocessError) as e:
+        print(f"t2sql bench equivalence-scale: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_equivalence_scale(report))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     if args.suite == "equivalence-guard":
         return run_equivalence_guard(args)
+    if args.suite == "equivalence-scale":
+        return run_equivalence_scale(args)
     if args.suite == "serving":
         return run_serving(args)
     if args.suite == "download":

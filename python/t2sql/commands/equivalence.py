@@ -39,6 +39,7 @@ from t2sql.interrupts import interrupt_word
 from t2sql.jsonl import JsonProblem, dumps, load_file, loads_or_none
 from t2sql.progress import Progress
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.serving.mining import InvariantStore
 from t2sql.serving.presupposed import describe as describe_lookups
 from t2sql.serving.presupposed import lookups
@@ -154,6 +155,11 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
     started = time.perf_counter()
     counts = {"lines": 0, "refuted": 0, "not_refuted": 0, "skipped": 0, "bad_input": 0}
     checker = EquivalenceChecker()
+    try:
+        _mine_first(pairs, root, checker, args.concurrency)
+    except KeyboardInterrupt as stop:
+        checker.close()
+        return _fail(f"{interrupt_word(stop)} while mining the databases' invariants; nothing written")
 
     def one(lineno: int, row: dict | None, problem: str) -> dict[str, Any]:
         if problem:
@@ -202,6 +208,22 @@ def _check_pairs(args: argparse.Namespace, default: EquivalenceConfig) -> int:
               f"{counts['skipped']} skipped (no informative database, ...), {counts['bad_input']} bad lines -> {out}",
               file=sys.stderr)
     return EXIT_SOME if counts["bad_input"] else EXIT_OK
+
+
+def _mine_first(pairs: Path, root: Path, checker: EquivalenceChecker, concurrency: int) -> None:
+    """Mine the invariants of every database the pairs name, with progress, before any check (a check
+    then never waits for mining)."""
+    paths = set()
+    with open(pairs, "rb") as f:
+        for _lineno, row, problem in read_pairs(f):
+            if not problem:
+                try:
+                    paths.add(find_database(root, row["db_id"]))
+                except UnknownDatabase:
+                    pass  # that line reports it
+    mined = mine_ahead(paths, checker.invariants, concurrency=concurrency)
+    for line in mined.problems():
+        print(f"note: {line}", file=sys.stderr)
 
 
 def is_checked_pairs(head: bytes) -> bool:

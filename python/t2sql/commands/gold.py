@@ -1,8 +1,8 @@
 """`t2sql gold`: run every gold query of a split before training.
 
 It validates the data (every gold must run), fills the gold cache so training never waits
-on a gold query, records the database manifest (size, mtime, sha256 of each file) and finds
-the slow golds:
+on a gold query, records the database manifest (size, mtime, sha256 of each file), mines the
+equivalence check's invariants of every database (t2sql.serving.mine_ahead) and finds the slow golds:
 
     t2sql gold --data train.jsonl --db-root DIR --cache-dir OUT/gold-cache [--concurrency N]
                [--report FILE] [--manifest FILE] [--force] [--allow-failures] [--json]
@@ -51,6 +51,7 @@ from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import Manifest, manifest_output
+from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.tasks import Task, load_questions, read_method, row_db_root, row_fields
 
 
@@ -192,10 +193,15 @@ def run(args) -> int:
                     max_temp_mb=grading.max_temp_mb) as grader:
             records = asyncio.run(run_golds(tasks, grader, grading.spec, on_done=bar.advance))
             stats = grader.stats()
+    # The equivalence check's invariants of every database, so that no check of training's waits for them.
+    mined = mine_ahead(paths_by_id.values(), concurrency=args.workers or os.cpu_count() or 1)
     wall = time.perf_counter() - started
     records = bad_lines + records
 
     summary = _summary(records, wall, stats, grading.every_task_method or "task", grading.float_digits)
+    summary["invariants"] = {"databases": mined.databases, "mined": mined.mined, "already_mined": mined.found,
+                             "seconds": round(mined.elapsed_s, 2), "unsupported": mined.unsupported,
+                             "unreadable": mined.failed}
     summary["methods"] = method_counts("unreadable" if t.method_unreadable else grading.method(t.method) for t in tasks)
     if report_out is not None:
         report = {"format": REPORT_FORMAT, "version": REPORT_VERSION, "summary": summary,
@@ -291,6 +297,11 @@ def _print_human(summary: dict[str, Any], records: list[GoldRecord]) -> None:
         print(f"{'  ' + method:<22}{n:>10}")
     print(f"{'sqlite seconds':<22}{summary['sqlite_seconds']:>10.3f}")
     print(f"{'wall seconds':<22}{summary['wall_seconds']:>10.3f}")
+    inv = summary["invariants"]
+    print(f"{'invariants mined':<22}{inv['mined']:>10} of {inv['databases']} databases ({inv['already_mined']} "
+          f"already, {inv['seconds']:.1f}s)")
+    for path, why in {**inv["unsupported"], **inv["unreadable"]}.items():
+        print(f"  equivalence check skips {path}: {why}")
     if summary["cache_corrupt"] or summary["cache_write_errors"]:
         print(f"{'cache entries dropped':<22}{summary['cache_corrupt']:>10}")
         print(f"{'cache write errors':<22}{summary['cache_write_errors']:>10}")

@@ -38,15 +38,18 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
   stays `correct` (evaluation still scores it correct; only the training reward changes).
 - Never raised: the check ends refuted with a witness, checked, or skipped for one of
   t2sql.serving.equivalence.SKIP_REASONS (a query the guard does not run, a part of the schema left
-  out, an unreadable file, every small database refused by a constraint, a result that changes from
-  run to run, the budget spent, no informative database, the check's own failure); docs/episode.md
-  states each.
+  out, an unreadable file, a database not mined yet, every small database refused by a constraint, a
+  result that changes from run to run, the budget spent, no informative database, the check's own
+  failure); docs/episode.md states each.
+- Mined ahead: a database's invariants are mined before training (`t2sql gold`, `t2sql-train
+  prepare`; t2sql.serving.mine_ahead), never inside a check: a check on a database not mined yet is
+  skipped (not_ready) at once and the process mines that database in the background, once.
 - What a question presupposes is kept too (t2sql.serving.presupposed; the task's evidence is passed
   with the pair): fixed lookup tables whole, with the keys the evidence states; the entities the
   gold names, once; an aggregate's one row never NULL where the real one is not.
 - Deterministic: the same (database file, prediction, gold, evidence, preset) gives the same verdict
   and witness.
-- Bounded: every query the check runs (on the small databases, on the real file, mining's) goes
+- Bounded: every query the check runs (on the small databases, on the real file) goes
   through the core's guard, under its timeout cut at one deadline for the whole check
   (`equivalence_budget_s`), the episode's Cancel and the temporary-disk cap; each query on a small
   database runs under `equivalence_timeout_s`; the check is one job on one of the episode's

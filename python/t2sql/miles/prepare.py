@@ -1,4 +1,5 @@
-"""`t2sql-train prepare`: disk check, checkpoints, the data release as miles jsonl, manifests, the gold cache.
+"""`t2sql-train prepare`: disk check, checkpoints, the data release as miles jsonl, manifests, the gold cache,
+the equivalence check's invariants.
 
 Downloads and the checkpoint conversion are complete or absent: a download counts as done only when
 the completion record (COMPLETE, written last and atomically) is in its directory, after every file
@@ -39,6 +40,7 @@ from t2sql.progress import Progress, format_bytes
 from t2sql.serving.golds import GoldTask, run_golds
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import Manifest, manifest_output
+from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.tasks import Task, parse_field_map, release_dir
 
 # Disk that `prepare` needs, in bytes (bf16 weights of 35B parameters ~ 72 GB, the same again for
@@ -230,6 +232,22 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     return f"{len(records) - len(failed)}/{len(records)} gold digests in {c.cache_dir} ({elapsed:.1f}s{slow})"
 
 
+def mine_invariants(c: TrainConfig) -> str:
+    """Mine the equivalence check's invariants of every database the splits use (t2sql.serving.mine_ahead,
+    as `t2sql gold` does) into the cache the training run's checks read: a check on a database not mined
+    is skipped (not_ready)."""
+    paths = []
+    for split in SPLITS:
+        path = c.split_path(split)
+        if path.is_file():
+            with path.open(encoding="utf-8") as f:
+                paths += [Task.from_row(json.loads(line)).db_path for line in f]
+    mined = mine_ahead([p for p in paths if p], concurrency=os.cpu_count() or 1)
+    for line in cap_lines(mined.problems()):
+        print(f"note: {line}", file=sys.stderr)
+    return mined.line()
+
+
 def check_task_files(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) -> None:
     """The shipped task files' checks that need no database (t2sql.data.convert.check_questions), before
     BIRD's archives are downloaded: a problem is a DataError naming each task, unless --drop-invalid (the
@@ -367,6 +385,7 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
         manifests = write_manifests(c, split_roots, outputs)
         steps.append(("database manifest", ", ".join(str(m) for m in manifests)))
         steps.append(("gold", precompute_gold(c)))
+        steps.append(("invariants", mine_invariants(c)))
     if not args.skip_model:
         command_utils = import_miles_command_utils(c)
         if not c.hf_checkpoint:  # --hf-checkpoint is the user's own copy, used as is

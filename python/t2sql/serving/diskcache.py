@@ -2,17 +2,21 @@
 JSON entries on disk named by the file's content (`database_key`: a digest of every byte, never its
 name, size or mtime, which another file can share), written atomically, safe for many processes. An
 entry that cannot be read whole (too large, not JSON, nested past any real entry) is no entry: the
-caller builds it again."""
+caller builds it again. `DiskCache.lock` is a lock file beside an entry, so that one process builds
+it while the others wait or go on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import stat
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from t2sql._grader import file_digest
 from t2sql.atomic import read_head, write_bytes_atomic
@@ -34,6 +38,11 @@ def cache_dir() -> Path:
 DIGESTS_KEPT = 4096
 _digests: OrderedDict[tuple[int, ...], str] = OrderedDict()
 _digests_lock = threading.Lock()
+
+# A lock file's owner touches it this often; one untouched for LOCK_STALE_S (its owner killed, its machine
+# gone) or whose owner process is gone from this machine is taken over.
+LOCK_TOUCH_S = 30.0
+LOCK_STALE_S = 300.0
 
 # An entry larger than this is not one the check wrote (a suite of a few dozen small databases, a
 # schema's invariants): it is not read.
@@ -98,3 +107,79 @@ class DiskCache:
             return True
         except OSError:
             return False
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[bool]:
+        """Hold the lock file `name` for the block: True when this process holds it (or the directory
+        cannot be written, so no other process can build the entry there either), False when another
+        live process holds it. Taken atomically (O_EXCL); a stale lock is taken over. At worst two
+        processes build the same entry, never a wrong one (entries are written atomically)."""
+        path = self._root() / name
+        held = _take(path)
+        if held is None:
+            yield True
+            return
+        if not held:
+            yield False
+            return
+        stop = threading.Event()
+        toucher = threading.Thread(target=_touch, args=(path, stop), daemon=True, name="t2sql-lock")
+        toucher.start()
+        try:
+            yield True
+        finally:
+            stop.set()
+            toucher.join()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _take(path: Path) -> bool | None:
+    """True: taken; False: another's; None: cannot be taken here (no writable directory)."""
+    owner = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}).encode()
+    for _ in range(3):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if not _stale(path):
+                return False
+            # Moved aside before removal, so that of two processes taking over one stale lock the second
+            # finds nothing to move and goes back to O_EXCL.
+            aside = path.with_name(f"{path.name}.stale-{os.getpid()}-{threading.get_ident()}")
+            with contextlib.suppress(OSError):
+                os.rename(path, aside)
+                os.unlink(aside)
+            continue
+        except OSError:
+            return None
+        try:
+            os.write(fd, owner)
+        finally:
+            os.close(fd)
+        return True
+    return False
+
+
+def _stale(path: Path) -> bool:
+    try:
+        st = os.stat(path)
+        owner = json.loads(read_head(path, 4096).decode("utf-8") or "{}")
+    except (OSError, ValueError):
+        return False  # gone (retried), or being written this instant
+    if time.time() - st.st_mtime > LOCK_STALE_S:
+        return True
+    if isinstance(owner, dict) and owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+    return False
+
+
+def _touch(path: Path, stop: threading.Event) -> None:
+    while not stop.wait(LOCK_TOUCH_S):
+        with contextlib.suppress(OSError):
+            os.utime(path)

@@ -66,6 +66,7 @@ SKIP_REASONS = (
     "unsupported_query",  # the prediction or the gold is not one statement the guard takes (or too long)
     "unsupported_schema",  # no small database of this kind can be built, or a query reads a part left out
     "database_error",  # the database file cannot be read
+    "not_ready",  # the database's invariants are not mined yet (mining ahead: t2sql gold, t2sql-train prepare)
     "constraint",  # every small database built was refused by a constraint of the schema
     "nondeterministic",  # a query's result changes from run to run on one database (random(), the clock)
     "budget",  # the check's budget ran out before any small database told
@@ -81,6 +82,10 @@ PREPARED_BYTES = 48 * 1024  # what one small database in the core costs besides 
 TARGETED_BYTES = 64 * 1024 * 1024
 TARGETED_QUERIES = 1024  # queries whose targeted small databases a checker keeps (samples repeat queries)
 SUITE_BYTES = 32 * 1024 * 1024
+
+
+NOT_READY = ("the database's invariants are not mined yet: mining started in the background in this process "
+             "(`t2sql gold` and `t2sql-train prepare` mine every database of a split ahead)")
 
 
 def rows_bytes(dbs: list[SmallDb]) -> int:
@@ -198,12 +203,18 @@ def _prepared(dbs: list[SmallDb], gold_sql: str, spec: GradeSpec) -> Iterator[Pr
 
 class EquivalenceChecker:
     """The check over the databases' invariants, real rows and suites, each kept per database content; one
-    per process is enough (`default_checker()`). It runs in the calling thread, under one deadline."""
+    per process is enough (`default_checker()`). It runs in the calling thread, under one deadline.
+
+    `mine_inline`: a database whose invariants are not mined yet is mined before the check's deadline
+    starts (a command that checks given pairs); without it (training's checks) the check is skipped as
+    not_ready at once and this process mines the database in the background, once."""
 
     def __init__(self, *, invariants: InvariantStore | None = None, disk: DiskCache | None = None,
-                 keep_databases: int = 16):
+                 keep_databases: int = 16, mine_inline: bool = True):
         self.disk = disk if disk is not None else DiskCache()
+        self._own_store = invariants is None
         self.invariants = invariants if invariants is not None else InvariantStore(self.disk)
+        self.mine_inline = mine_inline
         self.keep = keep_databases
         self._lock = threading.Lock()
         self._real: OrderedDict[str, RealRows] = OrderedDict()
@@ -330,6 +341,13 @@ class EquivalenceChecker:
             kw.setdefault("skipped_reason", None)
             return EquivalenceReport(elapsed_s=time.perf_counter() - started, **kw)
 
+        if self.mine_inline:
+            try:
+                self.invariants.get(db_path, cancel)
+            except t2sql.QueryCancelled:
+                raise
+            except Exception:  # noqa: S110 -- the check meets it again and reports it
+                pass
         budget = CheckBudget.starting_now(config.budget_s, cancel, config.spec.max_temp_mb)
         with budget.active():
             try:
@@ -363,7 +381,12 @@ class EquivalenceChecker:
                     except (t2sql.UnsafeQuery, t2sql.SqlError) as e:
                         return done(skipped_reason="unsupported_query",
                                     detail=f"the {name} is not one statement the guard runs: {e}")
-            inv = self.invariants.get(db_path)
+            inv = self.invariants.ready(db_path)
+            if inv is None and self.mine_inline:
+                inv = self.invariants.get(db_path, checkbounds.current().cancel)  # its error, reported
+            if inv is None:
+                self.invariants.start(db_path)
+                return done(skipped_reason="not_ready", detail=NOT_READY)
             if inv.unsupported:
                 return done(skipped_reason="unsupported_schema",
                             detail=f"no small database can be built: {inv.unsupported}")
@@ -451,6 +474,8 @@ class EquivalenceChecker:
             yield p
 
     def close(self) -> None:
+        if self._own_store:
+            self.invariants.close()
         with self._lock:
             for real in self._real.values():
                 real.close()
@@ -475,5 +500,5 @@ def default_checker() -> EquivalenceChecker:
     global _default
     with _default_lock:
         if _default is None:
-            _default = EquivalenceChecker()
+            _default = EquivalenceChecker(mine_inline=False)
         return _default

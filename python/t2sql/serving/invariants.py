@@ -19,9 +19,10 @@ punished. So every small database keeps, besides the schema's own rules:
     (a denormalised copy of a parent's value), stays equal;
   - relations: a numeric column that is always the sum of two others in its row stays so.
 
-Mining runs SQL of our own through the core's guard (t2sql.serving.mining), each statement under a
-deadline and the whole under a budget. What could not be checked in time is assumed to hold and listed
-under `assumed`. A part of the schema no small database can hold faithfully (a virtual table, a table
+Mining runs SQL of our own through the core's guard (t2sql.serving.mining), to the end: its work is
+bounded by what it reads, never by the clock, so a file's invariants are the same whatever the load.
+An invariant that could not be verified is never used: the database is then `unsupported` (the check
+skips it, saying which one). A part of the schema no small database can hold faithfully (a virtual table, a table
 the catalog cannot describe, a foreign key naming a column its parent lacks) is listed under `left_out`
 and kept out of every small database; the rest of the database is used.
 
@@ -40,7 +41,8 @@ from typing import Any
 from t2sql.serving.checkbounds import approx_bytes
 from t2sql.serving.gold_memory import Lru
 
-INVARIANTS_VERSION = 5
+# 5: the realism rules; 6: no `assumed` (an unverified invariant makes the database unsupported)
+INVARIANTS_VERSION = 6
 
 MEMO_BYTES = 16 * 1024 * 1024  # what one database's memo holds (Invariants.memo), about
 
@@ -104,8 +106,8 @@ class Column:
     decl_type: str
     pk: bool  # part of the primary key
     not_null: bool  # declared NOT NULL
-    nulls: bool  # the data holds a NULL here (False: never NULL, or not known and assumed so)
-    unique: bool  # no repeated non-NULL value (declared, observed, or assumed)
+    nulls: bool  # the data holds a NULL here (False: never NULL)
+    unique: bool  # no repeated non-NULL value (declared or observed)
     types: tuple[str, ...]  # storage classes seen ("integer", "real", "text", "blob")
     formats: tuple[str, ...]  # shapes of its TEXT values (FORMATS' names, "text")
     mined: bool = True  # False: its scan did not finish in time; its values are never changed
@@ -243,7 +245,6 @@ class Invariants:
     copies: tuple[Copy, ...]
     relations: tuple[Relation, ...]
     unsupported: str  # why no small database can be built from this schema ("" when one can)
-    assumed: tuple[str, ...] = ()  # checks that did not finish in time: their invariant is assumed
     mine_s: float = 0.0
     # (kind, name, why), kind "table" or "reference": parts of the schema kept out of every small database
     left_out: tuple[tuple[str, str, str], ...] = ()
@@ -389,8 +390,6 @@ class Invariants:
                          f"{pc.second.parent}.{pc.second_column} via {pc.second.name}")
         for px in self.prefixes:
             lines.append(f"prefix: {px.table}.{px.column} starts with {px.source_column}")
-        for a in self.assumed:
-            lines.append(f"assumed (not checked in time): {a}")
         for kind, name, why in self.left_out:
             lines.append(f"left out of the small databases: {kind} {name} ({why})")
         return lines
@@ -525,7 +524,7 @@ def _from_dict(data: dict[str, Any]) -> Invariants:
         raise TypeError("expected seconds")
     return Invariants(
         path=_text(data["path"]), schema=_texts(data["schema"]), tables=tables, references=references,
-        copies=copies, relations=relations, unsupported=_text(data["unsupported"]), assumed=_texts(data["assumed"]),
+        copies=copies, relations=relations, unsupported=_text(data["unsupported"]),
         mine_s=float(mine_s), left_out=tuple(_left_out(x) for x in left_out),
         symmetries=symmetries, unique_sets=unique_sets, vocabularies=vocabularies, path_copies=path_copies,
         prefixes=prefixes,

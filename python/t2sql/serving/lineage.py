@@ -20,10 +20,13 @@ from t2sql.serving.smalldb import SmallDb, column_index
 
 LINEAGE_ROWS = 3  # real rows kept per lineage query
 
-def lineage_queries(st: Statement, inv: Invariants, *, limit: int) -> list[tuple[str, str, list[FromItem]]]:
+def lineage_queries(st: Statement, inv: Invariants, *, limit: int,
+                    bounds: dict[str, int] | None = None) -> list[tuple[str, str, list[FromItem]]]:
     """(label, SQL, FROM items): queries that return the keys of the real rows each SELECT of `st` joins
     and keeps (its FROM and WHERE, no grouping), and of the rows that meet all but one of its WHERE's
-    top-level conditions: the rows that can tell a query from a near neighbour."""
+    top-level conditions: the rows that can tell a query from a near neighbour. `bounds` (table -> rowid):
+    a large table's rows are sought among its first rows only (t2sql.serving.sampling.SCAN_ROWS)."""
+    bounds = bounds or {}
     out = []
     sql = st.sql
     for n, part in enumerate(st.parts):
@@ -41,21 +44,25 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int) -> list[tuple
         if not cols:
             continue
         head = f"{st.with_prefix}SELECT {', '.join(cols)} FROM {sql[part.from_clause[0]:part.from_clause[1]]}"
+        # A row of a LEFT JOIN's missing side has a NULL rowid: it stays in scope.
+        scope = "".join(f" AND ({quote(i.alias)}.rowid <= {bounds[i.table]} OR {quote(i.alias)}.rowid IS NULL)"
+                        for i in keyed if i.table in bounds)
         if part.where is None:
-            out.append((f"part {n}: its rows", f"{head} LIMIT {limit}", keyed))
+            out.append((f"part {n}: its rows", f"{head}{' WHERE 1' + scope if scope else ''} LIMIT {limit}", keyed))
             continue
         where = sql[part.where[0]:part.where[1]]
-        out.append((f"part {n}: its rows", f"{head} WHERE {where} LIMIT {limit}", keyed))
+        out.append((f"part {n}: its rows", f"{head} WHERE {f'({where}){scope}' if scope else where} LIMIT {limit}",
+                    keyed))
         conj = top_conjuncts(sql, part.where)
         if len(conj) > 1:
             for i in range(len(conj)):
                 rest = " AND ".join(f"({sql[x:y]})" for k, (x, y) in enumerate(conj) if k != i)
                 miss = sql[conj[i][0]:conj[i][1]]
                 out.append((f"part {n}: all but condition {i + 1}",
-                            f"{head} WHERE {rest} AND NOT ({miss}) LIMIT {limit}", keyed))
+                            f"{head} WHERE {rest} AND NOT ({miss}){scope} LIMIT {limit}", keyed))
         elif conj:
             out.append((f"part {n}: not its condition",
-                        f"{head} WHERE NOT ({where}) LIMIT {limit}", keyed))
+                        f"{head} WHERE NOT ({where}){scope} LIMIT {limit}", keyed))
     return out
 
 
@@ -65,8 +72,13 @@ def fetch_lineage(real: RealRows, inv: Invariants, sql: str) -> list[tuple[str, 
     st = querytext.read(sql)
     if st is None:
         return []
+    bounds = {}
+    for t in inv.tables:
+        bound = real.first_rows_bound(t)
+        if bound is not None:
+            bounds[t.name] = bound
     out = []
-    for label, lineage_sql, items in lineage_queries(st, inv, limit=LINEAGE_ROWS):
+    for label, lineage_sql, items in lineage_queries(st, inv, limit=LINEAGE_ROWS, bounds=bounds):
         got = real.rows(lineage_sql)
         tuples: list[list[tuple[str, tuple]]] = [[] for _ in got]
         col = 0

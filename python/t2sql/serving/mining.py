@@ -3,19 +3,23 @@
 Mining runs SQL of our own through the core's guard: the schema through `Database.catalog` (the
 pragmas no query may name, read on a connection that can read nothing else; t2sql.serving.declared
 says what a small database takes of it and what is left out), everything else through
-`Database.rows` (one read-only statement under the tool call's policy, each under a deadline, the
-Cancel and the temporary-disk cap). The whole runs under a budget; what could not be checked in time
-is assumed to hold and listed under `assumed`.
+`Database.rows` (one read-only statement under the tool call's policy, a Cancel and mining's own
+cap on temporary disk). Mining runs to the end: its work is bounded by what it reads (each statement
+one pass over a table, a join along a reference, or a sort of one column), never by the clock, so the
+same file gives the same invariants whatever the machine's load. A statement that fails (past the
+temporary-disk cap, an answer too large) leaves its invariant unverified, and an unverified invariant
+is never used: the database is then `unsupported`, with the reason, and the check skips it.
 
-Inside an equivalence check mining also stops at the check's deadline (t2sql.serving.checkbounds):
-the statements that finished are kept (`Progress`) and the next check goes on from there, so a large
-database is mined over several checks and no check outlives its budget. `InvariantStore` keeps
-invariants in memory and on disk (t2sql.serving.diskcache), keyed by the file's content.
+Mining is done ahead (`t2sql gold`, `t2sql-train prepare`, t2sql.serving.mine_ahead), not inside a
+check: `InvariantStore` keeps invariants in memory and on disk (t2sql.serving.diskcache), keyed by
+the file's content, with a lock file beside the entry so that one process mines a file while the
+others wait (`get`) or go on without it (`start`, mining in the background).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import threading
 import time
@@ -24,12 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import t2sql
-from t2sql.serving import checkbounds, realism
-from t2sql.serving.checkbounds import BudgetSpent
+from t2sql.serving import realism
 from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.invariants import (
     FORMATS,
+    INVARIANTS_VERSION,
     OTHER_TEXT,
     Column,
     Copy,
@@ -40,10 +44,15 @@ from t2sql.serving.invariants import (
     quote,
 )
 
-# The budget of one mining run (over all the checks it takes), and of each statement in it.
-DEFAULT_MINE_BUDGET_S = 60.0
+log = logging.getLogger("t2sql.serving.mining")
 
-STATEMENT_TIMEOUT_S = 20.0
+# No statement of mining's is timed out by load: this only ends one that hangs (a file on a dead mount).
+STATEMENT_TIMEOUT_S = 6 * 3600.0
+
+# Temporary disk per mining statement (a count(DISTINCT) sorts one column of one table): large enough for
+# the release's largest columns; a statement past it leaves its invariant unverified (same file, same
+# outcome).
+MINE_TEMP_MB = 16 * 1024
 
 MAX_RELATION_COLUMNS = 10  # numeric columns per table tried for a + b = c (10 columns: 360 triples)
 
@@ -53,81 +62,66 @@ SCAN_COLUMNS = 24  # columns per statement of a table's scan (8 results each: fa
 
 ANSWER_BYTES = 4 * 1024 * 1024  # what one mining statement may return
 
-MINING_KEPT = 8  # databases whose unfinished mining is kept for the next check
-
 # Databases whose invariants are kept in memory (each with its memo, at most MEMO_BYTES); more are read
 # back from disk.
 INVARIANTS_KEPT = 16
 
+LOCK_POLL_S = 0.5  # how often a process waiting for another's mining looks for its entry
 
-@dataclass
-class Progress:
-    """What mining one database file has done so far: each statement's answer (None: not known in
-    time, or it failed), and the seconds spent."""
 
-    answers: dict[tuple, Any] = field(default_factory=dict)
-    spent_s: float = 0.0
+class Unverified(Exception):
+    """A statement of mining's failed: what it was to verify, and why."""
 
 
 class Reader:
-    """Mining's statements on the core, each remembered in `progress`: under its own timeout, the mining
-    budget and the check's deadline (past which BudgetSpent ends the check, the answers kept)."""
+    """Mining's statements on the core, each to its end (a hang guard aside), under mining's Cancel and
+    temporary-disk cap. `rows` raises Unverified when a statement fails; `catalog` answers None (the
+    part is left out, t2sql.serving.declared)."""
 
-    def __init__(self, db: t2sql.Database, progress: Progress, budget_s: float = DEFAULT_MINE_BUDGET_S):
+    def __init__(self, db: t2sql.Database, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB):
         self.db = db
-        self.progress = progress
-        self.budget_s = budget_s
+        self.cancel = cancel
+        self.max_temp_mb = max_temp_mb
+        self.statements = 0
 
-    def _ask(self, key: tuple, run: Callable[[float, Any], list[tuple]]) -> list[tuple] | None:
-        answers = self.progress.answers
-        if key in answers:
-            return answers[key]
-        left = self.budget_s - self.progress.spent_s
-        if left <= 0:
-            answers[key] = None  # the mining budget is spent: assumed
-            return None
-        check = checkbounds.current()
-        timeout_s = check.timeout(min(STATEMENT_TIMEOUT_S, left))
-        started = time.monotonic()
+    def _ask(self, run: Callable[[], list[tuple]], fail: Callable[[str], Any]) -> Any:
+        self.statements += 1
         try:
-            got: list[tuple] | None = run(timeout_s, check)
-        except t2sql.QueryTimeout:
-            if check.left() <= 0:
-                raise BudgetSpent("the check's budget ran out while mining") from None
-            got = None
+            return run()
         except t2sql.QueryCancelled:
             raise
-        except t2sql.T2sqlError:
-            got = None
-        finally:
-            self.progress.spent_s += time.monotonic() - started
-        answers[key] = got
-        return got
+        except t2sql.QueryTimeout:
+            raise Unverified(f"a statement ran past {STATEMENT_TIMEOUT_S:g}s") from None
+        except t2sql.T2sqlError as e:
+            return fail(f"{type(e).__name__}: {e}"[:300])
 
-    def rows(self, sql: str, params: tuple = ()) -> list[tuple] | None:
-        """The rows of a statement of ours (through the guard), or None when it failed or ran out of time."""
-        return self._ask(("rows", sql, params), lambda t, check: self.db.rows(
-            sql, list(params), timeout_s=t, max_temp_mb=check.max_temp_mb, max_bytes=ANSWER_BYTES,
-            cancel=check.cancel))
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """The rows of a statement of ours (through the guard); Unverified when it failed."""
+        def fail(why: str) -> Any:
+            raise Unverified(why)
+        return self._ask(lambda: self.db.rows(
+            sql, list(params), timeout_s=STATEMENT_TIMEOUT_S, max_temp_mb=self.max_temp_mb,
+            max_bytes=ANSWER_BYTES, cancel=self.cancel), fail)
 
     def catalog(self, pragma: str, name: str | None = None) -> list[tuple] | None:
-        """The rows of a catalog pragma (t2sql.Database.catalog), or None when it failed."""
-        return self._ask(("catalog", pragma, name), lambda t, check: self.db.catalog(
-            pragma, name, timeout_s=t, cancel=check.cancel))
+        """The rows of a catalog pragma (t2sql.Database.catalog), or None when it failed (the same for
+        the same file)."""
+        return self._ask(lambda: self.db.catalog(pragma, name, timeout_s=STATEMENT_TIMEOUT_S, cancel=self.cancel),
+                         lambda why: None)
 
 
 @dataclass
 class _Miner:
     reader: Reader
-    assumed: list[str] = field(default_factory=list)
     left_out: list[tuple[str, str, str]] = field(default_factory=list)
 
-    def try_rows(self, what: str, sql: str, params: tuple = ()) -> list[tuple] | None:
-        """The rows, or None (noted in `assumed`) when the budget or the statement's deadline ran out."""
-        got = self.reader.rows(sql, params)
-        if got is None:
-            self.assumed.append(what)
-        return got
+    def try_rows(self, what: str, sql: str, params: tuple = ()) -> list[tuple]:
+        """The rows; Unverified naming `what` when the statement failed (never None: an invariant is
+        verified or the database is unsupported)."""
+        try:
+            return self.reader.rows(sql, params)
+        except Unverified as e:
+            raise Unverified(f"{what}: {e}") from None
 
 
 def _scan(m: _Miner, name: str, cols: list[str], n_rows: int) -> dict[str, dict[str, Any]]:
@@ -152,9 +146,6 @@ def _scan(m: _Miner, name: str, cols: list[str], n_rows: int) -> dict[str, dict[
                                                           if len(cols) > SCAN_COLUMNS else "")
         scan = m.try_rows(what, f"SELECT {', '.join(parts)} FROM {t}")
         for i, c in enumerate(part_cols):
-            if not scan:
-                stats[c] = dict(nulls=False, types=(), formats=(), mined=False, cases=())
-                continue
             row = scan[0]
             base = i * 8
             non_null = row[base] or 0
@@ -185,7 +176,7 @@ def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
             continue
         got = m.try_rows(f"repeats in {name}.{c}",
                          f"SELECT count({quote(c)}) = count(DISTINCT {quote(c)}) FROM {t}")
-        stats[c]["unique"] = True if not got else bool(got[0][0])
+        stats[c]["unique"] = bool(got[0][0])
     pk_cols = [r for r in info if r[3]]
     integer_key = (pk_cols[0][0] if rowid and len(pk_cols) == 1 and (pk_cols[0][1] or "").upper() == "INTEGER"
                    else None)
@@ -200,7 +191,7 @@ def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
         # is its key (a hero does not hold one power twice).
         got = m.try_rows(f"repeated rows in {name}",
                          f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}")
-        if not got or got[0][0]:
+        if got[0][0]:
             keys.append(tuple(cols))
     return Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
 
@@ -256,13 +247,13 @@ def _references(m: _Miner, tables: dict[str, Table]) -> list[Reference]:
                                   f"SELECT EXISTS (SELECT 1 FROM {c} WHERE {not_null} AND {child_cols} NOT IN "
                                   f"(SELECT {', '.join(quote(b) for b in pcols)} FROM {p})), "
                                   f"EXISTS (SELECT 1 FROM {c} WHERE {not_null})")
-            if dangling is None or dangling[0][0] or not dangling[0][1]:
+            if dangling[0][0] or not dangling[0][1]:
                 continue  # an undeclared reference counts only when the data proves it closed
         orphans = m.try_rows(f"every {parent} row has a {child} row",
                              f"SELECT EXISTS (SELECT 1 FROM {p} WHERE {parent_cols} NOT IN "
                              f"(SELECT {', '.join(quote(a) for a in ccols)} FROM {c} WHERE {not_null})), "
                              f"EXISTS (SELECT 1 FROM {p})")
-        total = True if orphans is None else (not orphans[0][0] and bool(orphans[0][1]))
+        total = not orphans[0][0] and bool(orphans[0][1])
         out.append(Reference(child, ccols, parent, pcols, is_declared, total))
     return out
 
@@ -278,8 +269,6 @@ def _copies(m: _Miner, tables: dict[str, Table], references: list[Reference]) ->
             continue
         sums = ", ".join(f"sum({quote(a.name)} IS NOT {quote(b.name)})" for a, b in pairs)
         got = m.try_rows(f"equal columns of {t.name}", f"SELECT {sums} FROM {quote(t.name)}")
-        if got is None:
-            continue  # not known; the columns are not assumed equal (they are not frozen either way)
         out += [Copy(t.name, b.name, t.name, a.name, None) for (a, b), diff in zip(pairs, got[0]) if diff == 0]
     for r in references:  # through a reference: child.x = parent.y
         child, parent = tables[r.child], tables[r.parent]
@@ -292,7 +281,7 @@ def _copies(m: _Miner, tables: dict[str, Table], references: list[Reference]) ->
         sums = ", ".join(f"sum(c.{quote(x.name)} IS NOT p.{quote(y.name)})" for x, y in pairs)
         got = m.try_rows(f"copies along {r.name}",
                          f"SELECT count(*), {sums} FROM {quote(r.child)} AS c JOIN {quote(r.parent)} AS p ON {join}")
-        if got is None or not got[0][0]:
+        if not got[0][0]:
             continue
         out += [Copy(r.child, x.name, r.parent, y.name, r) for (x, y), diff in zip(pairs, got[0][1:]) if diff == 0]
     return out
@@ -313,8 +302,6 @@ def _relations(m: _Miner, tables: dict[str, Table]) -> list[Relation]:
                          f"WHEN abs({x} + {y} - {s}) <= 1e-9 * max(1.0, abs({s})) THEN 0 ELSE 1 END), "
                          f"sum({s} IS NOT NULL AND {x} IS NOT NULL AND {y} IS NOT NULL AND {x} <> 0 AND {y} <> 0)")
         got = m.try_rows(f"sums in {t.name}", f"SELECT {', '.join(terms)} FROM {quote(t.name)}")
-        if got is None:
-            continue
         row = got[0]
         for i, (total, a, b) in enumerate(triples):
             # Held in every row, and in at least three rows where neither term is 0 (else a + 0 = a is luck).
@@ -322,97 +309,181 @@ def _relations(m: _Miner, tables: dict[str, Table]) -> list[Relation]:
                 out.append(Relation(t.name, total.name, a.name, b.name))
     return out
 
-def mine(path: str, *, budget_s: float = DEFAULT_MINE_BUDGET_S, progress: Progress | None = None) -> Invariants:
-    """The invariants of the database file at `path` (no cache). With `progress`, statements answered in
-    an earlier run are not run again (the run goes on where a check's deadline stopped it)."""
-    progress = progress if progress is not None else Progress()
+def mine(path: str, *, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB) -> Invariants:
+    """The invariants of the database file at `path` (no cache), mined to the end; `cancel` (a
+    t2sql.Cancel) stops it (QueryCancelled). A statement that fails makes them `unsupported`, naming the
+    invariant it was to verify; a file that is not a readable database raises DatabaseError."""
+    started = time.monotonic()
     with t2sql.Database(path) as db:  # a file that is not a readable database: DatabaseError
-        m = _Miner(Reader(db, progress, budget_s))
-        listed, kinds = listing(m.reader, path)
-        left: set[str] = set()
-        shapes: dict[str, Shape] = {}
-        for item in listed:
-            if item.kind != "table":
+        m = _Miner(Reader(db, cancel, max_temp_mb))
+        try:
+            return _mine(path, m, started)
+        except Unverified as e:
+            return unsupported(path, f"mining could not verify {e}", time.monotonic() - started)
+
+
+def unsupported(path: str, why: str, mine_s: float = 0.0) -> Invariants:
+    """Invariants that say no small database of this file is built, and why (kept like any others, so
+    that the file is not mined again)."""
+    return Invariants(path, (), (), (), (), (), why, round(mine_s, 3))
+
+
+def _mine(path: str, m: _Miner, started: float) -> Invariants:
+    listed, kinds = listing(m.reader, path)
+    left: set[str] = set()
+    shapes: dict[str, Shape] = {}
+    for item in listed:
+        if item.kind != "table":
+            continue
+        kind, without_rowid = kinds.get(item.name, ("table", False))
+        if kind == "virtual" or re.match(r"\s*CREATE\s+VIRTUAL\b", item.sql, re.I):
+            why = "a virtual table"
+        elif kind == "shadow":
+            why = "a virtual table's own storage"
+        else:
+            shape = table_shape(m.reader, item.name, without_rowid)
+            if shape is not None:
+                shapes[item.name] = shape
                 continue
-            kind, without_rowid = kinds.get(item.name, ("table", False))
-            if kind == "virtual" or re.match(r"\s*CREATE\s+VIRTUAL\b", item.sql, re.I):
-                why = "a virtual table"
-            elif kind == "shadow":
-                why = "a virtual table's own storage"
-            else:
-                shape = table_shape(m.reader, item.name, without_rowid)
-                if shape is not None:
-                    shapes[item.name] = shape
-                    continue
-                why = "the catalog cannot describe it"
-            m.left_out.append(("table", item.name, why))
-            left.add(item.name.lower())
-        schema = statements(listed, left, m.left_out)
-        tables = {n: _mine_table(m, n, shape) for n, shape in shapes.items()}
-        references = _references(m, tables)
-        copies = _copies(m, tables, references)
-        relations = _relations(m, tables)
-        realistic = realism.mine(m.reader.rows, tables, references)
-    unsupported = "" if tables else "no table a small database can hold"
+            why = "the catalog cannot describe it"
+        m.left_out.append(("table", item.name, why))
+        left.add(item.name.lower())
+    schema = statements(listed, left, m.left_out)
+    tables = {n: _mine_table(m, n, shape) for n, shape in shapes.items()}
+    references = _references(m, tables)
+    copies = _copies(m, tables, references)
+    relations = _relations(m, tables)
+    realistic = realism.mine(m.reader.rows, tables, references)
+    why = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
-                      unsupported, tuple(dict.fromkeys(m.assumed)), round(progress.spent_s, 3),
-                      tuple(dict.fromkeys(m.left_out)), **realistic)
+                      why, round(time.monotonic() - started, 3), tuple(dict.fromkeys(m.left_out)), **realistic)
 
 
 class InvariantStore:
     """Invariants per database content, mined once: in memory (an LRU) and on disk. A disk entry is used
     only when it reads back whole, of this version and for this very content; anything else is mined
-    again. A mining run a check's deadline stops keeps its progress for the next check."""
+    again. What mining concluded is kept, an unsupported database included (a file whose mining failed
+    is not mined again); a cancelled run keeps nothing.
+
+    `ready` never mines; `get` mines when no entry exists (or waits for the thread or process that
+    mines it: a lock file beside the entry); `start` mines in a background thread of this process, once
+    per content, unless another process holds the lock. `close` cancels background mining."""
 
     def __init__(self, disk: DiskCache | None = None, *, keep: int = INVARIANTS_KEPT,
-                 budget_s: float = DEFAULT_MINE_BUDGET_S):
+                 max_temp_mb: int = MINE_TEMP_MB):
         self.disk = disk if disk is not None else DiskCache()
         self.keep = keep
-        self.budget_s = budget_s
+        self.max_temp_mb = max_temp_mb
         self._lock = threading.Lock()
         self._mem: OrderedDict[str, Invariants] = OrderedDict()
         self._building: dict[str, threading.Event] = {}
-        self._progress: OrderedDict[str, Progress] = OrderedDict()
+        self._started: set[str] = set()  # contents this process began mining in the background
+        self._cancel = t2sql.Cancel()  # background mining's
 
-    def get(self, path: str) -> Invariants:
+    def ready(self, path: str) -> Invariants | None:
+        """The invariants when mined (in memory or on disk), else None; never mines."""
+        key = database_key(path)
+        with self._lock:
+            inv = self._mem.get(key)
+            if inv is not None:
+                self._mem.move_to_end(key)
+                return inv if inv.path == path else _at(inv, path)
+        inv = self._load(key, path)
+        if inv is not None:
+            self._remember(key, inv)
+        return inv
+
+    def get(self, path: str, cancel: Any = None, *, wait: bool = True) -> Invariants | None:
+        """The invariants, mined now when no entry exists; `cancel` stops mining or waiting
+        (QueryCancelled). While another process mines the file: wait for its entry, or with
+        `wait=False` answer None at once."""
         key = database_key(path)
         while True:
+            inv = self.ready(path)
+            if inv is not None:
+                return inv
             with self._lock:
-                inv = self._mem.get(key)
-                if inv is not None:
-                    self._mem.move_to_end(key)
-                    return inv if inv.path == path else _at(inv, path)
                 event = self._building.get(key)
                 if event is None:
                     event = self._building[key] = threading.Event()
                     break
-            checkbounds.wait_for(event.wait)  # another thread mines it: within this check's budget
+            while not event.wait(LOCK_POLL_S):  # another thread mines it
+                _checkpoint(cancel)
         try:
-            inv = self._load(key, path)
-            if inv is None:
-                with self._lock:
-                    progress = self._progress.pop(key, None) or Progress()
-                try:
-                    inv = mine(path, budget_s=self.budget_s, progress=progress)
-                except (BudgetSpent, t2sql.QueryCancelled):
-                    with self._lock:  # the next check goes on from here
-                        self._progress[key] = progress
-                        while len(self._progress) > MINING_KEPT:
-                            self._progress.popitem(last=False)
-                    raise
-                self.disk.store(f"{key}.invariants.json", {"database": key, **inv.to_dict()})
-            with self._lock:
-                self._mem[key] = inv
-                while len(self._mem) > self.keep:
-                    self._mem.popitem(last=False)
-            return inv
+            return self._mine_once(key, path, cancel, wait)
         finally:
             with self._lock:
                 self._building.pop(key, None)
             event.set()
 
+    def _mine_once(self, key: str, path: str, cancel: Any, wait: bool) -> Invariants | None:
+        name = _entry(key)
+        while True:
+            with self.disk.lock(_entry(key, "lock")) as held:
+                inv = self._load(key, path)  # another process may have finished it
+                if inv is None and held:
+                    try:
+                        inv = mine(path, cancel=cancel, max_temp_mb=self.max_temp_mb)
+                    except (t2sql.QueryCancelled, t2sql.DatabaseError):
+                        raise  # nothing concluded (a file that cannot be read: the check says so)
+                    except Exception as e:  # a failure of mining's own: kept, so no check mines it again
+                        log.warning("mining %s failed: %s", path, e)
+                        inv = unsupported(path, f"mining failed: {type(e).__name__}: {e}"[:500])
+                    self.disk.store(name, {"database": key, **inv.to_dict()})
+            if inv is not None:
+                self._remember(key, inv)
+                return inv
+            if not wait:
+                return None
+            for _ in range(int(10 / LOCK_POLL_S)):  # another process mines it: its entry, or its lock gone
+                _checkpoint(cancel)
+                time.sleep(LOCK_POLL_S)
+                inv = self._load(key, path)
+                if inv is not None:
+                    self._remember(key, inv)
+                    return inv
+
+    def start(self, path: str) -> None:
+        """Mine `path` in a background thread of this process, once per content (unless mined, or mining
+        here or in another process)."""
+        try:
+            key = database_key(path)
+        except t2sql.T2sqlError:
+            return  # the check reports the file
+        with self._lock:
+            if key in self._started or key in self._mem or key in self._building:
+                return
+            self._started.add(key)
+            cancel = self._cancel
+        threading.Thread(target=self._background, args=(key, path, cancel), daemon=True,
+                         name="t2sql-mining").start()
+
+    def _background(self, key: str, path: str, cancel: Any) -> None:
+        try:
+            if self.get(path, cancel, wait=False) is None:
+                with self._lock:  # another process mines it: a later start looks again (its lock may go stale)
+                    self._started.discard(key)
+        except t2sql.QueryCancelled:
+            with self._lock:
+                self._started.discard(key)  # a later start mines it again
+        except Exception as e:  # the checks report the file (skipped) when they read it
+            log.warning("mining %s in the background failed: %s", path, e)
+
+    def close(self) -> None:
+        """Stop background mining (what it finished stays; a later start mines again)."""
+        with self._lock:
+            cancel, self._cancel = self._cancel, t2sql.Cancel()
+        cancel.cancel()
+
+    def _remember(self, key: str, inv: Invariants) -> None:
+        with self._lock:
+            self._mem[key] = inv
+            self._mem.move_to_end(key)
+            while len(self._mem) > self.keep:
+                self._mem.popitem(last=False)
+
     def _load(self, key: str, path: str) -> Invariants | None:
-        data = self.disk.load(f"{key}.invariants.json")
+        data = self.disk.load(_entry(key))
         if data is None or data.get("database") != key:
             return None  # none, or another database's
         try:
@@ -420,6 +491,17 @@ class InvariantStore:
         except ValueError:
             return None
         return inv if inv.path == path else _at(inv, path)
+
+
+def _entry(key: str, kind: str = "json") -> str:
+    """The cache entry's name (and its lock's): versioned, so that two t2sql versions sharing a cache
+    keep their own entries instead of mining over each other's."""
+    return f"{key}.invariants-v{INVARIANTS_VERSION}.{kind}"
+
+
+def _checkpoint(cancel: Any) -> None:
+    if cancel is not None and cancel.cancelled:
+        raise t2sql.QueryCancelled("query cancelled")
 
 
 def _at(inv: Invariants, path: str) -> Invariants:

@@ -19,7 +19,8 @@
 - `prefixes`: a text column always starts with another of its row (an atom id 'TR009_12' with its
   molecule id 'TR009'): a duplicate under fresh keys takes a real id under its own row's prefix.
 
-An invariant mining cannot check in time is not kept (each only narrows what a small database may hold).
+They are mined with the rest (t2sql.serving.mining): a statement that fails makes the database unsupported,
+never a rule silently dropped.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ VOCABULARY_ROWS_PER_VALUE = 5  # rows per distinct value, at least (fewer: an op
 
 MAX_STAT_COLUMNS = 64  # columns per table whose repeats are counted (one statement each)
 
-Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows, None when not known in time
+Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows (mining raises Unverified on failure)
 
 
 def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference]) -> dict[str, tuple]:

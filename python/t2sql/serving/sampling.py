@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import threading
 from typing import Any, Iterable
 
@@ -47,6 +48,16 @@ ANSWER_MAX_ROWS = 1000  # rows one statement brings back (every statement here h
 
 ANSWER_MAX_BYTES = 1024 * 1024  # bytes one statement brings back: a row past it is not fetched
 
+# A lookup that no index serves (a child by its reference, a row holding a literal, a column's values)
+# reads at most the first SCAN_ROWS rows of its table (in rowid order, the same rows every time): the
+# work of a check does not grow with the table. Rows past them are not found, so a larger table gives
+# fewer small databases, never an unrealistic one; a table of up to SCAN_ROWS rows is read whole.
+SCAN_ROWS = 100_000
+
+_INDEX = re.compile(r'CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?\S+\s+ON\s+'
+                    r'("(?:[^"]|"")+"|\[[^\]]+\]|`[^`]+`|[^\s(]+)\s*\(\s*("(?:[^"]|"")+"|\[[^\]]+\]|`[^`]+`|[^\s,)]+)',
+                    re.I)
+
 def stable_rng(*parts: Any) -> random.Random:
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "little"))
@@ -62,6 +73,7 @@ class RealRows:
         self._lock = threading.Lock()
         self.db = t2sql.Database(path)
         self._answers: Lru[list[tuple]] = Lru(1 << 30, ANSWER_BYTES, lambda k, v: approx_bytes(k) + approx_bytes(v))
+        self._index_list: list[tuple[str, str]] | None = None
 
     def close(self) -> None:
         with self._lock:
@@ -98,6 +110,39 @@ class RealRows:
     def _select(self, t: Table) -> str:
         return f"SELECT {', '.join(quote(c) for c in t.column_names)} FROM {quote(t.name)}"
 
+    def _scope(self, t: Table, columns: tuple[str, ...] = ()) -> tuple[str, tuple]:
+        """(condition, parameters) that keep a lookup on `columns` within the table's first SCAN_ROWS rows,
+        or ("1", ()) when an index serves it or the table is that small (or has no rowid to range on)."""
+        bound = None if columns and self._indexed(t, columns) else self.first_rows_bound(t)
+        return ("1", ()) if bound is None else ("rowid <= ?", (bound,))
+
+    def first_rows_bound(self, t: Table) -> int | None:
+        """The rowid that ends the table's first SCAN_ROWS rows, or None when the table is no larger (or
+        has no rowid to range on)."""
+        if t.rows <= SCAN_ROWS or not t.rowid:
+            return None
+        got = self.rows(f"SELECT max(rowid) FROM (SELECT rowid FROM {quote(t.name)} ORDER BY rowid "
+                        f"LIMIT {SCAN_ROWS})")
+        return got[0][0] if got and isinstance(got[0][0], int) else 0
+
+    def _indexed(self, t: Table, columns: tuple[str, ...]) -> bool:
+        """Whether an index of the real file leads with one of `columns` (the rowid alias, a declared key,
+        a CREATE INDEX of the schema)."""
+        low = {c.lower() for c in columns}
+        if t.integer_key is not None and t.integer_key.lower() in low:
+            return True
+        declared = any(c.pk for c in t.columns) or not (len(t.keys) == 1 and len(t.keys[0]) == len(t.columns))
+        if declared and any(k and k[0].lower() in low for k in t.keys):
+            return True
+        return any(table == t.name.lower() and column in low for table, column in self._indexes())
+
+    def _indexes(self) -> list[tuple[str, str]]:
+        """(table, first column) of each CREATE INDEX in the schema, lower case and unquoted."""
+        if self._index_list is None:
+            found = [m.groups() for m in (_INDEX.match(sql.strip()) for sql in self.inv.schema) if m]
+            self._index_list = [(_unquote(a).lower(), _unquote(b).lower()) for a, b in found]
+        return self._index_list
+
     def by_rowids(self, table: str, rowids: Iterable[Any]) -> list[Row]:
         t = self.inv.table(table)
         ids = [r for r in rowids if r is not None]
@@ -112,20 +157,25 @@ class RealRows:
         """One real row of `table` whose `columns` hold `values` (the lowest rowid), or None."""
         t = self.inv.table(table)
         cond = " AND ".join(f"{quote(c)} = ?" for c in columns)
+        scope, bound = self._scope(t, columns)
         order = " ORDER BY rowid" if t.rowid else ""
-        got = self.rows(f"{self._select(t)} WHERE {cond}{order} LIMIT 1", tuple(values))
+        got = self.rows(f"{self._select(t)} WHERE {scope} AND {cond}{order} LIMIT 1", bound + tuple(values))
         return got[0] if got else None
 
     def children(self, ref: Reference, parent_key: tuple, limit: int = 1) -> list[Row]:
         t = self.inv.table(ref.child)
         cond = " AND ".join(f"{quote(c)} = ?" for c in ref.child_columns)
+        scope, bound = self._scope(t, ref.child_columns)
         order = " ORDER BY rowid" if t.rowid else ""
-        return self.rows(f"{self._select(t)} WHERE {cond}{order} LIMIT {limit}", tuple(parent_key))
+        return self.rows(f"{self._select(t)} WHERE {scope} AND {cond}{order} LIMIT {limit}", bound + tuple(parent_key))
 
     def values(self, table: str, column: str) -> list[Any]:
         """Up to VALUES_PER_COLUMN distinct non-NULL real values of a column (the same ones every time)."""
         q = quote(column)
-        got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE {q} IS NOT NULL LIMIT {VALUES_PER_COLUMN}")
+        t = self.inv.table(table)
+        scope, bound = self._scope(t, (column,)) if t is not None else ("1", ())
+        got = self.rows(f"SELECT DISTINCT {q} FROM {quote(table)} WHERE {scope} AND {q} IS NOT NULL "
+                        f"LIMIT {VALUES_PER_COLUMN}", bound)
         return [r[0] for r in got]
 
     def values_with_prefix(self, table: str, column: str, prefix: str) -> list[Any]:
@@ -158,16 +208,25 @@ class RealRows:
             return []
         q = quote(c.column)
         out: list[Row] = []
+        near, near_bound = self._scope(t)  # the nearest value: every row is a candidate
+        equal, equal_bound = self._scope(t, (c.column,))
         for lit in c.literals[:4]:
             if isinstance(lit, (int, float)):
-                out += self.rows(f"{self._select(t)} WHERE {q} IS NOT NULL AND typeof({q}) IN ('integer', 'real') "
-                                 f"ORDER BY abs({q} - ?) LIMIT {limit}", (lit,))
+                out += self.rows(f"{self._select(t)} WHERE {near} AND {q} IS NOT NULL AND typeof({q}) IN "
+                                 f"('integer', 'real') ORDER BY abs({q} - ?) LIMIT {limit}", near_bound + (lit,))
             elif isinstance(lit, str):
                 plain = lit.strip("%")
-                out += self.rows(f"{self._select(t)} WHERE {q} = ? LIMIT {limit}", (lit,))
+                out += self.rows(f"{self._select(t)} WHERE {equal} AND {q} = ? LIMIT {limit}", equal_bound + (lit,))
                 if plain:
-                    out += self.rows(f"{self._select(t)} WHERE {q} LIKE ? LIMIT {limit}", (f"%{plain}%",))
+                    out += self.rows(f"{self._select(t)} WHERE {near} AND {q} LIKE ? LIMIT {limit}",
+                                     near_bound + (f"%{plain}%",))
         return out
+
+def _unquote(name: str) -> str:
+    if len(name) >= 2 and name[0] + name[-1] in ('""', "[]", "``"):
+        return name[1:-1].replace('""', '"') if name[0] == '"' else name[1:-1]
+    return name
+
 
 def entity_present(db: SmallDb, table: Table, row: Row) -> bool:
     """Whether a row with `row`'s primary key is in `db` (False for a table without one)."""
