@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import t2sql
+from t2sql.errors import T2sqlError
 from t2sql.serving import realism
 from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.diskcache import DiskCache, database_key
@@ -69,8 +70,9 @@ INVARIANTS_KEPT = 16
 LOCK_POLL_S = 0.5  # how often a process waiting for another's mining looks for its entry
 
 
-class Unverified(Exception):
-    """A statement of mining's failed: what it was to verify, and why."""
+class Unverified(T2sqlError):
+    """A statement of mining's failed: what it was to verify, and why (caught inside mine(), which
+    then reports the database unsupported)."""
 
 
 class Reader:
