@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.serving.invariants import Invariants
 
 
@@ -187,7 +188,7 @@ def derive_pairs(db: str, inv: Invariants, real_rows: Any, golds: list[str], con
 
 
 def bench_equivalence_scale(db_root: str, data: str, db_id: str, work: Path, scales: list[int], *,
-                            preset: str = "qwen3.6-35b-a3b", pairs_limit: int | None = None,
+                            preset: str = DEFAULT_PRESET, pairs_limit: int | None = None,
                             progress: Any = None) -> dict[str, Any]:
     """The bench (see the module doc): copies under `work`, each removed after its scale; each scale's
     cache (invariants, suite) is emptied before it, kept after."""

@@ -28,6 +28,7 @@ from t2sql.bench.serving import (
     say,
 )
 from t2sql.commands.grade import is_verdicts
+from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.errors import T2sqlError
 from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import grade_memory_setting
@@ -97,7 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sc.add_argument("--scales", default="10,100",
                     help="comma-separated factors besides 1x (default 10,100; 1000 makes GBs of a toxicology)")
     sc.add_argument("--pairs-limit", type=int, default=None, help="an evenly spaced subset of this many pairs")
-    sc.add_argument("--preset", default="qwen3.6-35b-a3b", help="the preset whose check runs (default the recipe's)")
+    sc.add_argument("--preset", default=DEFAULT_PRESET, help="the preset whose check runs (default the recipe's)")
     sc.add_argument("--work-dir", default=None,
                     help="where the copies are built (each removed after its scale; the caches stay) "
                          f"(default: {describe_default_dir('bench-equivalence-scale')})")
