@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from t2sql.serving import ordering, querytext
 from t2sql.serving.invariants import Invariants
+from t2sql.serving.repointing import repointed
 from t2sql.serving.lineage import another_value, duplicate_tuple, fetch_lineage
 from t2sql.serving.sampling import (
     RealRows,
@@ -50,7 +51,8 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
     rng = stable_rng(seed, "targeted", sql)
     seeds = SmallDb(inv, note="the real rows the query touches")
     marked: dict[str, set] = {}  # table -> the seed rows (what the variants change)
-    comparisons: list[querytext.Comparison] = []
+    comparisons: list[querytext.Comparison] = []  # those the gold's databases do not cover
+    every_comparison: list[querytext.Comparison] = []
     tables: list[str] = []
     lineages: list[tuple[str, list[list[tuple[str, tuple]]]]] = []  # those the gold's do not cover
     first_tuple: list[tuple[str, tuple]] = []  # what the query's first result row joins
@@ -73,6 +75,7 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
         for c in querytext.comparisons(st, inv):
             keys = literal_keys(c)
             mine.literals |= keys
+            every_comparison.append(c)
             if covered is not None and keys <= covered.literals:
                 continue
             comparisons.append(c)
@@ -139,6 +142,14 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
                 shared = base.copy(f"one more result row of {label} sharing its {shared_table} row")
                 if duplicate_tuple(shared, [x for x in first if x != (shared_table, shared_row)], real, rng):
                     keep(shared)
+    # A result row's row pointed at another real parent that a comparison meets or misses (a row that
+    # meets all but one condition of one query, t2sql.serving.repointing): every comparison for rows the
+    # gold's do not cover, the new ones for the rest.
+    reached = [tuples[0] for _, tuples in lineages if tuples]
+    if first_tuple and first_tuple not in reached:
+        reached.append(first_tuple)
+    for db in repointed(base, real, reached, every_comparison if lineages else comparisons, rng):
+        keep(db)
     # As many result rows as the query's LIMIT keeps, and one more: where a LIMIT that cut nothing cuts.
     limit = ordering.outer_limit(st) if st is not None else None
     if limit is not None and first_tuple and limit < MAX_LIMIT_FILLED:

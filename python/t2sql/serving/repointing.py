@@ -1,0 +1,71 @@
+"""Distinguishing rows made by re-pointing: a real row a query's conditions reach, with one of its
+references pointed at another real parent row, one that a comparison of the pair on that parent's
+table meets (or nearly does: a longer text holding the literal, the nearest number) or one that it
+does not. The row then meets all but one condition of one query of the pair (a Bad hero whose skin
+is the real colour 'Green/Blue' tells `colour = 'Green'` from `colour LIKE '%Green%'`; a Green hero
+who is Good tells a query from one that dropped `alignment = 'Bad'`). Every row stays a real row but
+for the one reference, and the parent is real and unchanged: a fixed lookup table keeps its rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from t2sql.serving import querytext
+from t2sql.serving.invariants import sqlite_key
+from t2sql.serving.sampling import RealRows, add_rows
+from t2sql.serving.smalldb import SmallDb, column_index
+
+PARENTS_PER_COMPARISON = 4  # real parent rows tried per comparison
+MAX_REPOINTED = 8  # databases made by re-pointing, per query
+
+
+def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any) -> list[tuple]:
+    """Real rows of c.table a reference could be pointed at: those meeting c or beside it (another case,
+    a longer text holding the literal, the nearest numbers), then one that c does not name."""
+    out = list(dict.fromkeys(real.matching(c, 2)))
+    out += [r for r in real.random_rows(c.table, 2, rng) if r not in out]
+    return out[:PARENTS_PER_COMPARISON + 1]
+
+
+def repointed(base: SmallDb, real: RealRows, tuples: list[list[tuple[str, tuple]]],
+              comparisons: list[querytext.Comparison], rng: Any) -> list[SmallDb]:
+    """Copies of `base`, each with one row of a result row's join (`tuples`) pointed, by one reference, at
+    another real parent row of a table a comparison names (see the module doc); not yet closed."""
+    inv = base.inv
+    out: list[SmallDb] = []
+    seen: set = set()
+    for c in comparisons:
+        parents = None
+        for tp in tuples:
+            for child_table, row in tp:
+                if child_table not in base.rows or row not in base.rows[child_table]:
+                    continue
+                t = inv.table(child_table)
+                for ref in inv.references:
+                    if ref.child != child_table or ref.parent.lower() != c.table.lower() or ref.parent == ref.child:
+                        continue
+                    p = inv.table(ref.parent)
+                    at = [column_index(t, col) for col in ref.child_columns]
+                    old = sqlite_key(tuple(row[i] for i in at))
+                    if None in old:
+                        continue
+                    if parents is None:
+                        parents = candidate_parents(real, c, rng)
+                    for parent in parents:
+                        new = tuple(parent[column_index(p, col)] for col in ref.parent_columns)
+                        if sqlite_key(new) == old or (child_table, row, new) in seen:
+                            continue
+                        seen.add((child_table, row, new))
+                        moved = dict(zip(at, new))
+                        for cp in inv.copies:  # a column copied along this reference follows it
+                            if cp.table == child_table and cp.via == ref:
+                                moved[column_index(t, cp.column)] = parent[column_index(p, cp.source_column)]
+                        db = base.copy(f"a {child_table} row of a result row pointed at another real "
+                                       f"{ref.parent} row (beside {c.table}.{c.column} {c.op} {c.literals[0]!r})")
+                        rows = db.rows[child_table]
+                        rows[rows.index(row)] = tuple(moved.get(i, v) for i, v in enumerate(row))
+                        add_rows(db, ref.parent, [parent])
+                        out.append(db)
+                        if len(out) >= MAX_REPOINTED:
+                            return out
+    return out
