@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from t2sql.serving import ordering, querytext
 from t2sql.serving.invariants import Invariants
-from t2sql.serving.repointing import repointed
 from t2sql.serving.lineage import another_value, duplicate_tuple, fetch_lineage
+from t2sql.serving.repointing import repointed
 from t2sql.serving.sampling import (
     RealRows,
     add_rows,
