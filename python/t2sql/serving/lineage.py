@@ -101,6 +101,40 @@ def parents_first(inv: Invariants, tables: list[str]) -> list[str]:
         pending.remove(t)
     return order
 
+def _selected_free(inv: Invariants, sql: str, table: str) -> list[str]:
+    """Columns of `table` a query selects and does not filter on, free to take another row's value (no key,
+    reference or unique column)."""
+    st = querytext.read(sql)
+    if st is None or not st.parts:
+        return []
+    part = st.parts[-1]
+    selected = sql[part.select_list[0]:part.select_list[1]].lower()
+    filtered = sql[part.select_list[1]:].lower()
+    t = inv.table(table)
+    frozen = inv.frozen(table)
+    return [c.name for c in t.columns if c.name not in frozen and not c.unique and c.name.lower() in selected
+            and not re.search(rf"(?<![\w]){re.escape(c.name.lower())}(?![\w])", filtered)]
+
+
+def alike(db: SmallDb, first: list[tuple[str, tuple]], second: list[tuple[str, tuple]], sql: str) -> bool:
+    """The rows of a second result row given the first's values in the free columns the query selects (two
+    result rows the same: what DISTINCT merges and a LIMIT counts); False when none changed."""
+    inv = db.inv
+    changed = False
+    for table, row in second:
+        other = next((r for t, r in first if t == table and r != row), None)
+        rows = db.rows.get(table, [])
+        if other is None or row not in rows:
+            continue
+        t = inv.table(table)
+        at = {column_index(t, c) for c in _selected_free(inv, sql, table)}
+        new = tuple(other[i] if i in at else v for i, v in enumerate(row))
+        if new != row:
+            rows[rows.index(row)] = new
+            changed = True
+    return changed
+
+
 def another_value(inv: Invariants, real: RealRows, rows: list[tuple[str, tuple]], rng: Any,
                    sql: str = "") -> dict:
     """For one row of a result row's join: one free column set to another real value of it (with `sql`,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from t2sql.serving import ordering, querytext
+from t2sql.serving.distinguishing import childless, repointed
 from t2sql.serving.invariants import Invariants
-from t2sql.serving.lineage import another_value, duplicate_tuple, fetch_lineage
-from t2sql.serving.repointing import repointed
+from t2sql.serving.lineage import alike, another_value, duplicate_tuple, fetch_lineage
 from t2sql.serving.sampling import (
     RealRows,
     add_rows,
@@ -143,13 +143,22 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
                 if duplicate_tuple(shared, [x for x in first if x != (shared_table, shared_row)], real, rng):
                     keep(shared)
     # A result row's row pointed at another real parent that a comparison meets or misses (a row that
-    # meets all but one condition of one query, t2sql.serving.repointing): every comparison for rows the
+    # meets all but one condition of one query, t2sql.serving.distinguishing): every comparison for rows the
     # gold's do not cover, the new ones for the rest.
     reached = [tuples[0] for _, tuples in lineages if tuples]
     if first_tuple and first_tuple not in reached:
         reached.append(first_tuple)
     for db in repointed(base, real, reached, every_comparison if lineages else comparisons, rng):
         keep(db)
+    # A parent row it reaches without its children in one table (what an outer join keeps).
+    for db in childless(base, reached):
+        keep(db, closing=False)
+    # Two result rows made alike in what the query selects (a repeat that DISTINCT merges).
+    for label, tuples in lineages[:1]:
+        if len(tuples) >= 2:
+            same = base.copy(f"two result rows of {label} alike in what it selects")
+            if alike(same, tuples[0], tuples[1], sql):
+                keep(same, closing=False)
     # As many result rows as the query's LIMIT keeps, and one more: where a LIMIT that cut nothing cuts.
     limit = ordering.outer_limit(st) if st is not None else None
     if limit is not None and first_tuple and limit < MAX_LIMIT_FILLED:

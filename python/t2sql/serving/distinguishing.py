@@ -1,0 +1,147 @@
+"""Distinguishing rows made of real ones, for the rows a query's conditions reach.
+
+Re-pointed (`repointed`): a real row a query reaches, with one of its references pointed at another
+real parent row, one that a comparison of the pair on that parent's
+table meets (or nearly does: a longer text holding the literal, the nearest number) or one that it
+does not. The row then meets all but one condition of one query of the pair (a Bad hero whose skin
+is the real colour 'Green/Blue' tells `colour = 'Green'` from `colour LIKE '%Green%'`; a Green hero
+who is Good tells a query from one that dropped `alignment = 'Bad'`). Every row stays a real row but
+for the one reference, and the parent is real and unchanged: a fixed lookup table keeps its rows.
+
+Childless (`childless`): a parent row a query reaches without its child rows in one table, where the
+reference does not require a child (what an outer join keeps and an inner join drops)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from t2sql.serving import querytext
+from t2sql.serving.invariants import sqlite_key
+from t2sql.serving.sampling import RealRows, add_rows
+from t2sql.serving.smalldb import SmallDb, column_index
+
+PARENTS_PER_COMPARISON = 4  # real parent rows tried per comparison
+MAX_MADE = 8  # databases each kind of distinguishing row makes, per query
+
+
+def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any) -> list[tuple]:
+    """Real rows of c.table a reference could be pointed at: those meeting c or beside it (another case,
+    a longer text holding the literal, the nearest numbers), then one that c does not name."""
+    out = list(dict.fromkeys(real.matching(c, 2)))
+    out += [r for r in real.random_rows(c.table, 2, rng) if r not in out]
+    return out[:PARENTS_PER_COMPARISON + 1]
+
+
+def repointed(base: SmallDb, real: RealRows, tuples: list[list[tuple[str, tuple]]],
+              comparisons: list[querytext.Comparison], rng: Any) -> list[SmallDb]:
+    """Copies of `base`, each with one row of a result row's join (`tuples`) pointed, by one reference, at
+    another real parent row of a table a comparison names (see the module doc); not yet closed."""
+    inv = base.inv
+    out: list[SmallDb] = []
+    seen: set = set()
+    for c in comparisons:
+        parents = None
+        for tp in tuples:
+            for child_table, row in tp:
+                if child_table not in base.rows or row not in base.rows[child_table]:
+                    continue
+                t = inv.table(child_table)
+                for ref in inv.references:
+                    if ref.child != child_table or ref.parent.lower() != c.table.lower() or ref.parent == ref.child:
+                        continue
+                    p = inv.table(ref.parent)
+                    at = [column_index(t, col) for col in ref.child_columns]
+                    old = sqlite_key(tuple(row[i] for i in at))
+                    if None in old:
+                        continue
+                    if parents is None:
+                        parents = candidate_parents(real, c, rng)
+                    for parent in parents:
+                        new = tuple(parent[column_index(p, col)] for col in ref.parent_columns)
+                        if sqlite_key(new) == old or (child_table, row, new) in seen:
+                            continue
+                        seen.add((child_table, row, new))
+                        moved = dict(zip(at, new))
+                        for cp in inv.copies:  # a column copied along this reference follows it
+                            if cp.table == child_table and cp.via == ref:
+                                moved[column_index(t, cp.column)] = parent[column_index(p, cp.source_column)]
+                        db = base.copy(f"a {child_table} row of a result row pointed at another real "
+                                       f"{ref.parent} row (beside {c.table}.{c.column} {c.op} {c.literals[0]!r})")
+                        rows = db.rows[child_table]
+                        rows[rows.index(row)] = tuple(moved.get(i, v) for i, v in enumerate(row))
+                        add_rows(db, ref.parent, [parent])
+                        out.append(db)
+                        if len(out) >= MAX_MADE:
+                            return out
+    return out
+
+
+def childless(base: SmallDb, tuples: list[list[tuple[str, tuple]]]) -> list[SmallDb]:
+    """Copies of `base`, each with the rows of one table that name a parent row of a result row's join
+    (by any of its references to that parent's table) removed, where no reference requires them; not
+    closed (closing would bring them back)."""
+    inv = base.inv
+    out: list[SmallDb] = []
+    seen: set = set()
+    for tp in tuples:
+        for parent_table, parent in tp:
+            p = inv.table(parent_table)
+            for ref in inv.references:
+                if (ref.parent != parent_table or ref.child == parent_table or ref.total
+                        or (ref.child, parent_table, parent) in seen or not base.rows.get(ref.child)):
+                    continue
+                seen.add((ref.child, parent_table, parent))
+                c = inv.table(ref.child)
+                naming = [r for r in inv.references if r.child == ref.child and r.parent == parent_table
+                          and r.parent_columns == ref.parent_columns]
+                key = sqlite_key(tuple(parent[column_index(p, col)] for col in ref.parent_columns))
+
+                def names(row: tuple) -> bool:
+                    return any(sqlite_key(tuple(row[column_index(c, col)] for col in r.child_columns)) == key
+                               for r in naming)
+
+                kept = [r for r in base.rows[ref.child] if not names(r)]
+                if len(kept) == len(base.rows[ref.child]):
+                    continue
+                db = base.copy(f"a {parent_table} row of a result row without its {ref.child} rows")
+                db.rows[ref.child] = kept
+                if _drop_orphans(db, (parent_table, parent)):
+                    out.append(db)
+                if len(out) >= MAX_MADE:
+                    return out
+    return out
+
+
+def _drop_orphans(db: SmallDb, keep: tuple[str, tuple]) -> bool:
+    """What removing rows left behind, removed too: parents a total reference leaves without a child (a
+    bond whose connections went), then rows naming a removed parent; False when `keep` goes with them."""
+    inv = db.inv
+
+    def keys(table: str, rows: list[tuple], columns: tuple[str, ...]) -> set:
+        t = inv.table(table)
+        at = [column_index(t, c) for c in columns]
+        return {sqlite_key(tuple(r[i] for i in at)) for r in rows}
+
+    changed = True
+    while changed:
+        changed = False
+        for ref in inv.references:
+            child, parent = db.rows.get(ref.child, []), db.rows.get(ref.parent, [])
+            if not parent:
+                continue
+            p, c = inv.table(ref.parent), inv.table(ref.child)
+            named = keys(ref.child, child, ref.child_columns)
+            pa = [column_index(p, x) for x in ref.parent_columns]
+            if ref.total:
+                left = [r for r in parent if sqlite_key(tuple(r[i] for i in pa)) in named]
+                if len(left) != len(parent):
+                    db.rows[ref.parent] = parent = left
+                    changed = True
+            held = keys(ref.parent, parent, ref.parent_columns)
+            ca = [column_index(c, x) for x in ref.child_columns]
+            kept = [r for r in db.rows.get(ref.child, []) if None in (k := tuple(r[i] for i in ca))
+                    or sqlite_key(k) in held]
+            if len(kept) != len(db.rows.get(ref.child, [])):
+                db.rows[ref.child] = kept
+                changed = True
+    return keep[1] in db.rows.get(keep[0], [])
