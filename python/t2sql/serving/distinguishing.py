@@ -16,20 +16,37 @@ from __future__ import annotations
 from typing import Any
 
 from t2sql.serving import querytext
-from t2sql.serving.invariants import sqlite_key
+from t2sql.serving.invariants import quote, sqlite_key
 from t2sql.serving.sampling import RealRows, add_rows
 from t2sql.serving.smalldb import SmallDb, column_index
 
 PARENTS_PER_COMPARISON = 4  # real parent rows tried per comparison
-MAX_MADE = 8  # databases each kind of distinguishing row makes, per query
+MAX_MADE = 8  # databases each kind of distinguishing row makes, per query (re-pointing: per comparison)
 
 
 def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any) -> list[tuple]:
-    """Real rows of c.table a reference could be pointed at: those meeting c or beside it (another case,
-    a longer text holding the literal, the nearest numbers), then one that c does not name."""
-    out = list(dict.fromkeys(real.matching(c, 2)))
+    """Real rows of c.table a reference could be pointed at: first those beside c's literals (a longer text
+    or another case holding it, the nearest numbers above and below), then those meeting them, then
+    rows c does not name."""
+    t = real.inv.table(c.table)
+    if t is None or t.position(c.column) is None:
+        return []
+    q = quote(c.column)
+    select = f"SELECT {', '.join(quote(x) for x in t.column_names)} FROM {quote(t.name)}"
+    beside: list[tuple] = []
+    meeting: list[tuple] = []
+    for lit in c.literals[:2]:
+        if isinstance(lit, (int, float)) and not isinstance(lit, bool):
+            beside += real.rows(f"{select} WHERE {q} > ? ORDER BY {q} LIMIT 1", (lit,))
+            beside += real.rows(f"{select} WHERE {q} < ? ORDER BY {q} DESC LIMIT 1", (lit,))
+            meeting += real.rows(f"{select} WHERE {q} = ? LIMIT 1", (lit,))
+        elif isinstance(lit, str) and lit.strip("%"):
+            plain = lit.strip("%")
+            beside += real.rows(f"{select} WHERE {q} LIKE ? AND {q} IS NOT ? LIMIT 2", (f"%{plain}%", plain))
+            meeting += real.rows(f"{select} WHERE {q} = ? LIMIT 1", (plain,))
+    out = list(dict.fromkeys(beside + meeting))
     out += [r for r in real.random_rows(c.table, 2, rng) if r not in out]
-    return out[:PARENTS_PER_COMPARISON + 1]
+    return out[:PARENTS_PER_COMPARISON + 2]
 
 
 def repointed(base: SmallDb, real: RealRows, tuples: list[list[tuple[str, tuple]]],
@@ -40,39 +57,43 @@ def repointed(base: SmallDb, real: RealRows, tuples: list[list[tuple[str, tuple]
     out: list[SmallDb] = []
     seen: set = set()
     for c in comparisons:
-        parents = None
+        # The references by which a row of the join names a row of c's table ...
+        slots = []
         for tp in tuples:
             for child_table, row in tp:
-                if child_table not in base.rows or row not in base.rows[child_table]:
+                if row not in base.rows.get(child_table, []):
                     continue
-                t = inv.table(child_table)
                 for ref in inv.references:
-                    if ref.child != child_table or ref.parent.lower() != c.table.lower() or ref.parent == ref.child:
-                        continue
-                    p = inv.table(ref.parent)
-                    at = [column_index(t, col) for col in ref.child_columns]
-                    old = sqlite_key(tuple(row[i] for i in at))
-                    if None in old:
-                        continue
-                    if parents is None:
-                        parents = candidate_parents(real, c, rng)
-                    for parent in parents:
-                        new = tuple(parent[column_index(p, col)] for col in ref.parent_columns)
-                        if sqlite_key(new) == old or (child_table, row, new) in seen:
-                            continue
-                        seen.add((child_table, row, new))
-                        moved = dict(zip(at, new))
-                        for cp in inv.copies:  # a column copied along this reference follows it
-                            if cp.table == child_table and cp.via == ref:
-                                moved[column_index(t, cp.column)] = parent[column_index(p, cp.source_column)]
-                        db = base.copy(f"a {child_table} row of a result row pointed at another real "
-                                       f"{ref.parent} row (beside {c.table}.{c.column} {c.op} {c.literals[0]!r})")
-                        rows = db.rows[child_table]
-                        rows[rows.index(row)] = tuple(moved.get(i, v) for i, v in enumerate(row))
-                        add_rows(db, ref.parent, [parent])
-                        out.append(db)
-                        if len(out) >= MAX_MADE:
-                            return out
+                    if ref.child == child_table and ref.parent.lower() == c.table.lower() and ref.parent != ref.child:
+                        slots.append((child_table, row, ref))
+        if not slots:
+            continue
+        # ... each pointed at each candidate in turn, the candidates beside the literal first.
+        made = 0
+        for parent in candidate_parents(real, c, rng):
+            if made >= MAX_MADE:
+                break
+            for child_table, row, ref in slots:
+                t, p = inv.table(child_table), inv.table(ref.parent)
+                at = [column_index(t, col) for col in ref.child_columns]
+                old = sqlite_key(tuple(row[i] for i in at))
+                new = tuple(parent[column_index(p, col)] for col in ref.parent_columns)
+                if None in old or sqlite_key(new) == old or (child_table, row, ref, new) in seen:
+                    continue
+                seen.add((child_table, row, ref, new))
+                moved = dict(zip(at, new))
+                for cp in inv.copies:  # a column copied along this reference follows it
+                    if cp.table == child_table and cp.via == ref:
+                        moved[column_index(t, cp.column)] = parent[column_index(p, cp.source_column)]
+                db = base.copy(f"a {child_table} row of a result row pointed at another real "
+                               f"{ref.parent} row (beside {c.table}.{c.column} {c.op} {c.literals[0]!r})")
+                rows = db.rows[child_table]
+                rows[rows.index(row)] = tuple(moved.get(i, v) for i, v in enumerate(row))
+                add_rows(db, ref.parent, [parent])
+                out.append(db)
+                made += 1
+                if made >= MAX_MADE:
+                    break
     return out
 
 
