@@ -73,3 +73,15 @@ def test_a_repointed_row_points_at_a_real_parent_row(checker):
             # the colour table is the real one, whole and unchanged: each hero's skin is a real colour
             assert sorted(p.db.rows["colour"]) == sorted(real.rows("SELECT * FROM colour"))
             assert all(row[skin] in colours for row in p.db.rows["superhero"])
+
+
+def test_a_limit_that_cut_nothing_meets_one_more_real_row(checker):
+    """The real blue-eyed heroes with brown hair, all of them, and a real hero with brown hair re-pointed at
+    blue eyes: one more result row than the LIMIT keeps (copies under fresh keys did not tell here)."""
+    gold = ("SELECT T1.superhero_name FROM superhero AS T1 INNER JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
+            "INNER JOIN colour AS T3 ON T1.hair_colour_id = T3.id WHERE T2.colour = 'Blue' AND T3.colour = 'Brown'")
+    n = len(t2sql.Database(SUPERHERO).rows(gold))
+    pred = f"{gold} LIMIT {n}"
+    assert t2sql.Database(SUPERHERO).grade(pred, gold).outcome == "match"
+    report = checker.check_sync(SUPERHERO, pred, gold, CONFIG)
+    assert report.refuted and "real ones and a superhero row" in report.witness.made_by, report.detail

@@ -24,7 +24,7 @@ PARENTS_PER_COMPARISON = 4  # real parent rows tried per comparison
 MAX_MADE = 8  # databases each kind of distinguishing row makes, per query (re-pointing: per comparison)
 
 
-def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any) -> list[tuple]:
+def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any, meeting_only: bool = False) -> list[tuple]:
     """Real rows of c.table a reference could be pointed at: first those beside c's literals (a longer text
     or another case holding it, the nearest numbers above and below), then those meeting them, then
     rows c does not name."""
@@ -44,15 +44,18 @@ def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any) -> list
             plain = lit.strip("%")
             beside += real.rows(f"{select} WHERE {q} LIKE ? AND {q} IS NOT ? LIMIT 2", (f"%{plain}%", plain))
             meeting += real.rows(f"{select} WHERE {q} = ? LIMIT 1", (plain,))
+    if meeting_only:
+        return list(dict.fromkeys(meeting))
     out = list(dict.fromkeys(beside + meeting))
     out += [r for r in real.random_rows(c.table, 2, rng) if r not in out]
     return out[:PARENTS_PER_COMPARISON + 2]
 
 
 def repointed(base: SmallDb, real: RealRows, tuples: list[list[tuple[str, tuple]]],
-              comparisons: list[querytext.Comparison], rng: Any) -> list[SmallDb]:
+              comparisons: list[querytext.Comparison], rng: Any, meeting_only: bool = False) -> list[SmallDb]:
     """Copies of `base`, each with one row of a result row's join (`tuples`) pointed, by one reference, at
-    another real parent row of a table a comparison names (see the module doc); not yet closed."""
+    another real parent row of a table a comparison names (see the module doc; `meeting_only`: only rows
+    meeting it, to bring a row that misses one condition into the result); not yet closed."""
     inv = base.inv
     out: list[SmallDb] = []
     seen: set = set()
@@ -70,7 +73,7 @@ def repointed(base: SmallDb, real: RealRows, tuples: list[list[tuple[str, tuple]
             continue
         # ... each pointed at each candidate in turn, the candidates beside the literal first.
         made = 0
-        for parent in candidate_parents(real, c, rng):
+        for parent in candidate_parents(real, c, rng, meeting_only):
             if made >= MAX_MADE:
                 break
             for child_table, row, ref in slots:

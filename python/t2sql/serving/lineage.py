@@ -59,14 +59,15 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int) -> list[tuple
     return out
 
 
-def fetch_lineage(real: RealRows, inv: Invariants, sql: str) -> list[tuple[str, list[list[tuple[str, tuple]]]]]:
+def fetch_lineage(real: RealRows, inv: Invariants, sql: str,
+                  limit: int = LINEAGE_ROWS) -> list[tuple[str, list[list[tuple[str, tuple]]]]]:
     """(label, tuples) per lineage query of `sql` (t2sql.serving.lineage.lineage_queries): each tuple the
-    real rows (table, row) one result row of that query joins."""
+    real rows (table, row) one result row of that query joins (at most `limit` a query)."""
     st = querytext.read(sql)
     if st is None:
         return []
     out = []
-    for label, lineage_sql, items in lineage_queries(st, inv, limit=LINEAGE_ROWS):
+    for label, lineage_sql, items in lineage_queries(st, inv, limit=limit):
         got = real.rows(lineage_sql)
         tuples: list[list[tuple[str, tuple]]] = [[] for _ in got]
         col = 0

@@ -176,6 +176,20 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
             closed = close(filled, real, max_rows=MAX_ROWS_FILLED)
             if closed is not None:
                 out.append(closed)
+        # Where copies cannot be made (named entities, unique names): as many real result rows as the LIMIT
+        # keeps, and a row meeting all but one condition re-pointed into the result.
+        many = fetch_lineage(real, inv, sql, limit + 1)
+        if many and many[0][1]:
+            filled = base.copy()
+            for tp in many[0][1]:
+                for table, row in tp:
+                    add_rows(filled, table, [row])
+            near = [tuples[0] for _, tuples in many[1:] if tuples]
+            for db in repointed(filled, real, near, every_comparison, rng, meeting_only=True)[:4]:
+                db.note = f"more result rows than its LIMIT {limit}: real ones and " + db.note
+                closed = close(db, real, max_rows=MAX_ROWS_FILLED)
+                if closed is not None:
+                    out.append(closed)
     # NULL where a column the query names holds NULLs (COUNT(col), IS NULL, outer joins); a reference
     # that holds NULLs may name nothing.
     if new_nulls:
