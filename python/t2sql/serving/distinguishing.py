@@ -51,6 +51,19 @@ def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any, meeting
     return out[:PARENTS_PER_COMPARISON + 2]
 
 
+def _compares(c: querytext.Comparison, ref: Any) -> bool:
+    """Whether `c` compares the one column of reference `ref` itself."""
+    return c.table.lower() == ref.child.lower() and ref.child_columns == (c.column,)
+
+
+def _named_parents(real: RealRows, c: querytext.Comparison, ref: Any, rng: Any, meeting_only: bool) -> list[tuple]:
+    """The parent rows c's literals name through `ref`, then (unless `meeting_only`) other real ones."""
+    out = [r for lit in c.literals[:2] if (r := real.by_key(ref.parent, ref.parent_columns, (lit,))) is not None]
+    if not meeting_only:
+        out += [r for r in real.random_rows(ref.parent, 2, rng) if r not in out]
+    return out
+
+
 def repointed(base: SmallDb, real: RealRows, tuples: list[list[tuple[str, tuple]]],
               comparisons: list[querytext.Comparison], rng: Any, meeting_only: bool = False) -> list[SmallDb]:
     """Copies of `base`, each with one row of a result row's join (`tuples`) pointed, by one reference, at
@@ -60,23 +73,30 @@ def repointed(base: SmallDb, real: RealRows, tuples: list[list[tuple[str, tuple]
     out: list[SmallDb] = []
     seen: set = set()
     for c in comparisons:
-        # The references by which a row of the join names a row of c's table ...
+        # The references by which a row of the join names a row of c's table (or the reference c
+        # compares itself: `link_to_major = 'rec...'`) ...
         slots = []
         for tp in tuples:
             for child_table, row in tp:
                 if row not in base.rows.get(child_table, []):
                     continue
                 for ref in inv.references:
-                    if ref.child == child_table and ref.parent.lower() == c.table.lower() and ref.parent != ref.child:
+                    if ref.child == child_table and ref.parent != ref.child and (
+                            ref.parent.lower() == c.table.lower() or _compares(c, ref)):
                         slots.append((child_table, row, ref))
         if not slots:
             continue
         # ... each pointed at each candidate in turn, the candidates beside the literal first.
         made = 0
-        for parent in candidate_parents(real, c, rng, meeting_only):
+        named = next((ref for _, _, ref in slots if _compares(c, ref)), None)
+        candidates = (candidate_parents(real, c, rng, meeting_only) if named is None
+                      else _named_parents(real, c, named, rng, meeting_only))
+        for parent in candidates:
             if made >= MAX_MADE:
                 break
             for child_table, row, ref in slots:
+                if named is not None and ref != named:
+                    continue
                 t, p = inv.table(child_table), inv.table(ref.parent)
                 at = [column_index(t, col) for col in ref.child_columns]
                 old = sqlite_key(tuple(row[i] for i in at))
