@@ -18,6 +18,7 @@ BIRD = bird_root()
 CONFIG = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))
 SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
 TOXICOLOGY = str(BIRD / "toxicology" / "toxicology.sqlite")
+STUDENT_CLUB = str(BIRD / "student_club" / "student_club.sqlite")
 
 # (database, gold, lucky prediction, what the databases that tell them apart are made by)
 CASES = [
@@ -34,6 +35,12 @@ CASES = [
      "SELECT CAST(COUNT(T2.bond_id) AS REAL) / COUNT(T1.atom_id) FROM atom AS T1 LEFT JOIN connected AS T2 ON "
      "T1.atom_id = T2.atom_id WHERE T1.element = 'i'",
      "without its connected rows"),
+    # one Katy today: pointed at another real major, she tells a query that dropped the major it names
+    (STUDENT_CLUB, "SELECT T2.college FROM member AS T1 INNER JOIN major AS T2 ON T2.major_id = T1.link_to_major "
+                   "WHERE T1.link_to_major = 'rec1N0upiVLy5esTO' AND T1.first_name = 'Katy'",
+     "SELECT T2.college FROM member AS T1 INNER JOIN major AS T2 ON T2.major_id = T1.link_to_major "
+     "WHERE T1.first_name = 'Katy'",
+     "pointed at another real major row"),
 ]
 
 
@@ -68,11 +75,12 @@ def test_a_repointed_row_points_at_a_real_parent_row(checker):
     case = checker.gold_case(path, inv, real, gold, CONFIG)
     hero = inv.table("superhero")
     skin = hero.position("skin_colour_id")
-    for p in case.prepared:
-        if CASES[0][3] in p.db.note:
-            # the colour table is the real one, whole and unchanged: each hero's skin is a real colour
-            assert sorted(p.db.rows["colour"]) == sorted(real.rows("SELECT * FROM colour"))
-            assert all(row[skin] in colours for row in p.db.rows["superhero"])
+    moved = [p for p in case.prepared if CASES[0][3] in p.db.note]
+    assert moved
+    for p in moved:
+        # the colour table is the real one, whole and unchanged: each hero's skin is a real colour
+        assert sorted(p.db.rows["colour"]) == sorted(real.rows("SELECT * FROM colour"))
+        assert all(row[skin] in colours for row in p.db.rows["superhero"])
 
 
 def test_a_limit_that_cut_nothing_meets_one_more_real_row(checker):
