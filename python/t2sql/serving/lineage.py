@@ -66,9 +66,10 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int,
     return out
 
 
-def fetch_lineage(real: RealRows, inv: Invariants, sql: str) -> list[tuple[str, list[list[tuple[str, tuple]]]]]:
+def fetch_lineage(real: RealRows, inv: Invariants, sql: str,
+                  limit: int = LINEAGE_ROWS) -> list[tuple[str, list[list[tuple[str, tuple]]]]]:
     """(label, tuples) per lineage query of `sql` (t2sql.serving.lineage.lineage_queries): each tuple the
-    real rows (table, row) one result row of that query joins."""
+    real rows (table, row) one result row of that query joins (at most `limit` a query)."""
     st = querytext.read(sql)
     if st is None:
         return []
@@ -78,7 +79,7 @@ def fetch_lineage(real: RealRows, inv: Invariants, sql: str) -> list[tuple[str, 
         if bound is not None:
             bounds[t.name] = bound
     out = []
-    for label, lineage_sql, items in lineage_queries(st, inv, limit=LINEAGE_ROWS, bounds=bounds):
+    for label, lineage_sql, items in lineage_queries(st, inv, limit=limit, bounds=bounds):
         got = real.rows(lineage_sql)
         tuples: list[list[tuple[str, tuple]]] = [[] for _ in got]
         col = 0
@@ -112,6 +113,40 @@ def parents_first(inv: Invariants, tables: list[str]) -> list[str]:
         order.append(t)
         pending.remove(t)
     return order
+
+def _selected_free(inv: Invariants, sql: str, table: str) -> list[str]:
+    """Columns of `table` a query selects and does not filter on, free to take another row's value (no key,
+    reference or unique column)."""
+    st = querytext.read(sql)
+    if st is None or not st.parts:
+        return []
+    part = st.parts[-1]
+    selected = sql[part.select_list[0]:part.select_list[1]].lower()
+    filtered = sql[part.select_list[1]:].lower()
+    t = inv.table(table)
+    frozen = inv.frozen(table)
+    return [c.name for c in t.columns if c.name not in frozen and not c.unique and c.name.lower() in selected
+            and not re.search(rf"(?<![\w]){re.escape(c.name.lower())}(?![\w])", filtered)]
+
+
+def alike(db: SmallDb, first: list[tuple[str, tuple]], second: list[tuple[str, tuple]], sql: str) -> bool:
+    """The rows of a second result row given the first's values in the free columns the query selects (two
+    result rows the same: what DISTINCT merges and a LIMIT counts); False when none changed."""
+    inv = db.inv
+    changed = False
+    for table, row in second:
+        other = next((r for t, r in first if t == table and r != row), None)
+        rows = db.rows.get(table, [])
+        if other is None or row not in rows:
+            continue
+        t = inv.table(table)
+        at = {column_index(t, c) for c in _selected_free(inv, sql, table)}
+        new = tuple(other[i] if i in at else v for i, v in enumerate(row))
+        if new != row:
+            rows[rows.index(row)] = new
+            changed = True
+    return changed
+
 
 def another_value(inv: Invariants, real: RealRows, rows: list[tuple[str, tuple]], rng: Any,
                    sql: str = "") -> dict:

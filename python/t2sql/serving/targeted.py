@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from t2sql.serving import ordering, querytext
+from t2sql.serving.distinguishing import childless, repointed
 from t2sql.serving.invariants import Invariants
-from t2sql.serving.lineage import another_value, duplicate_tuple, fetch_lineage
+from t2sql.serving.lineage import alike, another_value, duplicate_tuple, fetch_lineage
 from t2sql.serving.sampling import (
     RealRows,
     add_rows,
@@ -50,7 +51,8 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
     rng = stable_rng(seed, "targeted", sql)
     seeds = SmallDb(inv, note="the real rows the query touches")
     marked: dict[str, set] = {}  # table -> the seed rows (what the variants change)
-    comparisons: list[querytext.Comparison] = []
+    comparisons: list[querytext.Comparison] = []  # those the gold's databases do not cover
+    every_comparison: list[querytext.Comparison] = []
     tables: list[str] = []
     lineages: list[tuple[str, list[list[tuple[str, tuple]]]]] = []  # those the gold's do not cover
     first_tuple: list[tuple[str, tuple]] = []  # what the query's first result row joins
@@ -73,6 +75,7 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
         for c in querytext.comparisons(st, inv):
             keys = literal_keys(c)
             mine.literals |= keys
+            every_comparison.append(c)
             if covered is not None and keys <= covered.literals:
                 continue
             comparisons.append(c)
@@ -139,6 +142,23 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
                 shared = base.copy(f"one more result row of {label} sharing its {shared_table} row")
                 if duplicate_tuple(shared, [x for x in first if x != (shared_table, shared_row)], real, rng):
                     keep(shared)
+    # A result row's row pointed at another real parent that a comparison meets or misses (a row that
+    # meets all but one condition of one query, t2sql.serving.distinguishing): every comparison for rows the
+    # gold's do not cover, the new ones for the rest.
+    reached = [tuples[0] for _, tuples in lineages if tuples]
+    if first_tuple and first_tuple not in reached:
+        reached.append(first_tuple)
+    for db in repointed(base, real, reached, every_comparison if lineages else comparisons, rng):
+        keep(db)
+    # A parent row it reaches without its children in one table (what an outer join keeps).
+    for db in childless(base, reached):
+        keep(db, closing=False)
+    # Two result rows made alike in what the query selects (a repeat that DISTINCT merges).
+    for label, tuples in lineages[:1]:
+        if len(tuples) >= 2:
+            same = base.copy(f"two result rows of {label} alike in what it selects")
+            if alike(same, tuples[0], tuples[1], sql):
+                keep(same, closing=False)
     # As many result rows as the query's LIMIT keeps, and one more: where a LIMIT that cut nothing cuts.
     limit = ordering.outer_limit(st) if st is not None else None
     if limit is not None and first_tuple and limit < MAX_LIMIT_FILLED:
@@ -156,6 +176,20 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
             closed = close(filled, real, max_rows=MAX_ROWS_FILLED)
             if closed is not None:
                 out.append(closed)
+        # Where copies cannot be made (named entities, unique names): as many real result rows as the LIMIT
+        # keeps, and a row meeting all but one condition re-pointed into the result.
+        many = fetch_lineage(real, inv, sql, limit + 1)
+        if many and many[0][1]:
+            filled = base.copy()
+            for tp in many[0][1]:
+                for table, row in tp:
+                    add_rows(filled, table, [row])
+            near = [tuples[0] for _, tuples in many[1:] if tuples]
+            for db in repointed(filled, real, near, every_comparison, rng, meeting_only=True)[:4]:
+                db.note = f"more result rows than its LIMIT {limit}: real ones and " + db.note
+                closed = close(db, real, max_rows=MAX_ROWS_FILLED)
+                if closed is not None:
+                    out.append(closed)
     # NULL where a column the query names holds NULLs (COUNT(col), IS NULL, outer joins); a reference
     # that holds NULLs may name nothing.
     if new_nulls:
