@@ -22,6 +22,7 @@ from t2sql.serving.invariants import (
     TEXT_CACHED,
     Invariants,
     Table,
+    TableRows,
     quote,
     sqlite_key,
     storage_class,
@@ -68,7 +69,7 @@ class SmallDb:
         tables, so most checks of a variant are looked up, not redone."""
         out: list[str] = []
         tables = {t.name: t for t in self.inv.tables}
-        rows = {name: tuple(r) for name, r in self.rows.items()}
+        rows = {name: TableRows(r) for name, r in self.rows.items()}
         empty: tuple = ()
         for name, table_rows in rows.items():
             t = tables.get(name)
