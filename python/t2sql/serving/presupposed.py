@@ -322,7 +322,8 @@ class Presupposition:
                 if key is None:
                     return False
             used.add(sqlite_key((key,)))
-            rows.append(tuple(key if j == ki else v for j, v in enumerate(r)))
+            # Under its own key the real row itself comes in (the same values, and the same object).
+            rows.append(r if key is r[ki] else tuple(key if j == ki else v for j, v in enumerate(r)))
             names.add(r[ni])
         for table, key in sorted(self.stated):
             if table != t.name:
