@@ -397,15 +397,50 @@ class Invariants:
 def _memo_bytes(key: tuple, value: Any) -> int:
     """A memo entry's bytes: its own tuples, each row a tuple of slots, and every long text or blob a row
     holds (a variant's text beside a long literal may be new; short cells are the real rows' own values,
-    which RealRows keeps and bounds, or small)."""
+    which RealRows keeps and bounds, or small). A TableRows part is counted once, when first asked."""
     total = 256
     for part in (*key, *(value.values() if type(value) is dict else ())):
-        if type(part) is tuple:
-            total += 56 + 8 * len(part)
-            for r in part:
-                if type(r) is tuple:
-                    total += 56 + 8 * len(r) + sum(len(v) for v in r if type(v) in _LONG_CELLS and len(v) > 64)
+        kind = type(part)
+        if kind is TableRows:
+            total += part.memo_bytes
+        elif kind is tuple:
+            total += _rows_bytes(part)
     return total + (approx_bytes(value) if type(value) is list else 0)
+
+
+def _rows_bytes(rows: tuple) -> int:
+    total = 56 + 8 * len(rows)
+    for r in rows:
+        if type(r) is tuple:
+            total += 56 + 8 * len(r)
+            for v in r:
+                if type(v) in _LONG_CELLS and len(v) > 64:
+                    total += len(v)
+    return total
+
+
+class TableRows(tuple):
+    """A table's rows as a part of memo keys (SmallDb.problems): one check puts the same table in many
+    keys (its own checks, every reference, copy and realism rule it takes part in) and looks each key up
+    before keeping it, so the rows are hashed and counted once, not once per key. Equal to, and hashed
+    as, the plain tuple of the same rows."""
+
+    _OWN_BYTES = 256  # the instance's dict holding the two remembered numbers
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash: int = tuple.__hash__(self)
+            return self._hash
+
+    @property
+    def memo_bytes(self) -> int:
+        try:
+            return self._bytes
+        except AttributeError:
+            self._bytes: int = _rows_bytes(self) + self._OWN_BYTES
+            return self._bytes
 
 
 _LONG_CELLS = (str, bytes)

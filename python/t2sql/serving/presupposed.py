@@ -233,7 +233,9 @@ class Presupposition:
         seen = set()
         for r in rows:
             real = by_name.get(r[ni])
-            if real is None or any(j != ki and sqlite_key((v,)) != sqlite_key((real[j],)) for j, v in enumerate(r)):
+            # A row equal to its real row (most often the very same object) agrees on every value.
+            if real is None or (r != real and any(j != ki and sqlite_key((v,)) != sqlite_key((real[j],))
+                                                  for j, v in enumerate(r))):
                 return [f"{t.name}: {r!r} is not one of its {len(real_rows)} real rows"]
             if r[ni] in seen:
                 return [f"{t.name}: {r[ni]!r} is there twice"]
@@ -304,13 +306,15 @@ class Presupposition:
         rows = db.rows.setdefault(t.name, [])
         names = {r[ni] for r in rows}
         used = {sqlite_key((r[ki],)) for r in rows}
-        free = [r[ki] for r in real_rows if sqlite_key((r[ki],)) not in used]
+        free = None  # the real keys not in use, listed when first needed (`used` only grows: the same next)
         for r in real_rows:
             if r[ni] in names:
                 continue
             if sqlite_key((r[ki],)) not in used:
                 key = r[ki]
             else:
+                if free is None:
+                    free = [x[ki] for x in real_rows if sqlite_key((x[ki],)) not in used]
                 key = next((k for k in free if sqlite_key((k,)) not in used), None)
                 if key is None:
                     ints = [k for k in (x[ki] for x in rows) if isinstance(k, int)]
@@ -318,7 +322,8 @@ class Presupposition:
                 if key is None:
                     return False
             used.add(sqlite_key((key,)))
-            rows.append(tuple(key if j == ki else v for j, v in enumerate(r)))
+            # Under its own key the real row itself comes in (the same values, and the same object).
+            rows.append(r if key is r[ki] else tuple(key if j == ki else v for j, v in enumerate(r)))
             names.add(r[ni])
         for table, key in sorted(self.stated):
             if table != t.name:

@@ -22,6 +22,7 @@ from t2sql.serving.invariants import (
     TEXT_CACHED,
     Invariants,
     Table,
+    TableRows,
     quote,
     sqlite_key,
     storage_class,
@@ -68,7 +69,7 @@ class SmallDb:
         tables, so most checks of a variant are looked up, not redone."""
         out: list[str] = []
         tables = {t.name: t for t in self.inv.tables}
-        rows = {name: tuple(r) for name, r in self.rows.items()}
+        rows = {name: TableRows(r) for name, r in self.rows.items()}
         empty: tuple = ()
         for name, table_rows in rows.items():
             t = tables.get(name)
@@ -265,9 +266,9 @@ def _table_problems(t: Table, rows: list[Row], identifiers: frozenset[str] = fro
             normed = [sqlite_key((v,)) for v in present]
             if len(set(normed)) != len(normed):
                 out.append(f"{t.name}.{c.name} never repeats a value")
-        if not c.mined:
+        if not c.mined or _column_keeps(c, present, c.name in identifiers):
             continue
-        for v in present:
+        for v in present:  # which value breaks it first (the message names it)
             if type(v) is int and not INT64[0] <= v <= INT64[1]:
                 out.append(f"{t.name}.{c.name}: {v} is past SQLite's 64-bit integers")
                 break
@@ -282,3 +283,25 @@ def _table_problems(t: Table, rows: list[Row], identifiers: frozenset[str] = fro
                 out.append(f"{t.name}.{c.name}: {v!r} has letters in a case the identifier never uses")
                 break
     return out
+
+
+def _column_keeps(c: Any, present: list, identifier: bool) -> bool:
+    """Whether the column's non-NULL values keep its mined invariants (64-bit integers, storage classes,
+    text formats, an identifier's letter cases): the same answer as `_table_problems`' loop over them,
+    found a type and a distinct text at a time."""
+    by_type = {type(v): v for v in present}
+    if int in by_type:
+        ints = [v for v in present if type(v) is int]
+        if min(ints) < INT64[0] or max(ints) > INT64[1]:
+            return False
+    if not {storage_class(v) for v in by_type.values()} <= set(c.types):
+        return False
+    if any(isinstance(v, str) for v in by_type.values()):
+        texts = {v for v in present if isinstance(v, str)}
+        if not {text_format(v) for v in texts} <= set(c.formats):
+            return False
+        if identifier:
+            cases = set(c.cases)
+            if not all(letter_cases(v) <= cases for v in texts):
+                return False
+    return True
