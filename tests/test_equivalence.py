@@ -29,9 +29,9 @@ from t2sql.serving import equivalence as machinery
 from t2sql.serving import presupposed
 from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.grader import Grader
+from t2sql.serving.invariant_store import InvariantStore
 from t2sql.serving.invariants import quote
 from t2sql.serving.mine_ahead import mine_ahead
-from t2sql.serving.mining import InvariantStore
 from t2sql.tasks import Task
 
 BIRD = bird_root()  # BIRD dev: tests/data/bird, or $T2SQL_BIRD

@@ -24,8 +24,8 @@ from t2sql.episode.presets import get_preset
 from t2sql.serving import equivalence as machinery
 from t2sql.serving import querytext
 from t2sql.serving.diskcache import DiskCache, database_key
+from t2sql.serving.invariant_store import InvariantStore
 from t2sql.serving.mine_ahead import mine_ahead
-from t2sql.serving.mining import InvariantStore
 
 BIRD = bird_root()
 SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")

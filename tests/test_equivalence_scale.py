@@ -7,7 +7,7 @@ import sqlite3
 from conftest import bird_root
 from t2sql.bench.equivalence_scale import comparable, scale_database
 from t2sql.serving.diskcache import DiskCache
-from t2sql.serving.mining import InvariantStore
+from t2sql.serving.invariant_store import InvariantStore
 
 TOXICOLOGY = str(bird_root() / "toxicology" / "toxicology.sqlite")
 

@@ -7,7 +7,7 @@ import sqlite3
 
 from t2sql.serving import sampling
 from t2sql.serving.diskcache import DiskCache
-from t2sql.serving.mining import InvariantStore
+from t2sql.serving.invariant_store import InvariantStore
 from t2sql.serving.sampling import RealRows
 
 

@@ -76,7 +76,7 @@ import t2sql
 from t2sql.episode.presets import get_preset
 from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
-from t2sql.serving.mining import InvariantStore
+from t2sql.serving.invariant_store import InvariantStore
 from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.bench.equivalence_guard import GOLD, SLOW_X, prediction, CASES
 

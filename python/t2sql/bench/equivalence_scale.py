@@ -133,7 +133,7 @@ import t2sql
 from t2sql.episode.presets import get_preset
 from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
-from t2sql.serving.mining import InvariantStore
+from t2sql.serving.invariant_store import InvariantStore
 
 db, cache, pairs_file, preset = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = EquivalenceConfig.from_preset(get_preset(preset))
@@ -195,7 +195,7 @@ def bench_equivalence_scale(db_root: str, data: str, db_id: str, work: Path, sca
     from t2sql.episode.presets import get_preset
     from t2sql.serving.diskcache import DiskCache
     from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
-    from t2sql.serving.mining import InvariantStore
+    from t2sql.serving.invariant_store import InvariantStore
     from t2sql.tasks import database_path
 
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))

@@ -39,8 +39,8 @@ from t2sql.interrupts import interrupt_word
 from t2sql.jsonl import JsonProblem, dumps, load_file, loads_or_none
 from t2sql.progress import Progress
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.serving.invariant_store import InvariantStore
 from t2sql.serving.mine_ahead import mine_ahead
-from t2sql.serving.mining import InvariantStore
 from t2sql.serving.presupposed import describe as describe_lookups
 from t2sql.serving.presupposed import lookups
 from t2sql.serving.refutation import with_method

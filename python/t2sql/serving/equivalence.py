@@ -47,8 +47,8 @@ from t2sql.serving.checkbounds import BudgetSpent, CheckBudget, approx_bytes
 from t2sql.serving.declared import mentions
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.gold_memory import Lru
+from t2sql.serving.invariant_store import InvariantStore
 from t2sql.serving.invariants import Invariants
-from t2sql.serving.mining import InvariantStore
 from t2sql.serving.nondeterminism import nondeterministic
 from t2sql.serving.presupposed import Presupposition, degenerate, one_row_answer, presupposition
 from t2sql.serving.refutation import NONDETERMINISTIC, Prepared, Trial, refutes, shrink

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import t2sql
 from t2sql.progress import Progress
-from t2sql.serving.mining import InvariantStore
+from t2sql.serving.invariant_store import InvariantStore
 
 
 @dataclass
