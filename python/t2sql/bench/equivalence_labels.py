@@ -17,9 +17,16 @@ from t2sql.bench.equivalence_pairs import (
     never_null,
     where_conjuncts,
 )
+from t2sql.bench.presupposed_labels import (
+    entity_kept_by_another,
+    entity_pinned_by_another,
+    one_entity_row,
+    parents_of,
+    pinned_columns,
+    same_rows_of_a_vocabulary,
+)
 from t2sql.serving import querytext, realism
 from t2sql.serving.invariants import Invariants, quote
-from t2sql.serving.presupposed import lookups, named
 from t2sql.serving.smalldb import letter_cases
 
 
@@ -31,12 +38,12 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         return "different"
     masked, _ = masked_sql(gold)
     if kind in ("like_for_eq", "literal_case", "like_substring") and (
-            _same_rows_of_a_vocabulary(gold, pred, st, inv, lookup) or _entity_pinned_by_another(gold, pred, st, inv,
+            same_rows_of_a_vocabulary(gold, pred, st, inv, lookup) or entity_pinned_by_another(gold, pred, st, inv,
                                                                                                   lookup)):
         return "equivalent"
-    if kind in ("add_limit", "add_distinct") and _one_entity_row(gold, st, inv, lookup):
+    if kind in ("add_limit", "add_distinct") and one_entity_row(gold, st, inv, lookup):
         return "equivalent"
-    if kind == "drop_conjunct" and _entity_kept_by_another(gold, pred, inv, lookup):
+    if kind == "drop_conjunct" and entity_kept_by_another(gold, pred, inv, lookup):
         return "equivalent"
     if kind == "add_distinct":
         return "equivalent" if _distinct_is_redundant(gold, inv) else "different"
@@ -305,55 +312,14 @@ def _distinct_is_redundant(sql: str, inv: Invariants) -> bool:
         t = inv.table(root.table)
         keys = [k for k in t.keys] + [(c.name,) for c in t.columns if c.unique and never_null(t, c.name)]
         # A key it selects, or a key its WHERE pins to a literal (then the root gives one row at most).
-        pinned = _pinned_columns(sql, part, again, inv, root)
+        pinned = pinned_columns(sql, part, again, inv, root)
         if not any(all(never_null(t, c) for c in key) and
                    (all((root.alias.lower(), c.lower()) in selected for c in key)
                     or all(c.lower() in pinned for c in key)) for key in keys):
             continue
-        if _parents_of(root, items, text, inv):
+        if parents_of(root, items, text, inv):
             return True
     return False
-
-
-def _parents_of(root: Any, items: list, text: str, inv: Invariants) -> bool:
-    """Every FROM item besides `root` is the parent of a reference from one already counted, joined on
-    that reference (`text`: the SQL, lower case, without spaces): each row of root has one partner."""
-    covered = {root.alias.lower(): root}
-    changed = True
-    while changed:
-        changed = False
-        for item in items:
-            if item.alias.lower() in covered:
-                continue
-            for ref in inv.references:
-                if ref.parent != item.table or len(ref.child_columns) != 1:
-                    continue
-                for child in list(covered.values()):
-                    if child.table != ref.child:
-                        continue
-                    a = f"{child.alias}.{ref.child_columns[0]}".lower()
-                    b = f"{item.alias}.{ref.parent_columns[0]}".lower()
-                    if f"{a}={b}" in text or f"{b}={a}" in text:
-                        covered[item.alias.lower()] = item
-                        changed = True
-    return len(covered) == len(items)
-
-def _pinned_columns(sql: str, part: Any, st: querytext.Statement, inv: Invariants, root: Any) -> set[str]:
-    """Columns of `root` that a top-level WHERE condition sets equal to a literal."""
-    out: set[str] = set()
-    if part.where is None:
-        return out
-    for x, y in querytext.top_conjuncts(sql, part.where):
-        m = re.fullmatch(rf"\s*{COLREF}\s*=\s*('(?:[^']|'')*'|-?\d+(?:\.\d+)?)\s*", sql[x:y])
-        if not m:
-            continue
-        qual, column = colref(m)
-        if qual is not None and qual.lower() != root.alias.lower():
-            continue
-        found = column_of(st, inv, qual, column)
-        if found and found[0].name == root.table:
-            out.add(found[1].name.lower())
-    return out
 
 
 def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invariants) -> str:
@@ -410,111 +376,3 @@ def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invaria
                 and ref.child_columns[0].lower() == mine_end[1].lower()):
             return "equivalent"
     return "different"
-
-
-def _same_rows_of_a_vocabulary(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
-    """The edited condition is on a fixed lookup table's name column (t2sql.serving.presupposed: every
-    database of this kind holds its real rows, as they are) and picks the very rows the gold's `=` picks
-    there: the same on every such database."""
-    if lookup is None:
-        return False
-    m = (re.search(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", pred, re.I)
-         or re.search(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", pred, re.I))
-    if m is None or m.group(0) in gold:
-        return False
-    found = column_of(st, inv, *colref(m))
-    fixed = next((lk for lk in lookups(inv) if found and lk.table == found[0].name and lk.name == found[1].name), None)
-    if fixed is None:
-        return False
-    gm = re.search(rf"{re.escape(m.group(1) or '')}{re.escape(m.group(2))}\s*=\s*'((?:[^']|'')*)'", gold, re.I)
-    if gm is None:
-        return False
-    t, c, k = quote(fixed.table), quote(fixed.name), quote(fixed.key)
-    test = "lower({c}) = ?" if m.group(0).lower().startswith("lower") else "{c} LIKE ?"
-    picked = lookup(f"SELECT {k} FROM {t} WHERE {test.format(c=c)}", (m.group(3).replace("''", "'"),))
-    wanted = lookup(f"SELECT {k} FROM {t} WHERE {c} = ?", (gm.group(1).replace("''", "'"),))
-    return bool(wanted) and sorted(map(repr, picked)) == sorted(map(repr, wanted))
-
-
-class _Real:
-    """`lookup` as t2sql.serving.presupposed reads the real database."""
-
-    def __init__(self, lookup: Any):
-        self.rows = lookup
-
-
-def _entities(gold: str, inv: Invariants, lookup: Any) -> list[tuple]:
-    return list(named(_Real(lookup), inv, [gold])) if lookup is not None else []
-
-
-def _one_entity_row(gold: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
-    """The gold reads one table, and its WHERE pins every value an entity it names is held by: it returns
-    that entity's one row at most on every database that holds the entity once (t2sql.serving.presupposed)."""
-    if len(st.parts) != 1 or st.parts[0].group is not None:
-        return False
-    part = st.parts[0]
-    items = querytext.from_items(st, part, inv)
-    from_text = masked_sql(gold)[0][part.from_clause[0]:part.from_clause[1]] if part.from_clause else ""
-    if not items or re.search(r"(?<!\w)(LEFT|RIGHT|FULL|CROSS)\s+(OUTER\s+)?JOIN(?!\w)|,", from_text, re.I):
-        return False
-    text = re.sub(r"\s+", "", gold.lower())
-    entities = _entities(gold, inv, lookup)
-    for root in items:
-        pinned = _pinned_columns(gold, part, st, inv, root)
-        if any(table == root.table and n == 1 and all(c.lower() in pinned for c, _ in conds)
-               for table, conds, n in entities) and _parents_of(root, items, text, inv):
-            return True
-    return False
-
-
-def _entity_pinned_by_another(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
-    """The edited condition's column is one of an entity's values, and another of them is a column that
-    never repeats, compared with `=` in the prediction as in the gold: the one row holding that value is the
-    entity, whose edited value is the gold's literal (t2sql.serving.presupposed), so both pick it alone."""
-    m = (re.search(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", pred, re.I)
-         or re.search(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", pred, re.I))
-    if m is None or m.group(0) in gold:
-        return False
-    found = column_of(st, inv, *colref(m))
-    if found is None:
-        return False
-    table, edited = found[0], found[1].name
-    for name, conds, n in _entities(gold, inv, lookup):
-        columns = [c for c, _ in conds]
-        if name != table.name or n != 1 or edited not in columns:
-            continue
-        for other, value in conds:
-            col = table.column(other)
-            literal = "'" + value.replace("'", "''") + "'"
-            if (other != edited and col is not None and col.unique
-                    and re.search(rf"{re.escape(other)}\s*=\s*{re.escape(literal)}", pred, re.I)):
-                return True
-    return False
-
-
-def _entity_kept_by_another(gold: str, pred: str, inv: Invariants, lookup: Any) -> bool:
-    """The dropped condition is one of an entity's values, and another is a column that never repeats,
-    kept by the prediction: the one row holding that value is the entity itself, which meets the dropped
-    condition too (t2sql.serving.presupposed)."""
-    parts = where_conjuncts(gold)
-    if parts is None:
-        return False
-    dropped = [c for c in parts[2] if c not in pred]
-    if len(dropped) != 1:
-        return False
-    m = re.fullmatch(rf"\s*{COLREF}\s*=\s*'((?:[^']|'')*)'\s*", dropped[0])
-    st = querytext.read(gold)
-    found = column_of(st, inv, *colref(m)) if m and st is not None else None
-    if found is None:
-        return False
-    table, edited = found[0], found[1].name
-    for name, conds, n in _entities(gold, inv, lookup):
-        if name != table.name or n != 1 or edited not in [c for c, _ in conds]:
-            continue
-        for other, value in conds:
-            col = table.column(other)
-            literal = "'" + value.replace("'", "''") + "'"
-            if (other != edited and col is not None and col.unique
-                    and re.search(rf"{re.escape(other)}\s*=\s*{re.escape(literal)}", pred, re.I)):
-                return True
-    return False

@@ -31,6 +31,7 @@ from typing import Any
 
 from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.serving.invariants import Invariants
+from t2sql.serving.invariants_read import read_invariants
 
 
 def offset_columns(inv: Invariants) -> dict[str, set[str]]:
@@ -227,7 +228,7 @@ def bench_equivalence_scale(db_root: str, data: str, db_id: str, work: Path, sca
             results.append({"scale": k, **built, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]})
             continue
         got = json.loads(proc.stdout.strip().splitlines()[-1])
-        mined = Invariants.from_dict(got.pop("invariants"))
+        mined = read_invariants(got.pop("invariants"))
         same = comparable(mined, k) == base
         verdicts = got.pop("verdicts")
         results.append({"scale": k, **built, **got, "invariants_equal_1x": same, "unsupported": mined.unsupported,

@@ -5,17 +5,10 @@ in t2sql.episode.equivalence. This module runs one check in the calling thread
 (`EquivalenceChecker.check_sync`); `Grader.equivalence` runs that on one of the Grader's SQL workers,
 so its SQL counts against the Grader's one concurrency limit.
 
-A check tries two kinds of small databases (t2sql.serving.smalldb), each a few dozen rows that keep
-every declared constraint and every invariant mined from the real data (t2sql.serving.invariants):
-
-- targeted ones, built for this pair: the real rows each query joins and keeps, the real rows that
-  meet all but one of its WHERE's conditions, rows holding its literals, all closed under the
-  database's references; then those rows with values at and beside each literal (the literal, one
-  above and below, another case, inside a longer text, a later time of the same day), NULL where
-  the column holds NULLs, duplicated under fresh keys, and with integer keys renumbered;
-- the database's suite: small databases drawn from random real rows and their variants, distilled
-  greedily against neighbour queries derived from the schema (a test-suite approach), built once per
-  database content and kept on disk (t2sql.serving.diskcache.cache_dir()).
+A check tries small databases (t2sql.serving.smalldb) that keep every declared constraint, every
+invariant mined from the real data (t2sql.serving.invariants) and what the question presupposes
+(t2sql.serving.presupposed): targeted ones built for this pair (t2sql.serving.targeted) and the
+database's suite (t2sql.serving.suites); docs/recipe_extras.md says how each is made.
 
 Every query runs in the core's guard (the real file through `Database.rows` and `Database.catalog`,
 small databases through `Database.from_rows`), under one deadline and one Cancel for the whole check

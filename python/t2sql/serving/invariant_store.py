@@ -15,6 +15,7 @@ from typing import Any
 import t2sql
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.invariants import INVARIANTS_VERSION, Invariants
+from t2sql.serving.invariants_read import read_invariants
 from t2sql.serving.mining import MINE_TEMP_MB, mine, unsupported
 
 log = logging.getLogger("t2sql.serving.invariant_store")
@@ -154,7 +155,7 @@ class InvariantStore:
         if data is None or data.get("database") != key:
             return None  # none, or another database's
         try:
-            inv = Invariants.from_dict({k: v for k, v in data.items() if k != "database"})
+            inv = read_invariants({k: v for k, v in data.items() if k != "database"})
         except ValueError:
             return None
         return inv if inv.path == path else _at(inv, path)
