@@ -534,8 +534,11 @@ def test_measure_command_prints_a_table_and_json(tmp_path):
     result = json.loads(proc.stdout)
     assert result["questions"] == 6
     assert {r["category"] for r in result["rows"]} == set(measuring.MUTATIONS) | set(measuring.REWRITES)
+    step = result["step"]  # the check's CPU in a training step, from the CPU each check took here
+    assert step["cpu_mean_s"] > 0 and abs(step["cpu_s"] - step["cpu_mean_s"] * step["checks"]) < 0.02
     table = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr
     assert "equivalent      self" in table.stdout and "6 gold queries" in table.stdout
+    assert "a training step's 1024 checks" in table.stdout
     bad = subprocess.run([*cmd[:-2], "--db-root", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no database for superhero" in bad.stderr

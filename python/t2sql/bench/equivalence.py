@@ -30,6 +30,11 @@ from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.tasks import database_path
 
+# Issue 37's training step, for the check's CPU per step: 64 prompts x 16 samples (the recipe's rollout),
+# each correct answer checked once, in a step of 8 minutes on one node.
+STEP_CHECKS = 64 * 16
+STEP_S = 8 * 60
+
 __all__ = ["MUTATIONS", "REWRITES", "derive_mutations", "derive_rewrites", "format_measurement", "label", "measure"]
 
 @dataclass
@@ -73,6 +78,7 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
     missed: dict[str, list[dict[str, Any]]] = {}
     lock = threading.Lock()
     check_times: list[float] = []
+    check_cpu: list[float] = []  # CPU seconds of each check's own thread (the check runs in the caller's)
 
     failed: list[dict[str, Any]] = []
 
@@ -112,9 +118,12 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
                     with lock:
                         not_matching.append({**entry, "outcome": v.outcome, "detail": v.detail})
                 continue
+            cpu = time.thread_time()
             report = checker.check_sync(db_path, pred, gold, config)
+            cpu = time.thread_time() - cpu
             with lock:
                 check_times.append(report.elapsed_s)
+                check_cpu.append(cpu)
                 r = table[(kind, cat)]
                 r.kept += 1
                 per_db = r.by_db.setdefault(row["db_id"], [0, 0])
@@ -160,8 +169,17 @@ def measure(rows: list[dict[str, Any]], db_root: str, config: EquivalenceConfig,
         "mining": {"databases": mined.databases, "mined": mined.mined, "elapsed_s": round(mined.elapsed_s, 2),
                    "unsupported": mined.unsupported, "failed": mined.failed},
         "check_s": quantiles(check_times),
+        "step": step_cost(check_cpu),
         "elapsed_s": round(time.perf_counter() - started, 2),
     }
+
+
+def step_cost(cpu: list[float]) -> dict[str, float]:
+    """The check's CPU in one training step (STEP_CHECKS checks at the mean measured here): seconds of one
+    core, and their share of the step's STEP_S on one core (less on a node of many)."""
+    mean = sum(cpu) / len(cpu) if cpu else 0.0
+    return {"checks": STEP_CHECKS, "cpu_mean_s": round(mean, 5), "cpu_s": round(mean * STEP_CHECKS, 2),
+            "share_of_one_core": round(mean * STEP_CHECKS / STEP_S, 4)}
 
 def quantiles(values: list[float]) -> dict[str, float]:
     if not values:
@@ -200,6 +218,9 @@ def format_measurement(result: dict[str, Any]) -> str:
     lines.append(f"time per check: median {t['median'] * 1000:.1f} ms, p95 {t['p95'] * 1000:.1f} ms, max "
                  f"{t['max']:.2f} s; suites built: {result['suites']['suite_builds']} in "
                  f"{result['suites']['suite_build_s']} s")
+    st = result["step"]
+    lines.append(f"CPU per check: mean {st['cpu_mean_s'] * 1000:.1f} ms; a training step's {st['checks']} checks: "
+                 f"{st['cpu_s']:.1f} s of one core, {st['share_of_one_core']:.1%} of one core's {STEP_S // 60} minutes")
     lines.append(f"rewrites that did not match on the real database: {len(result['rewrites_not_matching'])}")
     m = result["mining"]
     lines.append(f"mining ahead: {m['mined']} of {m['databases']} databases mined in {m['elapsed_s']} s"
