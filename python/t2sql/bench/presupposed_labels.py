@@ -122,17 +122,7 @@ def entity_pinned_by_another(gold: str, pred: str, st: querytext.Statement, inv:
     if found is None:
         return False
     table, edited = found[0], found[1].name
-    for name, conds, n in _entities(gold, inv, lookup):
-        columns = [c for c, _ in conds]
-        if name != table.name or n != 1 or edited not in columns:
-            continue
-        for other, value in conds:
-            col = table.column(other)
-            literal = "'" + value.replace("'", "''") + "'"
-            if (other != edited and col is not None and col.unique
-                    and re.search(rf"{re.escape(other)}\s*=\s*{re.escape(literal)}", pred, re.I)):
-                return True
-    return False
+    return _pinned_by_unique_partner(gold, pred, inv, lookup, table, edited)
 
 
 def entity_kept_by_another(gold: str, pred: str, inv: Invariants, lookup: Any) -> bool:
@@ -151,6 +141,12 @@ def entity_kept_by_another(gold: str, pred: str, inv: Invariants, lookup: Any) -
     if found is None:
         return False
     table, edited = found[0], found[1].name
+    return _pinned_by_unique_partner(gold, pred, inv, lookup, table, edited)
+
+
+def _pinned_by_unique_partner(gold: str, pred: str, inv: Invariants, lookup: Any, table: Any, edited: str) -> bool:
+    """Whether `edited` is a value of an entity the gold names (one real row), and the prediction keeps
+    another of that entity's values, in a column that never repeats: that one row is the entity itself."""
     for name, conds, n in _entities(gold, inv, lookup):
         if name != table.name or n != 1 or edited not in [c for c, _ in conds]:
             continue
