@@ -456,3 +456,11 @@ def test_the_read_ahead_holds_a_bounded_number_of_bytes(tmp_path, monkeypatch, c
     assert [r["outcome"] for r in records] == ["mismatch"] + ["match"] * 60
     line = max(len(json.dumps(r)) + 1 for r in rows)
     assert 10_000 <= max(most) <= 10_000 + line, (max(most), line)  # it filled the window, and no more
+
+
+def test_method_field_problem_makes_a_method_canonical_or_says_why():
+    from t2sql.grading import method_field_problem
+    row = {"grading_method": " List"}
+    assert method_field_problem(row) == "" and row["grading_method"] == "ordered"
+    assert method_field_problem({"grading_method": None}) == ""
+    assert method_field_problem({"grading_method": "subset,<,3"}).startswith("grading_method: ")

@@ -86,3 +86,15 @@ def test_a_json_array_is_judged_item_by_item():
     for whole, says in (("{}", "not a JSON array"), ("[1,", "not JSON"), ("[" * 1500 + "]" * 1500, "nested deeper")):
         with pytest.raises(jsonl.JsonProblem, match=says):
             jsonl.load_array(whole)
+
+
+@pytest.mark.parametrize("row, says", [
+    ([1], "not a JSON object"),
+    ({"id": 1, "pred": "SELECT 1"}, "missing ['gold']"),
+    ({"id": 1, "pred": None, "gold": "SELECT 1"}, "not strings: ['pred']"),
+    ({"id": 1, "pred": "SELECT 1", "gold": "SELECT 1", "evidence": 3}, "not strings: ['evidence']"),
+    ({"id": 1, "pred": "SELECT 1", "gold": "SELECT 1", "evidence": None}, ""),
+])
+def test_object_problem_names_what_keeps_a_line_from_being_a_record(row, says):
+    # id may be any JSON value, SQL must be text, evidence may be null: the pairs file's rule.
+    assert jsonl.object_problem(row, ("id", "pred", "gold"), ("pred", "gold", "evidence"), ("evidence",)) == says

@@ -60,6 +60,18 @@ def check_method(method: str) -> str:
     return _grader.method_name(method)
 
 
+def method_field_problem(row: dict) -> str:
+    """A line's optional `grading_method` made canonical in place (check_method); what is wrong with it,
+    or "" (absent or null: the command's default method)."""
+    if row.get("grading_method") is None:
+        return ""
+    try:
+        row["grading_method"] = check_method(row["grading_method"])
+    except ValueError as e:
+        return f"grading_method: {e}"
+    return ""
+
+
 def method_counts(methods: Iterable[str]) -> dict[str, int]:
     """How many tasks each grading method grades: most used first, ties by name."""
     return dict(sorted(Counter(methods).items(), key=lambda kv: (-kv[1], kv[0])))

@@ -235,6 +235,19 @@ def json_lines(f: IO[bytes], *, max_line_bytes: int = MAX_LINE_BYTES,
             yield JsonLine(number, None, str(e))
 
 
+def object_problem(row: Any, required: tuple[str, ...], strings: tuple[str, ...],
+                   nullable: tuple[str, ...] = ()) -> str:
+    """What keeps a JSON line from being a record ("" when nothing): not an object, a `required` key
+    missing, a key of `strings` present and not a string (null allowed for those in `nullable`)."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    missing = [k for k in required if k not in row]
+    if missing:
+        return f"missing {missing}"
+    bad = [k for k in strings if k in row and not isinstance(row[k], str) and not (k in nullable and row[k] is None)]
+    return f"not strings: {bad}" if bad else ""
+
+
 def dumps(value: Any, **kwargs: Any) -> str:
     """json.dumps that never writes NaN or Infinity (a non-finite float becomes null): what we write is
     JSON any reader takes."""

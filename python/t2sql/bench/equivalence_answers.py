@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterator
 
 from t2sql.bench.equivalence import quantiles
-from t2sql.grading import check_method
-from t2sql.jsonl import json_lines
+from t2sql.grading import method_field_problem
+from t2sql.jsonl import json_lines, object_problem
 from t2sql.progress import Progress
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.tasks import database_path
@@ -65,11 +65,11 @@ def read_answers(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
         if not isinstance(row, dict):
             yield lineno, None, "not a JSON object"
             continue
-        missing = [k for k in ("id", "db_id", "gold", "pred", "label") if k not in row]
-        bad = [k for k in ("db_id", "gold", "pred", "label", "evidence", "reason", "lucky_kind", "grading_method")
-               if row.get(k) is not None and not isinstance(row[k], str)]
-        if missing or bad:
-            yield lineno, row, f"missing {missing}" if missing else f"not strings: {bad}"
+        optional = ("evidence", "reason", "lucky_kind", "grading_method")
+        required = ("id", "db_id", "gold", "pred", "label")
+        why = object_problem(row, required, (*required[1:], *optional), optional)
+        if why:
+            yield lineno, row, why
             continue
         if row["label"] not in LABELS:
             yield lineno, row, f"label {row['label']!r} is not one of {', '.join(LABELS)}"
@@ -78,12 +78,10 @@ def read_answers(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
         if isinstance(systems, bool) or not isinstance(systems, int) or not 1 <= systems <= MAX_SYSTEMS:
             yield lineno, row, f"systems must be a count from 1 to {MAX_SYSTEMS}, got {systems!r:.40}"
             continue
-        if row.get("grading_method") is not None:
-            try:
-                row["grading_method"] = check_method(row["grading_method"])
-            except ValueError as e:
-                yield lineno, row, f"grading_method: {e}"
-                continue
+        why = method_field_problem(row)
+        if why:
+            yield lineno, row, why
+            continue
         yield lineno, row, ""
 
 

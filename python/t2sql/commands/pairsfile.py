@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from typing import IO, Iterator
 
-from t2sql.grading import check_method
-from t2sql.jsonl import json_lines, raw_lines
+from t2sql.grading import method_field_problem
+from t2sql.jsonl import json_lines, object_problem, raw_lines
 
 
 def count_pairs(path: str | os.PathLike) -> int:
@@ -28,18 +28,11 @@ def read_pairs(f: IO[bytes]) -> Iterator[tuple[int, dict | None, str]]:
         if not isinstance(row, dict):
             yield lineno, None, "not a JSON object"
             continue
-        missing = [k for k in ("id", "db_id", "pred", "gold") if k not in row]
         # Only grading_method (the --method task default) and evidence (none) may be null; null SQL is no SQL.
         nullable = ("grading_method", "evidence")
-        bad = [k for k in ("db_id", "pred", "gold", *nullable)
-               if k in row and not isinstance(row[k], str) and not (k in nullable and row[k] is None)]
-        if missing or bad:
-            yield lineno, row, (f"missing {missing}" if missing else f"not strings: {bad}")
+        why = (object_problem(row, ("id", "db_id", "pred", "gold"), ("db_id", "pred", "gold", *nullable), nullable)
+               or method_field_problem(row))
+        if why:
+            yield lineno, row, why
             continue
-        if row.get("grading_method") is not None:
-            try:
-                row["grading_method"] = check_method(row["grading_method"])
-            except ValueError as e:
-                yield lineno, row, f"grading_method: {e}"
-                continue
         yield lineno, row, ""
