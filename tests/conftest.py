@@ -26,6 +26,23 @@ def bird_root() -> Path:
     return Path(os.environ.get("T2SQL_BIRD") or BIRD_ROOT)
 
 
+def bird_db(db_id: str) -> str:
+    """The file of one of bird_root's databases ("superhero", "toxicology", "student_club")."""
+    return str(bird_root() / db_id / f"{db_id}.sqlite")
+
+
+@pytest.fixture(scope="module")
+def equivalence_checker(tmp_path_factory):
+    """An equivalence checker with a disk cache of its own, shared by one test module's tests (mining and
+    suites are built once a module, never taken from another run's cache)."""
+    from t2sql.serving.diskcache import DiskCache
+    from t2sql.serving.equivalence import EquivalenceChecker
+
+    checker = EquivalenceChecker(disk=DiskCache(tmp_path_factory.mktemp("equivalence-cache")))
+    yield checker
+    checker.close()
+
+
 @pytest.fixture(scope="session")
 def qwen36_dir(tmp_path_factory) -> Path:
     """Qwen3.6's tokenizer with miles' chat template, saved as a tokenizer directory (tests/qwen36.py)."""

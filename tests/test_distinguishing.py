@@ -8,17 +8,16 @@ from __future__ import annotations
 import pytest
 
 import t2sql
-from conftest import bird_root
+from conftest import bird_db, bird_root
 from t2sql.episode.presets import get_preset
 from t2sql.serving import equivalence as machinery
-from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.refutation import Trial, refutes
 
 BIRD = bird_root()
 CONFIG = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))
-SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
-TOXICOLOGY = str(BIRD / "toxicology" / "toxicology.sqlite")
-STUDENT_CLUB = str(BIRD / "student_club" / "student_club.sqlite")
+SUPERHERO = bird_db("superhero")
+TOXICOLOGY = bird_db("toxicology")
+STUDENT_CLUB = bird_db("student_club")
 
 # (database, gold, lucky prediction, what the databases that tell them apart are made by)
 CASES = [
@@ -44,35 +43,28 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def checker(tmp_path_factory):
-    c = machinery.EquivalenceChecker(disk=DiskCache(tmp_path_factory.mktemp("distinguishing-cache")))
-    yield c
-    c.close()
-
-
 @pytest.mark.parametrize("path, gold, pred, made_by", CASES)
-def test_only_the_distinguishing_rows_tell_a_lucky_answer(checker, path, gold, pred, made_by):
+def test_only_the_distinguishing_rows_tell_a_lucky_answer(equivalence_checker, path, gold, pred, made_by):
     assert t2sql.Database(path).grade(pred, gold).outcome == "match"  # a match on the real data
-    inv = checker.invariants.get(path)
-    real = checker.real_rows(path, inv)
-    case = checker.gold_case(path, inv, real, gold, CONFIG)
+    inv = equivalence_checker.invariants.get(path)
+    real = equivalence_checker.real_rows(path, inv)
+    case = equivalence_checker.gold_case(path, inv, real, gold, CONFIG)
     made = [p for p in case.prepared if made_by in p.db.note]
     assert made, sorted({p.db.note for p in case.prepared})
     for p in case.prepared:
         assert p.db.problems() == [], p.db.note
     telling = {p.db.note for p in case.prepared if refutes(Trial(p, pred, gold))[0] == "refutes"}
     assert telling and all(made_by in note for note in telling), telling
-    report = checker.check_sync(path, pred, gold, CONFIG)
+    report = equivalence_checker.check_sync(path, pred, gold, CONFIG)
     assert report.refuted and made_by in report.witness.made_by
 
 
-def test_a_repointed_row_points_at_a_real_parent_row(checker):
+def test_a_repointed_row_points_at_a_real_parent_row(equivalence_checker):
     path, gold = CASES[0][:2]
-    inv = checker.invariants.get(path)
-    real = checker.real_rows(path, inv)
+    inv = equivalence_checker.invariants.get(path)
+    real = equivalence_checker.real_rows(path, inv)
     colours = dict(real.rows("SELECT id, colour FROM colour"))
-    case = checker.gold_case(path, inv, real, gold, CONFIG)
+    case = equivalence_checker.gold_case(path, inv, real, gold, CONFIG)
     hero = inv.table("superhero")
     skin = hero.position("skin_colour_id")
     moved = [p for p in case.prepared if CASES[0][3] in p.db.note]
@@ -83,7 +75,7 @@ def test_a_repointed_row_points_at_a_real_parent_row(checker):
         assert all(row[skin] in colours for row in p.db.rows["superhero"])
 
 
-def test_a_limit_that_cut_nothing_meets_one_more_real_row(checker):
+def test_a_limit_that_cut_nothing_meets_one_more_real_row(equivalence_checker):
     """The real blue-eyed heroes with brown hair, all of them, and a real hero with brown hair re-pointed at
     blue eyes: one more result row than the LIMIT keeps (copies under fresh keys did not tell here)."""
     gold = ("SELECT T1.superhero_name FROM superhero AS T1 INNER JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
@@ -91,5 +83,5 @@ def test_a_limit_that_cut_nothing_meets_one_more_real_row(checker):
     n = len(t2sql.Database(SUPERHERO).rows(gold))
     pred = f"{gold} LIMIT {n}"
     assert t2sql.Database(SUPERHERO).grade(pred, gold).outcome == "match"
-    report = checker.check_sync(SUPERHERO, pred, gold, CONFIG)
+    report = equivalence_checker.check_sync(SUPERHERO, pred, gold, CONFIG)
     assert report.refuted and "real ones and a superhero row" in report.witness.made_by, report.detail

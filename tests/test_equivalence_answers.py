@@ -7,19 +7,16 @@ import json
 import subprocess
 import sys
 
-import pytest
-
-from conftest import bird_root
+from conftest import bird_db, bird_root
 from t2sql.episode.presets import get_preset
 from t2sql.serving import presupposed
 from t2sql.serving.checkbounds import CheckBudget
-from t2sql.serving.diskcache import DiskCache
-from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.serving.equivalence import EquivalenceConfig
 from t2sql.serving.smalldb import column_index
 from t2sql.serving.targeted import targeted
 
 BIRD = bird_root()
-SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
+SUPERHERO = bird_db("superhero")
 CONFIG = EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))
 
 BLUE_BY_NAME = ("SELECT COUNT(T1.id) FROM superhero AS T1 INNER JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
@@ -31,31 +28,24 @@ POWERS_SCALAR = ("SELECT power_name FROM superpower WHERE id IN (SELECT power_id
                  "(SELECT id FROM superhero WHERE superhero_name = '3-D Man'))")
 
 
-@pytest.fixture(scope="module")
-def checker(tmp_path_factory):
-    c = EquivalenceChecker(disk=DiskCache(tmp_path_factory.mktemp("answers-cache")))
-    yield c
-    c.close()
-
-
-def test_a_key_the_evidence_states_is_kept_and_one_it_does_not_is_renumbered(checker):
-    lucky = checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG,
+def test_a_key_the_evidence_states_is_kept_and_one_it_does_not_is_renumbered(equivalence_checker):
+    lucky = equivalence_checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG,
                                evidence="blue eyes refers to colour = 'Blue'")
     assert lucky.refuted  # the id was looked up in today's data
-    stated = checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG,
+    stated = equivalence_checker.check_sync(SUPERHERO, BLUE_BY_ID, BLUE_BY_NAME, CONFIG,
                                 evidence="blue eyes refers to colour.id = eye_colour_id = 7")
     assert stated.checked and not stated.refuted  # the evidence itself gives the id
 
 
-def test_a_named_entity_is_neither_absent_nor_repeated(checker):
-    report = checker.check_sync(SUPERHERO, POWERS_SCALAR, POWERS_JOIN, CONFIG)
+def test_a_named_entity_is_neither_absent_nor_repeated(equivalence_checker):
+    report = equivalence_checker.check_sync(SUPERHERO, POWERS_SCALAR, POWERS_JOIN, CONFIG)
     assert report.checked and not report.refuted  # differs only if two heroes were named '3-D Man'
 
 
-def test_every_small_database_keeps_the_lookup_tables_whole_and_the_stated_keys(checker):
+def test_every_small_database_keeps_the_lookup_tables_whole_and_the_stated_keys(equivalence_checker):
     with CheckBudget.starting_now(60.0, None, 256).active():
-        inv = checker.invariants.get(SUPERHERO)
-        real = checker.real_rows(SUPERHERO, inv)
+        inv = equivalence_checker.invariants.get(SUPERHERO)
+        real = equivalence_checker.real_rows(SUPERHERO, inv)
         fixed = {lk.table: lk for lk in presupposed.lookups(inv)}
         assert {"colour", "gender", "alignment"} <= set(fixed) and "superhero" not in fixed
         assert presupposed.stated_keys("male refers to gender.id = 1; blue refers to eye_colour_id = 7; id = 3",

@@ -14,18 +14,17 @@ import sys
 import pytest
 
 import t2sql
-from conftest import bird_root
+from conftest import bird_db, bird_root
 from t2sql.episode.presets import get_preset
 from t2sql.serving import equivalence as machinery
-from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.invariants import quote
 from t2sql.serving.mining import mine
 
 BIRD = bird_root()
 CONFIG = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))
-SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
-STUDENT_CLUB = str(BIRD / "student_club" / "student_club.sqlite")
-TOXICOLOGY = str(BIRD / "toxicology" / "toxicology.sqlite")
+SUPERHERO = bird_db("superhero")
+STUDENT_CLUB = bird_db("student_club")
+TOXICOLOGY = bird_db("toxicology")
 
 # Right answers that differ from the gold only where a realism rule is broken.
 RIGHT = [
@@ -66,15 +65,8 @@ LUCKY = [
 ]
 
 
-@pytest.fixture(scope="module")
-def checker(tmp_path_factory):
-    c = machinery.EquivalenceChecker(disk=DiskCache(tmp_path_factory.mktemp("realism-cache")))
-    yield c
-    c.close()
-
-
-def test_the_rules_are_mined_from_the_data(checker):
-    tox = checker.invariants.get(TOXICOLOGY)
+def test_the_rules_are_mined_from_the_data(equivalence_checker):
+    tox = equivalence_checker.invariants.get(TOXICOLOGY)
     assert [(s.table, s.left, s.right, s.keyed) for s in tox.symmetries] == [("connected", "atom_id", "atom_id2", True)]
     vocab = {(v.table, v.column): set(v.values) for v in tox.vocabularies}
     assert "cl" in vocab[("atom", "element")] and "Cl" not in vocab[("atom", "element")]
@@ -84,10 +76,10 @@ def test_the_rules_are_mined_from_the_data(checker):
     assert ("bond", "molecule_id", "atom", "molecule_id") in paths
     assert {(p.table, p.column, p.source_column) for p in tox.prefixes} >= {("atom", "atom_id", "molecule_id"),
                                                                             ("bond", "bond_id", "molecule_id")}
-    club = checker.invariants.get(STUDENT_CLUB)
+    club = equivalence_checker.invariants.get(STUDENT_CLUB)
     assert ("budget", ("category", "link_to_event")) in {(u.table, u.columns) for u in club.unique_sets}
     assert ("event", ("event_date", "status")) not in {(u.table, u.columns) for u in club.unique_sets}  # by chance
-    hero = checker.invariants.get(SUPERHERO)
+    hero = equivalence_checker.invariants.get(SUPERHERO)
     assert not any(v.table == "colour" for v in hero.vocabularies)  # a row per colour: open
     assert hero.symmetries == ()
 
@@ -166,11 +158,12 @@ def _lit(text: str) -> str:
 @pytest.mark.parametrize("path, gold, pred", RIGHT[:2] + LUCKY[1:] + [
     (STUDENT_CLUB, "SELECT category FROM budget WHERE link_to_event = 'recI43CzsZ0Q625ma'",
      "SELECT DISTINCT category FROM budget WHERE link_to_event = 'recI43CzsZ0Q625ma'")])
-def test_every_small_database_keeps_the_rules(checker, path, gold, pred):
-    inv = checker.invariants.get(path)
-    real = checker.real_rows(path, inv)
-    case = checker.gold_case(path, inv, real, gold, CONFIG)  # the gold's targeted databases and the suite
-    own = [machinery.Prepared(db, gold, CONFIG.spec) for db in checker.targeted(path, inv, real, pred, CONFIG.seed)[0]]
+def test_every_small_database_keeps_the_rules(equivalence_checker, path, gold, pred):
+    inv = equivalence_checker.invariants.get(path)
+    real = equivalence_checker.real_rows(path, inv)
+    case = equivalence_checker.gold_case(path, inv, real, gold, CONFIG)  # the gold's targeted databases and the suite
+    built = equivalence_checker.targeted(path, inv, real, pred, CONFIG.seed)[0]
+    own = [machinery.Prepared(db, gold, CONFIG.spec) for db in built]
     assert len(case.prepared) >= 5
     notes = {p.db.note for p in case.prepared + own}
     assert any("duplicated under fresh keys" in n for n in notes)  # the variants that could break them are there
@@ -180,9 +173,9 @@ def test_every_small_database_keeps_the_rules(checker, path, gold, pred):
         p.close()
 
 
-def test_a_broken_rule_is_a_problem(checker):
-    inv = checker.invariants.get(TOXICOLOGY)
-    real = checker.real_rows(TOXICOLOGY, inv)
+def test_a_broken_rule_is_a_problem(equivalence_checker):
+    inv = equivalence_checker.invariants.get(TOXICOLOGY)
+    real = equivalence_checker.real_rows(TOXICOLOGY, inv)
     [db] = machinery.targeted(real, inv, RIGHT[0][1], 1)[0][:1]
     assert db.problems() == [] and db.rows["connected"]
     lonely = db.copy()
@@ -200,16 +193,16 @@ def test_a_broken_rule_is_a_problem(checker):
 
 
 @pytest.mark.parametrize("path, gold, pred", RIGHT)
-def test_right_answers_leaning_on_them_are_not_refuted(checker, path, gold, pred):
+def test_right_answers_leaning_on_them_are_not_refuted(equivalence_checker, path, gold, pred):
     assert t2sql.Database(path).grade(pred, gold).outcome == "match"
-    report = checker.check_sync(path, pred, gold, CONFIG)
+    report = equivalence_checker.check_sync(path, pred, gold, CONFIG)
     assert not report.refuted, report.witness and report.witness.to_text()
 
 
 @pytest.mark.parametrize("path, gold, pred", LUCKY)
-def test_lucky_answers_are_still_refuted(checker, path, gold, pred):
+def test_lucky_answers_are_still_refuted(equivalence_checker, path, gold, pred):
     assert t2sql.Database(path).grade(pred, gold).outcome == "match"  # a match on the real data
-    report = checker.check_sync(path, pred, gold, CONFIG)
+    report = equivalence_checker.check_sync(path, pred, gold, CONFIG)
     assert report.refuted
 
 
