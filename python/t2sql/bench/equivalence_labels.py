@@ -9,10 +9,12 @@ import re
 from typing import Any
 
 from t2sql import sqltext
+from t2sql.bench import row_bounds
 from t2sql.bench.equivalence_pairs import (
     COLREF,
     colref,
     column_of,
+    edited,
     masked_sql,
     never_null,
     where_conjuncts,
@@ -26,7 +28,7 @@ from t2sql.bench.presupposed_labels import (
     same_rows_of_a_vocabulary,
 )
 from t2sql.serving import querytext, realism
-from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.invariants import Invariants, quote, text_format
 from t2sql.serving.smalldb import letter_cases
 
 
@@ -43,10 +45,16 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         return "equivalent"
     if kind in ("add_limit", "add_distinct") and one_entity_row(gold, st, inv, lookup):
         return "equivalent"
+    if kind == "add_limit":
+        # LIMIT n cuts nothing where the gold's constants leave at most n rows on every database of its kind.
+        n = re.search(r"LIMIT\s+(\d+)\s*$", pred, re.I)
+        bound = row_bounds.rows_at_most(gold, inv, lookup)
+        return "equivalent" if n and bound is not None and bound <= int(n.group(1)) else "different"
     if kind == "drop_conjunct" and entity_kept_by_another(gold, pred, inv, lookup):
         return "equivalent"
     if kind == "add_distinct":
-        return "equivalent" if _distinct_is_redundant(gold, inv) else "different"
+        return ("equivalent" if _distinct_is_redundant(gold, inv) or row_bounds.distinct_rows(gold, inv, lookup)
+                else "different")
     if kind == "drop_distinct":
         # The SELECT that lost its DISTINCT (a subquery's included) returns each row once anyway.
         at = next((i for i, (a, b) in enumerate(zip(gold, pred)) if a != b), len(pred))
@@ -75,7 +83,8 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         outer = _outer_of(pred, inner)
         if outer is not None and _only_distinct_aggregates(outer):
             return "equivalent"
-        return "equivalent" if _distinct_is_redundant(inner, inv) else "different"
+        return ("equivalent" if _distinct_is_redundant(inner, inv) or row_bounds.distinct_rows(inner, inv, lookup)
+                else "different")
     if kind == "count_star":
         has_outer = re.search(r"(?<!\w)(LEFT|RIGHT|FULL)\s+(OUTER\s+)?JOIN(?!\w)", masked, re.I) is not None
         for m in re.finditer(rf"(?<!\w)COUNT\s*\(\s*{COLREF}\s*\)", masked, re.I):
@@ -86,6 +95,14 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
                           or _not_null_in_where(_enclosing_select(gold, m.start()), inv, found[0].name, found[1].name)):
                 return "equivalent"
         return "different"
+    if kind in ("like_for_eq", "like_substring"):
+        # A column whose every value is a date (YYYY-MM-DD, nothing around it: a mined format every small
+        # database keeps) holds no longer value around a date literal, and dates have no letter case.
+        m, _ = edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
+        found = column_of(st, inv, *colref(m)) if m else None
+        if (found and found[1].mined and found[1].types == ("text",) and found[1].formats == ("date",)
+                and text_format(m.group(3).strip("%")) == "date"):
+            return "equivalent"
     if kind in ("like_for_eq", "literal_case", "like_substring"):
         closed = _closed_vocabulary_label(kind, gold, pred, st, inv)
         if closed is not None:
@@ -95,15 +112,14 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         # or an identifier that only ever uses the literal's case.
         pattern = (rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'" if kind == "like_for_eq"
                    else rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'")
-        m = re.search(pattern, pred, re.I)
+        m, gold_literal = edited(pattern, gold, pred)
         if m is None:
             return "different"
         literal = m.group(3).replace("''", "'")
         if kind == "like_for_eq" and "%" in literal:
             return "different"
         if kind == "literal_case":
-            gm = re.search(rf"{re.escape(m.group(1) or '')}{re.escape(m.group(2))}\s*=\s*'((?:[^']|'')*)'", gold, re.I)
-            literal = gm.group(1).replace("''", "'") if gm else literal
+            literal = gold_literal if gold_literal is not None else literal
         if not re.search(r"[A-Za-z]", literal) and "_" not in literal:
             return "equivalent"
         found = column_of(st, inv, *colref(m))
@@ -158,17 +174,16 @@ def _closed_vocabulary_label(kind: str, gold: str, pred: str, st: Any, inv: Inva
     column is open (or not found)."""
     pattern = (rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'" if kind == "literal_case"
                else rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'")
-    m = re.search(pattern, pred, re.I)
+    m, gold_literal = edited(pattern, gold, pred)
     found = column_of(st, inv, *colref(m)) if m else None
     closed = realism.vocabulary(inv, found[0].name, found[1].name) if found else None
     if closed is None:
         return None
     text = m.group(3).replace("''", "'")
     if kind == "literal_case":
-        gm = re.search(rf"{re.escape(m.group(1) or '')}{re.escape(m.group(2))}\s*=\s*'((?:[^']|'')*)'", gold, re.I)
-        if gm is None:
+        if gold_literal is None:
             return None
-        literal = gm.group(1).replace("''", "'")
+        literal = gold_literal
         picked = {v for v in closed if v.lower() == text}
     else:
         literal = text.strip("%") if kind == "like_substring" else text
@@ -335,6 +350,8 @@ def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invaria
                  pred, re.I):
         return "equivalent"
     # A later INNER JOIN whose ON names the joined alias drops the rows the LEFT JOIN would keep.
+    if _aggregates_ignore_missing_partner(pred, m.group(3)):
+        return "equivalent"
     later = re.match(r"\s*(?:INNER\s+)?JOIN\s+\S+\s+(?:AS\s+)?\S+\s+ON\s+([^()]*?)(?=$|\)|\s(?:WHERE|GROUP|ORDER|LIMIT|"
                      r"INNER|JOIN|LEFT)\b)", pred[m.end():], re.I)
     if later and re.search(rf"(?<![\w.]){re.escape(m.group(3))}\s*\.", later.group(1), re.I):
@@ -376,3 +393,32 @@ def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invaria
                 and ref.child_columns[0].lower() == mine_end[1].lower()):
             return "equivalent"
     return "different"
+
+
+# What may surround the aggregates of a select list besides numbers and operators: casts and rounding.
+_AROUND_AGGREGATES = {"CAST", "AS", "REAL", "INTEGER", "INT", "FLOAT", "NUMERIC", "ROUND", "IFNULL", "COALESCE"}
+
+
+def _aggregates_ignore_missing_partner(sql: str, alias: str) -> bool:
+    """The query is one aggregate row (no GROUP BY, no HAVING) whose select list reads only NULL-ignoring
+    aggregates (COUNT, SUM, AVG, MIN, MAX) of plain columns of the LEFT JOIN's `alias`: a row the outer join
+    keeps without a partner holds NULL there and adds nothing to any of them (over no row at all they are
+    0 or NULL alike), so inner and outer join give the same row."""
+    st = querytext.read(sql)
+    if st is None or len(st.parts) != 1 or st.with_prefix:
+        return False
+    part = st.parts[0]
+    if part.group is not None or re.search(r"(?<!\w)(HAVING|OVER|SELECT\s.*\sSELECT)(?!\w)",
+                                           masked_sql(sql)[0], re.I | re.S):
+        return False
+    aggregate = re.compile(rf"(?<![\w.])(?:COUNT|SUM|AVG|MIN|MAX)\s*\(\s*(?:DISTINCT\s+)?{re.escape(alias)}\s*\.\s*"
+                           r"(?:[A-Za-z_]\w*|`[^`]+`|\"[^\"]+\")\s*\)", re.I)
+    found = False
+    for x, y in querytext.split_top(sql, part.select_list):
+        item = re.sub(r"\s+AS\s+(?:[A-Za-z_]\w*|`[^`]+`|\"[^\"]+\")\s*$", "", sql[x:y].strip(), flags=re.I)
+        rest, n = aggregate.subn(" 0 ", item)
+        found = found or n > 0
+        if re.search(r"['\"`]", rest) or any(w.upper() not in _AROUND_AGGREGATES
+                                            for w in re.findall(r"[A-Za-z_]\w*", rest)):
+            return False
+    return found

@@ -24,7 +24,7 @@ from t2sql.serving.sampling import (
 from t2sql.serving.smalldb import SmallDb, column_index
 from t2sql.serving.variants import literal_variants
 
-MAX_LIMIT_FILLED = 30  # a query's LIMIT n up to this is filled with n + 1 result rows
+MAX_LIMIT_FILLED = 64  # a query's LIMIT n up to this is filled with n + 1 result rows
 
 MAX_ROWS_FILLED = 400  # the rows such a database may reach
 
