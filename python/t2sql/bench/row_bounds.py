@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from t2sql.bench.equivalence_pairs import COLREF, colref, masked_sql, never_null
-from t2sql.serving import querytext
+from t2sql.serving import querytext, realism
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.presupposed import named
 
@@ -65,10 +65,34 @@ def rows_at_most(sql: str, inv: Invariants, lookup: Any = None) -> int | None:
     q = _read(sql, inv)
     if q is None:
         return None
+    distinct = _distinct_values(q, inv)
+    if distinct is not None:
+        return distinct
     pinned, symmetric = _pinned(q, inv, lookup, set())
     if len(pinned) != len(q.items):
         return None
     return 2 ** symmetric
+
+
+def _distinct_values(q: _Query, inv: Invariants) -> int | None:
+    """For SELECT DISTINCT of columns that each hold a closed vocabulary (t2sql.serving.realism: no other
+    text ever), the number of their combinations (NULL counting as one more where it may be); else None."""
+    if not q.part.distinct:
+        return None
+    sql = q.st.sql
+    bound = 1
+    for x, y in querytext.split_top(sql, q.part.select_list):
+        m = re.fullmatch(rf"{COLREF}(?:\s+(?:AS\s+)?\w+)?", sql[x:y].strip(), re.I | re.S)
+        ref = _column(q, *colref(m)) if m else None
+        if ref is None:
+            return None
+        t = inv.table(_table(q, ref[0]))
+        c = t.column(ref[1])
+        values = realism.vocabulary(inv, t.name, c.name) if c is not None and c.types == ("text",) else None
+        if values is None:
+            return None
+        bound *= len(values) + (1 if c.may_be_null else 0)
+    return bound
 
 
 def _read(sql: str, inv: Invariants) -> _Query | None:

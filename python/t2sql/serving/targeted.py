@@ -159,6 +159,19 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
             same = base.copy(f"two result rows of {label} alike in what it selects")
             if alike(same, tuples[0], tuples[1], sql):
                 keep(same, closing=False)
+            # ... and apart: the second given another real value in a column it selects and no condition
+            # reads (a bond's two atoms of two elements), so DISTINCT keeps two rows where a LIMIT keeps one.
+            apart = base.copy(f"two result rows of {label} apart in what it selects")
+            for (table, row), changes in another_value(inv, real, tuples[1], rng, sql).items():
+                rows = apart.rows.get(table, [])
+                if row in rows and (table, row) not in tuples[0]:
+                    t = inv.table(table)
+                    new = row
+                    for name, value in changes.items():
+                        new = tuple(value if j == column_index(t, name) else v for j, v in enumerate(new))
+                        new = repair_relations(inv, table, new, name)
+                    rows[rows.index(row)] = new
+                    keep(apart, closing=False)
     # As many result rows as the query's LIMIT keeps, and one more: where a LIMIT that cut nothing cuts.
     limit = ordering.outer_limit(st) if st is not None else None
     if limit is not None and first_tuple and limit < MAX_LIMIT_FILLED:
