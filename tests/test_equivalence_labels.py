@@ -144,3 +144,28 @@ def test_copies_for_more_result_rows_keep_what_the_filter_reads(checker):
             "WHERE T2.category = 'Food'")
     report = checker.check_sync(PATHS["student_club"], gold + " LIMIT 22", gold, CONFIG)
     assert report.refuted and report.witness is not None
+
+
+def test_an_outer_join_whose_missing_partner_the_where_drops_is_equivalent(db):
+    inv, rows = db("student_club")
+    # A condition on the joined side that NULL never meets drops the rows without a partner.
+    gold = ("SELECT city FROM member AS T1 INNER JOIN major AS T2 ON T2.major_id = T1.link_to_major INNER JOIN "
+            "zip_code AS T3 ON T3.zip_code = T1.zip WHERE department = 'Art and Design Department'")
+    assert label("left_join", gold, gold.replace("INNER JOIN major", "LEFT JOIN major"), inv, rows) == "equivalent"
+    # A reference the WHERE keeps from NULL names its parent.
+    named = ("SELECT T2.college FROM member AS T1 INNER JOIN major AS T2 ON T2.major_id = T1.link_to_major "
+             "WHERE T1.link_to_major = 'rec1N0upiVLy5esTO'")
+    assert label("left_join", named, named.replace("INNER JOIN", "LEFT JOIN"), inv, rows) == "equivalent"
+    # Near miss: IS NULL keeps them.
+    kept = gold.replace("department = 'Art and Design Department'", "department IS NULL")
+    assert label("left_join", kept, kept.replace("INNER JOIN major", "LEFT JOIN major"), inv, rows) == "different"
+
+
+def test_one_more_entity_under_a_longer_key_tells_equality_from_a_substring(checker):
+    # Molecule TR1810 (atoms TR1810_1, ...) is one more of the same shape: LIKE '%TR181%' finds it too.
+    gold = "SELECT T.label FROM molecule AS T WHERE T.molecule_id = 'TR151'"
+    report = checker.check_sync(PATHS["toxicology"], gold.replace("= 'TR151'", "LIKE '%TR151%'"), gold, CONFIG)
+    assert report.refuted and "TR151" in report.witness.made_by
+    # ... and never tells two right answers apart.
+    same = "SELECT label FROM molecule WHERE molecule_id IN ('TR151')"
+    assert not checker.check_sync(PATHS["toxicology"], same, gold, CONFIG).refuted

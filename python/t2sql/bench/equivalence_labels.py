@@ -290,6 +290,27 @@ def _not_null_in_where(sub: str, inv: Invariants, table: str, column: str) -> bo
                 return True
     return False
 
+def _rejects_null_of(sql: str, st: querytext.Statement, inv: Invariants, alias: str, table: str) -> bool:
+    """A top-level WHERE condition of the outer SELECT compares a column of `alias` (of `table`) in a way NULL
+    never meets (a comparison with a literal, LIKE, IN, BETWEEN, IS NOT NULL)."""
+    if len(st.parts) != 1 or st.parts[0].where is None:
+        return False
+    for x, y in querytext.top_conjuncts(sql, st.parts[0].where):
+        m = re.match(rf"\s*{COLREF}\s*(=|<>|!=|<=|>=|<|>|LIKE\b|IN\b|NOT\s+IN\b|BETWEEN\b|IS\s+NOT\s+NULL)",
+                     sql[x:y], re.I)
+        if not m:
+            continue
+        qual, column = colref(m)
+        if qual is not None:
+            if qual.lower() == alias.lower():
+                return True
+        elif querytext.resolve(st, inv, None, column) == [(inv.table(table).name, inv.table(table).column(column).name)
+                                                           if inv.table(table) and inv.table(table).column(column)
+                                                           else ("", "")]:
+            return True
+    return False
+
+
 def _distinct_is_redundant(sql: str, inv: Invariants) -> bool:
     """The outer SELECT (no DISTINCT, no GROUP BY) returns each row once on every database of this kind:
     it selects a key of one FROM table (never NULL), and every other FROM table is the parent of a
@@ -352,6 +373,10 @@ def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invaria
     # A later INNER JOIN whose ON names the joined alias drops the rows the LEFT JOIN would keep.
     if _aggregates_ignore_missing_partner(pred, m.group(3)):
         return "equivalent"
+    # A WHERE condition on the joined side that NULL never meets drops the rows without a partner.
+    pst = querytext.read(pred)
+    if pst is not None and _rejects_null_of(pred, pst, inv, m.group(3), querytext.unquote(m.group(2))):
+        return "equivalent"
     later = re.match(r"\s*(?:INNER\s+)?JOIN\s+\S+\s+(?:AS\s+)?\S+\s+ON\s+([^()]*?)(?=$|\)|\s(?:WHERE|GROUP|ORDER|LIMIT|"
                      r"INNER|JOIN|LEFT)\b)", pred[m.end():], re.I)
     if later and re.search(rf"(?<![\w.]){re.escape(m.group(3))}\s*\.", later.group(1), re.I):
@@ -386,7 +411,10 @@ def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invaria
             continue
         if (ref.child == other.name and ref.parent == joined.name
                 and ref.child_columns[0].lower() == other_end[1].lower()
-                and ref.parent_columns[0].lower() == mine_end[1].lower() and never_null(other, ref.child_columns[0])):
+                and ref.parent_columns[0].lower() == mine_end[1].lower()
+                and (never_null(other, ref.child_columns[0])
+                     # or NULL there is filtered out (`WHERE T1.race_id = 21`): the reference names a parent
+                     or _not_null_in_where(pred, inv, other.name, ref.child_columns[0]))):
             return "equivalent"
         if (ref.parent == other.name and ref.child == joined.name and ref.total
                 and ref.parent_columns[0].lower() == other_end[1].lower()
