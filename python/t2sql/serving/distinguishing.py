@@ -23,7 +23,7 @@ from typing import Any
 
 from t2sql.serving import querytext
 from t2sql.serving.invariants import quote, sqlite_key
-from t2sql.serving.sampling import RealRows, add_rows
+from t2sql.serving.sampling import RealRows, add_rows, repair_relations
 from t2sql.serving.smalldb import SmallDb, column_index
 
 PARENTS_PER_COMPARISON = 4  # real parent rows tried per comparison
@@ -220,7 +220,7 @@ def renamed(base: SmallDb, real: RealRows, comparisons: list[querytext.Compariso
         if new is None:
             continue
         db = base.copy(f"one more {table} like {literal!r}, named {new!r}")
-        copied = False
+        copies: dict[str, list[tuple]] = {}
         for name, rows in list(db.rows.items()):
             t = inv.table(name)
             ids = [column_index(t, col) for col in inv.identifiers(name)]
@@ -232,12 +232,43 @@ def renamed(base: SmallDb, real: RealRows, comparisons: list[querytext.Compariso
                         copy[i] = new + v[len(literal):]
                 if tuple(copy) != row:
                     rows.append(tuple(copy))
-                    copied = True
-        if copied:
-            out.append(db)
+                    copies.setdefault(name, []).append(tuple(copy))
+        if not copies:
+            continue
+        out.append(db)
+        # The copy alike in all but one value (an aggregate or a DISTINCT over the two then differs from
+        # one over the first): per table, its first copied row with one free column another real value.
+        for name, rows in list(copies.items())[:2]:
+            changed = _another_free_value(db, real, name, rows[0])
+            if changed is not None:
+                out.append(changed)
         if len(out) >= MAX_MADE:
             break
     return out
+
+
+def _another_free_value(db: SmallDb, real: RealRows, table: str, row: tuple) -> SmallDb | None:
+    """A copy of `db` with `row` of `table` holding, in its first column that names nothing (no key, no
+    reference, not unique), a real value no row of the table holds there; None when there is none."""
+    inv = db.inv
+    t = inv.table(table)
+    fixed = inv.frozen(table) | inv.identifiers(table)
+    for c in t.columns:
+        if c.name in fixed or c.unique or not c.mined:
+            continue
+        i = column_index(t, c.name)
+        held = {sqlite_key((r[i],)) for r in db.rows[table]}
+        others = [v for v in real.values(table, c.name) if sqlite_key((v,)) != sqlite_key((row[i],))]
+        # One the table does not hold yet first (a new distinct value), else any other.
+        value = next((v for v in others if sqlite_key((v,)) not in held), others[0] if others else None)
+        if value is None:
+            continue
+        out = db.copy(f"{db.note}, one {table}.{c.name} {value!r}")
+        rows = out.rows[table]
+        rows[rows.index(row)] = repair_relations(inv, table, tuple(value if j == i else v for j, v in enumerate(row)),
+                                                 c.name)
+        return out
+    return None
 
 
 def _named_key(inv: Any, c: querytext.Comparison) -> tuple[str, str] | None:
