@@ -103,6 +103,8 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         if (found and found[1].mined and found[1].types == ("text",) and found[1].formats == ("date",)
                 and text_format(m.group(3).strip("%")) == "date"):
             return "equivalent"
+    if kind in ("like_for_eq", "like_substring") and _one_width_identifier(gold, pred, st, inv, lookup):
+        return "equivalent"
     if kind in ("like_for_eq", "literal_case", "like_substring"):
         closed = _closed_vocabulary_label(kind, gold, pred, st, inv)
         if closed is not None:
@@ -167,6 +169,32 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
     if kind == "left_join":
         return _left_join_label(gold, pred, st, inv)
     return "different"
+
+def _one_width_identifier(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
+    """The edited LIKE is on an identifier whose real values all have the literal's width and one letter case
+    (ids TR000 ... TR342): its values come from that domain and keep its shape (a fresh key is a real one,
+    no longer text is made around it: t2sql.serving.variants), so a value holding the literal in any case
+    is the literal, and the LIKE picks what the gold's `=` picks."""
+    m, _ = edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
+    found = column_of(st, inv, *colref(m)) if m else None
+    if lookup is None or found is None or not found[1].mined or found[1].types != ("text",):
+        return False
+    table, column = found[0].name, found[1].name
+    literal = m.group(3).replace("''", "'")
+    if "_" in literal or "%" in literal.strip("%") or column not in inv.identifiers(table):
+        return False
+    literal = literal.strip("%")
+    if not literal or not (len(found[1].cases) <= 1 and letter_cases(literal) <= set(found[1].cases)):
+        return False
+    domains = [(table, column)] + [(r.parent, r.parent_columns[0]) for r in inv.references
+                                   if r.child == table and r.child_columns == (column,)]
+    for t, c in domains:
+        got = lookup(f"SELECT count(*), min(length({quote(c)})), max(length({quote(c)})), "
+                     f"sum(typeof({quote(c)}) <> 'text') FROM {quote(t)} WHERE {quote(c)} IS NOT NULL")
+        if not got or got[0][0] == 0 or got[0][1] != len(literal) or got[0][2] != len(literal) or got[0][3]:
+            return False
+    return True
+
 
 def _closed_vocabulary_label(kind: str, gold: str, pred: str, st: Any, inv: Invariants) -> str | None:
     """On a column with a closed vocabulary (t2sql.serving.realism) the edit is the same on every database of

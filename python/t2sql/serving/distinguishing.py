@@ -9,13 +9,7 @@ who is Good tells a query from one that dropped `alignment = 'Bad'`). Every row 
 for the one reference, and the parent is real and unchanged: a fixed lookup table keeps its rows.
 
 Childless (`childless`): a parent row a query reaches without its child rows in one table, where the
-reference does not require a child (what an outer join keeps and an inner join drops).
-
-Renamed (`renamed`): an entity a query names by a text key (molecule 'TR181') copied whole under a longer
-key that holds the old one ('TR1810': its atoms 'TR1810_1', its bonds, every identifier that starts with
-it renamed alike), one more entity of the same shape, such as a larger real database holds; what tells
-`= 'TR181'` from `LIKE '%TR181%'`. Only identifiers change; the copy must keep every rule, or it is not
-used."""
+reference does not require a child (what an outer join keeps and an inner join drops)."""
 
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ from typing import Any
 
 from t2sql.serving import querytext
 from t2sql.serving.invariants import quote, sqlite_key
-from t2sql.serving.sampling import RealRows, add_rows, repair_relations
+from t2sql.serving.sampling import RealRows, add_rows
 from t2sql.serving.smalldb import SmallDb, column_index
 
 PARENTS_PER_COMPARISON = 4  # real parent rows tried per comparison
@@ -195,93 +189,3 @@ def _drop_orphans(db: SmallDb, keep: tuple[str, tuple]) -> bool:
                 db.rows[ref.child] = kept
                 changed = True
     return keep[1] in db.rows.get(keep[0], [])
-
-
-RENAMING_SUFFIXES = "01"  # appended to a key to name one more entity (the first the real file lacks)
-
-
-def renamed(base: SmallDb, real: RealRows, comparisons: list[querytext.Comparison]) -> list[SmallDb]:
-    """Copies of `base`, each with one more entity beside one a comparison names by a text key (see the
-    module doc); not checked yet."""
-    inv = base.inv
-    out: list[SmallDb] = []
-    done: set = set()
-    for c in comparisons:
-        key = _named_key(inv, c)
-        literal = next((v.strip("%") for v in c.literals if isinstance(v, str) and v.strip("%")), None)
-        if key is None or literal is None or (key, literal) in done:
-            continue
-        done.add((key, literal))
-        table, column = key
-        if not any(r[column_index(inv.table(table), column)] == literal for r in base.rows.get(table, [])):
-            continue
-        new = next((literal + x for x in RENAMING_SUFFIXES
-                    if real.by_key(table, (column,), (literal + x,)) is None), None)
-        if new is None:
-            continue
-        db = base.copy(f"one more {table} like {literal!r}, named {new!r}")
-        copies: dict[str, list[tuple]] = {}
-        for name, rows in list(db.rows.items()):
-            t = inv.table(name)
-            ids = [column_index(t, col) for col in inv.identifiers(name)]
-            for row in list(rows):
-                copy = list(row)
-                for i in ids:
-                    v = row[i]
-                    if isinstance(v, str) and v.startswith(literal):
-                        copy[i] = new + v[len(literal):]
-                if tuple(copy) != row:
-                    rows.append(tuple(copy))
-                    copies.setdefault(name, []).append(tuple(copy))
-        if not copies:
-            continue
-        out.append(db)
-        # The copy alike in all but one value (an aggregate or a DISTINCT over the two then differs from
-        # one over the first): per table, its first copied row with one free column another real value.
-        for name, rows in list(copies.items())[:2]:
-            changed = _another_free_value(db, real, name, rows[0])
-            if changed is not None:
-                out.append(changed)
-        if len(out) >= MAX_MADE:
-            break
-    return out
-
-
-def _another_free_value(db: SmallDb, real: RealRows, table: str, row: tuple) -> SmallDb | None:
-    """A copy of `db` with `row` of `table` holding, in its first column that names nothing (no key, no
-    reference, not unique), a real value no row of the table holds there; None when there is none."""
-    inv = db.inv
-    t = inv.table(table)
-    fixed = inv.frozen(table) | inv.identifiers(table)
-    for c in t.columns:
-        if c.name in fixed or c.unique or not c.mined:
-            continue
-        i = column_index(t, c.name)
-        held = {sqlite_key((r[i],)) for r in db.rows[table]}
-        others = [v for v in real.values(table, c.name) if sqlite_key((v,)) != sqlite_key((row[i],))]
-        # One the table does not hold yet first (a new distinct value), else any other.
-        value = next((v for v in others if sqlite_key((v,)) not in held), others[0] if others else None)
-        if value is None:
-            continue
-        out = db.copy(f"{db.note}, one {table}.{c.name} {value!r}")
-        rows = out.rows[table]
-        rows[rows.index(row)] = repair_relations(inv, table, tuple(value if j == i else v for j, v in enumerate(row)),
-                                                 c.name)
-        return out
-    return None
-
-
-def _named_key(inv: Any, c: querytext.Comparison) -> tuple[str, str] | None:
-    """(table, column) of the one-column text key that `c` compares: its own column's, or the parent's its
-    reference names."""
-    t = inv.table(c.table)
-    if t is None:
-        return None
-    if (c.column,) in [tuple(k) for k in t.keys]:
-        return t.name, c.column
-    for ref in inv.references:
-        if ref.child == t.name and ref.child_columns == (c.column,) and len(ref.parent_columns) == 1:
-            p = inv.table(ref.parent)
-            if p is not None and ref.parent_columns in [tuple(k) for k in p.keys]:
-                return p.name, ref.parent_columns[0]
-    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from t2sql.serving import ordering, querytext
-from t2sql.serving.distinguishing import childless, renamed, repointed
+from t2sql.serving.distinguishing import childless, repointed
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.lineage import alike, another_value, duplicate_tuple, fetch_lineage
 from t2sql.serving.sampling import (
@@ -150,9 +150,6 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
         reached.append(first_tuple)
     for db in repointed(base, real, reached, every_comparison if lineages else comparisons, rng):
         keep(db)
-    # One more entity like one it names by a text key, under a longer key holding that one.
-    for db in renamed(base, real, comparisons):
-        keep(db, closing=False)
     # A parent row it reaches without its children in one table (what an outer join keeps).
     for db in childless(base, reached):
         keep(db, closing=False)
