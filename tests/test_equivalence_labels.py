@@ -172,3 +172,14 @@ def test_like_around_an_identifier_of_one_width_is_equivalent(db):
     bond = "SELECT T.bond_type FROM bond AS T WHERE T.bond_id = 'TR001_1_8'"
     assert label("like_substring", bond, bond.replace("= 'TR001_1_8'", "LIKE '%TR001_1_8%'"), inv,
                  rows) == "different"
+
+
+def test_a_unique_name_keeps_apart_in_letter_case(checker):
+    # Power names never repeat, in any case: no database holds 'cryokinesis' beside 'Cryokinesis'.
+    gold = "SELECT id FROM superpower WHERE power_name = 'Cryokinesis'"
+    pred = "SELECT id FROM superpower WHERE LOWER(power_name) = 'cryokinesis'"
+    assert not checker.check_sync(PATHS["superhero"], pred, gold, CONFIG).refuted
+    # Near miss: heroes' full names repeat, so another one in another case may be there.
+    gold = "SELECT id FROM superhero WHERE full_name = 'Charles Chandler'"
+    pred = "SELECT id FROM superhero WHERE lower(full_name) = 'charles chandler'"
+    assert checker.check_sync(PATHS["superhero"], pred, gold, CONFIG).refuted
