@@ -51,7 +51,13 @@ def test_distinct_over_rows_a_unique_set_keeps_apart_is_equivalent(db):
     assert distinct_rows(HERO_POWERS, inv, rows)
     assert label("add_distinct", HERO_POWERS, HERO_POWERS.replace("SELECT", "SELECT DISTINCT", 1), inv,
                  rows) == "equivalent"
-    # Near miss: the heroes of a power, by their names (two heroes may share a name).
+    # Near misses: a name no real hero has names no entity (a database may hold it twice); one named only in
+    # a subquery pins nothing outside it.
+    assert not distinct_rows(HERO_POWERS.replace("'Deathlok'", "'Nobody At All'"), inv, rows)
+    elsewhere = HERO_POWERS.replace("T1.superhero_name = 'Deathlok'", "T1.height_cm > (SELECT height_cm FROM "
+                                    "superhero WHERE superhero_name = 'Deathlok')")
+    assert not distinct_rows(elsewhere, inv, rows)
+    # The heroes of a power, by their names (two heroes may share a name).
     by_power = ("SELECT T1.superhero_name FROM superhero AS T1 INNER JOIN hero_power AS T2 ON T1.id = T2.hero_id "
                 "INNER JOIN superpower AS T3 ON T2.power_id = T3.id WHERE T3.power_name = 'Flight'")
     assert not distinct_rows(by_power, inv, rows)

@@ -31,7 +31,7 @@ class _Query:
     st: querytext.Statement
     part: querytext.SelectPart
     items: list[querytext.FromItem]
-    pins: set[tuple[str, str]]  # (alias, column) set equal to a literal
+    pins: dict[tuple[str, str], set]  # (alias, column) -> the literals it is set equal to
     equalities: list[tuple[tuple[str, str], tuple[str, str]]]  # column = column
     inv: Invariants
 
@@ -109,7 +109,7 @@ def _read(sql: str, inv: Invariants) -> _Query | None:
         return None  # outer joins, derived tables: rows this reading does not follow
     if any(inv.table(i.table) is None or not inv.table(i.table).keys for i in items):
         return None  # a table without a key may hold a row twice
-    q = _Query(st, part, items, set(), [], inv)
+    q = _Query(st, part, items, {}, [], inv)
     conditions = [sql[x:y] for x, y in querytext.top_conjuncts(sql, part.where)] if part.where else []
     # The ON conditions of inner joins are conditions like the WHERE's.
     for on in re.finditer(r"(?<!\w)ON(?!\w)(.*?)(?=(?<!\w)(?:INNER\s+JOIN|JOIN)(?!\w)|$)", from_text, re.I | re.S):
@@ -124,10 +124,14 @@ def _read(sql: str, inv: Invariants) -> _Query | None:
         if left and right:
             q.equalities.append((left, right))
         elif left and m.group(6):
-            q.pins.add(left)
+            q.pins.setdefault(left, set()).add(_literal(m.group(6)))
         elif right and m.group(3):
-            q.pins.add(right)
+            q.pins.setdefault(right, set()).add(_literal(m.group(3)))
     return q
+
+
+def _literal(text: str) -> Any:
+    return text[1:-1].replace("''", "'") if text.startswith("'") else float(text) if "." in text else int(text)
 
 
 def _side(qualifier: str | None, column: str) -> tuple[str | None, str]:
@@ -151,7 +155,7 @@ def _table(q: _Query, alias: str) -> str:
 def _pinned(q: _Query, inv: Invariants, lookup: Any, known: set[tuple[str, str]]) -> tuple[set[str], int]:
     """The aliases whose row the `known` columns and the query's constants pin, and how many keyed symmetric
     pairs were left to both their rows (each doubles what is pinned)."""
-    known = set(known) | q.pins
+    known = set(known) | set(q.pins)
     pinned: set[str] = set()
     keys: dict[str, list[tuple[str, ...]]] = {}
     for item in q.items:
@@ -167,7 +171,7 @@ def _pinned(q: _Query, inv: Invariants, lookup: Any, known: set[tuple[str, str]]
             if sym.keyed and sym.table == t.name:
                 rest = [c.name.lower() for c in t.columns if c.name not in (sym.left, sym.right)]
                 keys[item.alias.lower()] += [(*rest, sym.left.lower()), (*rest, sym.right.lower())]
-    compared = q.pins | {c for pair in q.equalities for c in pair}
+    compared = set(q.pins) | {c for pair in q.equalities for c in pair}
     entities = _entities(q, inv, lookup)
     symmetric = 0
     while True:
@@ -180,7 +184,7 @@ def _pinned(q: _Query, inv: Invariants, lookup: Any, known: set[tuple[str, str]]
                     continue
                 t = inv.table(item.table)
                 if any(all((alias, c) in known and ((alias, c) in compared or never_null(t, c)) for c in key)
-                       for key in keys[alias]) or any(all((alias, c.lower()) in q.pins for c in conds)
+                       for key in keys[alias]) or any(all(v in q.pins.get((alias, c), ()) for c, v in conds)
                                                      for table, conds in entities if table == t.name):
                     pinned.add(alias)
                     known |= {(alias, c.name.lower()) for c in t.columns}
@@ -205,13 +209,14 @@ def _pinned(q: _Query, inv: Invariants, lookup: Any, known: set[tuple[str, str]]
         symmetric += 1
 
 
-def _entities(q: _Query, inv: Invariants, lookup: Any) -> list[tuple[str, list[str]]]:
-    """(table, columns) of the entities the query names that the real database holds once: every database
-    of this kind holds each once (t2sql.serving.presupposed)."""
+def _entities(q: _Query, inv: Invariants, lookup: Any) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """(table, (column, literal) pairs) of the entities the query names that the real database holds once:
+    every database of this kind holds each once (t2sql.serving.presupposed)."""
     if lookup is None:
         return []
 
     class _Real:
         rows = staticmethod(lookup)
 
-    return [(table, [c.lower() for c, _ in conds]) for table, conds, n in named(_Real(), inv, [q.st.sql]) if n == 1]
+    return [(table, [(c.lower(), v) for c, v in conds]) for table, conds, n in named(_Real(), inv, [q.st.sql])
+            if n == 1]
