@@ -189,3 +189,18 @@ def test_a_unique_name_keeps_apart_in_letter_case(checker):
     gold = "SELECT id FROM superhero WHERE full_name = 'Charles Chandler'"
     pred = "SELECT id FROM superhero WHERE lower(full_name) = 'charles chandler'"
     assert checker.check_sync(PATHS["superhero"], pred, gold, CONFIG).refuted
+
+
+def test_a_named_rows_unique_name_in_any_case_is_equivalent(db):
+    inv, rows = db("superhero")
+    gold = "SELECT id FROM superpower WHERE power_name = 'Cryokinesis'"
+    for kind, pred in (("literal_case", "SELECT id FROM superpower WHERE lower(power_name) = 'cryokinesis'"),
+                       ("like_for_eq", "SELECT id FROM superpower WHERE power_name LIKE 'Cryokinesis'")):
+        assert label(kind, gold, pred, inv, rows) == "equivalent"
+    # Near misses: a name no row holds (nothing presupposes it); full names repeat.
+    nobody = gold.replace("Cryokinesis", "Nothing Like It")
+    lowered = nobody.replace("power_name = 'Nothing Like It'", "lower(power_name) = 'nothing like it'")
+    assert label("literal_case", nobody, lowered, inv, rows) == "different"
+    name = "SELECT id FROM superhero WHERE full_name = 'Charles Chandler'"
+    assert label("literal_case", name, name.replace("full_name = 'Charles Chandler'",
+                                                    "lower(full_name) = 'charles chandler'"), inv, rows) == "different"

@@ -22,6 +22,7 @@ from t2sql.bench.equivalence_pairs import (
 from t2sql.bench.presupposed_labels import (
     entity_kept_by_another,
     entity_pinned_by_another,
+    named_row_in_any_case,
     one_entity_row,
     parents_of,
     pinned_columns,
@@ -104,6 +105,8 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
                 and text_format(m.group(3).strip("%")) == "date"):
             return "equivalent"
     if kind in ("like_for_eq", "like_substring") and _one_width_identifier(gold, pred, st, inv, lookup):
+        return "equivalent"
+    if kind in ("like_for_eq", "literal_case") and named_row_in_any_case(gold, pred, st, inv, lookup):
         return "equivalent"
     if kind in ("like_for_eq", "literal_case", "like_substring"):
         closed = _closed_vocabulary_label(kind, gold, pred, st, inv)

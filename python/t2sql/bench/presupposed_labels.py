@@ -1,7 +1,7 @@
 """Derived edits that what a question presupposes (t2sql.serving.presupposed) makes moot, labelled
 equivalent by t2sql.bench.equivalence_labels: a filter on a fixed vocabulary that picks the gold's rows,
 LIMIT or DISTINCT over a named entity's one row, a dropped condition the entity's unique partner value
-keeps."""
+keeps, a unique name the entity holds compared in any letter case."""
 
 from __future__ import annotations
 
@@ -160,3 +160,25 @@ def _pinned_by_unique_partner(gold: str, pred: str, inv: Invariants, lookup: Any
                     and re.search(rf"{re.escape(other)}\s*=\s*{re.escape(literal)}", pred, re.I)):
                 return True
     return False
+
+
+def named_row_in_any_case(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
+    """The edit compares a unique name in any letter case (`lower(name) = 'stealth'`, `name LIKE 'Stealth'`)
+    where the real names stay apart in letter case too, and the gold's literal names a row every database
+    of this kind holds (t2sql.serving.presupposed): no other name there folds to it (the check keeps unique
+    names apart in case, t2sql.serving.targeted), so both pick that one row."""
+    m, gold_literal = edited(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", gold, pred)
+    if m is None:
+        m, gold_literal = edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
+    found = column_of(st, inv, *colref(m)) if m else None
+    if lookup is None or found is None or gold_literal is None or not found[1].unique or found[1].types != ("text",):
+        return False
+    literal = m.group(3).replace("''", "'")
+    if "%" in literal or "_" in literal or literal.lower() != gold_literal.lower():
+        return False
+    table, column = found[0].name, found[1].name
+    held = any(name == table and (column, gold_literal) in conds and n >= 1
+               for name, conds, n in _entities(gold, inv, lookup))
+    apart = lookup(f"SELECT count(DISTINCT lower({quote(column)})) = count(DISTINCT {quote(column)}) "
+                   f"FROM {quote(table)}")
+    return held and bool(apart) and apart[0][0] == 1
