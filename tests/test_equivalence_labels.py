@@ -204,3 +204,16 @@ def test_a_named_rows_unique_name_in_any_case_is_equivalent(db):
     name = "SELECT id FROM superhero WHERE full_name = 'Charles Chandler'"
     assert label("literal_case", name, name.replace("full_name = 'Charles Chandler'",
                                                     "lower(full_name) = 'charles chandler'"), inv, rows) == "different"
+
+
+def test_a_derived_tables_column_is_read_as_its_tables(db):
+    inv, rows = db("toxicology")
+    # element is a closed vocabulary of lower-case symbols, read here through a derived table.
+    gold = ("SELECT COUNT(CASE WHEN T.element = 'cl' THEN 1 END) FROM (SELECT T1.atom_id, T1.element FROM atom AS T1 "
+            "WHERE T1.molecule_id = 'TR000') AS T")
+    assert label("literal_case", gold, gold.replace("T.element = 'cl'", "lower(T.element) = 'cl'"), inv,
+                 rows) == "equivalent"
+    # Near miss: 'c' is inside 'cl' and 'ca'.
+    carbon = gold.replace("'cl'", "'c'")
+    assert label("like_substring", carbon, carbon.replace("T.element = 'c'", "T.element LIKE '%c%'"), inv,
+                 rows) == "different"

@@ -206,7 +206,8 @@ def _closed_vocabulary_label(kind: str, gold: str, pred: str, st: Any, inv: Inva
     pattern = (rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'" if kind == "literal_case"
                else rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'")
     m, gold_literal = edited(pattern, gold, pred)
-    found = column_of(st, inv, *colref(m)) if m else None
+    # A derived table's column passed through is its table's column (`FROM (SELECT T1.element ...) AS T`).
+    found = (column_of(st, inv, *colref(m)) or _derived_column(gold, inv, *colref(m))) if m else None
     closed = realism.vocabulary(inv, found[0].name, found[1].name) if found else None
     if closed is None:
         return None
