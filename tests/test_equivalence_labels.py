@@ -75,6 +75,10 @@ def test_limit_over_one_keyed_symmetric_pair_is_equivalent_at_two(db):
     one = BOND_ATOMS + " AND T.atom_id2 = 'TR000_2'"
     assert rows_at_most(one, inv, rows) == 1
     assert distinct_rows(BOND_ATOMS.replace("T.atom_id", "T.atom_id2", 1), inv, rows)
+    # A key set to one of three literals: three rows at most.
+    three = "SELECT molecule_id, T.label FROM molecule AS T WHERE T.molecule_id IN ('TR000', 'TR001', 'TR002')"
+    assert rows_at_most(three, inv, rows) == 3
+    assert label("add_limit", three, three + " LIMIT 2", inv, rows) == "different"
     # Near miss: an atom's bonds are as many as it has.
     atom = "SELECT T.bond_id FROM connected AS T WHERE T.atom_id2 = 'TR000_2'"
     assert rows_at_most(atom, inv, rows) is None

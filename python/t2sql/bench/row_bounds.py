@@ -2,7 +2,8 @@
 be: a row is pinned when the values around it leave one choice (a key it meets by `=`, a named entity held
 once, a keyed symmetry's one pair). From that, t2sql.bench.equivalence_labels tells when DISTINCT changes
 nothing (the selected values pin every row they come from) and when LIMIT n cuts nothing (the query's
-constants pin every row, but for the two directions of a keyed symmetric pair).
+constants pin every row, but for the two directions of a keyed symmetric pair and the literals of an IN
+list).
 
 Keys: declared keys and never-NULL unique columns, the mined unique sets, a keyed symmetry's other columns
 with one side (t2sql.serving.realism), an entity the query names that every database holds once
@@ -11,7 +12,7 @@ with one side (t2sql.serving.realism), an entity the query names that every data
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from t2sql.bench.equivalence_pairs import COLREF, colref, masked_sql, never_null
@@ -22,6 +23,9 @@ from t2sql.serving.presupposed import named
 # `x = y` where each side is a column or a literal (a string, a number).
 _LITERAL = r"'(?:[^']|'')*'|-?\d+(?:\.\d+)?"
 _EQUALITY = re.compile(rf"\s*(?:{COLREF}|({_LITERAL}))\s*=\s*(?:{COLREF}|({_LITERAL}))\s*", re.S)
+
+# `x IN ('a', 'b')`: one of a few literals.
+_IN_LIST = re.compile(rf"\s*{COLREF}\s+IN\s*\((.*)\)\s*", re.I | re.S)
 
 _OUTER = re.compile(r"(?<!\w)(LEFT|RIGHT|FULL|CROSS|NATURAL)(?!\w)|(?<!\w)USING(?!\w)", re.I)
 
@@ -34,6 +38,7 @@ class _Query:
     pins: dict[tuple[str, str], set]  # (alias, column) -> the literals it is set equal to
     equalities: list[tuple[tuple[str, str], tuple[str, str]]]  # column = column
     inv: Invariants
+    in_lists: dict[tuple[str, str], set] = field(default_factory=dict)  # column IN (literals, ...)
 
     def found(self, column: str) -> list[tuple[str, str]]:
         return querytext.resolve(self.st, self.inv, None, column)
@@ -53,14 +58,15 @@ def distinct_rows(sql: str, inv: Invariants, lookup: Any = None) -> bool:
         # A NULL in a unique column pins nothing (unique columns may repeat NULL), so only never-NULL ones.
         if ref is not None and never_null(inv.table(_table(q, ref[0])), ref[1]):
             selected.add(ref)
-    pinned, symmetric = _pinned(q, inv, lookup, selected)
-    return not symmetric and len(pinned) == len(q.items)
+    pinned, choices = _pinned(q, inv, lookup, selected)
+    return choices == 1 and len(pinned) == len(q.items)
 
 
 def rows_at_most(sql: str, inv: Invariants, lookup: Any = None) -> int | None:
     """A bound on the rows the outer SELECT of `sql` (one part) returns on every database of its kind, from
-    its constants alone: 1 when they pin a row of every FROM item, twice that for each keyed symmetric pair
-    they name both ways (a bond's two rows); None when they do not bound it. GROUP BY and DISTINCT only
+    its constants alone: 1 when they pin a row of every FROM item, times 2 for each keyed symmetric pair
+    they name both ways (a bond's two rows) and k for each column set to one of k literals (`IN (...)`);
+    None when they do not bound it. GROUP BY and DISTINCT only
     merge rows."""
     q = _read(sql, inv)
     if q is None:
@@ -68,10 +74,8 @@ def rows_at_most(sql: str, inv: Invariants, lookup: Any = None) -> int | None:
     distinct = _distinct_values(q, inv)
     if distinct is not None:
         return distinct
-    pinned, symmetric = _pinned(q, inv, lookup, set())
-    if len(pinned) != len(q.items):
-        return None
-    return 2 ** symmetric
+    pinned, choices = _pinned(q, inv, lookup, set())
+    return choices if len(pinned) == len(q.items) else None
 
 
 def _distinct_values(q: _Query, inv: Invariants) -> int | None:
@@ -116,6 +120,14 @@ def _read(sql: str, inv: Invariants) -> _Query | None:
         a, b = part.from_clause[0] + on.start(1), part.from_clause[0] + on.end(1)
         conditions += [sql[x:y] for x, y in querytext.top_conjuncts(sql, (a, b))]
     for text in conditions:
+        listed = _IN_LIST.fullmatch(text)
+        if listed is not None:
+            ref = _column(q, *_side(listed.group(1), listed.group(2)))
+            values = re.findall(_LITERAL, listed.group(3))
+            if ref is not None and values and re.fullmatch(rf"\s*(?:(?:{_LITERAL})\s*,\s*)*(?:{_LITERAL})\s*",
+                                                             listed.group(3)):
+                q.in_lists[ref] = {_literal(v) for v in values}
+            continue
         m = _EQUALITY.fullmatch(text)
         if m is None:
             continue
@@ -153,8 +165,8 @@ def _table(q: _Query, alias: str) -> str:
 
 
 def _pinned(q: _Query, inv: Invariants, lookup: Any, known: set[tuple[str, str]]) -> tuple[set[str], int]:
-    """The aliases whose row the `known` columns and the query's constants pin, and how many keyed symmetric
-    pairs were left to both their rows (each doubles what is pinned)."""
+    """The aliases whose row the `known` columns and the query's constants pin, and how many choices were
+    left: 2 for each keyed symmetric pair named both ways, k for each column set to one of k literals."""
     known = set(known) | set(q.pins)
     pinned: set[str] = set()
     keys: dict[str, list[tuple[str, ...]]] = {}
@@ -173,7 +185,8 @@ def _pinned(q: _Query, inv: Invariants, lookup: Any, known: set[tuple[str, str]]
                 keys[item.alias.lower()] += [(*rest, sym.left.lower()), (*rest, sym.right.lower())]
     compared = set(q.pins) | {c for pair in q.equalities for c in pair}
     entities = _entities(q, inv, lookup)
-    symmetric = 0
+    pins = {ref: set(values) for ref, values in q.pins.items()}
+    choices = 1
     while True:
         changed = True
         while changed:
@@ -184,8 +197,7 @@ def _pinned(q: _Query, inv: Invariants, lookup: Any, known: set[tuple[str, str]]
                     continue
                 t = inv.table(item.table)
                 if any(all((alias, c) in known and ((alias, c) in compared or never_null(t, c)) for c in key)
-                       for key in keys[alias]) or any(all(v in q.pins.get((alias, c), ()) for c, v in conds)
-                                                     for table, conds in entities if table == t.name):
+                       for key in keys[alias]) or _entity_pinned(alias, t.name, pins, entities):
                     pinned.add(alias)
                     known |= {(alias, c.name.lower()) for c in t.columns}
                     changed = True
@@ -201,12 +213,30 @@ def _pinned(q: _Query, inv: Invariants, lookup: Any, known: set[tuple[str, str]]
                      and all((item.alias.lower(), c.name.lower()) in known
                              for c in inv.table(item.table).columns
                              if c.name not in (sym.left, sym.right))), None)
-        if step is None:
-            return pinned, symmetric
-        alias, sym = step
-        known.add((alias, sym.left.lower()))
-        compared.add((alias, sym.left.lower()))
-        symmetric += 1
+        if step is not None:
+            alias, sym = step
+            known.add((alias, sym.left.lower()))
+            compared.add((alias, sym.left.lower()))
+            choices *= 2
+            continue
+        # A column set to one of a few literals: as many choices, each a literal it is set equal to.
+        listed = next((ref for ref in q.in_lists if ref not in known and ref[0] not in pinned), None)
+        if listed is None:
+            return pinned, choices
+        known.add(listed)
+        compared.add(listed)
+        pins.setdefault(listed, set()).update(q.in_lists[listed])
+        choices *= len(q.in_lists[listed])
+
+
+def _entity_pinned(alias: str, table: str, pins: dict, entities: list) -> bool:
+    """Whether the literals the query sets columns of `alias` to name entities held once: one entity's
+    columns all set to its literals, or a column whose every literal (one of an IN list) names one alone."""
+    named_by = [conds for name, conds in entities if name == table]
+    if any(all(pins.get((alias, c)) == {v} for c, v in conds) for conds in named_by):
+        return True
+    return any(values and all([(column, v)] in named_by for v in values)
+               for (a, column), values in pins.items() if a == alias)
 
 
 def _entities(q: _Query, inv: Invariants, lookup: Any) -> list[tuple[str, list[tuple[str, Any]]]]:
