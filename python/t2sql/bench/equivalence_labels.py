@@ -9,10 +9,12 @@ import re
 from typing import Any
 
 from t2sql import sqltext
+from t2sql.bench import row_bounds
 from t2sql.bench.equivalence_pairs import (
     COLREF,
     colref,
     column_of,
+    edited,
     masked_sql,
     never_null,
     where_conjuncts,
@@ -20,13 +22,14 @@ from t2sql.bench.equivalence_pairs import (
 from t2sql.bench.presupposed_labels import (
     entity_kept_by_another,
     entity_pinned_by_another,
+    named_row_in_any_case,
     one_entity_row,
     parents_of,
     pinned_columns,
     same_rows_of_a_vocabulary,
 )
 from t2sql.serving import querytext, realism
-from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.invariants import Invariants, quote, text_format
 from t2sql.serving.smalldb import letter_cases
 
 
@@ -43,10 +46,16 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         return "equivalent"
     if kind in ("add_limit", "add_distinct") and one_entity_row(gold, st, inv, lookup):
         return "equivalent"
+    if kind == "add_limit":
+        # LIMIT n cuts nothing where the gold's constants leave at most n rows on every database of its kind.
+        n = re.search(r"LIMIT\s+(\d+)\s*$", pred, re.I)
+        bound = row_bounds.rows_at_most(gold, inv, lookup)
+        return "equivalent" if n and bound is not None and bound <= int(n.group(1)) else "different"
     if kind == "drop_conjunct" and entity_kept_by_another(gold, pred, inv, lookup):
         return "equivalent"
     if kind == "add_distinct":
-        return "equivalent" if _distinct_is_redundant(gold, inv) else "different"
+        return ("equivalent" if _distinct_is_redundant(gold, inv) or row_bounds.distinct_rows(gold, inv, lookup)
+                else "different")
     if kind == "drop_distinct":
         # The SELECT that lost its DISTINCT (a subquery's included) returns each row once anyway.
         at = next((i for i, (a, b) in enumerate(zip(gold, pred)) if a != b), len(pred))
@@ -75,7 +84,8 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         outer = _outer_of(pred, inner)
         if outer is not None and _only_distinct_aggregates(outer):
             return "equivalent"
-        return "equivalent" if _distinct_is_redundant(inner, inv) else "different"
+        return ("equivalent" if _distinct_is_redundant(inner, inv) or row_bounds.distinct_rows(inner, inv, lookup)
+                else "different")
     if kind == "count_star":
         has_outer = re.search(r"(?<!\w)(LEFT|RIGHT|FULL)\s+(OUTER\s+)?JOIN(?!\w)", masked, re.I) is not None
         for m in re.finditer(rf"(?<!\w)COUNT\s*\(\s*{COLREF}\s*\)", masked, re.I):
@@ -86,6 +96,18 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
                           or _not_null_in_where(_enclosing_select(gold, m.start()), inv, found[0].name, found[1].name)):
                 return "equivalent"
         return "different"
+    if kind in ("like_for_eq", "like_substring"):
+        # A column whose every value is a date (YYYY-MM-DD, nothing around it: a mined format every small
+        # database keeps) holds no longer value around a date literal, and dates have no letter case.
+        m, _ = edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
+        found = column_of(st, inv, *colref(m)) if m else None
+        if (found and found[1].mined and found[1].types == ("text",) and found[1].formats == ("date",)
+                and text_format(m.group(3).strip("%")) == "date"):
+            return "equivalent"
+    if kind in ("like_for_eq", "like_substring") and _one_width_identifier(gold, pred, st, inv, lookup):
+        return "equivalent"
+    if kind in ("like_for_eq", "literal_case") and named_row_in_any_case(gold, pred, st, inv, lookup):
+        return "equivalent"
     if kind in ("like_for_eq", "literal_case", "like_substring"):
         closed = _closed_vocabulary_label(kind, gold, pred, st, inv)
         if closed is not None:
@@ -95,15 +117,14 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         # or an identifier that only ever uses the literal's case.
         pattern = (rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'" if kind == "like_for_eq"
                    else rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'")
-        m = re.search(pattern, pred, re.I)
+        m, gold_literal = edited(pattern, gold, pred)
         if m is None:
             return "different"
         literal = m.group(3).replace("''", "'")
         if kind == "like_for_eq" and "%" in literal:
             return "different"
         if kind == "literal_case":
-            gm = re.search(rf"{re.escape(m.group(1) or '')}{re.escape(m.group(2))}\s*=\s*'((?:[^']|'')*)'", gold, re.I)
-            literal = gm.group(1).replace("''", "'") if gm else literal
+            literal = gold_literal if gold_literal is not None else literal
         if not re.search(r"[A-Za-z]", literal) and "_" not in literal:
             return "equivalent"
         found = column_of(st, inv, *colref(m))
@@ -152,23 +173,49 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
         return _left_join_label(gold, pred, st, inv)
     return "different"
 
+def _one_width_identifier(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
+    """The edited LIKE is on an identifier whose real values all have the literal's width and one letter case
+    (ids TR000 ... TR342): its values come from that domain and keep its shape (a fresh key is a real one,
+    no longer text is made around it: t2sql.serving.variants), so a value holding the literal in any case
+    is the literal, and the LIKE picks what the gold's `=` picks."""
+    m, _ = edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
+    found = column_of(st, inv, *colref(m)) if m else None
+    if lookup is None or found is None or not found[1].mined or found[1].types != ("text",):
+        return False
+    table, column = found[0].name, found[1].name
+    literal = m.group(3).replace("''", "'")
+    if "_" in literal or "%" in literal.strip("%") or column not in inv.identifiers(table):
+        return False
+    literal = literal.strip("%")
+    if not literal or not (len(found[1].cases) <= 1 and letter_cases(literal) <= set(found[1].cases)):
+        return False
+    domains = [(table, column)] + [(r.parent, r.parent_columns[0]) for r in inv.references
+                                   if r.child == table and r.child_columns == (column,)]
+    for t, c in domains:
+        got = lookup(f"SELECT count(*), min(length({quote(c)})), max(length({quote(c)})), "
+                     f"sum(typeof({quote(c)}) <> 'text') FROM {quote(t)} WHERE {quote(c)} IS NOT NULL")
+        if not got or got[0][0] == 0 or got[0][1] != len(literal) or got[0][2] != len(literal) or got[0][3]:
+            return False
+    return True
+
+
 def _closed_vocabulary_label(kind: str, gold: str, pred: str, st: Any, inv: Invariants) -> str | None:
     """On a column with a closed vocabulary (t2sql.serving.realism) the edit is the same on every database of
     this kind exactly when it picks the same values of the vocabulary as the gold's `=`; None when the
     column is open (or not found)."""
     pattern = (rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'" if kind == "literal_case"
                else rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'")
-    m = re.search(pattern, pred, re.I)
-    found = column_of(st, inv, *colref(m)) if m else None
+    m, gold_literal = edited(pattern, gold, pred)
+    # A derived table's column passed through is its table's column (`FROM (SELECT T1.element ...) AS T`).
+    found = (column_of(st, inv, *colref(m)) or _derived_column(gold, inv, *colref(m))) if m else None
     closed = realism.vocabulary(inv, found[0].name, found[1].name) if found else None
     if closed is None:
         return None
     text = m.group(3).replace("''", "'")
     if kind == "literal_case":
-        gm = re.search(rf"{re.escape(m.group(1) or '')}{re.escape(m.group(2))}\s*=\s*'((?:[^']|'')*)'", gold, re.I)
-        if gm is None:
+        if gold_literal is None:
             return None
-        literal = gm.group(1).replace("''", "'")
+        literal = gold_literal
         picked = {v for v in closed if v.lower() == text}
     else:
         literal = text.strip("%") if kind == "like_substring" else text
@@ -275,6 +322,27 @@ def _not_null_in_where(sub: str, inv: Invariants, table: str, column: str) -> bo
                 return True
     return False
 
+def _rejects_null_of(sql: str, st: querytext.Statement, inv: Invariants, alias: str, table: str) -> bool:
+    """A top-level WHERE condition of the outer SELECT compares a column of `alias` (of `table`) in a way NULL
+    never meets (a comparison with a literal, LIKE, IN, BETWEEN, IS NOT NULL)."""
+    if len(st.parts) != 1 or st.parts[0].where is None:
+        return False
+    for x, y in querytext.top_conjuncts(sql, st.parts[0].where):
+        m = re.match(rf"\s*{COLREF}\s*(=|<>|!=|<=|>=|<|>|LIKE\b|IN\b|NOT\s+IN\b|BETWEEN\b|IS\s+NOT\s+NULL)",
+                     sql[x:y], re.I)
+        if not m:
+            continue
+        qual, column = colref(m)
+        if qual is not None:
+            if qual.lower() == alias.lower():
+                return True
+        elif querytext.resolve(st, inv, None, column) == [(inv.table(table).name, inv.table(table).column(column).name)
+                                                           if inv.table(table) and inv.table(table).column(column)
+                                                           else ("", "")]:
+            return True
+    return False
+
+
 def _distinct_is_redundant(sql: str, inv: Invariants) -> bool:
     """The outer SELECT (no DISTINCT, no GROUP BY) returns each row once on every database of this kind:
     it selects a key of one FROM table (never NULL), and every other FROM table is the parent of a
@@ -335,6 +403,12 @@ def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invaria
                  pred, re.I):
         return "equivalent"
     # A later INNER JOIN whose ON names the joined alias drops the rows the LEFT JOIN would keep.
+    if _aggregates_ignore_missing_partner(pred, m.group(3)):
+        return "equivalent"
+    # A WHERE condition on the joined side that NULL never meets drops the rows without a partner.
+    pst = querytext.read(pred)
+    if pst is not None and _rejects_null_of(pred, pst, inv, m.group(3), querytext.unquote(m.group(2))):
+        return "equivalent"
     later = re.match(r"\s*(?:INNER\s+)?JOIN\s+\S+\s+(?:AS\s+)?\S+\s+ON\s+([^()]*?)(?=$|\)|\s(?:WHERE|GROUP|ORDER|LIMIT|"
                      r"INNER|JOIN|LEFT)\b)", pred[m.end():], re.I)
     if later and re.search(rf"(?<![\w.]){re.escape(m.group(3))}\s*\.", later.group(1), re.I):
@@ -369,10 +443,42 @@ def _left_join_label(gold: str, pred: str, st: querytext.Statement, inv: Invaria
             continue
         if (ref.child == other.name and ref.parent == joined.name
                 and ref.child_columns[0].lower() == other_end[1].lower()
-                and ref.parent_columns[0].lower() == mine_end[1].lower() and never_null(other, ref.child_columns[0])):
+                and ref.parent_columns[0].lower() == mine_end[1].lower()
+                and (never_null(other, ref.child_columns[0])
+                     # or NULL there is filtered out (`WHERE T1.race_id = 21`): the reference names a parent
+                     or _not_null_in_where(pred, inv, other.name, ref.child_columns[0]))):
             return "equivalent"
         if (ref.parent == other.name and ref.child == joined.name and ref.total
                 and ref.parent_columns[0].lower() == other_end[1].lower()
                 and ref.child_columns[0].lower() == mine_end[1].lower()):
             return "equivalent"
     return "different"
+
+
+# What may surround the aggregates of a select list besides numbers and operators: casts and rounding.
+_AROUND_AGGREGATES = {"CAST", "AS", "REAL", "INTEGER", "INT", "FLOAT", "NUMERIC", "ROUND", "IFNULL", "COALESCE"}
+
+
+def _aggregates_ignore_missing_partner(sql: str, alias: str) -> bool:
+    """The query is one aggregate row (no GROUP BY, no HAVING) whose select list reads only NULL-ignoring
+    aggregates (COUNT, SUM, AVG, MIN, MAX) of plain columns of the LEFT JOIN's `alias`: a row the outer join
+    keeps without a partner holds NULL there and adds nothing to any of them (over no row at all they are
+    0 or NULL alike), so inner and outer join give the same row."""
+    st = querytext.read(sql)
+    if st is None or len(st.parts) != 1 or st.with_prefix:
+        return False
+    part = st.parts[0]
+    if part.group is not None or re.search(r"(?<!\w)(HAVING|OVER|SELECT\s.*\sSELECT)(?!\w)",
+                                           masked_sql(sql)[0], re.I | re.S):
+        return False
+    aggregate = re.compile(rf"(?<![\w.])(?:COUNT|SUM|AVG|MIN|MAX)\s*\(\s*(?:DISTINCT\s+)?{re.escape(alias)}\s*\.\s*"
+                           r"(?:[A-Za-z_]\w*|`[^`]+`|\"[^\"]+\")\s*\)", re.I)
+    found = False
+    for x, y in querytext.split_top(sql, part.select_list):
+        item = re.sub(r"\s+AS\s+(?:[A-Za-z_]\w*|`[^`]+`|\"[^\"]+\")\s*$", "", sql[x:y].strip(), flags=re.I)
+        rest, n = aggregate.subn(" 0 ", item)
+        found = found or n > 0
+        if re.search(r"['\"`]", rest) or any(w.upper() not in _AROUND_AGGREGATES
+                                            for w in re.findall(r"[A-Za-z_]\w*", rest)):
+            return False
+    return found

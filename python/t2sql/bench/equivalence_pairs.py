@@ -129,6 +129,16 @@ def column_of(st: querytext.Statement, inv: Invariants, qualifier: str | None, c
 
 COLREF = r"((?:[A-Za-z_]\w*|`[^`]+`|\"[^\"]+\")\s*\.\s*)?([A-Za-z_]\w*|`[^`]+`|\"[^\"]+\")"
 
+def edited(pattern: str, gold: str, pred: str) -> tuple[re.Match | None, str | None]:
+    """The match of `pattern` in `pred` where a derived edit of one comparison begins (where `pred` first
+    differs from `gold`), and the literal the gold compares with `=` there: a query that compares the same
+    column twice (a CASE per value) is read at the comparison the edit changed."""
+    at = next((i for i, (a, b) in enumerate(zip(gold, pred)) if a != b), min(len(gold), len(pred)))
+    m = next((m for m in re.finditer(pattern, pred, re.I) if m.start() <= at < m.end()), None)
+    g = re.compile(r"=\s*'((?:[^']|'')*)'").search(gold, at)
+    return m, g.group(1).replace("''", "'") if g else None
+
+
 def colref(match: re.Match) -> tuple[str | None, str]:
     qual = match.group(1)
     qual = querytext.unquote(qual.strip().rstrip(".").strip()) if qual else None

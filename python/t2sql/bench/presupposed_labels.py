@@ -1,14 +1,14 @@
 """Derived edits that what a question presupposes (t2sql.serving.presupposed) makes moot, labelled
 equivalent by t2sql.bench.equivalence_labels: a filter on a fixed vocabulary that picks the gold's rows,
 LIMIT or DISTINCT over a named entity's one row, a dropped condition the entity's unique partner value
-keeps."""
+keeps, a unique name the entity holds compared in any letter case."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from t2sql.bench.equivalence_pairs import COLREF, colref, column_of, masked_sql, where_conjuncts
+from t2sql.bench.equivalence_pairs import COLREF, colref, column_of, edited, masked_sql, where_conjuncts
 from t2sql.serving import querytext
 from t2sql.serving.invariants import Invariants, quote
 from t2sql.serving.presupposed import lookups, named
@@ -61,22 +61,26 @@ def same_rows_of_a_vocabulary(gold: str, pred: str, st: querytext.Statement, inv
     there: the same on every such database."""
     if lookup is None:
         return False
-    m = (re.search(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", pred, re.I)
-         or re.search(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", pred, re.I))
-    if m is None or m.group(0) in gold:
+    m, gold_literal = _edited_comparison(gold, pred)
+    if m is None:
         return False
     found = column_of(st, inv, *colref(m))
     fixed = next((lk for lk in lookups(inv) if found and lk.table == found[0].name and lk.name == found[1].name), None)
     if fixed is None:
         return False
-    gm = re.search(rf"{re.escape(m.group(1) or '')}{re.escape(m.group(2))}\s*=\s*'((?:[^']|'')*)'", gold, re.I)
-    if gm is None:
+    if gold_literal is None:
         return False
     t, c, k = quote(fixed.table), quote(fixed.name), quote(fixed.key)
     test = "lower({c}) = ?" if m.group(0).lower().startswith("lower") else "{c} LIKE ?"
     picked = lookup(f"SELECT {k} FROM {t} WHERE {test.format(c=c)}", (m.group(3).replace("''", "'"),))
-    wanted = lookup(f"SELECT {k} FROM {t} WHERE {c} = ?", (gm.group(1).replace("''", "'"),))
+    wanted = lookup(f"SELECT {k} FROM {t} WHERE {c} = ?", (gold_literal,))
     return bool(wanted) and sorted(map(repr, picked)) == sorted(map(repr, wanted))
+
+
+def _edited_comparison(gold: str, pred: str) -> tuple[re.Match | None, str | None]:
+    """The edited `lower(col) = 'x'` or `col LIKE 'x'` of `pred`, and the gold's literal there."""
+    m, literal = edited(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", gold, pred)
+    return (m, literal) if m is not None else edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
 
 
 class _Real:
@@ -114,9 +118,8 @@ def entity_pinned_by_another(gold: str, pred: str, st: querytext.Statement, inv:
     """The edited condition's column is one of an entity's values, and another of them is a column that
     never repeats, compared with `=` in the prediction as in the gold: the one row holding that value is the
     entity, whose edited value is the gold's literal (t2sql.serving.presupposed), so both pick it alone."""
-    m = (re.search(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", pred, re.I)
-         or re.search(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", pred, re.I))
-    if m is None or m.group(0) in gold:
+    m, gold_literal = _edited_comparison(gold, pred)
+    if m is None:
         return False
     found = column_of(st, inv, *colref(m))
     if found is None:
@@ -157,3 +160,25 @@ def _pinned_by_unique_partner(gold: str, pred: str, inv: Invariants, lookup: Any
                     and re.search(rf"{re.escape(other)}\s*=\s*{re.escape(literal)}", pred, re.I)):
                 return True
     return False
+
+
+def named_row_in_any_case(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
+    """The edit compares a unique name in any letter case (`lower(name) = 'stealth'`, `name LIKE 'Stealth'`)
+    where the real names stay apart in letter case too, and the gold's literal names a row every database
+    of this kind holds (t2sql.serving.presupposed): no other name there folds to it (the check keeps unique
+    names apart in case, t2sql.serving.targeted), so both pick that one row."""
+    m, gold_literal = edited(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", gold, pred)
+    if m is None:
+        m, gold_literal = edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
+    found = column_of(st, inv, *colref(m)) if m else None
+    if lookup is None or found is None or gold_literal is None or not found[1].unique or found[1].types != ("text",):
+        return False
+    literal = m.group(3).replace("''", "'")
+    if "%" in literal or "_" in literal or literal.lower() != gold_literal.lower():
+        return False
+    table, column = found[0].name, found[1].name
+    held = any(name == table and (column, gold_literal) in conds and n >= 1
+               for name, conds, n in _entities(gold, inv, lookup))
+    apart = lookup(f"SELECT count(DISTINCT lower({quote(column)})) = count(DISTINCT {quote(column)}) "
+                   f"FROM {quote(table)}")
+    return held and bool(apart) and apart[0][0] == 1

@@ -355,7 +355,12 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
         if copied is None:
             return None
         new[ci] = copied[pi]
-    keys = (*t.keys, *realism.unique_sets(inv, t.name))  # column sets that never repeat, declared or mined
+    # A mined unique set the changes already made new (a budget row copied for a new event keeps its
+    # category) needs no fresh values: fresh ones would change what the copy means (no longer 'Food'),
+    # and a closed vocabulary soon runs out of them.
+    mined_sets = [s for s in realism.unique_sets(inv, t.name)
+                  if not _new_combination(t, s, new, db.rows.get(t.name, []))]
+    keys = (*t.keys, *mined_sets)  # column sets that never repeat, declared or mined
     fresh_cols: list[str] = []
     for key in keys:
         fresh_cols += [c for c in key if c not in fresh_cols]
@@ -400,6 +405,13 @@ def duplicate(db: SmallDb, table: str, row: Row, real: RealRows, rng: random.Ran
     out = tuple(new)
     db.table_rows(table).append(out)
     return out
+
+def _new_combination(t: Table, columns: tuple[str, ...], row: list, rows: list[Row]) -> bool:
+    """Whether `row` holds `columns` together as no row of `rows` does (a NULL among them: never a repeat)."""
+    idx = [column_index(t, c) for c in columns]
+    mine = sqlite_key(tuple(row[i] for i in idx))
+    return None in mine or all(sqlite_key(tuple(r[i] for i in idx)) != mine for r in rows)
+
 
 def repair_relations(inv: Invariants, table: str, row: Row, changed: str) -> Row:
     """`row` after `changed` got a new value, with every sum it takes part in made whole again: a changed

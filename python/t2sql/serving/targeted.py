@@ -24,7 +24,7 @@ from t2sql.serving.sampling import (
 from t2sql.serving.smalldb import SmallDb, column_index
 from t2sql.serving.variants import literal_variants
 
-MAX_LIMIT_FILLED = 30  # a query's LIMIT n up to this is filled with n + 1 result rows
+MAX_LIMIT_FILLED = 64  # a query's LIMIT n up to this is filled with n + 1 result rows
 
 MAX_ROWS_FILLED = 400  # the rows such a database may reach
 
@@ -159,6 +159,19 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
             same = base.copy(f"two result rows of {label} alike in what it selects")
             if alike(same, tuples[0], tuples[1], sql):
                 keep(same, closing=False)
+            # ... and apart: the second given another real value in a column it selects and no condition
+            # reads (a bond's two atoms of two elements), so DISTINCT keeps two rows where a LIMIT keeps one.
+            apart = base.copy(f"two result rows of {label} apart in what it selects")
+            for (table, row), changes in another_value(inv, real, tuples[1], rng, sql).items():
+                rows = apart.rows.get(table, [])
+                if row in rows and (table, row) not in tuples[0]:
+                    t = inv.table(table)
+                    new = row
+                    for name, value in changes.items():
+                        new = tuple(value if j == column_index(t, name) else v for j, v in enumerate(new))
+                        new = repair_relations(inv, table, new, name)
+                    rows[rows.index(row)] = new
+                    keep(apart, closing=False)
     # As many result rows as the query's LIMIT keeps, and one more: where a LIMIT that cut nothing cuts.
     limit = ordering.outer_limit(st) if st is not None else None
     if limit is not None and first_tuple and limit < MAX_LIMIT_FILLED:
@@ -216,7 +229,10 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
             continue
         ci = column_index(t, c.column)
         unique = t.columns[ci].unique or any(key == (t.columns[ci].name,) for key in t.keys)
-        free = [v for v in variants if not unique or all(r[ci] != v.value for r in base.rows[c.table])]
+        # A unique name keeps apart from the others in letter case too, as the real ones do (no power
+        # 'STEALTH' beside 'Stealth': the same power twice).
+        same = _name_key if unique and _apart_in_case(real, t.name, c.column) else _value_key
+        free = [v for v in variants if not unique or all(same(r[ci]) != same(v.value) for r in base.rows[c.table])]
         if c.column in inv.frozen(t.name):
             # A key or reference column: the values go into duplicates (new entities), not in place.
             added = base.copy(f"rows added with {c.table}.{c.column} beside {c.literals[0]!r}")
@@ -227,17 +243,22 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
         for k in range(min(3, len(variants))):
             db = base.copy(f"{c.table}.{c.column} set beside {c.literals[0]!r}")
             table_rows = db.rows[c.table]
-            held = {r[ci] for r in table_rows}
+            held = {same(r[ci]) for r in table_rows}
+            if same is _name_key:
+                # The literal names an entity the check puts back where a variant moved it away: no other
+                # row takes its name in another case.
+                held |= {same(lit.strip("%")) for lit in c.literals if isinstance(lit, str)}
             for i, row in enumerate(rows):
                 # The values spread over the rows; a unique column takes only values no other row holds.
                 for step in range(len(variants)):
                     v = variants[(i * 3 + k + step) % len(variants)]
-                    if not unique or v.value not in held or v.value == row[ci]:
+                    if not unique or same(v.value) not in held or v.value == row[ci]:
                         break
                 else:
                     continue
-                held.discard(row[ci])
-                held.add(v.value)
+                if same is _value_key:
+                    held.discard(row[ci])
+                held.add(same(v.value))
                 new = repair_relations(inv, c.table, tuple(v.value if j == ci else x for j, x in enumerate(row)),
                                        t.columns[ci].name)
                 table_rows[table_rows.index(row)] = new
@@ -258,6 +279,20 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
                                               if renumbered.rows.get(t.name)]):
         keep(renumbered, closing=False)
     return realistic(out), mine
+
+def _value_key(v: object) -> object:
+    return v
+
+
+def _name_key(v: object) -> object:
+    return v.lower() if isinstance(v, str) else v
+
+
+def _apart_in_case(real: RealRows, table: str, column: str) -> bool:
+    """Whether a unique column's real values (those RealRows keeps of it) stay apart in lower case too."""
+    texts = [v for v in real.values(table, column) if isinstance(v, str)]
+    return len({v.lower() for v in texts}) == len(texts)
+
 
 def realistic(dbs: list[SmallDb]) -> list[SmallDb]:
     seen, out = set(), []

@@ -139,6 +139,8 @@ def _text_neighbours(lit: str, col: Any, real: RealRows, c: Comparison) -> list[
                 out += [Variant(f"{y:04d}-12-31T13:30:00", why), Variant(f"{y:04d}-01-01T00:00:00", why)]
     else:
         others = [v for v in real.values(c.table, c.column) if isinstance(v, str) and v != lit]
+        if c.column in real.inv.identifiers(c.table) and len({len(v) for v in others} | {len(lit)}) == 1:
+            return out  # identifiers of one width (TR000 ... TR342) keep it: no longer one holds the literal
         word = next((w for v in others for w in v.split() if w.isalpha() and w.lower() != lit.lower()), "X")
         out += [Variant(f"{lit} {word}", "inside a longer text"), Variant(f"{word} {lit}", "inside a longer text")]
     return out
