@@ -54,7 +54,7 @@ def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_pat
 
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
-    monkeypatch.setattr(sampling, "SCAN_ROWS", 10)
+    monkeypatch.setattr(sampling, "JOIN_SCAN_ROWS", 10)
     real = RealRows(path, inv)
     try:
         def found(sql):  # the rows the query keeps (not those that miss a condition)
