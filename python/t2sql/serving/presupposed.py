@@ -150,7 +150,7 @@ def named(real: Any, inv: Invariants, sqls: list[str]) -> tuple[Entity, ...]:
             each = [((col, lit),) for col, lits in sorted(columns.items()) if len(lits) > 1
                     for lit in sorted(v for v in lits if isinstance(v, str))]
             for conds in ([together] if together else []) + each:
-                if (table, conds) in out or not any(_names_rows(real, table, col) for col, _ in conds):
+                if (table, conds) in out or not any(_names_rows(real, inv, table, col) for col, _ in conds):
                     continue
                 where, params = _entity_where(real, inv, table, conds)
                 got = real.rows(f"SELECT count(*) FROM (SELECT 1 FROM {quote(table)} WHERE {where} "
@@ -169,11 +169,11 @@ def _entity_where(real: Any, inv: Invariants, table: str, conds: tuple) -> tuple
     return f"{scope} AND {where}", (*bound, *(v for _, v in conds))
 
 
-def _names_rows(real: Any, table: str, column: str) -> bool:
+def _names_rows(real: Any, inv: Invariants, table: str, column: str) -> bool:
     """Whether the column names rows (most of its values name one row: a name, an id), not kinds of them
     (an element, a position, a department): a unique column does; another by its values in the rows
     RealRows.scope allows (a large table's first rows)."""
-    t = real.inv.table(table)
+    t = inv.table(table)
     col = t.column(column) if t is not None else None
     if col is not None and col.unique and col.mined:
         return True
