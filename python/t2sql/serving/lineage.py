@@ -5,7 +5,8 @@ entities (one more result row).
 
 A lineage query pastes the query's own WITH, FROM and WHERE (a prediction's too): it runs as every
 such query does, through RealRows on the core's guard, under the check's deadline, Cancel and
-temporary-disk cap (t2sql.serving.sampling)."""
+temporary-disk cap (t2sql.serving.sampling), on the real file or, where a table is large, on the core's
+copy of the database's first rows (RealRows.first_rows); the rows it names are fetched from the file."""
 
 from __future__ import annotations
 
