@@ -43,12 +43,12 @@ def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any, meeting
             beside += real.rows(f"{select} WHERE {ordered} AND {q} > ? ORDER BY {q} LIMIT 1", (*ordered_bound, lit))
             beside += real.rows(f"{select} WHERE {ordered} AND {q} < ? ORDER BY {q} DESC LIMIT 1",
                                 (*ordered_bound, lit))
-            meeting += real.rows(f"{select} WHERE {ordered} AND {q} = ? LIMIT 1", (*ordered_bound, lit))
+            meeting += real.equal_rows(t.name, (c.column,), (lit,), 1)
         elif isinstance(lit, str) and lit.strip("%"):
             plain = lit.strip("%")
             beside += real.rows(f"{select} WHERE {near} AND {q} LIKE ? AND {q} IS NOT ? LIMIT 2",
                                 (*near_bound, f"%{plain}%", plain))
-            meeting += real.rows(f"{select} WHERE {ordered} AND {q} = ? LIMIT 1", (*ordered_bound, plain))
+            meeting += real.equal_rows(t.name, (c.column,), (plain,), 1)
     if meeting_only:
         return list(dict.fromkeys(meeting))
     out = list(dict.fromkeys(beside + meeting))

@@ -152,21 +152,16 @@ def named(real: Any, inv: Invariants, sqls: list[str]) -> tuple[Entity, ...]:
             for conds in ([together] if together else []) + each:
                 if (table, conds) in out or not any(_names_rows(real, inv, table, col) for col, _ in conds):
                     continue
-                where, params = _entity_where(real, inv, table, conds)
-                got = real.rows(f"SELECT count(*) FROM (SELECT 1 FROM {quote(table)} WHERE {where} "
-                                f"LIMIT {NAMED_MAX_ROWS + 1})", params)
-                n = got[0][0] if got and isinstance(got[0][0], int) else 0
+                n = len(_entity_rows(real, table, conds))
                 if 1 <= n <= NAMED_MAX_ROWS:
                     out[(table, conds)] = n
     return tuple((t, conds, n) for (t, conds), n in out.items())
 
 
-def _entity_where(real: Any, inv: Invariants, table: str, conds: tuple) -> tuple[str, tuple]:
-    """(condition, parameters) for the rows holding all of `conds`, within the rows RealRows.scope allows
-    (an index's, or a large table's first rows: the same rows every time)."""
-    scope, bound = real.scope(inv.table(table), tuple(col for col, _ in conds))
-    where = " AND ".join(f"{quote(col)} = ?" for col, _ in conds)
-    return f"{scope} AND {where}", (*bound, *(v for _, v in conds))
+def _entity_rows(real: Any, table: str, conds: tuple) -> list[tuple]:
+    """The first NAMED_MAX_ROWS + 1 real rows holding all of `conds` (within what RealRows.scope allows: an
+    index's rows, or a large table's first rows)."""
+    return real.equal_rows(table, tuple(col for col, _ in conds), tuple(v for _, v in conds), NAMED_MAX_ROWS + 1)
 
 
 def _names_rows(real: Any, inv: Invariants, table: str, column: str) -> bool:
@@ -393,11 +388,7 @@ def entity_rows(real: Any, inv: Invariants, entities: tuple[Entity, ...]) -> tup
     """The real rows the entities are."""
     out = []
     for table, conds, n in entities:
-        t = inv.table(table)
-        where, params = _entity_where(real, inv, table, conds)
-        rows = real.rows(f"SELECT {', '.join(quote(c) for c in t.column_names)} FROM {quote(t.name)} "
-                         f"WHERE {where} LIMIT {NAMED_MAX_ROWS + 1}", params)
-        out += [(t.name, tuple(r)) for r in rows]
+        out += [(inv.table(table).name, tuple(r)) for r in _entity_rows(real, table, conds)]
     return tuple(out)
 
 

@@ -328,27 +328,24 @@ class RealRows:
             return self.rows(f"{self._select(t)} WHERE rowid IN ({marks}) ORDER BY rowid", tuple(ids))
         return []
 
-    def by_key(self, table: str, columns: tuple[str, ...], values: tuple) -> Row | None:
-        """One real row of `table` whose `columns` hold `values` (the lowest rowid), or None."""
+    def equal_rows(self, table: str, columns: tuple[str, ...], values: tuple, limit: int) -> list[Row]:
+        """The first `limit` real rows of `table` (by rowid, within `scope`) whose `columns` hold `values`."""
         t = self.inv.table(table)
-        got = self._equal_rows(t, columns[0], values[0], 1) if len(columns) == 1 else None
+        got = self._equal_rows(t, columns[0], values[0], limit) if len(columns) == 1 else None
         if got is None:
             cond = " AND ".join(f"{quote(c)} = ?" for c in columns)
             scope, bound = self.scope(t, columns)
             order = " ORDER BY rowid" if t.rowid else ""
-            got = self.rows(f"{self._select(t)} WHERE {scope} AND {cond}{order} LIMIT 1", bound + tuple(values))
+            got = self.rows(f"{self._select(t)} WHERE {scope} AND {cond}{order} LIMIT {limit}", bound + tuple(values))
+        return got
+
+    def by_key(self, table: str, columns: tuple[str, ...], values: tuple) -> Row | None:
+        """One real row of `table` whose `columns` hold `values` (the lowest rowid), or None."""
+        got = self.equal_rows(table, columns, values, 1)
         return got[0] if got else None
 
     def children(self, ref: Reference, parent_key: tuple, limit: int = 1) -> list[Row]:
-        t = self.inv.table(ref.child)
-        if len(ref.child_columns) == 1:
-            got = self._equal_rows(t, ref.child_columns[0], parent_key[0], limit)
-            if got is not None:
-                return got
-        cond = " AND ".join(f"{quote(c)} = ?" for c in ref.child_columns)
-        scope, bound = self.scope(t, ref.child_columns)
-        order = " ORDER BY rowid" if t.rowid else ""
-        return self.rows(f"{self._select(t)} WHERE {scope} AND {cond}{order} LIMIT {limit}", bound + tuple(parent_key))
+        return self.equal_rows(ref.child, ref.child_columns, parent_key, limit)
 
     def values(self, table: str, column: str) -> list[Any]:
         """Up to VALUES_PER_COLUMN distinct non-NULL real values of a column (the same ones every time)."""
@@ -403,14 +400,13 @@ class RealRows:
         q = quote(c.column)
         out: list[Row] = []
         near, near_bound = self.scope(t)  # the nearest value: every row is a candidate
-        equal, equal_bound = self.scope(t, (c.column,))
         for lit in c.literals[:4]:
             if isinstance(lit, (int, float)):
                 out += self.rows(f"{self._select(t)} WHERE {near} AND {q} IS NOT NULL AND typeof({q}) IN "
                                  f"('integer', 'real') ORDER BY abs({q} - ?) LIMIT {limit}", near_bound + (lit,))
             elif isinstance(lit, str):
                 plain = lit.strip("%")
-                out += self.rows(f"{self._select(t)} WHERE {equal} AND {q} = ? LIMIT {limit}", equal_bound + (lit,))
+                out += self.equal_rows(t.name, (c.column,), (lit,), limit)
                 if plain:
                     out += self.rows(f"{self._select(t)} WHERE {near} AND {q} LIKE ? LIMIT {limit}",
                                      near_bound + (f"%{plain}%",))
