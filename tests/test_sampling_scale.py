@@ -54,7 +54,7 @@ def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_pat
 
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
-    monkeypatch.setattr(sampling, "SCAN_ROWS", 10)
+    monkeypatch.setattr(sampling, "JOIN_SCAN_ROWS", 10)
     real = RealRows(path, inv)
     try:
         def found(sql):  # the rows the query keeps (not those that miss a condition)
@@ -68,3 +68,109 @@ def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_pat
                      "WHERE p.id = 3")
     finally:
         real.close()
+
+
+def _truth(path, sql, params=()):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def test_an_unindexed_lookup_reads_its_column_once_and_finds_what_the_scan_finds(tmp_path, monkeypatch):
+    path = _db(tmp_path / "db.sqlite")
+    conn = sqlite3.connect(path)  # repeated tags: a lookup returns the first rows holding one, by rowid
+    conn.executemany("INSERT INTO child VALUES (?, ?, ?, ?)", [(100 + i, 1 + i % 3, f"tag{i % 4}", f"d{i}")
+                                                              for i in range(40)])
+    conn.commit()
+    conn.close()
+    inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
+    [ref] = [r for r in inv.references if r.child == "child"]
+    statements = []
+    real = RealRows(path, inv)
+    run = real._run
+    monkeypatch.setattr(real, "_run", lambda sql, *a: statements.append(sql) or run(sql, *a))
+    try:
+        for parent in (1, 2, 3, 7):
+            want = _truth(path, "SELECT * FROM child WHERE parent_id = ? ORDER BY rowid LIMIT 4", (parent,))
+            assert real.children(ref, (parent,), limit=4) == want
+        for tag in ("tag1", "tag3", "tag30", "nope"):
+            want = _truth(path, "SELECT * FROM child WHERE tag = ? ORDER BY rowid LIMIT 1", (tag,))
+            assert real.by_key("child", ("tag",), (tag,)) == (want[0] if want else None)
+        reads = [s for s in statements if "rowid IN" not in s and ('"parent_id" = ?' in s or '"tag" = ?' in s)]
+        assert reads == []  # no statement looked for a value by reading the table
+        assert sum('SELECT rowid, "tag"' in s for s in statements) == 1  # the column, read once
+    finally:
+        real.close()
+
+
+def test_a_lookup_a_row_of_another_storage_class_asks_is_not_served_by_the_column_read(tmp_path):
+    path = _db(tmp_path / "db.sqlite")
+    inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
+    real = RealRows(path, inv)
+    try:  # 5 against a text column: SQLite's affinity finds no 'tag' equal to it, nor does the lookup
+        assert real.by_key("child", ("tag",), (5,)) is None
+        assert real.by_key("child", ("parent_id",), ("5",)) == _truth(path, "SELECT * FROM child WHERE cid = 5")[0]
+    finally:
+        real.close()
+
+
+def test_a_prefix_lookup_through_an_index_finds_what_the_scan_finds(tmp_path, monkeypatch):
+    path = _db(tmp_path / "db.sqlite")
+    inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
+    monkeypatch.setattr(sampling, "SCAN_ROWS", 10)
+    real = RealRows(path, inv)
+    try:
+        want = sorted(r[0] for r in _truth(path, "SELECT code FROM child WHERE code LIKE 'c1_%'"))
+        assert sorted(real.values_with_prefix("child", "code", "c1")) == want  # indexed: every row
+        assert real.values_with_prefix("child", "tag", "tag1") == ["tag10"]  # tag11.. lie past the first 10
+        assert sorted(real.values_with_prefix("child", "tag", "tag")) == sorted(f"tag{i}" for i in range(1, 11))
+    finally:
+        real.close()
+
+
+def test_lineage_runs_on_a_copy_of_the_first_rows_or_on_the_file_when_none_is_made(tmp_path, monkeypatch):
+    from t2sql.serving.lineage import fetch_lineage
+
+    path = _db(tmp_path / "db.sqlite")
+    inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
+    monkeypatch.setattr(sampling, "JOIN_SCAN_ROWS", 10)
+    for cap, copied in ((sampling.FIRST_ROWS_BYTES, True), (1, False)):
+        monkeypatch.setattr(sampling, "FIRST_ROWS_BYTES", cap)
+        real = RealRows(path, inv)
+        try:
+            assert (real.first_rows() is not None) is copied
+
+            def found(sql):
+                return [t for label, tuples in fetch_lineage(real, inv, sql) if label.endswith("its rows")
+                        for t in tuples]
+
+            # the rows come from the real file by their rowids: the same tuples either way
+            assert found("SELECT c.tag FROM child AS c JOIN parent AS p ON p.id = c.parent_id WHERE p.name = 'p5'") == [
+                [("child", (5, 5, "tag5", "c5")), ("parent", (5, "p5"))]]
+            assert not found("SELECT tag FROM child WHERE parent_id IN (SELECT id FROM parent WHERE name = 'p30')")
+        finally:
+            real.close()
+    monkeypatch.setattr(sampling, "JOIN_SCAN_ROWS", 100)
+    real = RealRows(path, inv)
+    try:
+        assert real.first_rows() is None  # every table that small: the file itself
+    finally:
+        real.close()
+
+
+def test_the_golds_one_row_answer_is_presumed_when_the_gold_does_not_finish():
+    from t2sql.serving.presupposed import one_row_answer
+
+    class Real:
+        def __init__(self, got):
+            self.got = got
+
+        def answer(self, sql, timeout_s, max_rows=1000):
+            return self.got
+
+    assert one_row_answer(Real(None), "SELECT 1") is True  # ran past its time: a doubt refutes nothing
+    assert one_row_answer(Real([(3,)]), "SELECT 1") is True
+    assert one_row_answer(Real([(None,)]), "SELECT 1") is False
+    assert one_row_answer(Real([(1,), (2,)]), "SELECT 1") is False

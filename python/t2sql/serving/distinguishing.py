@@ -35,15 +35,20 @@ def candidate_parents(real: RealRows, c: querytext.Comparison, rng: Any, meeting
     select = f"SELECT {', '.join(quote(x) for x in t.column_names)} FROM {quote(t.name)}"
     beside: list[tuple] = []
     meeting: list[tuple] = []
+    # Each lookup within the rows RealRows.scope allows (an index's, or a large table's first rows).
+    ordered, ordered_bound = real.scope(t, (c.column,))
+    near, near_bound = real.scope(t)
     for lit in c.literals[:2]:
         if isinstance(lit, (int, float)) and not isinstance(lit, bool):
-            beside += real.rows(f"{select} WHERE {q} > ? ORDER BY {q} LIMIT 1", (lit,))
-            beside += real.rows(f"{select} WHERE {q} < ? ORDER BY {q} DESC LIMIT 1", (lit,))
-            meeting += real.rows(f"{select} WHERE {q} = ? LIMIT 1", (lit,))
+            beside += real.rows(f"{select} WHERE {ordered} AND {q} > ? ORDER BY {q} LIMIT 1", (*ordered_bound, lit))
+            beside += real.rows(f"{select} WHERE {ordered} AND {q} < ? ORDER BY {q} DESC LIMIT 1",
+                                (*ordered_bound, lit))
+            meeting += real.equal_rows(t.name, (c.column,), (lit,), 1)
         elif isinstance(lit, str) and lit.strip("%"):
             plain = lit.strip("%")
-            beside += real.rows(f"{select} WHERE {q} LIKE ? AND {q} IS NOT ? LIMIT 2", (f"%{plain}%", plain))
-            meeting += real.rows(f"{select} WHERE {q} = ? LIMIT 1", (plain,))
+            beside += real.rows(f"{select} WHERE {near} AND {q} LIKE ? AND {q} IS NOT ? LIMIT 2",
+                                (*near_bound, f"%{plain}%", plain))
+            meeting += real.equal_rows(t.name, (c.column,), (plain,), 1)
     if meeting_only:
         return list(dict.fromkeys(meeting))
     out = list(dict.fromkeys(beside + meeting))

@@ -172,13 +172,21 @@ class GoldCase:
     in the core with the gold's digest on each (`refused`: those the schema's constraints refused)."""
 
     def __init__(self, prepared: list[Prepared], covered: Covered, refused: int = 0,
-                 presupposed: Presupposition | None = None, one_row: bool = False):
+                 presupposed: Presupposition | None = None, one_row: bool | None = None):
         self.prepared = prepared
         self.covered = covered
         self.refused = refused
         self.keys = {p.db.key() for p in prepared}
         self.presupposed = presupposed  # what the gold and the evidence presuppose (t2sql.serving.presupposed)
-        self.one_row = one_row  # the gold's real result is one row without NULL
+        self._one_row = one_row  # the gold's real result is one row without NULL; None: not asked yet
+
+    def one_row(self, real: RealRows, gold_sql: str) -> bool:
+        """Whether the gold's real result is one row without NULL. Asked only of a refutation where the gold
+        gives one row holding a NULL (rare): the gold runs on the real file, whose work grows with the
+        table, once per gold and only then."""
+        if self._one_row is None:
+            self._one_row = one_row_answer(real, gold_sql)
+        return self._one_row
 
     def nbytes(self) -> int:
         return rows_bytes([p.db for p in self.prepared]) + PREPARED_BYTES * len(self.prepared)
@@ -313,8 +321,7 @@ class EquivalenceChecker:
         presupposed = presupposition(real, inv, [gold_sql], evidence)
         fitted = realistic([f for f in (presupposed.fit(db, real) for db in realistic(dbs)) if f is not None])
         built = list(_prepared(fitted, gold_sql, spec))
-        case = GoldCase([p for p in built if p is not None], covered, sum(p is None for p in built),
-                        presupposed, one_row_answer(real, gold_sql))
+        case = GoldCase([p for p in built if p is not None], covered, sum(p is None for p in built), presupposed)
         self._golds.put(key, case)
         return case
 
@@ -416,7 +423,8 @@ class EquivalenceChecker:
                 tried += 1
                 trial = Trial(prepared, pred_sql, gold_sql)
                 verdict, detail = refutes(trial)
-                if verdict == "refutes" and case.one_row and degenerate(prepared.core, gold_sql, config.spec.timeout_s):
+                if (verdict == "refutes" and degenerate(prepared.core, gold_sql, config.spec.timeout_s)
+                        and case.one_row(real, gold_sql)):
                     verdict, detail = "uncertain", "the gold's one-row answer is empty or NULL here"
                 if verdict == "agrees":
                     informative += 1
@@ -427,8 +435,8 @@ class EquivalenceChecker:
                     uncertain.append(detail)
                 else:
                     smallest, shrunk = shrink(trial, config.spec, detail)
-                    if smallest is not trial and case.one_row and degenerate(smallest.prepared.core, gold_sql,
-                                                                             config.spec.timeout_s):
+                    if (smallest is not trial and degenerate(smallest.prepared.core, gold_sql, config.spec.timeout_s)
+                            and case.one_row(real, gold_sql)):
                         smallest.prepared.close()  # shrunk past an answer: the witness is the database unshrunk
                         smallest = trial
                     else:

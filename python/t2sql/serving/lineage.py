@@ -5,14 +5,15 @@ entities (one more result row).
 
 A lineage query pastes the query's own WITH, FROM and WHERE (a prediction's too): it runs as every
 such query does, through RealRows on the core's guard, under the check's deadline, Cancel and
-temporary-disk cap (t2sql.serving.sampling)."""
+temporary-disk cap (t2sql.serving.sampling), on the real file or, where a table is large, on the core's
+copy of the database's first rows (RealRows.first_rows); the rows it names are fetched from the file."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from t2sql.serving import querytext
+from t2sql.serving import querytext, sampling
 from t2sql.serving.invariants import Invariants, quote
 from t2sql.serving.querytext import FromItem, Statement, from_items, top_conjuncts
 from t2sql.serving.sampling import RealRows, duplicate
@@ -25,10 +26,13 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int,
     """(label, SQL, FROM items): queries that return the keys of the real rows each SELECT of `st` joins
     and keeps (its FROM and WHERE, no grouping), and of the rows that meet all but one of its WHERE's
     top-level conditions: the rows that can tell a query from a near neighbour. `bounds` (table -> rowid):
-    a large table's rows are sought among its first rows only (t2sql.serving.sampling.SCAN_ROWS)."""
+    a large table's rows are sought among its first rows only (t2sql.serving.sampling.JOIN_SCAN_ROWS): the query
+    runs as if the table were those rows (a WITH of its name shadows it, in the query's subqueries too),
+    so that no join or subquery reads the whole table."""
     bounds = bounds or {}
     out = []
     sql = st.sql
+    shadowed, with_prefix = _shadowing(st.with_prefix, bounds)
     for n, part in enumerate(st.parts):
         items = from_items(st, part, inv)
         keyed = [i for i in items if inv.table(i.table) is not None]
@@ -43,10 +47,11 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int,
                 cols += [f"{quote(item.alias)}.{quote(k)}" for k in t.keys[0]] if t.keys else []
         if not cols:
             continue
-        head = f"{st.with_prefix}SELECT {', '.join(cols)} FROM {sql[part.from_clause[0]:part.from_clause[1]]}"
-        # A row of a LEFT JOIN's missing side has a NULL rowid: it stays in scope.
+        head = f"{with_prefix}SELECT {', '.join(cols)} FROM {sql[part.from_clause[0]:part.from_clause[1]]}"
+        # A table the query's own WITH names is scoped here instead; a row of a LEFT JOIN's missing side has a
+        # NULL rowid: it stays in scope.
         scope = "".join(f" AND ({quote(i.alias)}.rowid <= {bounds[i.table]} OR {quote(i.alias)}.rowid IS NULL)"
-                        for i in keyed if i.table in bounds)
+                        for i in keyed if i.table in bounds and i.table not in shadowed)
         if part.where is None:
             out.append((f"part {n}: its rows", f"{head}{' WHERE 1' + scope if scope else ''} LIMIT {limit}", keyed))
             continue
@@ -66,6 +71,22 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int,
     return out
 
 
+def _shadowing(with_prefix: str, bounds: dict[str, int]) -> tuple[set[str], str]:
+    """(tables shadowed, the WITH to put before a lineage query): each bounded table a WITH entry of its
+    own name (its first rows), besides the query's own WITH; a table whose name that WITH mentions is left
+    to the query (a WITH name given twice is an error)."""
+    own = with_prefix.lower()
+    shadowed = {t for t in bounds if not re.search(rf"(?<![\w]){re.escape(t.lower())}(?![\w])", own)}
+    if not shadowed:
+        return shadowed, with_prefix
+    entries = ", ".join(f"{quote(t)} AS NOT MATERIALIZED (SELECT rowid AS rowid, * FROM main.{quote(t)} "
+                        f"WHERE rowid <= {bounds[t]})" for t in sorted(shadowed))
+    m = re.match(r"\s*WITH(\s+RECURSIVE)?\s", with_prefix, re.I)
+    if m is None:
+        return shadowed, f"WITH {entries} {with_prefix}"
+    return shadowed, f"{with_prefix[:m.end()]}{entries}, {with_prefix[m.end():]}"
+
+
 def fetch_lineage(real: RealRows, inv: Invariants, sql: str,
                   limit: int = LINEAGE_ROWS) -> list[tuple[str, list[list[tuple[str, tuple]]]]]:
     """(label, tuples) per lineage query of `sql` (t2sql.serving.lineage.lineage_queries): each tuple the
@@ -73,14 +94,15 @@ def fetch_lineage(real: RealRows, inv: Invariants, sql: str,
     st = querytext.read(sql)
     if st is None:
         return []
+    first = real.first_rows()  # where a table is large: its first rows, copied (t2sql.serving.sampling)
     bounds = {}
-    for t in inv.tables:
-        bound = real.first_rows_bound(t)
+    for t in inv.tables if first is None else ():
+        bound = real.first_rows_bound(t, sampling.JOIN_SCAN_ROWS)
         if bound is not None:
             bounds[t.name] = bound
     out = []
     for label, lineage_sql, items in lineage_queries(st, inv, limit=limit, bounds=bounds):
-        got = real.rows(lineage_sql)
+        got = real.rows(lineage_sql) if first is None else real.first_rows_answer(lineage_sql)
         tuples: list[list[tuple[str, tuple]]] = [[] for _ in got]
         col = 0
         for item in items:
