@@ -83,8 +83,9 @@ def _edited_comparison(gold: str, pred: str) -> tuple[re.Match | None, str | Non
     return (m, literal) if m is not None else edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
 
 
-class _Real:
-    """`lookup` as t2sql.serving.presupposed reads the real database."""
+class WholeFile:
+    """`lookup` (a statement's rows on the real file) as t2sql.serving.presupposed reads the real database:
+    the labels read every row, where the check reads a bounded part (t2sql.serving.sampling.RealRows)."""
 
     def __init__(self, lookup: Any):
         self.rows = lookup
@@ -99,7 +100,7 @@ class _Real:
 
 
 def _entities(gold: str, inv: Invariants, lookup: Any) -> list[tuple]:
-    return list(named(_Real(lookup), inv, [gold])) if lookup is not None else []
+    return list(named(WholeFile(lookup), inv, [gold])) if lookup is not None else []
 
 
 def one_entity_row(gold: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from t2sql.bench.equivalence_pairs import COLREF, colref, masked_sql, never_null
+from t2sql.bench.presupposed_labels import WholeFile
 from t2sql.serving import querytext, realism
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.presupposed import named
@@ -245,8 +246,5 @@ def _entities(q: _Query, inv: Invariants, lookup: Any) -> list[tuple[str, list[t
     if lookup is None:
         return []
 
-    class _Real:
-        rows = staticmethod(lookup)
-
-    return [(table, [(c.lower(), v) for c, v in conds]) for table, conds, n in named(_Real(), inv, [q.st.sql])
+    return [(table, [(c.lower(), v) for c, v in conds]) for table, conds, n in named(WholeFile(lookup), inv, [q.st.sql])
             if n == 1]
