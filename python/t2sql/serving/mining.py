@@ -37,6 +37,7 @@ from t2sql.serving.invariants import (
     Table,
     quote,
 )
+from t2sql.serving.refuting import lead, unrefuted
 
 log = logging.getLogger("t2sql.serving.mining")
 
@@ -51,8 +52,6 @@ MINE_TEMP_MB = 16 * 1024
 MAX_RELATION_COLUMNS = 10  # numeric columns per table tried for a + b = c (10 columns: 360 triples)
 
 MAX_COPY_PAIRS = 400  # column pairs per reference tried for a copy
-
-SCAN_COLUMNS = 24  # columns per statement of a table's scan (8 results each: far below SQLite's 2,000)
 
 ANSWER_BYTES = 4 * 1024 * 1024  # what one mining statement may return
 
@@ -103,6 +102,8 @@ class Reader:
 class _Miner:
     reader: Reader
     left_out: list[tuple[str, str, str]] = field(default_factory=list)
+    # table -> column -> (distinct non-NULL values, non-NULL values, pairs of rows sharing a value), BINARY
+    stats: dict[str, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
 
     def try_rows(self, what: str, sql: str, params: tuple = ()) -> list[tuple]:
         """The rows; Unverified naming `what` when the statement failed (never None: an invariant is
@@ -113,41 +114,32 @@ class _Miner:
             raise Unverified(f"{what}: {e}") from None
 
 
-def _scan(m: _Miner, name: str, cols: list[str], n_rows: int) -> dict[str, dict[str, Any]]:
-    """NULLs, storage classes, text shapes and letter cases per column, SCAN_COLUMNS columns a statement
-    (a table of hundreds of columns stays under SQLite's result width); a part that did not finish
-    leaves its columns unmined."""
-    stats: dict[str, dict[str, Any]] = {}
-    t = quote(name)
-    for at in range(0, len(cols), SCAN_COLUMNS):
-        part_cols = cols[at:at + SCAN_COLUMNS]
-        parts = []
-        for c in part_cols:
-            q = quote(c)
-            parts.append(f"count({q})")
-            parts += [f"sum(typeof({q}) = '{k}')" for k in ("integer", "real", "text", "blob")]
-            shape = " ".join(f"WHEN {cond.format(q=q)} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
-            parts.append(f"group_concat(DISTINCT CASE WHEN typeof({q}) <> 'text' THEN NULL {shape} "
-                         f"ELSE '{OTHER_TEXT}' END)")
-            parts += [f"max(typeof({q}) = 'text' AND {q} GLOB '*[a-z]*')",
-                      f"max(typeof({q}) = 'text' AND {q} GLOB '*[A-Z]*')"]
-        what = f"NULLs, types and formats of {name}" + (f" (columns {at + 1}-{at + len(part_cols)})"
-                                                          if len(cols) > SCAN_COLUMNS else "")
-        scan = m.try_rows(what, f"SELECT {', '.join(parts)} FROM {t}")
-        for i, c in enumerate(part_cols):
-            row = scan[0]
-            base = i * 8
-            non_null = row[base] or 0
-            stats[c] = dict(
-                nulls=non_null < n_rows,
-                types=tuple(k for k, v in zip(("integer", "real", "text", "blob"), row[base + 1:base + 5]) if v),
-                formats=tuple(sorted(set(str(row[base + 5] or "").split(",")) - {""})),
-                cases=tuple(k for k, v in zip(("lower", "upper"), row[base + 6:base + 8]) if v),
-                mined=True)
-    return stats
+def _column(m: _Miner, name: str, c: str) -> dict[str, Any]:
+    """One column's values in one statement, grouped (a sort, or a walk of an index that starts with the
+    column): how many distinct and non-NULL values and pairs of rows sharing one (BINARY: letter case
+    counts), its storage classes, text shapes and letter cases. Shapes and cases are functions of a text
+    value and texts equal under BINARY are the same bytes, so one value a group says what every row of
+    it would; a group may mix integer 1 and real 1.0, so its types are taken from every row."""
+    q = quote(c)
+    shape = " ".join(f"WHEN {cond.format(q='v')} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
+    got = m.try_rows(f"values of {name}.{c}",
+                     f"SELECT count(*), sum(k), sum(k * (k - 1) / 2), group_concat(DISTINCT low), "
+                     f"group_concat(DISTINCT high), group_concat(DISTINCT CASE WHEN typeof(v) <> 'text' THEN NULL "
+                     f"{shape} ELSE '{OTHER_TEXT}' END), max(typeof(v) = 'text' AND v GLOB '*[a-z]*'), "
+                     f"max(typeof(v) = 'text' AND v GLOB '*[A-Z]*') FROM (SELECT {q} AS v, count(*) AS k, "
+                     f"min(typeof({q})) AS low, max(typeof({q})) AS high FROM {quote(name)} WHERE {q} IS NOT NULL "
+                     f"GROUP BY {q} COLLATE BINARY)")
+    distinct, non_null, pairs, low, high, formats, lower, upper = got[0]
+    seen = set(str(low or "").split(",")) | set(str(high or "").split(","))
+    return dict(distinct=distinct or 0, non_null=non_null or 0, pairs=pairs or 0,
+                types=tuple(k for k in ("integer", "real", "text", "blob") if k in seen),
+                formats=tuple(sorted(set(str(formats or "").split(",")) - {""})),
+                cases=tuple(k for k, v in (("lower", lower), ("upper", upper)) if v), mined=True)
 
 
-def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
+def _mine_table(m: _Miner, name: str, shape: Shape, collates: bool) -> Table:
+    """`collates`: the table's CREATE statement names a collation (a column's own collation decides what
+    count(DISTINCT) calls equal; grouping is BINARY)."""
     info, rowid, keys = shape.info, shape.rowid, list(shape.keys)
     cols = [r[0] for r in info]
     t = quote(name)
@@ -155,17 +147,18 @@ def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
     counted = m.try_rows(f"row count of {name}", f"SELECT count(*) FROM {t}")
     if counted and isinstance(counted[0][0], int):
         n_rows = counted[0][0]
-    # NULLs, storage classes and text shapes in a scan; distinct counts one column each (they sort), so
-    # a slow one costs only its own invariant.
-    stats = _scan(m, name, cols, n_rows)
+    stats = {c: _column(m, name, c) for c in cols}
     declared_unique = {k[0] for k in keys if len(k) == 1}
     for c in cols:
-        if c in declared_unique:
-            stats[c]["unique"] = True
-            continue
-        got = m.try_rows(f"repeats in {name}.{c}",
-                         f"SELECT count({quote(c)}) = count(DISTINCT {quote(c)}) FROM {t}")
-        stats[c]["unique"] = bool(got[0][0])
+        s = stats[c]
+        s["nulls"] = s["non_null"] < n_rows
+        # Repeats under BINARY are repeats under any collation (BINARY-equal texts are NOCASE- and
+        # RTRIM-equal), so only a column with none under BINARY may need its own collation's count.
+        s["unique"] = c in declared_unique or s["distinct"] == s["non_null"]
+        if collates and s["unique"] and c not in declared_unique:
+            got = m.try_rows(f"repeats in {name}.{c}",
+                             f"SELECT count({quote(c)}) = count(DISTINCT {quote(c)}) FROM {t}")
+            s["unique"] = bool(got[0][0])
     pk_cols = [r for r in info if r[3]]
     integer_key = (pk_cols[0][0] if rowid and len(pk_cols) == 1 and (pk_cols[0][1] or "").upper() == "INTEGER"
                    else None)
@@ -182,7 +175,9 @@ def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
                          f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}")
         if got[0][0]:
             keys.append(tuple(cols))
-    return Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
+    table = Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
+    m.stats[name] = {c: (s["distinct"], s["non_null"], s["pairs"]) for c, s in stats.items()}
+    return table
 
 
 def _is_key(table: Table, cols: tuple[str, ...]) -> bool:
@@ -256,9 +251,14 @@ def _copies(m: _Miner, tables: dict[str, Table], references: list[Reference]) ->
         pairs = [(a, b) for i, a in enumerate(cols) for b in cols[i + 1:] if _comparable(a, b)][:MAX_COPY_PAIRS]
         if not pairs or t.rows == 0:
             continue
-        sums = ", ".join(f"sum({quote(a.name)} IS NOT {quote(b.name)})" for a, b in pairs)
+        broken = [f"{quote(a.name)} IS NOT {quote(b.name)}" for a, b in pairs]
+        kept = unrefuted(m.reader.rows, broken, lead(quote(t.name)))
+        if not kept:
+            continue
+        sums = ", ".join(f"sum({broken[i]})" for i in kept)
         got = m.try_rows(f"equal columns of {t.name}", f"SELECT {sums} FROM {quote(t.name)}")
-        out += [Copy(t.name, b.name, t.name, a.name, None) for (a, b), diff in zip(pairs, got[0]) if diff == 0]
+        out += [Copy(t.name, pairs[i][1].name, t.name, pairs[i][0].name, None)
+                for i, diff in zip(kept, got[0]) if diff == 0]
     for r in references:  # through a reference: child.x = parent.y
         child, parent = tables[r.child], tables[r.parent]
         skip_c, skip_p = set(r.child_columns), set(r.parent_columns)
@@ -267,12 +267,17 @@ def _copies(m: _Miner, tables: dict[str, Table], references: list[Reference]) ->
         if not pairs:
             continue
         join = " AND ".join(f"c.{quote(a)} = p.{quote(b)}" for a, b in zip(r.child_columns, r.parent_columns))
-        sums = ", ".join(f"sum(c.{quote(x.name)} IS NOT p.{quote(y.name)})" for x, y in pairs)
+        broken = [f"c.{quote(x.name)} IS NOT p.{quote(y.name)}" for x, y in pairs]
+        kept = unrefuted(m.reader.rows, broken, f"{lead(quote(r.child))} AS c JOIN {quote(r.parent)} AS p ON {join}")
+        if not kept:
+            continue
+        sums = ", ".join(f"sum({broken[i]})" for i in kept)
         got = m.try_rows(f"copies along {r.name}",
                          f"SELECT count(*), {sums} FROM {quote(r.child)} AS c JOIN {quote(r.parent)} AS p ON {join}")
         if not got[0][0]:
             continue
-        out += [Copy(r.child, x.name, r.parent, y.name, r) for (x, y), diff in zip(pairs, got[0][1:]) if diff == 0]
+        out += [Copy(r.child, pairs[i][0].name, r.parent, pairs[i][1].name, r)
+                for i, diff in zip(kept, got[0][1:]) if diff == 0]
     return out
 
 def _relations(m: _Miner, tables: dict[str, Table]) -> list[Relation]:
@@ -284,17 +289,25 @@ def _relations(m: _Miner, tables: dict[str, Table]) -> list[Relation]:
                    if total is not a and total is not b]
         if not triples or t.rows == 0:
             continue
-        terms = []
+        broken = []
         for total, a, b in triples:
             s, x, y = quote(total.name), quote(a.name), quote(b.name)
-            terms.append(f"sum(CASE WHEN {s} IS NULL OR {x} IS NULL OR {y} IS NULL THEN 0 "
-                         f"WHEN abs({x} + {y} - {s}) <= 1e-9 * max(1.0, abs({s})) THEN 0 ELSE 1 END), "
+            broken.append(f"CASE WHEN {s} IS NULL OR {x} IS NULL OR {y} IS NULL THEN 0 "
+                          f"WHEN abs({x} + {y} - {s}) <= 1e-9 * max(1.0, abs({s})) THEN 0 ELSE 1 END")
+        kept = unrefuted(m.reader.rows, broken, lead(quote(t.name)))
+        if not kept:
+            continue
+        terms = []
+        for i in kept:
+            s, x, y = (quote(c.name) for c in triples[i])
+            terms.append(f"sum({broken[i]}), "
                          f"sum({s} IS NOT NULL AND {x} IS NOT NULL AND {y} IS NOT NULL AND {x} <> 0 AND {y} <> 0)")
         got = m.try_rows(f"sums in {t.name}", f"SELECT {', '.join(terms)} FROM {quote(t.name)}")
         row = got[0]
-        for i, (total, a, b) in enumerate(triples):
+        for k, i in enumerate(kept):
+            total, a, b = triples[i]
             # Held in every row, and in at least three rows where neither term is 0 (else a + 0 = a is luck).
-            if row[2 * i] == 0 and (row[2 * i + 1] or 0) >= 3:
+            if row[2 * k] == 0 and (row[2 * k + 1] or 0) >= 3:
                 out.append(Relation(t.name, total.name, a.name, b.name))
     return out
 
@@ -321,6 +334,7 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
     listed, kinds = listing(m.reader, path)
     left: set[str] = set()
     shapes: dict[str, Shape] = {}
+    created: dict[str, str] = {}
     for item in listed:
         if item.kind != "table":
             continue
@@ -333,16 +347,18 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
             shape = table_shape(m.reader, item.name, without_rowid)
             if shape is not None:
                 shapes[item.name] = shape
+                created[item.name] = item.sql
                 continue
             why = "the catalog cannot describe it"
         m.left_out.append(("table", item.name, why))
         left.add(item.name.lower())
     schema = statements(listed, left, m.left_out)
-    tables = {n: _mine_table(m, n, shape) for n, shape in shapes.items()}
+    tables = {n: _mine_table(m, n, shape, bool(re.search(r"\bCOLLATE\b", created[n], re.I)))
+              for n, shape in shapes.items()}
     references = _references(m, tables)
     copies = _copies(m, tables, references)
     relations = _relations(m, tables)
-    realistic = realism.mine(m.reader.rows, tables, references)
+    realistic = realism.mine(m.reader.rows, tables, references, m.stats)
     why = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
                       why, round(time.monotonic() - started, 3), tuple(dict.fromkeys(m.left_out)), **realistic)

@@ -40,6 +40,7 @@ from t2sql.serving.invariants import (
     quote,
     sqlite_key,
 )
+from t2sql.serving.refuting import lead, unrefuted
 
 MIN_MIRRORED = 3  # rows (left <> right) a table must hold to be called symmetric: fewer is luck
 
@@ -58,14 +59,16 @@ VOCABULARY_MAX = 64  # distinct values a closed vocabulary holds, at most
 
 VOCABULARY_ROWS_PER_VALUE = 5  # rows per distinct value, at least (fewer: an open column, names)
 
-MAX_STAT_COLUMNS = 64  # columns per table whose repeats are counted (one statement each)
+MAX_STAT_COLUMNS = 64  # columns per table whose repeats are counted
 
 Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows (mining raises Unverified on failure)
 
 
-def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference]) -> dict[str, tuple]:
+def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
+         counted: dict[str, dict[str, tuple[int, int, int]]]) -> dict[str, tuple]:
     """The symmetries, unique sets, closed vocabularies, path copies and prefixes of a database's tables
-    (see the module doc), by Invariants' field names."""
+    (see the module doc), by Invariants' field names; `counted` is mining's count of each column's values
+    (table -> column -> distinct non-NULL values, non-NULL values, pairs of rows that share a value)."""
     references = list(references)
     symmetries: list[Symmetry] = []
     unique_sets: list[UniqueSet] = []
@@ -74,7 +77,7 @@ def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference]) 
         symmetries += _symmetries(rows, t, references)
         if t.rows < MIN_ROWS:
             continue
-        stats = _column_stats(rows, t)
+        stats = _column_stats(t, counted.get(t.name, {}))
         unique_sets += _unique_sets(rows, t, stats)
         vocabularies += _vocabularies(rows, t, stats, references)
     return dict(symmetries=tuple(symmetries), unique_sets=tuple(unique_sets), vocabularies=tuple(vocabularies),
@@ -97,12 +100,16 @@ def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Referenc
                 continue
             on1 = " AND ".join(f"c.{quote(a)} = p.{quote(b)}" for a, b in zip(r1.child_columns, r1.parent_columns))
             on2 = " AND ".join(f"c.{quote(a)} = q.{quote(b)}" for a, b in zip(r2.child_columns, r2.parent_columns))
-            sums = ", ".join(f"sum(p.{quote(x)} IS NOT q.{quote(y)})" for x, y in pairs)
-            got = rows(f"SELECT count(*), {sums} FROM {quote(r1.child)} AS c JOIN {quote(r1.parent)} AS p ON {on1} "
-                       f"JOIN {quote(r2.parent)} AS q ON {on2}")
+            broken = [f"p.{quote(x)} IS NOT q.{quote(y)}" for x, y in pairs]
+            joins = f"AS p ON {on1} JOIN {quote(r2.parent)} AS q ON {on2}"
+            kept = unrefuted(rows, broken, f"{lead(quote(r1.child))} AS c JOIN {quote(r1.parent)} {joins}")
+            if not kept:
+                continue
+            sums = ", ".join(f"sum({broken[i]})" for i in kept)
+            got = rows(f"SELECT count(*), {sums} FROM {quote(r1.child)} AS c JOIN {quote(r1.parent)} {joins}")
             if not got or (got[0][0] or 0) < MIN_ROWS:
                 continue
-            out += [PathCopy(r1, x, r2, y) for (x, y), diff in zip(pairs, got[0][1:]) if diff == 0]
+            out += [PathCopy(r1, pairs[i][0], r2, pairs[i][1]) for i, diff in zip(kept, got[0][1:]) if diff == 0]
     return out
 
 
@@ -114,12 +121,19 @@ def _prefixes(rows: Rows, tables: dict[str, Table]) -> list[Prefix]:
         if not pairs or t.rows < MIN_ROWS:
             continue
         # Always a proper prefix, and the source not one value throughout (a constant starts nothing).
-        terms = ", ".join(f"sum(substr({quote(x)}, 1, length({quote(y)})) IS NOT {quote(y)} "
-                          f"OR length({quote(x)}) <= length({quote(y)})), count(DISTINCT {quote(y)})" for x, y in pairs)
-        got = rows(f"SELECT {terms} FROM {quote(t.name)}")
-        if got:
-            out += [Prefix(t.name, x, y) for k, (x, y) in enumerate(pairs)
-                    if got[0][2 * k] == 0 and (got[0][2 * k + 1] or 0) >= MIN_MIRRORED]
+        broken = [f"substr({quote(x)}, 1, length({quote(y)})) IS NOT {quote(y)} "
+                  f"OR length({quote(x)}) <= length({quote(y)})" for x, y in pairs]
+        kept = unrefuted(rows, broken, lead(quote(t.name)))
+        if not kept:
+            continue
+        got = rows(f"SELECT {', '.join(f'sum({broken[i]})' for i in kept)} FROM {quote(t.name)}")
+        for i, diff in zip(kept, got[0] if got else ()):
+            x, y = pairs[i]
+            # count(DISTINCT) reaching MIN_MIRRORED: the first values found are enough.
+            varied = diff == 0 and rows(f"SELECT count(*) FROM (SELECT DISTINCT {quote(y)} FROM {quote(t.name)} "
+                                        f"WHERE {quote(y)} IS NOT NULL LIMIT {MIN_MIRRORED})")
+            if varied and varied[0][0] >= MIN_MIRRORED:
+                out.append(Prefix(t.name, x, y))
     return out
 
 
@@ -133,39 +147,37 @@ def _symmetries(rows: Rows, t: Table, references: list[Reference]) -> list[Symme
         cols.sort(key=lambda c: t.position(c) or 0)
     pairs = [(a, b) for cols in targets.values() for i, a in enumerate(cols) for b in cols[i + 1:]]
     out = []
+    qt = quote(t.name)
     for a, b in pairs[:MAX_SYMMETRY_PAIRS]:
         rest = [c.name for c in t.columns if c.name not in (a, b)]
-        mirror = ", ".join(quote(c) for c in [b, a, *rest])
-        own = ", ".join(quote(c) for c in [a, b, *rest])
-        got = rows(f"SELECT count(*), sum({quote(a)} IS NOT {quote(b)}), "
-                   f"sum(({mirror}) IN (SELECT {own} FROM {quote(t.name)})) FROM {quote(t.name)}")
+        # Its mirror looked up row by row (through the table's key where it has one), not a temporary
+        # index of the whole table: the left side is the mirror's value, as in (mirror) IN (rows).
+        same = [(b, a), (a, b)] + [(c, c) for c in rest]
+        found = f"EXISTS (SELECT 1 FROM {qt} AS m WHERE " + " AND ".join(
+            f"o.{quote(x)} = m.{quote(y)}" for x, y in same) + ")"
+        if not unrefuted(rows, [f"NOT {found}"], f"{lead(qt)} AS o"):
+            continue
+        got = rows(f"SELECT count(*), sum(o.{quote(a)} IS NOT o.{quote(b)}), sum({found}) FROM {qt} AS o")
         if not (got and got[0][0] and got[0][2] == got[0][0] and (got[0][1] or 0) >= MIN_MIRRORED):
             continue
         keyed = False
         if rest:
+            # The rest names one pair: in each group of equal rest, one smaller and one larger end (no
+            # NULL here: a row with one has no mirror).
             names = ", ".join(quote(c) for c in rest)
-            pair = f"min({quote(a)}, {quote(b)}), max({quote(a)}, {quote(b)})"
-            named = rows(f"SELECT (SELECT count(*) FROM (SELECT DISTINCT {names} FROM {quote(t.name)})) = "
-                         f"(SELECT count(*) FROM (SELECT DISTINCT {names}, {pair} FROM {quote(t.name)}))")
+            low, high = f"min({quote(a)}, {quote(b)})", f"max({quote(a)}, {quote(b)})"
+            named = rows(f"SELECT NOT EXISTS (SELECT 1 FROM {qt} GROUP BY {names} HAVING min({low}) <> max({low}) "
+                         f"OR min({high}) <> max({high}))")
             keyed = bool(named and named[0][0])
         out.append(Symmetry(t.name, a, b, keyed))
     return out
 
 
-def _column_stats(rows: Rows, t: Table) -> dict[str, tuple[int, int, int]]:
+def _column_stats(t: Table, counted: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
     """column -> (distinct non-NULL values, non-NULL values, pairs of rows that share a value) for the
-    mined columns, letter case counting (BINARY collation); a column whose statement did not finish in
-    time is left out."""
-    out: dict[str, tuple[int, int, int]] = {}
-    for c in t.columns[:MAX_STAT_COLUMNS]:
-        if not (c.mined and c.types) or c.unique:
-            continue
-        q = quote(c.name)
-        got = rows(f"SELECT count(*), sum(k), sum(k * (k - 1) / 2) FROM (SELECT count(*) AS k FROM {quote(t.name)} "
-                   f"WHERE {q} IS NOT NULL GROUP BY {q} COLLATE BINARY)")
-        if got and got[0][0]:
-            out[c.name] = (got[0][0], got[0][1], got[0][2])
-    return out
+    mined, non-unique columns holding a value, letter case counting (BINARY collation)."""
+    return {c.name: counted[c.name] for c in t.columns[:MAX_STAT_COLUMNS]
+            if c.mined and c.types and not c.unique and counted.get(c.name, (0,))[0]}
 
 
 def _unique_sets(rows: Rows, t: Table, stats: dict[str, tuple[int, int, int]]) -> list[UniqueSet]:
