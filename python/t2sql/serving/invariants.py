@@ -62,6 +62,10 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
     ("digits", "{q} NOT GLOB '*[^0-9]*'", r"\A[0-9]+\Z"),
 )
 
+# Every shape but "empty" starts with an ASCII digit: a text this condition does not hold for is OTHER_TEXT
+# at once (mining tries the shapes only on the others).
+FORMAT_LEAD = "{q} = '' OR {q} GLOB '[0-9]*'"
+
 _FORMAT_RE = [(name, re.compile(pattern, re.S)) for name, _, pattern in FORMATS]
 
 OTHER_TEXT = "text"

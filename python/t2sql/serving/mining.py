@@ -27,6 +27,7 @@ from t2sql.errors import T2sqlError
 from t2sql.serving import realism
 from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.invariants import (
+    FORMAT_LEAD,
     FORMATS,
     OTHER_TEXT,
     Column,
@@ -122,11 +123,13 @@ def _column(m: _Miner, name: str, c: str) -> dict[str, Any]:
     it would; a group may mix integer 1 and real 1.0, so its types are taken from every row."""
     q = quote(c)
     shape = " ".join(f"WHEN {cond.format(q='v')} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
+    # Letter cases as smalldb.letter_cases reads them: ASCII upper()/lower() change a text that has one.
     got = m.try_rows(f"values of {name}.{c}",
                      f"SELECT count(*), sum(k), sum(k * (k - 1) / 2), group_concat(DISTINCT low), "
                      f"group_concat(DISTINCT high), group_concat(DISTINCT CASE WHEN typeof(v) <> 'text' THEN NULL "
-                     f"{shape} ELSE '{OTHER_TEXT}' END), max(typeof(v) = 'text' AND v GLOB '*[a-z]*'), "
-                     f"max(typeof(v) = 'text' AND v GLOB '*[A-Z]*') FROM (SELECT {q} AS v, count(*) AS k, "
+                     f"WHEN {FORMAT_LEAD.format(q='v')} THEN CASE {shape} ELSE '{OTHER_TEXT}' END "
+                     f"ELSE '{OTHER_TEXT}' END), max(typeof(v) = 'text' AND upper(v) <> v COLLATE BINARY), "
+                     f"max(typeof(v) = 'text' AND lower(v) <> v COLLATE BINARY) FROM (SELECT {q} AS v, count(*) AS k, "
                      f"min(typeof({q})) AS low, max(typeof({q})) AS high FROM {quote(name)} WHERE {q} IS NOT NULL "
                      f"GROUP BY {q} COLLATE BINARY)")
     distinct, non_null, pairs, low, high, formats, lower, upper = got[0]
@@ -353,12 +356,12 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
         m.left_out.append(("table", item.name, why))
         left.add(item.name.lower())
     schema = statements(listed, left, m.left_out)
-    tables = {n: _mine_table(m, n, shape, bool(re.search(r"\bCOLLATE\b", created[n], re.I)))
-              for n, shape in shapes.items()}
+    collated = frozenset(n for n in shapes if re.search(r"\bCOLLATE\b", created[n], re.I))
+    tables = {n: _mine_table(m, n, shape, n in collated) for n, shape in shapes.items()}
     references = _references(m, tables)
     copies = _copies(m, tables, references)
     relations = _relations(m, tables)
-    realistic = realism.mine(m.reader.rows, tables, references, m.stats)
+    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated)
     why = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
                       why, round(time.monotonic() - started, 3), tuple(dict.fromkeys(m.left_out)), **realistic)

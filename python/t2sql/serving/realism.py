@@ -65,29 +65,34 @@ Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows (minin
 
 
 def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
-         counted: dict[str, dict[str, tuple[int, int, int]]]) -> dict[str, tuple]:
+         counted: dict[str, dict[str, tuple[int, int, int]]], collated: frozenset[str]) -> dict[str, tuple]:
     """The symmetries, unique sets, closed vocabularies, path copies and prefixes of a database's tables
     (see the module doc), by Invariants' field names; `counted` is mining's count of each column's values
-    (table -> column -> distinct non-NULL values, non-NULL values, pairs of rows that share a value)."""
+    (table -> column -> distinct non-NULL values, non-NULL values, pairs of rows that share a value, under
+    BINARY), `collated` the tables whose columns may compare under another collation."""
     references = list(references)
     symmetries: list[Symmetry] = []
     unique_sets: list[UniqueSet] = []
     vocabularies: list[Vocabulary] = []
     for t in tables.values():
-        symmetries += _symmetries(rows, t, references)
+        symmetries += _symmetries(rows, t, references, counted.get(t.name, {}), t.name in collated)
         if t.rows < MIN_ROWS:
             continue
         stats = _column_stats(t, counted.get(t.name, {}))
         unique_sets += _unique_sets(rows, t, stats)
         vocabularies += _vocabularies(rows, t, stats, references)
     return dict(symmetries=tuple(symmetries), unique_sets=tuple(unique_sets), vocabularies=tuple(vocabularies),
-                path_copies=tuple(_path_copies(rows, tables, references)), prefixes=tuple(_prefixes(rows, tables)))
+                path_copies=tuple(_path_copies(rows, tables, references, collated)),
+                prefixes=tuple(_prefixes(rows, tables)))
 
 
-def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Reference]) -> list[PathCopy]:
-    out: list[PathCopy] = []
+def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Reference],
+                 collated: frozenset[str]) -> list[PathCopy]:
+    # Per pair of references (by their places in `references`), the column pairs no leading row breaks.
+    todo: dict[str, list[tuple[int, int, list[tuple[str, str]]]]] = {}
     for i, r1 in enumerate(references):
-        for r2 in references[i + 1:]:
+        for j in range(i + 1, len(references)):
+            r2 = references[j]
             if r2.child != r1.child or r1.parent == r1.child or r2.parent == r2.child:
                 continue
             p1, p2 = tables[r1.parent], tables[r2.parent]
@@ -98,19 +103,62 @@ def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Referenc
                      and set(y.types) == set(x.types)][:MAX_PATH_PAIRS]
             if not pairs:
                 continue
-            on1 = " AND ".join(f"c.{quote(a)} = p.{quote(b)}" for a, b in zip(r1.child_columns, r1.parent_columns))
-            on2 = " AND ".join(f"c.{quote(a)} = q.{quote(b)}" for a, b in zip(r2.child_columns, r2.parent_columns))
-            broken = [f"p.{quote(x)} IS NOT q.{quote(y)}" for x, y in pairs]
-            joins = f"AS p ON {on1} JOIN {quote(r2.parent)} AS q ON {on2}"
-            kept = unrefuted(rows, broken, f"{lead(quote(r1.child))} AS c JOIN {quote(r1.parent)} {joins}")
-            if not kept:
-                continue
-            sums = ", ".join(f"sum({broken[i]})" for i in kept)
-            got = rows(f"SELECT count(*), {sums} FROM {quote(r1.child)} AS c JOIN {quote(r1.parent)} {joins}")
-            if not got or (got[0][0] or 0) < MIN_ROWS:
-                continue
-            out += [PathCopy(r1, pairs[i][0], r2, pairs[i][1]) for i, diff in zip(kept, got[0][1:]) if diff == 0]
-    return out
+            joins = f"JOIN {quote(r1.parent)} AS p ON {_on(r1, 'p')} JOIN {quote(r2.parent)} AS q ON {_on(r2, 'q')}"
+            kept = unrefuted(rows, [f"p.{quote(x)} IS NOT q.{quote(y)}" for x, y in pairs],
+                             f"{lead(quote(r1.child))} AS c {joins}")
+            if kept:
+                todo.setdefault(r1.child, []).append((i, j, [pairs[k] for k in kept]))
+    found: dict[tuple[int, int], list[PathCopy]] = {}
+    for child, items in todo.items():
+        places = sorted({k for i, j, _ in items for k in (i, j)})
+        if len(items) > 1 and all(_one_parent_row(tables, references[k], collated) for k in places):
+            # One pass for all of them: each reference joined once (at most one parent row each), a pair
+            # counted on the rows both of its references reach, as its own inner join would.
+            joins = " ".join(f"LEFT JOIN {quote(references[k].parent)} AS p{k} ON {_on(references[k], f'p{k}')}"
+                             for k in places)
+            terms = []
+            for i, j, pairs in items:
+                both = f"p{i}.{quote(references[i].parent_columns[0])} IS NOT NULL AND " \
+                       f"p{j}.{quote(references[j].parent_columns[0])} IS NOT NULL"
+                terms.append(f"sum({both})")
+                terms += [f"sum({both} AND p{i}.{quote(x)} IS NOT p{j}.{quote(y)})" for x, y in pairs]
+            got = rows(f"SELECT {', '.join(terms)} FROM {quote(child)} AS c {joins}")
+            at = 0
+            for i, j, pairs in items:
+                part = got[0][at:at + 1 + len(pairs)] if got else ()
+                at += 1 + len(pairs)
+                found[(i, j)] = _held(references[i], references[j], pairs, part)
+            continue
+        for i, j, pairs in items:
+            r1, r2 = references[i], references[j]
+            sums = ", ".join(f"sum(p.{quote(x)} IS NOT q.{quote(y)})" for x, y in pairs)
+            got = rows(f"SELECT count(*), {sums} FROM {quote(child)} AS c JOIN {quote(r1.parent)} AS p ON "
+                       f"{_on(r1, 'p')} JOIN {quote(r2.parent)} AS q ON {_on(r2, 'q')}")
+            found[(i, j)] = _held(r1, r2, pairs, got[0] if got else ())
+    return [pc for key in sorted(found) for pc in found[key]]
+
+
+def _on(r: Reference, alias: str) -> str:
+    return " AND ".join(f"c.{quote(a)} = {alias}.{quote(b)}" for a, b in zip(r.child_columns, r.parent_columns))
+
+
+def _one_parent_row(tables: dict[str, Table], r: Reference, collated: frozenset[str]) -> bool:
+    """Whether a child row joins at most one parent row: the parent columns hold a key, compared as
+    the key compares them (no other collation on either side)."""
+    parent = tables[r.parent]
+    cols = {c.lower() for c in r.parent_columns}
+    if r.child in collated or r.parent in collated:
+        return False
+    if any({k.lower() for k in key} <= cols for key in parent.keys):
+        return True
+    return any(c.unique and not c.nulls and c.name.lower() in cols for c in parent.columns)
+
+
+def _held(r1: Reference, r2: Reference, pairs: list[tuple[str, str]], got: tuple) -> list[PathCopy]:
+    """The pairs that held on at least MIN_ROWS rows: `got` is the rows counted, then each pair's breaks."""
+    if not got or (got[0] or 0) < MIN_ROWS:
+        return []
+    return [PathCopy(r1, x, r2, y) for (x, y), diff in zip(pairs, got[1:]) if diff == 0]
 
 
 def _prefixes(rows: Rows, tables: dict[str, Table]) -> list[Prefix]:
@@ -137,7 +185,8 @@ def _prefixes(rows: Rows, tables: dict[str, Table]) -> list[Prefix]:
     return out
 
 
-def _symmetries(rows: Rows, t: Table, references: list[Reference]) -> list[Symmetry]:
+def _symmetries(rows: Rows, t: Table, references: list[Reference], counted: dict[str, tuple[int, int, int]],
+                collated: bool) -> list[Symmetry]:
     # Candidates: two columns of one table that reference the same parent key.
     targets: dict[tuple, list[str]] = {}
     for r in references:
@@ -161,7 +210,14 @@ def _symmetries(rows: Rows, t: Table, references: list[Reference]) -> list[Symme
         if not (got and got[0][0] and got[0][2] == got[0][0] and (got[0][1] or 0) >= MIN_MIRRORED):
             continue
         keyed = False
-        if rest:
+        rows_apart = any({k.lower() for k in key} <= {a.lower(), b.lower()} for key in t.keys)
+        if len(rest) == 1 and rows_apart and not collated and rest[0] in counted:
+            # No two rows share (a, b) and each row's mirror is a row with the same rest: the pairs {a, b}
+            # number the rows with a = b plus half the others, and each holds one rest value. The rest
+            # names one pair exactly when it takes as many distinct values (no NULL here: a row with one
+            # has no mirror).
+            keyed = counted[rest[0]][0] == got[0][0] - got[0][1] // 2
+        elif rest:
             # The rest names one pair: in each group of equal rest, one smaller and one larger end (no
             # NULL here: a row with one has no mirror).
             names = ", ".join(quote(c) for c in rest)
