@@ -16,8 +16,11 @@ check; t2sql.serving.invariant_store keeps what it finds.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import queue
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -56,6 +59,10 @@ MAX_COPY_PAIRS = 400  # column pairs per reference tried for a copy
 
 ANSWER_BYTES = 4 * 1024 * 1024  # what one mining statement may return
 
+# Connections that run independent statements at once (a table's columns, the references): the same
+# answers, each statement its own cost; more than the machine's cores only queues.
+MINE_WORKERS = 2
+
 
 class Unverified(T2sqlError):
     """A statement of mining's failed: what it was to verify, and why (caught inside mine(), which
@@ -65,16 +72,24 @@ class Unverified(T2sqlError):
 class Reader:
     """Mining's statements on the core, each to its end (a hang guard aside), under mining's Cancel and
     temporary-disk cap. `rows` raises Unverified when a statement fails; `catalog` answers None (the
-    part is left out, t2sql.serving.declared)."""
+    part is left out, t2sql.serving.declared). `many` runs independent statements on up to `workers`
+    connections to the file at once (each its own statement's cost; the answers are the same)."""
 
-    def __init__(self, db: t2sql.Database, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB):
+    def __init__(self, db: t2sql.Database, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB,
+                 path: str | None = None, workers: int = 1):
         self.db = db
         self.cancel = cancel
         self.max_temp_mb = max_temp_mb
         self.statements = 0
+        self.path = path
+        self.workers = workers if path is not None else 1
+        self._idle: queue.SimpleQueue[t2sql.Database] = queue.SimpleQueue()
+        self._opened: list[t2sql.Database] = []
+        self._counting = threading.Lock()
 
     def _ask(self, run: Callable[[], list[tuple]], fail: Callable[[str], Any]) -> Any:
-        self.statements += 1
+        with self._counting:
+            self.statements += 1
         try:
             return run()
         except t2sql.QueryCancelled:
@@ -84,13 +99,44 @@ class Reader:
         except t2sql.T2sqlError as e:
             return fail(f"{type(e).__name__}: {e}"[:300])
 
-    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+    def rows(self, sql: str, params: tuple = (), *, db: t2sql.Database | None = None) -> list[tuple]:
         """The rows of a statement of ours (through the guard); Unverified when it failed."""
         def fail(why: str) -> Any:
             raise Unverified(why)
-        return self._ask(lambda: self.db.rows(
+        on = db or self.db
+        return self._ask(lambda: on.rows(
             sql, list(params), timeout_s=STATEMENT_TIMEOUT_S, max_temp_mb=self.max_temp_mb,
             max_bytes=ANSWER_BYTES, cancel=self.cancel), fail)
+
+    def many(self, asked: list[tuple[str, str]]) -> list[list[tuple]]:
+        """The rows of each (what, sql), in order; Unverified naming the first (in order) that failed."""
+        if self.workers <= 1 or len(asked) <= 1:
+            return [self._named(what, sql, self.db) for what, sql in asked]
+        for _ in range(min(self.workers, len(asked)) - len(self._opened)):
+            extra = t2sql.Database(self.path)
+            self._opened.append(extra)
+            self._idle.put(extra)
+
+        def one(item: tuple[str, str]) -> list[tuple]:
+            db = self._idle.get()
+            try:
+                return self._named(item[0], item[1], db)
+            finally:
+                self._idle.put(db)
+        with concurrent.futures.ThreadPoolExecutor(min(self.workers, len(asked))) as pool:
+            futures = [pool.submit(one, item) for item in asked]
+        return [f.result() for f in futures]  # the first failure in order is raised
+
+    def _named(self, what: str, sql: str, db: t2sql.Database) -> list[tuple]:
+        try:
+            return self.rows(sql, db=db)
+        except Unverified as e:
+            raise Unverified(f"{what}: {e}") from None
+
+    def close(self) -> None:
+        for db in self._opened:
+            db.close()
+        self._opened.clear()
 
     def catalog(self, pragma: str, name: str | None = None) -> list[tuple] | None:
         """The rows of a catalog pragma (t2sql.Database.catalog), or None when it failed (the same for
@@ -115,7 +161,7 @@ class _Miner:
             raise Unverified(f"{what}: {e}") from None
 
 
-def _column(m: _Miner, name: str, c: str) -> dict[str, Any]:
+def _column_sql(name: str, c: str) -> str:
     """One column's values in one statement, grouped (a sort, or a walk of an index that starts with the
     column): how many distinct and non-NULL values and pairs of rows sharing one (BINARY: letter case
     counts), its storage classes, text shapes and letter cases. Shapes and cases are functions of a text
@@ -124,14 +170,16 @@ def _column(m: _Miner, name: str, c: str) -> dict[str, Any]:
     q = quote(c)
     shape = " ".join(f"WHEN {cond.format(q='v')} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
     # Letter cases as smalldb.letter_cases reads them: ASCII upper()/lower() change a text that has one.
-    got = m.try_rows(f"values of {name}.{c}",
-                     f"SELECT count(*), sum(k), sum(k * (k - 1) / 2), group_concat(DISTINCT low), "
-                     f"group_concat(DISTINCT high), group_concat(DISTINCT CASE WHEN typeof(v) <> 'text' THEN NULL "
-                     f"WHEN {FORMAT_LEAD.format(q='v')} THEN CASE {shape} ELSE '{OTHER_TEXT}' END "
-                     f"ELSE '{OTHER_TEXT}' END), max(typeof(v) = 'text' AND upper(v) <> v COLLATE BINARY), "
-                     f"max(typeof(v) = 'text' AND lower(v) <> v COLLATE BINARY) FROM (SELECT {q} AS v, count(*) AS k, "
-                     f"min(typeof({q})) AS low, max(typeof({q})) AS high FROM {quote(name)} WHERE {q} IS NOT NULL "
-                     f"GROUP BY {q} COLLATE BINARY)")
+    return (f"SELECT count(*), sum(k), sum(k * (k - 1) / 2), group_concat(DISTINCT low), "
+            f"group_concat(DISTINCT high), group_concat(DISTINCT CASE WHEN typeof(v) <> 'text' THEN NULL "
+            f"WHEN {FORMAT_LEAD.format(q='v')} THEN CASE {shape} ELSE '{OTHER_TEXT}' END "
+            f"ELSE '{OTHER_TEXT}' END), max(typeof(v) = 'text' AND upper(v) <> v COLLATE BINARY), "
+            f"max(typeof(v) = 'text' AND lower(v) <> v COLLATE BINARY) FROM (SELECT {q} AS v, count(*) AS k, "
+            f"min(typeof({q})) AS low, max(typeof({q})) AS high FROM {quote(name)} WHERE {q} IS NOT NULL "
+            f"GROUP BY {q} COLLATE BINARY)")
+
+
+def _column_stats(got: list[tuple]) -> dict[str, Any]:
     distinct, non_null, pairs, low, high, formats, lower, upper = got[0]
     seen = set(str(low or "").split(",")) | set(str(high or "").split(","))
     return dict(distinct=distinct or 0, non_null=non_null or 0, pairs=pairs or 0,
@@ -140,17 +188,36 @@ def _column(m: _Miner, name: str, c: str) -> dict[str, Any]:
                 cases=tuple(k for k, v in (("lower", lower), ("upper", upper)) if v), mined=True)
 
 
-def _mine_table(m: _Miner, name: str, shape: Shape, collates: bool) -> Table:
+def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) -> dict[str, Table]:
+    """Every table's row count, columns and (for one without a key) whether its rows repeat: one statement
+    each, run side by side (Reader.many)."""
+    asked: list[tuple[str, str]] = []
+    for name, shape in shapes.items():
+        t = quote(name)
+        asked.append((f"row count of {name}", f"SELECT count(*) FROM {t}"))
+        asked += [(f"values of {name}.{r[0]}", _column_sql(name, r[0])) for r in shape.info]
+        if not shape.keys and shape.info:
+            asked.append((f"repeated rows in {name}",
+                          f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}"))
+    answers = iter(m.reader.many(asked))
+    tables = {}
+    for name, shape in shapes.items():
+        counted = next(answers)
+        stats = {r[0]: _column_stats(next(answers)) for r in shape.info}
+        apart = bool(next(answers)[0][0]) if not shape.keys and shape.info else False
+        n_rows = counted[0][0] if counted and isinstance(counted[0][0], int) else 0
+        tables[name] = _mine_table(m, name, shape, name in collated, n_rows, stats, apart)
+    return tables
+
+
+def _mine_table(m: _Miner, name: str, shape: Shape, collates: bool, n_rows: int, stats: dict[str, dict[str, Any]],
+                apart: bool) -> Table:
     """`collates`: the table's CREATE statement names a collation (a column's own collation decides what
-    count(DISTINCT) calls equal; grouping is BINARY)."""
+    count(DISTINCT) calls equal; grouping is BINARY); `apart`: a table without a key whose rows never
+    repeat."""
     info, rowid, keys = shape.info, shape.rowid, list(shape.keys)
     cols = [r[0] for r in info]
     t = quote(name)
-    n_rows = 0
-    counted = m.try_rows(f"row count of {name}", f"SELECT count(*) FROM {t}")
-    if counted and isinstance(counted[0][0], int):
-        n_rows = counted[0][0]
-    stats = {c: _column(m, name, c) for c in cols}
     declared_unique = {k[0] for k in keys if len(k) == 1}
     for c in cols:
         s = stats[c]
@@ -171,16 +238,12 @@ def _mine_table(m: _Miner, name: str, shape: Shape, collates: bool) -> Table:
         columns.append(Column(c, (decl_type or "").upper(), bool(pk), bool(not_null) or c == integer_key,
                               bool(s["nulls"]), bool(s["unique"]), s["types"], s["formats"], s["mined"],
                               s["cases"]))
-    if not keys and cols:
+    if apart:
         # A table without a key (a link table, say) whose rows never repeat keeps them apart: the whole row
         # is its key (a hero does not hold one power twice).
-        got = m.try_rows(f"repeated rows in {name}",
-                         f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}")
-        if got[0][0]:
-            keys.append(tuple(cols))
-    table = Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
+        keys.append(tuple(cols))
     m.stats[name] = {c: (s["distinct"], s["non_null"], s["pairs"]) for c, s in stats.items()}
-    return table
+    return Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
 
 
 def _is_key(table: Table, cols: tuple[str, ...]) -> bool:
@@ -219,30 +282,41 @@ def _candidate_references(tables: dict[str, Table], declared: set[tuple]) -> lis
 def _references(m: _Miner, tables: dict[str, Table]) -> list[Reference]:
     declared = declared_references(m.reader, tables, m.left_out)
     declared_set = set(declared)
-    out: list[Reference] = []
-    for child, ccols, parent, pcols in declared + _candidate_references(tables, declared_set):
-        is_declared = (child, ccols, parent, pcols) in declared_set
-        c, p = quote(child), quote(parent)
-        # Row values with IN (an ephemeral index, n log n), not a correlated NOT EXISTS (n x m without an index).
-        child_cols = "(" + ", ".join(quote(a) for a in ccols) + ")"
-        parent_cols = "(" + ", ".join(quote(b) for b in pcols) + ")"
-        not_null = " AND ".join(f"{quote(a)} IS NOT NULL" for a in ccols)
-        if not is_declared:
-            if not _is_key(tables[parent], pcols):
-                continue
-            dangling = m.try_rows(f"reference {child}({', '.join(ccols)}) -> {parent}",
-                                  f"SELECT EXISTS (SELECT 1 FROM {c} WHERE {not_null} AND {child_cols} NOT IN "
-                                  f"(SELECT {', '.join(quote(b) for b in pcols)} FROM {p})), "
-                                  f"EXISTS (SELECT 1 FROM {c} WHERE {not_null})")
-            if dangling[0][0] or not dangling[0][1]:
+    found = [r for r in declared + _candidate_references(tables, declared_set)
+             if r in declared_set or _is_key(tables[r[2]], r[3])]
+    # Row values with IN (an ephemeral index, n log n, or the child's own index on the columns), not a
+    # correlated NOT EXISTS (n x m without an index).
+    dangling = m.reader.many([
+        (f"reference {child}({', '.join(ccols)}) -> {parent}",
+         f"SELECT EXISTS (SELECT 1 FROM {quote(child)} WHERE {_not_null(ccols)} AND {_row(ccols)} NOT IN "
+         f"(SELECT {', '.join(quote(b) for b in pcols)} FROM {quote(parent)})), "
+         f"EXISTS (SELECT 1 FROM {quote(child)} WHERE {_not_null(ccols)})")
+        for child, ccols, parent, pcols in found if (child, ccols, parent, pcols) not in declared_set])
+    closed = iter(dangling)
+    kept = []
+    for r in found:
+        if r not in declared_set:
+            d = next(closed)
+            if d[0][0] or not d[0][1]:
                 continue  # an undeclared reference counts only when the data proves it closed
-        orphans = m.try_rows(f"every {parent} row has a {child} row",
-                             f"SELECT EXISTS (SELECT 1 FROM {p} WHERE {parent_cols} NOT IN "
-                             f"(SELECT {', '.join(quote(a) for a in ccols)} FROM {c} WHERE {not_null})), "
-                             f"EXISTS (SELECT 1 FROM {p})")
-        total = not orphans[0][0] and bool(orphans[0][1])
-        out.append(Reference(child, ccols, parent, pcols, is_declared, total))
-    return out
+        kept.append(r)
+    orphans = m.reader.many([
+        (f"every {parent} row has a {child} row",
+         f"SELECT EXISTS (SELECT 1 FROM {quote(parent)} WHERE {_row(pcols)} NOT IN "
+         f"(SELECT {', '.join(quote(a) for a in ccols)} FROM {quote(child)} WHERE {_not_null(ccols)})), "
+         f"EXISTS (SELECT 1 FROM {quote(parent)})")
+        for child, ccols, parent, pcols in kept])
+    return [Reference(child, ccols, parent, pcols, (child, ccols, parent, pcols) in declared_set,
+                      not got[0][0] and bool(got[0][1]))
+            for (child, ccols, parent, pcols), got in zip(kept, orphans)]
+
+
+def _row(cols: tuple[str, ...]) -> str:
+    return "(" + ", ".join(quote(c) for c in cols) + ")"
+
+
+def _not_null(cols: tuple[str, ...]) -> str:
+    return " AND ".join(f"{quote(c)} IS NOT NULL" for c in cols)
 
 def _comparable(a: Column, b: Column) -> bool:
     return bool(a.types and b.types and set(a.types) == set(b.types))
@@ -314,17 +388,20 @@ def _relations(m: _Miner, tables: dict[str, Table]) -> list[Relation]:
                 out.append(Relation(t.name, total.name, a.name, b.name))
     return out
 
-def mine(path: str, *, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB) -> Invariants:
+def mine(path: str, *, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB, workers: int = MINE_WORKERS) -> Invariants:
     """The invariants of the database file at `path` (no cache), mined to the end; `cancel` (a
-    t2sql.Cancel) stops it (QueryCancelled). A statement that fails makes them `unsupported`, naming the
-    invariant it was to verify; a file that is not a readable database raises DatabaseError."""
+    t2sql.Cancel) stops it (QueryCancelled); `workers` connections run independent statements side by
+    side. A statement that fails makes them `unsupported`, naming the invariant it was to verify; a file
+    that is not a readable database raises DatabaseError."""
     started = time.monotonic()
     with t2sql.Database(path) as db:  # a file that is not a readable database: DatabaseError
-        m = _Miner(Reader(db, cancel, max_temp_mb))
+        m = _Miner(Reader(db, cancel, max_temp_mb, path, workers))
         try:
             return _mine(path, m, started)
         except Unverified as e:
             return unsupported(path, f"mining could not verify {e}", time.monotonic() - started)
+        finally:
+            m.reader.close()
 
 
 def unsupported(path: str, why: str, mine_s: float = 0.0) -> Invariants:
@@ -357,7 +434,7 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
         left.add(item.name.lower())
     schema = statements(listed, left, m.left_out)
     collated = frozenset(n for n in shapes if re.search(r"\bCOLLATE\b", created[n], re.I))
-    tables = {n: _mine_table(m, n, shape, n in collated) for n, shape in shapes.items()}
+    tables = _mine_tables(m, shapes, collated)
     references = _references(m, tables)
     copies = _copies(m, tables, references)
     relations = _relations(m, tables)
