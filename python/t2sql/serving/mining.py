@@ -151,6 +151,11 @@ class _Miner:
     left_out: list[tuple[str, str, str]] = field(default_factory=list)
     # table -> column -> (distinct non-NULL values, non-NULL values, pairs of rows sharing a value), BINARY
     stats: dict[str, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
+    # (child, column) -> declared parent keys; (child, column, parent, key) -> the child's distinct values
+    # the parent holds
+    hints: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    found: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    collated: frozenset[str] = frozenset()  # tables whose CREATE statement names a collation
 
     def try_rows(self, what: str, sql: str, params: tuple = ()) -> list[tuple]:
         """The rows; Unverified naming `what` when the statement failed (never None: an invariant is
@@ -161,12 +166,14 @@ class _Miner:
             raise Unverified(f"{what}: {e}") from None
 
 
-def _column_sql(name: str, c: str) -> str:
+def _column_sql(name: str, c: str, parents: list[tuple[str, str]] = ()) -> str:
     """One column's values in one statement, grouped (a sort, or a walk of an index that starts with the
     column): how many distinct and non-NULL values and pairs of rows sharing one (BINARY: letter case
     counts), its storage classes, text shapes and letter cases. Shapes and cases are functions of a text
     value and texts equal under BINARY are the same bytes, so one value a group says what every row of
-    it would; a group may mix integer 1 and real 1.0, so its types are taken from every row."""
+    it would; a group may mix integer 1 and real 1.0, so its types are taken from every row. For each
+    (table, column) of `parents` (a declared reference's parent key), how many of the distinct values it
+    holds (t2sql.serving.mining._references)."""
     q = quote(c)
     shape = " ".join(f"WHEN {cond.format(q='v')} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
     # Letter cases as smalldb.letter_cases reads them: ASCII upper()/lower() change a text that has one.
@@ -174,28 +181,61 @@ def _column_sql(name: str, c: str) -> str:
             f"group_concat(DISTINCT high), group_concat(DISTINCT CASE WHEN typeof(v) <> 'text' THEN NULL "
             f"WHEN {FORMAT_LEAD.format(q='v')} THEN CASE {shape} ELSE '{OTHER_TEXT}' END "
             f"ELSE '{OTHER_TEXT}' END), max(typeof(v) = 'text' AND upper(v) <> v COLLATE BINARY), "
-            f"max(typeof(v) = 'text' AND lower(v) <> v COLLATE BINARY) FROM (SELECT {q} AS v, count(*) AS k, "
+            f"max(typeof(v) = 'text' AND lower(v) <> v COLLATE BINARY)"
+            + "".join(f", sum(EXISTS (SELECT 1 FROM {quote(p)} WHERE {quote(pc)} = v))" for p, pc in parents)
+            + f" FROM (SELECT {q} AS v, count(*) AS k, "
             f"min(typeof({q})) AS low, max(typeof({q})) AS high FROM {quote(name)} WHERE {q} IS NOT NULL "
             f"GROUP BY {q} COLLATE BINARY)")
 
 
 def _column_stats(got: list[tuple]) -> dict[str, Any]:
-    distinct, non_null, pairs, low, high, formats, lower, upper = got[0]
+    distinct, non_null, pairs, low, high, formats, lower, upper = got[0][:8]
     seen = set(str(low or "").split(",")) | set(str(high or "").split(","))
     return dict(distinct=distinct or 0, non_null=non_null or 0, pairs=pairs or 0,
                 types=tuple(k for k in ("integer", "real", "text", "blob") if k in seen),
                 formats=tuple(sorted(set(str(formats or "").split(",")) - {""})),
-                cases=tuple(k for k, v in (("lower", lower), ("upper", upper)) if v), mined=True)
+                cases=tuple(k for k, v in (("lower", lower), ("upper", upper)) if v), mined=True,
+                found=tuple(got[0][8:]))
+
+
+def _declared_parents(m: _Miner, shapes: dict[str, Shape]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(table, column) -> the (table, column) keys its single-column declared references name, as the
+    catalog says before any data is read (t2sql.serving.declared decides later which references hold)."""
+    names = {n.lower(): n for n in shapes}
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for name in shapes:
+        groups: dict[Any, list[tuple]] = {}
+        for row in m.reader.catalog("foreign_key_list", name) or []:
+            groups.setdefault(row[0], []).append(row)
+        for rows in groups.values():
+            parent = names.get(str(rows[0][2]).lower())
+            if len(rows) != 1 or parent is None:
+                continue
+            child_col = _named_column(shapes[name], rows[0][3])
+            to = rows[0][4]
+            pk = [r[0] for r in shapes[parent].info if r[3]]
+            parent_col = _named_column(shapes[parent], to) if to is not None else (pk[0] if len(pk) == 1 else None)
+            if child_col and parent_col:
+                out.setdefault((name, child_col), []).append((parent, parent_col))
+    m.hints = out
+    return out
+
+
+def _named_column(shape: Shape, name: Any) -> str | None:
+    low = str(name).lower()
+    return next((r[0] for r in shape.info if r[0].lower() == low), None)
 
 
 def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) -> dict[str, Table]:
     """Every table's row count, columns and (for one without a key) whether its rows repeat: one statement
     each, run side by side (Reader.many)."""
+    hints = _declared_parents(m, shapes)
     asked: list[tuple[str, str]] = []
     for name, shape in shapes.items():
         t = quote(name)
         asked.append((f"row count of {name}", f"SELECT count(*) FROM {t}"))
-        asked += [(f"values of {name}.{r[0]}", _column_sql(name, r[0])) for r in shape.info]
+        asked += [(f"values of {name}.{r[0]}", _column_sql(name, r[0], hints.get((name, r[0]), [])))
+                  for r in shape.info]
         if not shape.keys and shape.info:
             asked.append((f"repeated rows in {name}",
                           f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}"))
@@ -243,6 +283,9 @@ def _mine_table(m: _Miner, name: str, shape: Shape, collates: bool, n_rows: int,
         # is its key (a hero does not hold one power twice).
         keys.append(tuple(cols))
     m.stats[name] = {c: (s["distinct"], s["non_null"], s["pairs"]) for c, s in stats.items()}
+    for c, s in stats.items():
+        for (parent, pc), n in zip(m.hints.get((name, c), []), s["found"]):
+            m.found[(name, c, parent, pc)] = n or 0
     return Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
 
 
@@ -300,15 +343,40 @@ def _references(m: _Miner, tables: dict[str, Table]) -> list[Reference]:
             if d[0][0] or not d[0][1]:
                 continue  # an undeclared reference counts only when the data proves it closed
         kept.append(r)
-    orphans = m.reader.many([
+    counted = {r: _total_by_count(m, tables, *r) for r in kept}
+    orphans = iter(m.reader.many([
         (f"every {parent} row has a {child} row",
          f"SELECT EXISTS (SELECT 1 FROM {quote(parent)} WHERE {_row(pcols)} NOT IN "
          f"(SELECT {', '.join(quote(a) for a in ccols)} FROM {quote(child)} WHERE {_not_null(ccols)})), "
          f"EXISTS (SELECT 1 FROM {quote(parent)})")
-        for child, ccols, parent, pcols in kept])
-    return [Reference(child, ccols, parent, pcols, (child, ccols, parent, pcols) in declared_set,
-                      not got[0][0] and bool(got[0][1]))
-            for (child, ccols, parent, pcols), got in zip(kept, orphans)]
+        for child, ccols, parent, pcols in kept if counted[(child, ccols, parent, pcols)] is None]))
+    out = []
+    for r in kept:
+        total = counted[r]
+        if total is None:
+            got = next(orphans)
+            total = not got[0][0] and bool(got[0][1])
+        out.append(Reference(*r, r in declared_set, total))
+    return out
+
+
+def _total_by_count(m: _Miner, tables: dict[str, Table], child: str, ccols: tuple, parent: str,
+                    pcols: tuple) -> bool | None:
+    """Whether every parent row has a child row, from the child's column statement (the distinct child
+    values the parent key holds), or None when the count cannot say it as NOT IN would: a parent key
+    (unique: a matched child value names one parent row), one storage class on both sides (equal only
+    byte for byte, as grouping is) and no other collation. With a child value somewhere, a parent row
+    whose key is NULL is no orphan (NULL NOT IN a set that is not empty is NULL)."""
+    found = m.found.get((child, ccols[0], parent, pcols[0])) if len(ccols) == 1 else None
+    if found is None or m.collated & {child, parent} or not _is_key(tables[parent], pcols):
+        return None
+    c, p = tables[child].column(ccols[0]), tables[parent].column(pcols[0])
+    if len(c.types) != 1 or c.types != p.types:
+        return None
+    child_values, parent_keys = m.stats[child][c.name][1], m.stats[parent][p.name][1]
+    if not child_values:
+        return None
+    return tables[parent].rows > 0 and found == parent_keys
 
 
 def _row(cols: tuple[str, ...]) -> str:
@@ -434,6 +502,7 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
         left.add(item.name.lower())
     schema = statements(listed, left, m.left_out)
     collated = frozenset(n for n in shapes if re.search(r"\bCOLLATE\b", created[n], re.I))
+    m.collated = collated
     tables = _mine_tables(m, shapes, collated)
     references = _references(m, tables)
     copies = _copies(m, tables, references)
