@@ -42,7 +42,8 @@ def test_side_by_side_statements_give_the_same_invariants(db_id):
 
 def _made_up(path, collate: str) -> None:
     """People, friendships stored both ways (a `since` per pair), links stored both ways under one tag,
-    places, and visits whose person, place and guide (when there is one) share a city."""
+    text pairs stored both ways, places, and visits whose person, place and guide (when there is one)
+    share a city."""
     c = collate
     with sqlite3.connect(path) as db:
         db.execute(f"CREATE TABLE person (id INTEGER PRIMARY KEY, name TEXT{c}, city TEXT{c}, score)")
@@ -54,6 +55,17 @@ def _made_up(path, collate: str) -> None:
         db.execute(f"CREATE TABLE visit (id INTEGER PRIMARY KEY, person_id INTEGER REFERENCES person(id), "
                    f"place_id INTEGER REFERENCES place(id), guide_id INTEGER REFERENCES person(id), "
                    f"label TEXT{c})")
+        db.execute(f"CREATE TABLE code (id TEXT{c} PRIMARY KEY)")
+        # Text pairs stored both ways: every row's mirror (the second column's statement is implied), and
+        # the same but for one row past the leading ones (it is not).
+        for table in ("tie", "edge"):
+            db.execute(f"CREATE TABLE {table} (x TEXT{c} REFERENCES code(id), y TEXT{c} REFERENCES code(id), "
+                       f"PRIMARY KEY (x, y))")
+        db.executemany("INSERT INTO code VALUES (?)", [(f"C{i:04d}",) for i in range(1300)] + [("z9",)])
+        ties = [(f"C{i:04d}", f"C{i + 1:04d}") for i in range(0, 1280, 2)]
+        for table in ("tie", "edge"):
+            db.executemany(f"INSERT INTO {table} VALUES (?, ?)", ties + [(y, x) for x, y in ties])
+        db.execute("INSERT INTO edge VALUES ('z9', 'C0000')")  # last in either order, no mirror
         cities = ["Oslo", "Rome", "Lima", "Kyiv"]
         # A score column mixing 1 and 1.0: one value, two storage classes.
         db.executemany("INSERT INTO person VALUES (?, ?, ?, ?)",
@@ -76,7 +88,9 @@ def test_the_fast_paths_find_what_the_general_ones_do(tmp_path):
     assert not fast.unsupported
     assert _comparable(fast) == _comparable(general)
     assert sorted((s.table, s.left, s.right, s.keyed) for s in fast.symmetries) == [
-        ("friend", "a", "b", True), ("link", "a", "b", False)]
+        ("friend", "a", "b", True), ("link", "a", "b", False), ("tie", "x", "y", False)]
+    edge = fast.table("edge")
+    assert edge.column("x").cases == ("lower", "upper") and edge.column("y").cases == ("upper",)
     assert {frozenset([(p.first.child_columns, p.first_column), (p.second.child_columns, p.second_column)])
             for p in fast.path_copies} == {
         frozenset([(("person_id",), "city"), (("place_id",), "city")]),

@@ -155,6 +155,8 @@ class _Miner:
     # the parent holds
     hints: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
     found: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    # (table, a, b) -> realism.mirrors' answer, where mining ran it
+    mirrored: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     collated: frozenset[str] = frozenset()  # tables whose CREATE statement names a collation
 
     def try_rows(self, what: str, sql: str, params: tuple = ()) -> list[tuple]:
@@ -226,25 +228,71 @@ def _named_column(shape: Shape, name: Any) -> str | None:
     return next((r[0] for r in shape.info if r[0].lower() == low), None)
 
 
+def _twin_candidates(shapes: dict[str, Shape], hints: dict[tuple[str, str], list[tuple[str, str]]],
+                     collated: frozenset[str]) -> list[tuple[str, str, str]]:
+    """(table, a, b): two columns declared to reference the same parent keys, in a table no two rows of
+    which share (a, b) (a key among them), and no collation."""
+    out = []
+    for name, shape in shapes.items():
+        if name in collated:
+            continue
+        cols = [r[0] for r in shape.info]
+        for i, a in enumerate(cols):
+            for b in cols[i + 1:]:
+                if (hints.get((name, a)) and hints.get((name, a)) == hints.get((name, b))
+                        and any({k.lower() for k in key} <= {a.lower(), b.lower()} for key in shape.keys)):
+                    out.append((name, a, b))
+    return out
+
+
 def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) -> dict[str, Table]:
     """Every table's row count, columns and (for one without a key) whether its rows repeat: one statement
     each, run side by side (Reader.many)."""
     hints = _declared_parents(m, shapes)
-    asked: list[tuple[str, str]] = []
+    # A table stored both ways (realism's symmetries) holds in its second column the values of its first:
+    # the mirror check runs first, beside the other columns, and the second column's statement only when
+    # the check fails.
+    twins: dict[tuple[str, str], str] = {}
+    for name, a, b in _twin_candidates(shapes, hints, collated):
+        if (name, b) not in twins:
+            m.mirrored[(name, a, b)] = None  # a leading row lacks its mirror, until the check says otherwise
+            _, leading = realism.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)
+            refuted = m.try_rows(f"mirrors of {name}", leading)
+            if not refuted[0][0]:
+                twins[(name, b)] = a
+    twin_keys = list(twins.items())
+    # The mirror checks first: each a lookup per row of a large table, they end last if they start last.
+    asked = [(f"mirrors of {name}", realism.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)[0])
+             for (name, b), a in twin_keys]
     for name, shape in shapes.items():
         t = quote(name)
         asked.append((f"row count of {name}", f"SELECT count(*) FROM {t}"))
         asked += [(f"values of {name}.{r[0]}", _column_sql(name, r[0], hints.get((name, r[0]), [])))
-                  for r in shape.info]
+                  for r in shape.info if (name, r[0]) not in twins]
         if not shape.keys and shape.info:
             asked.append((f"repeated rows in {name}",
                           f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}"))
     answers = iter(m.reader.many(asked))
-    tables = {}
+    mirror_answers = [next(answers) for _ in twin_keys]
+    gathered = {}
     for name, shape in shapes.items():
         counted = next(answers)
-        stats = {r[0]: _column_stats(next(answers)) for r in shape.info}
+        stats = {r[0]: _column_stats(next(answers)) for r in shape.info if (name, r[0]) not in twins}
         apart = bool(next(answers)[0][0]) if not shape.keys and shape.info else False
+        gathered[name] = counted, stats, apart
+    for ((name, b), a), got in zip(twin_keys, mirror_answers):
+        m.mirrored[(name, a, b)] = got
+        stats = gathered[name][1]
+        # Every row's mirror is a row, and no two rows share (a, b): b holds a's values, row for row of the
+        # mirror, the same bytes where they are texts or blobs (a number may equal one of another class).
+        if got[0][0] and got[0][2] == got[0][0] and set(stats[a]["types"]) <= {"text", "blob"}:
+            stats[b] = dict(stats[a])
+        else:
+            stats[b] = _column_stats(m.try_rows(f"values of {name}.{b}", _column_sql(name, b, hints[(name, b)])))
+    tables = {}
+    for name, shape in shapes.items():
+        counted, stats, apart = gathered[name]
+        stats = {r[0]: stats[r[0]] for r in shape.info}
         n_rows = counted[0][0] if counted and isinstance(counted[0][0], int) else 0
         tables[name] = _mine_table(m, name, shape, name in collated, n_rows, stats, apart)
     return tables
@@ -507,7 +555,7 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
     references = _references(m, tables)
     copies = _copies(m, tables, references)
     relations = _relations(m, tables)
-    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated)
+    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated, m.mirrored)
     why = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
                       why, round(time.monotonic() - started, 3), tuple(dict.fromkeys(m.left_out)), **realistic)

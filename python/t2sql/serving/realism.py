@@ -65,17 +65,20 @@ Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows (minin
 
 
 def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
-         counted: dict[str, dict[str, tuple[int, int, int]]], collated: frozenset[str]) -> dict[str, tuple]:
+         counted: dict[str, dict[str, tuple[int, int, int]]], collated: frozenset[str],
+         mirrored: dict[tuple[str, str, str], Any] | None = None) -> dict[str, tuple]:
     """The symmetries, unique sets, closed vocabularies, path copies and prefixes of a database's tables
     (see the module doc), by Invariants' field names; `counted` is mining's count of each column's values
     (table -> column -> distinct non-NULL values, non-NULL values, pairs of rows that share a value, under
-    BINARY), `collated` the tables whose columns may compare under another collation."""
+    BINARY), `collated` the tables whose columns may compare under another collation, `mirrored` the
+    answers of `mirrors` mining already has, by (table, a, b)."""
+    mirrored = mirrored or {}
     references = list(references)
     symmetries: list[Symmetry] = []
     unique_sets: list[UniqueSet] = []
     vocabularies: list[Vocabulary] = []
     for t in tables.values():
-        symmetries += _symmetries(rows, t, references, counted.get(t.name, {}), t.name in collated)
+        symmetries += _symmetries(rows, t, references, counted.get(t.name, {}), t.name in collated, mirrored)
         if t.rows < MIN_ROWS:
             continue
         stats = _column_stats(t, counted.get(t.name, {}))
@@ -185,8 +188,30 @@ def _prefixes(rows: Rows, tables: dict[str, Table]) -> list[Prefix]:
     return out
 
 
+def mirror_sql(table: str, columns: list[str], a: str, b: str) -> tuple[str, str]:
+    """The statement that counts a table's rows, those where a and b differ and those whose mirror (a and b
+    swapped, the rest the same) is a row, and the leading rows' refutation of it (the rows that lack one).
+    The mirror is looked up row by row (through the table's key where it has one), not in a temporary
+    index of the whole table: the left side is the mirror's value, as in (mirror) IN (rows)."""
+    qt = quote(table)
+    same = [(b, a), (a, b)] + [(c, c) for c in columns if c not in (a, b)]
+    found = f"EXISTS (SELECT 1 FROM {qt} AS m WHERE " + " AND ".join(
+        f"o.{quote(x)} = m.{quote(y)}" for x, y in same) + ")"
+    return (f"SELECT count(*), sum(o.{quote(a)} IS NOT o.{quote(b)}), sum({found}) FROM {qt} AS o",
+            f"SELECT sum(NOT {found}) FROM {lead(qt)} AS o")
+
+
+def mirrors(rows: Rows, table: str, columns: list[str], a: str, b: str) -> list[tuple] | None:
+    """mirror_sql's answer, or None when a leading row lacks its mirror."""
+    full, leading = mirror_sql(table, columns, a, b)
+    refuted = rows(leading)
+    if refuted and refuted[0][0]:
+        return None
+    return rows(full)
+
+
 def _symmetries(rows: Rows, t: Table, references: list[Reference], counted: dict[str, tuple[int, int, int]],
-                collated: bool) -> list[Symmetry]:
+                collated: bool, mirrored: dict[tuple[str, str, str], Any]) -> list[Symmetry]:
     # Candidates: two columns of one table that reference the same parent key.
     targets: dict[tuple, list[str]] = {}
     for r in references:
@@ -199,14 +224,10 @@ def _symmetries(rows: Rows, t: Table, references: list[Reference], counted: dict
     qt = quote(t.name)
     for a, b in pairs[:MAX_SYMMETRY_PAIRS]:
         rest = [c.name for c in t.columns if c.name not in (a, b)]
-        # Its mirror looked up row by row (through the table's key where it has one), not a temporary
-        # index of the whole table: the left side is the mirror's value, as in (mirror) IN (rows).
-        same = [(b, a), (a, b)] + [(c, c) for c in rest]
-        found = f"EXISTS (SELECT 1 FROM {qt} AS m WHERE " + " AND ".join(
-            f"o.{quote(x)} = m.{quote(y)}" for x, y in same) + ")"
-        if not unrefuted(rows, [f"NOT {found}"], f"{lead(qt)} AS o"):
-            continue
-        got = rows(f"SELECT count(*), sum(o.{quote(a)} IS NOT o.{quote(b)}), sum({found}) FROM {qt} AS o")
+        if (t.name, a, b) in mirrored:  # mining ran it with the table's columns
+            got = mirrored[(t.name, a, b)]
+        else:
+            got = mirrors(rows, t.name, [c.name for c in t.columns], a, b)
         if not (got and got[0][0] and got[0][2] == got[0][0] and (got[0][1] or 0) >= MIN_MIRRORED):
             continue
         keyed = False
