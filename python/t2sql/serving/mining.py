@@ -127,6 +127,19 @@ class Reader:
             futures = [pool.submit(one, item) for item in asked]
         return [f.result() for f in futures]  # the first failure in order is raised
 
+    def aside(self, part: Callable[[Callable[..., list[tuple]]], Any]) -> Callable[[], Any]:
+        """`part` run with statements on a connection of its own, beside the caller's (inline, when it
+        asks for the answer, with one worker); the call returned waits for its answer or raises its
+        failure."""
+        if self.workers <= 1:
+            return lambda: part(self.rows)
+        own = t2sql.Database(self.path)
+        self._opened.append(own)
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        future = pool.submit(part, lambda sql, params=(): self.rows(sql, params, db=own))
+        pool.shutdown(wait=False)
+        return future.result
+
     def _named(self, what: str, sql: str, db: t2sql.Database) -> list[tuple]:
         try:
             return self.rows(sql, db=db)
@@ -555,7 +568,8 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
     references = _references(m, tables)
     copies = _copies(m, tables, references)
     relations = _relations(m, tables)
-    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated, m.mirrored)
+    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated, m.mirrored,
+                             m.reader.aside)
     why = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
                       why, round(time.monotonic() - started, 3), tuple(dict.fromkeys(m.left_out)), **realistic)

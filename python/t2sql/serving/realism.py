@@ -64,29 +64,46 @@ MAX_STAT_COLUMNS = 64  # columns per table whose repeats are counted
 Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows (mining raises Unverified on failure)
 
 
+Aside = Callable[[Callable[[Rows], Any]], Callable[[], Any]]  # runs a part beside the rest: its answer, later
+
+
+def _inline(part: Callable[[Rows], Any], rows: Rows) -> Callable[[], Any]:
+    return lambda: part(rows)
+
+
 def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
          counted: dict[str, dict[str, tuple[int, int, int]]], collated: frozenset[str],
-         mirrored: dict[tuple[str, str, str], Any] | None = None) -> dict[str, tuple]:
+         mirrored: dict[tuple[str, str, str], Any] | None = None, aside: Aside | None = None) -> dict[str, tuple]:
     """The symmetries, unique sets, closed vocabularies, path copies and prefixes of a database's tables
     (see the module doc), by Invariants' field names; `counted` is mining's count of each column's values
     (table -> column -> distinct non-NULL values, non-NULL values, pairs of rows that share a value, under
     BINARY), `collated` the tables whose columns may compare under another collation, `mirrored` the
-    answers of `mirrors` mining already has, by (table, a, b)."""
+    answers of `mirrors` mining already has, by (table, a, b). `aside` (mining.Reader.aside) runs the path
+    copies on a connection of their own beside the rest; a failure is raised in the order the parts
+    would run one after the other."""
     mirrored = mirrored or {}
     references = list(references)
+    paths = (aside or (lambda part: _inline(part, rows)))(
+        lambda own: _path_copies(own, tables, references, collated))
     symmetries: list[Symmetry] = []
     unique_sets: list[UniqueSet] = []
     vocabularies: list[Vocabulary] = []
-    for t in tables.values():
-        symmetries += _symmetries(rows, t, references, counted.get(t.name, {}), t.name in collated, mirrored)
-        if t.rows < MIN_ROWS:
-            continue
-        stats = _column_stats(t, counted.get(t.name, {}))
-        unique_sets += _unique_sets(rows, t, stats)
-        vocabularies += _vocabularies(rows, t, stats, references)
+    try:
+        for t in tables.values():
+            symmetries += _symmetries(rows, t, references, counted.get(t.name, {}), t.name in collated, mirrored)
+            if t.rows < MIN_ROWS:
+                continue
+            stats = _column_stats(t, counted.get(t.name, {}))
+            unique_sets += _unique_sets(rows, t, stats)
+            vocabularies += _vocabularies(rows, t, stats, references)
+    except BaseException:
+        try:
+            paths()  # ended before this one's failure is raised
+        except BaseException:  # the earlier part's failure is the one reported
+            pass
+        raise
     return dict(symmetries=tuple(symmetries), unique_sets=tuple(unique_sets), vocabularies=tuple(vocabularies),
-                path_copies=tuple(_path_copies(rows, tables, references, collated)),
-                prefixes=tuple(_prefixes(rows, tables)))
+                path_copies=tuple(paths()), prefixes=tuple(_prefixes(rows, tables)))
 
 
 def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Reference],
