@@ -102,8 +102,16 @@ def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
         except BaseException:  # the earlier part's failure is the one reported
             pass
         raise
+    prefixes: list[Prefix] | BaseException
+    try:  # while the path copies run
+        prefixes = _prefixes(rows, tables)
+    except BaseException as e:  # raised after the path copies' own failure, if any: their turn comes first
+        prefixes = e
+    found = paths()
+    if isinstance(prefixes, BaseException):
+        raise prefixes
     return dict(symmetries=tuple(symmetries), unique_sets=tuple(unique_sets), vocabularies=tuple(vocabularies),
-                path_copies=tuple(paths()), prefixes=tuple(_prefixes(rows, tables)))
+                path_copies=tuple(found), prefixes=tuple(prefixes))
 
 
 def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Reference],
