@@ -11,7 +11,9 @@ import sqlite3
 
 import pytest
 
+import t2sql
 from conftest import bird_root
+from t2sql.serving import realism
 from t2sql.serving.invariants import FORMATS
 from t2sql.serving.mining import mine
 
@@ -110,3 +112,14 @@ def test_a_column_unique_only_letter_case_apart_repeats_under_its_collation(tmp_
     t = mine(str(path)).table("tag")
     assert not t.column("name").unique and t.column("code").unique
     assert t.column("code").cases == ("lower", "upper")
+
+
+def test_halves_of_a_child_sum_to_the_whole():
+    """Path copies' counts and sums, split over two halves of the child's rowids, are the whole table's."""
+    path = str(BIRD / "toxicology" / "toxicology.sqlite")
+    connected = mine(path).table("connected")
+    sql = 'SELECT count(*), sum(c.atom_id < c.atom_id2), sum(c.bond_id LIKE \'%_1_%\') FROM "connected" AS c'
+    with t2sql.Database(path) as db:
+        whole = [tuple(r) for r in db.rows(sql)]
+        halves = realism._summed(db.rows, lambda sqls: [db.rows(s) for s in sqls], connected, sql)
+    assert whole[0][0] == connected.rows and halves == whole

@@ -568,8 +568,9 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
     references = _references(m, tables)
     copies = _copies(m, tables, references)
     relations = _relations(m, tables)
-    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated, m.mirrored,
-                             m.reader.aside)
+    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated, m.mirrored, m.reader.aside,
+                             (lambda sqls: m.reader.many([("path copies", sql) for sql in sqls]))
+                             if m.reader.workers > 1 else None)
     why = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
                       why, round(time.monotonic() - started, 3), tuple(dict.fromkeys(m.left_out)), **realistic)

@@ -66,6 +66,8 @@ Rows = Callable[[str], "list[tuple] | None"]  # a mining statement's rows (minin
 
 Aside = Callable[[Callable[[Rows], Any]], Callable[[], Any]]  # runs a part beside the rest: its answer, later
 
+Many = Callable[[list[str]], "list[list[tuple]]"]  # statements run side by side, their rows in order
+
 
 def _inline(part: Callable[[Rows], Any], rows: Rows) -> Callable[[], Any]:
     return lambda: part(rows)
@@ -73,18 +75,20 @@ def _inline(part: Callable[[Rows], Any], rows: Rows) -> Callable[[], Any]:
 
 def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
          counted: dict[str, dict[str, tuple[int, int, int]]], collated: frozenset[str],
-         mirrored: dict[tuple[str, str, str], Any] | None = None, aside: Aside | None = None) -> dict[str, tuple]:
+         mirrored: dict[tuple[str, str, str], Any] | None = None, aside: Aside | None = None,
+         many: Many | None = None) -> dict[str, tuple]:
     """The symmetries, unique sets, closed vocabularies, path copies and prefixes of a database's tables
     (see the module doc), by Invariants' field names; `counted` is mining's count of each column's values
     (table -> column -> distinct non-NULL values, non-NULL values, pairs of rows that share a value, under
     BINARY), `collated` the tables whose columns may compare under another collation, `mirrored` the
     answers of `mirrors` mining already has, by (table, a, b). `aside` (mining.Reader.aside) runs the path
-    copies on a connection of their own beside the rest; a failure is raised in the order the parts
-    would run one after the other."""
+    copies on a connection of their own beside the rest, `many` (mining.Reader.many) the halves of their
+    child's rows side by side; a failure is raised in the order the parts would run one after the
+    other."""
     mirrored = mirrored or {}
     references = list(references)
     paths = (aside or (lambda part: _inline(part, rows)))(
-        lambda own: _path_copies(own, tables, references, collated))
+        lambda own: _path_copies(own, tables, references, collated, many))
     symmetries: list[Symmetry] = []
     unique_sets: list[UniqueSet] = []
     vocabularies: list[Vocabulary] = []
@@ -114,8 +118,24 @@ def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
                 path_copies=tuple(found), prefixes=tuple(prefixes))
 
 
+def _summed(rows: Rows, many: Many | None, child: Table, sql: str) -> list[tuple] | None:
+    """The answer of `sql` (counts and sums only, over `c`, the child's rows), or, when `many` runs
+    statements side by side and the child has rowids, the sum of its answers on the two halves of them
+    (each row in one half: the same numbers where any row joins)."""
+    if many is None or not child.rowid or any(c.name.lower() in ("rowid", "oid", "_rowid_") for c in child.columns):
+        return rows(sql)  # one statement: no rowid of SQLite's own to split on
+    top = rows(f"SELECT max(rowid) FROM {quote(child.name)}")
+    if not top or not isinstance(top[0][0], int):
+        return rows(sql)
+    half = top[0][0] // 2
+    parts = many([f"{sql} WHERE c.rowid <= {half}", f"{sql} WHERE c.rowid > {half}"])
+    if not all(parts):
+        return None
+    return [tuple((x or 0) + (y or 0) for x, y in zip(parts[0][0], parts[1][0]))]
+
+
 def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Reference],
-                 collated: frozenset[str]) -> list[PathCopy]:
+                 collated: frozenset[str], many: Many | None = None) -> list[PathCopy]:
     # Per pair of references (by their places in `references`), the column pairs no leading row breaks.
     todo: dict[str, list[tuple[int, int, list[tuple[str, str]]]]] = {}
     for i, r1 in enumerate(references):
@@ -150,7 +170,7 @@ def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Referenc
                        f"p{j}.{quote(references[j].parent_columns[0])} IS NOT NULL"
                 terms.append(f"sum({both})")
                 terms += [f"sum({both} AND p{i}.{quote(x)} IS NOT p{j}.{quote(y)})" for x, y in pairs]
-            got = rows(f"SELECT {', '.join(terms)} FROM {quote(child)} AS c {joins}")
+            got = _summed(rows, many, tables[child], f"SELECT {', '.join(terms)} FROM {quote(child)} AS c {joins}")
             at = 0
             for i, j, pairs in items:
                 part = got[0][at:at + 1 + len(pairs)] if got else ()
@@ -160,8 +180,8 @@ def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Referenc
         for i, j, pairs in items:
             r1, r2 = references[i], references[j]
             sums = ", ".join(f"sum(p.{quote(x)} IS NOT q.{quote(y)})" for x, y in pairs)
-            got = rows(f"SELECT count(*), {sums} FROM {quote(child)} AS c JOIN {quote(r1.parent)} AS p ON "
-                       f"{_on(r1, 'p')} JOIN {quote(r2.parent)} AS q ON {_on(r2, 'q')}")
+            got = _summed(rows, many, tables[child], f"SELECT count(*), {sums} FROM {quote(child)} AS c JOIN "
+                          f"{quote(r1.parent)} AS p ON {_on(r1, 'p')} JOIN {quote(r2.parent)} AS q ON {_on(r2, 'q')}")
             found[(i, j)] = _held(r1, r2, pairs, got[0] if got else ())
     return [pc for key in sorted(found) for pc in found[key]]
 
