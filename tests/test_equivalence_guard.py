@@ -416,13 +416,14 @@ def test_an_invariant_mining_cannot_verify_is_never_used(tmp_path):
     store = InvariantStore(DiskCache(tmp_path / "cache"), max_temp_mb=1)
     inv = store.get(path)
     assert t2sql.temp_usage()[1] <= 1024 * 1024 + 64 * 1024
-    # count(DISTINCT v) needs more than the cap: not assumed unique, the database is unsupported (with why) ...
-    assert "repeats in t.v" in inv.unsupported and not inv.tables
+    # v's grouped statement (its repeats) needs more than the cap: not assumed unique, the database is
+    # unsupported (with why) ...
+    assert "values of t.v" in inv.unsupported and not inv.tables
     # ... and that conclusion is kept, so the next process does not mine again.
     assert InvariantStore(DiskCache(tmp_path / "cache")).ready(path) == inv
     with machinery.EquivalenceChecker(invariants=store) as c:
         report = c.check_sync(path, "SELECT v FROM t WHERE id = 1", "SELECT v FROM t WHERE id = 1", CONFIG)
-    assert report.skipped_reason == "unsupported_schema" and "repeats in t.v" in report.detail
+    assert report.skipped_reason == "unsupported_schema" and "values of t.v" in report.detail
 
 
 def test_cancel_frees_the_graders_worker_at_once(tmp_path):

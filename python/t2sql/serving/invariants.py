@@ -41,8 +41,9 @@ from typing import Any
 from t2sql.serving.checkbounds import approx_bytes
 from t2sql.serving.gold_memory import Lru
 
-# 5: the realism rules; 6: no `assumed` (an unverified invariant makes the database unsupported)
-INVARIANTS_VERSION = 6
+# 5: the realism rules; 6: no `assumed` (an unverified invariant makes the database unsupported); 7: letter
+# cases read as smalldb.letter_cases reads them (past a NUL byte too), mining's passes shared
+INVARIANTS_VERSION = 7
 
 MEMO_BYTES = 16 * 1024 * 1024  # what one database's memo holds (Invariants.memo), about
 
@@ -61,6 +62,10 @@ FORMATS: tuple[tuple[str, str, str], ...] = (
     ("time", "{q} GLOB '[0-9][0-9]:[0-9][0-9]*'", r"\A[0-9]{2}:[0-9]{2}"),
     ("digits", "{q} NOT GLOB '*[^0-9]*'", r"\A[0-9]+\Z"),
 )
+
+# Every shape but "empty" starts with an ASCII digit: a text this condition does not hold for is OTHER_TEXT
+# at once (mining tries the shapes only on the others).
+FORMAT_LEAD = "{q} = '' OR {q} GLOB '[0-9]*'"
 
 _FORMAT_RE = [(name, re.compile(pattern, re.S)) for name, _, pattern in FORMATS]
 

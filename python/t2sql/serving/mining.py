@@ -16,8 +16,11 @@ check; t2sql.serving.invariant_store keeps what it finds.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import queue
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,6 +30,7 @@ from t2sql.errors import T2sqlError
 from t2sql.serving import realism
 from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.invariants import (
+    FORMAT_LEAD,
     FORMATS,
     OTHER_TEXT,
     Column,
@@ -37,6 +41,7 @@ from t2sql.serving.invariants import (
     Table,
     quote,
 )
+from t2sql.serving.refuting import lead, unrefuted
 
 log = logging.getLogger("t2sql.serving.mining")
 
@@ -52,9 +57,11 @@ MAX_RELATION_COLUMNS = 10  # numeric columns per table tried for a + b = c (10 c
 
 MAX_COPY_PAIRS = 400  # column pairs per reference tried for a copy
 
-SCAN_COLUMNS = 24  # columns per statement of a table's scan (8 results each: far below SQLite's 2,000)
-
 ANSWER_BYTES = 4 * 1024 * 1024  # what one mining statement may return
+
+# Connections that run independent statements at once (a table's columns, the references): the same
+# answers, each statement its own cost; more than the machine's cores only queues.
+MINE_WORKERS = 2
 
 
 class Unverified(T2sqlError):
@@ -65,16 +72,24 @@ class Unverified(T2sqlError):
 class Reader:
     """Mining's statements on the core, each to its end (a hang guard aside), under mining's Cancel and
     temporary-disk cap. `rows` raises Unverified when a statement fails; `catalog` answers None (the
-    part is left out, t2sql.serving.declared)."""
+    part is left out, t2sql.serving.declared). `many` runs independent statements on up to `workers`
+    connections to the file at once (each its own statement's cost; the answers are the same)."""
 
-    def __init__(self, db: t2sql.Database, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB):
+    def __init__(self, db: t2sql.Database, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB,
+                 path: str | None = None, workers: int = 1):
         self.db = db
         self.cancel = cancel
         self.max_temp_mb = max_temp_mb
         self.statements = 0
+        self.path = path
+        self.workers = workers if path is not None else 1
+        self._idle: queue.SimpleQueue[t2sql.Database] = queue.SimpleQueue()
+        self._opened: list[t2sql.Database] = []
+        self._counting = threading.Lock()
 
     def _ask(self, run: Callable[[], list[tuple]], fail: Callable[[str], Any]) -> Any:
-        self.statements += 1
+        with self._counting:
+            self.statements += 1
         try:
             return run()
         except t2sql.QueryCancelled:
@@ -84,13 +99,57 @@ class Reader:
         except t2sql.T2sqlError as e:
             return fail(f"{type(e).__name__}: {e}"[:300])
 
-    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+    def rows(self, sql: str, params: tuple = (), *, db: t2sql.Database | None = None) -> list[tuple]:
         """The rows of a statement of ours (through the guard); Unverified when it failed."""
         def fail(why: str) -> Any:
             raise Unverified(why)
-        return self._ask(lambda: self.db.rows(
+        on = db or self.db
+        return self._ask(lambda: on.rows(
             sql, list(params), timeout_s=STATEMENT_TIMEOUT_S, max_temp_mb=self.max_temp_mb,
             max_bytes=ANSWER_BYTES, cancel=self.cancel), fail)
+
+    def many(self, asked: list[tuple[str, str]]) -> list[list[tuple]]:
+        """The rows of each (what, sql), in order; Unverified naming the first (in order) that failed."""
+        if self.workers <= 1 or len(asked) <= 1:
+            return [self._named(what, sql, self.db) for what, sql in asked]
+        for _ in range(min(self.workers, len(asked)) - len(self._opened)):
+            extra = t2sql.Database(self.path)
+            self._opened.append(extra)
+            self._idle.put(extra)
+
+        def one(item: tuple[str, str]) -> list[tuple]:
+            db = self._idle.get()
+            try:
+                return self._named(item[0], item[1], db)
+            finally:
+                self._idle.put(db)
+        with concurrent.futures.ThreadPoolExecutor(min(self.workers, len(asked))) as pool:
+            futures = [pool.submit(one, item) for item in asked]
+        return [f.result() for f in futures]  # the first failure in order is raised
+
+    def aside(self, part: Callable[[Callable[..., list[tuple]]], Any]) -> Callable[[], Any]:
+        """`part` run with statements on a connection of its own, beside the caller's (inline, when it
+        asks for the answer, with one worker); the call returned waits for its answer or raises its
+        failure."""
+        if self.workers <= 1:
+            return lambda: part(self.rows)
+        own = t2sql.Database(self.path)
+        self._opened.append(own)
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        future = pool.submit(part, lambda sql, params=(): self.rows(sql, params, db=own))
+        pool.shutdown(wait=False)
+        return future.result
+
+    def _named(self, what: str, sql: str, db: t2sql.Database) -> list[tuple]:
+        try:
+            return self.rows(sql, db=db)
+        except Unverified as e:
+            raise Unverified(f"{what}: {e}") from None
+
+    def close(self) -> None:
+        for db in self._opened:
+            db.close()
+        self._opened.clear()
 
     def catalog(self, pragma: str, name: str | None = None) -> list[tuple] | None:
         """The rows of a catalog pragma (t2sql.Database.catalog), or None when it failed (the same for
@@ -103,6 +162,15 @@ class Reader:
 class _Miner:
     reader: Reader
     left_out: list[tuple[str, str, str]] = field(default_factory=list)
+    # table -> column -> (distinct non-NULL values, non-NULL values, pairs of rows sharing a value), BINARY
+    stats: dict[str, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
+    # (child, column) -> declared parent keys; (child, column, parent, key) -> the child's distinct values
+    # the parent holds
+    hints: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    found: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    # (table, a, b) -> realism.mirrors' answer, where mining ran it
+    mirrored: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    collated: frozenset[str] = frozenset()  # tables whose CREATE statement names a collation
 
     def try_rows(self, what: str, sql: str, params: tuple = ()) -> list[tuple]:
         """The rows; Unverified naming `what` when the statement failed (never None: an invariant is
@@ -113,59 +181,155 @@ class _Miner:
             raise Unverified(f"{what}: {e}") from None
 
 
-def _scan(m: _Miner, name: str, cols: list[str], n_rows: int) -> dict[str, dict[str, Any]]:
-    """NULLs, storage classes, text shapes and letter cases per column, SCAN_COLUMNS columns a statement
-    (a table of hundreds of columns stays under SQLite's result width); a part that did not finish
-    leaves its columns unmined."""
-    stats: dict[str, dict[str, Any]] = {}
-    t = quote(name)
-    for at in range(0, len(cols), SCAN_COLUMNS):
-        part_cols = cols[at:at + SCAN_COLUMNS]
-        parts = []
-        for c in part_cols:
-            q = quote(c)
-            parts.append(f"count({q})")
-            parts += [f"sum(typeof({q}) = '{k}')" for k in ("integer", "real", "text", "blob")]
-            shape = " ".join(f"WHEN {cond.format(q=q)} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
-            parts.append(f"group_concat(DISTINCT CASE WHEN typeof({q}) <> 'text' THEN NULL {shape} "
-                         f"ELSE '{OTHER_TEXT}' END)")
-            parts += [f"max(typeof({q}) = 'text' AND {q} GLOB '*[a-z]*')",
-                      f"max(typeof({q}) = 'text' AND {q} GLOB '*[A-Z]*')"]
-        what = f"NULLs, types and formats of {name}" + (f" (columns {at + 1}-{at + len(part_cols)})"
-                                                          if len(cols) > SCAN_COLUMNS else "")
-        scan = m.try_rows(what, f"SELECT {', '.join(parts)} FROM {t}")
-        for i, c in enumerate(part_cols):
-            row = scan[0]
-            base = i * 8
-            non_null = row[base] or 0
-            stats[c] = dict(
-                nulls=non_null < n_rows,
-                types=tuple(k for k, v in zip(("integer", "real", "text", "blob"), row[base + 1:base + 5]) if v),
-                formats=tuple(sorted(set(str(row[base + 5] or "").split(",")) - {""})),
-                cases=tuple(k for k, v in zip(("lower", "upper"), row[base + 6:base + 8]) if v),
-                mined=True)
-    return stats
+def _column_sql(name: str, c: str, parents: list[tuple[str, str]] = ()) -> str:
+    """One column's values in one statement, grouped (a sort, or a walk of an index that starts with the
+    column): how many distinct and non-NULL values and pairs of rows sharing one (BINARY: letter case
+    counts), its storage classes, text shapes and letter cases. Shapes and cases are functions of a text
+    value and texts equal under BINARY are the same bytes, so one value a group says what every row of
+    it would; a group may mix integer 1 and real 1.0, so its types are taken from every row. For each
+    (table, column) of `parents` (a declared reference's parent key), how many of the distinct values it
+    holds (t2sql.serving.mining._references)."""
+    q = quote(c)
+    shape = " ".join(f"WHEN {cond.format(q='v')} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
+    # Letter cases as smalldb.letter_cases reads them: ASCII upper()/lower() change a text that has one.
+    return (f"SELECT count(*), sum(k), sum(k * (k - 1) / 2), group_concat(DISTINCT low), "
+            f"group_concat(DISTINCT high), group_concat(DISTINCT CASE WHEN typeof(v) <> 'text' THEN NULL "
+            f"WHEN {FORMAT_LEAD.format(q='v')} THEN CASE {shape} ELSE '{OTHER_TEXT}' END "
+            f"ELSE '{OTHER_TEXT}' END), max(typeof(v) = 'text' AND upper(v) <> v COLLATE BINARY), "
+            f"max(typeof(v) = 'text' AND lower(v) <> v COLLATE BINARY)"
+            + "".join(f", sum(EXISTS (SELECT 1 FROM {quote(p)} WHERE {quote(pc)} = v))" for p, pc in parents)
+            + f" FROM (SELECT {q} AS v, count(*) AS k, "
+            f"min(typeof({q})) AS low, max(typeof({q})) AS high FROM {quote(name)} WHERE {q} IS NOT NULL "
+            f"GROUP BY {q} COLLATE BINARY)")
 
 
-def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
+def _column_stats(got: list[tuple]) -> dict[str, Any]:
+    distinct, non_null, pairs, low, high, formats, lower, upper = got[0][:8]
+    seen = set(str(low or "").split(",")) | set(str(high or "").split(","))
+    return dict(distinct=distinct or 0, non_null=non_null or 0, pairs=pairs or 0,
+                types=tuple(k for k in ("integer", "real", "text", "blob") if k in seen),
+                formats=tuple(sorted(set(str(formats or "").split(",")) - {""})),
+                cases=tuple(k for k, v in (("lower", lower), ("upper", upper)) if v), mined=True,
+                found=tuple(got[0][8:]))
+
+
+def _declared_parents(m: _Miner, shapes: dict[str, Shape]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(table, column) -> the (table, column) keys its single-column declared references name, as the
+    catalog says before any data is read (t2sql.serving.declared decides later which references hold)."""
+    names = {n.lower(): n for n in shapes}
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for name in shapes:
+        groups: dict[Any, list[tuple]] = {}
+        for row in m.reader.catalog("foreign_key_list", name) or []:
+            groups.setdefault(row[0], []).append(row)
+        for rows in groups.values():
+            parent = names.get(str(rows[0][2]).lower())
+            if len(rows) != 1 or parent is None:
+                continue
+            child_col = _named_column(shapes[name], rows[0][3])
+            to = rows[0][4]
+            pk = [r[0] for r in shapes[parent].info if r[3]]
+            parent_col = _named_column(shapes[parent], to) if to is not None else (pk[0] if len(pk) == 1 else None)
+            if child_col and parent_col:
+                out.setdefault((name, child_col), []).append((parent, parent_col))
+    m.hints = out
+    return out
+
+
+def _named_column(shape: Shape, name: Any) -> str | None:
+    low = str(name).lower()
+    return next((r[0] for r in shape.info if r[0].lower() == low), None)
+
+
+def _twin_candidates(shapes: dict[str, Shape], hints: dict[tuple[str, str], list[tuple[str, str]]],
+                     collated: frozenset[str]) -> list[tuple[str, str, str]]:
+    """(table, a, b): two columns declared to reference the same parent keys, in a table no two rows of
+    which share (a, b) (a key among them), and no collation."""
+    out = []
+    for name, shape in shapes.items():
+        if name in collated:
+            continue
+        cols = [r[0] for r in shape.info]
+        for i, a in enumerate(cols):
+            for b in cols[i + 1:]:
+                if (hints.get((name, a)) and hints.get((name, a)) == hints.get((name, b))
+                        and any({k.lower() for k in key} <= {a.lower(), b.lower()} for key in shape.keys)):
+                    out.append((name, a, b))
+    return out
+
+
+def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) -> dict[str, Table]:
+    """Every table's row count, columns and (for one without a key) whether its rows repeat: one statement
+    each, run side by side (Reader.many)."""
+    hints = _declared_parents(m, shapes)
+    # A table stored both ways (realism's symmetries) holds in its second column the values of its first:
+    # the mirror check runs first, beside the other columns, and the second column's statement only when
+    # the check fails.
+    twins: dict[tuple[str, str], str] = {}
+    for name, a, b in _twin_candidates(shapes, hints, collated):
+        if (name, b) not in twins and (name, a) not in twins:  # a's own statement runs: b may copy it
+            m.mirrored[(name, a, b)] = None  # a leading row lacks its mirror, until the check says otherwise
+            _, leading = realism.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)
+            refuted = m.try_rows(f"mirrors of {name}", leading)
+            if not refuted[0][0]:
+                twins[(name, b)] = a
+    twin_keys = list(twins.items())
+    # The mirror checks first: each a lookup per row of a large table, they end last if they start last.
+    asked = [(f"mirrors of {name}", realism.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)[0])
+             for (name, b), a in twin_keys]
+    for name, shape in shapes.items():
+        t = quote(name)
+        asked.append((f"row count of {name}", f"SELECT count(*) FROM {t}"))
+        asked += [(f"values of {name}.{r[0]}", _column_sql(name, r[0], hints.get((name, r[0]), [])))
+                  for r in shape.info if (name, r[0]) not in twins]
+        if not shape.keys and shape.info:
+            asked.append((f"repeated rows in {name}",
+                          f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}"))
+    answers = iter(m.reader.many(asked))
+    mirror_answers = [next(answers) for _ in twin_keys]
+    gathered = {}
+    for name, shape in shapes.items():
+        counted = next(answers)
+        stats = {r[0]: _column_stats(next(answers)) for r in shape.info if (name, r[0]) not in twins}
+        apart = bool(next(answers)[0][0]) if not shape.keys and shape.info else False
+        gathered[name] = counted, stats, apart
+    for ((name, b), a), got in zip(twin_keys, mirror_answers):
+        m.mirrored[(name, a, b)] = got
+        stats = gathered[name][1]
+        # Every row's mirror is a row, and no two rows share (a, b): b holds a's values, row for row of the
+        # mirror, the same bytes where they are texts or blobs (a number may equal one of another class).
+        if got[0][0] and got[0][2] == got[0][0] and set(stats[a]["types"]) <= {"text", "blob"}:
+            stats[b] = dict(stats[a])
+        else:
+            stats[b] = _column_stats(m.try_rows(f"values of {name}.{b}", _column_sql(name, b, hints[(name, b)])))
+    tables = {}
+    for name, shape in shapes.items():
+        counted, stats, apart = gathered[name]
+        stats = {r[0]: stats[r[0]] for r in shape.info}
+        n_rows = counted[0][0] if counted and isinstance(counted[0][0], int) else 0
+        tables[name] = _mine_table(m, name, shape, name in collated, n_rows, stats, apart)
+    return tables
+
+
+def _mine_table(m: _Miner, name: str, shape: Shape, collates: bool, n_rows: int, stats: dict[str, dict[str, Any]],
+                apart: bool) -> Table:
+    """`collates`: the table's CREATE statement names a collation (a column's own collation decides what
+    count(DISTINCT) calls equal; grouping is BINARY); `apart`: a table without a key whose rows never
+    repeat."""
     info, rowid, keys = shape.info, shape.rowid, list(shape.keys)
     cols = [r[0] for r in info]
     t = quote(name)
-    n_rows = 0
-    counted = m.try_rows(f"row count of {name}", f"SELECT count(*) FROM {t}")
-    if counted and isinstance(counted[0][0], int):
-        n_rows = counted[0][0]
-    # NULLs, storage classes and text shapes in a scan; distinct counts one column each (they sort), so
-    # a slow one costs only its own invariant.
-    stats = _scan(m, name, cols, n_rows)
     declared_unique = {k[0] for k in keys if len(k) == 1}
     for c in cols:
-        if c in declared_unique:
-            stats[c]["unique"] = True
-            continue
-        got = m.try_rows(f"repeats in {name}.{c}",
-                         f"SELECT count({quote(c)}) = count(DISTINCT {quote(c)}) FROM {t}")
-        stats[c]["unique"] = bool(got[0][0])
+        s = stats[c]
+        s["nulls"] = s["non_null"] < n_rows
+        # Repeats under BINARY are repeats under any collation (BINARY-equal texts are NOCASE- and
+        # RTRIM-equal), so only a column with none under BINARY may need its own collation's count.
+        s["unique"] = c in declared_unique or s["distinct"] == s["non_null"]
+        if collates and s["unique"] and c not in declared_unique:
+            got = m.try_rows(f"repeats in {name}.{c}",
+                             f"SELECT count({quote(c)}) = count(DISTINCT {quote(c)}) FROM {t}")
+            s["unique"] = bool(got[0][0])
     pk_cols = [r for r in info if r[3]]
     integer_key = (pk_cols[0][0] if rowid and len(pk_cols) == 1 and (pk_cols[0][1] or "").upper() == "INTEGER"
                    else None)
@@ -175,13 +339,14 @@ def _mine_table(m: _Miner, name: str, shape: Shape) -> Table:
         columns.append(Column(c, (decl_type or "").upper(), bool(pk), bool(not_null) or c == integer_key,
                               bool(s["nulls"]), bool(s["unique"]), s["types"], s["formats"], s["mined"],
                               s["cases"]))
-    if not keys and cols:
+    if apart:
         # A table without a key (a link table, say) whose rows never repeat keeps them apart: the whole row
         # is its key (a hero does not hold one power twice).
-        got = m.try_rows(f"repeated rows in {name}",
-                         f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}")
-        if got[0][0]:
-            keys.append(tuple(cols))
+        keys.append(tuple(cols))
+    m.stats[name] = {c: (s["distinct"], s["non_null"], s["pairs"]) for c, s in stats.items()}
+    for c, s in stats.items():
+        for (parent, pc), n in zip(m.hints.get((name, c), []), s["found"]):
+            m.found[(name, c, parent, pc)] = n or 0
     return Table(name, tuple(columns), n_rows, rowid, integer_key, tuple(keys))
 
 
@@ -221,30 +386,66 @@ def _candidate_references(tables: dict[str, Table], declared: set[tuple]) -> lis
 def _references(m: _Miner, tables: dict[str, Table]) -> list[Reference]:
     declared = declared_references(m.reader, tables, m.left_out)
     declared_set = set(declared)
-    out: list[Reference] = []
-    for child, ccols, parent, pcols in declared + _candidate_references(tables, declared_set):
-        is_declared = (child, ccols, parent, pcols) in declared_set
-        c, p = quote(child), quote(parent)
-        # Row values with IN (an ephemeral index, n log n), not a correlated NOT EXISTS (n x m without an index).
-        child_cols = "(" + ", ".join(quote(a) for a in ccols) + ")"
-        parent_cols = "(" + ", ".join(quote(b) for b in pcols) + ")"
-        not_null = " AND ".join(f"{quote(a)} IS NOT NULL" for a in ccols)
-        if not is_declared:
-            if not _is_key(tables[parent], pcols):
-                continue
-            dangling = m.try_rows(f"reference {child}({', '.join(ccols)}) -> {parent}",
-                                  f"SELECT EXISTS (SELECT 1 FROM {c} WHERE {not_null} AND {child_cols} NOT IN "
-                                  f"(SELECT {', '.join(quote(b) for b in pcols)} FROM {p})), "
-                                  f"EXISTS (SELECT 1 FROM {c} WHERE {not_null})")
-            if dangling[0][0] or not dangling[0][1]:
+    found = [r for r in declared + _candidate_references(tables, declared_set)
+             if r in declared_set or _is_key(tables[r[2]], r[3])]
+    # Row values with IN (an ephemeral index, n log n, or the child's own index on the columns), not a
+    # correlated NOT EXISTS (n x m without an index).
+    dangling = m.reader.many([
+        (f"reference {child}({', '.join(ccols)}) -> {parent}",
+         f"SELECT EXISTS (SELECT 1 FROM {quote(child)} WHERE {_not_null(ccols)} AND {_row(ccols)} NOT IN "
+         f"(SELECT {', '.join(quote(b) for b in pcols)} FROM {quote(parent)})), "
+         f"EXISTS (SELECT 1 FROM {quote(child)} WHERE {_not_null(ccols)})")
+        for child, ccols, parent, pcols in found if (child, ccols, parent, pcols) not in declared_set])
+    closed = iter(dangling)
+    kept = []
+    for r in found:
+        if r not in declared_set:
+            d = next(closed)
+            if d[0][0] or not d[0][1]:
                 continue  # an undeclared reference counts only when the data proves it closed
-        orphans = m.try_rows(f"every {parent} row has a {child} row",
-                             f"SELECT EXISTS (SELECT 1 FROM {p} WHERE {parent_cols} NOT IN "
-                             f"(SELECT {', '.join(quote(a) for a in ccols)} FROM {c} WHERE {not_null})), "
-                             f"EXISTS (SELECT 1 FROM {p})")
-        total = not orphans[0][0] and bool(orphans[0][1])
-        out.append(Reference(child, ccols, parent, pcols, is_declared, total))
+        kept.append(r)
+    counted = {r: _total_by_count(m, tables, *r) for r in kept}
+    orphans = iter(m.reader.many([
+        (f"every {parent} row has a {child} row",
+         f"SELECT EXISTS (SELECT 1 FROM {quote(parent)} WHERE {_row(pcols)} NOT IN "
+         f"(SELECT {', '.join(quote(a) for a in ccols)} FROM {quote(child)} WHERE {_not_null(ccols)})), "
+         f"EXISTS (SELECT 1 FROM {quote(parent)})")
+        for child, ccols, parent, pcols in kept if counted[(child, ccols, parent, pcols)] is None]))
+    out = []
+    for r in kept:
+        total = counted[r]
+        if total is None:
+            got = next(orphans)
+            total = not got[0][0] and bool(got[0][1])
+        out.append(Reference(*r, r in declared_set, total))
     return out
+
+
+def _total_by_count(m: _Miner, tables: dict[str, Table], child: str, ccols: tuple, parent: str,
+                    pcols: tuple) -> bool | None:
+    """Whether every parent row has a child row, from the child's column statement (the distinct child
+    values the parent key holds), or None when the count cannot say it as NOT IN would: a parent key
+    (unique: a matched child value names one parent row), one storage class on both sides (equal only
+    byte for byte, as grouping is) and no other collation. With a child value somewhere, a parent row
+    whose key is NULL is no orphan (NULL NOT IN a set that is not empty is NULL)."""
+    found = m.found.get((child, ccols[0], parent, pcols[0])) if len(ccols) == 1 else None
+    if found is None or m.collated & {child, parent} or not _is_key(tables[parent], pcols):
+        return None
+    c, p = tables[child].column(ccols[0]), tables[parent].column(pcols[0])
+    if len(c.types) != 1 or c.types != p.types:
+        return None
+    child_values, parent_keys = m.stats[child][c.name][1], m.stats[parent][p.name][1]
+    if not child_values:
+        return None
+    return tables[parent].rows > 0 and found == parent_keys
+
+
+def _row(cols: tuple[str, ...]) -> str:
+    return "(" + ", ".join(quote(c) for c in cols) + ")"
+
+
+def _not_null(cols: tuple[str, ...]) -> str:
+    return " AND ".join(f"{quote(c)} IS NOT NULL" for c in cols)
 
 def _comparable(a: Column, b: Column) -> bool:
     return bool(a.types and b.types and set(a.types) == set(b.types))
@@ -256,9 +457,14 @@ def _copies(m: _Miner, tables: dict[str, Table], references: list[Reference]) ->
         pairs = [(a, b) for i, a in enumerate(cols) for b in cols[i + 1:] if _comparable(a, b)][:MAX_COPY_PAIRS]
         if not pairs or t.rows == 0:
             continue
-        sums = ", ".join(f"sum({quote(a.name)} IS NOT {quote(b.name)})" for a, b in pairs)
+        broken = [f"{quote(a.name)} IS NOT {quote(b.name)}" for a, b in pairs]
+        kept = unrefuted(m.reader.rows, broken, lead(quote(t.name)))
+        if not kept:
+            continue
+        sums = ", ".join(f"sum({broken[i]})" for i in kept)
         got = m.try_rows(f"equal columns of {t.name}", f"SELECT {sums} FROM {quote(t.name)}")
-        out += [Copy(t.name, b.name, t.name, a.name, None) for (a, b), diff in zip(pairs, got[0]) if diff == 0]
+        out += [Copy(t.name, pairs[i][1].name, t.name, pairs[i][0].name, None)
+                for i, diff in zip(kept, got[0]) if diff == 0]
     for r in references:  # through a reference: child.x = parent.y
         child, parent = tables[r.child], tables[r.parent]
         skip_c, skip_p = set(r.child_columns), set(r.parent_columns)
@@ -267,12 +473,17 @@ def _copies(m: _Miner, tables: dict[str, Table], references: list[Reference]) ->
         if not pairs:
             continue
         join = " AND ".join(f"c.{quote(a)} = p.{quote(b)}" for a, b in zip(r.child_columns, r.parent_columns))
-        sums = ", ".join(f"sum(c.{quote(x.name)} IS NOT p.{quote(y.name)})" for x, y in pairs)
+        broken = [f"c.{quote(x.name)} IS NOT p.{quote(y.name)}" for x, y in pairs]
+        kept = unrefuted(m.reader.rows, broken, f"{lead(quote(r.child))} AS c JOIN {quote(r.parent)} AS p ON {join}")
+        if not kept:
+            continue
+        sums = ", ".join(f"sum({broken[i]})" for i in kept)
         got = m.try_rows(f"copies along {r.name}",
                          f"SELECT count(*), {sums} FROM {quote(r.child)} AS c JOIN {quote(r.parent)} AS p ON {join}")
         if not got[0][0]:
             continue
-        out += [Copy(r.child, x.name, r.parent, y.name, r) for (x, y), diff in zip(pairs, got[0][1:]) if diff == 0]
+        out += [Copy(r.child, pairs[i][0].name, r.parent, pairs[i][1].name, r)
+                for i, diff in zip(kept, got[0][1:]) if diff == 0]
     return out
 
 def _relations(m: _Miner, tables: dict[str, Table]) -> list[Relation]:
@@ -284,31 +495,42 @@ def _relations(m: _Miner, tables: dict[str, Table]) -> list[Relation]:
                    if total is not a and total is not b]
         if not triples or t.rows == 0:
             continue
-        terms = []
+        broken = []
         for total, a, b in triples:
             s, x, y = quote(total.name), quote(a.name), quote(b.name)
-            terms.append(f"sum(CASE WHEN {s} IS NULL OR {x} IS NULL OR {y} IS NULL THEN 0 "
-                         f"WHEN abs({x} + {y} - {s}) <= 1e-9 * max(1.0, abs({s})) THEN 0 ELSE 1 END), "
+            broken.append(f"CASE WHEN {s} IS NULL OR {x} IS NULL OR {y} IS NULL THEN 0 "
+                          f"WHEN abs({x} + {y} - {s}) <= 1e-9 * max(1.0, abs({s})) THEN 0 ELSE 1 END")
+        kept = unrefuted(m.reader.rows, broken, lead(quote(t.name)))
+        if not kept:
+            continue
+        terms = []
+        for i in kept:
+            s, x, y = (quote(c.name) for c in triples[i])
+            terms.append(f"sum({broken[i]}), "
                          f"sum({s} IS NOT NULL AND {x} IS NOT NULL AND {y} IS NOT NULL AND {x} <> 0 AND {y} <> 0)")
         got = m.try_rows(f"sums in {t.name}", f"SELECT {', '.join(terms)} FROM {quote(t.name)}")
         row = got[0]
-        for i, (total, a, b) in enumerate(triples):
+        for k, i in enumerate(kept):
+            total, a, b = triples[i]
             # Held in every row, and in at least three rows where neither term is 0 (else a + 0 = a is luck).
-            if row[2 * i] == 0 and (row[2 * i + 1] or 0) >= 3:
+            if row[2 * k] == 0 and (row[2 * k + 1] or 0) >= 3:
                 out.append(Relation(t.name, total.name, a.name, b.name))
     return out
 
-def mine(path: str, *, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB) -> Invariants:
+def mine(path: str, *, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB, workers: int = MINE_WORKERS) -> Invariants:
     """The invariants of the database file at `path` (no cache), mined to the end; `cancel` (a
-    t2sql.Cancel) stops it (QueryCancelled). A statement that fails makes them `unsupported`, naming the
-    invariant it was to verify; a file that is not a readable database raises DatabaseError."""
+    t2sql.Cancel) stops it (QueryCancelled); `workers` connections run independent statements side by
+    side. A statement that fails makes them `unsupported`, naming the invariant it was to verify; a file
+    that is not a readable database raises DatabaseError."""
     started = time.monotonic()
     with t2sql.Database(path) as db:  # a file that is not a readable database: DatabaseError
-        m = _Miner(Reader(db, cancel, max_temp_mb))
+        m = _Miner(Reader(db, cancel, max_temp_mb, path, workers))
         try:
             return _mine(path, m, started)
         except Unverified as e:
             return unsupported(path, f"mining could not verify {e}", time.monotonic() - started)
+        finally:
+            m.reader.close()
 
 
 def unsupported(path: str, why: str, mine_s: float = 0.0) -> Invariants:
@@ -321,6 +543,7 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
     listed, kinds = listing(m.reader, path)
     left: set[str] = set()
     shapes: dict[str, Shape] = {}
+    created: dict[str, str] = {}
     for item in listed:
         if item.kind != "table":
             continue
@@ -333,16 +556,21 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
             shape = table_shape(m.reader, item.name, without_rowid)
             if shape is not None:
                 shapes[item.name] = shape
+                created[item.name] = item.sql
                 continue
             why = "the catalog cannot describe it"
         m.left_out.append(("table", item.name, why))
         left.add(item.name.lower())
     schema = statements(listed, left, m.left_out)
-    tables = {n: _mine_table(m, n, shape) for n, shape in shapes.items()}
+    collated = frozenset(n for n in shapes if re.search(r"\bCOLLATE\b", created[n], re.I))
+    m.collated = collated
+    tables = _mine_tables(m, shapes, collated)
     references = _references(m, tables)
     copies = _copies(m, tables, references)
     relations = _relations(m, tables)
-    realistic = realism.mine(m.reader.rows, tables, references)
+    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated, m.mirrored, m.reader.aside,
+                             (lambda sqls: m.reader.many([("path copies", sql) for sql in sqls]))
+                             if m.reader.workers > 1 else None)
     why = "" if tables else "no table a small database can hold"
     return Invariants(path, schema, tuple(tables.values()), tuple(references), tuple(copies), tuple(relations),
                       why, round(time.monotonic() - started, 3), tuple(dict.fromkeys(m.left_out)), **realistic)

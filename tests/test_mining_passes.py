@@ -1,0 +1,125 @@
+"""Mining's shared passes (t2sql.serving.mining, t2sql.serving.realism) find what a statement per
+invariant would: a column's facts from one grouped statement, candidates refuted on leading rows, a keyed
+symmetry counted from the rest's distinct values, path copies of one child in one pass, statements run side
+by side. Each fast path is checked against the general one it stands for (a table whose CREATE statement
+names a collation takes the general ones), and against what the data says."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import pytest
+
+import t2sql
+from conftest import bird_root
+from t2sql.serving import realism
+from t2sql.serving.invariants import FORMATS
+from t2sql.serving.mining import mine
+
+BIRD = bird_root()
+
+
+def _comparable(inv) -> dict:
+    d = inv.to_dict()
+    for key in ("path", "mine_s", "schema"):
+        d.pop(key)
+    return d
+
+
+def test_every_shape_but_empty_starts_with_a_digit():
+    """Mining tries the shapes only on texts that are empty or start with a digit (FORMAT_LEAD)."""
+    for name, _, pattern in FORMATS:
+        assert pattern == r"\A\Z" or pattern.startswith(r"\A[0-9]"), name
+        assert not re.search(pattern, "x" + "0" * 20), name
+
+
+@pytest.mark.parametrize("db_id", ["toxicology", "superhero", "student_club"])
+def test_side_by_side_statements_give_the_same_invariants(db_id):
+    path = str(BIRD / db_id / f"{db_id}.sqlite")
+    one, two = mine(path, workers=1), mine(path, workers=2)
+    assert not one.unsupported
+    assert _comparable(one) == _comparable(two)
+
+
+def _made_up(path, collate: str) -> None:
+    """People, friendships stored both ways (a `since` per pair), links stored both ways under one tag,
+    text pairs stored both ways, places, and visits whose person, place and guide (when there is one)
+    share a city."""
+    c = collate
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE person (id INTEGER PRIMARY KEY, name TEXT{c}, city TEXT{c}, score)")
+        db.execute(f"CREATE TABLE place (id INTEGER PRIMARY KEY, city TEXT{c})")
+        db.execute(f"CREATE TABLE friend (a INTEGER REFERENCES person(id), b INTEGER REFERENCES person(id), "
+                   f"since INTEGER{c}, PRIMARY KEY (a, b))")
+        db.execute(f"CREATE TABLE link (a INTEGER REFERENCES person(id), b INTEGER REFERENCES person(id), "
+                   f"tag TEXT{c}, PRIMARY KEY (a, b))")
+        db.execute(f"CREATE TABLE visit (id INTEGER PRIMARY KEY, person_id INTEGER REFERENCES person(id), "
+                   f"place_id INTEGER REFERENCES place(id), guide_id INTEGER REFERENCES person(id), "
+                   f"label TEXT{c})")
+        db.execute(f"CREATE TABLE code (id TEXT{c} PRIMARY KEY)")
+        # Text pairs stored both ways: every row's mirror (the second column's statement is implied), and
+        # the same but for one row past the leading ones (it is not).
+        for table in ("tie", "edge"):
+            db.execute(f"CREATE TABLE {table} (x TEXT{c} REFERENCES code(id), y TEXT{c} REFERENCES code(id), "
+                       f"PRIMARY KEY (x, y))")
+        db.executemany("INSERT INTO code VALUES (?)", [(f"C{i:04d}",) for i in range(1300)] + [("z9",)])
+        ties = [(f"C{i:04d}", f"C{i + 1:04d}") for i in range(0, 1280, 2)]
+        for table in ("tie", "edge"):
+            db.executemany(f"INSERT INTO {table} VALUES (?, ?)", ties + [(y, x) for x, y in ties])
+        db.execute("INSERT INTO edge VALUES ('z9', 'C0000')")  # last in either order, no mirror
+        cities = ["Oslo", "Rome", "Lima", "Kyiv"]
+        # A score column mixing 1 and 1.0: one value, two storage classes.
+        db.executemany("INSERT INTO person VALUES (?, ?, ?, ?)",
+                       [(i, f"P{i:03d}", cities[i % 4], (1, 1.0, 2)[i % 3]) for i in range(1, 61)])
+        db.executemany("INSERT INTO place VALUES (?, ?)", [(i, cities[i % 4]) for i in range(1, 41)])
+        pairs = [(i, i + 1, 2000 + i) for i in range(1, 50)]
+        db.executemany("INSERT INTO friend VALUES (?, ?, ?)", pairs + [(b, a, y) for a, b, y in pairs])
+        db.executemany("INSERT INTO link VALUES (?, ?, ?)",
+                       [(a, b, "t") for a, b, _ in pairs] + [(b, a, "t") for a, b, _ in pairs])
+        db.executemany("INSERT INTO visit VALUES (?, ?, ?, ?, ?)",
+                       [(v, p, 4 * (v % 10) + p % 4 or 4, None if v % 3 else (p + 3) % 60 + 1, f"V{v}-{p}")
+                        for v, p in ((v, v % 60 + 1) for v in range(1, 121))])
+
+
+def test_the_fast_paths_find_what_the_general_ones_do(tmp_path):
+    plain, collated = tmp_path / "plain.sqlite", tmp_path / "collated.sqlite"
+    _made_up(plain, "")
+    _made_up(collated, " COLLATE BINARY")  # the same comparisons, the general statements
+    fast, general = mine(str(plain)), mine(str(collated))
+    assert not fast.unsupported
+    assert _comparable(fast) == _comparable(general)
+    assert sorted((s.table, s.left, s.right, s.keyed) for s in fast.symmetries) == [
+        ("friend", "a", "b", True), ("link", "a", "b", False), ("tie", "x", "y", False)]
+    edge = fast.table("edge")
+    assert edge.column("x").cases == ("lower", "upper") and edge.column("y").cases == ("upper",)
+    assert {frozenset([(p.first.child_columns, p.first_column), (p.second.child_columns, p.second_column)])
+            for p in fast.path_copies} == {
+        frozenset([(("person_id",), "city"), (("place_id",), "city")]),
+        frozenset([(("person_id",), "city"), (("guide_id",), "city")]),
+        frozenset([(("place_id",), "city"), (("guide_id",), "city")])}
+    score = fast.table("person").column("score")
+    assert set(score.types) == {"integer", "real"} and not score.unique and score.formats == ()
+    name = fast.table("person").column("name")
+    assert name.unique and name.cases == ("upper",) and name.formats == ("text",)
+
+
+def test_a_column_unique_only_letter_case_apart_repeats_under_its_collation(tmp_path):
+    path = tmp_path / "nocase.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE tag (id INTEGER PRIMARY KEY, name TEXT COLLATE NOCASE, code TEXT)")
+        db.executemany("INSERT INTO tag VALUES (?, ?, ?)", [(1, "a", "a"), (2, "A", "A"), (3, "b", "b")])
+    t = mine(str(path)).table("tag")
+    assert not t.column("name").unique and t.column("code").unique
+    assert t.column("code").cases == ("lower", "upper")
+
+
+def test_halves_of_a_child_sum_to_the_whole():
+    """Path copies' counts and sums, split over two halves of the child's rowids, are the whole table's."""
+    path = str(BIRD / "toxicology" / "toxicology.sqlite")
+    connected = mine(path).table("connected")
+    sql = 'SELECT count(*), sum(c.atom_id < c.atom_id2), sum(c.bond_id LIKE \'%_1_%\') FROM "connected" AS c'
+    with t2sql.Database(path) as db:
+        whole = [tuple(r) for r in db.rows(sql)]
+        halves = realism._summed(db.rows, lambda sqls: [db.rows(s) for s in sqls], connected, sql)
+    assert whole[0][0] == connected.rows and halves == whole
