@@ -25,3 +25,26 @@ def test_a_scaled_copy_keeps_every_invariant_mined_at_1x(tmp_path):
         assert conn.execute("SELECT count(*) FROM molecule WHERE molecule_id LIKE '%TR000%'").fetchone()[0] == 1
     finally:
         conn.close()
+
+
+def test_the_bench_reports_each_scale_beside_1x(tmp_path):
+    # End to end through the CLI, as docs/benchmarks.md runs it, on a small scale: the copy's invariants and
+    # verdicts equal 1x's, and each scale reports its cost (the CPU per check and its share of a step too).
+    import json
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    root = bird_root()
+    out = subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "equivalence-scale", "--db-root", str(root),
+                          "--data", str(root / "dev.json"), "--db-id", "toxicology", "--scales", "2",
+                          "--pairs-limit", "6", "--work-dir", str(tmp_path), "--json"],
+                         capture_output=True, text=True, timeout=600, env=child_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert [r["scale"] for r in report["scales"]] == [1, 2] and report["pairs"] == 6
+    for r in report["scales"]:
+        assert r["invariants_equal_1x"] and r["verdicts_equal_1x"] == 6
+        assert r["p95_s"] >= r["p50_s"] > 0 and r["step"]["cpu_mean_s"] > 0
+    assert not (tmp_path / "x2" / "toxicology" / "toxicology.sqlite").exists()  # each copy removed after its scale
