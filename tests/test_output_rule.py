@@ -245,3 +245,25 @@ def test_sigterm_inside_asyncio_unwinds_every_task_and_leaves_no_stored_exceptio
     assert (proc.returncode, proc.stderr) == (0, "")
     lines = proc.stdout.splitlines()
     assert sorted(lines[:3]) == ["0 unwound", "1 unwound", "2 unwound"] and lines[3:] == ["terminated"]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_what_an_interrupt_left_half_made_complains_at_exit_only_before_quiet_teardown(quiet):
+    # An event loop an interrupt stopped while it started, collected at exit, prints a traceback; once the
+    # interrupt is reported (quiet_teardown), such complaints, and a coroutine that never ran, are dropped.
+    script = (
+        "import asyncio, gc\n"
+        "from t2sql.interrupts import quiet_teardown\n"
+        "class HalfMade:\n"
+        "    def __del__(self):\n"
+        "        raise RuntimeError('Cannot close a running event loop')\n"
+        "async def never(): pass\n"
+        f"{'quiet_teardown()' if quiet else 'pass'}\n"
+        "left = [HalfMade(), never()]\n"
+        "del left\n"
+        "gc.collect()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=child_env())
+    assert out.returncode == 0
+    assert ("Traceback" in out.stderr and "never awaited" in out.stderr) is not quiet, out.stderr
+    if quiet:
+        assert out.stderr == ""

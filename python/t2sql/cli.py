@@ -85,8 +85,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (t2sql.interrupts)
-        from t2sql.interrupts import interrupt_exit, interrupt_word
+        from t2sql.interrupts import interrupt_exit, interrupt_word, quiet_teardown
 
+        quiet_teardown()
         print(interrupt_word(e), file=sys.stderr)
         return interrupt_exit(e)
     except (T2sqlError, OSError) as e:

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from typing import Iterator
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -36,6 +37,15 @@ def interrupt_exit(interrupt: KeyboardInterrupt) -> int:
 def interrupt_word(interrupt: KeyboardInterrupt) -> str:
     """How a message names it: "terminated" (SIGTERM) or "interrupted" (SIGINT)."""
     return "terminated" if isinstance(interrupt, _Terminated) else "interrupted"
+
+
+def quiet_teardown() -> None:
+    """Called once an interrupt has been reported: what it left half-made (an event loop it stopped while
+    starting, a coroutine cancelled before its first step) is collected at exit with a complaint and a
+    traceback that tell the user nothing they can act on; those complaints are dropped. Outputs are
+    already answered for (t2sql.atomic)."""
+    sys.unraisablehook = lambda unraisable: None
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.errors import GoldCacheError, OutputPathError
 from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import OUTCOMES, grade, grade_memory_setting
-from t2sql.interrupts import interrupt_word
+from t2sql.interrupts import interrupt_word, quiet_teardown
 from t2sql.jsonl import dumps, loads_or_none
 from t2sql.progress import Progress
 from t2sql.serving.gold_memory import GOLD_MEMORY_ENTRIES, Lru
@@ -245,6 +245,7 @@ def _grade_pairs(args: argparse.Namespace) -> int:
         with grader, output.open() as out, Progress(total, "grading") as bar:
             asyncio.run(batch.grade_all(out, bar))
     except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (t2sql.interrupts)
+        quiet_teardown()
         return _fail(f"{interrupt_word(e)} after {batch.lines} of {total} lines; --out {out_path} was not written")
     except OutputPathError as e:  # the path changed during the run (t2sql.atomic checks it again before the rename)
         return _fail(str(e))
