@@ -1,4 +1,4 @@
-"""Mining's shared passes (t2sql.serving.mining, t2sql.serving.realism) find what a statement per
+"""Mining's shared passes (t2sql.serving.mining, t2sql.serving.realism_mining) find what a statement per
 invariant would: a column's facts from one grouped statement, candidates refuted on leading rows, a keyed
 symmetry counted from the rest's distinct values, path copies of one child in one pass, statements run side
 by side. Each fast path is checked against the general one it stands for (a table whose CREATE statement
@@ -13,7 +13,7 @@ import pytest
 
 import t2sql
 from conftest import bird_root
-from t2sql.serving import realism
+from t2sql.serving import realism_mining
 from t2sql.serving.invariants import FORMATS
 from t2sql.serving.mining import mine
 
@@ -121,5 +121,5 @@ def test_halves_of_a_child_sum_to_the_whole():
     sql = 'SELECT count(*), sum(c.atom_id < c.atom_id2), sum(c.bond_id LIKE \'%_1_%\') FROM "connected" AS c'
     with t2sql.Database(path) as db:
         whole = [tuple(r) for r in db.rows(sql)]
-        halves = realism._summed(db.rows, lambda sqls: [db.rows(s) for s in sqls], connected, sql)
+        halves = realism_mining._summed(db.rows, lambda sqls: [db.rows(s) for s in sqls], connected, sql)
     assert whole[0][0] == connected.rows and halves == whole

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from t2sql.serving import sampling
+from t2sql.serving import real_rows
 from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.invariant_store import InvariantStore
-from t2sql.serving.sampling import RealRows
+from t2sql.serving.real_rows import RealRows
 
 
 def _db(path):
@@ -31,7 +31,7 @@ def test_a_lookup_no_index_serves_reads_only_the_first_rows_of_a_large_table(tmp
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
     [ref] = [r for r in inv.references if r.child == "child"]
-    monkeypatch.setattr(sampling, "SCAN_ROWS", 10)
+    monkeypatch.setattr(real_rows, "SCAN_ROWS", 10)
     real = RealRows(path, inv)
     try:
         assert real.children(ref, (5,)) and not real.children(ref, (30,))  # row 30 is past the first 10
@@ -41,7 +41,7 @@ def test_a_lookup_no_index_serves_reads_only_the_first_rows_of_a_large_table(tmp
         assert len(real.values("child", "tag")) == 10
     finally:
         real.close()
-    monkeypatch.setattr(sampling, "SCAN_ROWS", 100)  # a table that small is read whole
+    monkeypatch.setattr(real_rows, "SCAN_ROWS", 100)  # a table that small is read whole
     real = RealRows(path, inv)
     try:
         assert real.children(ref, (30,)) and real.by_key("child", ("tag",), ("tag30",)) is not None
@@ -54,7 +54,7 @@ def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_pat
 
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
-    monkeypatch.setattr(sampling, "JOIN_SCAN_ROWS", 10)
+    monkeypatch.setattr(real_rows, "JOIN_SCAN_ROWS", 10)
     real = RealRows(path, inv)
     try:
         def found(sql):  # the rows the query keeps (not those that miss a condition)
@@ -119,7 +119,7 @@ def test_a_lookup_a_row_of_another_storage_class_asks_is_not_served_by_the_colum
 def test_a_prefix_lookup_through_an_index_finds_what_the_scan_finds(tmp_path, monkeypatch):
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
-    monkeypatch.setattr(sampling, "SCAN_ROWS", 10)
+    monkeypatch.setattr(real_rows, "SCAN_ROWS", 10)
     real = RealRows(path, inv)
     try:
         want = sorted(r[0] for r in _truth(path, "SELECT code FROM child WHERE code LIKE 'c1_%'"))
@@ -135,9 +135,9 @@ def test_lineage_runs_on_a_copy_of_the_first_rows_or_on_the_file_when_none_is_ma
 
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
-    monkeypatch.setattr(sampling, "JOIN_SCAN_ROWS", 10)
-    for cap, copied in ((sampling.FIRST_ROWS_BYTES, True), (1, False)):
-        monkeypatch.setattr(sampling, "FIRST_ROWS_BYTES", cap)
+    monkeypatch.setattr(real_rows, "JOIN_SCAN_ROWS", 10)
+    for cap, copied in ((real_rows.FIRST_ROWS_BYTES, True), (1, False)):
+        monkeypatch.setattr(real_rows, "FIRST_ROWS_BYTES", cap)
         real = RealRows(path, inv)
         try:
             assert (real.first_rows() is not None) is copied
@@ -152,7 +152,7 @@ def test_lineage_runs_on_a_copy_of_the_first_rows_or_on_the_file_when_none_is_ma
             assert not found("SELECT tag FROM child WHERE parent_id IN (SELECT id FROM parent WHERE name = 'p30')")
         finally:
             real.close()
-    monkeypatch.setattr(sampling, "JOIN_SCAN_ROWS", 100)
+    monkeypatch.setattr(real_rows, "JOIN_SCAN_ROWS", 100)
     real = RealRows(path, inv)
     try:
         assert real.first_rows() is None  # every table that small: the file itself

@@ -85,7 +85,7 @@ def _edited_comparison(gold: str, pred: str) -> tuple[re.Match | None, str | Non
 
 class WholeFile:
     """`lookup` (a statement's rows on the real file) as t2sql.serving.presupposed reads the real database:
-    the labels read every row, where the check reads a bounded part (t2sql.serving.sampling.RealRows)."""
+    the labels read every row, where the check reads a bounded part (t2sql.serving.real_rows.RealRows)."""
 
     def __init__(self, lookup: Any):
         self.rows = lookup

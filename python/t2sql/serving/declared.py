@@ -14,7 +14,7 @@ from t2sql.sqltext import tokens
 
 
 class StatementReader(Protocol):
-    """What reads the database for mining (t2sql.serving.mining.Reader): None for a statement that
+    """What reads the database for mining (t2sql.serving.mining_reader.Reader): None for a statement that
     failed or ran out of time."""
 
     def rows(self, sql: str, params: tuple = ()) -> list[tuple] | None: ...

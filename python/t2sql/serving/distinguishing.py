@@ -17,7 +17,8 @@ from typing import Any
 
 from t2sql.serving import querytext
 from t2sql.serving.invariants import quote, sqlite_key
-from t2sql.serving.sampling import RealRows, add_rows
+from t2sql.serving.real_rows import RealRows
+from t2sql.serving.sampling import add_rows
 from t2sql.serving.smalldb import SmallDb, column_index
 
 PARENTS_PER_COMPARISON = 4  # real parent rows tried per comparison

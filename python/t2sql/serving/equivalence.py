@@ -1,9 +1,8 @@
 """The equivalence check's machinery: small databases of the real one's kind, and the check on them.
 
-The rules (when the check runs, what a verdict on a small database means, the reward term) are stated
-in t2sql.episode.equivalence. This module runs one check in the calling thread
-(`EquivalenceChecker.check_sync`); `Grader.equivalence` runs that on one of the Grader's SQL workers,
-so its SQL counts against the Grader's one concurrency limit.
+The rules (when the check runs, the reward term) are in t2sql.episode.equivalence. This module runs one
+check in the calling thread (`EquivalenceChecker.check_sync`); `Grader.equivalence` runs that on one of
+the Grader's SQL workers, so its SQL counts against the Grader's one concurrency limit.
 
 A check tries small databases (t2sql.serving.smalldb) that keep every declared constraint, every
 invariant mined from the real data (t2sql.serving.invariants) and what the question presupposes
@@ -13,12 +12,8 @@ database's suite (t2sql.serving.suites); docs/recipe_extras.md says how each is 
 Every query runs in the core's guard (the real file through `Database.rows` and `Database.catalog`,
 small databases through `Database.from_rows`), under one deadline and one Cancel for the whole check
 (t2sql.serving.checkbounds); the caches are bounded in bytes. Whatever it meets, a check returns a
-report: refuted with a witness, checked, or skipped for one of SKIP_REASONS.
-
-A small database refutes the match when the queries' results there differ (or the prediction fails
-where the gold runs), on it and on its mirror (the rows in reverse order, SQLite's unordered scans
-reversed), with neither result depending on which of tied rows an ORDER BY ... LIMIT keeps. The
-first that does is the witness: its rows as INSERT statements and both results there.
+report: refuted with a witness (t2sql.serving.refutation says when a small database refutes),
+checked, or skipped for one of SKIP_REASONS.
 """
 
 from __future__ import annotations
@@ -44,8 +39,8 @@ from t2sql.serving.invariant_store import InvariantStore
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.nondeterminism import nondeterministic
 from t2sql.serving.presupposed import Presupposition, degenerate, one_row_answer, presupposition
+from t2sql.serving.real_rows import RealRows
 from t2sql.serving.refutation import NONDETERMINISTIC, Prepared, Trial, refutes, shrink
-from t2sql.serving.sampling import RealRows
 from t2sql.serving.smalldb import SmallDb
 from t2sql.serving.suites import SUITE_VERSION, build_suite, suite_from_json, suite_to_json
 from t2sql.serving.targeted import Covered, realistic, targeted

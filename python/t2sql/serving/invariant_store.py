@@ -16,7 +16,8 @@ import t2sql
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.invariants import INVARIANTS_VERSION, Invariants
 from t2sql.serving.invariants_read import read_invariants
-from t2sql.serving.mining import MINE_TEMP_MB, mine, unsupported
+from t2sql.serving.mining import mine, unsupported
+from t2sql.serving.mining_reader import MINE_TEMP_MB
 
 log = logging.getLogger("t2sql.serving.invariant_store")
 

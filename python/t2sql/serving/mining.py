@@ -16,18 +16,14 @@ check; t2sql.serving.invariant_store keeps what it finds.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-import queue
 import re
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import t2sql
-from t2sql.errors import T2sqlError
-from t2sql.serving import realism
+from t2sql.serving import realism_mining
 from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.invariants import (
     FORMAT_LEAD,
@@ -41,122 +37,14 @@ from t2sql.serving.invariants import (
     Table,
     quote,
 )
+from t2sql.serving.mining_reader import MINE_TEMP_MB, MINE_WORKERS, Reader, Unverified
 from t2sql.serving.refuting import lead, unrefuted
 
 log = logging.getLogger("t2sql.serving.mining")
 
-# No statement of mining's is timed out by load: this only ends one that hangs (a file on a dead mount).
-STATEMENT_TIMEOUT_S = 6 * 3600.0
-
-# Temporary disk per mining statement (a count(DISTINCT) sorts one column of one table): large enough for
-# the release's largest columns; a statement past it leaves its invariant unverified (same file, same
-# outcome).
-MINE_TEMP_MB = 16 * 1024
-
 MAX_RELATION_COLUMNS = 10  # numeric columns per table tried for a + b = c (10 columns: 360 triples)
 
 MAX_COPY_PAIRS = 400  # column pairs per reference tried for a copy
-
-ANSWER_BYTES = 4 * 1024 * 1024  # what one mining statement may return
-
-# Connections that run independent statements at once (a table's columns, the references): the same
-# answers, each statement its own cost; more than the machine's cores only queues.
-MINE_WORKERS = 2
-
-
-class Unverified(T2sqlError):
-    """A statement of mining's failed: what it was to verify, and why (caught inside mine(), which
-    then reports the database unsupported)."""
-
-
-class Reader:
-    """Mining's statements on the core, each to its end (a hang guard aside), under mining's Cancel and
-    temporary-disk cap. `rows` raises Unverified when a statement fails; `catalog` answers None (the
-    part is left out, t2sql.serving.declared). `many` runs independent statements on up to `workers`
-    connections to the file at once (each its own statement's cost; the answers are the same)."""
-
-    def __init__(self, db: t2sql.Database, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB,
-                 path: str | None = None, workers: int = 1):
-        self.db = db
-        self.cancel = cancel
-        self.max_temp_mb = max_temp_mb
-        self.statements = 0
-        self.path = path
-        self.workers = workers if path is not None else 1
-        self._idle: queue.SimpleQueue[t2sql.Database] = queue.SimpleQueue()
-        self._opened: list[t2sql.Database] = []
-        self._counting = threading.Lock()
-
-    def _ask(self, run: Callable[[], list[tuple]], fail: Callable[[str], Any]) -> Any:
-        with self._counting:
-            self.statements += 1
-        try:
-            return run()
-        except t2sql.QueryCancelled:
-            raise
-        except t2sql.QueryTimeout:
-            raise Unverified(f"a statement ran past {STATEMENT_TIMEOUT_S:g}s") from None
-        except t2sql.T2sqlError as e:
-            return fail(f"{type(e).__name__}: {e}"[:300])
-
-    def rows(self, sql: str, params: tuple = (), *, db: t2sql.Database | None = None) -> list[tuple]:
-        """The rows of a statement of ours (through the guard); Unverified when it failed."""
-        def fail(why: str) -> Any:
-            raise Unverified(why)
-        on = db or self.db
-        return self._ask(lambda: on.rows(
-            sql, list(params), timeout_s=STATEMENT_TIMEOUT_S, max_temp_mb=self.max_temp_mb,
-            max_bytes=ANSWER_BYTES, cancel=self.cancel), fail)
-
-    def many(self, asked: list[tuple[str, str]]) -> list[list[tuple]]:
-        """The rows of each (what, sql), in order; Unverified naming the first (in order) that failed."""
-        if self.workers <= 1 or len(asked) <= 1:
-            return [self._named(what, sql, self.db) for what, sql in asked]
-        for _ in range(min(self.workers, len(asked)) - len(self._opened)):
-            extra = t2sql.Database(self.path)
-            self._opened.append(extra)
-            self._idle.put(extra)
-
-        def one(item: tuple[str, str]) -> list[tuple]:
-            db = self._idle.get()
-            try:
-                return self._named(item[0], item[1], db)
-            finally:
-                self._idle.put(db)
-        with concurrent.futures.ThreadPoolExecutor(min(self.workers, len(asked))) as pool:
-            futures = [pool.submit(one, item) for item in asked]
-        return [f.result() for f in futures]  # the first failure in order is raised
-
-    def aside(self, part: Callable[[Callable[..., list[tuple]]], Any]) -> Callable[[], Any]:
-        """`part` run with statements on a connection of its own, beside the caller's (inline, when it
-        asks for the answer, with one worker); the call returned waits for its answer or raises its
-        failure."""
-        if self.workers <= 1:
-            return lambda: part(self.rows)
-        own = t2sql.Database(self.path)
-        self._opened.append(own)
-        pool = concurrent.futures.ThreadPoolExecutor(1)
-        future = pool.submit(part, lambda sql, params=(): self.rows(sql, params, db=own))
-        pool.shutdown(wait=False)
-        return future.result
-
-    def _named(self, what: str, sql: str, db: t2sql.Database) -> list[tuple]:
-        try:
-            return self.rows(sql, db=db)
-        except Unverified as e:
-            raise Unverified(f"{what}: {e}") from None
-
-    def close(self) -> None:
-        for db in self._opened:
-            db.close()
-        self._opened.clear()
-
-    def catalog(self, pragma: str, name: str | None = None) -> list[tuple] | None:
-        """The rows of a catalog pragma (t2sql.Database.catalog), or None when it failed (the same for
-        the same file)."""
-        return self._ask(lambda: self.db.catalog(pragma, name, timeout_s=STATEMENT_TIMEOUT_S, cancel=self.cancel),
-                         lambda why: None)
-
 
 @dataclass
 class _Miner:
@@ -168,7 +56,7 @@ class _Miner:
     # the parent holds
     hints: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
     found: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
-    # (table, a, b) -> realism.mirrors' answer, where mining ran it
+    # (table, a, b) -> realism_mining.mirrors' answer, where mining ran it
     mirrored: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     collated: frozenset[str] = frozenset()  # tables whose CREATE statement names a collation
 
@@ -269,13 +157,13 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
     for name, a, b in _twin_candidates(shapes, hints, collated):
         if (name, b) not in twins and (name, a) not in twins:  # a's own statement runs: b may copy it
             m.mirrored[(name, a, b)] = None  # a leading row lacks its mirror, until the check says otherwise
-            _, leading = realism.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)
+            _, leading = realism_mining.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)
             refuted = m.try_rows(f"mirrors of {name}", leading)
             if not refuted[0][0]:
                 twins[(name, b)] = a
     twin_keys = list(twins.items())
     # The mirror checks first: each a lookup per row of a large table, they end last if they start last.
-    asked = [(f"mirrors of {name}", realism.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)[0])
+    asked = [(f"mirrors of {name}", realism_mining.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)[0])
              for (name, b), a in twin_keys]
     for name, shape in shapes.items():
         t = quote(name)
@@ -568,7 +456,7 @@ def _mine(path: str, m: _Miner, started: float) -> Invariants:
     references = _references(m, tables)
     copies = _copies(m, tables, references)
     relations = _relations(m, tables)
-    realistic = realism.mine(m.reader.rows, tables, references, m.stats, collated, m.mirrored, m.reader.aside,
+    realistic = realism_mining.mine(m.reader.rows, tables, references, m.stats, collated, m.mirrored, m.reader.aside,
                              (lambda sqls: m.reader.many([("path copies", sql) for sql in sqls]))
                              if m.reader.workers > 1 else None)
     why = "" if tables else "no table a small database can hold"

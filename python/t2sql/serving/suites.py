@@ -12,8 +12,9 @@ import t2sql
 from t2sql._grader import GradeSpec
 from t2sql.serving.diskcache import database_key
 from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.real_rows import RealRows
 from t2sql.serving.refutation import digest
-from t2sql.serving.sampling import RealRows, add_rows, close, duplicate, rekey, stable_rng
+from t2sql.serving.sampling import add_rows, close, duplicate, rekey, stable_rng
 from t2sql.serving.smalldb import SmallDb, column_index
 from t2sql.serving.targeted import realistic
 

@@ -12,15 +12,8 @@ from t2sql.serving import ordering, querytext
 from t2sql.serving.distinguishing import childless, repointed
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.lineage import alike, another_value, duplicate_tuple, fetch_lineage
-from t2sql.serving.sampling import (
-    RealRows,
-    add_rows,
-    close,
-    duplicate,
-    rekey,
-    repair_relations,
-    stable_rng,
-)
+from t2sql.serving.real_rows import RealRows
+from t2sql.serving.sampling import add_rows, close, duplicate, rekey, repair_relations, stable_rng
 from t2sql.serving.smalldb import SmallDb, column_index
 from t2sql.serving.variants import literal_variants
 

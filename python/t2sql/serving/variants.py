@@ -12,7 +12,7 @@ from typing import Any
 from t2sql.serving import realism
 from t2sql.serving.invariants import Table, storage_class, text_format
 from t2sql.serving.querytext import Comparison
-from t2sql.serving.sampling import RealRows
+from t2sql.serving.real_rows import RealRows
 from t2sql.serving.smalldb import letter_cases
 
 
