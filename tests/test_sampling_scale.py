@@ -32,21 +32,15 @@ def test_a_lookup_no_index_serves_reads_only_the_first_rows_of_a_large_table(tmp
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
     [ref] = [r for r in inv.references if r.child == "child"]
     monkeypatch.setattr(real_rows, "SCAN_ROWS", 10)
-    real = RealRows(path, inv)
-    try:
+    with RealRows(path, inv) as real:
         assert real.children(ref, (5,)) and not real.children(ref, (30,))  # row 30 is past the first 10
         assert real.by_key("child", ("tag",), ("tag30",)) is None  # no index on tag
         assert real.by_key("child", ("code",), ("c30",)) is not None  # CREATE INDEX serves it
         assert real.by_key("child", ("cid",), (30,)) is not None  # the rowid
         assert len(real.values("child", "tag")) == 10
-    finally:
-        real.close()
     monkeypatch.setattr(real_rows, "SCAN_ROWS", 100)  # a table that small is read whole
-    real = RealRows(path, inv)
-    try:
+    with RealRows(path, inv) as real:
         assert real.children(ref, (30,)) and real.by_key("child", ("tag",), ("tag30",)) is not None
-    finally:
-        real.close()
 
 
 def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_path, monkeypatch):
@@ -55,8 +49,7 @@ def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_pat
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
     monkeypatch.setattr(real_rows, "JOIN_SCAN_ROWS", 10)
-    real = RealRows(path, inv)
-    try:
+    with RealRows(path, inv) as real:
         def found(sql):  # the rows the query keeps (not those that miss a condition)
             return [t for label, tuples in fetch_lineage(real, inv, sql) if label.endswith("its rows")
                     for t in tuples]
@@ -66,8 +59,6 @@ def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_pat
         # a LEFT JOIN's missing side (a NULL rowid) stays in scope
         assert found("SELECT p.name FROM parent AS p LEFT JOIN child AS c ON c.parent_id = p.id AND c.tag = 'none' "
                      "WHERE p.id = 3")
-    finally:
-        real.close()
 
 
 def _truth(path, sql, params=()):
@@ -88,10 +79,9 @@ def test_an_unindexed_lookup_reads_its_column_once_and_finds_what_the_scan_finds
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
     [ref] = [r for r in inv.references if r.child == "child"]
     statements = []
-    real = RealRows(path, inv)
-    run = real._run
-    monkeypatch.setattr(real, "_run", lambda sql, *a: statements.append(sql) or run(sql, *a))
-    try:
+    with RealRows(path, inv) as real:
+        run = real._run
+        monkeypatch.setattr(real, "_run", lambda sql, *a: statements.append(sql) or run(sql, *a))
         for parent in (1, 2, 3, 7):
             want = _truth(path, "SELECT * FROM child WHERE parent_id = ? ORDER BY rowid LIMIT 4", (parent,))
             assert real.children(ref, (parent,), limit=4) == want
@@ -101,33 +91,26 @@ def test_an_unindexed_lookup_reads_its_column_once_and_finds_what_the_scan_finds
         reads = [s for s in statements if "rowid IN" not in s and ('"parent_id" = ?' in s or '"tag" = ?' in s)]
         assert reads == []  # no statement looked for a value by reading the table
         assert sum('SELECT rowid, "tag"' in s for s in statements) == 1  # the column, read once
-    finally:
-        real.close()
 
 
 def test_a_lookup_a_row_of_another_storage_class_asks_is_not_served_by_the_column_read(tmp_path):
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
-    real = RealRows(path, inv)
-    try:  # 5 against a text column: SQLite's affinity finds no 'tag' equal to it, nor does the lookup
+    # 5 against a text column: SQLite's affinity finds no 'tag' equal to it, nor does the lookup
+    with RealRows(path, inv) as real:
         assert real.by_key("child", ("tag",), (5,)) is None
         assert real.by_key("child", ("parent_id",), ("5",)) == _truth(path, "SELECT * FROM child WHERE cid = 5")[0]
-    finally:
-        real.close()
 
 
 def test_a_prefix_lookup_through_an_index_finds_what_the_scan_finds(tmp_path, monkeypatch):
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
     monkeypatch.setattr(real_rows, "SCAN_ROWS", 10)
-    real = RealRows(path, inv)
-    try:
+    with RealRows(path, inv) as real:
         want = sorted(r[0] for r in _truth(path, "SELECT code FROM child WHERE code LIKE 'c1_%'"))
         assert sorted(real.values_with_prefix("child", "code", "c1")) == want  # indexed: every row
         assert real.values_with_prefix("child", "tag", "tag1") == ["tag10"]  # tag11.. lie past the first 10
         assert sorted(real.values_with_prefix("child", "tag", "tag")) == sorted(f"tag{i}" for i in range(1, 11))
-    finally:
-        real.close()
 
 
 def test_lineage_runs_on_a_copy_of_the_first_rows_or_on_the_file_when_none_is_made(tmp_path, monkeypatch):
@@ -138,8 +121,7 @@ def test_lineage_runs_on_a_copy_of_the_first_rows_or_on_the_file_when_none_is_ma
     monkeypatch.setattr(real_rows, "JOIN_SCAN_ROWS", 10)
     for cap, copied in ((real_rows.FIRST_ROWS_BYTES, True), (1, False)):
         monkeypatch.setattr(real_rows, "FIRST_ROWS_BYTES", cap)
-        real = RealRows(path, inv)
-        try:
+        with RealRows(path, inv) as real:
             assert (real.first_rows() is not None) is copied
 
             def found(sql):
@@ -150,14 +132,9 @@ def test_lineage_runs_on_a_copy_of_the_first_rows_or_on_the_file_when_none_is_ma
             assert found("SELECT c.tag FROM child AS c JOIN parent AS p ON p.id = c.parent_id WHERE p.name = 'p5'") == [
                 [("child", (5, 5, "tag5", "c5")), ("parent", (5, "p5"))]]
             assert not found("SELECT tag FROM child WHERE parent_id IN (SELECT id FROM parent WHERE name = 'p30')")
-        finally:
-            real.close()
     monkeypatch.setattr(real_rows, "JOIN_SCAN_ROWS", 100)
-    real = RealRows(path, inv)
-    try:
+    with RealRows(path, inv) as real:
         assert real.first_rows() is None  # every table that small: the file itself
-    finally:
-        real.close()
 
 
 def test_the_golds_one_row_answer_is_presumed_when_the_gold_does_not_finish():

@@ -83,6 +83,12 @@ class RealRows:
             if self._first_rows not in (_UNREAD, None):
                 self._first_rows.close()
 
+    def __enter__(self) -> RealRows:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def first_rows(self) -> Any:
         """The core's in-memory copy of every table's first JOIN_SCAN_ROWS rows (under their real rowids),
         made at first use; None when no table holds more, or when it cannot be made (FIRST_ROWS_BYTES, a
