@@ -58,16 +58,21 @@ def _made_up(path, collate: str) -> None:
                    f"place_id INTEGER REFERENCES place(id), guide_id INTEGER REFERENCES person(id), "
                    f"label TEXT{c})")
         db.execute(f"CREATE TABLE code (id TEXT{c} PRIMARY KEY)")
-        # Text pairs stored both ways: every row's mirror (the second column's statement is implied), and
-        # the same but for one row past the leading ones (it is not).
-        for table in ("tie", "edge"):
+        # Text pairs stored both ways, with a weight per pair (a column whose values the mirrored statements
+        # count on half the rows): every row's mirror (the second column's statement is implied); the same but
+        # for one row past the leading ones, with x > y (edge) or x < y (arc); with a row its own mirror
+        # (loop: still both ways); with a row that has no partner (hole: not).
+        for table in ("tie", "edge", "arc", "loop", "hole"):
             db.execute(f"CREATE TABLE {table} (x TEXT{c} REFERENCES code(id), y TEXT{c} REFERENCES code(id), "
-                       f"PRIMARY KEY (x, y))")
+                       f"w TEXT{c}, PRIMARY KEY (x, y))")
         db.executemany("INSERT INTO code VALUES (?)", [(f"C{i:04d}",) for i in range(1300)] + [("z9",)])
-        ties = [(f"C{i:04d}", f"C{i + 1:04d}") for i in range(0, 1280, 2)]
-        for table in ("tie", "edge"):
-            db.executemany(f"INSERT INTO {table} VALUES (?, ?)", ties + [(y, x) for x, y in ties])
-        db.execute("INSERT INTO edge VALUES ('z9', 'C0000')")  # last in either order, no mirror
+        ties = [(f"C{i:04d}", f"C{i + 1:04d}", f"w{i % 7}") for i in range(0, 1280, 2)]
+        for table in ("tie", "edge", "arc", "loop", "hole"):
+            db.executemany(f"INSERT INTO {table} VALUES (?, ?, ?)", ties + [(y, x, w) for x, y, w in ties])
+        db.execute("INSERT INTO edge VALUES ('z9', 'C0000', 'w0')")  # last in either order, no mirror
+        db.execute("INSERT INTO arc VALUES ('C0000', 'z9', 'W')")
+        db.execute("INSERT INTO loop VALUES ('C0003', 'C0003', 'W')")
+        db.execute("INSERT INTO hole VALUES (NULL, 'C0003', 'w1')")
         cities = ["Oslo", "Rome", "Lima", "Kyiv"]
         # A score column mixing 1 and 1.0: one value, two storage classes.
         db.executemany("INSERT INTO person VALUES (?, ?, ?, ?)",
@@ -90,7 +95,9 @@ def test_the_fast_paths_find_what_the_general_ones_do(tmp_path):
     assert not fast.unsupported
     assert _comparable(fast) == _comparable(general)
     assert sorted((s.table, s.left, s.right, s.keyed) for s in fast.symmetries) == [
-        ("friend", "a", "b", True), ("link", "a", "b", False), ("tie", "x", "y", False)]
+        ("friend", "a", "b", True), ("link", "a", "b", False), ("loop", "x", "y", False), ("tie", "x", "y", False)]
+    assert fast.table("arc").column("w").cases == ("lower", "upper")
+    assert fast.table("tie").column("w").cases == ("lower",)
     edge = fast.table("edge")
     assert edge.column("x").cases == ("lower", "upper") and edge.column("y").cases == ("upper",)
     assert {frozenset([(p.first.child_columns, p.first_column), (p.second.child_columns, p.second_column)])
@@ -123,3 +130,16 @@ def test_halves_of_a_child_sum_to_the_whole():
         whole = [tuple(r) for r in db.rows(sql)]
         halves = realism_mining._summed(db.rows, lambda sqls: [db.rows(s) for s in sqls], connected, sql)
     assert whole[0][0] == connected.rows and halves == whole
+
+
+def test_a_mirror_counted_on_half_the_rows_says_what_the_whole_count_does(tmp_path):
+    """mirror_sql's `halved` statement (the rows with x < y looked up) equals the rows' count exactly when
+    the whole statement's does: every row has its mirror."""
+    path = tmp_path / "made_up.sqlite"
+    _made_up(path, "")
+    with t2sql.Database(str(path)) as db:
+        for table, both_ways in (("tie", True), ("loop", True), ("edge", False), ("arc", False), ("hole", False)):
+            whole, halved = (db.rows(realism_mining.mirror_sql(table, ["x", "y", "w"], "x", "y", halved=h)[0])[0]
+                             for h in (False, True))
+            assert whole[:2] == halved[:2], table
+            assert (whole[2] == whole[0]) is (halved[2] == halved[0]) is both_ways, (table, whole, halved)

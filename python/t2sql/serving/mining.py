@@ -26,9 +26,6 @@ import t2sql
 from t2sql.serving import realism_mining
 from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
 from t2sql.serving.invariants import (
-    FORMAT_LEAD,
-    FORMATS,
-    OTHER_TEXT,
     Column,
     Copy,
     Invariants,
@@ -37,6 +34,7 @@ from t2sql.serving.invariants import (
     Table,
     quote,
 )
+from t2sql.serving.mining_columns import column_sql, column_stats
 from t2sql.serving.mining_reader import MINE_TEMP_MB, MINE_WORKERS, Reader, Unverified
 from t2sql.serving.refuting import lead, unrefuted
 
@@ -67,38 +65,6 @@ class _Miner:
             return self.reader.rows(sql, params)
         except Unverified as e:
             raise Unverified(f"{what}: {e}") from None
-
-
-def _column_sql(name: str, c: str, parents: list[tuple[str, str]] = ()) -> str:
-    """One column's values in one statement, grouped (a sort, or a walk of an index that starts with the
-    column): how many distinct and non-NULL values and pairs of rows sharing one (BINARY: letter case
-    counts), its storage classes, text shapes and letter cases. Shapes and cases are functions of a text
-    value and texts equal under BINARY are the same bytes, so one value a group says what every row of
-    it would; a group may mix integer 1 and real 1.0, so its types are taken from every row. For each
-    (table, column) of `parents` (a declared reference's parent key), how many of the distinct values it
-    holds (t2sql.serving.mining._references)."""
-    q = quote(c)
-    shape = " ".join(f"WHEN {cond.format(q='v')} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
-    # Letter cases as smalldb.letter_cases reads them: ASCII upper()/lower() change a text that has one.
-    return (f"SELECT count(*), sum(k), sum(k * (k - 1) / 2), group_concat(DISTINCT low), "
-            f"group_concat(DISTINCT high), group_concat(DISTINCT CASE WHEN typeof(v) <> 'text' THEN NULL "
-            f"WHEN {FORMAT_LEAD.format(q='v')} THEN CASE {shape} ELSE '{OTHER_TEXT}' END "
-            f"ELSE '{OTHER_TEXT}' END), max(typeof(v) = 'text' AND upper(v) <> v COLLATE BINARY), "
-            f"max(typeof(v) = 'text' AND lower(v) <> v COLLATE BINARY)"
-            + "".join(f", sum(EXISTS (SELECT 1 FROM {quote(p)} WHERE {quote(pc)} = v))" for p, pc in parents)
-            + f" FROM (SELECT {q} AS v, count(*) AS k, "
-            f"min(typeof({q})) AS low, max(typeof({q})) AS high FROM {quote(name)} WHERE {q} IS NOT NULL "
-            f"GROUP BY {q} COLLATE BINARY)")
-
-
-def _column_stats(got: list[tuple]) -> dict[str, Any]:
-    distinct, non_null, pairs, low, high, formats, lower, upper = got[0][:8]
-    seen = set(str(low or "").split(",")) | set(str(high or "").split(","))
-    return dict(distinct=distinct or 0, non_null=non_null or 0, pairs=pairs or 0,
-                types=tuple(k for k in ("integer", "real", "text", "blob") if k in seen),
-                formats=tuple(sorted(set(str(formats or "").split(",")) - {""})),
-                cases=tuple(k for k, v in (("lower", lower), ("upper", upper)) if v), mined=True,
-                found=tuple(got[0][8:]))
 
 
 def _declared_parents(m: _Miner, shapes: dict[str, Shape]) -> dict[tuple[str, str], list[tuple[str, str]]]:
@@ -162,14 +128,20 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
             if not refuted[0][0]:
                 twins[(name, b)] = a
     twin_keys = list(twins.items())
+    # A table stored both ways sorts half its rows for its other columns (_column_sql's `mirrored`), side by
+    # side with the mirror check that proves it: the answers are used once it has, else asked again whole.
+    halves = {name: (a, b) for (name, b), a in reversed(twin_keys)}
     # The mirror checks first: each a lookup per row of a large table, they end last if they start last.
-    asked = [(f"mirrors of {name}", realism_mining.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)[0])
+    decl = {(name, r[0]): (r[1] or "").upper() for name, shape in shapes.items() for r in shape.info}
+    asked = [(f"mirrors of {name}", realism_mining.mirror_sql(name, [r[0] for r in shapes[name].info], a, b,
+                                                             halved=decl[(name, a)] == decl[(name, b)])[0])
              for (name, b), a in twin_keys]
     for name, shape in shapes.items():
         t = quote(name)
         asked.append((f"row count of {name}", f"SELECT count(*) FROM {t}"))
-        asked += [(f"values of {name}.{r[0]}", _column_sql(name, r[0], hints.get((name, r[0]), [])))
-                  for r in shape.info if (name, r[0]) not in twins]
+        asked += [(f"values of {name}.{c}", column_sql(name, c, hints.get((name, c), []), unique=(c,) in shape.keys,
+                                                        mirrored=None if c in halves.get(name, (c,)) else halves[name]))
+                  for c, *_ in shape.info if (name, c) not in twins]
         if not shape.keys and shape.info:
             asked.append((f"repeated rows in {name}",
                           f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}"))
@@ -178,7 +150,7 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
     gathered = {}
     for name, shape in shapes.items():
         counted = next(answers)
-        stats = {r[0]: _column_stats(next(answers)) for r in shape.info if (name, r[0]) not in twins}
+        stats = {r[0]: column_stats(next(answers)) for r in shape.info if (name, r[0]) not in twins}
         apart = bool(next(answers)[0][0]) if not shape.keys and shape.info else False
         gathered[name] = counted, stats, apart
     for ((name, b), a), got in zip(twin_keys, mirror_answers):
@@ -186,10 +158,19 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
         stats = gathered[name][1]
         # Every row's mirror is a row, and no two rows share (a, b): b holds a's values, row for row of the
         # mirror, the same bytes where they are texts or blobs (a number may equal one of another class).
+        # Texts and blobs of one declared type compare without conversion, so a > b on a row exactly when
+        # a < b on its mirror: the halved columns' answers hold.
         if got[0][0] and got[0][2] == got[0][0] and set(stats[a]["types"]) <= {"text", "blob"}:
             stats[b] = dict(stats[a])
+            if halves.get(name) == (a, b) and decl[(name, a)] == decl[(name, b)]:
+                continue
         else:
-            stats[b] = _column_stats(m.try_rows(f"values of {name}.{b}", _column_sql(name, b, hints[(name, b)])))
+            stats[b] = column_stats(m.try_rows(f"values of {name}.{b}", column_sql(name, b, hints[(name, b)])))
+        if halves.get(name) == (a, b):  # not proven: the halved columns asked again, whole
+            again = [c for c, *_ in shapes[name].info if c not in (a, b) and (c,) not in shapes[name].keys]
+            for c, got_c in zip(again, m.reader.many([(f"values of {name}.{c}", column_sql(
+                    name, c, hints.get((name, c), []))) for c in again])):
+                stats[c] = column_stats(got_c)
     tables = {}
     for name, shape in shapes.items():
         counted, stats, apart = gathered[name]

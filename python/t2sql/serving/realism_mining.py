@@ -211,16 +211,26 @@ def _prefixes(rows: Rows, tables: dict[str, Table]) -> list[Prefix]:
     return out
 
 
-def mirror_sql(table: str, columns: list[str], a: str, b: str) -> tuple[str, str]:
+def mirror_sql(table: str, columns: list[str], a: str, b: str, *, halved: bool = False) -> tuple[str, str]:
     """The statement that counts a table's rows, those where a and b differ and those whose mirror (a and b
     swapped, the rest the same) is a row, and the leading rows' refutation of it (the rows that lack one).
     The mirror is looked up row by row (through the table's key where it has one), not in a temporary
-    index of the whole table: the left side is the mirror's value, as in (mirror) IN (rows)."""
+    index of the whole table: the left side is the mirror's value, as in (mirror) IN (rows).
+
+    `halved` (a and b of one declared type in a table without a collation, no two rows sharing (a, b)):
+    only the rows with a < b are looked up, each found counting for itself and its mirror, and a row with
+    a = b for itself. Distinct rows with a < b have distinct mirrors, all with a > b, so the count equals
+    the rows' exactly when every row with a < b has its mirror and as many rows have a > b: when every
+    row has its mirror (a row with a NULL has none), as the whole statement says; only that equality is
+    an answer then, not how many rows lack one."""
     qt = quote(table)
     same = [(b, a), (a, b)] + [(c, c) for c in columns if c not in (a, b)]
     found = f"EXISTS (SELECT 1 FROM {qt} AS m WHERE " + " AND ".join(
         f"o.{quote(x)} = m.{quote(y)}" for x, y in same) + ")"
-    return (f"SELECT count(*), sum(o.{quote(a)} IS NOT o.{quote(b)}), sum({found}) FROM {qt} AS o",
+    qa, qb = quote(a), quote(b)
+    counted = (f"CASE WHEN o.{qa} < o.{qb} THEN 2 * {found} WHEN o.{qa} = o.{qb} THEN 1 ELSE 0 END" if halved
+               else found)
+    return (f"SELECT count(*), sum(o.{qa} IS NOT o.{qb}), sum({counted}) FROM {qt} AS o",
             f"SELECT sum(NOT {found}) FROM {lead(qt)} AS o")
 
 
@@ -321,8 +331,10 @@ def _vocabularies(rows: Rows, t: Table, stats: dict[str, tuple[int, int, int]],
         if not 0 < n_distinct <= VOCABULARY_MAX or n < VOCABULARY_ROWS_PER_VALUE * n_distinct:
             continue
         q = quote(c.name)
-        got = rows(f"SELECT DISTINCT {q} COLLATE BINARY FROM {quote(t.name)} WHERE typeof({q}) = 'text' "
-                   f"ORDER BY 1 LIMIT {VOCABULARY_MAX + 1}")
+        # DISTINCT first, then the sort: SQLite keeps the few distinct values in a small index as it scans,
+        # where DISTINCT with ORDER BY in one SELECT sorts every row (12M rows at 1000x: 1.1 s, not 3.8 s).
+        got = rows(f"SELECT v FROM (SELECT DISTINCT {q} COLLATE BINARY AS v FROM {quote(t.name)} "
+                   f"WHERE typeof({q}) = 'text') ORDER BY v COLLATE BINARY LIMIT {VOCABULARY_MAX + 1}")
         if got is None or len(got) > VOCABULARY_MAX or any(len(v) > TEXT_CACHED for v, in got):
             continue
         out.append(Vocabulary(t.name, c.name, tuple(v for v, in got)))
