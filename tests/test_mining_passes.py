@@ -143,3 +143,14 @@ def test_a_mirror_counted_on_half_the_rows_says_what_the_whole_count_does(tmp_pa
                              for h in (False, True))
             assert whole[:2] == halved[:2], table
             assert (whole[2] == whole[0]) is (halved[2] == halved[0]) is both_ways, (table, whole, halved)
+
+
+def test_a_partial_unique_index_is_no_key(tmp_path):
+    """A unique index with a WHERE keeps apart only the rows it names: the column repeats elsewhere."""
+    path = tmp_path / "partial.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE item (id INTEGER PRIMARY KEY, code TEXT, live INTEGER)")
+        db.execute("CREATE UNIQUE INDEX live_code ON item (code) WHERE live = 1")
+        db.executemany("INSERT INTO item VALUES (?, ?, ?)", [(1, "a", 1), (2, "a", 0), (3, "b", 1)])
+    t = mine(str(path)).table("item")
+    assert not t.column("code").unique and ("code",) not in t.keys

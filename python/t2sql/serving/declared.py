@@ -95,8 +95,9 @@ def table_shape(reader: StatementReader, name: str, without_rowid: bool) -> Shap
     pk = tuple(c[0] for c in sorted((c for c in columns if c[3]), key=lambda c: c[3]))
     if pk:
         keys.append(pk)
-    for _seq, index_name, unique, origin, *_ in reader.catalog("index_list", name) or []:
-        if not unique or origin == "pk" or not isinstance(index_name, str):
+    for _seq, index_name, unique, origin, *partial in reader.catalog("index_list", name) or []:
+        # A partial index keeps apart only the rows its WHERE names: no key of the table.
+        if not unique or origin == "pk" or not isinstance(index_name, str) or any(partial):
             continue
         cols = tuple(r[2] for r in reader.catalog("index_info", index_name) or [])
         # An index on an expression names no column there: not a key of columns (the core refuses
