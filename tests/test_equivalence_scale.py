@@ -47,4 +47,5 @@ def test_the_bench_reports_each_scale_beside_1x(tmp_path):
     for r in report["scales"]:
         assert r["invariants_equal_1x"] and r["verdicts_equal_1x"] == 6
         assert r["p95_s"] >= r["p50_s"] > 0 and r["step"]["cpu_mean_s"] > 0
+        assert r["cached_checks"] == 6 and r["p95_cached_s"] >= r["p50_cached_s"] > 0
     assert not (tmp_path / "x2" / "toxicology" / "toxicology.sqlite").exists()  # each copy removed after its scale

@@ -13,9 +13,10 @@ equal 1x's (row counts times k). Then, in a fresh interpreter per scale (its
 peak RSS its own), it mines the copy ahead and runs the check on the pairs `t2sql equivalence --measure`
 derives from the database's golds (those matching on the 1x database; `--pairs-limit` keeps an evenly
 spaced subset). Reported per scale: the copy's size and build seconds, mining seconds and peak temporary
-disk, the first check's seconds, p50/p95 per check, the CPU a check's thread took (mean) and what a
-training step's checks would take of one core (t2sql.bench.equivalence.step_cost), peak RSS, and how
-many verdicts (refuted, or the skip reason) equal 1x's.
+disk, the first check's seconds, p50/p95 per check (all; and, in a second pass, with the gold's small
+databases built by an earlier check, as for a step's samples after its first), the CPU a check's thread
+took (mean) and what a training step's checks would take of one core (t2sql.bench.equivalence.step_cost),
+peak RSS, and how many verdicts (refuted, or the skip reason) equal 1x's.
 """
 
 from __future__ import annotations
@@ -149,18 +150,29 @@ temp_peak = t2sql.temp_usage()[1]
 out = {"mine_s": round(mine_s, 2), "mine_temp_peak_mb": round(temp_peak / 2**20, 1), "invariants": inv.to_dict()}
 checker = EquivalenceChecker(invariants=store, disk=DiskCache(cache))
 times, verdicts, cpu = [], [], []
-for pair in json.loads(Path(pairs_file).read_text()):
+pairs = json.loads(Path(pairs_file).read_text())
+for pair in pairs:
     cpu_at = time.thread_time()  # the check runs in this thread (as in t2sql equivalence --measure)
     report = checker.check_sync(db, pair["pred"], pair["gold"], config)
     cpu.append(time.thread_time() - cpu_at)
     times.append(report.elapsed_s)
     verdicts.append("refuted" if report.refuted else (report.skipped_reason or "checked"))
 checker.close()
-times_sorted = sorted(times)
-def q(p):
-    return times_sorted[min(len(times_sorted) - 1, int(p * len(times_sorted)))] if times_sorted else 0.0
-out.update(first_check_s=round(times[0], 3) if times else None, p50_s=round(q(0.5), 4), p95_s=round(q(0.95), 4),
-           max_s=round(times_sorted[-1], 3) if times else None, verdicts=verdicts, step=step_cost(cpu),
+# With suites cached, as for a step's samples after its first: a checker holding nothing of the pass above,
+# each gold's small databases built by a check of the gold against itself, then its pairs timed.
+cached, last = [], None
+with EquivalenceChecker(invariants=store, disk=DiskCache(cache)) as checker:
+    for pair in pairs:
+        if pair["gold"] != last:
+            checker.check_sync(db, pair["gold"], pair["gold"], config)
+            last = pair["gold"]
+        cached.append(checker.check_sync(db, pair["pred"], pair["gold"], config).elapsed_s)
+def q(xs, p):
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(p * len(xs)))], 4) if xs else None
+out.update(first_check_s=round(times[0], 3) if times else None, p50_s=q(times, 0.5), p95_s=q(times, 0.95),
+           cached_checks=len(cached), p50_cached_s=q(cached, 0.5), p95_cached_s=q(cached, 0.95),
+           max_s=round(max(times), 3) if times else None, verdicts=verdicts, step=step_cost(cpu),
            peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
 print(json.dumps(out))
 """
@@ -256,16 +268,18 @@ def format_equivalence_scale(report: dict[str, Any]) -> str:
     lines = [f"equivalence check on scaled copies of {report['db_id']} ({report['pairs']} derived pairs, preset "
              f"{report['preset']}; load at the end {', '.join(f'{x:.1f}' for x in report['load'])})", ""]
     head = (f"{'scale':>6}{'MiB':>9}{'build s':>9}{'mine s':>9}{'temp MiB':>10}{'1st s':>8}{'p50 s':>8}"
-            f"{'p95 s':>8}{'CPU ms':>8}{'step':>7}{'RSS MiB':>9}  invariants  verdicts = 1x")
+            f"{'p95 s':>8}{'cached p50':>11}{'p95':>7}{'CPU ms':>8}{'step':>7}{'RSS MiB':>9}"
+            "  invariants  verdicts = 1x")
     lines += [head, "-" * len(head)]
     for r in report["scales"]:
         if "error" in r:
             lines.append(f"{r['scale']:>5}x  failed: {r['error']}")
             continue
         first = "-" if r["first_check_s"] is None else f"{r['first_check_s']:.3f}"
+        c50, c95 = ("-" if r[k] is None else f"{r[k]:.3f}" for k in ("p50_cached_s", "p95_cached_s"))
         inv = "equal" if r["invariants_equal_1x"] else "DIFFER"
         lines.append(f"{r['scale']:>5}x{r['bytes'] / 2**20:>9.1f}{r['build_s']:>9.1f}{r['mine_s']:>9.2f}"
-                     f"{r['mine_temp_peak_mb']:>10.1f}{first:>8}{r['p50_s']:>8.3f}{r['p95_s']:>8.3f}"
+                     f"{r['mine_temp_peak_mb']:>10.1f}{first:>8}{r['p50_s']:>8.3f}{r['p95_s']:>8.3f}{c50:>11}{c95:>7}"
                      f"{r['step']['cpu_mean_s'] * 1000:>8.1f}{r['step']['share_of_one_core']:>7.1%}"
                      f"{r['peak_rss_mb']:>9.0f}  {inv:<10}  {r.get('verdicts_equal_1x', '-')}/{report['pairs']}")
     for r in report["scales"]:
