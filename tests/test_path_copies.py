@@ -117,7 +117,7 @@ def test_half_the_rows_find_what_every_row_finds(tmp_path, monkeypatch, halvings
 
 
 @pytest.mark.parametrize("made", [dict(lonely=True), dict(a_type="NUMERIC"), dict(collate=" COLLATE BINARY")],
-                         ids=["a row without its mirror", "two affinities", "a collation"])
+                         ids=["a row without its mirror", "two declared types", "a collation"])
 def test_a_table_the_proof_does_not_cover_takes_every_row(tmp_path, monkeypatch, halvings, statements, made):
     path = str(tmp_path / "graph.sqlite")
     _graph(path, **made)

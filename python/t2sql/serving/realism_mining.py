@@ -60,7 +60,8 @@ def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
     (see the module doc), by Invariants' field names; `counted` is mining's count of each column's values
     (table -> column -> distinct non-NULL values, non-NULL values, pairs of rows that share a value, under
     BINARY), `collated` the tables whose columns may compare under another collation, `mirrored` the
-    answers of `mirrors` mining already has, by (table, a, b). `aside` (mining_reader.Reader.aside) runs the path
+    answers of `mirrors` mining already has, by (table, a, b) (a table they prove stored both ways has
+    its path copies counted on half its rows: _halving). `aside` (mining_reader.Reader.aside) runs the path
     copies on a connection of their own beside the rest, `many` (mining_reader.Reader.many) the halves of their
     child's rows side by side; a failure is raised in the order the parts would run one after the
     other."""
@@ -202,10 +203,11 @@ def _halving(child: Table, refs: dict[int, Reference], collated: frozenset[str],
                 or not any({k.lower() for k in key} <= {a.lower(), b.lower()} for key in child.keys):
             continue
         # Values equal under = are the same value (one storage class, no real: 0.0 = -0.0) and a and b
-        # compare alike (one affinity): the mirror joins, through a, the parent rows the row joins through b.
+        # compare alike (one declared type, so one affinity): the mirror joins, through a, the parent rows
+        # the row joins through b, and a < b on a row exactly when a > b on its mirror.
         ca, cb = child.column(a), child.column(b)
         if not (_plain(ca) and _plain(cb) and ca.types == cb.types
-                and _affinity(ca.decl_type) == _affinity(cb.decl_type)):
+                and (ca.decl_type or "").upper() == (cb.decl_type or "").upper()):
             continue
         swap = {}
         for k, r in refs.items():
@@ -225,19 +227,9 @@ def _halving(child: Table, refs: dict[int, Reference], collated: frozenset[str],
 
 
 def _plain(c: Column | None) -> bool:
+    """Whether two of the column's values equal under = are the same value: one storage class, not real
+    (0.0 = -0.0), every value read."""
     return c is not None and c.mined and len(c.types) == 1 and c.types[0] in ("integer", "text", "blob")
-
-
-def _affinity(declared: str) -> str:
-    """SQLite's affinity of a declared column type (its rules, in their order)."""
-    d = (declared or "").upper()
-    if "INT" in d:
-        return "integer"
-    if any(w in d for w in ("CHAR", "CLOB", "TEXT")):
-        return "text"
-    if "BLOB" in d or not d:
-        return "blob"
-    return "real" if any(w in d for w in ("REAL", "FLOA", "DOUB")) else "numeric"
 
 
 def _on(r: Reference, alias: str) -> str:
