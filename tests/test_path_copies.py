@@ -1,8 +1,9 @@
 """Path copies over a table stored both ways (t2sql.serving.realism_mining): where mining's mirror check
 proved every row's mirror a row, the one-pass statement reads only the rows with NOT a > b and adds, on
-those with a < b, the terms through the swapped references. It finds exactly the path copies the statement
-over every row finds (that one forced here by taking the proof away); any table the proof does not cover
-takes the statement over every row."""
+those with a < b, the terms through the swapped references (a term and its mirror's, summed over every
+row, being one number). It finds exactly the path copies the statement over every row finds (that one
+forced here by taking the proof away); any table the proof does not cover takes the statement over every
+row."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from conftest import bird_db
 from t2sql.serving import mining_reader, realism_mining
 from t2sql.serving.mining import mine
+from t2sql.serving.refuting import LEAD_ROWS
 
 GROUPS, PER_GROUP = 20, 10  # nodes in groups; edges join two nodes of a group, stored both ways
 
@@ -30,8 +32,8 @@ def _graph(path, *, broken: str = "", lonely: bool = False, a_type: str = "INTEG
     naming its group's kind: node.grp is a path copy through a, through b and through the kind. `broken`
     ("a" or "b"): one more pair, past the leading rows, stored both ways, whose node on that side of its
     row with a < b is of another group than its kind (the other side agrees: on that row only the one
-    reference shows the break, on its mirror only the other). `lonely`: one edge,
-    past the leading rows, without its mirror."""
+    reference shows the break, on its mirror only the other). `lonely`: one edge, past the leading rows,
+    without its mirror."""
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE node (id INTEGER PRIMARY KEY, grp INTEGER)")
         db.execute("CREATE TABLE kind (id INTEGER PRIMARY KEY, grp INTEGER)")
@@ -53,7 +55,7 @@ def _graph(path, *, broken: str = "", lonely: bool = False, a_type: str = "INTEG
             x, y, k = (3, 15, 100) if broken == "b" else (4, 15, 102)
             rows += [(x, y, k), (y, x, k)]
         db.executemany("INSERT INTO edge VALUES (?, ?, ?)", rows)
-    assert len(rows) > 1000  # the leading rows (refuting.LEAD_ROWS) do not reach the last ones
+    assert len(rows) > LEAD_ROWS + 2  # the leading rows do not reach the last ones
 
 
 @pytest.fixture
