@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable
 
 from t2sql.serving.invariants import (
     TEXT_CACHED,
+    Column,
     PathCopy,
     Prefix,
     Reference,
@@ -59,14 +60,15 @@ def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
     (see the module doc), by Invariants' field names; `counted` is mining's count of each column's values
     (table -> column -> distinct non-NULL values, non-NULL values, pairs of rows that share a value, under
     BINARY), `collated` the tables whose columns may compare under another collation, `mirrored` the
-    answers of `mirrors` mining already has, by (table, a, b). `aside` (mining_reader.Reader.aside) runs the path
+    answers of `mirrors` mining already has, by (table, a, b) (a table they prove stored both ways has
+    its path copies counted on half its rows: _halving). `aside` (mining_reader.Reader.aside) runs the path
     copies on a connection of their own beside the rest, `many` (mining_reader.Reader.many) the halves of their
     child's rows side by side; a failure is raised in the order the parts would run one after the
     other."""
     mirrored = mirrored or {}
     references = list(references)
     paths = (aside or (lambda part: _inline(part, rows)))(
-        lambda own: _path_copies(own, tables, references, collated, many))
+        lambda own: _path_copies(own, tables, references, collated, many, mirrored))
     symmetries: list[Symmetry] = []
     unique_sets: list[UniqueSet] = []
     vocabularies: list[Vocabulary] = []
@@ -96,24 +98,26 @@ def mine(rows: Rows, tables: dict[str, Table], references: Iterable[Reference],
                 path_copies=tuple(found), prefixes=tuple(prefixes))
 
 
-def _summed(rows: Rows, many: Many | None, child: Table, sql: str) -> list[tuple] | None:
-    """The answer of `sql` (counts and sums only, over `c`, the child's rows), or, when `many` runs
-    statements side by side and the child has rowids, the sum of its answers on the two halves of them
-    (each row in one half: the same numbers where any row joins)."""
+def _summed(rows: Rows, many: Many | None, child: Table, sql: str, where: str = "") -> list[tuple] | None:
+    """The answer of `sql` (counts and sums only, over `c`, the child's rows, those `where` holds on when
+    given), or, when `many` runs statements side by side and the child has rowids, the sum of its answers
+    on the two halves of them (each row in one half: the same numbers where any row joins)."""
     if many is None or not child.rowid or any(c.name.lower() in ("rowid", "oid", "_rowid_") for c in child.columns):
-        return rows(sql)  # one statement: no rowid of SQLite's own to split on
+        return rows(f"{sql} WHERE {where}" if where else sql)  # one statement: no rowid of SQLite's own to split on
     top = rows(f"SELECT max(rowid) FROM {quote(child.name)}")
     if not top or not isinstance(top[0][0], int):
-        return rows(sql)
+        return rows(f"{sql} WHERE {where}" if where else sql)
     half = top[0][0] // 2
-    parts = many([f"{sql} WHERE c.rowid <= {half}", f"{sql} WHERE c.rowid > {half}"])
+    also = f"({where}) AND " if where else ""
+    parts = many([f"{sql} WHERE {also}c.rowid <= {half}", f"{sql} WHERE {also}c.rowid > {half}"])
     if not all(parts):
         return None
     return [tuple((x or 0) + (y or 0) for x, y in zip(parts[0][0], parts[1][0]))]
 
 
 def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Reference],
-                 collated: frozenset[str], many: Many | None = None) -> list[PathCopy]:
+                 collated: frozenset[str], many: Many | None = None,
+                 mirrored: dict[tuple[str, str, str], Any] | None = None) -> list[PathCopy]:
     # Per pair of references (by their places in `references`), the column pairs no leading row breaks.
     todo: dict[str, list[tuple[int, int, list[tuple[str, str]]]]] = {}
     for i, r1 in enumerate(references):
@@ -142,17 +146,37 @@ def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Referenc
             # counted on the rows both of its references reach, as its own inner join would.
             joins = " ".join(f"LEFT JOIN {quote(references[k].parent)} AS p{k} ON {_on(references[k], f'p{k}')}"
                              for k in places)
-            terms = []
-            for i, j, pairs in items:
-                both = f"p{i}.{quote(references[i].parent_columns[0])} IS NOT NULL AND " \
-                       f"p{j}.{quote(references[j].parent_columns[0])} IS NOT NULL"
-                terms.append(f"sum({both})")
-                terms += [f"sum({both} AND p{i}.{quote(x)} IS NOT p{j}.{quote(y)})" for x, y in pairs]
-            got = _summed(rows, many, tables[child], f"SELECT {', '.join(terms)} FROM {quote(child)} AS c {joins}")
-            at = 0
-            for i, j, pairs in items:
-                part = got[0][at:at + 1 + len(pairs)] if got else ()
-                at += 1 + len(pairs)
+            half = _halving(tables[child], {k: references[k] for k in places}, collated, mirrored or {})
+
+            def summand(i: int, j: int, x: str | None = None, y: str | None = None) -> str:
+                e = f"p{i}.{quote(references[i].parent_columns[0])} IS NOT NULL AND " \
+                    f"p{j}.{quote(references[j].parent_columns[0])} IS NOT NULL"
+                return e if x is None else f"{e} AND p{i}.{quote(x)} IS NOT p{j}.{quote(y)}"
+
+            placed: dict[str, int] = {}  # a summand -> the place of its sum in the statement
+            selected: list[str] = []
+
+            def term(i: int, j: int, x: str | None = None, y: str | None = None) -> int:
+                e = summand(i, j, x, y)
+                if half is None:
+                    selected.append(f"sum({e})")
+                    return placed.setdefault(e, len(selected) - 1)
+                a, b, swap = half
+                mirrored_e = summand(swap[i], swap[j], x, y)  # the term on the row's mirror
+                if mirrored_e in placed:  # summed over every row, a term and its mirror's are one number
+                    return placed[mirrored_e]
+                lower = f"c.{quote(a)} < c.{quote(b)}"
+                # A row with a < b stands for its mirror too: the mirror's term added (the term itself again
+                # where the swap leaves it the same: IS NOT and AND do not mind the order).
+                alike = mirrored_e == e or ((swap[i], swap[j]) == (j, i) and x == y)
+                selected.append(f"sum(({e}) * (1 + ({lower})))" if alike else
+                                f"sum(({e}) + ({lower} AND ({mirrored_e})))")
+                return placed.setdefault(e, len(selected) - 1)
+            at = [[term(i, j)] + [term(i, j, x, y) for x, y in pairs] for i, j, pairs in items]
+            got = _summed(rows, many, tables[child], f"SELECT {', '.join(selected)} FROM {quote(child)} AS c {joins}",
+                          "" if half is None else f"NOT (c.{quote(half[0])} > c.{quote(half[1])})")
+            for (i, j, pairs), columns in zip(items, at):
+                part = tuple(got[0][k] for k in columns) if got else ()
                 found[(i, j)] = _held(references[i], references[j], pairs, part)
             continue
         for i, j, pairs in items:
@@ -162,6 +186,50 @@ def _path_copies(rows: Rows, tables: dict[str, Table], references: list[Referenc
                           f"{quote(r1.parent)} AS p ON {_on(r1, 'p')} JOIN {quote(r2.parent)} AS q ON {_on(r2, 'q')}")
             found[(i, j)] = _held(r1, r2, pairs, got[0] if got else ())
     return [pc for key in sorted(found) for pc in found[key]]
+
+
+def _halving(child: Table, refs: dict[int, Reference], collated: frozenset[str],
+             mirrored: dict[tuple[str, str, str], Any]) -> tuple[str, str, dict[int, int]] | None:
+    """(a, b, swap) where the child is proved stored both ways, so that a sum over its rows of a term of
+    the references `refs` (by place) is the sum over the rows with NOT a > b, plus, over those with a < b,
+    the term through the swapped references (swap: a reference's place -> its twin's through the other
+    column, or its own); None where that is not proved."""
+    if child.name in collated:  # a and b compare under BINARY: exactly one of <, =, > holds
+        return None
+    for (name, a, b), got in mirrored.items():
+        # Every row's mirror is a row and no two rows share (a, b): row(a, b, rest) -> row(b, a, rest) is a
+        # bijection that swaps the rows with a < b and a > b (no NULL: a row with one has no mirror).
+        if name != child.name or not (got and got[0][0] and got[0][2] == got[0][0]) \
+                or not any({k.lower() for k in key} <= {a.lower(), b.lower()} for key in child.keys):
+            continue
+        # Values equal under = are the same value (one storage class, no real: 0.0 = -0.0) and a and b
+        # compare alike (one declared type, so one affinity): the mirror joins, through a, the parent rows
+        # the row joins through b, and a < b on a row exactly when a > b on its mirror.
+        ca, cb = child.column(a), child.column(b)
+        if not (_plain(ca) and _plain(cb) and ca.types == cb.types
+                and (ca.decl_type or "").upper() == (cb.decl_type or "").upper()):
+            continue
+        swap = {}
+        for k, r in refs.items():
+            cols = [c.lower() for c in r.child_columns]
+            if not {a.lower(), b.lower()} & set(cols) and all(_plain(child.column(c)) for c in cols):
+                swap[k] = k  # its columns hold the same values in the row and its mirror
+                continue
+            other = [b.lower()] if cols == [a.lower()] else [a.lower()] if cols == [b.lower()] else None
+            twins = [m for m, s in refs.items() if [c.lower() for c in s.child_columns] == other
+                     and (s.parent, s.parent_columns) == (r.parent, r.parent_columns)]
+            if len(twins) != 1:
+                break
+            swap[k] = twins[0]
+        else:
+            return a, b, swap
+    return None
+
+
+def _plain(c: Column | None) -> bool:
+    """Whether two of the column's values equal under = are the same value: one storage class, not real
+    (0.0 = -0.0), every value read."""
+    return c is not None and c.mined and len(c.types) == 1 and c.types[0] in ("integer", "text", "blob")
 
 
 def _on(r: Reference, alias: str) -> str:
