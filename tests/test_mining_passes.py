@@ -14,7 +14,7 @@ import pytest
 import t2sql
 from conftest import bird_root
 from t2sql.serving import realism_mining
-from t2sql.serving.invariants import FORMATS
+from t2sql.serving.invariants import FORMAT_LEAD, FORMATS
 from t2sql.serving.mining import mine
 
 BIRD = bird_root()
@@ -32,6 +32,18 @@ def test_every_shape_but_empty_starts_with_a_digit():
     for name, _, pattern in FORMATS:
         assert pattern == r"\A\Z" or pattern.startswith(r"\A[0-9]"), name
         assert not re.search(pattern, "x" + "0" * 20), name
+
+
+def test_the_lead_is_an_empty_text_or_a_first_ascii_digit(tmp_path):
+    """FORMAT_LEAD, run as mining runs it, says what the shapes' patterns start with."""
+    values = ["", "0", "9", "09:30", "2024-01-01", ":", "/", "a", " 1", "\u0663", "1\u00e9", "9" * 40]
+    path = tmp_path / "lead.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (v TEXT COLLATE NOCASE)")
+        db.executemany("INSERT INTO t VALUES (?)", [(v,) for v in values])
+    with t2sql.Database(str(path)) as db:
+        got = db.rows(f"SELECT v, {FORMAT_LEAD.format(q='v')} FROM t")
+    assert {v: bool(lead) for v, lead in got} == {v: v == "" or v[0] in "0123456789" for v in values}
 
 
 @pytest.mark.parametrize("db_id", ["toxicology", "superhero", "student_club"])
@@ -154,3 +166,19 @@ def test_a_partial_unique_index_is_no_key(tmp_path):
         db.executemany("INSERT INTO item VALUES (?, ?, ?)", [(1, "a", 1), (2, "a", 0), (3, "b", 1)])
     t = mine(str(path)).table("item")
     assert not t.column("code").unique and ("code",) not in t.keys
+
+
+@pytest.mark.parametrize("value", ["abc", "ABC", "TR000_1", "A\x00b", "\x00a", "a\x00", "\u00e9A\x00b", "\u00e9",
+                                   "\u00c9", "\U0001f600z", "[]*?", "", "Z", "\x00"])
+def test_letter_cases_are_read_as_the_small_databases_read_them(tmp_path, value):
+    """A column's letter cases, as mining counts them (GLOB up to a NUL, the fold past it), are
+    smalldb.letter_cases' reading of its values."""
+    from t2sql.serving.smalldb import letter_cases
+
+    path = tmp_path / "cases.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, w TEXT)")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, value, f"{value}{i % 2}") for i in range(4)])
+    t = mine(str(path)).table("t")
+    want = tuple(k for k in ("lower", "upper") if k in letter_cases(value))
+    assert t.column("v").cases == want and t.column("w").cases == want

@@ -136,6 +136,7 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
     asked = [(f"mirrors of {name}", realism_mining.mirror_sql(name, [r[0] for r in shapes[name].info], a, b,
                                                              halved=decl[(name, a)] == decl[(name, b)])[0])
              for (name, b), a in twin_keys]
+    owners = [name for (name, _), _ in twin_keys]  # each statement's table
     for name, shape in shapes.items():
         t = quote(name)
         asked.append((f"row count of {name}", f"SELECT count(*) FROM {t}"))
@@ -145,7 +146,8 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
         if not shape.keys and shape.info:
             asked.append((f"repeated rows in {name}",
                           f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}"))
-    answers = iter(m.reader.many(asked))
+        owners += [name] * (len(asked) - len(owners))
+    answers = iter(_largest_first(m, shapes, asked, owners))
     mirror_answers = [next(answers) for _ in twin_keys]
     gathered = {}
     for name, shape in shapes.items():
@@ -178,6 +180,23 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
         n_rows = counted[0][0] if counted and isinstance(counted[0][0], int) else 0
         tables[name] = _mine_table(m, name, shape, name in collated, n_rows, stats, apart)
     return tables
+
+
+def _largest_first(m: _Miner, shapes: dict[str, Shape], asked: list[tuple[str, str]],
+                   owners: list[str]) -> list[list[tuple]]:
+    """Reader.many's answers to `asked` (each on the table `owners` names), in its order, the statements
+    started largest table first (its largest rowid, the end of its b-tree: a table without rowids counts as
+    largest), so that the longest do not start last and leave a connection idle at the end."""
+    size = {}
+    for name, shape in shapes.items():
+        top = m.try_rows(f"rows of {name}", f"SELECT max(rowid) FROM {quote(name)}") if shape.rowid else None
+        size[name] = top[0][0] if top and isinstance(top[0][0], int) else (1 << 63 if not shape.rowid else 0)
+    order = sorted(range(len(asked)), key=lambda i: -size[owners[i]])
+    got = m.reader.many([asked[i] for i in order])
+    answers: list[list[tuple]] = [[]] * len(asked)
+    for i, a in zip(order, got):
+        answers[i] = a
+    return answers
 
 
 def _mine_table(m: _Miner, name: str, shape: Shape, collates: bool, n_rows: int, stats: dict[str, dict[str, Any]],
