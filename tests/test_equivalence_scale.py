@@ -48,4 +48,14 @@ def test_the_bench_reports_each_scale_beside_1x(tmp_path):
         assert r["invariants_equal_1x"] and r["verdicts_equal_1x"] == 6
         assert r["p95_s"] >= r["p50_s"] > 0 and r["step"]["cpu_mean_s"] > 0
         assert r["cached_checks"] == 6 and r["p95_cached_s"] >= r["p50_cached_s"] > 0
+        assert 0 < r["step_as_run"]["share_of_one_core"] and r["step_as_run"]["checks"] == r["step"]["checks"]
     assert not (tmp_path / "x2" / "toxicology" / "toxicology.sqlite").exists()  # each copy removed after its scale
+
+
+def test_a_step_as_run_builds_one_gold_per_prompt():
+    """64 prompts' first checks build (1 s each here), their 960 other samples find the suite cached."""
+    from t2sql.bench.equivalence import STEP_S, step_cost_as_run
+
+    got = step_cost_as_run([1.0, 1.0], [0.01, 0.03])
+    assert got["checks"] == 1024 and got["cpu_s"] == round(64 * 1.0 + 960 * 0.02, 2)
+    assert got["share_of_one_core"] == round(got["cpu_s"] / STEP_S, 4)

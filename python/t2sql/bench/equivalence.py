@@ -32,7 +32,8 @@ from t2sql.tasks import database_path
 
 # Issue 37's training step, for the check's CPU per step: 64 prompts x 16 samples (the recipe's rollout),
 # each correct answer checked once, in a step of 8 minutes on one node.
-STEP_CHECKS = 64 * 16
+STEP_PROMPTS = 64  # a step's prompts; each prompt's samples share its gold
+STEP_CHECKS = STEP_PROMPTS * 16
 STEP_S = 8 * 60
 
 __all__ = ["MUTATIONS", "REWRITES", "derive_mutations", "derive_rewrites", "format_measurement", "label", "measure"]
@@ -180,6 +181,13 @@ def step_cost(cpu: list[float]) -> dict[str, float]:
     mean = sum(cpu) / len(cpu) if cpu else 0.0
     return {"checks": STEP_CHECKS, "cpu_mean_s": round(mean, 5), "cpu_s": round(mean * STEP_CHECKS, 2),
             "share_of_one_core": round(mean * STEP_CHECKS / STEP_S, 4)}
+
+def step_cost_as_run(first: list[float], cached: list[float]) -> dict[str, float]:
+    """step_cost for a step as it runs: each prompt's first check builds its gold's small databases (CPU
+    `first`), its other samples find them cached (CPU `cached`)."""
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    cpu = STEP_PROMPTS * mean(first) + (STEP_CHECKS - STEP_PROMPTS) * mean(cached)
+    return {"checks": STEP_CHECKS, "cpu_s": round(cpu, 2), "share_of_one_core": round(cpu / STEP_S, 4)}
 
 def quantiles(values: list[float]) -> dict[str, float]:
     if not values:

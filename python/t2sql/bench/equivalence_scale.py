@@ -15,7 +15,8 @@ derives from the database's golds (those matching on the 1x database; `--pairs-l
 spaced subset). Reported per scale: the copy's size and build seconds, mining seconds and peak temporary
 disk, the first check's seconds, p50/p95 per check (all; and, in a second pass, with the gold's small
 databases built by an earlier check, as for a step's samples after its first), the CPU a check's thread
-took (mean) and what a training step's checks would take of one core (t2sql.bench.equivalence.step_cost),
+took (mean) and what a training step's checks would take of one core (t2sql.bench.equivalence.step_cost;
+`step as run`: each prompt's first check building its gold's small databases, the other 15 cached),
 peak RSS, and how many verdicts (refuted, or the skip reason) equal 1x's.
 """
 
@@ -143,7 +144,7 @@ from t2sql.episode.presets import get_preset
 from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.serving.invariant_store import InvariantStore
-from t2sql.bench.equivalence import step_cost
+from t2sql.bench.equivalence import step_cost, step_cost_as_run
 
 db, cache, pairs_file, preset = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = EquivalenceConfig.from_preset(get_preset(preset))
@@ -166,19 +167,24 @@ for pair in pairs:
 checker.close()
 # With suites cached, as for a step's samples after its first: a checker holding nothing of the pass above,
 # each gold's small databases built by a check of the gold against itself, then its pairs timed.
-cached, last = [], None
+cached, first_cpu, cached_cpu, last = [], [], [], None
 with EquivalenceChecker(invariants=store, disk=DiskCache(cache)) as checker:
     for pair in pairs:
         if pair["gold"] != last:
+            cpu_at = time.thread_time()
             checker.check_sync(db, pair["gold"], pair["gold"], config)
+            first_cpu.append(time.thread_time() - cpu_at)
             last = pair["gold"]
+        cpu_at = time.thread_time()
         cached.append(checker.check_sync(db, pair["pred"], pair["gold"], config).elapsed_s)
+        cached_cpu.append(time.thread_time() - cpu_at)
 def q(xs, p):
     xs = sorted(xs)
     return round(xs[min(len(xs) - 1, int(p * len(xs)))], 4) if xs else None
 out.update(first_check_s=round(times[0], 3) if times else None, p50_s=q(times, 0.5), p95_s=q(times, 0.95),
            cached_checks=len(cached), p50_cached_s=q(cached, 0.5), p95_cached_s=q(cached, 0.95),
            max_s=round(max(times), 3) if times else None, verdicts=verdicts, step=step_cost(cpu),
+           step_as_run=step_cost_as_run(first_cpu, cached_cpu),
            peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
 print(json.dumps(out))
 """
@@ -274,7 +280,7 @@ def format_equivalence_scale(report: dict[str, Any]) -> str:
     lines = [f"equivalence check on scaled copies of {report['db_id']} ({report['pairs']} derived pairs, preset "
              f"{report['preset']}; load at the end {', '.join(f'{x:.1f}' for x in report['load'])})", ""]
     head = (f"{'scale':>6}{'MiB':>9}{'build s':>9}{'mine s':>9}{'temp MiB':>10}{'1st s':>8}{'p50 s':>8}"
-            f"{'p95 s':>8}{'cached p50':>11}{'p95':>7}{'CPU ms':>8}{'step':>7}{'RSS MiB':>9}"
+            f"{'p95 s':>8}{'cached p50':>11}{'p95':>7}{'CPU ms':>8}{'step':>7}{'as run':>7}{'RSS MiB':>9}"
             "  invariants  verdicts = 1x")
     lines += [head, "-" * len(head)]
     for r in report["scales"]:
@@ -287,6 +293,7 @@ def format_equivalence_scale(report: dict[str, Any]) -> str:
         lines.append(f"{r['scale']:>5}x{r['bytes'] / 2**20:>9.1f}{r['build_s']:>9.1f}{r['mine_s']:>9.2f}"
                      f"{r['mine_temp_peak_mb']:>10.1f}{first:>8}{r['p50_s']:>8.3f}{r['p95_s']:>8.3f}{c50:>11}{c95:>7}"
                      f"{r['step']['cpu_mean_s'] * 1000:>8.1f}{r['step']['share_of_one_core']:>7.1%}"
+                     f"{r['step_as_run']['share_of_one_core']:>7.1%}"
                      f"{r['peak_rss_mb']:>9.0f}  {inv:<10}  {r.get('verdicts_equal_1x', '-')}/{report['pairs']}")
     for r in report["scales"]:
         if r.get("verdict_counts"):
