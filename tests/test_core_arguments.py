@@ -88,6 +88,22 @@ def test_timeouts_are_positive_seconds(db_file, value):
         refused(call, "timeout_s", "positive")
 
 
+def test_a_tally_counts_one_column_under_the_guard_and_its_bound():
+    """Database.tally: one checked statement of one column, its parameters bound, NULLs skipped, the
+    groups in the order met; None past max_bytes; a second column, a write, a negative bound refused."""
+    rows = [(i, ("a", "b", None)[i % 3], float(i % 2)) for i in range(30)]
+    db = Database.from_rows("w", ["CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, x)"],
+                            [("t", ["id", "name", "x"], rows)])
+    assert db.tally("SELECT name FROM t") == [("a", 10, ("text",)), ("b", 10, ("text",))]
+    assert db.tally("SELECT x FROM t WHERE id < ?", [4]) == [(0, 2, ("real",)), (1, 2, ("real",))]
+    assert db.tally("SELECT id FROM t", max_bytes=500) is None
+    with pytest.raises(InvalidArgument, match="one column"):
+        db.tally("SELECT id, name FROM t")
+    with pytest.raises(UnsafeQuery):
+        db.tally("DELETE FROM t")
+    refused(lambda: db.tally("SELECT id FROM t", max_bytes=-1), "max_bytes", U64)
+
+
 def test_from_rows_takes_schema_statements_and_plain_cells_only():
     schema = ["CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, x REAL, b BLOB)"]
     rows = [(1, "a", 1.5, b"\x00"), (2, None, 2.0, None)]

@@ -182,3 +182,24 @@ def test_letter_cases_are_read_as_the_small_databases_read_them(tmp_path, value)
     t = mine(str(path)).table("t")
     want = tuple(k for k in ("lower", "upper") if k in letter_cases(value))
     assert t.column("v").cases == want and t.column("w").cases == want
+
+
+def test_a_tally_gives_the_grouped_statements_facts(tmp_path):
+    """A column's facts from its tally (Database.tally: groups counted in a hash) equal the grouped
+    statement's: numbers equal as integer and real, texts by their bytes, blobs, NULs, shapes, cases."""
+    from t2sql.serving.mining_columns import column_sql, column_stats, tallied_stats, tally_sql
+
+    values = [1, 1.0, 2, 2.5, -0.0, 0, "1", "a", "A", "a", "\x00a", "2024-01-31", "2024-01-31 10:00", "12:30",
+              "007", "", "\u00e9", b"a", b"\x00", 9007199254740993, 9007199254740992.0, None, "x" * 300]
+    path = tmp_path / "tally.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v, w TEXT COLLATE NOCASE, n INTEGER)")
+        db.executemany("INSERT INTO t (v, w, n) VALUES (?, ?, ?)",
+                       [(v, v if isinstance(v, str) else None, i % 3) for i, v in enumerate(values * 3)])
+    with t2sql.Database(str(path)) as db:
+        for c in ("v", "w", "n"):
+            tallied = tallied_stats(db.tally(tally_sql("t", c)))
+            assert tallied == column_stats(db.rows(column_sql("t", c))), c
+        assert db.tally(tally_sql("t", "v"), max_bytes=200) is None
+    inv = mine(str(path))
+    assert set(inv.table("t").column("v").types) == {"integer", "real", "text", "blob"}

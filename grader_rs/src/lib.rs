@@ -5,6 +5,7 @@
 //! (tool previews and digest runs), `compare` (verdicts), `sqltext` (scanning SQL text),
 //! `checked` (the ranges of the numbers a caller passes),
 //! `memdb` (small databases built from given rows), `rows` (a query's rows as values, bounded),
+//! `tally` (a column's distinct values counted in a bounded hash),
 //! `catalog` (a database's declared schema, read with the allowed pragmas), `filedigest` (a file's
 //! content digest), `pool` (SQL worker threads), `spill` (the
 //! grading memory budget and the temporary disk past it), `tempfiles` (SQLite's temporary files,
@@ -27,6 +28,7 @@ pub mod pool;
 pub mod rows;
 pub mod spill;
 pub mod sqltext;
+pub mod tally;
 pub mod tempfiles;
 
 #[cfg(feature = "python")]

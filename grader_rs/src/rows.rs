@@ -34,7 +34,7 @@ fn value_bytes(v: &ValueRef<'_>) -> usize {
 }
 
 /// An owned value; text that is not UTF-8 is kept as SQLite's bytes, read leniently.
-fn owned(v: ValueRef<'_>) -> Value {
+pub(crate) fn owned(v: ValueRef<'_>) -> Value {
     match v {
         ValueRef::Null => Value::Null,
         ValueRef::Integer(i) => Value::Integer(i),

@@ -289,6 +289,21 @@ class Database:
         `params` bound to its `?` marks, under `timeout_s`, `cancel` and `max_temp_mb`: at most
         `max_rows` rows (default 10,000; the rest is never stepped), SqlError past `max_bytes` bytes
         of values (default 16 MiB). The equivalence check's reads of a real database go through it."""
+    def tally(
+        self,
+        sql: str,
+        params: Sequence[Value] = (),
+        *,
+        timeout_s: float = ...,
+        max_temp_mb: int = ...,
+        max_bytes: int = ...,
+        cancel: Cancel | None = None,
+    ) -> list[tuple[Value, int, tuple[str, ...]]] | None:
+        """The distinct values of one checked query's one column (NULLs skipped), counted as the rows
+        stream in a bounded hash, as `GROUP BY v COLLATE BINARY` groups them (texts and blobs by their
+        bytes, an integer and a real of one value together): (a value of the group, its rows, the
+        storage classes its rows hold). None once the groups pass `max_bytes` (default 16 MiB): group
+        in SQL then. InvalidArgument for a query of another column count. Mining's column facts."""
     def catalog(
         self, pragma: str, name: str | None = None, *, timeout_s: float = ..., cancel: Cancel | None = None
     ) -> list[tuple[Value, ...]]:

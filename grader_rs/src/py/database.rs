@@ -383,6 +383,52 @@ impl Database {
         rows_to_py(py, rows)
     }
 
+    /// The distinct values of one checked query's one column (NULLs skipped) with how many rows
+    /// hold each and their storage classes, counted as `GROUP BY v COLLATE BINARY` groups them
+    /// (tally.rs), as (value, rows, classes) tuples; None once the groups pass `max_bytes`.
+    #[pyo3(signature = (sql, params = Vec::new(), *, timeout_s = Seconds::from(crate::compare::DEFAULT_GRADE_TIMEOUT_S), max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB), max_bytes = Int::from(crate::rows::RowsLimits::DEFAULT.max_bytes as u64), cancel = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn tally(
+        &self,
+        py: Python<'_>,
+        sql: &Bound<'_, PyAny>,
+        params: Vec<Bound<'_, PyAny>>,
+        timeout_s: Seconds,
+        max_temp_mb: Int,
+        max_bytes: Int,
+        cancel: Option<&Bound<'_, Cancel>>,
+    ) -> PyResult<Option<Py<pyo3::types::PyList>>> {
+        let sql = sql_text(sql)?;
+        let params = params
+            .iter()
+            .map(cell_from_py)
+            .collect::<PyResult<Vec<_>>>()?;
+        let max_bytes = int("max_bytes", &max_bytes)?;
+        let budget = budget(&timeout_s, &max_temp_mb, cancel)?;
+        let Some(groups) = self.with(py, |gc| {
+            crate::tally::tally(gc, &sql, &params, max_bytes, &budget)
+        })?
+        else {
+            return Ok(None);
+        };
+        let list = pyo3::types::PyList::empty(py);
+        for g in groups {
+            let classes: Vec<&str> = crate::tally::CLASSES
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| g.classes & (1 << i) != 0)
+                .map(|(_, name)| *name)
+                .collect();
+            let cells = (
+                value_to_py(py, g.value)?,
+                g.rows,
+                pyo3::types::PyTuple::new(py, classes)?,
+            );
+            list.append(cells)?;
+        }
+        Ok(Some(list.unbind()))
+    }
+
     /// The rows of SQLite's `pragma_<pragma>(name)`, one of CATALOG_PRAGMAS (`table_list` takes no
     /// name), read on a connection of the core's own that reads the schema and nothing else
     /// (catalog.rs); the name is bound, never SQL.

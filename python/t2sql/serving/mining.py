@@ -34,8 +34,8 @@ from t2sql.serving.invariants import (
     Table,
     quote,
 )
-from t2sql.serving.mining_columns import column_sql, column_stats
-from t2sql.serving.mining_reader import MINE_TEMP_MB, MINE_WORKERS, Reader, Unverified
+from t2sql.serving.mining_columns import column_sql, column_stats, tallied_stats, tally_sql
+from t2sql.serving.mining_reader import MINE_TEMP_MB, MINE_WORKERS, TALLY, Reader, Unverified
 from t2sql.serving.refuting import lead, unrefuted
 
 log = logging.getLogger("t2sql.serving.mining")
@@ -137,24 +137,43 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
                                                              halved=decl[(name, a)] == decl[(name, b)])[0])
              for (name, b), a in twin_keys]
     owners = [name for (name, _), _ in twin_keys]  # each statement's table
+    tallied: set[tuple[str, str]] = set()
     for name, shape in shapes.items():
         t = quote(name)
         asked.append((f"row count of {name}", f"SELECT count(*) FROM {t}"))
-        asked += [(f"values of {name}.{c}", column_sql(name, c, hints.get((name, c), []), unique=(c,) in shape.keys,
-                                                        mirrored=None if c in halves.get(name, (c,)) else halves[name]))
-                  for c, *_ in shape.info if (name, c) not in twins]
+        for c, *_ in shape.info:
+            if (name, c) in twins:
+                continue
+            unique, mirrored = (c,) in shape.keys, None if c in halves.get(name, (c,)) else halves[name]
+            if unique or mirrored or hints.get((name, c)):
+                asked.append((f"values of {name}.{c}", column_sql(name, c, hints.get((name, c), []), unique=unique,
+                                                                  mirrored=mirrored)))
+            else:  # its groups counted in a hash, not sorted (grouped in SQL where they overflow it)
+                asked.append((f"values of {name}.{c}", tally_sql(name, c), TALLY))
+                tallied.add((name, c))
         if not shape.keys and shape.info:
             asked.append((f"repeated rows in {name}",
                           f"SELECT count(*) = (SELECT count(*) FROM (SELECT DISTINCT * FROM {t})) FROM {t}"))
         owners += [name] * (len(asked) - len(owners))
     answers = iter(_largest_first(m, shapes, asked, owners))
     mirror_answers = [next(answers) for _ in twin_keys]
-    gathered = {}
+    gathered, overflowed = {}, []
     for name, shape in shapes.items():
         counted = next(answers)
-        stats = {r[0]: column_stats(next(answers)) for r in shape.info if (name, r[0]) not in twins}
+        stats = {}
+        for r in shape.info:
+            if (name, r[0]) in twins:
+                continue
+            got = next(answers)
+            if got is None:  # a tally past TALLY_BYTES
+                overflowed.append((name, r[0]))
+            else:
+                stats[r[0]] = tallied_stats(got) if (name, r[0]) in tallied else column_stats(got)
         apart = bool(next(answers)[0][0]) if not shape.keys and shape.info else False
         gathered[name] = counted, stats, apart
+    for (name, c), got in zip(overflowed, m.reader.many([(f"values of {name}.{c}", column_sql(name, c))
+                                                          for name, c in overflowed])):
+        gathered[name][1][c] = column_stats(got)
     for ((name, b), a), got in zip(twin_keys, mirror_answers):
         m.mirrored[(name, a, b)] = got
         stats = gathered[name][1]
@@ -182,8 +201,8 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
     return tables
 
 
-def _largest_first(m: _Miner, shapes: dict[str, Shape], asked: list[tuple[str, str]],
-                   owners: list[str]) -> list[list[tuple]]:
+def _largest_first(m: _Miner, shapes: dict[str, Shape], asked: list[tuple[str, ...]],
+                   owners: list[str]) -> list[Any]:
     """Reader.many's answers to `asked` (each on the table `owners` names), in its order, the statements
     started largest table first (its largest rowid, the end of its b-tree: a table without rowids counts as
     largest), so that the longest do not start last and leave a connection idle at the end."""
@@ -193,7 +212,7 @@ def _largest_first(m: _Miner, shapes: dict[str, Shape], asked: list[tuple[str, s
         size[name] = top[0][0] if top and isinstance(top[0][0], int) else (1 << 63 if not shape.rowid else 0)
     order = sorted(range(len(asked)), key=lambda i: -size[owners[i]])
     got = m.reader.many([asked[i] for i in order])
-    answers: list[list[tuple]] = [[]] * len(asked)
+    answers: list[Any] = [None] * len(asked)
     for i, a in zip(order, got):
         answers[i] = a
     return answers

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import t2sql
 from t2sql.serving.invariants import FORMAT_LEAD, FORMATS, OTHER_TEXT, quote
 
 
@@ -25,14 +26,33 @@ def column_sql(name: str, c: str, parents: list[tuple[str, str]] = (), *, unique
     table is stored both ways in (a, b) (realism_mining.mirror_sql proves it; the caller uses the answer
     only then): the rows with a > b are the mirrors of those with a < b, with this column's value, so
     only the rows with NOT (a > b) are sorted, those with a < b counted twice."""
+    return _facts(parents) + _column_rows(name, quote(c), unique, mirrored)
+
+
+def tally_sql(name: str, c: str) -> str:
+    """The statement whose tally (Database.tally: the distinct values counted in a bounded hash, not
+    sorted) gives column_sql's groups, for a column column_sql would group whole with no parents."""
     q = quote(c)
+    return f"SELECT {q} FROM {quote(name)} WHERE {q} IS NOT NULL"
+
+
+def tallied_stats(groups: list[tuple]) -> dict[str, Any]:
+    """column_stats of a tally's groups: column_sql's facts read by the same SQL over them, in a small
+    database of their own (one row a group: a value, its rows, its storage classes)."""
+    rows = [(v, k, min(classes), max(classes)) for v, k, classes in groups]
+    with t2sql.Database.from_rows("tally", ["CREATE TABLE g (v, k, low, high)"],
+                                  [("g", ["v", "k", "low", "high"], rows)]) as db:
+        return column_stats(db.rows(_facts([]) + " FROM g"))
+
+
+def _facts(parents: list[tuple[str, str]]) -> str:
+    """column_sql's SELECT over one row a group (v, k, low, high)."""
     shape = " ".join(f"WHEN {cond.format(q='v')} THEN '{fmt}'" for fmt, cond, _ in FORMATS)
     return (f"SELECT count(*), sum(k), sum(k * (k - 1) / 2), group_concat(DISTINCT low), "
             f"group_concat(DISTINCT high), group_concat(DISTINCT CASE WHEN typeof(v) <> 'text' THEN NULL "
             f"WHEN {FORMAT_LEAD.format(q='v')} THEN CASE {shape} ELSE '{OTHER_TEXT}' END "
             f"ELSE '{OTHER_TEXT}' END), max({_has_case('a-z', 'upper')}), max({_has_case('A-Z', 'lower')})"
-            + "".join(f", sum(EXISTS (SELECT 1 FROM {quote(p)} WHERE {quote(pc)} = v))" for p, pc in parents)
-            + _column_rows(name, q, unique, mirrored))
+            + "".join(f", sum(EXISTS (SELECT 1 FROM {quote(p)} WHERE {quote(pc)} = v))" for p, pc in parents))
 
 
 def _has_case(letters: str, fold: str) -> str:

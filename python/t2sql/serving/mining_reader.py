@@ -22,6 +22,12 @@ MINE_TEMP_MB = 16 * 1024
 
 ANSWER_BYTES = 4 * 1024 * 1024  # what one mining statement may return
 
+# What a tally (Database.tally: a column's distinct values counted in a hash) may hold before the column
+# is grouped in SQL instead: about 150,000 short values.
+TALLY_BYTES = 16 * 1024 * 1024
+
+TALLY = "tally"  # a `many` item's kind: its statement tallied, not read (Reader.tally)
+
 # Connections that run independent statements at once (a table's columns, the references): the same
 # answers, each statement its own cost; more than the machine's cores only queues.
 MINE_WORKERS = 2
@@ -71,19 +77,29 @@ class Reader:
             sql, list(params), timeout_s=STATEMENT_TIMEOUT_S, max_temp_mb=self.max_temp_mb,
             max_bytes=ANSWER_BYTES, cancel=self.cancel), fail)
 
-    def many(self, asked: list[tuple[str, str]]) -> list[list[tuple]]:
-        """The rows of each (what, sql), in order; Unverified naming the first (in order) that failed."""
+    def tally(self, sql: str, *, db: t2sql.Database | None = None) -> list[tuple] | None:
+        """Database.tally of a statement of ours (through the guard): None past TALLY_BYTES of
+        groups; Unverified when it failed."""
+        def fail(why: str) -> Any:
+            raise Unverified(why)
+        on = db or self.db
+        return self._ask(lambda: on.tally(sql, timeout_s=STATEMENT_TIMEOUT_S, max_temp_mb=self.max_temp_mb,
+                                          max_bytes=TALLY_BYTES, cancel=self.cancel), fail)
+
+    def many(self, asked: list[tuple[str, ...]]) -> list[Any]:
+        """The answer to each (what, sql) (its rows) or (what, sql, TALLY) (its tally), in order;
+        Unverified naming the first (in order) that failed."""
         if self.workers <= 1 or len(asked) <= 1:
-            return [self._named(what, sql, self.db) for what, sql in asked]
+            return [self._named(*item, db=self.db) for item in asked]
         for _ in range(min(self.workers, len(asked)) - len(self._opened)):
             extra = t2sql.Database(self.path)
             self._opened.append(extra)
             self._idle.put(extra)
 
-        def one(item: tuple[str, str]) -> list[tuple]:
+        def one(item: tuple[str, ...]) -> Any:
             db = self._idle.get()
             try:
-                return self._named(item[0], item[1], db)
+                return self._named(*item, db=db)
             finally:
                 self._idle.put(db)
         with concurrent.futures.ThreadPoolExecutor(min(self.workers, len(asked))) as pool:
@@ -103,9 +119,9 @@ class Reader:
         pool.shutdown(wait=False)
         return future.result
 
-    def _named(self, what: str, sql: str, db: t2sql.Database) -> list[tuple]:
+    def _named(self, what: str, sql: str, kind: str = "", *, db: t2sql.Database) -> Any:
         try:
-            return self.rows(sql, db=db)
+            return self.tally(sql, db=db) if kind == TALLY else self.rows(sql, db=db)
         except Unverified as e:
             raise Unverified(f"{what}: {e}") from None
 
