@@ -128,7 +128,7 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
             if not refuted[0][0]:
                 twins[(name, b)] = a
     twin_keys = list(twins.items())
-    # A table stored both ways sorts half its rows for its other columns (_column_sql's `mirrored`), side by
+    # A table stored both ways sorts half its rows for its other columns (column_sql's `mirrored`), side by
     # side with the mirror check that proves it: the answers are used once it has, else asked again whole.
     halves = {name: (a, b) for (name, b), a in reversed(twin_keys)}
     # The mirror checks first: each a lookup per row of a large table, they end last if they start last.

@@ -67,7 +67,7 @@ def _has_case(letters: str, fold: str) -> str:
 
 
 def _column_rows(name: str, q: str, unique: bool, mirrored: tuple[str, str] | None) -> str:
-    """_column_sql's FROM: one row per distinct value, with how many rows hold it (k) and its storage classes."""
+    """column_sql's FROM: one row per distinct value, with how many rows hold it (k) and its storage classes."""
     if unique:
         return (f" FROM (SELECT {q} AS v, 1 AS k, typeof({q}) AS low, NULL AS high FROM {quote(name)} "
                 f"WHERE {q} IS NOT NULL)")
