@@ -56,15 +56,8 @@ pub fn rows(
     read(gc, &mut stmt, params, limits, budget)
 }
 
-/// Bind `params` to a prepared statement and read its rows under `budget` (rows.rs's bounds);
-/// the statement was checked by whoever prepared it.
-pub(crate) fn read(
-    gc: &GuardedConnection,
-    stmt: &mut rusqlite::Statement<'_>,
-    params: &[Value],
-    limits: RowsLimits,
-    budget: &Budget,
-) -> Result<Vec<Vec<Value>>> {
+/// Bind `params` to a statement's `?` marks, in order: as many as it has, or Invalid.
+pub(crate) fn bind(stmt: &mut rusqlite::Statement<'_>, params: &[Value]) -> Result<()> {
     let wanted = stmt.parameter_count();
     if wanted != params.len() {
         return Err(GradeError::Invalid(format!(
@@ -76,6 +69,19 @@ pub(crate) fn read(
         stmt.raw_bind_parameter(i + 1, p)
             .map_err(|e| GradeError::Invalid(format!("parameter {}: {e}", i + 1)))?;
     }
+    Ok(())
+}
+
+/// Bind `params` to a prepared statement and read its rows under `budget` (rows.rs's bounds);
+/// the statement was checked by whoever prepared it.
+pub(crate) fn read(
+    gc: &GuardedConnection,
+    stmt: &mut rusqlite::Statement<'_>,
+    params: &[Value],
+    limits: RowsLimits,
+    budget: &Budget,
+) -> Result<Vec<Vec<Value>>> {
+    bind(stmt, params)?;
     let width = stmt.column_count();
     gc.arm(budget)?;
     let mut out: Vec<Vec<Value>> = Vec::new();

@@ -9,7 +9,7 @@ use rusqlite::types::{Value, ValueRef};
 
 use crate::error::{GradeError, Result};
 use crate::guard::{Budget, GuardedConnection};
-use crate::rows::owned;
+use crate::rows::{bind, owned};
 
 /// One group: a value of it (every value of a group reads the same as text or blob; numbers equal
 /// as integer and real are one group), its rows, and the storage classes its rows hold
@@ -43,17 +43,7 @@ pub fn tally(
             stmt.column_count()
         )));
     }
-    let wanted = stmt.parameter_count();
-    if wanted != params.len() {
-        return Err(GradeError::Invalid(format!(
-            "the query has {wanted} parameter(s), {} given",
-            params.len()
-        )));
-    }
-    for (i, p) in params.iter().enumerate() {
-        stmt.raw_bind_parameter(i + 1, p)
-            .map_err(|e| GradeError::Invalid(format!("parameter {}: {e}", i + 1)))?;
-    }
+    bind(&mut stmt, params)?;
     gc.arm(budget)?;
     let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();

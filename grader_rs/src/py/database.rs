@@ -98,6 +98,11 @@ fn cell_from_py(value: &Bound<'_, PyAny>) -> PyResult<rusqlite::types::Value> {
     }
 }
 
+/// Python cells (a row, a query's parameters) as SQLite values, each as cell_from_py takes it.
+fn cells_from_py(cells: &[Bound<'_, PyAny>]) -> PyResult<Vec<rusqlite::types::Value>> {
+    cells.iter().map(cell_from_py).collect()
+}
+
 /// A SQLite value as Python's (None, int, float, str, bytes).
 fn value_to_py(py: Python<'_>, v: rusqlite::types::Value) -> PyResult<Py<PyAny>> {
     use rusqlite::types::Value;
@@ -337,7 +342,7 @@ impl Database {
         for (name, columns, rows) in tables {
             let rows = rows
                 .iter()
-                .map(|row| row.iter().map(cell_from_py).collect::<PyResult<Vec<_>>>())
+                .map(|row| cells_from_py(row))
                 .collect::<PyResult<Vec<_>>>()?;
             converted.push(crate::memdb::TableRows {
                 name,
@@ -368,10 +373,7 @@ impl Database {
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<Py<pyo3::types::PyList>> {
         let sql = sql_text(sql)?;
-        let params = params
-            .iter()
-            .map(cell_from_py)
-            .collect::<PyResult<Vec<_>>>()?;
+        let params = cells_from_py(&params)?;
         let limits = crate::rows::RowsLimits {
             max_rows: int("max_rows", &max_rows)?,
             max_bytes: int("max_bytes", &max_bytes)?,
@@ -399,10 +401,7 @@ impl Database {
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<Option<Py<pyo3::types::PyList>>> {
         let sql = sql_text(sql)?;
-        let params = params
-            .iter()
-            .map(cell_from_py)
-            .collect::<PyResult<Vec<_>>>()?;
+        let params = cells_from_py(&params)?;
         let max_bytes = int("max_bytes", &max_bytes)?;
         let budget = budget(&timeout_s, &max_temp_mb, cancel)?;
         let Some(groups) = self.with(py, |gc| {
