@@ -119,11 +119,14 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
     # A table stored both ways (realism's symmetries) holds in its second column the values of its first:
     # the mirror check runs first, beside the other columns, and the second column's statement only when
     # the check fails.
+    decl = {(name, r[0]): (r[1] or "").upper() for name, shape in shapes.items() for r in shape.info}
     twins: dict[tuple[str, str], str] = {}
+    whole: dict[tuple[str, str], str] = {}  # (table, b) -> the mirror check over every row
     for name, a, b in _twin_candidates(shapes, hints, collated):
         if (name, b) not in twins and (name, a) not in twins:  # a's own statement runs: b may copy it
             m.mirrored[(name, a, b)] = None  # a leading row lacks its mirror, until the check says otherwise
-            _, leading = realism_mining.mirror_sql(name, [r[0] for r in shapes[name].info], a, b)
+            whole[(name, b)], leading = realism_mining.mirror_sql(
+                name, [r[0] for r in shapes[name].info], a, b, halved=decl[(name, a)] == decl[(name, b)])
             refuted = m.try_rows(f"mirrors of {name}", leading)
             if not refuted[0][0]:
                 twins[(name, b)] = a
@@ -132,10 +135,7 @@ def _mine_tables(m: _Miner, shapes: dict[str, Shape], collated: frozenset[str]) 
     # side with the mirror check that proves it: the answers are used once it has, else asked again whole.
     halves = {name: (a, b) for (name, b), a in reversed(twin_keys)}
     # The mirror checks first: each a lookup per row of a large table, they end last if they start last.
-    decl = {(name, r[0]): (r[1] or "").upper() for name, shape in shapes.items() for r in shape.info}
-    asked = [(f"mirrors of {name}", realism_mining.mirror_sql(name, [r[0] for r in shapes[name].info], a, b,
-                                                             halved=decl[(name, a)] == decl[(name, b)])[0])
-             for (name, b), a in twin_keys]
+    asked = [(f"mirrors of {name}", whole[(name, b)]) for (name, b), a in twin_keys]
     owners = [name for (name, _), _ in twin_keys]  # each statement's table
     tallied: set[tuple[str, str]] = set()
     for name, shape in shapes.items():
