@@ -144,7 +144,7 @@ from t2sql.episode.presets import get_preset
 from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.serving.invariant_store import InvariantStore
-from t2sql.bench.equivalence import step_cost, step_cost_as_run
+from t2sql.bench.equivalence import quantiles, step_cost, step_cost_as_run
 
 db, cache, pairs_file, preset = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = EquivalenceConfig.from_preset(get_preset(preset))
@@ -178,11 +178,9 @@ with EquivalenceChecker(invariants=store, disk=DiskCache(cache)) as checker:
         cpu_at = time.thread_time()
         cached.append(checker.check_sync(db, pair["pred"], pair["gold"], config).elapsed_s)
         cached_cpu.append(time.thread_time() - cpu_at)
-def q(xs, p):
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(p * len(xs)))], 4) if xs else None
-out.update(first_check_s=round(times[0], 3) if times else None, p50_s=q(times, 0.5), p95_s=q(times, 0.95),
-           cached_checks=len(cached), p50_cached_s=q(cached, 0.5), p95_cached_s=q(cached, 0.95),
+every, warm = quantiles(times), quantiles(cached)
+out.update(first_check_s=round(times[0], 3) if times else None, p50_s=every["median"], p95_s=every["p95"],
+           cached_checks=len(cached), p50_cached_s=warm["median"], p95_cached_s=warm["p95"],
            max_s=round(max(times), 3) if times else None, verdicts=verdicts, step=step_cost(cpu),
            step_as_run=step_cost_as_run(first_cpu, cached_cpu),
            peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
@@ -288,10 +286,10 @@ def format_equivalence_scale(report: dict[str, Any]) -> str:
             lines.append(f"{r['scale']:>5}x  failed: {r['error']}")
             continue
         first = "-" if r["first_check_s"] is None else f"{r['first_check_s']:.3f}"
-        c50, c95 = ("-" if r[k] is None else f"{r[k]:.3f}" for k in ("p50_cached_s", "p95_cached_s"))
         inv = "equal" if r["invariants_equal_1x"] else "DIFFER"
         lines.append(f"{r['scale']:>5}x{r['bytes'] / 2**20:>9.1f}{r['build_s']:>9.1f}{r['mine_s']:>9.2f}"
-                     f"{r['mine_temp_peak_mb']:>10.1f}{first:>8}{r['p50_s']:>8.3f}{r['p95_s']:>8.3f}{c50:>11}{c95:>7}"
+                     f"{r['mine_temp_peak_mb']:>10.1f}{first:>8}{r['p50_s']:>8.3f}{r['p95_s']:>8.3f}"
+                     f"{r['p50_cached_s']:>11.3f}{r['p95_cached_s']:>7.3f}"
                      f"{r['step']['cpu_mean_s'] * 1000:>8.1f}{r['step']['share_of_one_core']:>7.1%}"
                      f"{r['step_as_run']['share_of_one_core']:>7.1%}"
                      f"{r['peak_rss_mb']:>9.0f}  {inv:<10}  {r.get('verdicts_equal_1x', '-')}/{report['pairs']}")

@@ -38,6 +38,10 @@ class Unverified(T2sqlError):
     then reports the database unsupported)."""
 
 
+def _unverified(why: str) -> Any:
+    raise Unverified(why)
+
+
 class Reader:
     """Mining's statements on the core, each to its end (a hang guard aside), under mining's Cancel and
     temporary-disk cap. `rows` raises Unverified when a statement fails; `catalog` answers None (the
@@ -70,21 +74,17 @@ class Reader:
 
     def rows(self, sql: str, params: tuple = (), *, db: t2sql.Database | None = None) -> list[tuple]:
         """The rows of a statement of ours (through the guard); Unverified when it failed."""
-        def fail(why: str) -> Any:
-            raise Unverified(why)
         on = db or self.db
         return self._ask(lambda: on.rows(
             sql, list(params), timeout_s=STATEMENT_TIMEOUT_S, max_temp_mb=self.max_temp_mb,
-            max_bytes=ANSWER_BYTES, cancel=self.cancel), fail)
+            max_bytes=ANSWER_BYTES, cancel=self.cancel), _unverified)
 
     def tally(self, sql: str, *, db: t2sql.Database | None = None) -> list[tuple] | None:
         """Database.tally of a statement of ours (through the guard): None past TALLY_BYTES of
         groups; Unverified when it failed."""
-        def fail(why: str) -> Any:
-            raise Unverified(why)
         on = db or self.db
         return self._ask(lambda: on.tally(sql, timeout_s=STATEMENT_TIMEOUT_S, max_temp_mb=self.max_temp_mb,
-                                          max_bytes=TALLY_BYTES, cancel=self.cancel), fail)
+                                          max_bytes=TALLY_BYTES, cancel=self.cancel), _unverified)
 
     def many(self, asked: list[tuple[str, ...]]) -> list[Any]:
         """The answer to each (what, sql) (its rows) or (what, sql, TALLY) (its tally), in order;
