@@ -160,6 +160,27 @@ def test_invariants_are_cached_on_disk_by_the_files_identity(tmp_path):
     assert len(list(tmp_path.glob("*.invariants-v*.json"))) == 2
 
 
+def test_a_suite_is_kept_on_disk_under_what_built_it(tmp_path, monkeypatch):
+    """A suite on disk is read back by a new checker, and one kept under other invariants is built again (it
+    passed the realism check and gave other verdicts than the suite built now)."""
+    from t2sql.serving.diskcache import DiskCache
+    from t2sql.serving.invariant_store import InvariantStore
+
+    config = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))
+
+    def builds() -> int:
+        store = InvariantStore(DiskCache(tmp_path))
+        with machinery.EquivalenceChecker(invariants=store, disk=DiskCache(tmp_path)) as checker:
+            checker.check_sync(SUPERHERO, "SELECT 1", "SELECT 1", config)
+            return checker.suite_builds
+
+    assert builds() == 1 and builds() == 0
+    [entry] = list(tmp_path.glob("superhero-*.suite-*.json"))
+    assert f"-inv{machinery.INVARIANTS_VERSION}-" in entry.name
+    monkeypatch.setattr(machinery, "INVARIANTS_VERSION", machinery.INVARIANTS_VERSION + 1)
+    assert builds() == 1
+
+
 def test_invariants_command_lists_them(private_cache):
     proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "equivalence", "--invariants", "--db", STUDENT_CLUB],
                           capture_output=True, text=True, timeout=120)

@@ -36,7 +36,7 @@ from t2sql.serving.declared import mentions
 from t2sql.serving.diskcache import DiskCache, database_key
 from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariant_store import InvariantStore
-from t2sql.serving.invariants import Invariants
+from t2sql.serving.invariants import INVARIANTS_VERSION, Invariants
 from t2sql.serving.nondeterminism import nondeterministic
 from t2sql.serving.presupposed import Presupposition, degenerate, one_row_answer, presupposition
 from t2sql.serving.real_rows import RealRows
@@ -272,7 +272,10 @@ class EquivalenceChecker:
     def _build_suite(self, key: tuple, inv: Invariants, real: RealRows, config: EquivalenceConfig) -> list[SmallDb]:
         """The suite from disk when an entry for this very content reads back whole and realistic, else built
         (and stored)."""
-        name = f"{key[0]}.suite-v{SUITE_VERSION}-{config.suite_size}-{config.seed}.json"
+        # Named by what builds it: the builder's version and the invariants' (a suite kept from other
+        # invariants passed the problems check below and gave other verdicts than one built now).
+        name = (f"{key[0]}.suite-v{SUITE_VERSION}-inv{INVARIANTS_VERSION}-{config.suite_size}-"
+                f"{config.seed}.json")
         data = self.disk.load(name)
         if data is not None and data.get("database") == key[0]:
             try:
