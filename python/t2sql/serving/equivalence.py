@@ -272,10 +272,7 @@ class EquivalenceChecker:
     def _build_suite(self, key: tuple, inv: Invariants, real: RealRows, config: EquivalenceConfig) -> list[SmallDb]:
         """The suite from disk when an entry for this very content reads back whole and realistic, else built
         (and stored)."""
-        # Named by what builds it: the builder's version and the invariants' (a suite kept from other
-        # invariants passed the problems check below and gave other verdicts than one built now).
-        name = (f"{key[0]}.suite-v{SUITE_VERSION}-inv{INVARIANTS_VERSION}-{config.suite_size}-"
-                f"{config.seed}.json")
+        name = f"{key[0]}.suite-v{SUITE_VERSION}-inv{INVARIANTS_VERSION}-{config.suite_size}-{config.seed}.json"
         data = self.disk.load(name)
         if data is not None and data.get("database") == key[0]:
             try:

@@ -18,6 +18,8 @@ from t2sql.serving.sampling import add_rows, close, duplicate, rekey, stable_rng
 from t2sql.serving.smalldb import SmallDb, column_index
 from t2sql.serving.targeted import realistic
 
+# A suite on disk is named by this and the invariants' version (equivalence.EquivalenceChecker): one kept from
+# another builder or other invariants passes the realism check when read back, and gives other verdicts.
 SUITE_VERSION = 2  # 2: the builder of issue 37 (closed samples, variants, realism); 1 kept other suites
 
 SUITE_POOL = 24  # random closed samples drawn per suite (each with its variants)
