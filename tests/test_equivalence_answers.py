@@ -78,6 +78,31 @@ def test_every_small_database_keeps_the_lookup_tables_whole_and_the_stated_keys(
         assert any("3-D Man" in p for p in twice.problems())
 
 
+AGILE_BLUE = ("SELECT COUNT(T1.id) FROM superhero AS T1 INNER JOIN hero_power AS T2 ON T1.id = T2.hero_id "
+              "INNER JOIN superpower AS T3 ON T2.power_id = T3.id INNER JOIN colour AS T4 ON T1.eye_colour_id = T4.id "
+              "WHERE T3.power_name = 'Agility' AND T4.colour = 'Blue'")
+
+
+def test_a_named_entity_in_another_case_is_the_entity_not_another_row(equivalence_checker):
+    with CheckBudget.starting_now(60.0, None, 256).active():
+        inv = equivalence_checker.invariants.get(SUPERHERO)
+        real = equivalence_checker.real_rows(SUPERHERO, inv)
+        p = presupposed.presupposition(real, inv, [AGILE_BLUE])
+        power = inv.table("superpower")
+        ni = column_index(power, "power_name")
+        db = next(d for d in targeted(real, inv, AGILE_BLUE, CONFIG.seed)[0]
+                  if any(r[ni] == "Agility" for r in d.rows.get("superpower", [])))
+        cased = db.copy("Agility in another case")
+        cased.rows["superpower"] = [tuple(v.swapcase() if j == ni and v == "Agility" else v for j, v in enumerate(r))
+                                    for r in cased.rows["superpower"]]
+        fitted = p.fit(cased, real)
+        assert fitted is not None
+        assert [r[ni] for r in fitted.rows["superpower"] if r[ni].lower() == "agility"] == ["Agility"]
+    like = AGILE_BLUE.replace("T3.power_name = 'Agility'", "T3.power_name LIKE 'Agility'")
+    report = equivalence_checker.check_sync(SUPERHERO, like, AGILE_BLUE, CONFIG)
+    assert report.checked and not report.refuted  # no other power is named 'agility' in any case
+
+
 def test_measure_answers_reports_both_errors_per_label_kind_and_reason(tmp_path):
     answers = tmp_path / "answers.jsonl"
     lines = [

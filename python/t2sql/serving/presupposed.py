@@ -187,6 +187,17 @@ def _holds(t: Any, conds: tuple, row: tuple) -> bool:
     return all(row[column_index(t, col)] == lit for col, lit in conds)
 
 
+def _in_another_case(t: Any, conds: tuple, row: tuple, real: Any) -> bool:
+    """Whether `row` holds the entity's name in another letter case, in a unique column whose real values
+    stay apart in case."""
+    if len(conds) != 1:
+        return False
+    column, lit = conds[0]
+    c, v = t.column(column), row[column_index(t, column)]
+    return (c is not None and c.unique and isinstance(v, str) and isinstance(lit, str) and v.lower() == lit.lower()
+            and real.apart_in_case(t.name, column))
+
+
 def _entity_column(inv: Invariants, table: str, column: str) -> tuple[str, str]:
     """The (table, column) an entity's name is held in: a reference column's parent column, else itself."""
     for r in inv.references:
@@ -295,7 +306,9 @@ class Presupposition:
                             c = t.column(ref.child_columns[0])
                             if c is not None and c.unique and c.name not in changes:
                                 changes[c.name] = fresh_value(out, t.name, c.name, real, rng)
-                    if None not in changes.values():
+                    # Its unique name in another case only ('aGILITY'): not another entity where the real names
+                    # stay apart in case (t2sql.serving.targeted keeps them so), just the entity again.
+                    if None not in changes.values() and not _in_another_case(t, conds, changed, real):
                         duplicate(out, t.name, changed, real, rng, changes)
                 else:
                     add_rows(out, table, [row])

@@ -340,6 +340,11 @@ class RealRows:
                         f"LIMIT {VALUES_PER_COLUMN}", bound)
         return [r[0] for r in got]
 
+    def apart_in_case(self, table: str, column: str) -> bool:
+        """Whether a column's real values (those `values` keeps of it) stay apart in lower case too."""
+        texts = [v for v in self.values(table, column) if isinstance(v, str)]
+        return len({v.lower() for v in texts}) == len(texts)
+
     def values_with_prefix(self, table: str, column: str, prefix: str) -> list[Any]:
         """Up to VALUES_PER_COLUMN distinct real values of a text column that start with `prefix` and are longer."""
         q = quote(column)

@@ -224,7 +224,7 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
         unique = t.columns[ci].unique or any(key == (t.columns[ci].name,) for key in t.keys)
         # A unique name keeps apart from the others in letter case too, as the real ones do (no power
         # 'STEALTH' beside 'Stealth': the same power twice).
-        same = _name_key if unique and _apart_in_case(real, t.name, c.column) else _value_key
+        same = _name_key if unique and real.apart_in_case(t.name, c.column) else _value_key
         free = [v for v in variants if not unique or all(same(r[ci]) != same(v.value) for r in base.rows[c.table])]
         if c.column in inv.frozen(t.name):
             # A key or reference column: the values go into duplicates (new entities), not in place.
@@ -279,12 +279,6 @@ def _value_key(v: object) -> object:
 
 def _name_key(v: object) -> object:
     return v.lower() if isinstance(v, str) else v
-
-
-def _apart_in_case(real: RealRows, table: str, column: str) -> bool:
-    """Whether a unique column's real values (those RealRows keeps of it) stay apart in lower case too."""
-    texts = [v for v in real.values(table, column) if isinstance(v, str)]
-    return len({v.lower() for v in texts}) == len(texts)
 
 
 def realistic(dbs: list[SmallDb]) -> list[SmallDb]:
