@@ -78,9 +78,40 @@ def test_every_small_database_keeps_the_lookup_tables_whole_and_the_stated_keys(
         assert any("3-D Man" in p for p in twice.problems())
 
 
+HEAVIEST_DC_BY_NAME = ("SELECT T1.superhero_name FROM superhero AS T1 INNER JOIN publisher AS T2 ON T1.publisher_id = "
+                       "T2.id WHERE T2.publisher_name = 'DC Comics' ORDER BY T1.weight_kg DESC LIMIT 1")
+HEAVIEST_DC_BY_ID = HEAVIEST_DC_BY_NAME.replace("T2.publisher_name = 'DC Comics'", "T2.id = 4")
 AGILE_BLUE = ("SELECT COUNT(T1.id) FROM superhero AS T1 INNER JOIN hero_power AS T2 ON T1.id = T2.hero_id "
               "INNER JOIN superpower AS T3 ON T2.power_id = T3.id INNER JOIN colour AS T4 ON T1.eye_colour_id = T4.id "
               "WHERE T3.power_name = 'Agility' AND T4.colour = 'Blue'")
+
+
+def test_the_suite_holds_a_lookup_table_renumbered_and_every_database_it_holds_is_kept(equivalence_checker):
+    from t2sql.serving.suites import build_suite
+
+    with CheckBudget.starting_now(120.0, None, 256).active():
+        inv = equivalence_checker.invariants.get(SUPERHERO)
+        real = equivalence_checker.real_rows(SUPERHERO, inv)
+        suite = build_suite(real, inv, size=CONFIG.suite_size, seed=CONFIG.seed)
+        whole = presupposed.presupposition(real, inv, [])
+        assert suite and all(whole.fit(db, real) is not None for db in suite)  # none thrown away by every check
+
+        def renumbered(db) -> bool:
+            for lk in presupposed.lookups(inv):
+                t = inv.table(lk.table)
+                pairs = {(r[column_index(t, lk.key)], r[column_index(t, lk.name)]) for r in db.rows.get(t.name, [])}
+                if not pairs <= set(real.rows(f"SELECT {lk.key}, {lk.name} FROM {lk.table}")):
+                    return True
+            return False
+
+        assert any(renumbered(db) for db in suite)
+
+
+def test_a_key_hard_coded_from_todays_data_is_refuted_where_the_gold_alone_ties_nowhere(equivalence_checker):
+    # The gold's own renumbered database points the key at a publisher whose heroes tie on weight: only the
+    # suite's tells the two apart.
+    report = equivalence_checker.check_sync(SUPERHERO, HEAVIEST_DC_BY_ID, HEAVIEST_DC_BY_NAME, CONFIG)
+    assert report.refuted and "renumbered" in report.witness.made_by
 
 
 def test_a_named_entity_in_another_case_is_the_entity_not_another_row(equivalence_checker):

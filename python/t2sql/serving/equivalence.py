@@ -276,7 +276,7 @@ class EquivalenceChecker:
         data = self.disk.load(name)
         if data is not None and data.get("database") == key[0]:
             try:
-                suite = suite_from_json(inv, data.get("suite"))
+                suite = suite_from_json(inv, data.get("suite"), real)
                 if not any(db.problems() for db in suite):
                     return suite
             except ValueError:

@@ -1,8 +1,10 @@
 """A database's suite: small databases drawn from random real rows and their realistic variants,
 distilled greedily against neighbour queries derived from the schema (pairs that differ only on
-databases with duplicates, NULLs, childless parents, text in another case, a value at a boundary): a
-test-suite approach. Built once per database content and kept on disk (t2sql.serving.diskcache), within the deadline of
-the check that builds it (t2sql.serving.checkbounds: a build the deadline stops is not kept)."""
+databases with duplicates, NULLs, childless parents, text in another case, a value at a boundary, a
+lookup table's keys renumbered): a test-suite approach. Each is judged, and kept, as every check holds
+it: with what every question presupposes (t2sql.serving.presupposed). Built once per database content
+and kept on disk (t2sql.serving.diskcache), within the deadline of the check that builds it
+(t2sql.serving.checkbounds: a build the deadline stops is not kept)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,16 @@ import t2sql
 from t2sql._grader import GradeSpec
 from t2sql.serving.diskcache import database_key
 from t2sql.serving.invariants import Invariants, quote
+from t2sql.serving.presupposed import lookups, presupposition
 from t2sql.serving.real_rows import RealRows
 from t2sql.serving.refutation import digest
 from t2sql.serving.sampling import add_rows, close, duplicate, rekey, stable_rng
-from t2sql.serving.smalldb import SmallDb, column_index
+from t2sql.serving.smalldb import SmallDb, column_index, sql_literal
 from t2sql.serving.targeted import realistic
 
 # A suite on disk is named by this and the invariants' version (equivalence.EquivalenceChecker): one kept from
 # another builder or other invariants passes the realism check when read back, and gives other verdicts.
-SUITE_VERSION = 2  # 2: the builder of issue 37 (closed samples, variants, realism); 1 kept other suites
+SUITE_VERSION = 3  # 3: a lookup table renumbered; 2: closed samples, variants, realism (issue 37)
 
 SUITE_POOL = 24  # random closed samples drawn per suite (each with its variants)
 
@@ -28,7 +31,8 @@ NEIGHBOUR_SPEC = GradeSpec("multiset", timeout_s=2.0)  # how a neighbour query r
 
 def neighbour_pairs(inv: Invariants, real: RealRows) -> list[tuple[str, str]]:
     """Pairs of queries that differ only on databases with duplicates, NULLs, childless parents,
-    values in another case or at a boundary: what a suite must be able to tell apart."""
+    values in another case or at a boundary, lookup keys renumbered: what a suite must be able to tell
+    apart."""
     pairs: list[tuple[str, str]] = []
     for t in inv.tables:
         if t.rows == 0:
@@ -55,6 +59,15 @@ def neighbour_pairs(inv: Invariants, real: RealRows) -> list[tuple[str, str]]:
         pairs.append((f"SELECT count(*) FROM {p} AS p LEFT JOIN {c} AS c ON {on}",
                       f"SELECT count(*) FROM {p} AS p JOIN {c} AS c ON {on}"))
         pairs.append((f"SELECT count(*) FROM {c} AS c JOIN {p} AS p ON {on}", f"SELECT count(*) FROM {c}"))
+    # A query that hard-codes a key it looked up today (`gender_id = 1` for 'Male') is told apart only
+    # where a lookup table's rows hold other keys than the real ones: the suite keeps such a database.
+    for lk in lookups(inv):
+        name, k, n = quote(lk.table), quote(lk.key), quote(lk.name)
+        real_keys = real.rows(f"SELECT {k}, {n} FROM {name} ORDER BY {k}")
+        if real_keys:
+            listed = ", ".join(f"({sql_literal(a)}, {sql_literal(b)})" for a, b in real_keys)
+            pairs.append((f"SELECT count(*) FROM {name}",
+                          f"SELECT count(*) FROM {name} WHERE ({k}, {n}) IN (VALUES {listed})"))
     return pairs
 
 def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> list[SmallDb]:
@@ -65,6 +78,7 @@ def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> lis
     rng = stable_rng(seed, "suite", database_key(real.path))
     pool: list[SmallDb] = []
     tables = [t for t in inv.tables if t.rows > 0]
+    fixed = {lk.table for lk in lookups(inv)}
     for i in range(SUITE_POOL):
         seeds = SmallDb(inv, note=f"random real rows (draw {i})")
         picked = tables if len(tables) <= 6 else rng.sample(tables, 6)
@@ -92,6 +106,8 @@ def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> lis
         pool.append(nulls)
         cased = base.copy(f"random real rows (draw {i}), some text in another case")
         for t in tables:
+            if t.name in fixed:
+                continue  # a lookup table's names are its real ones (t2sql.serving.presupposed)
             rows = cased.rows.get(t.name, [])
             free = [c for c in t.columns if "text" in c.types and c.name not in inv.frozen(t.name)]
             if rows and free:
@@ -103,7 +119,10 @@ def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> lis
         renumbered = base.copy(f"random real rows (draw {i}), integer keys renumbered")
         if any([rekey(renumbered, t.name) for t in tables]):
             pool.append(renumbered)
-    pool = realistic(pool)
+    # Each as every check will hold it: with what every question presupposes (its lookup tables whole, each
+    # row once, under its real name), so no pick is one that each check then throws away.
+    whole = presupposition(real, inv, [])
+    pool = realistic([f for f in (whole.fit(db, real) for db in pool) if f is not None])
     pairs = neighbour_pairs(inv, real)
     kills: list[set[int]] = []
     queries = sorted({q for p in pairs for q in p})
@@ -165,9 +184,10 @@ def _cell_from_json(v: Any) -> Any:
     raise ValueError(f"not a cell: {v!r:.60}")
 
 
-def suite_from_json(inv: Invariants, data: Any) -> list[SmallDb]:
-    """The suite suite_to_json wrote; ValueError for anything else (a cache file is data, never trusted:
-    each database names tables of `inv` and holds rows of their width)."""
+def suite_from_json(inv: Invariants, data: Any, real: RealRows) -> list[SmallDb]:
+    """The suite suite_to_json wrote, held as build_suite held it (with what every question presupposes);
+    ValueError for anything else (a cache file is data, never trusted: each database names tables of `inv`
+    and holds rows of their width)."""
     if not isinstance(data, list):
         raise ValueError("a suite is a list of small databases")
     out = []
@@ -183,4 +203,7 @@ def suite_from_json(inv: Invariants, data: Any) -> list[SmallDb]:
                 raise ValueError(f"a row of {name} without {len(t.columns)} values")
             rows[name] = [tuple(_cell_from_json(v) for v in r) for r in table_rows]
         out.append(SmallDb(inv, rows, d["note"]))
+    whole = presupposition(real, inv, [])
+    for db in out:
+        db.presupposition = whole  # its problems() are then those of a database build_suite picked
     return out
