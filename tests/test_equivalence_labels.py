@@ -98,6 +98,38 @@ def test_limit_over_a_closed_vocabularys_distinct_values_is_equivalent(db):
     assert rows_at_most(ids, inv, rows) is None
 
 
+def test_groups_of_pinned_rows_are_as_many_as_the_choices_left(db):
+    inv, rows = db("toxicology")
+    # One molecule named: its label, grouped over its many bonds, is one group.
+    grouped = ("SELECT COUNT(T1.bond_id), T2.label FROM bond AS T1 INNER JOIN molecule AS T2 ON T1.molecule_id = "
+               "T2.molecule_id WHERE T1.bond_type = '=' AND T2.molecule_id = 'TR006' GROUP BY T2.label")
+    assert rows_at_most(grouped, inv, rows) == 1
+    assert label("add_limit", grouped, f"{grouped} LIMIT 1", inv, rows) == "equivalent"
+    assert label("add_distinct", grouped, grouped.replace("SELECT ", "SELECT DISTINCT ", 1), inv, rows) == "equivalent"
+    # A bond named pins its molecule: the DISTINCT label is one row, fewer than the vocabulary's two.
+    distinct = ("SELECT DISTINCT T2.label FROM atom AS T1 INNER JOIN molecule AS T2 ON T1.molecule_id = T2.molecule_id "
+                "INNER JOIN bond AS T3 ON T2.molecule_id = T3.molecule_id WHERE T3.bond_id = 'TR001_2_4'")
+    assert rows_at_most(distinct, inv, rows) == 1
+    # Near misses: grouped by a column of the rows left free (the bonds), or nothing named.
+    assert rows_at_most(grouped.replace("GROUP BY T2.label", "GROUP BY T1.bond_type"), inv, rows) is None
+    assert rows_at_most(grouped.replace(" AND T2.molecule_id = 'TR006'", ""), inv, rows) is None
+
+
+def test_one_row_is_what_the_outer_select_aggregates_not_a_subquery_or_a_window():
+    from t2sql.bench.equivalence_pairs import derive_mutations, returns_one_row
+
+    share = ("SELECT (CAST(COUNT(*) AS REAL) * 100 / (SELECT COUNT(*) FROM superhero)), CAST(SUM(CASE WHEN "
+             "T2.publisher_name = 'Marvel Comics' THEN 1 ELSE 0 END) AS REAL) FROM superhero AS T1 INNER JOIN "
+             "publisher AS T2 ON T1.publisher_id = T2.id")
+    assert returns_one_row(share)
+    assert not any(kind == "add_limit" for kind, _ in derive_mutations(share, 1))
+    assert returns_one_row("SELECT IIF(x > 1, MAX(a), 0) FROM t")
+    for per_row in ("SELECT a, (SELECT COUNT(*) FROM u) FROM t", "SELECT MAX(a, b) FROM t",
+                    "SELECT COUNT(*) OVER () FROM t", "SELECT max(a, (SELECT max(b) FROM u)) FROM t",
+                    "SELECT COUNT(*) FROM t GROUP BY a"):
+        assert not returns_one_row(per_row), per_row
+
+
 def test_null_ignoring_aggregates_of_the_outer_joined_side_are_equivalent(db):
     inv, rows = db("student_club")
     gold = ("SELECT SUM(T2.amount) FROM event AS T1 INNER JOIN budget AS T2 ON T1.event_id = T2.link_to_event "

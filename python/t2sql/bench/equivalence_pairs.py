@@ -104,7 +104,9 @@ def tail_space(sql: str, end: int) -> str:
     return " " if end < len(sql) else ""
 
 def returns_one_row(sql: str) -> bool:
-    """The outer query always returns exactly one row: aggregates without GROUP BY (or no FROM)."""
+    """The outer query always returns exactly one row: aggregates without GROUP BY (or no FROM). Only what
+    the outer SELECT itself computes counts: a scalar subquery's aggregate, a window function (OVER) or a
+    two-argument min/max (a scalar function) returns a value per row."""
     masked, depth = masked_sql(sql.strip())
     selects = list(words_at(masked, depth, "SELECT"))
     if not selects or list(words_at(masked, depth, "GROUP")) or any(
@@ -113,10 +115,24 @@ def returns_one_row(sql: str) -> bool:
     froms = [p for p in words_at(masked, depth, "FROM") if p > selects[0]]
     if not froms:
         return True
-    select_list = masked[selects[0] + 6:froms[0]]
-    if re.search(r"(?<!\w)SELECT(?!\w)", select_list, re.I):
+    start, end = selects[0] + 6, froms[0]
+    # The select list with each subquery blanked: what the outer SELECT itself computes.
+    own = list(masked[start:end])
+    for sub in re.finditer(r"\(\s*SELECT(?!\w)", masked[start:end], re.I):
+        at = start + sub.start()
+        close = next((i for i in range(at + 1, end) if depth[i] <= depth[at]), end)
+        own[at - start:close - start + 1] = " " * (close - at + 1)
+    own_text = "".join(own)
+    if re.search(r"(?<!\w)OVER(?!\w)", own_text, re.I):
         return False
-    return re.search(r"(?<![\w.])(COUNT|SUM|AVG|MIN|MAX|TOTAL|GROUP_CONCAT)\s*\(", select_list, re.I) is not None
+    for m in re.finditer(r"(?<![\w.])(COUNT|SUM|AVG|MIN|MAX|TOTAL|GROUP_CONCAT)\s*\(", own_text, re.I):
+        inside = start + m.end()  # just past the call's "("
+        close = next((i for i in range(inside, end) if depth[i] < depth[inside]), end)
+        if m.group(1).upper() in ("MIN", "MAX") and any(
+                own[i - start] == "," and depth[i] == depth[inside] for i in range(inside, close)):
+            continue
+        return True
+    return False
 
 def column_of(st: querytext.Statement, inv: Invariants, qualifier: str | None, column: str):
     """(table, Column) of a column reference in `st` (its qualifier, or the one table that has such a

@@ -67,16 +67,40 @@ def rows_at_most(sql: str, inv: Invariants, lookup: Any = None) -> int | None:
     """A bound on the rows the outer SELECT of `sql` (one part) returns on every database of its kind, from
     its constants alone: 1 when they pin a row of every FROM item, times 2 for each keyed symmetric pair
     they name both ways (a bond's two rows) and k for each column set to one of k literals (`IN (...)`);
-    None when they do not bound it. GROUP BY and DISTINCT only
-    merge rows."""
+    as many when it groups by (or selects DISTINCT) columns of pinned rows only; the combinations of closed
+    vocabularies a DISTINCT selects; None when nothing bounds it."""
     q = _read(sql, inv)
     if q is None:
         return None
-    distinct = _distinct_values(q, inv)
-    if distinct is not None:
-        return distinct
     pinned, choices = _pinned(q, inv, lookup, set())
-    return choices if len(pinned) == len(q.items) else None
+    # Rows merged by GROUP BY (or DISTINCT) on columns of rows the constants pin: one group for each choice
+    # (a molecule's label, grouped over its many bonds).
+    merged = _merged_columns(q)
+    pins = len(pinned) == len(q.items) or (merged is not None and all(alias in pinned for alias, _ in merged))
+    bounds = [b for b in (_distinct_values(q, inv), choices if pins else None) if b is not None]
+    return min(bounds) if bounds else None
+
+
+def _merged_columns(q: _Query) -> list[tuple[str, str]] | None:
+    """The (alias, column) references the outer SELECT groups by, or (no GROUP BY) selects DISTINCT; None
+    when one of them is not a plain column of a FROM item."""
+    sql = q.st.sql
+    if q.part.group is not None:
+        spans = querytext.split_top(sql, q.part.group)
+        pattern = rf"{COLREF}"
+    elif q.part.distinct:
+        spans = querytext.split_top(sql, q.part.select_list)
+        pattern = rf"{COLREF}(?:\s+(?:AS\s+)?\w+)?"
+    else:
+        return None
+    out = []
+    for x, y in spans:
+        m = re.fullmatch(pattern, sql[x:y].strip(), re.I | re.S)
+        ref = _column(q, *colref(m)) if m else None
+        if ref is None:
+            return None
+        out.append(ref)
+    return out or None
 
 
 def _distinct_values(q: _Query, inv: Invariants) -> int | None:
