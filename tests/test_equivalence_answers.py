@@ -107,11 +107,46 @@ def test_the_suite_holds_a_lookup_table_renumbered_and_every_database_it_holds_i
         assert any(renumbered(db) for db in suite)
 
 
-def test_a_key_hard_coded_from_todays_data_is_refuted_where_the_gold_alone_ties_nowhere(equivalence_checker):
-    # The gold's own renumbered database points the key at a publisher whose heroes tie on weight: only the
-    # suite's tells the two apart.
+def test_a_key_hard_coded_from_todays_data_is_refuted_where_the_key_moved_ties(equivalence_checker):
+    # Renumbered among the rows held, the key points at a publisher whose heroes all weigh 0: a tie. The suite's
+    # renumbered database or the gold's rotated keys (a publisher with no hero here) tell the two apart.
     report = equivalence_checker.check_sync(SUPERHERO, HEAVIEST_DC_BY_ID, HEAVIEST_DC_BY_NAME, CONFIG)
-    assert report.refuted and "renumbered" in report.witness.made_by
+    assert report.refuted and ("renumbered" in report.witness.made_by or "rotated" in report.witness.made_by)
+
+
+def test_the_golds_own_databases_rotate_the_lookup_keys_so_a_hard_coded_key_finds_nothing(equivalence_checker):
+    import dataclasses
+
+    with CheckBudget.starting_now(60.0, None, 256).active():
+        inv = equivalence_checker.invariants.get(SUPERHERO)
+        real = equivalence_checker.real_rows(SUPERHERO, inv)
+        dbs, _ = targeted(real, inv, HEAVIEST_DC_BY_NAME, CONFIG.seed)
+        [rotated] = [db for db in dbs if db.note == "lookup keys rotated"]
+        fitted = presupposed.presupposition(real, inv, [HEAVIEST_DC_BY_NAME]).fit(rotated, real)
+        assert fitted is not None and not fitted.problems()
+        publisher, hero = inv.table("publisher"), inv.table("superhero")
+        pk, pn = column_index(publisher, "id"), column_index(publisher, "publisher_name")
+        names = {r[pk]: r[pn] for r in fitted.rows["publisher"]}
+        real_names = dict(real.rows("SELECT id, publisher_name FROM publisher"))
+        assert sorted(names) == sorted(real_names) and names[4] != "DC Comics"  # the same keys, other rows
+        real_heroes = {r[0]: r[1] for r in real.rows("SELECT id, publisher_id FROM superhero")}
+        for r in fitted.rows["superhero"]:  # every hero keeps its publisher, under its new key
+            hid, pid = r[column_index(hero, "id")], r[column_index(hero, "publisher_id")]
+            if hid in real_heroes and pid is not None:
+                assert names[pid] == real_names[real_heroes[hid]]
+    # Without a suite, the gold's own databases tell the hard-coded key apart.
+    alone = dataclasses.replace(CONFIG, suite_size=0)
+    report = equivalence_checker.check_sync(SUPERHERO, HEAVIEST_DC_BY_ID, HEAVIEST_DC_BY_NAME, alone)
+    assert report.refuted and report.witness.made_by == "lookup keys rotated"
+
+
+def test_where_a_limit_cuts_through_a_tie_only_rows_against_none_refute(equivalence_checker):
+    # Every hero of the top weight, against the gold's one: the same where the top is one hero; where two tie,
+    # the question is ambiguous, and the check's tied databases do not count that against it.
+    top = "SELECT superhero_name FROM superhero ORDER BY weight_kg DESC LIMIT 1"
+    every_top = "SELECT superhero_name FROM superhero WHERE weight_kg = (SELECT MAX(weight_kg) FROM superhero)"
+    report = equivalence_checker.check_sync(SUPERHERO, every_top, top, CONFIG)
+    assert report.checked and not report.refuted
 
 
 def test_a_named_entity_in_another_case_is_the_entity_not_another_row(equivalence_checker):

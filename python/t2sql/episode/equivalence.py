@@ -30,7 +30,7 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
     mismatch / pred_error      refutes, when it holds on the database's mirror too (the rows in
                                reverse order, SQLite's unordered scans reversed), neither query's
                                result changes there, and no ORDER BY ... LIMIT keeps one of tied rows
-                               (a result that is a choice proves nothing)
+                               (a result that is a choice proves nothing, but rows against none)
     anything else              not informative (a timeout, a gold that fails there, ...)
   The first database that refutes is the witness: shrunk to as few rows as still refute, shown as
   INSERT statements with both queries' results there.

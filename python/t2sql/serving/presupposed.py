@@ -364,6 +364,40 @@ class Presupposition:
         return True
 
 
+def rotate_lookup_keys(db: SmallDb, real: Any) -> bool:
+    """The fixed lookup tables' rows `db` holds, each under the key of a real row some steps on (the keys in
+    order, turned), every reference following: the same vocabulary under other numbers, where a key hard-coded
+    from today's data names a row the query's own rows do not reference (rather than other rows, which may
+    tie). Made whole by `Presupposition.fit`. False when there is none to rotate."""
+    inv = db.inv
+    done = False
+    for lk in lookups(inv):
+        t = inv.table(lk.table)
+        if not db.rows.get(t.name):
+            continue
+        ki = column_index(t, lk.key)
+        keys = [r[0] for r in real.rows(f"SELECT {quote(lk.key)} FROM {quote(t.name)} ORDER BY {quote(lk.key)}")]
+        if len(keys) < 2 or len(keys) != t.rows:
+            continue  # not read whole
+        # The shortest turn that leaves every key in use here to a row not held here (else one step).
+        at = {sqlite_key((k,)): i for i, k in enumerate(keys)}
+        held = {at[sqlite_key((r[ki],))] for r in db.rows[t.name] if sqlite_key((r[ki],)) in at}
+        n = len(keys)
+        turn = next((s for s in range(1, n) if not {(i - s) % n for i in held} & held), 1)
+        move = {sqlite_key((k,)): keys[(i + turn) % n] for i, k in enumerate(keys)}
+        db.rows[t.name] = [tuple(move.get(sqlite_key((v,)), v) if j == ki else v for j, v in enumerate(r))
+                           for r in db.rows[t.name]]
+        for ref in inv.references:
+            if ref.parent != t.name or ref.parent_columns != (lk.key,) or len(ref.child_columns) != 1:
+                continue
+            child = inv.table(ref.child)
+            ci = column_index(child, ref.child_columns[0])
+            db.rows[child.name] = [tuple(move.get(sqlite_key((v,)), v) if j == ci and v is not None else v
+                                         for j, v in enumerate(r)) for r in db.rows.get(child.name, [])]
+        done = True
+    return done
+
+
 def _swap_keys(db: SmallDb, lk: Lookup, a: Any, b: Any) -> None:
     """Keys `a` and `b` of a lookup table trade places, in it and in every reference to it."""
     inv = db.inv

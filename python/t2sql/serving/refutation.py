@@ -1,9 +1,9 @@
 """What one small database says about a pair: the queries run there (the gold's digest prepared once per
 gold), and whether the result refutes the match: they differ there and on its mirror (rows reversed,
-unordered scans reversed), the gold's result does not depend on the order rows come in, no ORDER
-BY ... LIMIT keeps one of tied rows, and both queries give the same result when run again there (a
-query of random() or the clock is never refuted for its changing). A refuting database is shrunk to as
-few rows as still refute.
+unordered scans reversed), the gold's result does not depend on the order rows come in, no ORDER BY ...
+LIMIT keeps one of tied rows (there only rows against none refute), and both queries give the same result
+when run again there (a query of random() or the clock is never refuted for its changing). A refuting
+database is shrunk to as few rows as still refute.
 
 Every query here runs in the core on the small database, under its timeout cut at the check's
 deadline and under its Cancel (t2sql.serving.checkbounds)."""
@@ -213,6 +213,9 @@ class Trial:
                 out.append(f"Error: {e}")
         return out[0], out[1]
 
+TIED = "an ORDER BY ... LIMIT keeps one of tied rows here"
+
+
 def refutes(trial: Trial) -> tuple[str, str]:
     """("refutes" | "agrees" | "uncertain", detail) for one small database; a query that fails or runs
     out of its time makes it uncertain (the check's deadline and Cancel go on up)."""
@@ -231,8 +234,8 @@ def _refutes(trial: Trial) -> tuple[str, str]:
     if outcome not in REFUTING:
         return "uncertain", detail
     ties = trial.ties()
-    if ties:
-        return "uncertain", "an ORDER BY ... LIMIT keeps one of tied rows here"
+    if ties and outcome != "mismatch":
+        return "uncertain", TIED
     repeatable = trial.repeatable()
     if repeatable is None:
         return "uncertain", "a query timed out when run again here"
@@ -241,13 +244,15 @@ def _refutes(trial: Trial) -> tuple[str, str]:
     mirrored = trial.verdict(reverse=True)
     if mirrored[0] not in REFUTING:
         return "uncertain", "the mirror database (rows reversed) does not tell them apart"
-    if ties is None and outcome == "mismatch":
-        # A LIMIT this cannot read keeps rows of its choice: only how many rows, the same on the mirror,
-        # can refute.
+    if ties is not False and outcome == "mismatch":
+        # A LIMIT this cannot read keeps rows of its choice, but not how many: only how many rows, the same on
+        # the mirror, can refute. Where it cuts through tied rows, only rows against none: a query that keeps
+        # every tied row (`= (SELECT MAX(...))`) answers a question the tie makes ambiguous.
         counts = [(g.rows if g is not None else None, p.rows if p is not None else None)
                   for g, p in ((gold, pred), (mirrored[2], mirrored[3]))]
-        if None in counts[0] or counts[0] != counts[1] or counts[0][0] == counts[0][1]:
-            return "uncertain", "a LIMIT without a readable ORDER BY keeps rows of its choice"
+        if (None in counts[0] or counts[0] != counts[1] or counts[0][0] == counts[0][1]
+                or (ties and 0 not in counts[0])):
+            return "uncertain", TIED if ties else "a LIMIT without a readable ORDER BY keeps rows of its choice"
         return "refutes", detail
     # The gold's result must not depend on the order rows come in (it is what the answer is held to); the
     # prediction's may (a scalar subquery that picks one of two rows), since it misses the gold either way.

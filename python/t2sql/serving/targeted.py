@@ -12,6 +12,7 @@ from t2sql.serving import ordering, querytext
 from t2sql.serving.distinguishing import childless, repointed
 from t2sql.serving.invariants import Invariants
 from t2sql.serving.lineage import alike, another_value, duplicate_tuple, fetch_lineage
+from t2sql.serving.presupposed import rotate_lookup_keys
 from t2sql.serving.real_rows import RealRows
 from t2sql.serving.sampling import add_rows, close, duplicate, rekey, repair_relations, stable_rng
 from t2sql.serving.smalldb import SmallDb, column_index
@@ -271,6 +272,10 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
     if (covered is None or lineages) and any([rekey(renumbered, t.name) for t in inv.tables
                                               if renumbered.rows.get(t.name)]):
         keep(renumbered, closing=False)
+    # Lookup keys rotated over the whole vocabulary: the hard-coded key then names a row nothing here points at.
+    rotated = base.copy("lookup keys rotated")
+    if (covered is None or lineages) and rotate_lookup_keys(rotated, real):
+        keep(rotated, closing=False)
     return realistic(out), mine
 
 def _value_key(v: object) -> object:
