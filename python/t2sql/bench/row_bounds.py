@@ -52,13 +52,9 @@ def distinct_rows(sql: str, inv: Invariants, lookup: Any = None) -> bool:
     q = _read(sql, inv)
     if q is None or q.part.group is not None:
         return False
-    selected = set()
-    for x, y in querytext.split_top(sql, q.part.select_list):
-        m = re.fullmatch(rf"{COLREF}(?:\s+(?:AS\s+)?\w+)?", sql[x:y].strip(), re.I | re.S)
-        ref = _column(q, *colref(m)) if m else None
-        # A NULL in a unique column pins nothing (unique columns may repeat NULL), so only never-NULL ones.
-        if ref is not None and never_null(inv.table(_table(q, ref[0])), ref[1]):
-            selected.add(ref)
+    # A NULL in a unique column pins nothing (unique columns may repeat NULL), so only never-NULL ones.
+    selected = {ref for ref in _refs(q, q.part.select_list)
+                if ref is not None and never_null(inv.table(_table(q, ref[0])), ref[1])}
     pinned, choices = _pinned(q, inv, lookup, selected)
     return choices == 1 and len(pinned) == len(q.items)
 
@@ -84,23 +80,27 @@ def rows_at_most(sql: str, inv: Invariants, lookup: Any = None) -> int | None:
 def _merged_columns(q: _Query) -> list[tuple[str, str]] | None:
     """The (alias, column) references the outer SELECT groups by, or (no GROUP BY) selects DISTINCT; None
     when one of them is not a plain column of a FROM item."""
-    sql = q.st.sql
     if q.part.group is not None:
-        spans = querytext.split_top(sql, q.part.group)
-        pattern = rf"{COLREF}"
+        refs = _refs(q, q.part.group, COLREF)
     elif q.part.distinct:
-        spans = querytext.split_top(sql, q.part.select_list)
-        pattern = rf"{COLREF}(?:\s+(?:AS\s+)?\w+)?"
+        refs = _refs(q, q.part.select_list)
     else:
         return None
+    return refs if refs and None not in refs else None
+
+
+_SELECTED = rf"{COLREF}(?:\s+(?:AS\s+)?\w+)?"  # a select item that is a column, perhaps named
+
+
+def _refs(q: _Query, span: tuple[int, int], pattern: str = _SELECTED) -> list[tuple[str, str] | None]:
+    """Each comma-separated item of a clause of the outer SELECT as the (alias, column) it plainly is, or
+    None where it is something else."""
+    sql = q.st.sql
     out = []
-    for x, y in spans:
+    for x, y in querytext.split_top(sql, span):
         m = re.fullmatch(pattern, sql[x:y].strip(), re.I | re.S)
-        ref = _column(q, *colref(m)) if m else None
-        if ref is None:
-            return None
-        out.append(ref)
-    return out or None
+        out.append(_column(q, *colref(m)) if m else None)
+    return out
 
 
 def _distinct_values(q: _Query, inv: Invariants) -> int | None:
@@ -108,13 +108,11 @@ def _distinct_values(q: _Query, inv: Invariants) -> int | None:
     text ever), the number of their combinations (NULL counting as one more where it may be); else None."""
     if not q.part.distinct:
         return None
-    sql = q.st.sql
+    refs = _refs(q, q.part.select_list)
+    if None in refs:
+        return None
     bound = 1
-    for x, y in querytext.split_top(sql, q.part.select_list):
-        m = re.fullmatch(rf"{COLREF}(?:\s+(?:AS\s+)?\w+)?", sql[x:y].strip(), re.I | re.S)
-        ref = _column(q, *colref(m)) if m else None
-        if ref is None:
-            return None
+    for ref in refs:
         t = inv.table(_table(q, ref[0]))
         c = t.column(ref[1])
         values = realism.vocabulary(inv, t.name, c.name) if c is not None and c.types == ("text",) else None

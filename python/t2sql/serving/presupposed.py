@@ -384,27 +384,23 @@ def rotate_lookup_keys(db: SmallDb, real: Any) -> bool:
         held = {at[sqlite_key((r[ki],))] for r in db.rows[t.name] if sqlite_key((r[ki],)) in at}
         n = len(keys)
         turn = next((s for s in range(1, n) if not {(i - s) % n for i in held} & held), 1)
-        move = {sqlite_key((k,)): keys[(i + turn) % n] for i, k in enumerate(keys)}
-        db.rows[t.name] = [tuple(move.get(sqlite_key((v,)), v) if j == ki else v for j, v in enumerate(r))
-                           for r in db.rows[t.name]]
-        for ref in inv.references:
-            if ref.parent != t.name or ref.parent_columns != (lk.key,) or len(ref.child_columns) != 1:
-                continue
-            child = inv.table(ref.child)
-            ci = column_index(child, ref.child_columns[0])
-            db.rows[child.name] = [tuple(move.get(sqlite_key((v,)), v) if j == ci and v is not None else v
-                                         for j, v in enumerate(r)) for r in db.rows.get(child.name, [])]
+        _move_keys(db, lk, {sqlite_key((k,)): keys[(i + turn) % n] for i, k in enumerate(keys)})
         done = True
     return done
 
 
 def _swap_keys(db: SmallDb, lk: Lookup, a: Any, b: Any) -> None:
     """Keys `a` and `b` of a lookup table trade places, in it and in every reference to it."""
+    _move_keys(db, lk, {sqlite_key((a,)): b, sqlite_key((b,)): a})
+
+
+def _move_keys(db: SmallDb, lk: Lookup, move: dict) -> None:
+    """A lookup table's keys moved as `move` says (sqlite_key of a key -> its new key), in it and in every
+    reference to it; a key `move` does not name stays."""
     inv = db.inv
-    swap = {sqlite_key((a,)): b, sqlite_key((b,)): a}
 
     def moved(v: Any) -> Any:
-        return swap.get(sqlite_key((v,)), v) if v is not None else v
+        return move.get(sqlite_key((v,)), v) if v is not None else v
 
     t = inv.table(lk.table)
     ki = column_index(t, lk.key)

@@ -14,7 +14,7 @@ import t2sql
 from t2sql._grader import GradeSpec
 from t2sql.serving.diskcache import database_key
 from t2sql.serving.invariants import Invariants, quote
-from t2sql.serving.presupposed import lookups, presupposition
+from t2sql.serving.presupposed import Presupposition, presupposition
 from t2sql.serving.real_rows import RealRows
 from t2sql.serving.refutation import digest
 from t2sql.serving.sampling import add_rows, close, duplicate, rekey, stable_rng
@@ -29,10 +29,10 @@ SUITE_POOL = 24  # random closed samples drawn per suite (each with its variants
 
 NEIGHBOUR_SPEC = GradeSpec("multiset", timeout_s=2.0)  # how a neighbour query runs on a candidate
 
-def neighbour_pairs(inv: Invariants, real: RealRows) -> list[tuple[str, str]]:
+def neighbour_pairs(inv: Invariants, real: RealRows, whole: Presupposition) -> list[tuple[str, str]]:
     """Pairs of queries that differ only on databases with duplicates, NULLs, childless parents,
     values in another case or at a boundary, lookup keys renumbered: what a suite must be able to tell
-    apart."""
+    apart (`whole`: what every question presupposes, its lookup tables' real rows)."""
     pairs: list[tuple[str, str]] = []
     for t in inv.tables:
         if t.rows == 0:
@@ -61,13 +61,13 @@ def neighbour_pairs(inv: Invariants, real: RealRows) -> list[tuple[str, str]]:
         pairs.append((f"SELECT count(*) FROM {c} AS c JOIN {p} AS p ON {on}", f"SELECT count(*) FROM {c}"))
     # A query that hard-codes a key it looked up today (`gender_id = 1` for 'Male') is told apart only
     # where a lookup table's rows hold other keys than the real ones: the suite keeps such a database.
-    for lk in lookups(inv):
+    for lk, real_rows in whole.fixed:
+        t = inv.table(lk.table)
+        ki, ni = column_index(t, lk.key), column_index(t, lk.name)
         name, k, n = quote(lk.table), quote(lk.key), quote(lk.name)
-        real_keys = real.rows(f"SELECT {k}, {n} FROM {name} ORDER BY {k}")
-        if real_keys:
-            listed = ", ".join(f"({sql_literal(a)}, {sql_literal(b)})" for a, b in real_keys)
-            pairs.append((f"SELECT count(*) FROM {name}",
-                          f"SELECT count(*) FROM {name} WHERE ({k}, {n}) IN (VALUES {listed})"))
+        listed = ", ".join(f"({sql_literal(r[ki])}, {sql_literal(r[ni])})" for r in real_rows)
+        pairs.append((f"SELECT count(*) FROM {name}",
+                      f"SELECT count(*) FROM {name} WHERE ({k}, {n}) IN (VALUES {listed})"))
     return pairs
 
 def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> list[SmallDb]:
@@ -78,7 +78,7 @@ def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> lis
     rng = stable_rng(seed, "suite", database_key(real.path))
     pool: list[SmallDb] = []
     tables = [t for t in inv.tables if t.rows > 0]
-    fixed = {lk.table for lk in lookups(inv)}
+    whole = presupposition(real, inv, [])
     for i in range(SUITE_POOL):
         seeds = SmallDb(inv, note=f"random real rows (draw {i})")
         picked = tables if len(tables) <= 6 else rng.sample(tables, 6)
@@ -106,7 +106,7 @@ def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> lis
         pool.append(nulls)
         cased = base.copy(f"random real rows (draw {i}), some text in another case")
         for t in tables:
-            if t.name in fixed:
+            if t.name in whole.fixed_tables:
                 continue  # a lookup table's names are its real ones (t2sql.serving.presupposed)
             rows = cased.rows.get(t.name, [])
             free = [c for c in t.columns if "text" in c.types and c.name not in inv.frozen(t.name)]
@@ -121,9 +121,8 @@ def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> lis
             pool.append(renumbered)
     # Each as every check will hold it: with what every question presupposes (its lookup tables whole, each
     # row once, under its real name), so no pick is one that each check then throws away.
-    whole = presupposition(real, inv, [])
     pool = realistic([f for f in (whole.fit(db, real) for db in pool) if f is not None])
-    pairs = neighbour_pairs(inv, real)
+    pairs = neighbour_pairs(inv, real, whole)
     kills: list[set[int]] = []
     queries = sorted({q for p in pairs for q in p})
     for db in pool:

@@ -268,14 +268,14 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
                 duplicate(added, c.table, rows[0], real, rng, {c.column: v.value})
         keep(added)
     # Integer keys renumbered (a query that hard-codes a key it looked up today finds another row).
-    renumbered = base.copy("integer keys renumbered")
-    if (covered is None or lineages) and any([rekey(renumbered, t.name) for t in inv.tables
-                                              if renumbered.rows.get(t.name)]):
-        keep(renumbered, closing=False)
-    # Lookup keys rotated over the whole vocabulary: the hard-coded key then names a row nothing here points at.
-    rotated = base.copy("lookup keys rotated")
-    if (covered is None or lineages) and rotate_lookup_keys(rotated, real):
-        keep(rotated, closing=False)
+    if covered is None or lineages:
+        renumbered = base.copy("integer keys renumbered")
+        if any([rekey(renumbered, t.name) for t in inv.tables if renumbered.rows.get(t.name)]):
+            keep(renumbered, closing=False)
+        # Lookup keys rotated over the whole vocabulary: the hard-coded key then names a row nothing here points at.
+        rotated = base.copy("lookup keys rotated")
+        if rotate_lookup_keys(rotated, real):
+            keep(rotated, closing=False)
     return realistic(out), mine
 
 def _value_key(v: object) -> object:
