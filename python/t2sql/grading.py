@@ -125,18 +125,3 @@ def task_method(method: str, question_id: Any, fallback: str | None = None) -> t
             "or choose a method for such tasks with --grading-method-fallback METHOD"
         ) from None
 
-
-# The command line's argument types, importable from here as before they moved to t2sql.arguments;
-# loaded on first use (t2sql.arguments imports argparse, which `import t2sql` does not need).
-_MOVED_TO_ARGUMENTS = frozenset({
-    "method_arg", "seconds_arg", "positive_arg", "wait_arg", "workers_arg", "add_grade_memory_arguments",
-    "add_temp_disk_argument", "grade_memory_from_args",
-})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_ARGUMENTS:
-        import importlib
-
-        return getattr(importlib.import_module("t2sql.arguments"), name)
-    raise AttributeError(f"module 't2sql.grading' has no attribute {name!r}")
