@@ -1,10 +1,11 @@
 """The shape of the package (issue 12): one exception family, the public API at the top, no module
-over 500 lines, and no import cycle among t2sql's modules (issue 18: lazy and type-only imports count)."""
+over 500 lines, and no import cycle among t2sql's modules (lazy, type-only and string imports count)."""
 
 import ast
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
 
 import t2sql
@@ -45,17 +46,43 @@ def test_no_module_is_over_500_lines():
     assert not long
 
 
+_DOTTED = re.compile(r"t2sql(?:\.\w+)+(?::\w+)?")
+
+
 def _imports(path: Path, name: str) -> set[str]:
     """Every t2sql module a module imports: at import time, inside functions (a lazy import still ties
-    the two modules together) and under TYPE_CHECKING (a type-only import is a dependency too)."""
+    the two modules together), under TYPE_CHECKING (a type-only import is a dependency too), and by
+    string: `importlib.import_module("t2sql.x")`, a dotted path handed on ("t2sql.x.f", "t2sql.x:F")
+    and the imports of a `python -c` program. A logger's name is not an import, nor is the module a
+    child process starts with `-m` (a process boundary: a bench times the real CLI)."""
+    return {m for m in _imported(ast.parse(path.read_text())) if m in MODULES and m != name}
+
+
+def _imported(tree: ast.AST) -> set[str]:
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    not_imports: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "getLogger":
+            not_imports |= {id(a) for a in node.args}
+        elif isinstance(node, (ast.List, ast.Tuple)):
+            not_imports |= {id(b) for a, b in zip(node.elts, node.elts[1:])
+                            if isinstance(a, ast.Constant) and a.value == "-m"}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found |= {f"{node.module}.{a.name}" for a in node.names}
-    return {m for m in found if m in MODULES and m != name}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in not_imports:
+            if _DOTTED.fullmatch(node.value):
+                dotted = node.value.split(":")[0]
+                found |= {dotted, dotted.rsplit(".", 1)[0]}
+            elif "t2sql" in node.value and "import" in node.value:
+                try:
+                    found |= _imported(ast.parse(node.value))
+                except SyntaxError:
+                    pass  # prose that mentions an import, not a program
+    return found
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -83,7 +110,7 @@ def test_no_import_cycle_not_even_a_lazy_or_type_only_one():
     assert cycle is None, " -> ".join(cycle)
 
 
-def test_the_cycle_check_sees_type_only_and_lazy_imports(tmp_path):
+def test_the_cycle_check_sees_type_only_lazy_and_string_imports(tmp_path):
     a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
     a.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from t2sql.tasks import Task\n")
     b.write_text("def f():\n    from t2sql.episode import machine\n")
@@ -91,6 +118,15 @@ def test_the_cycle_check_sees_type_only_and_lazy_imports(tmp_path):
     assert _imports(a, "x") == {"t2sql.tasks"}
     assert _imports(b, "x") == {"t2sql.episode", "t2sql.episode.machine"}
     assert _imports(c, "x") == set()
+    d = tmp_path / "d.py"
+    d.write_text("import importlib, logging, subprocess, sys\n"
+                 "log = logging.getLogger('t2sql.tasks')\n"
+                 "def f():\n    return importlib.import_module('t2sql.errors')\n"
+                 "HANDED = {'generate': 't2sql.sql_episode.generate', 'env': 't2sql.atomic:write'}\n"
+                 "CHILD = 'from t2sql.episode.presets import get_preset; print(1)'\n"
+                 "subprocess.run([sys.executable, '-m', 't2sql.cli'])\n")
+    assert _imports(d, "x") == {"t2sql.errors", "t2sql.sql_episode", "t2sql.atomic",
+                                "t2sql.episode.presets"}
     assert _cycle({"p": {"q"}, "q": {"r"}, "r": {"p"}}) == ["p", "q", "r", "p"]
     assert _cycle({"p": {"q"}, "q": set()}) is None
 
