@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from t2sql import GradeSpec
-from t2sql.serving.gold_memory import ENTRY_OVERHEAD_BYTES, Lru
+from t2sql.lru import Lru
+from t2sql.serving.gold_memory import ENTRY_OVERHEAD_BYTES
 from t2sql.serving.grader import Grader
 from t2sql.tasks import database_path, sample_dir
 

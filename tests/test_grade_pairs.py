@@ -374,18 +374,18 @@ def numbered_golds(ids, pred_of=lambda gold: gold) -> list[dict]:
 def test_what_a_run_keeps_per_gold_and_per_database_stays_bounded(tmp_path, monkeypatch, capsys):
     """180 distinct golds and 12 db_ids through bounds of 10 digests, 10 golds' states and 3 databases:
     no structure ever holds more than its bound, and each gold still runs once (its lines come together)."""
-    from t2sql.serving import gold_memory
+    from t2sql import lru
 
     monkeypatch.setattr(grade_command, "GOLDS_KEPT", 10)  # the Grader's digests, and which golds were made or failed
     monkeypatch.setattr(grade_command, "DATABASES_KEPT", 3)
     held: dict[int, tuple[int, int]] = {}  # each bounded structure: (its bound, the most it held)
-    real_put = gold_memory.Lru.put
+    real_put = lru.Lru.put
 
     def put(self, key, value):
         real_put(self, key, value)
         held[id(self)] = (self.max_entries, max(len(self), held.get(id(self), (0, 0))[1]))
 
-    monkeypatch.setattr(gold_memory.Lru, "put", put)
+    monkeypatch.setattr(lru.Lru, "put", put)
     rows = []
     for i in range(150):  # each gold on three lines in a row: a match, a mismatch, a match
         gold = f"SELECT id FROM superhero WHERE id = {i}"

@@ -3,7 +3,7 @@ of the same rows, counted in bytes as the plain tuple is, so the memo stays with
 
 from __future__ import annotations
 
-from t2sql.serving.gold_memory import Lru
+from t2sql.lru import Lru
 from t2sql.serving.invariants import TableRows, _memo_bytes
 
 

@@ -39,8 +39,9 @@ from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import OUTCOMES, grade, grade_memory_setting
 from t2sql.interrupts import interrupt_word, quiet_teardown
 from t2sql.jsonl import dumps, loads_or_none
+from t2sql.lru import Lru
 from t2sql.progress import Progress
-from t2sql.serving.gold_memory import GOLD_MEMORY_ENTRIES, Lru
+from t2sql.serving.gold_memory import GOLD_MEMORY_ENTRIES
 from t2sql.serving.results import GoldResult
 from t2sql.tasks import database_path, find_database, sample_dir
 

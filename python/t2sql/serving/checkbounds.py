@@ -7,7 +7,7 @@ timeout from it (`timeout`: the query's own, cut at the deadline) and every loop
 asks `checkpoint()`. Past the deadline `BudgetSpent` (a QueryCancelled of the check's own) ends the
 check (skipped: budget); a fired Cancel raises t2sql.QueryCancelled, which frees the worker.
 
-`approx_bytes` is what the check's caches (t2sql.serving.gold_memory.Lru) count an entry as: caches
+`approx_bytes` is what the check's caches (t2sql.lru.Lru) count an entry as: caches
 keyed by a prediction's text are bounded in bytes, not entries.
 """
 

@@ -30,11 +30,11 @@ from typing import Any, Iterator
 import t2sql
 from t2sql._grader import MAX_SQL_BYTES, GradeSpec
 from t2sql.errors import EquivalenceError
+from t2sql.lru import Lru
 from t2sql.serving import checkbounds
 from t2sql.serving.checkbounds import BudgetSpent, CheckBudget, approx_bytes
 from t2sql.serving.declared import mentions
 from t2sql.serving.diskcache import DiskCache, database_key
-from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariant_store import InvariantStore
 from t2sql.serving.invariants import INVARIANTS_VERSION, Invariants
 from t2sql.serving.nondeterminism import nondeterministic

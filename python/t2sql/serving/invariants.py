@@ -38,8 +38,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from t2sql.lru import Lru
 from t2sql.serving.checkbounds import approx_bytes
-from t2sql.serving.gold_memory import Lru
 
 # 5: the realism rules; 6: no `assumed` (an unverified invariant makes the database unsupported); 7: letter
 # cases read as smalldb.letter_cases reads them (past a NUL byte too), mining's passes shared; 8: a partial

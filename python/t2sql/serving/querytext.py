@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from t2sql.serving.gold_memory import Lru
+from t2sql.lru import Lru
 from t2sql.serving.invariants import Invariants
 from t2sql.sqltext import Token, tokens
 

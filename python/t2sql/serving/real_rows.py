@@ -13,9 +13,9 @@ import threading
 from typing import Any, Iterable
 
 import t2sql
+from t2sql.lru import Lru
 from t2sql.serving import checkbounds
 from t2sql.serving.checkbounds import approx_bytes
-from t2sql.serving.gold_memory import Lru
 from t2sql.serving.invariants import Invariants, Reference, Table, quote
 from t2sql.serving.querytext import Comparison
 from t2sql.serving.smalldb import Row
