@@ -1,4 +1,4 @@
-"""Distinguishing rows made of real ones (t2sql.serving.distinguishing): a result row's row re-pointed at
+"""Distinguishing rows made of real ones (t2sql.equivalence.distinguishing): a result row's row re-pointed at
 another real parent row, a parent row without its children. On the bundled BIRD databases each catches
 a lucky answer that no other of the gold's small databases tells apart, on databases that keep every
 rule (problems() is [] with what the question presupposes)."""
@@ -10,8 +10,8 @@ import pytest
 import t2sql
 from conftest import bird_db, bird_root
 from t2sql.episode.presets import get_preset
-from t2sql.serving import equivalence as machinery
-from t2sql.serving.refutation import Trial, refutes
+from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence.refutation import Trial, refutes
 
 BIRD = bird_root()
 CONFIG = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))

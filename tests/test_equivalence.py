@@ -24,14 +24,14 @@ from t2sql.episode import equivalence as eq
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.episode.terms import registered_terms
+from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence import presupposed
+from t2sql.equivalence.diskcache import DiskCache
+from t2sql.equivalence.invariant_store import InvariantStore
+from t2sql.equivalence.invariants import quote
+from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.errors import EquivalenceError, PresetError
-from t2sql.serving import equivalence as machinery
-from t2sql.serving import presupposed
-from t2sql.serving.diskcache import DiskCache
 from t2sql.serving.grader import Grader
-from t2sql.serving.invariant_store import InvariantStore
-from t2sql.serving.invariants import quote
-from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.tasks import Task
 
 BIRD = bird_root()  # BIRD dev: tests/data/bird, or $T2SQL_BIRD
@@ -49,7 +49,7 @@ GOLD_JOIN = ("SELECT T3.power_name FROM superhero AS T1 INNER JOIN hero_power AS
              "INNER JOIN superpower AS T3 ON T2.power_id = T3.id WHERE T1.superhero_name = '3-D Man'")
 PRED_IN = "SELECT power_name FROM superpower WHERE id IN (SELECT power_id FROM hero_power WHERE hero_id = 1)"
 # The hero looked up by name in a scalar subquery: differs only where two heroes are named '3-D Man', a
-# question the real one does not ask (t2sql.serving.presupposed: a named entity is there once).
+# question the real one does not ask (t2sql.equivalence.presupposed: a named entity is there once).
 PRED_SCALAR = ("SELECT power_name FROM superpower WHERE id IN (SELECT power_id FROM hero_power WHERE hero_id = "
                "(SELECT id FROM superhero WHERE superhero_name = '3-D Man'))")
 BLUE_EYES = ("SELECT COUNT(*) FROM superhero AS T1 INNER JOIN colour AS T2 ON T1.eye_colour_id = T2.id "
@@ -163,8 +163,8 @@ def test_invariants_are_cached_on_disk_by_the_files_identity(tmp_path):
 def test_a_suite_is_kept_on_disk_under_what_built_it(tmp_path, monkeypatch):
     """A suite on disk is read back by a new checker, and one kept under other invariants is built again (it
     passed the realism check and gave other verdicts than the suite built now)."""
-    from t2sql.serving.diskcache import DiskCache
-    from t2sql.serving.invariant_store import InvariantStore
+    from t2sql.equivalence.diskcache import DiskCache
+    from t2sql.equivalence.invariant_store import InvariantStore
 
     config = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))
 
@@ -207,7 +207,7 @@ def _realism_by_sql(path: str, prepared: machinery.Prepared, inv) -> list[str]:
     def count(sql: str) -> int:
         return int(core.run_tool(sql).rows[0][0])
 
-    # A fixed lookup table is whole whether or not each row is in use (t2sql.serving.presupposed).
+    # A fixed lookup table is whole whether or not each row is in use (t2sql.equivalence.presupposed).
     fixed = prepared.db.presupposition.fixed_tables if prepared.db.presupposition is not None else frozenset()
     for ref in inv.references:
         c, p = quote(ref.child), quote(ref.parent)
@@ -325,7 +325,7 @@ def test_every_process_gives_the_same_witness(tmp_path):
     script = (
         "import sys, t2sql\n"
         "from t2sql.episode.presets import get_preset\n"
-        "from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig\n"
+        "from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig\n"
         "config = EquivalenceConfig.from_preset(get_preset())\n"
         "out = []\n"
         "with EquivalenceChecker() as c:\n"

@@ -1,5 +1,5 @@
 """The equivalence check on labelled answers (`t2sql equivalence --measure --answers`) and what a question
-presupposes (t2sql.serving.presupposed): fixed lookup tables, evidence-stated keys, named entities."""
+presupposes (t2sql.equivalence.presupposed): fixed lookup tables, evidence-stated keys, named entities."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 
 from conftest import bird_db, bird_root
 from t2sql.episode.presets import get_preset
-from t2sql.serving import presupposed
-from t2sql.serving.checkbounds import CheckBudget
-from t2sql.serving.equivalence import EquivalenceConfig
-from t2sql.serving.smalldb import column_index
-from t2sql.serving.targeted import targeted
+from t2sql.equivalence import presupposed
+from t2sql.equivalence.checkbounds import CheckBudget
+from t2sql.equivalence.equivalence import EquivalenceConfig
+from t2sql.equivalence.smalldb import column_index
+from t2sql.equivalence.targeted import targeted
 
 BIRD = bird_root()
 SUPERHERO = bird_db("superhero")
@@ -87,7 +87,7 @@ AGILE_BLUE = ("SELECT COUNT(T1.id) FROM superhero AS T1 INNER JOIN hero_power AS
 
 
 def test_the_suite_holds_a_lookup_table_renumbered_and_every_database_it_holds_is_kept(equivalence_checker):
-    from t2sql.serving.suites import build_suite
+    from t2sql.equivalence.suites import build_suite
 
     with CheckBudget.starting_now(120.0, None, 256).active():
         inv = equivalence_checker.invariants.get(SUPERHERO)

@@ -21,11 +21,11 @@ import t2sql
 from conftest import bird_root
 from t2sql import GradeSpec
 from t2sql.episode.presets import get_preset
-from t2sql.serving import equivalence as machinery
-from t2sql.serving import querytext
-from t2sql.serving.diskcache import DiskCache, database_key
-from t2sql.serving.invariant_store import InvariantStore
-from t2sql.serving.mine_ahead import mine_ahead
+from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence import querytext
+from t2sql.equivalence.diskcache import DiskCache, database_key
+from t2sql.equivalence.invariant_store import InvariantStore
+from t2sql.equivalence.mine_ahead import mine_ahead
 
 BIRD = bird_root()
 SUPERHERO = str(BIRD / "superhero" / "superhero.sqlite")
@@ -317,7 +317,7 @@ def test_a_view_of_random_rows_is_nondeterministic_too(tmp_path, checker):
 def test_a_result_that_changes_when_run_again_is_no_refutation(checker):
     """The second line, for what the text does not show: both queries run again on the database that
     would refute, and a result that changed makes it uncertain."""
-    from t2sql.serving.refutation import NONDETERMINISTIC, Trial, refutes
+    from t2sql.equivalence.refutation import NONDETERMINISTIC, Trial, refutes
 
     gold = "SELECT superhero_name FROM superhero WHERE id = 1"
     inv = checker.invariants.get(SUPERHERO)

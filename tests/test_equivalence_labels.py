@@ -1,6 +1,6 @@
 """The measurement's labeller (t2sql.bench.equivalence_labels): a derived edit is called equivalent only where
 the schema, the mined invariants and what the question presupposes make it so, and every such rule has a
-near miss that stays different. And the check's own databases (t2sql.serving.targeted) for the misses the
+near miss that stays different. And the check's own databases (t2sql.equivalence.targeted) for the misses the
 rules do not cover. On the bundled BIRD databases (tests/data/bird)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from conftest import bird_root
 from t2sql.bench.equivalence_labels import label
 from t2sql.bench.row_bounds import distinct_rows, rows_at_most
 from t2sql.episode.presets import get_preset
-from t2sql.serving import equivalence as machinery
-from t2sql.serving.diskcache import DiskCache
+from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence.diskcache import DiskCache
 
 BIRD = bird_root()
 CONFIG = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))

@@ -6,8 +6,8 @@ import sqlite3
 
 from conftest import bird_root
 from t2sql.bench.equivalence_scale import comparable, scale_database
-from t2sql.serving.diskcache import DiskCache
-from t2sql.serving.invariant_store import InvariantStore
+from t2sql.equivalence.diskcache import DiskCache
+from t2sql.equivalence.invariant_store import InvariantStore
 
 TOXICOLOGY = str(bird_root() / "toxicology" / "toxicology.sqlite")
 

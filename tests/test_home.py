@@ -15,8 +15,8 @@ import pytest
 
 from t2sql import home
 from t2sql.commands.eval import default_out
+from t2sql.equivalence import diskcache
 from t2sql.miles.flags import TrainConfig
-from t2sql.serving import diskcache
 
 TRAIN = ["-c", "import sys; from t2sql.miles.train import main; sys.exit(main())"]
 

@@ -3,8 +3,8 @@ of the same rows, counted in bytes as the plain tuple is, so the memo stays with
 
 from __future__ import annotations
 
+from t2sql.equivalence.invariants import TableRows, _memo_bytes
 from t2sql.lru import Lru
-from t2sql.serving.invariants import TableRows, _memo_bytes
 
 
 def test_table_rows_are_the_plain_tuple_as_a_key():

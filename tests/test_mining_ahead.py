@@ -14,12 +14,12 @@ import pytest
 
 import t2sql
 from conftest import SAMPLE_ROOT
-from t2sql.serving import mining
-from t2sql.serving.diskcache import LOCK_STALE_S, DiskCache, database_key
-from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
-from t2sql.serving.invariant_store import InvariantStore
-from t2sql.serving.invariants import INVARIANTS_VERSION
-from t2sql.serving.mine_ahead import mine_ahead
+from t2sql.equivalence import mining
+from t2sql.equivalence.diskcache import LOCK_STALE_S, DiskCache, database_key
+from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.invariant_store import InvariantStore
+from t2sql.equivalence.invariants import INVARIANTS_VERSION
+from t2sql.equivalence.mine_ahead import mine_ahead
 
 CONFIG = EquivalenceConfig(suite_size=4, seed=0, budget_s=30.0)
 GOLD = "SELECT superhero_name FROM superhero WHERE id = 1"

@@ -1,4 +1,4 @@
-"""Mining's shared passes (t2sql.serving.mining, t2sql.serving.realism_mining) find what a statement per
+"""Mining's shared passes (t2sql.equivalence.mining, t2sql.equivalence.realism_mining) find what a statement per
 invariant would: a column's facts from one grouped statement, candidates refuted on leading rows, a keyed
 symmetry counted from the rest's distinct values, path copies of one child in one pass, statements run side
 by side. Each fast path is checked against the general one it stands for (a table whose CREATE statement
@@ -13,9 +13,9 @@ import pytest
 
 import t2sql
 from conftest import bird_root
-from t2sql.serving import realism_mining
-from t2sql.serving.invariants import FORMAT_LEAD, FORMATS
-from t2sql.serving.mining import mine
+from t2sql.equivalence import realism_mining
+from t2sql.equivalence.invariants import FORMAT_LEAD, FORMATS
+from t2sql.equivalence.mining import mine
 
 BIRD = bird_root()
 
@@ -173,7 +173,7 @@ def test_a_partial_unique_index_is_no_key(tmp_path):
 def test_letter_cases_are_read_as_the_small_databases_read_them(tmp_path, value):
     """A column's letter cases, as mining counts them (GLOB up to a NUL, the fold past it), are
     smalldb.letter_cases' reading of its values."""
-    from t2sql.serving.smalldb import letter_cases
+    from t2sql.equivalence.smalldb import letter_cases
 
     path = tmp_path / "cases.sqlite"
     with sqlite3.connect(path) as db:
@@ -187,7 +187,7 @@ def test_letter_cases_are_read_as_the_small_databases_read_them(tmp_path, value)
 def test_a_tally_gives_the_grouped_statements_facts(tmp_path):
     """A column's facts from its tally (Database.tally: groups counted in a hash) equal the grouped
     statement's: numbers equal as integer and real, texts by their bytes, blobs, NULs, shapes, cases."""
-    from t2sql.serving.mining_columns import column_sql, column_stats, tallied_stats, tally_sql
+    from t2sql.equivalence.mining_columns import column_sql, column_stats, tallied_stats, tally_sql
 
     values = [1, 1.0, 2, 2.5, -0.0, 0, "1", "a", "A", "a", "\x00a", "2024-01-31", "2024-01-31 10:00", "12:30",
               "007", "", "\u00e9", b"a", b"\x00", 9007199254740993, 9007199254740992.0, None, "x" * 300]

@@ -1,4 +1,4 @@
-"""Path copies over a table stored both ways (t2sql.serving.realism_mining): where mining's mirror check
+"""Path copies over a table stored both ways (t2sql.equivalence.realism_mining): where mining's mirror check
 proved every row's mirror a row, the one-pass statement reads only the rows with NOT a > b and adds, on
 those with a < b, the terms through the swapped references (a term and its mirror's, summed over every
 row, being one number). It finds exactly the path copies the statement over every row finds (that one
@@ -12,9 +12,9 @@ import sqlite3
 import pytest
 
 from conftest import bird_db
-from t2sql.serving import mining_reader, realism_mining
-from t2sql.serving.mining import mine
-from t2sql.serving.refuting import LEAD_ROWS
+from t2sql.equivalence import mining_reader, realism_mining
+from t2sql.equivalence.mining import mine
+from t2sql.equivalence.refuting import LEAD_ROWS
 
 GROUPS, PER_GROUP = 20, 10  # nodes in groups; edges join two nodes of a group, stored both ways
 

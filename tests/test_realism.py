@@ -1,4 +1,4 @@
-"""Realism rules mined from the data (t2sql.serving.realism): a relation stored both ways, column pairs that
+"""Realism rules mined from the data (t2sql.equivalence.realism): a relation stored both ways, column pairs that
 never repeat, closed vocabularies, path copies and id prefixes are found in the bundled BIRD databases,
 listed, kept by every small database the check builds (checked here by SQL of the test's own on the
 database the core built), and the right answers that lean on them are not refuted, while lucky ones
@@ -16,9 +16,9 @@ import pytest
 import t2sql
 from conftest import bird_db, bird_root
 from t2sql.episode.presets import get_preset
-from t2sql.serving import equivalence as machinery
-from t2sql.serving.invariants import quote
-from t2sql.serving.mining import mine
+from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence.invariants import quote
+from t2sql.equivalence.mining import mine
 
 BIRD = bird_root()
 CONFIG = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))

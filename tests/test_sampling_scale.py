@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from t2sql.serving import real_rows
-from t2sql.serving.diskcache import DiskCache
-from t2sql.serving.invariant_store import InvariantStore
-from t2sql.serving.real_rows import RealRows
+from t2sql.equivalence import real_rows
+from t2sql.equivalence.diskcache import DiskCache
+from t2sql.equivalence.invariant_store import InvariantStore
+from t2sql.equivalence.real_rows import RealRows
 
 
 def _db(path):
@@ -44,7 +44,7 @@ def test_a_lookup_no_index_serves_reads_only_the_first_rows_of_a_large_table(tmp
 
 
 def test_a_querys_lineage_seeks_its_rows_among_a_large_tables_first_rows(tmp_path, monkeypatch):
-    from t2sql.serving.lineage import fetch_lineage
+    from t2sql.equivalence.lineage import fetch_lineage
 
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
@@ -114,7 +114,7 @@ def test_a_prefix_lookup_through_an_index_finds_what_the_scan_finds(tmp_path, mo
 
 
 def test_lineage_runs_on_a_copy_of_the_first_rows_or_on_the_file_when_none_is_made(tmp_path, monkeypatch):
-    from t2sql.serving.lineage import fetch_lineage
+    from t2sql.equivalence.lineage import fetch_lineage
 
     path = _db(tmp_path / "db.sqlite")
     inv = InvariantStore(DiskCache(tmp_path / "cache")).get(path)
@@ -138,7 +138,7 @@ def test_lineage_runs_on_a_copy_of_the_first_rows_or_on_the_file_when_none_is_ma
 
 
 def test_the_golds_one_row_answer_is_presumed_when_the_gold_does_not_finish():
-    from t2sql.serving.presupposed import one_row_answer
+    from t2sql.equivalence.presupposed import one_row_answer
 
     class Real:
         def __init__(self, got):

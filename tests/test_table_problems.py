@@ -1,12 +1,12 @@
-"""A small database's per-column checks (t2sql.serving.smalldb): each mined invariant a value breaks is
+"""A small database's per-column checks (t2sql.equivalence.smalldb): each mined invariant a value breaks is
 named, with the first value that breaks it, and a column whose values all keep them gives nothing."""
 
 from __future__ import annotations
 
 import pytest
 
-from t2sql.serving.invariants import Column, Table
-from t2sql.serving.smalldb import _table_problems
+from t2sql.equivalence.invariants import Column, Table
+from t2sql.equivalence.smalldb import _table_problems
 
 
 def _table() -> Table:

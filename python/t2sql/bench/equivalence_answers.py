@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterator
 
 from t2sql.bench.equivalence import quantiles
+from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.grading import method_field_problem
 from t2sql.jsonl import json_lines, object_problem
 from t2sql.progress import Progress
-from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.tasks import database_path
 
 RIGHT = ("equivalent", "equivalent_in_practice")

@@ -28,9 +28,9 @@ from t2sql.bench.presupposed_labels import (
     pinned_columns,
     same_rows_of_a_vocabulary,
 )
-from t2sql.serving import querytext, realism
-from t2sql.serving.invariants import Invariants, quote, text_format
-from t2sql.serving.smalldb import letter_cases
+from t2sql.equivalence import querytext, realism
+from t2sql.equivalence.invariants import Invariants, quote, text_format
+from t2sql.equivalence.smalldb import letter_cases
 
 
 def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) -> str:
@@ -176,7 +176,7 @@ def label(kind: str, gold: str, pred: str, inv: Invariants, lookup: Any = None) 
 def _one_width_identifier(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
     """The edited LIKE is on an identifier whose real values all have the literal's width and one letter case
     (ids TR000 ... TR342): its values come from that domain and keep its shape (a fresh key is a real one,
-    no longer text is made around it: t2sql.serving.variants), so a value holding the literal in any case
+    no longer text is made around it: t2sql.equivalence.variants), so a value holding the literal in any case
     is the literal, and the LIKE picks what the gold's `=` picks."""
     m, _ = edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)
     found = column_of(st, inv, *colref(m)) if m else None
@@ -200,7 +200,7 @@ def _one_width_identifier(gold: str, pred: str, st: querytext.Statement, inv: In
 
 
 def _closed_vocabulary_label(kind: str, gold: str, pred: str, st: Any, inv: Invariants) -> str | None:
-    """On a column with a closed vocabulary (t2sql.serving.realism) the edit is the same on every database of
+    """On a column with a closed vocabulary (t2sql.equivalence.realism) the edit is the same on every database of
     this kind exactly when it picks the same values of the vocabulary as the gold's `=`; None when the
     column is open (or not found)."""
     pattern = (rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'" if kind == "literal_case"

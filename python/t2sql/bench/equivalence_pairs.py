@@ -10,8 +10,8 @@ import re
 from typing import Any
 
 from t2sql import sqltext
-from t2sql.serving import querytext
-from t2sql.serving.invariants import Invariants, quote
+from t2sql.equivalence import querytext
+from t2sql.equivalence.invariants import Invariants, quote
 
 MUTATIONS: dict[str, str] = {
     "drop_distinct": "DISTINCT removed (the data has no duplicates there)",

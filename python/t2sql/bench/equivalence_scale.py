@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from t2sql.episode.presets import DEFAULT_PRESET
-from t2sql.serving.invariants import Invariants
-from t2sql.serving.invariants_read import read_invariants
+from t2sql.equivalence.invariants import Invariants
+from t2sql.equivalence.invariants_read import read_invariants
 
 
 def offset_columns(inv: Invariants) -> dict[str, set[str]]:
@@ -141,9 +141,9 @@ import json, resource, statistics, sys, time
 from pathlib import Path
 import t2sql
 from t2sql.episode.presets import get_preset
-from t2sql.serving.diskcache import DiskCache
-from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
-from t2sql.serving.invariant_store import InvariantStore
+from t2sql.equivalence.diskcache import DiskCache
+from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.bench.equivalence import quantiles, step_cost, step_cost_as_run
 
 db, cache, pairs_file, preset = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -220,9 +220,9 @@ def bench_equivalence_scale(db_root: str, data: str, db_id: str, work: Path, sca
     """The bench (see the module doc): copies under `work`, each removed after its scale; each scale's
     cache (invariants, suite) is emptied before it, kept after."""
     from t2sql.episode.presets import get_preset
-    from t2sql.serving.diskcache import DiskCache
-    from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
-    from t2sql.serving.invariant_store import InvariantStore
+    from t2sql.equivalence.diskcache import DiskCache
+    from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
+    from t2sql.equivalence.invariant_store import InvariantStore
     from t2sql.tasks import database_path
 
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))

@@ -1,4 +1,4 @@
-"""Derived edits that what a question presupposes (t2sql.serving.presupposed) makes moot, labelled
+"""Derived edits that what a question presupposes (t2sql.equivalence.presupposed) makes moot, labelled
 equivalent by t2sql.bench.equivalence_labels: a filter on a fixed vocabulary that picks the gold's rows,
 LIMIT or DISTINCT over a named entity's one row, a dropped condition the entity's unique partner value
 keeps, a unique name the entity holds compared in any letter case."""
@@ -9,9 +9,9 @@ import re
 from typing import Any
 
 from t2sql.bench.equivalence_pairs import COLREF, colref, column_of, edited, masked_sql, where_conjuncts
-from t2sql.serving import querytext
-from t2sql.serving.invariants import Invariants, quote
-from t2sql.serving.presupposed import lookups, named
+from t2sql.equivalence import querytext
+from t2sql.equivalence.invariants import Invariants, quote
+from t2sql.equivalence.presupposed import lookups, named
 
 
 def parents_of(root: Any, items: list, text: str, inv: Invariants) -> bool:
@@ -56,7 +56,7 @@ def pinned_columns(sql: str, part: Any, st: querytext.Statement, inv: Invariants
 
 
 def same_rows_of_a_vocabulary(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
-    """The edited condition is on a fixed lookup table's name column (t2sql.serving.presupposed: every
+    """The edited condition is on a fixed lookup table's name column (t2sql.equivalence.presupposed: every
     database of this kind holds its real rows, as they are) and picks the very rows the gold's `=` picks
     there: the same on every such database."""
     if lookup is None:
@@ -84,8 +84,8 @@ def _edited_comparison(gold: str, pred: str) -> tuple[re.Match | None, str | Non
 
 
 class WholeFile:
-    """`lookup` (a statement's rows on the real file) as t2sql.serving.presupposed reads the real database:
-    the labels read every row, where the check reads a bounded part (t2sql.serving.real_rows.RealRows)."""
+    """`lookup` (a statement's rows on the real file) as t2sql.equivalence.presupposed reads the real database:
+    the labels read every row, where the check reads a bounded part (t2sql.equivalence.real_rows.RealRows)."""
 
     def __init__(self, lookup: Any):
         self.rows = lookup
@@ -105,7 +105,7 @@ def _entities(gold: str, inv: Invariants, lookup: Any) -> list[tuple]:
 
 def one_entity_row(gold: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
     """The gold reads one table, and its WHERE pins every value an entity it names is held by: it returns
-    that entity's one row at most on every database that holds the entity once (t2sql.serving.presupposed)."""
+    that entity's one row at most on every database that holds the entity once (t2sql.equivalence.presupposed)."""
     if len(st.parts) != 1 or st.parts[0].group is not None:
         return False
     part = st.parts[0]
@@ -126,7 +126,7 @@ def one_entity_row(gold: str, st: querytext.Statement, inv: Invariants, lookup: 
 def entity_pinned_by_another(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
     """The edited condition's column is one of an entity's values, and another of them is a column that
     never repeats, compared with `=` in the prediction as in the gold: the one row holding that value is the
-    entity, whose edited value is the gold's literal (t2sql.serving.presupposed), so both pick it alone."""
+    entity, whose edited value is the gold's literal (t2sql.equivalence.presupposed), so both pick it alone."""
     m, gold_literal = _edited_comparison(gold, pred)
     if m is None:
         return False
@@ -140,7 +140,7 @@ def entity_pinned_by_another(gold: str, pred: str, st: querytext.Statement, inv:
 def entity_kept_by_another(gold: str, pred: str, inv: Invariants, lookup: Any) -> bool:
     """The dropped condition is one of an entity's values, and another is a column that never repeats,
     kept by the prediction: the one row holding that value is the entity itself, which meets the dropped
-    condition too (t2sql.serving.presupposed)."""
+    condition too (t2sql.equivalence.presupposed)."""
     parts = where_conjuncts(gold)
     if parts is None:
         return False
@@ -174,8 +174,8 @@ def _pinned_by_unique_partner(gold: str, pred: str, inv: Invariants, lookup: Any
 def named_row_in_any_case(gold: str, pred: str, st: querytext.Statement, inv: Invariants, lookup: Any) -> bool:
     """The edit compares a unique name in any letter case (`lower(name) = 'stealth'`, `name LIKE 'Stealth'`)
     where the real names stay apart in letter case too, and the gold's literal names a row every database
-    of this kind holds (t2sql.serving.presupposed): no other name there folds to it (the check keeps unique
-    names apart in case, t2sql.serving.targeted), so both pick that one row."""
+    of this kind holds (t2sql.equivalence.presupposed): no other name there folds to it (the check keeps unique
+    names apart in case, t2sql.equivalence.targeted), so both pick that one row."""
     m, gold_literal = edited(rf"lower\s*\(\s*{COLREF}\s*\)\s*=\s*'((?:[^']|'')*)'", gold, pred)
     if m is None:
         m, gold_literal = edited(rf"{COLREF}\s+LIKE\s+'((?:[^']|'')*)'", gold, pred)

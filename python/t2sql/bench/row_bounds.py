@@ -6,8 +6,8 @@ constants pin every row, but for the two directions of a keyed symmetric pair an
 list).
 
 Keys: declared keys and never-NULL unique columns, the mined unique sets, a keyed symmetry's other columns
-with one side (t2sql.serving.realism), an entity the query names that every database holds once
-(t2sql.serving.presupposed). Only inner joins of schema tables; anything else is not bounded."""
+with one side (t2sql.equivalence.realism), an entity the query names that every database holds once
+(t2sql.equivalence.presupposed). Only inner joins of schema tables; anything else is not bounded."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Any
 
 from t2sql.bench.equivalence_pairs import COLREF, colref, masked_sql, never_null
 from t2sql.bench.presupposed_labels import WholeFile
-from t2sql.serving import querytext, realism
-from t2sql.serving.invariants import Invariants
-from t2sql.serving.presupposed import named
+from t2sql.equivalence import querytext, realism
+from t2sql.equivalence.invariants import Invariants
+from t2sql.equivalence.presupposed import named
 
 # `x = y` where each side is a column or a literal (a string, a number).
 _LITERAL = r"'(?:[^']|'')*'|-?\d+(?:\.\d+)?"
@@ -104,7 +104,7 @@ def _refs(q: _Query, span: tuple[int, int], pattern: str = _SELECTED) -> list[tu
 
 
 def _distinct_values(q: _Query, inv: Invariants) -> int | None:
-    """For SELECT DISTINCT of columns that each hold a closed vocabulary (t2sql.serving.realism: no other
+    """For SELECT DISTINCT of columns that each hold a closed vocabulary (t2sql.equivalence.realism: no other
     text ever), the number of their combinations (NULL counting as one more where it may be); else None."""
     if not q.part.distinct:
         return None
@@ -264,7 +264,7 @@ def _entity_pinned(alias: str, table: str, pins: dict, entities: list) -> bool:
 
 def _entities(q: _Query, inv: Invariants, lookup: Any) -> list[tuple[str, list[tuple[str, Any]]]]:
     """(table, (column, literal) pairs) of the entities the query names that the real database holds once:
-    every database of this kind holds each once (t2sql.serving.presupposed)."""
+    every database of this kind holds each once (t2sql.equivalence.presupposed)."""
     if lookup is None:
         return []
 

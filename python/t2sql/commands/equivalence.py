@@ -33,17 +33,17 @@ from t2sql.bench.equivalence import format_measurement, measure
 from t2sql.bench.equivalence_answers import format_answers, measure_answers
 from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.episode.presets import get_preset
+from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.invariant_store import InvariantStore
+from t2sql.equivalence.mine_ahead import mine_ahead
+from t2sql.equivalence.presupposed import describe as describe_lookups
+from t2sql.equivalence.presupposed import lookups
+from t2sql.equivalence.refutation import with_method
 from t2sql.errors import EquivalenceError, OutputPathError, PresetError, T2sqlError, UnknownDatabase
 from t2sql.flagnames import accept_old_spelling
 from t2sql.interrupts import interrupt_word
 from t2sql.jsonl import JsonProblem, dumps, load_file, loads_or_none
 from t2sql.progress import Progress
-from t2sql.serving.equivalence import EquivalenceChecker, EquivalenceConfig
-from t2sql.serving.invariant_store import InvariantStore
-from t2sql.serving.mine_ahead import mine_ahead
-from t2sql.serving.presupposed import describe as describe_lookups
-from t2sql.serving.presupposed import lookups
-from t2sql.serving.refutation import with_method
 from t2sql.tasks import database_path, find_database
 
 EXIT_OK, EXIT_SOME, EXIT_TROUBLE = 0, 1, 2

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
                                   " (resuming: it exists)" if Path(args.out).exists() else ""))
 
     if preset.equivalence_penalty:  # its checks find every database mined (a check never mines: not_ready)
-        from t2sql.serving.mine_ahead import mine_ahead
+        from t2sql.equivalence.mine_ahead import mine_ahead
 
         mined = mine_ahead([t.db_path for t in loaded.tasks if t.db_path], label="invariants")
         log(f"equivalence check's invariants: {mined.line()}")

@@ -2,7 +2,7 @@
 
 It validates the data (every gold must run), fills the gold cache so training never waits
 on a gold query, records the database manifest (size, mtime, sha256 of each file), mines the
-equivalence check's invariants of every database (t2sql.serving.mine_ahead) and finds the slow golds:
+equivalence check's invariants of every database (t2sql.equivalence.mine_ahead) and finds the slow golds:
 
     t2sql gold --data train.jsonl --db-root DIR --cache-dir OUT/gold-cache [--concurrency N]
                [--report FILE] [--manifest FILE] [--force] [--allow-failures] [--json]
@@ -44,6 +44,7 @@ from t2sql.arguments import (
 from t2sql.atomic import OutputFile, output_folder
 from t2sql.databases import find_database, recorded_database_path
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
+from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
 from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import fallback_note, method_counts
@@ -51,7 +52,6 @@ from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import Manifest, manifest_output
-from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.tasks import Task, load_questions, read_method, row_db_root, row_fields
 
 

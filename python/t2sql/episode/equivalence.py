@@ -1,6 +1,6 @@
 """The equivalence check as a reward term: a prediction that matches the gold only by luck of the data
 loses points. The check itself (the small databases, their invariants, the verdicts) is
-t2sql.serving.equivalence's.
+t2sql.equivalence.equivalence's.
 
 A prediction graded `correct` returned the gold's result on the task's database. That does not make
 it the same query: `SELECT name` where the gold says `SELECT DISTINCT name` matches whenever the
@@ -12,7 +12,7 @@ database of that kind keeps: the declared constraints (keys, UNIQUE, NOT NULL, f
 and the invariants mined from its data (no NULL where there is none, no repeat where there is none,
 undeclared references closed, parents that always have children keep one, denormalised copies equal,
 sums that always hold, values of the column's types and formats, identifiers in their letter case;
-t2sql.serving.invariants). A database that breaks one is thrown away before any query sees it.
+t2sql.equivalence.invariants). A database that breaks one is thrown away before any query sees it.
 
 The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
 
@@ -37,14 +37,14 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
 - A refuted match loses `equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the outcome
   stays `correct` (evaluation still scores it correct; only the training reward changes).
 - Never raised: the check ends refuted with a witness, checked, or skipped for one of
-  t2sql.serving.equivalence.SKIP_REASONS (a query the guard does not run, a part of the schema left
+  t2sql.equivalence.equivalence.SKIP_REASONS (a query the guard does not run, a part of the schema left
   out, an unreadable file, a database not mined yet, every small database refused by a constraint, a
   result that changes from run to run, the budget spent, no informative database, the check's own
   failure); docs/episode.md states each.
 - Mined ahead: a database's invariants are mined before training (`t2sql gold`, `t2sql-train
-  prepare`; t2sql.serving.mine_ahead), never inside a check: a check on a database not mined yet is
+  prepare`; t2sql.equivalence.mine_ahead), never inside a check: a check on a database not mined yet is
   skipped (not_ready) at once and the process mines that database in the background, once.
-- What a question presupposes is kept too (t2sql.serving.presupposed; the task's evidence is passed
+- What a question presupposes is kept too (t2sql.equivalence.presupposed; the task's evidence is passed
   with the pair): fixed lookup tables whole, with the keys the evidence states; the entities the
   gold names, once; an aggregate's one row never NULL where the real one is not.
 - Deterministic: the same (database file, prediction, gold, evidence, preset) gives the same verdict
@@ -74,7 +74,7 @@ from typing import Any
 import t2sql
 from t2sql.episode.presets import Preset
 from t2sql.episode.reward import RewardTerm, TermResult, Trajectory
-from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport, default_checker, skipped
+from t2sql.equivalence.equivalence import EquivalenceConfig, EquivalenceReport, default_checker, skipped
 
 # ---------------------------------------------------------------------------------- the reward term
 

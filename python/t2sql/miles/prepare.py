@@ -26,6 +26,7 @@ from typing import NamedTuple
 from t2sql.atomic import OutputFile
 from t2sql.data import convert as data
 from t2sql.download import bird
+from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.errors import DataError, ForeignFilesError, LaunchError, cap_lines
 from t2sql.grading import describe_methods
 from t2sql.home import made_default_dir
@@ -40,7 +41,6 @@ from t2sql.progress import Progress, format_bytes
 from t2sql.serving.golds import GoldTask, run_golds
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import Manifest, manifest_output
-from t2sql.serving.mine_ahead import mine_ahead
 from t2sql.tasks import Task, parse_field_map, release_dir
 
 # Disk that `prepare` needs, in bytes (bf16 weights of 35B parameters ~ 72 GB, the same again for
@@ -233,7 +233,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
 
 
 def mine_invariants(c: TrainConfig) -> str:
-    """Mine the equivalence check's invariants of every database the splits use (t2sql.serving.mine_ahead,
+    """Mine the equivalence check's invariants of every database the splits use (t2sql.equivalence.mine_ahead,
     as `t2sql gold` does) into the cache the training run's checks read: a check on a database not mined
     is skipped (not_ready)."""
     paths = []

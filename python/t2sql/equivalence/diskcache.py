@@ -20,9 +20,9 @@ from typing import Any, Iterator
 
 from t2sql._grader import file_digest
 from t2sql.atomic import read_head, write_bytes_atomic
+from t2sql.equivalence import checkbounds
 from t2sql.errors import DatabaseError
 from t2sql.home import default_dir
-from t2sql.serving import checkbounds
 
 CACHE_ENV = "T2SQL_EQUIVALENCE_CACHE"  # where invariants and suites are kept on disk
 

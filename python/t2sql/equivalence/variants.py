@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
-from t2sql.serving import realism
-from t2sql.serving.invariants import Table, storage_class, text_format
-from t2sql.serving.querytext import Comparison
-from t2sql.serving.real_rows import RealRows
-from t2sql.serving.smalldb import letter_cases
+from t2sql.equivalence import realism
+from t2sql.equivalence.invariants import Table, storage_class, text_format
+from t2sql.equivalence.querytext import Comparison
+from t2sql.equivalence.real_rows import RealRows
+from t2sql.equivalence.smalldb import letter_cases
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Refuting a statement's candidates on a table's leading rows first (t2sql.serving.mining): a rule
+"""Refuting a statement's candidates on a table's leading rows first (t2sql.equivalence.mining): a rule
 broken by one of them is broken on the whole table, so only the candidates they leave are verified on
 every row. Most candidates (two columns that are copies, a sum, a prefix) fail at once; the few that hold
 cost one pass as before, the others almost nothing. The answer is the one the whole table gives."""

@@ -2,7 +2,7 @@
 
 A right answer may lean on what every real database of this kind holds for its question; a small
 database without it asks another question, and a verdict there would punish a right answer. So, besides
-the invariants (t2sql.serving.invariants):
+the invariants (t2sql.equivalence.invariants):
 
 - fixed lookup tables (`lookups`): a small table others reference, with a unique never-NULL name
   column and no reference of its own (colours, genders, publishers), is a vocabulary: every small
@@ -26,10 +26,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from t2sql.serving import checkbounds, querytext
-from t2sql.serving.invariants import Invariants, quote
-from t2sql.serving.sampling import add_rows, close, duplicate, fresh_value, stable_rng
-from t2sql.serving.smalldb import SmallDb, column_index, remember, sqlite_key
+from t2sql.equivalence import checkbounds, querytext
+from t2sql.equivalence.invariants import Invariants, quote
+from t2sql.equivalence.sampling import add_rows, close, duplicate, fresh_value, stable_rng
+from t2sql.equivalence.smalldb import SmallDb, column_index, remember, sqlite_key
 
 LOOKUP_MAX_ROWS = 64  # a referenced table of at most this many rows, with a unique name column, is a vocabulary
 
@@ -307,7 +307,7 @@ class Presupposition:
                             if c is not None and c.unique and c.name not in changes:
                                 changes[c.name] = fresh_value(out, t.name, c.name, real, rng)
                     # Its unique name in another case only ('aGILITY'): not another entity where the real names
-                    # stay apart in case (t2sql.serving.targeted keeps them so), just the entity again.
+                    # stay apart in case (t2sql.equivalence.targeted keeps them so), just the entity again.
                     if None not in changes.values() and not _in_another_case(t, conds, changed, real):
                         duplicate(out, t.name, changed, real, rng, changes)
                 else:

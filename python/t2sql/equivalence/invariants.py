@@ -19,7 +19,7 @@ punished. So every small database keeps, besides the schema's own rules:
     (a denormalised copy of a parent's value), stays equal;
   - relations: a numeric column that is always the sum of two others in its row stays so.
 
-Mining runs SQL of our own through the core's guard (t2sql.serving.mining), to the end: its work is
+Mining runs SQL of our own through the core's guard (t2sql.equivalence.mining), to the end: its work is
 bounded by what it reads, never by the clock, so a file's invariants are the same whatever the load.
 An invariant that could not be verified is never used: the database is then `unsupported` (the check
 skips it, saying which one). A part of the schema no small database can hold faithfully (a virtual table, a table
@@ -27,7 +27,7 @@ the catalog cannot describe, a foreign key naming a column its parent lacks) is 
 and kept out of every small database; the rest of the database is used.
 
 Invariants are cached in memory and on disk (JSON), keyed by the file's content digest
-(t2sql.serving.diskcache.database_key); an entry that does not read back as these fields with these
+(t2sql.equivalence.diskcache.database_key); an entry that does not read back as these fields with these
 types is mined again. `t2sql equivalence --invariants --db FILE` lists them.
 """
 
@@ -38,8 +38,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from t2sql.equivalence.checkbounds import approx_bytes
 from t2sql.lru import Lru
-from t2sql.serving.checkbounds import approx_bytes
 
 # 5: the realism rules; 6: no `assumed` (an unverified invariant makes the database unsupported); 7: letter
 # cases read as smalldb.letter_cases reads them (past a NUL byte too), mining's passes shared; 8: a partial
@@ -192,7 +192,7 @@ class Relation:
 @dataclass(frozen=True)
 class Symmetry:
     """table holds every row both ways: for each row (left = a, right = b, the rest) a row (left = b,
-    right = a, the same rest) exists (a relation stored in both directions). t2sql.serving.realism."""
+    right = a, the same rest) exists (a relation stored in both directions). t2sql.equivalence.realism."""
 
     table: str
     left: str
@@ -205,7 +205,7 @@ class Symmetry:
 @dataclass(frozen=True)
 class UniqueSet:
     """table's `columns` never repeat together (in rows where none is NULL), though none of them is
-    unique alone and the data would show repeats by chance. t2sql.serving.realism."""
+    unique alone and the data would show repeats by chance. t2sql.equivalence.realism."""
 
     table: str
     columns: tuple[str, ...]
@@ -214,7 +214,7 @@ class UniqueSet:
 @dataclass(frozen=True)
 class Vocabulary:
     """table.column's TEXT values are a closed set, letter case included: `values`, nothing else.
-    t2sql.serving.realism."""
+    t2sql.equivalence.realism."""
 
     table: str
     column: str
@@ -225,7 +225,7 @@ class Vocabulary:
 class PathCopy:
     """In every row of `first.child` (= `second.child`), the row `first` names holds in `first_column`
     what the row `second` names holds in `second_column` (an atom's molecule is its bond's molecule,
-    through the row that joins them). t2sql.serving.realism."""
+    through the row that joins them). t2sql.equivalence.realism."""
 
     first: Reference
     first_column: str
@@ -236,7 +236,7 @@ class PathCopy:
 @dataclass(frozen=True)
 class Prefix:
     """table.column's text always starts with table.source_column's (an atom id 'TR009_12' starts with
-    its molecule's id 'TR009'). t2sql.serving.realism."""
+    its molecule's id 'TR009'). t2sql.equivalence.realism."""
 
     table: str
     column: str
@@ -255,7 +255,7 @@ class Invariants:
     mine_s: float = 0.0
     # (kind, name, why), kind "table" or "reference": parts of the schema kept out of every small database
     left_out: tuple[tuple[str, str, str], ...] = ()
-    # Realism rules mined from the data (t2sql.serving.realism says why each holds and how it is kept).
+    # Realism rules mined from the data (t2sql.equivalence.realism says why each holds and how it is kept).
     symmetries: tuple[Symmetry, ...] = ()
     unique_sets: tuple[UniqueSet, ...] = ()
     vocabularies: tuple[Vocabulary, ...] = ()
@@ -264,7 +264,7 @@ class Invariants:
 
     @functools.cached_property
     def memo(self) -> Lru[Any]:
-        """What users of these invariants remember about rows of this database (t2sql.serving.smalldb
+        """What users of these invariants remember about rows of this database (t2sql.equivalence.smalldb
         keeps its tables' checks here), at most MEMO_BYTES of it; it lives and dies with the invariants."""
         return Lru(1 << 20, MEMO_BYTES, _memo_bytes)
 

@@ -2,13 +2,13 @@
 the clock ('now', CURRENT_DATE/TIME/TIMESTAMP, a date function of no time value), in its own text or in
 a view it reads. The equivalence check skips such a query (skipped: nondeterministic): a result that is
 a draw refutes nothing. What the text does not show, the check finds by running both queries again on
-a database that would refute (t2sql.serving.refutation.Trial.repeatable)."""
+a database that would refute (t2sql.equivalence.refutation.Trial.repeatable)."""
 
 from __future__ import annotations
 
-from t2sql.serving.declared import mentions
-from t2sql.serving.invariants import Invariants
-from t2sql.serving.querytext import unquote
+from t2sql.equivalence.declared import mentions
+from t2sql.equivalence.invariants import Invariants
+from t2sql.equivalence.querytext import unquote
 from t2sql.sqltext import tokens
 
 

@@ -6,7 +6,7 @@ when run again there (a query of random() or the clock is never refuted for its 
 database is shrunk to as few rows as still refute.
 
 Every query here runs in the core on the small database, under its timeout cut at the check's
-deadline and under its Cancel (t2sql.serving.checkbounds)."""
+deadline and under its Cancel (t2sql.equivalence.checkbounds)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import t2sql
 from t2sql._grader import GradeSpec, ToolLimits
-from t2sql.serving import checkbounds, ordering, querytext
-from t2sql.serving.smalldb import SmallDb
+from t2sql.equivalence import checkbounds, ordering, querytext
+from t2sql.equivalence.smalldb import SmallDb
 
 # Verdict outcomes on a small database, by what they say about the pair.
 REFUTING = frozenset({"mismatch", "pred_error"})

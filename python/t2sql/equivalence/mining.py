@@ -1,7 +1,7 @@
-"""Finding a database's invariants (t2sql.serving.invariants) in its file.
+"""Finding a database's invariants (t2sql.equivalence.invariants) in its file.
 
 Mining runs SQL of our own through the core's guard: the schema through `Database.catalog` (the
-pragmas no query may name, read on a connection that can read nothing else; t2sql.serving.declared
+pragmas no query may name, read on a connection that can read nothing else; t2sql.equivalence.declared
 says what a small database takes of it and what is left out), everything else through
 `Database.rows` (one read-only statement under the tool call's policy, a Cancel and mining's own
 cap on temporary disk). Mining runs to the end: its work is bounded by what it reads (each statement
@@ -10,8 +10,8 @@ same file gives the same invariants whatever the machine's load. A statement tha
 temporary-disk cap, an answer too large) leaves its invariant unverified, and an unverified invariant
 is never used: the database is then `unsupported`, with the reason, and the check skips it.
 
-Mining is done ahead (`t2sql gold`, `t2sql-train prepare`, t2sql.serving.mine_ahead), not inside a
-check; t2sql.serving.invariant_store keeps what it finds.
+Mining is done ahead (`t2sql gold`, `t2sql-train prepare`, t2sql.equivalence.mine_ahead), not inside a
+check; t2sql.equivalence.invariant_store keeps what it finds.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import t2sql
-from t2sql.serving import realism_mining
-from t2sql.serving.declared import Shape, declared_references, listing, statements, table_shape
-from t2sql.serving.invariants import (
+from t2sql.equivalence import realism_mining
+from t2sql.equivalence.declared import Shape, declared_references, listing, statements, table_shape
+from t2sql.equivalence.invariants import (
     Column,
     Copy,
     Invariants,
@@ -34,11 +34,11 @@ from t2sql.serving.invariants import (
     Table,
     quote,
 )
-from t2sql.serving.mining_columns import column_sql, column_stats, tallied_stats, tally_sql
-from t2sql.serving.mining_reader import MINE_TEMP_MB, MINE_WORKERS, TALLY, Reader, Unverified
-from t2sql.serving.refuting import lead, unrefuted
+from t2sql.equivalence.mining_columns import column_sql, column_stats, tallied_stats, tally_sql
+from t2sql.equivalence.mining_reader import MINE_TEMP_MB, MINE_WORKERS, TALLY, Reader, Unverified
+from t2sql.equivalence.refuting import lead, unrefuted
 
-log = logging.getLogger("t2sql.serving.mining")
+log = logging.getLogger("t2sql.equivalence.mining")
 
 MAX_RELATION_COLUMNS = 10  # numeric columns per table tried for a + b = c (10 columns: 360 triples)
 
@@ -69,7 +69,7 @@ class _Miner:
 
 def _declared_parents(m: _Miner, shapes: dict[str, Shape]) -> dict[tuple[str, str], list[tuple[str, str]]]:
     """(table, column) -> the (table, column) keys its single-column declared references name, as the
-    catalog says before any data is read (t2sql.serving.declared decides later which references hold)."""
+    catalog says before any data is read (t2sql.equivalence.declared decides later which references hold)."""
     names = {n.lower(): n for n in shapes}
     out: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for name in shapes:

@@ -4,15 +4,15 @@ The rules (when the check runs, the reward term) are in t2sql.episode.equivalenc
 check in the calling thread (`EquivalenceChecker.check_sync`); `Grader.equivalence` runs that on one of
 the Grader's SQL workers, so its SQL counts against the Grader's one concurrency limit.
 
-A check tries small databases (t2sql.serving.smalldb) that keep every declared constraint, every
-invariant mined from the real data (t2sql.serving.invariants) and what the question presupposes
-(t2sql.serving.presupposed): targeted ones built for this pair (t2sql.serving.targeted) and the
-database's suite (t2sql.serving.suites); docs/recipe_extras.md says how each is made.
+A check tries small databases (t2sql.equivalence.smalldb) that keep every declared constraint, every
+invariant mined from the real data (t2sql.equivalence.invariants) and what the question presupposes
+(t2sql.equivalence.presupposed): targeted ones built for this pair (t2sql.equivalence.targeted) and the
+database's suite (t2sql.equivalence.suites); docs/recipe_extras.md says how each is made.
 
 Every query runs in the core's guard (the real file through `Database.rows` and `Database.catalog`,
 small databases through `Database.from_rows`), under one deadline and one Cancel for the whole check
-(t2sql.serving.checkbounds); the caches are bounded in bytes. Whatever it meets, a check returns a
-report: refuted with a witness (t2sql.serving.refutation says when a small database refutes),
+(t2sql.equivalence.checkbounds); the caches are bounded in bytes. Whatever it meets, a check returns a
+report: refuted with a witness (t2sql.equivalence.refutation says when a small database refutes),
 checked, or skipped for one of SKIP_REASONS.
 """
 
@@ -29,23 +29,23 @@ from typing import Any, Iterator
 
 import t2sql
 from t2sql._grader import MAX_SQL_BYTES, GradeSpec
+from t2sql.equivalence import checkbounds
+from t2sql.equivalence.checkbounds import BudgetSpent, CheckBudget, approx_bytes
+from t2sql.equivalence.declared import mentions
+from t2sql.equivalence.diskcache import DiskCache, database_key
+from t2sql.equivalence.invariant_store import InvariantStore
+from t2sql.equivalence.invariants import INVARIANTS_VERSION, Invariants
+from t2sql.equivalence.nondeterminism import nondeterministic
+from t2sql.equivalence.presupposed import Presupposition, degenerate, one_row_answer, presupposition
+from t2sql.equivalence.real_rows import RealRows
+from t2sql.equivalence.refutation import NONDETERMINISTIC, Prepared, Trial, refutes, shrink
+from t2sql.equivalence.smalldb import SmallDb
+from t2sql.equivalence.suites import SUITE_VERSION, build_suite, suite_from_json, suite_to_json
+from t2sql.equivalence.targeted import Covered, realistic, targeted
 from t2sql.errors import EquivalenceError
 from t2sql.lru import Lru
-from t2sql.serving import checkbounds
-from t2sql.serving.checkbounds import BudgetSpent, CheckBudget, approx_bytes
-from t2sql.serving.declared import mentions
-from t2sql.serving.diskcache import DiskCache, database_key
-from t2sql.serving.invariant_store import InvariantStore
-from t2sql.serving.invariants import INVARIANTS_VERSION, Invariants
-from t2sql.serving.nondeterminism import nondeterministic
-from t2sql.serving.presupposed import Presupposition, degenerate, one_row_answer, presupposition
-from t2sql.serving.real_rows import RealRows
-from t2sql.serving.refutation import NONDETERMINISTIC, Prepared, Trial, refutes, shrink
-from t2sql.serving.smalldb import SmallDb
-from t2sql.serving.suites import SUITE_VERSION, build_suite, suite_from_json, suite_to_json
-from t2sql.serving.targeted import Covered, realistic, targeted
 
-log = logging.getLogger("t2sql.serving.equivalence")
+log = logging.getLogger("t2sql.equivalence.equivalence")
 
 # Why a check ends without a verdict (EquivalenceReport.skipped_reason; docs/episode.md states each):
 SKIP_REASONS = (
@@ -172,7 +172,7 @@ class GoldCase:
         self.covered = covered
         self.refused = refused
         self.keys = {p.db.key() for p in prepared}
-        self.presupposed = presupposed  # what the gold and the evidence presuppose (t2sql.serving.presupposed)
+        self.presupposed = presupposed  # what the gold and the evidence presuppose (t2sql.equivalence.presupposed)
         self._one_row = one_row  # the gold's real result is one row without NULL; None: not asked yet
 
     def one_row(self, real: RealRows, gold_sql: str) -> bool:
@@ -303,7 +303,7 @@ class EquivalenceChecker:
     def gold_case(self, db_path: str, inv: Invariants, real: RealRows, gold_sql: str,
                   config: EquivalenceConfig, evidence: str = "") -> GoldCase:
         """The gold's targeted databases and the suite, each fitted to what the gold and the task's
-        evidence presuppose (t2sql.serving.presupposed), prepared once per (database, gold, grading
+        evidence presuppose (t2sql.equivalence.presupposed), prepared once per (database, gold, grading
         spec, evidence)."""
         spec = config.spec
         key = (database_key(db_path), gold_sql, spec.method, spec.float_digits, spec.column_order,
@@ -325,7 +325,7 @@ class EquivalenceChecker:
         """The check, in the calling thread, under one deadline (`config.budget_s` from now, everything
         included: mining, small databases built, queries run); `cancel` (a t2sql.Cancel) stops it at
         once (QueryCancelled). `evidence` is the task's: the facts it states hold on every small
-        database (t2sql.serving.presupposed). Whatever the queries, the database or the caches hold, it
+        database (t2sql.equivalence.presupposed). Whatever the queries, the database or the caches hold, it
         returns a report: refuted with a witness, or not refuted (checked, or skipped for one of
         SKIP_REASONS)."""
         started = time.perf_counter()

@@ -1,12 +1,12 @@
 """Realism rules a table's data keeps beyond its columns and references, mined from the data
-(t2sql.serving.invariants lists the others) and kept by every small database:
+(t2sql.equivalence.invariants lists the others) and kept by every small database:
 
 - `symmetries`: a relation stored in both directions (a bond from atom a to atom b is also a row from b
   to a): two columns that reference the same parent key, where every row's mirror (the two swapped,
   the rest the same) is a row too, and (`keyed`, where the data shows it) the rest names one pair.
   Without it a small database holds a bond one way only, and a query that reads one side differs
   from one that reads the other on data no real database holds. `close` adds each row's mirror
-  (t2sql.serving.sampling), so a variant that adds, changes or renumbers a row does it to its mirror.
+  (t2sql.equivalence.sampling), so a variant that adds, changes or renumbers a row does it to its mirror.
 - `unique_sets`: two columns that never repeat together (a budget row per event and category), though
   neither is unique alone and, were they unrelated, the data would show repeats (at least
   MIN_EXPECTED_REPEATS expected): a duplicate under fresh keys gives such a set fresh values too.
@@ -19,7 +19,7 @@
 - `prefixes`: a text column always starts with another of its row (an atom id 'TR009_12' with its
   molecule id 'TR009'): a duplicate under fresh keys takes a real id under its own row's prefix.
 
-They are mined with the rest (t2sql.serving.realism_mining, run by t2sql.serving.mining): a statement
+They are mined with the rest (t2sql.equivalence.realism_mining, run by t2sql.equivalence.mining): a statement
 that fails makes the database unsupported, never a rule silently dropped.
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from t2sql.serving.invariants import (
+from t2sql.equivalence.invariants import (
     Invariants,
     PathCopy,
     Prefix,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from t2sql.serving.invariants import (
+from t2sql.equivalence.invariants import (
     INVARIANTS_VERSION,
     Column,
     Copy,

@@ -1,8 +1,8 @@
 """Mining every database of a split ahead of training (`t2sql gold`, `t2sql-train prepare`, and the
 commands that check pairs), so that no check of training's waits for it: a check on a database not
-mined yet is skipped as not_ready (t2sql.serving.equivalence).
+mined yet is skipped as not_ready (t2sql.equivalence.equivalence).
 
-Each database is mined once per content into the equivalence cache (t2sql.serving.diskcache), where
+Each database is mined once per content into the equivalence cache (t2sql.equivalence.diskcache), where
 training's checks read it; one already there is read back, one another process is mining is waited for.
 Progress: a bar, or a line every 30 s off a terminal (t2sql.progress).
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import t2sql
+from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.progress import Progress
-from t2sql.serving.invariant_store import InvariantStore
 
 
 @dataclass

@@ -2,9 +2,9 @@
 distilled greedily against neighbour queries derived from the schema (pairs that differ only on
 databases with duplicates, NULLs, childless parents, text in another case, a value at a boundary, a
 lookup table's keys renumbered): a test-suite approach. Each is judged, and kept, as every check holds
-it: with what every question presupposes (t2sql.serving.presupposed). Built once per database content
-and kept on disk (t2sql.serving.diskcache), within the deadline of the check that builds it
-(t2sql.serving.checkbounds: a build the deadline stops is not kept)."""
+it: with what every question presupposes (t2sql.equivalence.presupposed). Built once per database content
+and kept on disk (t2sql.equivalence.diskcache), within the deadline of the check that builds it
+(t2sql.equivalence.checkbounds: a build the deadline stops is not kept)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 import t2sql
 from t2sql._grader import GradeSpec
-from t2sql.serving.diskcache import database_key
-from t2sql.serving.invariants import Invariants, quote
-from t2sql.serving.presupposed import Presupposition, presupposition
-from t2sql.serving.real_rows import RealRows
-from t2sql.serving.refutation import digest
-from t2sql.serving.sampling import add_rows, close, duplicate, rekey, stable_rng
-from t2sql.serving.smalldb import SmallDb, column_index, sql_literal
-from t2sql.serving.targeted import realistic
+from t2sql.equivalence.diskcache import database_key
+from t2sql.equivalence.invariants import Invariants, quote
+from t2sql.equivalence.presupposed import Presupposition, presupposition
+from t2sql.equivalence.real_rows import RealRows
+from t2sql.equivalence.refutation import digest
+from t2sql.equivalence.sampling import add_rows, close, duplicate, rekey, stable_rng
+from t2sql.equivalence.smalldb import SmallDb, column_index, sql_literal
+from t2sql.equivalence.targeted import realistic
 
 # A suite on disk is named by this and the invariants' version (equivalence.EquivalenceChecker): one kept from
 # another builder or other invariants passes the realism check when read back, and gives other verdicts.
@@ -107,7 +107,7 @@ def build_suite(real: RealRows, inv: Invariants, *, size: int, seed: int) -> lis
         cased = base.copy(f"random real rows (draw {i}), some text in another case")
         for t in tables:
             if t.name in whole.fixed_tables:
-                continue  # a lookup table's names are its real ones (t2sql.serving.presupposed)
+                continue  # a lookup table's names are its real ones (t2sql.equivalence.presupposed)
             rows = cased.rows.get(t.name, [])
             free = [c for c in t.columns if "text" in c.types and c.name not in inv.frozen(t.name)]
             if rows and free:

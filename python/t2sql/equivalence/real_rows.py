@@ -1,7 +1,7 @@
 """The rows of a real database file the equivalence check reads (`RealRows`): fetched on demand through
 the core's guard (`Database.rows`: the tool call's policy, each statement under its timeout cut at the
-check's deadline, the Cancel and the temporary-disk cap; t2sql.serving.checkbounds), some of them with a
-prediction's own WHERE (t2sql.serving.lineage), and kept, at most ANSWER_BYTES of them. What a lookup
+check's deadline, the Cancel and the temporary-disk cap; t2sql.equivalence.checkbounds), some of them with a
+prediction's own WHERE (t2sql.equivalence.lineage), and kept, at most ANSWER_BYTES of them. What a lookup
 reads of a large table is bounded (below), so a check's work does not grow with the table.
 """
 
@@ -13,12 +13,12 @@ import threading
 from typing import Any, Iterable
 
 import t2sql
+from t2sql.equivalence import checkbounds
+from t2sql.equivalence.checkbounds import approx_bytes
+from t2sql.equivalence.invariants import Invariants, Reference, Table, quote
+from t2sql.equivalence.querytext import Comparison
+from t2sql.equivalence.smalldb import Row
 from t2sql.lru import Lru
-from t2sql.serving import checkbounds
-from t2sql.serving.checkbounds import approx_bytes
-from t2sql.serving.invariants import Invariants, Reference, Table, quote
-from t2sql.serving.querytext import Comparison
-from t2sql.serving.smalldb import Row
 
 VALUES_PER_COLUMN = 64  # other real values of a column kept for borrowing
 
@@ -36,7 +36,7 @@ ANSWER_MAX_BYTES = 1024 * 1024  # bytes one statement brings back: a row past it
 # fewer small databases, never an unrealistic one; a table of up to SCAN_ROWS rows is read whole.
 SCAN_ROWS = 100_000
 
-# A query's lineage (t2sql.serving.lineage: its own joins and subqueries, pasted) runs, where a table holds
+# A query's lineage (t2sql.equivalence.lineage: its own joins and subqueries, pasted) runs, where a table holds
 # more than JOIN_SCAN_ROWS rows, on the database's first rows: every table's first JOIN_SCAN_ROWS rows under
 # their real rowids, copied once into an in-memory database of the core (`RealRows.first_rows`). A join no
 # index serves builds one over every row of its table, per statement: on the real file that grows with the

@@ -1,4 +1,4 @@
-"""The small databases the equivalence check builds for one query of a pair (t2sql.serving.equivalence
+"""The small databases the equivalence check builds for one query of a pair (t2sql.equivalence.equivalence
 says how they are used): the real rows the query touches and those meeting all but one of its
 conditions, closed under the database's references; variants of them that stay realistic (values at
 and beside each literal, duplicates under fresh keys, one more result row, more rows than a LIMIT
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from t2sql.serving import ordering, querytext
-from t2sql.serving.distinguishing import childless, repointed
-from t2sql.serving.invariants import Invariants
-from t2sql.serving.lineage import alike, another_value, duplicate_tuple, fetch_lineage
-from t2sql.serving.presupposed import rotate_lookup_keys
-from t2sql.serving.real_rows import RealRows
-from t2sql.serving.sampling import add_rows, close, duplicate, rekey, repair_relations, stable_rng
-from t2sql.serving.smalldb import SmallDb, column_index
-from t2sql.serving.variants import literal_variants
+from t2sql.equivalence import ordering, querytext
+from t2sql.equivalence.distinguishing import childless, repointed
+from t2sql.equivalence.invariants import Invariants
+from t2sql.equivalence.lineage import alike, another_value, duplicate_tuple, fetch_lineage
+from t2sql.equivalence.presupposed import rotate_lookup_keys
+from t2sql.equivalence.real_rows import RealRows
+from t2sql.equivalence.sampling import add_rows, close, duplicate, rekey, repair_relations, stable_rng
+from t2sql.equivalence.smalldb import SmallDb, column_index
+from t2sql.equivalence.variants import literal_variants
 
 MAX_LIMIT_FILLED = 64  # a query's LIMIT n up to this is filled with n + 1 result rows
 
@@ -137,7 +137,7 @@ def targeted(real: RealRows, inv: Invariants, sql: str, seed: int,
                 if duplicate_tuple(shared, [x for x in first if x != (shared_table, shared_row)], real, rng):
                     keep(shared)
     # A result row's row pointed at another real parent that a comparison meets or misses (a row that
-    # meets all but one condition of one query, t2sql.serving.distinguishing): every comparison for rows the
+    # meets all but one condition of one query, t2sql.equivalence.distinguishing): every comparison for rows the
     # gold's do not cover, the new ones for the rest.
     reached = [tuples[0] for _, tuples in lineages if tuples]
     if first_tuple and first_tuple not in reached:

@@ -1,13 +1,13 @@
-"""Finding the realism rules (t2sql.serving.realism says what each is) in a database's data: statements of
-mining's (t2sql.serving.mining runs this with the rest), each candidate refuted on a table's leading rows
-first (t2sql.serving.refuting) and verified on every row; a statement that fails makes the database
+"""Finding the realism rules (t2sql.equivalence.realism says what each is) in a database's data: statements of
+mining's (t2sql.equivalence.mining runs this with the rest), each candidate refuted on a table's leading rows
+first (t2sql.equivalence.refuting) and verified on every row; a statement that fails makes the database
 unsupported, never a rule silently dropped."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from t2sql.serving.invariants import (
+from t2sql.equivalence.invariants import (
     TEXT_CACHED,
     Column,
     PathCopy,
@@ -19,7 +19,7 @@ from t2sql.serving.invariants import (
     Vocabulary,
     quote,
 )
-from t2sql.serving.refuting import lead, unrefuted
+from t2sql.equivalence.refuting import lead, unrefuted
 
 MIN_MIRRORED = 3  # rows (left <> right) a table must hold to be called symmetric: fewer is luck
 

@@ -1,4 +1,4 @@
-"""One column's facts in one statement of mining's (t2sql.serving.mining): its distinct and non-NULL
+"""One column's facts in one statement of mining's (t2sql.equivalence.mining): its distinct and non-NULL
 values, the pairs of rows sharing one, storage classes, text shapes and letter cases, and how many of its
 values each declared parent key holds."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import t2sql
-from t2sql.serving.invariants import FORMAT_LEAD, FORMATS, OTHER_TEXT, quote
+from t2sql.equivalence.invariants import FORMAT_LEAD, FORMATS, OTHER_TEXT, quote
 
 
 def column_sql(name: str, c: str, parents: list[tuple[str, str]] = (), *, unique: bool = False,
@@ -18,7 +18,7 @@ def column_sql(name: str, c: str, parents: list[tuple[str, str]] = (), *, unique
     value and texts equal under BINARY are the same bytes, so one value a group says what every row of
     it would; a group may mix integer 1 and real 1.0, so its types are taken from every row. For each
     (table, column) of `parents` (a declared reference's parent key), how many of the distinct values it
-    holds (t2sql.serving.mining._references).
+    holds (t2sql.equivalence.mining._references).
 
     `unique`: a key of the column alone is declared (its index keeps two rows from sharing a value under
     the column's collation, hence under BINARY): each row is its own group, so the rows are read as they

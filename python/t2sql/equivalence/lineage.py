@@ -5,7 +5,7 @@ entities (one more result row).
 
 A lineage query pastes the query's own WITH, FROM and WHERE (a prediction's too): it runs as every
 such query does, through RealRows on the core's guard, under the check's deadline, Cancel and
-temporary-disk cap (t2sql.serving.real_rows), on the real file or, where a table is large, on the core's
+temporary-disk cap (t2sql.equivalence.real_rows), on the real file or, where a table is large, on the core's
 copy of the database's first rows (RealRows.first_rows); the rows it names are fetched from the file."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from t2sql.serving import querytext, real_rows
-from t2sql.serving.invariants import Invariants, quote
-from t2sql.serving.querytext import FromItem, Statement, from_items, top_conjuncts
-from t2sql.serving.real_rows import RealRows
-from t2sql.serving.sampling import duplicate
-from t2sql.serving.smalldb import SmallDb, column_index
+from t2sql.equivalence import querytext, real_rows
+from t2sql.equivalence.invariants import Invariants, quote
+from t2sql.equivalence.querytext import FromItem, Statement, from_items, top_conjuncts
+from t2sql.equivalence.real_rows import RealRows
+from t2sql.equivalence.sampling import duplicate
+from t2sql.equivalence.smalldb import SmallDb, column_index
 
 LINEAGE_ROWS = 3  # real rows kept per lineage query
 
@@ -27,7 +27,7 @@ def lineage_queries(st: Statement, inv: Invariants, *, limit: int,
     """(label, SQL, FROM items): queries that return the keys of the real rows each SELECT of `st` joins
     and keeps (its FROM and WHERE, no grouping), and of the rows that meet all but one of its WHERE's
     top-level conditions: the rows that can tell a query from a near neighbour. `bounds` (table -> rowid):
-    a large table's rows are sought among its first rows only (t2sql.serving.real_rows.JOIN_SCAN_ROWS): the query
+    a large table's rows are sought among its first rows only (t2sql.equivalence.real_rows.JOIN_SCAN_ROWS): the query
     runs as if the table were those rows (a WITH of its name shadows it, in the query's subqueries too),
     so that no join or subquery reads the whole table."""
     bounds = bounds or {}
@@ -90,12 +90,12 @@ def _shadowing(with_prefix: str, bounds: dict[str, int]) -> tuple[set[str], str]
 
 def fetch_lineage(real: RealRows, inv: Invariants, sql: str,
                   limit: int = LINEAGE_ROWS) -> list[tuple[str, list[list[tuple[str, tuple]]]]]:
-    """(label, tuples) per lineage query of `sql` (t2sql.serving.lineage.lineage_queries): each tuple the
+    """(label, tuples) per lineage query of `sql` (t2sql.equivalence.lineage.lineage_queries): each tuple the
     real rows (table, row) one result row of that query joins (at most `limit` a query)."""
     st = querytext.read(sql)
     if st is None:
         return []
-    first = real.first_rows()  # where a table is large: its first rows, copied (t2sql.serving.real_rows)
+    first = real.first_rows()  # where a table is large: its first rows, copied (t2sql.equivalence.real_rows)
     bounds = {}
     for t in inv.tables if first is None else ():
         bound = real.first_rows_bound(t, real_rows.JOIN_SCAN_ROWS)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from t2sql.serving import querytext
-from t2sql.serving.invariants import quote, sqlite_key
-from t2sql.serving.real_rows import RealRows
-from t2sql.serving.sampling import add_rows
-from t2sql.serving.smalldb import SmallDb, column_index
+from t2sql.equivalence import querytext
+from t2sql.equivalence.invariants import quote, sqlite_key
+from t2sql.equivalence.real_rows import RealRows
+from t2sql.equivalence.sampling import add_rows
+from t2sql.equivalence.smalldb import SmallDb, column_index
 
 PARENTS_PER_COMPARISON = 4  # real parent rows tried per comparison
 MAX_MADE = 8  # databases each kind of distinguishing row makes, per query (re-pointing: per comparison)

@@ -1,6 +1,6 @@
 """The statements mining runs on the core (`Reader`): each to its end, a hang guard aside, under mining's
 Cancel and temporary-disk cap, one at a time or side by side on a few connections to the file; a
-statement that fails is `Unverified` (t2sql.serving.mining then reports the database unsupported)."""
+statement that fails is `Unverified` (t2sql.equivalence.mining then reports the database unsupported)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _unverified(why: str) -> Any:
 class Reader:
     """Mining's statements on the core, each to its end (a hang guard aside), under mining's Cancel and
     temporary-disk cap. `rows` raises Unverified when a statement fails; `catalog` answers None (the
-    part is left out, t2sql.serving.declared). `many` runs independent statements on up to `workers`
+    part is left out, t2sql.equivalence.declared). `many` runs independent statements on up to `workers`
     connections to the file at once (each its own statement's cost; the answers are the same)."""
 
     def __init__(self, db: t2sql.Database, cancel: Any = None, max_temp_mb: int = MINE_TEMP_MB,

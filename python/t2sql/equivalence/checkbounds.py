@@ -2,7 +2,7 @@
 
 `CheckBudget` is one check's deadline (`equivalence_budget_s` from its start), its Cancel and its cap
 on temporary disk. While a check runs it is the thread's current budget (`active`), so every query the
-check runs on a real file or a small database (t2sql.serving.sampling, mining, refutation) takes its
+check runs on a real file or a small database (t2sql.equivalence.sampling, mining, refutation) takes its
 timeout from it (`timeout`: the query's own, cut at the deadline) and every loop of the check's own
 asks `checkpoint()`. Past the deadline `BudgetSpent` (a QueryCancelled of the check's own) ends the
 check (skipped: budget); a fired Cancel raises t2sql.QueryCancelled, which frees the worker.

@@ -1,5 +1,5 @@
 """A small database of a real one's kind: a few dozen rows under the real schema, checked against every
-invariant the real database keeps (t2sql.serving.invariants) before any query sees it.
+invariant the real database keeps (t2sql.equivalence.invariants) before any query sees it.
 
 `SmallDb.problems()` is the equivalence check's safety net: whatever made the rows (a closed sample of
 real rows, a duplicated row, a value beside a query's literal), a database with a problem is thrown
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from t2sql._grader import Database
-from t2sql.serving import checkbounds, realism
-from t2sql.serving.invariants import (
+from t2sql.equivalence import checkbounds, realism
+from t2sql.equivalence.invariants import (
     TEXT_CACHED,
     Invariants,
     Table,
@@ -42,7 +42,7 @@ class SmallDb:
     inv: Invariants
     rows: dict[str, list[Row]] = field(default_factory=dict)  # table name -> rows, in insertion order
     note: str = ""  # how it was made, for the witness
-    # What the check's question presupposes (t2sql.serving.presupposed.Presupposition), checked with the
+    # What the check's question presupposes (t2sql.equivalence.presupposed.Presupposition), checked with the
     # invariants; None: the invariants alone.
     presupposition: Any = None
 
@@ -117,7 +117,7 @@ class SmallDb:
                  timeout_s: float = BUILD_TIMEOUT_S) -> Database:
         """The database in the core (rows in reverse insertion order and reversed scans with `reverse`, to
         see whether a query's result depends on the order rows happen to come in), built under
-        `timeout_s` cut at the check's deadline, and its Cancel (t2sql.serving.checkbounds). A row the
+        `timeout_s` cut at the check's deadline, and its Cancel (t2sql.equivalence.checkbounds). A row the
         schema refuses (a CHECK, a UNIQUE under a collation, a unique expression index: rules
         `problems()` cannot see) is t2sql.ConstraintError: that database cannot exist."""
         budget = checkbounds.current()

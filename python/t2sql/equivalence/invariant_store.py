@@ -1,5 +1,5 @@
-"""Where a database's invariants are kept once mined (t2sql.serving.mining): in memory and on disk
-(t2sql.serving.diskcache), keyed by the file's content, with a lock file beside the entry so that one
+"""Where a database's invariants are kept once mined (t2sql.equivalence.mining): in memory and on disk
+(t2sql.equivalence.diskcache), keyed by the file's content, with a lock file beside the entry so that one
 process mines a file while the others wait (`get`) or go on without it (`start`, mining in the
 background)."""
 
@@ -13,13 +13,13 @@ from collections import OrderedDict
 from typing import Any
 
 import t2sql
-from t2sql.serving.diskcache import DiskCache, database_key
-from t2sql.serving.invariants import INVARIANTS_VERSION, Invariants
-from t2sql.serving.invariants_read import read_invariants
-from t2sql.serving.mining import mine, unsupported
-from t2sql.serving.mining_reader import MINE_TEMP_MB
+from t2sql.equivalence.diskcache import DiskCache, database_key
+from t2sql.equivalence.invariants import INVARIANTS_VERSION, Invariants
+from t2sql.equivalence.invariants_read import read_invariants
+from t2sql.equivalence.mining import mine, unsupported
+from t2sql.equivalence.mining_reader import MINE_TEMP_MB
 
-log = logging.getLogger("t2sql.serving.invariant_store")
+log = logging.getLogger("t2sql.equivalence.invariant_store")
 
 # Databases whose invariants are kept in memory (each with its memo, at most MEMO_BYTES); more are read
 # back from disk.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from t2sql.equivalence.invariants import Invariants
 from t2sql.lru import Lru
-from t2sql.serving.invariants import Invariants
 from t2sql.sqltext import Token, tokens
 
 COMPOUND = frozenset({"UNION", "INTERSECT", "EXCEPT"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from t2sql.serving.querytext import Statement, split_top, unquote
+from t2sql.equivalence.querytext import Statement, split_top, unquote
 
 
 @dataclass(frozen=True)

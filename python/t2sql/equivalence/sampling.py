@@ -1,7 +1,7 @@
 """Drawing small databases from a real one: real rows, closed under the database's references, and
 variants of them that stay within what the database's invariants allow.
 
-- The real rows come from t2sql.serving.real_rows (`RealRows`: through the core's guard, bounded reads).
+- The real rows come from t2sql.equivalence.real_rows (`RealRows`: through the core's guard, bounded reads).
 - `close` makes a set of rows a database of this kind: every reference names a row that is there
   (a parent is fetched; a row whose parent the real file lacks is dropped), and every parent of a
   reference with total participation keeps a child (one of its real children is fetched).
@@ -21,10 +21,10 @@ import hashlib
 import random
 from typing import Any, Iterable
 
-from t2sql.serving import realism
-from t2sql.serving.invariants import Invariants, Table
-from t2sql.serving.real_rows import RealRows
-from t2sql.serving.smalldb import Row, SmallDb, column_index, remember, sqlite_key
+from t2sql.equivalence import realism
+from t2sql.equivalence.invariants import Invariants, Table
+from t2sql.equivalence.real_rows import RealRows
+from t2sql.equivalence.smalldb import Row, SmallDb, column_index, remember, sqlite_key
 
 MAX_ROWS = 120  # a small database larger than this after closing is not used
 
@@ -124,7 +124,7 @@ def _close(db: SmallDb, real: RealRows, max_rows: int) -> SmallDb | None:
 def fresh_value(db: SmallDb, table: str, column: str, real: RealRows, rng: random.Random,
                 prefix: str | None = None) -> Any:
     """A real value of the column that no row of `db` holds there (None when there is none); with `prefix`,
-    one that starts with it (t2sql.serving.realism's prefixes)."""
+    one that starts with it (t2sql.equivalence.realism's prefixes)."""
     t = db.inv.table(table)
     i = column_index(t, column)
     used = {sqlite_key((r[i],)) for r in db.rows.get(t.name, [])}

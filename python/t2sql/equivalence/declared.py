@@ -1,20 +1,20 @@
 """What a database file declares, read through the core (t2sql.Database.catalog and .rows): the
 objects a small database takes (no triggers, no virtual tables and their storage, no view over a table
 left out), each table's columns and keys, its foreign keys. A part that cannot be held faithfully is
-left out (noted with why), never the whole database. Mining (t2sql.serving.mining) reads the data."""
+left out (noted with why), never the whole database. Mining (t2sql.equivalence.mining) reads the data."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
 
+from t2sql.equivalence.invariants import Table
 from t2sql.errors import DatabaseError
-from t2sql.serving.invariants import Table
 from t2sql.sqltext import tokens
 
 
 class StatementReader(Protocol):
-    """What reads the database for mining (t2sql.serving.mining_reader.Reader): None for a statement that
+    """What reads the database for mining (t2sql.equivalence.mining_reader.Reader): None for a statement that
     failed or ran out of time."""
 
     def rows(self, sql: str, params: tuple = ()) -> list[tuple] | None: ...
