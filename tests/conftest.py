@@ -35,8 +35,8 @@ def bird_db(db_id: str) -> str:
 def equivalence_checker(tmp_path_factory):
     """An equivalence checker with a disk cache of its own, shared by one test module's tests (mining and
     suites are built once a module, never taken from another run's cache)."""
+    from t2sql.equivalence.check import EquivalenceChecker
     from t2sql.equivalence.diskcache import DiskCache
-    from t2sql.equivalence.equivalence import EquivalenceChecker
 
     checker = EquivalenceChecker(disk=DiskCache(tmp_path_factory.mktemp("equivalence-cache")))
     yield checker

@@ -10,7 +10,7 @@ import pytest
 import t2sql
 from conftest import bird_db, bird_root
 from t2sql.episode.presets import get_preset
-from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence import check as machinery
 from t2sql.equivalence.refutation import Trial, refutes
 
 BIRD = bird_root()

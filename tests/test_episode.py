@@ -17,7 +17,7 @@ from conftest import bird_root
 from t2sql import GradeSpec, ToolLimits
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
-from t2sql.equivalence.equivalence import EquivalenceConfig
+from t2sql.equivalence.check import EquivalenceConfig
 from t2sql.errors import EpisodeFinished, TaskError
 from t2sql.serving.grader import Grader
 from t2sql.tasks import Task

@@ -24,7 +24,7 @@ from t2sql.episode import equivalence as eq
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.episode.terms import registered_terms
-from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence import check as machinery
 from t2sql.equivalence import presupposed
 from t2sql.equivalence.diskcache import DiskCache
 from t2sql.equivalence.invariant_store import InvariantStore
@@ -325,7 +325,7 @@ def test_every_process_gives_the_same_witness(tmp_path):
     script = (
         "import sys, t2sql\n"
         "from t2sql.episode.presets import get_preset\n"
-        "from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig\n"
+        "from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig\n"
         "config = EquivalenceConfig.from_preset(get_preset())\n"
         "out = []\n"
         "with EquivalenceChecker() as c:\n"

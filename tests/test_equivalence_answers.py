@@ -10,8 +10,8 @@ import sys
 from conftest import bird_db, bird_root
 from t2sql.episode.presets import get_preset
 from t2sql.equivalence import presupposed
+from t2sql.equivalence.check import EquivalenceConfig
 from t2sql.equivalence.checkbounds import CheckBudget
-from t2sql.equivalence.equivalence import EquivalenceConfig
 from t2sql.equivalence.smalldb import column_index
 from t2sql.equivalence.targeted import targeted
 

@@ -21,7 +21,7 @@ import t2sql
 from conftest import bird_root
 from t2sql import GradeSpec
 from t2sql.episode.presets import get_preset
-from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence import check as machinery
 from t2sql.equivalence import querytext
 from t2sql.equivalence.diskcache import DiskCache, database_key
 from t2sql.equivalence.invariant_store import InvariantStore

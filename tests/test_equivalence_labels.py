@@ -11,7 +11,7 @@ from conftest import bird_root
 from t2sql.bench.equivalence_labels import label
 from t2sql.bench.row_bounds import distinct_rows, rows_at_most
 from t2sql.episode.presets import get_preset
-from t2sql.equivalence import equivalence as machinery
+from t2sql.equivalence import check as machinery
 from t2sql.equivalence.diskcache import DiskCache
 
 BIRD = bird_root()

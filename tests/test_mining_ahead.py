@@ -15,8 +15,8 @@ import pytest
 import t2sql
 from conftest import SAMPLE_ROOT
 from t2sql.equivalence import mining
+from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
 from t2sql.equivalence.diskcache import LOCK_STALE_S, DiskCache, database_key
-from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
 from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.equivalence.invariants import INVARIANTS_VERSION
 from t2sql.equivalence.mine_ahead import mine_ahead

@@ -75,7 +75,7 @@ from pathlib import Path
 import t2sql
 from t2sql.episode.presets import get_preset
 from t2sql.equivalence.diskcache import DiskCache
-from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
 from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.bench.equivalence_guard import GOLD, SLOW_X, prediction, CASES

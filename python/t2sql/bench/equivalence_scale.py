@@ -142,7 +142,7 @@ from pathlib import Path
 import t2sql
 from t2sql.episode.presets import get_preset
 from t2sql.equivalence.diskcache import DiskCache
-from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
 from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.bench.equivalence import quantiles, step_cost, step_cost_as_run
 
@@ -220,8 +220,8 @@ def bench_equivalence_scale(db_root: str, data: str, db_id: str, work: Path, sca
     """The bench (see the module doc): copies under `work`, each removed after its scale; each scale's
     cache (invariants, suite) is emptied before it, kept after."""
     from t2sql.episode.presets import get_preset
+    from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
     from t2sql.equivalence.diskcache import DiskCache
-    from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
     from t2sql.equivalence.invariant_store import InvariantStore
     from t2sql.tasks import database_path
 

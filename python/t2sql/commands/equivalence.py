@@ -33,7 +33,7 @@ from t2sql.bench.equivalence import format_measurement, measure
 from t2sql.bench.equivalence_answers import format_answers, measure_answers
 from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.episode.presets import get_preset
-from t2sql.equivalence.equivalence import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
 from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.equivalence.presupposed import describe as describe_lookups

@@ -1,6 +1,6 @@
 """The equivalence check as a reward term: a prediction that matches the gold only by luck of the data
 loses points. The check itself (the small databases, their invariants, the verdicts) is
-t2sql.equivalence.equivalence's.
+t2sql.equivalence.check's.
 
 A prediction graded `correct` returned the gold's result on the task's database. That does not make
 it the same query: `SELECT name` where the gold says `SELECT DISTINCT name` matches whenever the
@@ -37,7 +37,7 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
 - A refuted match loses `equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the outcome
   stays `correct` (evaluation still scores it correct; only the training reward changes).
 - Never raised: the check ends refuted with a witness, checked, or skipped for one of
-  t2sql.equivalence.equivalence.SKIP_REASONS (a query the guard does not run, a part of the schema left
+  t2sql.equivalence.check.SKIP_REASONS (a query the guard does not run, a part of the schema left
   out, an unreadable file, a database not mined yet, every small database refused by a constraint, a
   result that changes from run to run, the budget spent, no informative database, the check's own
   failure); docs/episode.md states each.
@@ -74,7 +74,7 @@ from typing import Any
 import t2sql
 from t2sql.episode.presets import Preset
 from t2sql.episode.reward import RewardTerm, TermResult, Trajectory
-from t2sql.equivalence.equivalence import EquivalenceConfig, EquivalenceReport, default_checker, skipped
+from t2sql.equivalence.check import EquivalenceConfig, EquivalenceReport, default_checker, skipped
 
 # ---------------------------------------------------------------------------------- the reward term
 

@@ -1,6 +1,6 @@
 """Mining every database of a split ahead of training (`t2sql gold`, `t2sql-train prepare`, and the
 commands that check pairs), so that no check of training's waits for it: a check on a database not
-mined yet is skipped as not_ready (t2sql.equivalence.equivalence).
+mined yet is skipped as not_ready (t2sql.equivalence.check).
 
 Each database is mined once per content into the equivalence cache (t2sql.equivalence.diskcache), where
 training's checks read it; one already there is read back, one another process is mining is waited for.

@@ -1,4 +1,4 @@
-"""The small databases the equivalence check builds for one query of a pair (t2sql.equivalence.equivalence
+"""The small databases the equivalence check builds for one query of a pair (t2sql.equivalence.check
 says how they are used): the real rows the query touches and those meeting all but one of its
 conditions, closed under the database's references; variants of them that stay realistic (values at
 and beside each literal, duplicates under fresh keys, one more result row, more rows than a LIMIT

@@ -47,7 +47,7 @@ from t2sql import (
     sqlite_version,
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
-from t2sql.equivalence.equivalence import EquivalenceConfig, EquivalenceReport
+from t2sql.equivalence.check import EquivalenceConfig, EquivalenceReport
 from t2sql.grading import grade_memory_setting
 from t2sql.serving.admission import CALLS_PER_ITERATION, Admission
 from t2sql.serving.gold_cache import DiskGoldCache, gold_key, install_process_secret, installed_secret
@@ -249,7 +249,7 @@ class Grader:
 
     async def equivalence(self, db_path: str, pred_sql: str, gold_sql: str,
                           config: EquivalenceConfig, evidence: str = "") -> EquivalenceReport:
-        """The equivalence check of a correct prediction (t2sql.equivalence.equivalence), as one job on
+        """The equivalence check of a correct prediction (t2sql.equivalence.check), as one job on
         one SQL worker: its queries on the small databases count against the one concurrency
         limit (`evidence`: the task's, whose stated facts the check keeps). Cancelling the awaiting
         task interrupts the running query."""

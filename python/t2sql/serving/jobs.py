@@ -18,7 +18,7 @@ from typing import NamedTuple, Union
 import t2sql
 from t2sql import Cancel, Database, Digest, GradeSpec, ToolLimits
 from t2sql._grader import lower_thread_priority
-from t2sql.equivalence.equivalence import EquivalenceConfig, default_checker
+from t2sql.equivalence.check import EquivalenceConfig, default_checker
 from t2sql.serving.results import GradeResult
 
 # Connections kept per thread; an RL run touches a few dozen databases, BIRD train ~70.
@@ -67,7 +67,7 @@ class GradeJob(NamedTuple):
 
 
 class EquivalenceJob(NamedTuple):
-    """One equivalence check (t2sql.equivalence.equivalence): the whole check, on one worker, with that
+    """One equivalence check (t2sql.equivalence.check): the whole check, on one worker, with that
     worker's invariants, real rows and small databases."""
 
     db_path: str

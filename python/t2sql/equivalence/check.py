@@ -45,7 +45,7 @@ from t2sql.equivalence.targeted import Covered, realistic, targeted
 from t2sql.errors import EquivalenceError
 from t2sql.lru import Lru
 
-log = logging.getLogger("t2sql.equivalence.equivalence")
+log = logging.getLogger("t2sql.equivalence.check")
 
 # Why a check ends without a verdict (EquivalenceReport.skipped_reason; docs/episode.md states each):
 SKIP_REASONS = (
