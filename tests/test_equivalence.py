@@ -20,7 +20,7 @@ import t2sql
 from conftest import bird_root
 from t2sql import GradeSpec
 from t2sql.bench import equivalence as measuring
-from t2sql.episode import equivalence as eq
+from t2sql.episode import equivalence_term as eq
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.episode.terms import registered_terms

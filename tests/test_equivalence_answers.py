@@ -211,7 +211,7 @@ def _blue_task(evidence: str):
 def test_the_episode_passes_its_tasks_evidence_to_the_check():
     import asyncio
 
-    from t2sql.episode import equivalence as eq
+    from t2sql.episode import equivalence_term as eq
     from t2sql.episode.reward import Trajectory
     from t2sql.serving.grader import Grader
 

@@ -454,7 +454,7 @@ def test_cancel_frees_the_graders_worker_at_once(tmp_path):
 
 
 def test_episode_finish_returns_a_result_when_the_check_cannot_run(monkeypatch):
-    from t2sql.episode import equivalence as term
+    from t2sql.episode import equivalence_term as term
     from t2sql.episode.reward import Trajectory
     from t2sql.tasks import Task
 

@@ -267,7 +267,7 @@ def test_registered_term_is_applied_only_when_its_switch_is_on():
         await asyncio.sleep(0)  # terms may be async (they may run SQL)
         return -preset.equivalence_penalty if t.outcome == "correct" else 0.0
 
-    # t2sql.episode.equivalence registers the real term under this name: set it aside, restore it after.
+    # t2sql.episode.equivalence_term registers the real term under this name: set it aside, restore it after.
     saved = registered_terms()
     register_term(RewardTerm("equivalence", equivalence, switch="equivalence_penalty"))
     try:

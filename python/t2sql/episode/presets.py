@@ -106,7 +106,7 @@ class Preset:
     repeated_tool_query_penalty: float
     ngram_repetition_penalty: float
     repeated_turn_penalty: float
-    # -- the equivalence check (t2sql.episode.equivalence reads them; on when equivalence_penalty > 0)
+    # -- the equivalence check (t2sql.episode.equivalence_term reads them; on when equivalence_penalty > 0)
     equivalence_suite_size: int  # small databases in a database's suite (besides those built for each pair)
     equivalence_seed: int  # the small databases' random draws derive from it (and the database's identity)
     equivalence_timeout_s: float  # per query on a small database

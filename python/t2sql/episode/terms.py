@@ -1,7 +1,7 @@
 """The reward terms in one registry, and `score`: the outcome table, then every enabled term, then the floor.
 
 The built-in terms (t2sql.episode.reward), the repetition guards (t2sql.episode.guards) and the
-equivalence check (t2sql.episode.equivalence) are registered here, in the one module that imports
+equivalence check (t2sql.episode.equivalence_term) are registered here, in the one module that imports
 all three; other code adds terms with `register_term` without touching this file."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from t2sql.episode import equivalence, guards
+from t2sql.episode import equivalence_term, guards
 from t2sql.episode.evidence import EvidenceCheck
 from t2sql.episode.presets import RESERVED_SWITCHES, Preset
 from t2sql.episode.reward import BASE_TERMS, RewardTerm, TermResult, Trajectory
@@ -20,7 +20,7 @@ from t2sql.errors import PresetError
 
 log = logging.getLogger(__name__)
 
-_TERMS: list[RewardTerm] = [*BASE_TERMS, *guards.reward_terms(), *equivalence.reward_terms()]
+_TERMS: list[RewardTerm] = [*BASE_TERMS, *guards.reward_terms(), *equivalence_term.reward_terms()]
 
 
 _warned_unimplemented: set[str] = set()

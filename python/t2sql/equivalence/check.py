@@ -1,6 +1,6 @@
 """The equivalence check's machinery: small databases of the real one's kind, and the check on them.
 
-The rules (when the check runs, the reward term) are in t2sql.episode.equivalence. This module runs one
+The rules (when the check runs, the reward term) are in t2sql.episode.equivalence_term. This module runs one
 check in the calling thread (`EquivalenceChecker.check_sync`); `Grader.equivalence` runs that on one of
 the Grader's SQL workers, so its SQL counts against the Grader's one concurrency limit.
 
