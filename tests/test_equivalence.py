@@ -19,7 +19,6 @@ import pytest
 import t2sql
 from conftest import bird_root
 from t2sql import GradeSpec
-from t2sql.bench import equivalence as measuring
 from t2sql.episode import equivalence_term as eq
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
@@ -29,6 +28,7 @@ from t2sql.equivalence import presupposed
 from t2sql.equivalence.diskcache import DiskCache
 from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.equivalence.invariants import quote
+from t2sql.equivalence.measure import run as measuring
 from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.errors import EquivalenceError, PresetError
 from t2sql.serving.grader import Grader

@@ -501,7 +501,7 @@ def test_pairs_writes_one_line_per_input_line_whatever_the_pair(tmp_path):
 
 
 def test_measure_finishes_when_a_question_cannot_be_measured(tmp_path):
-    from t2sql.bench.equivalence import measure
+    from t2sql.equivalence.measure.run import measure
 
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "bad.sqlite").write_bytes(b"not a database at all" * 100)

@@ -1,4 +1,4 @@
-"""The measurement's labeller (t2sql.bench.equivalence_labels): a derived edit is called equivalent only where
+"""The measurement's labeller (t2sql.equivalence.measure.labels): a derived edit is called equivalent only where
 the schema, the mined invariants and what the question presupposes make it so, and every such rule has a
 near miss that stays different. And the check's own databases (t2sql.equivalence.targeted) for the misses the
 rules do not cover. On the bundled BIRD databases (tests/data/bird)."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from conftest import bird_root
-from t2sql.bench.equivalence_labels import label
-from t2sql.bench.row_bounds import distinct_rows, rows_at_most
 from t2sql.episode.presets import get_preset
 from t2sql.equivalence import check as machinery
 from t2sql.equivalence.diskcache import DiskCache
+from t2sql.equivalence.measure.labels import label
+from t2sql.equivalence.measure.row_bounds import distinct_rows, rows_at_most
 
 BIRD = bird_root()
 CONFIG = machinery.EquivalenceConfig.from_preset(get_preset("qwen3.6-35b-a3b"))
@@ -116,7 +116,7 @@ def test_groups_of_pinned_rows_are_as_many_as_the_choices_left(db):
 
 
 def test_one_row_is_what_the_outer_select_aggregates_not_a_subquery_or_a_window():
-    from t2sql.bench.equivalence_pairs import derive_mutations, returns_one_row
+    from t2sql.equivalence.measure.derive import derive_mutations, returns_one_row
 
     share = ("SELECT (CAST(COUNT(*) AS REAL) * 100 / (SELECT COUNT(*) FROM superhero)), CAST(SUM(CASE WHEN "
              "T2.publisher_name = 'Marvel Comics' THEN 1 ELSE 0 END) AS REAL) FROM superhero AS T1 INNER JOIN "

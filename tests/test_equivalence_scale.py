@@ -54,7 +54,7 @@ def test_the_bench_reports_each_scale_beside_1x(tmp_path):
 
 def test_a_step_as_run_builds_one_gold_per_prompt():
     """64 prompts' first checks build (1 s each here), their 960 other samples find the suite cached."""
-    from t2sql.bench.equivalence import STEP_S, step_cost_as_run
+    from t2sql.equivalence.measure.run import STEP_S, step_cost_as_run
 
     got = step_cost_as_run([1.0, 1.0], [0.01, 0.03])
     assert got["checks"] == 1024 and got["cpu_s"] == round(64 * 1.0 + 960 * 0.02, 2)

@@ -15,7 +15,7 @@ derives from the database's golds (those matching on the 1x database; `--pairs-l
 spaced subset). Reported per scale: the copy's size and build seconds, mining seconds and peak temporary
 disk, the first check's seconds, p50/p95 per check (all; and, in a second pass, with the gold's small
 databases built by an earlier check, as for a step's samples after its first), the CPU a check's thread
-took (mean) and what a training step's checks would take of one core (t2sql.bench.equivalence.step_cost;
+took (mean) and what a training step's checks would take of one core (t2sql.equivalence.measure.run.step_cost;
 `step as run`: each prompt's first check building its gold's small databases, the other 15 cached),
 peak RSS, and how many verdicts (refuted, or the skip reason) equal 1x's.
 """
@@ -144,7 +144,7 @@ from t2sql.episode.presets import get_preset
 from t2sql.equivalence.diskcache import DiskCache
 from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
 from t2sql.equivalence.invariant_store import InvariantStore
-from t2sql.bench.equivalence import quantiles, step_cost, step_cost_as_run
+from t2sql.equivalence.measure.run import quantiles, step_cost, step_cost_as_run
 
 db, cache, pairs_file, preset = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = EquivalenceConfig.from_preset(get_preset(preset))
@@ -192,8 +192,8 @@ def derive_pairs(db: str, inv: Invariants, real_rows: Any, golds: list[str], con
                  limit: int | None) -> list[dict[str, str]]:
     """The pairs `t2sql equivalence --measure` derives from `golds`, those matching on `db` (1x)."""
     import t2sql
-    from t2sql.bench.equivalence_labels import label
-    from t2sql.bench.equivalence_pairs import derive_mutations, derive_rewrites
+    from t2sql.equivalence.measure.derive import derive_mutations, derive_rewrites
+    from t2sql.equivalence.measure.labels import label
 
     pairs: list[dict[str, str]] = []
     with t2sql.Database(db) as conn:

@@ -7,9 +7,9 @@
   missing), 2 trouble.
 - `--invariants --db FILE`: what every small database of this database's kind keeps.
 - `--measure --data dev.json --db-root DIR`: both errors of the check, per kind
-  (t2sql.bench.equivalence).
+  (t2sql.equivalence.measure.run).
 - `--measure --answers FILE --db-root DIR`: both errors on labelled real answers, per label, lucky_kind
-  and reason (t2sql.bench.equivalence_answers). Exit status as `--pairs`: 1 when some lines are not
+  and reason (t2sql.equivalence.measure.answers). Exit status as `--pairs`: 1 when some lines are not
   labelled answers.
 
 A --pairs line (and a labelled answer) may carry the task's `evidence`: the check keeps what it states.
@@ -29,12 +29,12 @@ from typing import Any
 
 from t2sql.arguments import workers_arg
 from t2sql.atomic import OutputFile, first_line
-from t2sql.bench.equivalence import format_measurement, measure
-from t2sql.bench.equivalence_answers import format_answers, measure_answers
 from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.episode.presets import get_preset
 from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
 from t2sql.equivalence.invariant_store import InvariantStore
+from t2sql.equivalence.measure.answers import format_answers, measure_answers
+from t2sql.equivalence.measure.run import format_measurement, measure
 from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.equivalence.presupposed import describe as describe_lookups
 from t2sql.equivalence.presupposed import lookups

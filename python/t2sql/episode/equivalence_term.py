@@ -61,7 +61,7 @@ equivalence_refuted, equivalence_skipped_reason ("" or one of SKIP_REASONS), equ
 (small databases tried),
 equivalence_elapsed_s, equivalence_witness (the witness as text, "" when not refuted).
 
-`t2sql equivalence --measure --data dev.json --db-root DIR` (t2sql.bench.equivalence) measures both
+`t2sql equivalence --measure --data dev.json --db-root DIR` (t2sql.equivalence.measure.run) measures both
 errors per kind; `t2sql equivalence --pairs FILE` checks given pairs; `--invariants --db FILE` lists
 what a database's small databases keep.
 """

@@ -9,8 +9,10 @@ import re
 from typing import Any
 
 from t2sql import sqltext
-from t2sql.bench import row_bounds
-from t2sql.bench.equivalence_pairs import (
+from t2sql.equivalence import querytext, realism
+from t2sql.equivalence.invariants import Invariants, quote, text_format
+from t2sql.equivalence.measure import row_bounds
+from t2sql.equivalence.measure.derive import (
     COLREF,
     colref,
     column_of,
@@ -19,7 +21,7 @@ from t2sql.bench.equivalence_pairs import (
     never_null,
     where_conjuncts,
 )
-from t2sql.bench.presupposed_labels import (
+from t2sql.equivalence.measure.presupposed_labels import (
     entity_kept_by_another,
     entity_pinned_by_another,
     named_row_in_any_case,
@@ -28,8 +30,6 @@ from t2sql.bench.presupposed_labels import (
     pinned_columns,
     same_rows_of_a_vocabulary,
 )
-from t2sql.equivalence import querytext, realism
-from t2sql.equivalence.invariants import Invariants, quote, text_format
 from t2sql.equivalence.smalldb import letter_cases
 
 

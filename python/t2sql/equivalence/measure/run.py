@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import t2sql
-from t2sql.bench.equivalence_labels import label
-from t2sql.bench.equivalence_pairs import MUTATIONS, REWRITES, derive_mutations, derive_rewrites
 from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.measure.derive import MUTATIONS, REWRITES, derive_mutations, derive_rewrites
+from t2sql.equivalence.measure.labels import label
 from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.progress import Progress
 from t2sql.tasks import database_path

@@ -1,5 +1,5 @@
 """Derived edits that what a question presupposes (t2sql.equivalence.presupposed) makes moot, labelled
-equivalent by t2sql.bench.equivalence_labels: a filter on a fixed vocabulary that picks the gold's rows,
+equivalent by t2sql.equivalence.measure.labels: a filter on a fixed vocabulary that picks the gold's rows,
 LIMIT or DISTINCT over a named entity's one row, a dropped condition the entity's unique partner value
 keeps, a unique name the entity holds compared in any letter case."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from t2sql.bench.equivalence_pairs import COLREF, colref, column_of, edited, masked_sql, where_conjuncts
 from t2sql.equivalence import querytext
 from t2sql.equivalence.invariants import Invariants, quote
+from t2sql.equivalence.measure.derive import COLREF, colref, column_of, edited, masked_sql, where_conjuncts
 from t2sql.equivalence.presupposed import lookups, named
 
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterator
 
-from t2sql.bench.equivalence import quantiles
 from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.measure.run import quantiles
 from t2sql.grading import method_field_problem
 from t2sql.jsonl import json_lines, object_problem
 from t2sql.progress import Progress

@@ -2,7 +2,7 @@
 change the query's meaning but often not its result on today's data) and equivalent rewrites
 (REWRITES: edits that keep its meaning on every database of its kind), with the SQL-text helpers both
 use. Whether a derived edit is in fact equivalent under the schema and the mined invariants is
-t2sql.bench.equivalence_labels'."""
+t2sql.equivalence.measure.labels'."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What one SELECT's rows are bound to on every database of its kind, told from the rows its FROM items can
 be: a row is pinned when the values around it leave one choice (a key it meets by `=`, a named entity held
-once, a keyed symmetry's one pair). From that, t2sql.bench.equivalence_labels tells when DISTINCT changes
+once, a keyed symmetry's one pair). From that, t2sql.equivalence.measure.labels tells when DISTINCT changes
 nothing (the selected values pin every row they come from) and when LIMIT n cuts nothing (the query's
 constants pin every row, but for the two directions of a keyed symmetric pair and the literals of an IN
 list).
@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from t2sql.bench.equivalence_pairs import COLREF, colref, masked_sql, never_null
-from t2sql.bench.presupposed_labels import WholeFile
 from t2sql.equivalence import querytext, realism
 from t2sql.equivalence.invariants import Invariants
+from t2sql.equivalence.measure.derive import COLREF, colref, masked_sql, never_null
+from t2sql.equivalence.measure.presupposed_labels import WholeFile
 from t2sql.equivalence.presupposed import named
 
 # `x = y` where each side is a column or a literal (a string, a number).
