@@ -28,6 +28,7 @@ from t2sql.equivalence import presupposed
 from t2sql.equivalence.diskcache import DiskCache
 from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.equivalence.invariants import quote
+from t2sql.equivalence.job import check_on
 from t2sql.equivalence.measure import run as measuring
 from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.errors import EquivalenceError, PresetError
@@ -400,9 +401,9 @@ def test_the_loop_keeps_running_and_cancel_interrupts_the_check():
 
     async def main():
         with Grader(concurrency=1) as grader:
-            await grader.equivalence(SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)  # warm: the invariants and suite
+            await check_on(grader, SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)  # warm: the invariants and suite
             ticks = 0
-            task = asyncio.ensure_future(grader.equivalence(SUPERHERO, SLOW, "SELECT 1", slow))
+            task = asyncio.ensure_future(check_on(grader, SUPERHERO, SLOW, "SELECT 1", slow))
             started = time.monotonic()
             while time.monotonic() - started < 0.8:
                 await asyncio.sleep(0.01)
@@ -411,7 +412,7 @@ def test_the_loop_keeps_running_and_cancel_interrupts_the_check():
             with pytest.raises(asyncio.CancelledError):
                 await task
             t0 = time.monotonic()
-            report = await grader.equivalence(SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
+            report = await check_on(grader, SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
             return ticks, time.monotonic() - t0, report, grader.stats()
 
     ticks, waited, report, stats = asyncio.run(main())
@@ -427,9 +428,9 @@ def test_the_check_counts_against_the_graders_one_concurrency_limit():
 
     async def main():
         with Grader(concurrency=1) as grader:
-            await grader.equivalence(SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
+            await check_on(grader, SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
             threads_before = {t.name for t in threading.enumerate()}
-            check = asyncio.ensure_future(grader.equivalence(SUPERHERO, SLOW, "SELECT 1", slow))
+            check = asyncio.ensure_future(check_on(grader, SUPERHERO, SLOW, "SELECT 1", slow))
             await asyncio.sleep(0.5)
             tool = asyncio.ensure_future(grader.run_tool(SUPERHERO, "SELECT COUNT(*) FROM superhero"))
             await asyncio.sleep(0.5)
@@ -450,8 +451,8 @@ def test_the_check_counts_against_the_graders_one_concurrency_limit():
 def test_a_process_worker_runs_the_check():
     async def main():
         with Grader(concurrency=1, backend="process") as grader:
-            lucky = await grader.equivalence(SUPERHERO, PRED_IN, GOLD_JOIN, CONFIG)
-            exact = await grader.equivalence(SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
+            lucky = await check_on(grader, SUPERHERO, PRED_IN, GOLD_JOIN, CONFIG)
+            exact = await check_on(grader, SUPERHERO, GOLD_JOIN, GOLD_JOIN, CONFIG)
             return lucky, exact
 
     lucky, exact = asyncio.run(main())

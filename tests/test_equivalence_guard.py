@@ -25,6 +25,7 @@ from t2sql.equivalence import check as machinery
 from t2sql.equivalence import querytext
 from t2sql.equivalence.diskcache import DiskCache, database_key
 from t2sql.equivalence.invariant_store import InvariantStore
+from t2sql.equivalence.job import check_on
 from t2sql.equivalence.mine_ahead import mine_ahead
 
 BIRD = bird_root()
@@ -436,8 +437,8 @@ def test_cancel_frees_the_graders_worker_at_once(tmp_path):
 
     async def main():
         with t2sql.Grader(concurrency=1) as grader:
-            await grader.equivalence(path, gold, gold, CONFIG)  # warm: the next check starts with its lineage
-            check = asyncio.ensure_future(grader.equivalence(path, pred, gold, config(60.0)))
+            await check_on(grader, path, gold, gold, CONFIG)  # warm: the next check starts with its lineage
+            check = asyncio.ensure_future(check_on(grader, path, pred, gold, config(60.0)))
             await asyncio.sleep(1.5)
             running = not check.done()
             check.cancel()

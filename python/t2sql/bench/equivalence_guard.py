@@ -76,6 +76,7 @@ import t2sql
 from t2sql.episode.presets import get_preset
 from t2sql.equivalence.diskcache import DiskCache
 from t2sql.equivalence.check import EquivalenceChecker, EquivalenceConfig
+from t2sql.equivalence.job import check_on
 from t2sql.equivalence.invariant_store import InvariantStore
 from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.bench.equivalence_guard import GOLD, SLOW_X, prediction, CASES
@@ -100,9 +101,9 @@ if case == "cancel":
     mine_ahead([db], progress=False)  # training's checks never mine: `t2sql gold` mines ahead
     async def main():
         with t2sql.Grader(concurrency=1) as grader:
-            await grader.equivalence(db, GOLD, GOLD, config)  # warm: invariants, suite, the gold's databases
+            await check_on(grader, db, GOLD, GOLD, config)  # warm: invariants, suite, the gold's databases
             slow = EquivalenceConfig(config.suite_size, config.seed, 60.0, config.spec)
-            check = asyncio.ensure_future(grader.equivalence(db, prediction(SLOW_X), GOLD, slow))
+            check = asyncio.ensure_future(check_on(grader, db, prediction(SLOW_X), GOLD, slow))
             await asyncio.sleep(cancel_after)
             running = not check.done()
             check.cancel()

@@ -75,6 +75,7 @@ import t2sql
 from t2sql.episode.presets import Preset
 from t2sql.episode.reward import RewardTerm, TermResult, Trajectory
 from t2sql.equivalence.check import EquivalenceConfig, EquivalenceReport, default_checker, skipped
+from t2sql.equivalence.job import check_on
 
 # ---------------------------------------------------------------------------------- the reward term
 
@@ -105,8 +106,8 @@ async def _check_trajectory(trajectory: Trajectory, preset: Preset) -> Equivalen
     spec = trajectory.grade_spec if trajectory.grade_spec is not None else preset.grade_spec(task)
     config = EquivalenceConfig.from_preset(preset, spec)
     if trajectory.grader is not None:
-        return await trajectory.grader.equivalence(task.db_path, trajectory.solution, task.gold_sql, config,
-                                                   evidence=task.evidence)
+        return await check_on(trajectory.grader, task.db_path, trajectory.solution, task.gold_sql, config,
+                              evidence=task.evidence)
     cancel = t2sql.Cancel()
     check = asyncio.ensure_future(asyncio.to_thread(
         default_checker().check_sync, task.db_path, trajectory.solution, task.gold_sql, config, cancel=cancel,

@@ -6,7 +6,7 @@ and one grade, and every task's gold result is needed again and again. One Grade
 - the SQL workers (threads by default; worker processes or Ray actors, see t2sql.serving.thread_backend), whose
   size is the one concurrency limit shared by tool calls, golds and predictions;
 - connections cached per worker thread per database file;
-- the equivalence check of correct predictions, as one job on a worker;
+- calls it runs as jobs without knowing their insides (the equivalence check), on the same workers;
 - the gold digest cache: the most recent in memory (serving.gold_memory), all on disk under
   `cache_dir` if given; key: database identity, gold SQL, spec (method, digits, column order), SQLite;
 - timeouts and the single retry of a grade whose prediction or gold timed out;
@@ -31,8 +31,10 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Any, Callable
 
 from t2sql import (
+    Cancel,
     DatabaseError,
     Digest,
     GradeSpec,
@@ -47,14 +49,13 @@ from t2sql import (
     sqlite_version,
 )
 from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
-from t2sql.equivalence.check import EquivalenceConfig, EquivalenceReport
 from t2sql.grading import grade_memory_setting
 from t2sql.serving.admission import CALLS_PER_ITERATION, Admission
 from t2sql.serving.gold_cache import DiskGoldCache, gold_key, install_process_secret, installed_secret
 from t2sql.serving.gold_memory import GoldKey, gold_memory
 from t2sql.serving.jobs import (
+    CallJob,
     DigestJob,
-    EquivalenceJob,
     GradeJob,
     Job,
     ToolJob,
@@ -183,7 +184,6 @@ class Grader:
             "gold_disk_hits": 0,
             "gold_computed": 0,
             "gold_failures": 0,
-            "equivalence_checks": 0,
         }
 
     # ------------------------------------------------------------------ public asyncio API
@@ -247,16 +247,15 @@ class Grader:
         identity = await self._enter(db_path)
         return await self._gold(db_path, identity, gold_sql, self._grade_spec if spec is None else spec)
 
-    async def equivalence(self, db_path: str, pred_sql: str, gold_sql: str,
-                          config: EquivalenceConfig, evidence: str = "") -> EquivalenceReport:
-        """The equivalence check of a correct prediction (t2sql.equivalence.check), as one job on
-        one SQL worker: its queries on the small databases count against the one concurrency
-        limit (`evidence`: the task's, whose stated facts the check keeps). Cancelling the awaiting
-        task interrupts the running query."""
+    async def run_call(self, db_path: str, call: Callable[[Cancel | None], Any], *, counter: str) -> Any:
+        """`call(cancel)` as one job on one SQL worker, for work the Grader does not know the insides of
+        (t2sql.equivalence.job): the manifest check and admission of `db_path` as for any job, one
+        slot of the one concurrency limit, counted in stats() under `counter`. `call` must pickle
+        (a module-level function or a partial of one) for the process and Ray backends. Cancelling
+        the awaiting task fires the Cancel it was handed."""
         identity = await self._enter(db_path)
-        self._count("equivalence_checks")
-        return await self._submit(EquivalenceJob(db_path, identity.stat, pred_sql, gold_sql, config,
-                                                 job_id=next_job_id(), evidence=evidence))
+        self._count(counter)
+        return await self._submit(CallJob(db_path, identity.stat, call, job_id=next_job_id()))
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -321,7 +320,7 @@ class Grader:
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
-            self._counters[name] += n
+            self._counters[name] = self._counters.get(name, 0) + n
 
     @functools.cached_property
     def _tool_limits(self) -> ToolLimits:

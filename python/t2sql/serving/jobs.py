@@ -1,8 +1,9 @@
 """The Grader's jobs and how one runs on a worker, whichever backend holds the worker.
 
-Four jobs (a tool call, a gold digest, a grade, an equivalence check) as named tuples the Rust pool
-reads by field name; `run_job` runs one on this worker's own cached connection to its database (the
-process and Ray workers, and the thread backend's equivalence checks); `run_job_portable` /
+Four jobs (a tool call, a gold digest, a grade, and a call the Grader does not know the insides of,
+such as the equivalence check) as named tuples the Rust pool reads by field name; `run_job` runs one
+on this worker's own cached connection to its database (the process and Ray workers, and the thread
+backend's calls); `run_job_portable` /
 `unpack` carry its value or its error across a process boundary. Values that cross are the ones the
 thread backend returns too: the core's ToolResult (it pickles as itself), (digest bytes, seconds), a
 GradeResult; errors cross as (class name, message) and are re-raised as the same t2sql exception.
@@ -13,12 +14,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
-from typing import NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
 import t2sql
 from t2sql import Cancel, Database, Digest, GradeSpec, ToolLimits
 from t2sql._grader import lower_thread_priority
-from t2sql.equivalence.check import EquivalenceConfig, default_checker
 from t2sql.serving.results import GradeResult
 
 # Connections kept per thread; an RL run touches a few dozen databases, BIRD train ~70.
@@ -66,20 +66,19 @@ class GradeJob(NamedTuple):
     job_id: int = 0
 
 
-class EquivalenceJob(NamedTuple):
-    """One equivalence check (t2sql.equivalence.check): the whole check, on one worker, with that
-    worker's invariants, real rows and small databases."""
+class CallJob(NamedTuple):
+    """`call(cancel)` run on one SQL worker, counted against the one concurrency limit like any job;
+    what it does is its own (the equivalence check opens small databases of its own). `call` is a
+    module-level function or a functools.partial of one, so that a process or Ray worker unpickles
+    it by reference."""
 
     db_path: str
     identity: tuple[int, int]
-    pred_sql: str
-    gold_sql: str
-    config: EquivalenceConfig
+    call: Callable[[Cancel | None], Any]
     job_id: int = 0
-    evidence: str = ""  # the task's evidence: what it states the check keeps (t2sql.equivalence.presupposed)
 
 
-Job = Union[ToolJob, DigestJob, GradeJob, EquivalenceJob]
+Job = Union[ToolJob, DigestJob, GradeJob, CallJob]
 
 
 class WorkerLost(t2sql.SqlError):
@@ -131,9 +130,8 @@ def connection(db_path: str, identity: tuple[int, int]) -> Database:
 
 def run_job(job: Job, cancel: Cancel | None):
     """Run one job on this thread's connection. Raises the core's exceptions unchanged."""
-    if type(job) is EquivalenceJob:  # on small databases of its own, not on the real file's connection
-        return default_checker().check_sync(job.db_path, job.pred_sql, job.gold_sql, job.config, cancel=cancel,
-                                            evidence=job.evidence)
+    if type(job) is CallJob:  # it opens what it needs itself, not the real file's cached connection
+        return job.call(cancel)
     db = connection(job.db_path, job.identity)
     if type(job) is ToolJob:
         return db.run_tool(job.sql, job.limits, cancel=cancel)

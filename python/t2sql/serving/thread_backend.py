@@ -4,12 +4,12 @@
 Every backend runs the same four jobs (t2sql.serving.jobs) with connections cached per worker per
 database file, and exposes `submit_async(job, loop) -> (asyncio future, an object whose cancel()
 cancels the job)`. At most `size` jobs run at once: the pool itself is the Grader's one concurrency
-limit, shared by tool calls, golds, predictions and equivalence checks.
+limit, shared by tool calls, golds, predictions and calls (the equivalence check).
 
 - thread: `size` SQL threads of the Rust core (`t2sql._grader.SqlPool`) that never take the
   GIL for a query; their outcomes reach the event loop through one wake socket. Cheapest, one
-  heap for everything. An equivalence check is Python that drives the core on small databases:
-  the worker takes the GIL to call it, and the core releases it around each of its queries.
+  heap for everything. A call (the equivalence check) is Python that drives the core: the worker
+  takes the GIL to run it, and the core releases it around each of its queries.
 - process: one worker process per slot, each with its own SQLite heap (and an optional
   heap limit), so a memory bomb in one query cannot starve the others; a dead worker is
   replaced and its job fails with a typed error.
@@ -23,7 +23,7 @@ import functools
 import weakref
 
 from t2sql._grader import SqlPool
-from t2sql.serving.jobs import DigestJob, EquivalenceJob, GradeJob, Job, ToolJob, run_job
+from t2sql.serving.jobs import CallJob, DigestJob, GradeJob, Job, ToolJob, run_job
 
 
 class ThreadBackend:
@@ -71,7 +71,7 @@ class ThreadBackend:
             self._pool.submit_digest(job)
         elif type(job) is GradeJob:
             self._pool.submit_grade(job)
-        elif type(job) is EquivalenceJob:
+        elif type(job) is CallJob:
             self._pool.submit_call(job.job_id, functools.partial(run_job, job))
         else:
             raise TypeError(f"not a job: {job!r}")
