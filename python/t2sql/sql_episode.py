@@ -1,12 +1,7 @@
-"""The dotted path miles is handed (see t2sql-train's flags); the code lives in
-t2sql.miles.adapter and t2sql.miles.metrics."""
+"""The dotted paths miles is handed (see t2sql-train's flags); the code lives in t2sql.miles.adapter
+and t2sql.miles.metrics."""
 
-from typing import Any
+from t2sql.miles.adapter import close_contexts, generate, reward_func
+from t2sql.miles.metrics import log_rollout
 
-from t2sql.miles import adapter as _impl
-from t2sql.miles.adapter import generate, reward_func  # noqa: F401
-from t2sql.miles.metrics import log_rollout  # noqa: F401
-
-
-def __getattr__(name: str) -> Any:
-    return getattr(_impl, name)
+__all__ = ["generate", "reward_func", "log_rollout", "close_contexts"]
