@@ -1,26 +1,7 @@
-"""Writing files: the one rule for where a t2sql command may write, and writing so that a reader sees the
-old file or the whole new one, never half of it.
-
-The rule, for every file a command writes (`OutputFile`; `atomic_write`, for the files t2sql keeps in
-folders of its own, applies all of it but the last point):
-
-- What is at the path must be a regular file or nothing. A directory, a device (/dev/null, /dev/full), a
-  FIFO, a socket, a symlink to one of them (/dev/stdout) or a symlink to nothing is refused: renaming a
-  file over it would turn a device node into a plain file, or drop a link and the output with it.
-- The folder the file goes in must exist and be writable. It is never created: a typo in a path makes
-  no folders from the root up.
-- A symlink to a regular file is followed: the file it points to is replaced, the link stays.
-- The content goes to a temporary file beside the target (`.NAME.xxxx.tmp`), flushed and fsynced, and is
-  renamed over the target only after the checks are made once more (a long run gives the path time to
-  change). An error, SIGINT, or SIGTERM (which t2sql.interrupts makes unwind like SIGINT) removes the
-  temporary file and leaves the path as it was.
-- An existing regular file is replaced only when it is empty, when it is recognisably the command's own
-  output (`own` reads at most HEAD_BYTES of it), or when the user says so (`force`: --force). Anything
-  else is refused and left byte for byte as it was.
-
-Each refusal is an OutputPathError naming the path and what to do; the CLIs print it as one line and
-exit 2.
-"""
+"""Writing files: the one rule for where a t2sql command may write (`OutputFile`; `atomic_write` applies all of it
+but the own-output check, for files in t2sql's own folders), and writing so that a reader sees the old file or
+the whole new one: a temporary file beside the target, flushed and fsynced, renamed after the checks are made once
+more. Each refusal is an OutputPathError naming the path. The rule: docs/cli.md, "Output files: one rule"."""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
-"""Where a task's database lives: the one path rule every command resolves a database by.
-
-Databases are laid out as BIRD's: `<root>/<db_id>/<db_id>.sqlite`, and every command finds them
-through one rule (`database_path`, `find_database`; t2sql.tasks names them too, and checks a task's
-file with `existing_database`):
-
-- a db_id is one folder name: not empty, no `/` or `\\`, not `.` or `..`, no NUL, at most 255 bytes.
-  Any other db_id is refused with the same words whatever is on disk, before anything is looked up,
-  so a data file cannot point a command at a file outside the root nor learn whether one exists;
-- the file must be a regular file: a directory, FIFO, device or socket there is refused by its
-  `stat`, never opened (a FIFO would block the reader forever);
-- a converted row read without a root keeps the `db_path` its conversion recorded, which must
-  still be that layout for the row's own db_id (`/abs/dir/<db_id>/<db_id>.sqlite`: absolute, no
-  `..`), so a hand-edited path cannot name an arbitrary file; pass a root to look elsewhere.
-
-`Task.from_row` applies the rule to the path without touching the disk (the miles adapter builds
-a task per sample; a database missing there is the episode's `gold_error`); the commands check the
-file itself (`find_database`, `find_at`) before they run anything on it.
-"""
+"""Where a task's database lives: the one path rule every command resolves a database by,
+`<root>/<db_id>/<db_id>.sqlite` (`database_path`, `find_database`, `find_at`; a task's: `existing_database`). The rule:
+docs/cli.md, "What every command reads". `Task.from_row` applies it without touching the disk; the commands check
+the file before they run anything on it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Every error t2sql raises: one family under T2sqlError.
-
-The core's errors (DatabaseError and its DatabaseClosed, SqlError, QueryTimeout, UnsafeQuery,
-QueryCancelled, HashSecretMismatch, InvalidArgument: an argument out of range, also a ValueError)
-are raised by the Rust core and re-exported here; the rest are Python's. Where an error used to derive from
-ValueError or RuntimeError it still does, so code that caught those keeps working.
-"""
+"""Every error t2sql raises: one family under T2sqlError. The core's errors are raised by the Rust core and
+re-exported here; the rest are Python's. Where an error used to derive from ValueError or RuntimeError it still
+does, so code that caught those keeps working."""
 
 from __future__ import annotations
 

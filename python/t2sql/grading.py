@@ -1,11 +1,6 @@
-"""The grading API: `t2sql.grade` (compare predicted SQL with gold SQL), a method's canonical name
-(`check_method`, `task_method`) and how methods are counted and described, and the process's grading
-memory (`grade_memory_setting`).
-
-Value equality, the digests, the safety policy and the one parser of a method name live in the
-Rust core (grader_rs); this module converts arguments. The command line's argument types live in
-t2sql.arguments (still importable from here, loaded on first use so `import t2sql` stays light).
-"""
+"""The grading API: `t2sql.grade` (compare predicted SQL with gold SQL), a method's canonical name (`check_method`,
+`task_method`) and how methods are counted and described, and the process's grading memory. Value equality, the
+digests, the safety policy and the parser of a method name are the Rust core's; this module converts arguments."""
 
 from __future__ import annotations
 

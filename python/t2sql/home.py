@@ -1,13 +1,5 @@
-"""Where t2sql writes when no flag says where: the one rule for every default folder.
-
-With $T2SQL_HOME set, all of it goes under it: eval/ (eval results), cache/equivalence/ (the equivalence
-check's invariants and suites), bench/<suite>/ (benchmark tables, pairs and downloads), train/ (t2sql-train's
-output: models, data, the gold cache, checkpoints with the curriculum's state). Unset, each kind goes where the
-platform keeps it: results under $XDG_DATA_HOME/t2sql (~/.local/share/t2sql), caches under
-$XDG_CACHE_HOME/t2sql (~/.cache/t2sql), benchmark work in the system's temporary directory, and
-t2sql-train's output at ~/t2sql (/root/t2sql in miles' image). A flag or a more specific variable
-($T2SQL_EQUIVALENCE_CACHE) always wins.
-"""
+"""Where t2sql writes when no flag says where: the one rule for every default folder ($T2SQL_HOME, else the
+platform's places). docs/cli.md, "Output files: one rule"."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""SIGTERM unwinds a t2sql command the way SIGINT (Ctrl-C) does.
-
-SIGTERM is what `kill PID`, `timeout`, a job scheduler or a container runtime sends. Left to its default it
-ends the process on the spot: no `finally` runs, so a temporary output (`.NAME.xxxx.tmp`, t2sql.atomic) or a
-half-made folder stays behind. Inside `sigterm_unwinds()` it raises a KeyboardInterrupt where
-the process is, so every `finally` and every `except KeyboardInterrupt` that cleans up after Ctrl-C cleans up
-after `kill` too. A command answers both the same way; where it ends on the interrupt itself the exit status
-is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process the signal
-killed.
-"""
+"""SIGTERM unwinds a t2sql command the way SIGINT (Ctrl-C) does: inside `sigterm_unwinds()` it raises a
+KeyboardInterrupt where the process is, so every `finally` that cleans up after Ctrl-C (a temporary output,
+t2sql.atomic) cleans up after `kill`, `timeout` or a job scheduler too; left to its default SIGTERM runs none.
+The exit statuses: docs/cli.md, "Exit status"."""
 
 from __future__ import annotations
 

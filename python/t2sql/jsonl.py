@@ -1,21 +1,6 @@
-"""Reading JSON and JSON lines from files a user hands us, in bounded memory, one bad line at a time.
-
-Every reader of a user's JSON or JSONL goes through here, so the same input is the same problem
-everywhere (`t2sql grade --pairs`, `convert`, `eval` and its resume, `gold`, `prompt`, `prepare`):
-
-- A line is read in chunks and never held past `max_line_bytes` (MAX_LINE_BYTES by default): a longer
-  line is skipped to its newline and reported as one bad line, so a 500 MB line without a newline
-  costs a chunk of memory, not the line.
-- A value is JSON as RFC 8259 says: `NaN`, `Infinity` and numbers that overflow a float (`1e999`) are
-  refused (Python would read them and then write `NaN`/`Infinity`, which is not JSON), so are integers
-  past Python's limit on digits (4,300: Python raises a bare ValueError while parsing them), strings
-  holding a lone surrogate (`"\\ud800"`: valid JSON escapes that no UTF-8 text can hold) and values
-  nested deeper than MAX_DEPTH (Python's parser and every recursive walk after it stop at about 1,000).
-- A JSON array file (BIRD's question lists) is read whole by `load_array`, and each item judged on its
-  own: one bad item is one problem, as one bad line is.
-- Every problem is a `JsonProblem` (a T2sqlError and a ValueError) whose message says what is wrong
-  with that line; a caller reports it as one line and goes on.
-"""
+"""Reading JSON and JSON lines from files a user hands us, in bounded memory, one bad line at a time: every reader
+of a user's JSON goes through here, so the same input is the same problem everywhere. Each problem is a
+`JsonProblem` naming what is wrong with that line; the rules: docs/cli.md, "What every command reads"."""
 
 from __future__ import annotations
 

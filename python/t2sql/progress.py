@@ -1,10 +1,6 @@
-"""Progress on stderr: a bar redrawn in place on a terminal; with no terminal (a log file, a job
-scheduler), one plain line every `interval_s` seconds (default 30, $T2SQL_PROGRESS_INTERVAL), so
-a long run is never silent for minutes. Short runs off a terminal print nothing.
-
-Two units: counts of items ("12/40 3.1/s"), and bytes (`unit="bytes"`: "1.20 GB/8.92 GB 45.3 MB/s",
-with the time left on the terminal too), for downloads. A bytes bar can start part way (`done=`, a
-resumed download): the rate and the time left count only what moved in this run."""
+"""Progress on stderr: a bar redrawn in place on a terminal; with no terminal, one plain line every `interval_s`
+seconds (default 30, $T2SQL_PROGRESS_INTERVAL), so a long run is never silent for minutes. Counts of items, or
+bytes for downloads (a resumed one's rate counts only what moved in this run)."""
 
 from __future__ import annotations
 

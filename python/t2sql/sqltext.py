@@ -1,10 +1,6 @@
-"""SQL text as tokens, for the scans that read a query without parsing it (repeated tool queries,
-curriculum hints, the equivalence check's rewrites).
-
-The tokens come from the core's scanner (`t2sql._grader.sql_tokens`), the one the safety policy
-uses: quoted strings and identifiers stay whole, comments and whitespace are skipped. This module
-adds what the Python scans need: each token's text and its parenthesis depth.
-"""
+"""SQL text as tokens, for the scans that read a query without parsing it (repeated tool queries, curriculum hints,
+the equivalence check's rewrites): the core's scanner (`t2sql._grader.sql_tokens`), with each token's text and
+its parenthesis depth."""
 
 from __future__ import annotations
 

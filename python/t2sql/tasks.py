@@ -1,22 +1,6 @@
-"""A task, the one reader of task rows, and where a task's database lives.
-
-Every part of t2sql that reads a task row goes through here: `t2sql convert` (normalize_rows,
-validate_rows), `t2sql eval` and `t2sql prompt` (Task.from_row), `t2sql gold` and
-`t2sql-train prepare` (row_fields, Task.from_row), and the miles adapter (Task.from_row). A row is
-one of:
-
-- a BIRD question: question_id, db_id, question, evidence, SQL, difficulty, optionally
-  grading_method (BIRD-Verified's own comparison) and original_* fields;
-- a converted miles row (t2sql.data.convert): {"label": {gold_sql, grading_method}, "metadata":
-  {question_id, db_id, db_path, question, evidence, difficulty, split, recipe, ...}}. Rows written
-  by older versions also repeat question_id and db_id (and grading_method) in the label: they
-  read the same.
-
-Databases are laid out as BIRD's, `<root>/<db_id>/<db_id>.sqlite`, and found by the one path rule of
-t2sql.databases (`database_path`, `find_database`, named here too); `Task.from_row` applies it to
-a task's path without touching the disk, `existing_database` checks the file before a command runs
-anything on it.
-"""
+"""A task, the one reader of task rows (a BIRD question or a converted row: docs/cli.md, "`t2sql convert`"), and
+where a task's database lives (t2sql.databases' rule). Every part of t2sql that reads a task row goes through
+here. Rows written by older versions, which repeat question_id and db_id in the label, read the same."""
 
 from __future__ import annotations
 

@@ -1,27 +1,6 @@
-"""`t2sql bench download`: the download rate of t2sql's downloader (t2sql.download.http, as `prepare` runs it:
-sha256 computed while writing, the file renamed into place) against `curl` for the same file, served on
-127.0.0.1 by the same server (t2sql.bench.loopback, in its own process so that it shares no interpreter
-with the client under test).
-
-    t2sql bench download [--size-mb 300] [--repeat 3] [--extract-mb 200] [--work-dir DIR] [--json]
-
-Each round fetches the file once with curl and once with t2sql, round-robin, into a fresh file that is
-deleted after the round (outside the timing); the best round of each is reported, with the ratios. The
-target is t2sql >= 0.8x curl. On loopback the network is out of the way: what is measured is the client's
-own cost per byte, and the disk's.
-
-Two t2sql rows: as `prepare` fetches BIRD's archives (durable=False: no fsync, since the extraction checks
-every byte's CRC before use), against curl; and with durable=True (an fsync before the rename, `DEST`
-whole even after a power cut), against curl followed by an fsync of its file (the same durable end). On
-a tmpfs (--work-dir /dev/shm) an fsync costs nothing and the clients meet on CPU alone.
-
-The second measurement is the peak RSS of an extraction (target <= 64 MiB): an outer zip in BIRD's dev layout
-(`dev_20240627/dev_databases.zip` holding `dev_databases/<db_id>/<db_id>.sqlite`, both levels deflated), about
---extract-mb MB of databases (random blobs, which do not compress, and zero-filled blobs, which deflate a
-hundredfold or more), is laid out by t2sql.download.archive.extract_databases as `prepare` runs it, in a fresh
-interpreter that reports its own peak RSS (VmHWM on Linux, else ru_maxrss), its RSS right after its imports
-(what extraction adds is the difference), the bytes written and the time taken.
-"""
+"""`t2sql bench download`: the download rate of t2sql's downloader against `curl` for the same file on 127.0.0.1
+(served by t2sql.bench.loopback in its own process), and the peak RSS of an extraction in a fresh interpreter.
+What it measures and its targets: docs/benchmarks.md, "The downloader: `t2sql bench download`"."""
 
 from __future__ import annotations
 

@@ -1,27 +1,7 @@
-"""`t2sql bench equivalence-guard`: the equivalence check under the red team's predictions (issue 35).
-
-    t2sql bench equivalence-guard [--rows 20000] [--work-dir DIR] [--json]
-
-Each prediction matches its gold on the real database in milliseconds (`... WHERE id = 1 AND (id = 1 OR
-X)`: the grade short-circuits X) while the check's lineage queries run X on every other row. The cases:
-
-- zeroblob: X = `length(hex(zeroblob(4e8))) > 0` (a 400 MB value, 800 MB of hex);
-- temp: X = a GROUP BY over a distinct 100 kB text per row (20,000 rows: about 2 GB of sort runs);
-- instr: X = a row-dependent `instr()` of 20 kB strings (milliseconds a row, minutes a query);
-- mining: the table's invariants mined under a cap of --mining-temp-mb, where counting its distinct
-  4 kB texts wants more temporary disk than that (the database is then unsupported: that invariant
-  cannot be verified, so none is used);
-- cancel: a prediction whose X counts to 100,000 in a recursive CTE for every row (minutes a query,
-  whatever the built-ins cost) on a Grader of one worker, cancelled after --cancel-after-s; then a tool
-  call is sent and timed: the worker is free when it answers.
-
-Each case runs in a fresh interpreter that first warms up (imports, the invariants mined, the suite and
-the gold's small databases built), then runs the check alone while a thread samples its RSS every 10 ms.
-Reported per case: seconds against the check's budget (target: at most budget + 5 s), the RSS above the
-warmed-up baseline (target: at most 1 GiB), the peak of the process's SQLite temporary files (target: at
-most the per-query cap), the verdict; for cancel, how long after the cancel the worker answered (target:
-under 1 s).
-"""
+"""`t2sql bench equivalence-guard`: the equivalence check under the red team's predictions (issue 35), each case in
+a fresh interpreter: seconds against the check's budget, RSS, temporary disk, the verdict, and how soon a cancelled
+check frees its worker. The cases and targets:
+docs/benchmarks.md, "The equivalence check under red-team predictions"."""
 
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
-"""`t2sql bench equivalence-scale`: the equivalence check on scaled copies of one database.
-
-    t2sql bench equivalence-scale --db-root DIR --data dev.json --db-id toxicology --work-dir DIR
-                                  [--scales 10,100] [--pairs-limit N] [--json]
-
-The release's databases run to GBs and tables of millions of rows; the bundled ones to MBs. This builds
-a copy of `--db-id`'s database at each scale k (every table's rows repeated k times; in copy i > 0 every
-column that names things, namely keys, unique columns, either side of a reference and the columns equal
-to them, offset: numbers by i times a power of ten past the largest, texts of digits likewise, other
-texts marked `~i~` after their first character, so that `LIKE '%TR000%'` finds no copy of TR000), so
-that every invariant mined at 1x still holds: the bench mines each copy and checks that its invariants
-equal 1x's (row counts times k). Then, in a fresh interpreter per scale (its
-peak RSS its own), it mines the copy ahead and runs the check on the pairs `t2sql equivalence --measure`
-derives from the database's golds (those matching on the 1x database; `--pairs-limit` keeps an evenly
-spaced subset). Reported per scale: the copy's size and build seconds, mining seconds and peak temporary
-disk, the first check's seconds, p50/p95 per check (all; and, in a second pass, with the gold's small
-databases built by an earlier check, as for a step's samples after its first), the CPU a check's thread
-took (mean) and what a training step's checks would take of one core (t2sql.equivalence.measure.run.step_cost;
-`step as run`: each prompt's first check building its gold's small databases, the other 15 cached),
-peak RSS, and how many verdicts (refuted, or the skip reason) equal 1x's.
-"""
+"""`t2sql bench equivalence-scale`: the equivalence check on copies of one database scaled k times, built so every
+invariant mined at 1x still holds: mining and per-check cost per scale, peak RSS, and the verdicts that equal 1x's.
+docs/benchmarks.md, "The equivalence check at the release's scale"."""
 
 from __future__ import annotations
 

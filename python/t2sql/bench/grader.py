@@ -1,13 +1,7 @@
-"""`t2sql bench`: benchmarks of the grading core, side by side with its peers, in one run.
-
-    t2sql bench grader [--rows 1000000,5000000] [--work-dir DIR] [--grade-memory-mb N] [--json]
-    t2sql bench grader --rows 20000000,50000000 --skip sqlite_except   (the release's scale; minutes)
-    t2sql bench serving ...   (the Grader at training scale: t2sql.bench.serving)
-
-Every path of `grader` runs in a fresh process, so its wall time, its peak memory (ru_maxrss of
-that process) and its peak temporary disk (the core's spill files) are its own; `baseline` is
-what every path's process holds before it grades anything. Ratios are what carry between machines.
-"""
+"""`t2sql bench`: benchmarks of the grading core, side by side with its peers, in one run (`t2sql bench grader`;
+the Grader at training scale is t2sql.bench.serving). Every path runs in a fresh process, so its wall time, peak
+memory and peak temporary disk are its own; `baseline` is what a path's process holds before it grades anything.
+docs/benchmarks.md has the commands and the numbers."""
 
 from __future__ import annotations
 

@@ -1,25 +1,8 @@
-"""A static file server on 127.0.0.1 with what a download client meets in the wild: HTTP/1.1 keep-alive,
-single byte ranges (`Range: bytes=A-B`, `bytes=A-`, `bytes=-N`, 206 with Content-Range, 416 past the end),
-`If-Range` on the ETag or the Last-Modified date (a mismatch answers 200 with the whole file), HEAD,
-and faults injected per request: a status instead of the file, the connection cut after N body bytes,
-the server stalling after N body bytes, a rate limit (a drip); and the ways servers in the wild
-misbehave: a lying Content-Length, Range ignored, an ETag new at every request, a wrong Content-Range,
-an endless body without a Content-Length. A fault is queued for the next request (`fault`) or stands
-for every request (`always`): a server that misbehaves the same way each time.
-
-`t2sql bench download` serves its file with it (in a child process, so the server and the client under
-test do not share one interpreter: `python -m t2sql.bench.loopback DIR` prints its port and serves DIR
-until killed), and the tests (tests/loopback_http.py) serve archives with it in-process:
-
-    with LoopbackFileServer() as server:
-        server.add("dev.zip", data)                     # bytes or a Path; ETag and Last-Modified made up
-        server.fault(Fault(drop_after=100_000))         # the next request is cut after 100 kB of body
-        server.always(Fault(ignore_range=True))         # every later request without a queued fault
-        download(server.url("dev.zip"), dest)
-        server.requests                                 # what was asked and what was sent, per request
-
-Nothing here is fit to face a network: it binds 127.0.0.1 only.
-"""
+"""A static file server on 127.0.0.1 with what a download client meets in the wild (keep-alive, single byte ranges,
+If-Range, HEAD) and faults injected per request (`fault`) or for every request (`always`): a status, a cut, a
+stall, a drip, a lying Content-Length, Range ignored, a new ETag each time, a wrong Content-Range, an endless body.
+`t2sql bench download` runs it in a child (`python -m t2sql.bench.loopback DIR`), the tests in-process
+(tests/loopback_http.py). It binds 127.0.0.1 only: nothing here is fit to face a network."""
 
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
-"""`t2sql bench pairs`: batch grading (`t2sql grade --pairs`) against BIRD's rule in plain Python.
-
-The workload is many predictions per gold, as when a benchmark's published predictions of many
-text-to-SQL systems are graded: for each question about 30 predictions that look like what such
-systems write (the gold itself, with DISTINCT, with a LIMIT, without its ORDER BY, its columns
-reordered or dropped, wrapped in a subquery, other questions' golds on the same database, a syntax
-error, a missing table, a changed constant, ...), deterministic for a seed. Three runs, each in a
-fresh process, timed from its start to its end (interpreter start-up and imports included, as a
-user waits for them):
-
-- bird_python: BIRD's rule, sequential: per pair, sqlite3 fetchall of the prediction and of the gold
-  (the gold again for every line, as BIRD's evaluator does) and `set(pred) == set(gold)`; an
-  error or a timeout is a non-match;
-- t2sql_n1 / t2sql_nN: `t2sql grade --pairs --method set --float-digits exact` on 1 and on N
-  workers (each gold digest computed once and reused by the lines that share it).
-
-The verdicts are compared line by line with BIRD's rule; the counts are reported, not asserted.
-
-Files in --work-dir (each under t2sql.atomic's rule: what an earlier bench wrote is replaced, anything
-else only with --force): pairs.jsonl (the workload), bird.jsonl (BIRD's verdicts), t2sql_n1.jsonl and
-t2sql_nN.jsonl (t2sql grade's --out).
-"""
+"""`t2sql bench pairs`: batch grading (`t2sql grade --pairs`) against BIRD's rule in plain Python, on a workload of
+about 30 predictions per gold like those text-to-SQL systems write, each run in a fresh process and timed whole;
+verdicts compared line by line. docs/benchmarks.md, "Batch grading: `t2sql grade --pairs`"."""
 
 from __future__ import annotations
 

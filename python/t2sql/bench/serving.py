@@ -1,21 +1,7 @@
-"""`t2sql bench serving`: the Grader under training-like load, side by side.
-
-- tool-call latency p50/p99 of small queries on a warm connection: Python's sqlite3 on an
-  open connection (SQLite's own work plus a thin binding), t2sql.Database.run_tool (the core),
-  `await loop.run_in_executor(sqlite3 ...)` (what an asyncio user does without t2sql: the same
-  thread hop, no safety) and `await Grader.run_tool` (the asyncio path: thread hop included);
-- grades per second of the BIRD dev pairs (pred = gold, cold gold cache: each grade runs the
-  gold and the prediction) with 1 worker and with every core, and through the asyncio API
-  with 256 concurrent tasks (cold and warm gold cache);
-- the asyncio loop's largest stall while those grades run (a ticker task measures lateness);
-- gold precompute of every dev gold: cold cache, then warm (a new Grader reading the disk).
-
-Numbers depend on the machine and on whatever else runs on it; ratios are what hold.
-
-The Grader is imported inside the functions that run it, not at the top: `t2sql bench grader` loads
-this module too, and a benchmark child's peak memory (its ru_maxrss) counts the parent's pages from
-before its exec, so the parent is kept as light as `import t2sql`.
-"""
+"""`t2sql bench serving`: the Grader under training-like load, side by side with its peers: docs/grader.md,
+"Measuring it: `t2sql bench serving`". The Grader is imported inside the functions that run it: `t2sql bench
+grader` loads this module too, and a benchmark child's peak memory counts the parent's pages from before its exec,
+so the parent stays as light as `import t2sql`."""
 
 from __future__ import annotations
 

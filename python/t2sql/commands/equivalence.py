@@ -1,19 +1,6 @@
-"""`t2sql equivalence`: check pairs, list a database's invariants, measure the check.
-
-- `--pairs FILE --db-root DIR --out OUT`: the check on given pairs (JSONL: id, db_id, pred, gold,
-  optional grading_method), one output line per input line: id, line, refuted, witness, skipped,
-  detail, elapsed_s. A user audits the lucky matches of any evaluation this way. Exit status as
-  `t2sql grade --pairs`: 0 every line checked, 1 some lines could not be (malformed, database
-  missing), 2 trouble.
-- `--invariants --db FILE`: what every small database of this database's kind keeps.
-- `--measure --data dev.json --db-root DIR`: both errors of the check, per kind
-  (t2sql.equivalence.measure.run).
-- `--measure --answers FILE --db-root DIR`: both errors on labelled real answers, per label, lucky_kind
-  and reason (t2sql.equivalence.measure.answers). Exit status as `--pairs`: 1 when some lines are not
-  labelled answers.
-
-A --pairs line (and a labelled answer) may carry the task's `evidence`: the check keeps what it states.
-"""
+"""`t2sql equivalence`: check given pairs (`--pairs`), list a database's invariants (`--invariants --db FILE`), or
+measure the check (`--measure`, on derived pairs or on labelled answers with `--answers`).
+docs/recipe_extras.md, "Equivalence check" and docs/benchmarks.md; exit statuses: docs/cli.md, "Exit status"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
-"""`t2sql gold`: run every gold query of a split before training.
-
-It validates the data (every gold must run), fills the gold cache so training never waits
-on a gold query, records the database manifest (size, mtime, sha256 of each file), mines the
-equivalence check's invariants of every database (t2sql.equivalence.mine_ahead) and finds the slow golds:
-
-    t2sql gold --data train.jsonl --db-root DIR --cache-dir OUT/gold-cache [--concurrency N]
-               [--report FILE] [--manifest FILE] [--force] [--allow-failures] [--json]
-
-Input: BIRD's question file (JSON array or JSON lines with question_id, db_id, SQL) or the
-converted miles jsonl (label {"gold_sql"}, metadata {"question_id", "db_id", "db_path"}; t2sql.tasks.row_fields).
-A row that cannot be read (bad JSON, no gold SQL, unknown db_id) is reported as a failure
-and skipped. The report (JSON, written atomically; "format": "t2sql-gold-report") lists per query:
-question_id, db_id, seconds, rows, columns, source (computed/disk/memory) and error. Exit status 1 if
-any gold failed, unless --allow-failures.
-
-The report and the manifest follow t2sql.atomic's rule, checked before any gold runs: never over a
-directory, device, FIFO or a symlink to one, never into a folder that does not exist, and over an
-existing file only when it is a gold report (a manifest) t2sql wrote, or with --force (exit 2 otherwise).
-"""
+"""`t2sql gold`: run every gold query of a split before training: it validates the data, fills the gold cache,
+records the database manifest, mines the equivalence check's invariants and finds the slow golds.
+docs/grader.md, "Precompute every gold before training: `t2sql gold`"."""
 
 from __future__ import annotations
 

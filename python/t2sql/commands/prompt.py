@@ -1,12 +1,5 @@
 """`t2sql prompt`: print the rendered prompt of one task (system and user messages), as the model sees it.
-
-    t2sql prompt [--data dev.json [--db-root DIR]] [--index N | --question-id ID] [--preset NAME] [--json]
-
-`--data` is a BIRD question file (a JSON list) or a t2sql/miles jsonl (one row per line); without it,
-the embedded superhero sample (as `t2sql eval`). The task is the N-th row (0-based), or the row with
-`--question-id`. Rows that a converted file carries a
-prompt for are rendered anew from the task, so what is printed is what this version would build.
-"""
+docs/cli.md, "`t2sql prompt`"."""
 
 from __future__ import annotations
 

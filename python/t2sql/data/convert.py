@@ -1,51 +1,7 @@
-"""`t2sql convert`: a BIRD-layout question file + databases -> miles jsonl.
-
-Input (BIRD's own layout, so any BIRD tool reads it):
-    QUESTIONS   a JSON array (or JSON lines) of objects with question_id, db_id, question,
-                evidence, SQL, difficulty (names remappable with --field-map)
-    DB_ROOT     <DB_ROOT>/<db_id>/<db_id>.sqlite
-
-Output: one jsonl row per task, the fixed row format every part of t2sql reads
-(`t2sql.tasks.Task.from_row`, the eval, the miles adapter):
-
-    {
-      "prompt":   [{"role": "system", ...}, {"role": "user", ...}],   # t2sql.episode.prompt.build_prompt
-      "label":    {"gold_sql": str, "grading_method": str},             # the method only when the task has one
-      "metadata": {"question_id": str, "db_id": str, "db_path": str,   # absolute <root>/<db_id>/<db_id>.sqlite
-                   "question": str, "evidence": str, "difficulty": str, "split": str,
-                   "recipe": str},                                     # the preset the prompt was built for
-      "tools":    [OpenAI function spec of execute_sql_query]         # t2sql.episode.prompt.tool_specs()
-    }
-
-miles reads it with `--input-key prompt --label-key label --metadata-key metadata --tool-key tools`
-and *without* `--apply-chat-template`: the adapter needs the messages and renders them itself on
-every turn. `question_id` is always a string (BIRD's are ints; BIRD's train.json has none, then the
-id is `<split>-<row number>`). `db_path` is where the database was when the row was written, made
-absolute but with symlinks kept, so it stays `<dir>/<db_id>/<db_id>.sqlite` (a reader without a root
-takes a recorded path only in that layout: t2sql.databases); a reader given a database root
-(`--text-to-sql-db-root`) resolves `<root>/<db_id>/<db_id>.sqlite` instead, so a converted split
-survives moving the databases.
-
-The recipe's data release (2,033 train / 398 validation / 498 arcwise tasks) is a directory:
-    <release>/<split>.json (or .jsonl)          questions in BIRD's fields
-    <release>/<split>_databases/<db_id>/...     that split's databases, if the split has its own
-                                                (BIRD itself ships train_databases/, dev_databases/)
-    <release>/databases/<db_id>/...             otherwise, the databases every split shares
-`release_splits(release_dir)` finds these; `t2sql-train prepare` converts every split found.
-
-Validation runs before anything is written: a db_id that is not one folder name (t2sql.databases' path
-rule), a missing or unreadable database (or one that is not a regular file), a duplicate
-question_id, an empty question or gold query, a question or evidence over the recipe's
-question_max_chars / evidence_max_chars, and a gold query that fails to run (executed on the
-grading core, the same read-only path grading uses) are each reported naming the row. Any problem
-fails the conversion and writes nothing (unless --drop-invalid, which writes the valid rows and lists
-the dropped ones). So does a line of a jsonl question file (or an item of a JSON list) that is not a
-JSON object, nests too deep, holds NaN/Infinity or is over t2sql.jsonl's line limit (reported by its
-line number), and a file that is not UTF-8. Files are written to a temporary name and renamed,
-so a reader never sees half a file, under t2sql.atomic's rule (`converted_output`): an existing file is
-replaced only when it is a converted split t2sql wrote (its first line a row of the format above), or
-with --force; never a directory, device or FIFO, never in a folder that does not exist.
-"""
+"""`t2sql convert`: a BIRD-layout question file and its databases -> t2sql's rows (one JSON line per task), every
+row validated before anything is written; `release_splits` finds the splits of a data release. The row format,
+the checks and the output rule: docs/cli.md, "`t2sql convert`"; a release's layout:
+docs/training.md, "Your own data: BIRD's layout"."""
 
 from __future__ import annotations
 

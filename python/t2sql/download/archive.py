@@ -1,52 +1,7 @@
-"""Laying out BIRD's databases from its nested zips: `extract_databases(archive, inner_member, target,
-identity=...)` and `inner_size(archive, inner_member)`. The zip format is read by t2sql.download.zipdirectory
-(the outer archive's directory), zipstream (its member, inflated), zipentries (the inner zip's entries) and
-innerdirectory (the inner zip's directory, read ahead); what each entry may write is t2sql.download.bounds'; the
-folder's marker, and what t2sql may delete, are t2sql.download.marker's; a database's check is
-t2sql.download.integrity's.
-
-BIRD ships `dev.zip` / `train.zip`, each holding an inner zip (`dev_20240627/dev_databases.zip`,
-`train/train_databases.zip`) of `<top>/<db_id>/<db_id>.sqlite` and `<top>/<db_id>/database_description/*.csv`.
-Info-ZIP refuses train.zip ("overlapped components (possible zip bomb)") and recent CPython zipfile has a like
-check; users who forced it got about 30 empty databases. So the zips are read by t2sql's own reader:
-
-- The inner zip is never written to disk: the outer member's bytes are decompressed in order
-  (zipstream.MemberStream), and the inner zip's local file headers are walked as a stream (`_entry`). At the
-  end the inner zip's own central directory is read (it comes last in the stream), record by record, and must
-  list exactly the entries that passed through, with their CRC32s and sizes (a digest summed over the
-  entries: nothing is kept per entry).
-- Every member's CRC32 and size are checked as it is extracted, the inner ones and the outer one. The outer
-  one inflates to the size its directory records and no further; each inner one has a bound before a byte
-  of it is written (t2sql.download.bounds: the size its local header records; for one whose size comes only
-  after its data, in a data descriptor, what the inner zip's own directory records for it, read ahead by
-  t2sql.download.innerdirectory; and never more than what is left of the ceiling on all the entries
-  together), and is refused past it, so a lying header or descriptor costs no more disk than its bound.
-- Only `<db_id>/<db_id>.sqlite` and `<db_id>/database_description/*.csv` are laid out: no -wal, -shm or
-  journal beside a database (SQLite would take it as part of the database), nothing else. `__MACOSX/`, `._*`,
-  `.DS_Store`, directory entries and any other member are read (and checked) but not written; an absolute
-  name or one with `..` is refused (ArchiveError).
-- All or nothing: the databases go to `<parent>/.<name>.partial-<pid>`; only when every member passed and
-  every `<db_id>/<db_id>.sqlite` passes `integrity.database_problem` (non-empty, opens read-only and immutable
-  so SQLite writes no -wal or -shm beside it, `PRAGMA quick_check`), the marker `<target>/.t2sql-extracted.json`
-  is written (atomically, last) and the folder is renamed into place. A crash or a bad CRC leaves only a
-  `.partial-*` folder, which nothing trusts and the next run removes (runs on one target are serialised by a
-  lock file `<parent>/.<name>.lock`, so any partial folder found under the lock is a dead run's).
-- Nothing t2sql did not write is deleted: an existing target is replaced only when everything in it is
-  what t2sql laid out there (the files its marker lists); it is moved aside, and only those files (and
-  the folders they leave empty) are removed. A target holding anything else (`marker.foreign_files`: a file of
-  the user's, a folder without a marker, a link) is refused with a ForeignFilesError naming it, and left as it
-  is. A target whose marker `marker.verified` holds for this `identity` is left as it is, and nothing is done.
-- A full disk: the partial folder is removed at once, and the walk goes on to the end writing nothing, to say
-  what the databases need in all (to the byte) against what is free once it is gone. A disk is full for the
-  extraction once a write would leave less than `bounds.DISK_RESERVE` (250 MB) free on it: that write is
-  not made.
-- Time: linear in the bytes unpacked and the number of entries (a deflated outer member whose inner zip has
-  data descriptors is inflated twice: once ahead, for the inner directory). Memory: peak RSS stays well under
-  64 MB; nothing is kept per entry read (of the outer archive or the inner one) but the name of each file
-  laid out, for the marker.
-
-Disk: the databases (the inner zip's contents) beside the outer archive; nothing else is written.
-"""
+"""Laying out BIRD's databases from its nested zips (`extract_databases`, `inner_size`): the inner zip read where it
+lies in the outer archive, never written to disk, every member checked and bounded, laid out all or nothing, and
+nothing deleted that t2sql did not write. What it does for users: docs/training.md, "The recipe's data"; how the
+zip reader's modules fit: docs/development.md, "How `download/` reads BIRD's zips"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
-"""BIRD's databases for the recipe's splits: which archive each split needs, where it comes from, and
-laying it out verified under `<bird_dir>/<train|dev>_databases/<db_id>/<db_id>.sqlite`.
-
-train and validation (BIRD-Verified) run on BIRD's *train* databases (train.zip); arcwise
-(Arcwise-Plat-SQL) on its *dev* databases (dev.zip, dev_20240627). Each archive is downloaded
-(resumable, t2sql.download.http), its inner databases zip is extracted where it lies inside it
-(t2sql.download.archive: CRC-checked, all or nothing, every database through `PRAGMA quick_check`,
-everything it unpacks held to twice the databases' estimate, `BirdArchive.ceiling`),
-and the archive is then deleted unless asked to keep it: the peak disk is one archive plus its
-databases. A rerun skips an archive whose laid-out folder is still verified.
-
-A user's own copy: a folder at a layout path that holds files prepare did not write there (anything its
-marker does not list; all of it when there is none; the folder itself when it is a link) is the user's,
-and nothing in it is deleted, replaced or written. It is used as it is when it is complete: every database
-the chosen splits name is there and passes `PRAGMA quick_check` (opened read-only and immutable, so SQLite
-leaves no -wal or -shm beside it); else prepare stops with a ForeignFilesError naming those files and what
-to do. Nothing is downloaded for it.
-"""
+"""BIRD's databases for the recipe's splits: which archive each split needs (train.zip for train and validation,
+dev.zip for arcwise), where it comes from, and laying it out verified under
+`<bird_dir>/<train|dev>_databases/<db_id>/<db_id>.sqlite`, or using a user's own complete copy as it is.
+docs/training.md, "The recipe's data: task files shipped, databases from BIRD"."""
 
 from __future__ import annotations
 

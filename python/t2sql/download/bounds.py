@@ -1,17 +1,6 @@
-"""How much an extraction (t2sql.download.archive's walk over the inner zip) may unpack and write, each bound known
-before a byte it bounds is written:
-
-- The ceiling (`UnpackCeiling`): the most bytes all of the inner zip's entries may unpack to together, laid out
-  or skipped. BIRD's archives are held to twice the size their databases are estimated at
-  (t2sql.download.bird); any other archive to `DEFAULT_UNPACK_RATIO` times the inner zip's own size.
-- Each entry's bound (`EntryBounds.bound`): the size its local header records; for an entry whose size comes
-  only after its data (a data descriptor, flag bit 3), what the inner zip's directory records for it, read
-  ahead of the walk (t2sql.download.innerdirectory; where it cannot be, nothing); and never more than what is
-  left of the ceiling. An entry past its bound is refused (t2sql.download.zipentries); one whose exact size is
-  more than what is left of the ceiling is refused before its first byte.
-- The disk: the extraction leaves `DISK_RESERVE` free on the disk it writes to; a write that would take the
-  free space under it is not made (the walk takes the disk for full: t2sql.download.archive).
-"""
+"""How much an extraction may unpack and write, each bound known before a byte it bounds is written: the ceiling on
+all the inner zip's entries together (`UnpackCeiling`), each entry's bound (`EntryBounds.bound`) and the disk's
+reserve (`DISK_RESERVE`). docs/development.md, "How `download/` reads BIRD's zips"."""
 
 from __future__ import annotations
 

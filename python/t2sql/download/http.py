@@ -1,33 +1,7 @@
-"""A resumable, verified download of one file over HTTP(S): `download(url, dest)`.
-
-- The body goes to `DEST.part`; beside it `DEST.part.json` (written atomically before the first body
-  byte) records the URL, the ETag, the Last-Modified date and the size the server announced. `DEST`
-  appears, by a rename, only once the file is complete and verified: `DEST` existing means done.
-- A `.part` left by a cut connection, a SIGKILL or a Ctrl-C is resumed by the next call: a Range request
-  guarded by If-Range on the ETag (on the Last-Modified date when there is no strong ETag). A 206 whose
-  range, validators and total size match appends; anything else (a 200 to the ranged request, another
-  ETag or date, another size, a Content-Range that is not the one asked for) restarts the download from
-  zero, and says so: two versions are never spliced. A server that gives neither an ETag nor a date
-  cannot be resumed from: a cut try starts again from zero.
-- Within one call a dropped connection, a stall, a 5xx or a restart from zero is retried with a doubling
-  backoff, `retries` times in a row; only a try that took the kept file further than it had been in this
-  call starts the count again (t2sql.download.limits.TryBudget). A 416 to a Range request from exactly
-  the bytes the server then says it has is a server whose announced size was wrong: an error at once.
-- Every call ends: a floor rate averaged after a grace, and a deadline scaled by the file's size
-  (t2sql.download.limits: `min_rate`, `grace_s`, $T2SQL_DOWNLOAD_MIN_RATE, $T2SQL_DOWNLOAD_GRACE_S); a
-  body without a Content-Length stops at a ceiling (`expected_size`, else `max_size`).
-- A `.part` is left behind only when a rerun will resume it (its size and a validator are known and the
-  server did not refuse the last Range request); else it is deleted, and the error says why.
-- Verified: the size the server announced (Content-Length, or the total of Content-Range), the caller's
-  `expected_size`, and the caller's `sha256` pin, computed while writing (on resume, over the kept prefix
-  first). A sha256 mismatch deletes the partial file.
-- A server that sends nothing for `stall_timeout_s` is a stall (DownloadStalled), never a hang.
-- Errors are typed (t2sql.errors: DownloadError, DownloadStalled, ChecksumMismatch, NoSpaceError), one
-  line each, naming the URL or the host and saying what to do.
-
-The `.part`, its sidecar and the disk a download still needs are t2sql.download.partial's (its names are
-re-exported here); what limits a download in time and size, and its tries, t2sql.download.limits's.
-"""
+"""A resumable, verified download of one file over HTTP(S): `download(url, dest)`. `DEST` appears, by a rename, only
+once complete and verified; a `.part` is resumed by a Range request guarded by its validators, and every call ends
+(t2sql.download.limits). What a user sees: docs/training.md, "The recipe's data"; the `.part` and its sidecar are
+t2sql.download.partial's."""
 
 from __future__ import annotations
 

@@ -1,31 +1,8 @@
-"""The inner zip's central directory, read ahead of its entries: `read_ahead(archive, member, data_start, limit)`
-finds it where the outer member holds it, and `InnerDirectory.size_bound` gives, entry by entry as the walk
-(t2sql.download.archive) meets them, the most bytes an entry may unpack to by what its record there says. It
-is the bound of an entry whose sizes come only after its data (a data descriptor, flag bit 3), known before a
-byte of it is written.
-
-- Where it is read. A stored outer member is a plain range of the archive: the inner zip's end records are read
-  from the range's end, then its records in order, on a handle of the archive of their own (nothing is
-  inflated). A deflated one whose size the outer directory records exactly is inflated once ahead of the walk
-  (which inflates it again): this first pass keeps the member's last `_TAIL` bytes, where the end records lie,
-  and the inflater's state at a few points before its end (64 KiB, 128 KiB, 256 KiB, ... before it); the
-  records are then read by inflating on from the last such point before them, which costs at most about twice
-  the directory's own bytes. A deflated member whose sizes may have wrapped past 4 GiB gives no directory
-  (None), nor does one whose first pass finds it damaged, or an inner zip without end records where they
-  should be: the walk refuses what is damaged when it gets there, and bounds the entries by its ceiling.
-- In step. A record is read when the walk asks about the entry it lists, and must be that entry: the walk's
-  entry of the same rank, its local header where the walk found it, under the same name. A directory that lists
-  the entries in another order than the data holds them (legal, though no common zip tool writes one) bounds
-  nothing from there on (None): the walk's ceiling bounds those entries, and the whole directory is still held
-  against the entries that passed through at the end.
-- Sizes. A size from a ZIP64 field, or in an inner zip under 4 GiB, is exact. A 32-bit one in a larger inner
-  zip may have wrapped (macOS's zip writes such zips): the true size is the recorded one plus a multiple of
-  4 GiB, and no more than the entry's compressed bytes can inflate to (`wrapped_size_bound`).
-- Memory: the tail and the inflater's states (well under 2 MiB), nothing per entry. Time: for a stored outer
-  member the directory's own bytes; for a deflated one, one more inflate pass over it.
-
-Nothing here writes a file.
-"""
+"""The inner zip's central directory, read ahead of its entries (`read_ahead`): the bound of an entry whose sizes come
+only after its data (a data descriptor, flag bit 3), known before a byte of it is written
+(`InnerDirectory.size_bound`). The first pass over a deflated member keeps its tail and the inflater's state at a
+few points before its end, and reads the records by inflating on from there (nothing here writes a file):
+docs/development.md, "How `download/` reads BIRD's zips"."""
 
 from __future__ import annotations
 

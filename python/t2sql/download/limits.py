@@ -1,20 +1,7 @@
-"""What makes a download (t2sql.download.http) end: its time limits, its size ceiling, and its budget of tries.
-
-- Time: a floor rate averaged over the whole call, after a grace. From `grace_s` on, the bytes a call has
-  received must be at least `min_rate` bytes a second times the time since the grace ended, and the whole
-  file must be there `grace_s + size / min_rate` seconds after the call began (the deadline: a server that
-  sends fast but never finishes, restarting from zero at each try, meets it). A drip of a byte a second,
-  which never trips the stall timeout, stops soon after the grace. The defaults let BIRD's train.zip
-  (8.9 GB) come over a slow link: 50 kB/s on average is 0.4 Mbit/s, ~50 hours for it, ~2 hours for dev.zip.
-  Set per call (`min_rate=`, `grace_s=`) or for every download of a process (prepare's) by the environment:
-  $T2SQL_DOWNLOAD_MIN_RATE (bytes a second) and $T2SQL_DOWNLOAD_GRACE_S (seconds).
-- Size: a server that announces no size (no Content-Length) is stopped at a ceiling: the size the file is
-  expected to have when the caller knows it, else `max_size`, else DEFAULT_MAX_SIZE.
-- Tries (`TryBudget`): the count is of failed tries in a row that took the kept file no further than it had
-  been in this call. A try that brings bytes which are then thrown away (a server that ignores Range, one
-  whose file changes at every request) counts, and so does each restart from zero; a cut connection whose
-  bytes are kept, and which gets further than any try before it, starts the count again.
-"""
+"""What makes a download end: a floor rate averaged after a grace and a deadline scaled by the file's size
+(`min_rate`, `grace_s`, $T2SQL_DOWNLOAD_MIN_RATE, $T2SQL_DOWNLOAD_GRACE_S), a size ceiling for a body of no announced
+size, and its budget of tries (`TryBudget`: failed tries in a row that took the kept file no further than it had
+been in this call). The numbers and why: docs/training.md, "The recipe's data"."""
 
 from __future__ import annotations
 

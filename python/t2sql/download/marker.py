@@ -1,17 +1,7 @@
-"""The marker of a folder t2sql laid out, `<target>/.t2sql-extracted.json`, and what follows from it: whether
-the folder still holds what was laid out (`verified`), which files there t2sql wrote and so may delete
-(`remove_laid_out`), and which it did not (`foreign_files`, `describe_foreign`).
-
-- The marker is a database manifest (t2sql.serving.manifest's format, rooted at the target: each database's
-  size, times, inode and sha256, hashed as it was written) plus, under the key "extracted", the caller's
-  `identity` of the archive and every file laid out (`write_marker`). `verified(target, identity)` checks the
-  identity and each database's presence and size (not its sha256: rehashing 33 GB on every run would take
-  minutes; a Grader given the manifest rehashes a file whose stat moved).
-- Nothing t2sql did not write is deleted: `remove_laid_out` removes only the files the marker lists (and the
-  folders they leave empty). A marker that names a path outside its folder is not t2sql's and is not read.
-- A folder's foreign files: a file or link its marker does not list, a folder on no listed file's way;
-  everything, when it has no marker.
-"""
+"""The marker of a folder t2sql laid out, `<target>/.t2sql-extracted.json` (a database manifest plus the archive's
+identity and every file laid out): whether the folder still holds it (`verified`), which files t2sql wrote and so
+may delete (`remove_laid_out`), and which it did not (`foreign_files`).
+docs/development.md, "How `download/` reads BIRD's zips"."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""A download's state on disk (t2sql.download.http): `DEST.part`, which grows in place, and beside it
-`DEST.part.json`, the sidecar that says which version of which file the kept bytes are of (the URL, the ETag,
-the Last-Modified date, the size the server announced). A kept prefix is resumable when its size is known and
-a validator can guard the Range request that continues it.
-
-Disk: a download needs `bytes_to_fetch(dest, size)` more bytes free (the rename at the end costs nothing);
-what comes after (extraction) is the caller's to add. `free_bytes` and `check_free_space` are here for that
-sum.
-"""
+"""A download's state on disk: `DEST.part`, which grows in place, and its sidecar `DEST.part.json` (which version of
+which file the kept bytes are of); a kept prefix is resumable when its size is known and a validator can guard the
+Range request. `bytes_to_fetch`, `free_bytes` and `check_free_space` are the disk a download still needs."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""The outer archive's central directory, and where a member's data lies in the file: `open_archive`,
-`locate(f, archive, name)` (the member, where its data starts and where it must end by) and `stored_span`
-(the true length of a stored member whose 32-bit size wrapped).
-
-- The directory is found from the archive's end (`find_directory`, which reads any zip's bytes, the inner
-  zip's too for t2sql.download.innerdirectory: EOCD; the ZIP64 locator and record; ZIP64 extra fields), so
-  archives and members over 4 GiB work. An archive written with 32-bit fields past 4 GiB (macOS's Archive
-  Utility does this: offsets and sizes wrap modulo 4 GiB) is read too: a local header that is not where the
-  directory says is looked for 4 GiB further on; a member whose sizes may have wrapped is marked
-  (`Member.exact_sizes` false) for t2sql.download.zipstream, which ends a deflated one where its deflate
-  stream ends and checks its sizes modulo 4 GiB.
-- The directory is read record by record (`_members`), twice at most, a chunk at a time, never held whole:
-  memory does not grow with the number of members.
-"""
+"""The outer archive's central directory, and where a member's data lies in the file: `open_archive`, `locate`,
+`stored_span` and `find_directory` (any zip's end records, ZIP64 included, 32-bit fields wrapped past 4 GiB too),
+read record by record, never held whole. docs/development.md, "How `download/` reads BIRD's zips"."""
 
 from __future__ import annotations
 

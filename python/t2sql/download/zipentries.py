@@ -1,22 +1,7 @@
-"""Reading the inner zip's entries from the outer member's stream (t2sql.download.zipstream's
-`MemberStream`): each entry's data, its data descriptor, and the inner zip's own central directory. The local
-headers themselves are read by the walk that lays the entries out (t2sql.download.archive).
-
-- An entry's data is read by `inflate_entry` (to its deflate stream's end), `copy_entry` (a known size) or
-  `copy_to_descriptor` (a stored entry whose size comes after it: one pass, each byte searched and hashed
-  once), the first and last never past the `Bound` the caller gives (t2sql.download.bounds: an entry that
-  would pass it is refused, with no more given to the sink); a data descriptor (flag bit 3;
-  32- or 64-bit sizes, with or without the signature) is read by `read_descriptor` and must match what
-  passed. Each gives back the CRC32 and sizes of what passed, for the caller to check; the bytes go to the
-  caller's sink.
-- The inner zip's central directory comes last in the stream: `directory_digest` reads it record by record,
-  for the caller to hold against the entries that passed through (the sum of their `entry_digest`s).
-- Time: linear in the bytes unpacked and the number of entries; an entry costs its own bytes plus a first
-  read of `_FIRST_READ` bytes, whatever lies after it in the stream. Memory: nothing grows with the number
-  of entries.
-
-Nothing here writes a file.
-"""
+"""Reading the inner zip's entries from the outer member's stream: each entry's data (`inflate_entry`, `copy_entry`,
+`copy_to_descriptor`, never past the caller's `Bound`), its data descriptor (`read_descriptor`) and, last in the
+stream, the inner zip's own central directory (`directory_digest`). Each gives back the CRC32 and sizes of what
+passed, for the caller to check. Nothing here writes a file."""
 
 from __future__ import annotations
 

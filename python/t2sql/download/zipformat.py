@@ -1,12 +1,6 @@
-"""What every reader of the zip format in t2sql.download shares: the format's signatures and field limits,
-the readers' chunk sizes, the fields read the same way in a central directory and a local header (ZIP64
-extra fields, names; the names macOS's zip adds beside the content), and the errors of a damaged or cut-short
-archive.
-
-The readers: t2sql.download.zipdirectory (the outer archive's central directory), t2sql.download.zipstream
-(the outer member's bytes, inflated forward only) and t2sql.download.zipentries (the inner zip's entries read
-from that stream). Nothing here reads a file.
-"""
+"""What every reader of the zip format in t2sql.download shares: the format's signatures and field limits, the
+readers' chunk sizes, the fields read alike in a central directory and a local header (ZIP64 extra fields, names),
+and the errors of a damaged or cut-short archive. Nothing here reads a file."""
 
 from __future__ import annotations
 

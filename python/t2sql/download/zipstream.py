@@ -1,17 +1,6 @@
-"""The bounded inflater of the outer archive's member: `MemberStream` gives the member's bytes decompressed
-(deflate or stored), forward only, to the readers of the inner zip's entries (t2sql.download.zipentries).
-Nothing seeks backwards in a decompressed stream: `peek` looks ahead, `unread` gives back the tail of the
-last read, which is still in the buffer.
-
-- Its CRC32 and sizes are counted as the bytes pass and checked at its end (`finish`); a member whose size
-  is recorded exactly (t2sql.download.zipdirectory's `Member.exact_sizes`) inflates to that size and no
-  further. One whose 32-bit sizes may have wrapped past 4 GiB ends where its deflate stream ends (a stored
-  one where `stored_span` finds its end), and its sizes are checked modulo 4 GiB.
-- Memory: chunks of `CHUNK` (1 MiB) in, at most `MAX_OUT` (4 MiB) out of one decompress call, and what the
-  reader asked for and has not consumed.
-
-Nothing here writes a file.
-"""
+"""The bounded inflater of the outer archive's member: `MemberStream` gives its bytes decompressed (deflate or
+stored), forward only (`peek` looks ahead, `unread` gives back the tail of the last read), counts its CRC32 and
+sizes and checks them at its end (`finish`), never inflating past its recorded size. Nothing here writes a file."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Token budgets: how many tokens a turn, and the whole context, may hold, and which cut ended a turn.
-
-The one rule every adapter applies (the token trajectory of t2sql.episode.tokens, the OpenAI eval
-policy's estimates, `Episode.turn_token_budget`): each turn gets min(per-turn limit, context limit -
-tokens so far); a framework's own limits (a sampling max_new_tokens, a rollout's maximum context
-length) only tighten the preset's.
-"""
+"""Token budgets: how many tokens a turn, and the whole context, may hold, and which cut ended a turn. The one rule
+every adapter applies: docs/episode.md, "Over a token server: the token trajectory"."""
 
 from __future__ import annotations
 

@@ -1,32 +1,5 @@
-"""The evidence rules. `preset.evidence_rule` chooses one of two.
-
-"enumerated" (the recipe's; `evidence_pieces`, `evidence_labels`):
-- the evidence splits on ';' into n pieces (blank pieces dropped); no piece: no evidence rules;
-- the prompt asks for one line per piece, `Requirement of external knowledge i (<piece>): ...` in the
-  first or second reply and `Verification of external knowledge i (<piece>): ...` in the answer reply;
-- "restated": one of the first two assistant turns holds the Requirement labels of every i = 1..n;
-  "checked": the answer turn holds the Verification labels of every i = 1..n. A label is the words
-  and the number up to its opening parenthesis, in any case and spacing; the text in the parentheses
-  is not compared (a model may shorten a long piece). Only visible text counts, never <think>: the
-  rule is about what the reply states, and a server's reasoning parser may drop thinking anyway;
-- a solution in the very first reply needs only one of the two (one penalty only when both are
-  missing).
-
-"coverage" (made checkable with content tokens; see `content_tokens`):
-- content tokens of a text: lower-cased runs of letters, digits and underscores (an identifier such
-  as `bond_type` stays one token; `T1.name` is `t1` and `name`), a decimal number such as `2.5` is one
-  token; punctuation is dropped and so are the stop words in `STOP_WORDS` (English function words and
-  BIRD's "refers to" boilerplate). Tokens are compared as a set.
-- "restated": the prose of assistant turns 1-2 covers at least `evidence_share` of the evidence's
-  content tokens.
-- "checked": the prose of the answer turn (the turn holding `<solution>`) covers the same share.
-  Quoting the evidence verbatim always meets it (a quote covers every token), so episode.md's "or
-  quotes the evidence" needs no rule of its own. No answer turn: not checked.
-- prose is the visible text (outside `<think>`) without the `<tool_call>` and `<solution>` blocks,
-  unless `evidence_counts_sql`: then the SQL inside them counts too. Why the default: a query that
-  merely uses `gender = 'Female'` is not a restatement, and counting it would make the rule free.
-- a task whose evidence has no content tokens (empty, or stop words only) has no evidence rules.
-"""
+"""The evidence rules, "enumerated" (the recipe's) and "coverage", as `preset.evidence_rule` chooses: whether an
+episode restated and checked the task's evidence. The rules exactly: docs/episode.md, "The evidence rules, exactly"."""
 
 from __future__ import annotations
 

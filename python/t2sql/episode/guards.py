@@ -1,36 +1,6 @@
-"""Re-draft and repetition / collapse guards: pure functions over an episode's turns.
-
-Four behaviours that RL on long multi-turn episodes tends to reward by accident, each detected by a
-plain function, counted, named in the episode's metrics, and (when its preset switch is on) turned
-into a reward term by `reward_terms()`:
-
-- repeated tool query (`repeated_tool_queries`): a tool query equal to an earlier one of the same
-  episode after `normalize_sql` (whitespace collapsed, comments dropped, keywords/identifiers
-  lower-cased, trailing semicolons dropped; the text inside '...' string literals is kept as written, because
-  `name = 'Bob'` and `name = 'bob'` are different queries in SQLite). It spends a tool call to
-  learn nothing new. Count = calls that repeat an earlier one.
-- solution re-draft (`solution_redrafts`): in the visible text (outside <think>), a `<solution>`
-  opened after a complete `<solution>...</solution>` block of the same turn. The episode grades the
-  last block; re-drafting in the open is hedging. Count = `<solution>` openings after the first
-  complete block, summed over turns.
-- n-gram repetition inside a turn (`ngram_repetition`): over a turn's raw text (<think> included,
-  where collapse loops happen), the share of its word n-grams that repeat an earlier n-gram of the
-  same turn: 1 - distinct/total. A turn is "repetitive" when the share is >= the preset's threshold
-  and it has at least `min_ngrams` n-grams (short turns are never judged). Tokens are lower-cased
-  runs of word characters and single punctuation marks. A turn that says everything twice scores
-  about 0.5; a loop of k copies about (k-1)/k. Count = repetitive turns.
-- a turn that repeats an earlier turn (`repeated_turns`): Jaccard similarity of the two turns' sets
-  of word trigrams >= the preset's threshold, over the raw text (same tokens as above) with its
-  `<tool_call>` blocks removed: the calls are judged by the tool-query guard, and two bare calls
-  that differ in one literal are exploration, not a repeat. Turns too short to have a trigram are
-  compared token for token; an empty remainder never matches. Count = turns similar to some
-  earlier turn.
-
-The thresholds and penalties are preset fields (t2sql.episode.presets): `repetition_ngram_n`,
-`repetition_ngram_share`, `repetition_min_ngrams`, `repeated_turn_similarity`, and the penalties
-`repeated_tool_query_penalty`, `redraft_penalty`, `ngram_repetition_penalty`, `repeated_turn_penalty`
-(each taken off once per counted event). Nothing here imports torch, miles or the grader.
-"""
+"""Re-draft and repetition / collapse guards: pure functions over an episode's turns, counted in the metrics and,
+when their preset penalty is nonzero, reward terms (`reward_terms()`). What each counts and its preset fields:
+docs/recipe_extras.md, "Re-draft and repetition guards (`t2sql/episode/guards.py`)"."""
 
 from __future__ import annotations
 

@@ -1,35 +1,6 @@
-"""The episode state machine: one assistant turn in, the next action out.
-
-It knows nothing about miles, tokens or HTTP. An adapter (the eval's endpoint client, the miles
-generate function) renders `episode.messages` + `episode.tools`, gets one assistant turn from the
-model, and calls `await episode.on_turn(text, cut=..., tool_calls=...)`. It appends the returned
-tool messages to what it renders next, and repeats until `done`; then `episode.result` holds the
-outcome, the reward and the metrics. The rules, in the order they are applied to a turn
-(docs/episode.md has them for users):
-
-1. cut="context" (the context budget cut the turn): the episode ends as `context_cut`, never graded,
-   even if the turn holds a solution. cut="turn" (the per-turn limit cut it): `turn_cut`.
-2. A `<solution>` in the visible text (outside <think>): the episode ends; the LAST block is the
-   answer; it is graded through the grader under the task's grading spec (Preset.grade_spec).
-   Tool calls in the same turn are ignored. An empty block is `no_solution` (not graded).
-3. Tool calls (structured `tool_calls` when the endpoint returned any, else parsed from the text),
-   in order. Every call, well-formed or not, takes the next number: calls 1..max_tool_calls run
-   (a malformed one is not run: it counts as a call and as an invalid call, and its tool message says
-   what was wrong and shows the expected form); a call past the budget is not run, is an invalid
-   call, and its tool message says the budget is spent and an answer is due. An unsafe query ends
-   the episode at once (`unsafe`); SQL errors and timeouts are shown to the model as `Error: ...`.
-4. Neither: the episode ends as `no_solution`. So does a turn that reaches `preset.max_turns`
-   without a solution (a safety stop for a model that keeps calling past the budget).
-
-When `done` is True no tool message is returned or appended: a trajectory never ends on tool text.
-A database that is missing or broken (DatabaseError) is the data's fault: `gold_error`, reward 0.
-
-The same rules one call at a time, for frameworks that run tools themselves (TRL's environments,
-verl's tools, OpenEnv): `record_turn(text)` records an assistant turn's text (the evidence rules read
-it), `await call_tool({"query": SQL})` runs one call (rule 3) and returns the tool message's text,
-`await finish(text, cut=None)` takes the answer turn (rules 1, 2 and 4) and returns the result.
-`on_turn` is written on these three, so both paths give the same record for the same turns.
-"""
+"""The episode state machine: one assistant turn in, the next action out (`Episode.on_turn`), or the same rules one
+call at a time (`record_turn`, `call_tool`, `finish`, on which `on_turn` is written). It knows nothing about
+miles, tokens or HTTP. The rules, in order: docs/episode.md, "One turn, in this order"."""
 
 from __future__ import annotations
 

@@ -1,30 +1,6 @@
-"""What the model sees.
-
-- `build_prompt(task, preset, db)` (`build_prompt_async` off the event loop): the system message
-  (role, the one tool, the budget, the answer format, the ordering rule of the task's grading method,
-  the evidence rules) and the user message (schema, evidence, question).
-- `TOOL_SPEC` / `tool_specs()`: `execute_sql_query(query)` as an OpenAI function spec, and
-  `EXPECTED_FORM`, the call's form shown after an invalid call.
-
-How the model's turns are read is t2sql.episode.parsing's. The schema block is t2sql.episode.schema's:
-built per database once (`load_schema`, cached by path and file identity) and
-rendered per task under `preset.schema_max_chars`. A schema over the budget is shortened in this
-order, one step at a time, until it fits (the step taken is in `RenderedSchema.level`):
-
-  1. drop the example values;
-  2. drop BIRD's value descriptions (the long "value_description" notes);
-  3. drop the column descriptions;
-  4. collapse the whitespace inside each CREATE statement (nothing is lost);
-  5. drop whole tables, the ones sharing the fewest words with the question and evidence first
-     (ties: the later table first); the prompt names every dropped table.
-
-A CREATE statement is never cut: at step 5 the most relevant table is always kept, even alone over
-the budget.
-
-The question and the evidence are the task's own words, never cut: a task whose question is over
-`preset.question_max_chars` or whose evidence is over `preset.evidence_max_chars` is refused as bad
-input (`task_text_problem`; a TaskError from `build_prompt`), one line where a command reads tasks.
-"""
+"""What the model sees: `build_prompt` (the system and user messages; a question or evidence over its preset limit is
+a TaskError) and the one tool's spec (`tool_specs()`, `EXPECTED_FORM`). The schema block is t2sql.episode.schema's;
+both are in docs/episode.md, "What the model sees"."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""What the reward sees of an episode (`Trajectory`), and what a reward term is (`RewardTerm`).
-
-The numbers live in the preset (t2sql.episode.presets); the registry and `score` in
-t2sql.episode.terms. The reward of an episode is computed in three steps (docs/episode.md states them for users):
-
-1. The outcome table: one outcome category per episode, one reward per category
-   (correct 1, incorrect 0, no solution -1, unsafe -1; pred_error and pred_timeout are rewarded as
-   incorrect, turn_cut and context_cut as no solution; gold_error gets `reward_gold_error`, never the
-   reward of a correct answer, and no other term: a broken gold is the data's fault).
-2. The terms: each registered `RewardTerm` whose switch is on in the preset adds a signed amount
-   (penalties are negative). Built in: the evidence rules and the invalid-tool-call penalty.
-   Other modules add the recipe extras with `register_term` without touching this file.
-3. The floor: unless `penalties_below_floor`, the total never goes below the lowest outcome reward
-   (-1): an unsafe or unanswered episode scores exactly -1, and no shaping term can push a
-   wrong-but-answered episode below it. Why: -1 must stay "the worst thing you can do", so the
-   policy never trades an answer for tidier formatting.
-"""
+"""What the reward sees of an episode (`Trajectory`), and what a reward term is (`RewardTerm`). The numbers are the
+preset's (t2sql.episode.presets), the registry and `score` t2sql.episode.terms'; the three steps (outcome table,
+terms, floor): docs/episode.md, "Reward"."""
 
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
-"""The rollout seam: what an adapter for any RL framework stands on.
-
-The miles adapter (t2sql.miles.adapter) and `t2sql eval` (t2sql.eval.runner) are two adapters. Each
-holds the framework's side (how a turn is generated, where the reward goes); everything else is here:
-
-- `RolloutSettings`: what a rollout process is configured with (the preset's name, the database root,
-  the gold cache, the manifest, the Grader's concurrency, timeout overrides), from the framework's own
-  flags. Hashable: one context per distinct settings. Each field is checked when the settings are made
-  (`check_setting`, the one check every reader goes through: miles' flags, T2SQL_* variables, verl's and
-  SkyRL's config, TRL's factory); a bad value is a one-line SettingsError naming it.
-- `RolloutContext`: the per-process state, the preset and one Grader (SQL runs on its worker threads;
-  every episode of the process shares it), and the task reader. `context(settings)` returns the
-  process's context for those settings, made on first use; `close_contexts()` closes them.
-- The episode record: `EpisodeResult.to_dict()` (t2sql.episode.machine), the one list of its fields.
-- `RolloutContext.episode_async(task)`: an episode, its prompt built off the event loop.
-- `t2sql.episode.tokens`: the token trajectory (ids, loss mask, budgets, status) and its loop, for an
-  adapter over a token-level server.
-- `RolloutContext.regrade(task, response)`: a sample that has no episode record (replayed from elsewhere)
-  graded by its last <solution>, with the outcome table only.
-
-docs/episode.md shows the thirty lines an adapter for another framework writes.
-"""
+"""The rollout seam every RL framework's adapter stands on: the settings a rollout process is configured with
+(`RolloutSettings`), its per-process context (the preset, one Grader, the task reader), an episode off the event
+loop and the regrade of a replayed sample. docs/episode.md, "An adapter for another RL framework"."""
 
 from __future__ import annotations
 

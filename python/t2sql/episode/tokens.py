@@ -1,30 +1,6 @@
-"""The token trajectory: an episode as the token ids a trainer sees, built one turn at a time.
-
-Every adapter that talks to a token-level server (the miles adapter, `t2sql eval --api sglang`, and
-any other framework's) stands on `TokenTrajectory`, so the ids, the loss mask and the budgets are
-worked out once:
-
-- It starts from the chat template's rendering of the prompt messages (with the episode's tools and
-  the run's template kwargs) and the generation prompt.
-- Model tokens (`add_model`): the ids the server sampled, appended as they are, loss mask 1, with
-  their log-probs. Whether the turn ended on the end-of-turn token is read from its last id.
-- Tool tokens (`add_tools`): the template's suffix for the tool messages, appended, loss mask 0,
-  log-prob 0.0. The model stops at `<|im_end|>` and never writes the "\\n" the template puts after
-  it: that text (or the whole closing, when the turn ended without the end-of-turn token) opens the
-  tool segment, so the ids read exactly like the template's rendering of the whole conversation and
-  the model is never trained on a token it did not sample.
-- Budgets (`t2sql.episode.budget.Budget`): each turn gets min(per-turn limit, context limit - tokens
-  so far). A turn stopped at that limit is cut (`cut`): a context cut when the context budget set it,
-  a turn cut otherwise.
-- The tail: a trajectory never ends on tool tokens. When the episode ends right after a tool segment
-  (no room left for another turn), `trim_tools` takes it off again.
-- Status: COMPLETED (the episode reached an outcome), TRUNCATED (a turn or context cut), ABORTED (the
-  server aborted the request: nothing is graded).
-
-`run_token_episode(episode, trajectory, sample_turn)` is the whole loop: it asks `sample_turn(ids,
-max_new_tokens)` for each model turn (the framework's call to its server) and hands each turn to the
-episode. docs/episode.md shows an adapter written on it.
-"""
+"""The token trajectory: an episode as the token ids a trainer sees (ids, loss mask, log-probs, budgets, status),
+built one turn at a time, and `run_token_episode`, the loop over a token-level server.
+docs/episode.md, "Over a token server"; the ids exactly: docs/training.md, "What the adapter does per sample"."""
 
 from __future__ import annotations
 

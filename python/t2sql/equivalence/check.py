@@ -1,20 +1,7 @@
-"""The equivalence check's machinery: small databases of the real one's kind, and the check on them.
-
-The rules (when the check runs, the reward term) are in t2sql.episode.equivalence_term. This module runs one
-check in the calling thread (`EquivalenceChecker.check_sync`); `Grader.equivalence` runs that on one of
-the Grader's SQL workers, so its SQL counts against the Grader's one concurrency limit.
-
-A check tries small databases (t2sql.equivalence.smalldb) that keep every declared constraint, every
-invariant mined from the real data (t2sql.equivalence.invariants) and what the question presupposes
-(t2sql.equivalence.presupposed): targeted ones built for this pair (t2sql.equivalence.targeted) and the
-database's suite (t2sql.equivalence.suites); docs/recipe_extras.md says how each is made.
-
-Every query runs in the core's guard (the real file through `Database.rows` and `Database.catalog`,
-small databases through `Database.from_rows`), under one deadline and one Cancel for the whole check
-(t2sql.equivalence.checkbounds); the caches are bounded in bytes. Whatever it meets, a check returns a
-report: refuted with a witness (t2sql.equivalence.refutation says when a small database refutes),
-checked, or skipped for one of SKIP_REASONS.
-"""
+"""The equivalence check's machinery: one check of a (prediction, gold) pair on small databases of the real one's kind
+(`EquivalenceChecker.check_sync`, run by the Grader on one of its SQL workers). Whatever it meets it returns a
+report: refuted with a witness, checked, or skipped for one of SKIP_REASONS. Its rules:
+docs/episode.md, "The equivalence check" and docs/recipe_extras.md, "Equivalence check"."""
 
 from __future__ import annotations
 

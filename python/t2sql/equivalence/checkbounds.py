@@ -1,15 +1,6 @@
-"""The equivalence check's bounds: its one deadline and Cancel, and what its caches may hold.
-
-`CheckBudget` is one check's deadline (`equivalence_budget_s` from its start), its Cancel and its cap
-on temporary disk. While a check runs it is the thread's current budget (`active`), so every query the
-check runs on a real file or a small database (t2sql.equivalence.sampling, mining, refutation) takes its
-timeout from it (`timeout`: the query's own, cut at the deadline) and every loop of the check's own
-asks `checkpoint()`. Past the deadline `BudgetSpent` (a QueryCancelled of the check's own) ends the
-check (skipped: budget); a fired Cancel raises t2sql.QueryCancelled, which frees the worker.
-
-`approx_bytes` is what the check's caches (t2sql.lru.Lru) count an entry as: caches
-keyed by a prediction's text are bounded in bytes, not entries.
-"""
+"""The equivalence check's bounds: one check's deadline, Cancel and temporary-disk cap (`CheckBudget`, the current
+thread's while the check runs: every query takes its timeout from it), and what its caches count an entry as
+(`approx_bytes`: caches keyed by a prediction's text are bounded in bytes, not entries)."""
 
 from __future__ import annotations
 

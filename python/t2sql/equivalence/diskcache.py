@@ -1,9 +1,7 @@
-"""Where the equivalence check keeps what it learns about a database file (its invariants, its suite):
-JSON entries on disk named by the file's content (`database_key`: a digest of every byte, never its
-name, size or mtime, which another file can share), written atomically, safe for many processes. An
-entry that cannot be read whole (too large, not JSON, nested past any real entry) is no entry: the
-caller builds it again. `DiskCache.lock` is a lock file beside an entry, so that one process builds
-it while the others wait or go on."""
+"""Where the equivalence check keeps what it learns about a database file (its invariants, its suite): JSON entries
+on disk named by the file's content digest (`database_key`), written atomically, with a lock file beside each
+(`DiskCache.lock`) so one process builds an entry while others wait. An entry that does not read back whole is
+no entry: the caller builds it again."""
 
 from __future__ import annotations
 

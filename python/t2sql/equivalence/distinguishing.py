@@ -1,15 +1,6 @@
-"""Distinguishing rows made of real ones, for the rows a query's conditions reach.
-
-Re-pointed (`repointed`): a real row a query reaches, with one of its references pointed at another
-real parent row, one that a comparison of the pair on that parent's
-table meets (or nearly does: a longer text holding the literal, the nearest number) or one that it
-does not. The row then meets all but one condition of one query of the pair (a Bad hero whose skin
-is the real colour 'Green/Blue' tells `colour = 'Green'` from `colour LIKE '%Green%'`; a Green hero
-who is Good tells a query from one that dropped `alignment = 'Bad'`). Every row stays a real row but
-for the one reference, and the parent is real and unchanged: a fixed lookup table keeps its rows.
-
-Childless (`childless`): a parent row a query reaches without its child rows in one table, where the
-reference does not require a child (what an outer join keeps and an inner join drops)."""
+"""Distinguishing rows made of real ones, where the realism rules refuse new rows: a real row re-pointed at another
+real parent that a comparison meets, nearly meets or misses (`repointed`), and a parent without its children in
+one table (`childless`). docs/recipe_extras.md, "Equivalence check"."""
 
 from __future__ import annotations
 

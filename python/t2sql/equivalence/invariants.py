@@ -1,35 +1,7 @@
-"""What every real database of a kind keeps: its declared constraints and the invariants its data keeps.
-
-The equivalence check builds small databases to tell a prediction from the gold. A database that no
-real database of this kind could be (a reference left dangling, a key-like column with a repeat, a
-status column that no longer equals its parent's) proves nothing about the question: two queries that
-are the same on every real database of this kind may differ there, and a right answer would be
-punished. So every small database keeps, besides the schema's own rules:
-
-- declared: primary keys, UNIQUE, NOT NULL, foreign keys closed (a child's reference names a row
-  that exists);
-- mined from the data, once per database file:
-  - `nulls`: a column that holds no NULL stays without NULL;
-  - `unique`: a column with no repeated value stays without repeats;
-  - `types` and `formats`: values keep the storage classes and text shapes the column holds (a date
-    column stays 'YYYY-MM-DD', a timestamp column may hold any time of a day);
-  - undeclared references: a column whose values all exist in another table's key stays closed;
-  - `total` participation: a parent table whose every row has a child keeps a child for every row;
-  - copies: a column that always equals another, in the same row or in the row its reference names
-    (a denormalised copy of a parent's value), stays equal;
-  - relations: a numeric column that is always the sum of two others in its row stays so.
-
-Mining runs SQL of our own through the core's guard (t2sql.equivalence.mining), to the end: its work is
-bounded by what it reads, never by the clock, so a file's invariants are the same whatever the load.
-An invariant that could not be verified is never used: the database is then `unsupported` (the check
-skips it, saying which one). A part of the schema no small database can hold faithfully (a virtual table, a table
-the catalog cannot describe, a foreign key naming a column its parent lacks) is listed under `left_out`
-and kept out of every small database; the rest of the database is used.
-
-Invariants are cached in memory and on disk (JSON), keyed by the file's content digest
-(t2sql.equivalence.diskcache.database_key); an entry that does not read back as these fields with these
-types is mined again. `t2sql equivalence --invariants --db FILE` lists them.
-"""
+"""What every real database of a kind keeps: its declared constraints and the invariants mined from its data, which
+every small database must keep too, and what was left out of the schema (`left_out`). The list, and why a database
+with an invariant mining could not verify is skipped: docs/recipe_extras.md, "Equivalence check";
+`t2sql equivalence --invariants --db FILE` lists a database's."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The real rows a query touches: for each of its SELECTs, the keys of the rows its FROM joins and its
-WHERE keeps, and of those that meet all but one of its WHERE's conditions (the rows that tell a query
-from a near neighbour), fetched from the real file; and how to copy what one result row joins as new
-entities (one more result row).
-
-A lineage query pastes the query's own WITH, FROM and WHERE (a prediction's too): it runs as every
-such query does, through RealRows on the core's guard, under the check's deadline, Cancel and
-temporary-disk cap (t2sql.equivalence.real_rows), on the real file or, where a table is large, on the core's
-copy of the database's first rows (RealRows.first_rows); the rows it names are fetched from the file."""
+"""The real rows a query touches: for each of its SELECTs, the keys of the rows its FROM joins and its WHERE keeps,
+and of those meeting all but one of its conditions, fetched from the real file (or the core's copy of a large
+table's first rows) through RealRows; and how to copy what one result row joins as new entities."""
 
 from __future__ import annotations
 

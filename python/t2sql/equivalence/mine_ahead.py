@@ -1,11 +1,6 @@
-"""Mining every database of a split ahead of training (`t2sql gold`, `t2sql-train prepare`, and the
-commands that check pairs), so that no check of training's waits for it: a check on a database not
-mined yet is skipped as not_ready (t2sql.equivalence.check).
-
-Each database is mined once per content into the equivalence cache (t2sql.equivalence.diskcache), where
-training's checks read it; one already there is read back, one another process is mining is waited for.
-Progress: a bar, or a line every 30 s off a terminal (t2sql.progress).
-"""
+"""Mining every database of a split ahead of training (`t2sql gold`, `t2sql-train prepare`, the commands that check
+pairs) into the equivalence cache, with progress, so no training check waits for it: a check on a database not
+mined yet is skipped as not_ready. docs/episode.md, "The equivalence check" (Mining ahead)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
-"""Finding a database's invariants (t2sql.equivalence.invariants) in its file.
-
-Mining runs SQL of our own through the core's guard: the schema through `Database.catalog` (the
-pragmas no query may name, read on a connection that can read nothing else; t2sql.equivalence.declared
-says what a small database takes of it and what is left out), everything else through
-`Database.rows` (one read-only statement under the tool call's policy, a Cancel and mining's own
-cap on temporary disk). Mining runs to the end: its work is bounded by what it reads (each statement
-one pass over a table, a join along a reference, or a sort of one column), never by the clock, so the
-same file gives the same invariants whatever the machine's load. A statement that fails (past the
-temporary-disk cap, an answer too large) leaves its invariant unverified, and an unverified invariant
-is never used: the database is then `unsupported`, with the reason, and the check skips it.
-
-Mining is done ahead (`t2sql gold`, `t2sql-train prepare`, t2sql.equivalence.mine_ahead), not inside a
-check; t2sql.equivalence.invariant_store keeps what it finds.
-"""
+"""Finding a database's invariants (t2sql.equivalence.invariants) in its file: SQL of our own through the core's guard
+(`Database.catalog`, `Database.rows`), run to its end, bounded by what it reads and never by the clock; an
+invariant it cannot verify makes the database `unsupported`. Done ahead (t2sql.equivalence.mine_ahead), never in a
+check; docs/episode.md, "The equivalence check" (Mining ahead)."""
 
 from __future__ import annotations
 

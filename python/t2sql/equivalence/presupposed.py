@@ -1,23 +1,7 @@
-"""What a question presupposes of every database it is asked on: kept by every small database of a check.
-
-A right answer may lean on what every real database of this kind holds for its question; a small
-database without it asks another question, and a verdict there would punish a right answer. So, besides
-the invariants (t2sql.equivalence.invariants):
-
-- fixed lookup tables (`lookups`): a small table others reference, with a unique never-NULL name
-  column and no reference of its own (colours, genders, publishers), is a vocabulary: every small
-  database holds all its real rows, each once, as they are. Their keys may be renumbered (a query that
-  hard-codes a key it looked up today finds another row), except every key the task's evidence states
-  ("male refers to gender.id = 1", "eye_colour_id = 7"): it names its real row (`stated_keys`).
-- named entities: a row a query names by a text literal (`superhero_name = 'Amazo'`, `molecule_id =
-  'TR006'`, through a reference its parent's) that the real database holds, at most NAMED_MAX_ROWS
-  times, is held exactly as many times: not absent, not repeated under fresh keys.
-- an aggregate's set stays non-empty: where the gold's real result is one row without NULL, a small
-  database where that row holds a NULL (an aggregate over an empty set, a division by zero) is not
-  informative (`degenerate`).
-
-docs/episode.md ("What a question presupposes") states the rules and why.
-"""
+"""What a question presupposes of every database it is asked on, kept by every small database of a check: fixed
+lookup tables (`lookups`) with the keys the evidence states (`stated_keys`), the entities the gold names, and an
+aggregate's one row never NULL where the real one is not (`degenerate`).
+docs/episode.md, "What a question presupposes" states the rules and why."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""What the equivalence check reads from a query's text, without parsing SQL: its SELECTs' clauses, the
-tables and aliases of their FROM lists, the literals it compares columns with, and its outermost
-ORDER BY ... LIMIT.
-
-Everything here is a best effort over t2sql.sqltext's tokens: a query this cannot read is still
-checked, only with fewer targeted rows. Nothing here decides a verdict: the queries' results on the
-small databases do.
-"""
+"""What the equivalence check reads from a query's text, without parsing SQL: its SELECTs' clauses, their FROM
+tables and aliases, the literals it compares columns with, its outermost ORDER BY ... LIMIT. A best effort over
+t2sql.sqltext's tokens: a query it cannot read is still checked, with fewer targeted rows; nothing here decides
+a verdict."""
 
 from __future__ import annotations
 

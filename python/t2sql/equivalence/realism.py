@@ -1,27 +1,7 @@
-"""Realism rules a table's data keeps beyond its columns and references, mined from the data
-(t2sql.equivalence.invariants lists the others) and kept by every small database:
-
-- `symmetries`: a relation stored in both directions (a bond from atom a to atom b is also a row from b
-  to a): two columns that reference the same parent key, where every row's mirror (the two swapped,
-  the rest the same) is a row too, and (`keyed`, where the data shows it) the rest names one pair.
-  Without it a small database holds a bond one way only, and a query that reads one side differs
-  from one that reads the other on data no real database holds. `close` adds each row's mirror
-  (t2sql.equivalence.sampling), so a variant that adds, changes or renumbers a row does it to its mirror.
-- `unique_sets`: two columns that never repeat together (a budget row per event and category), though
-  neither is unique alone and, were they unrelated, the data would show repeats (at least
-  MIN_EXPECTED_REPEATS expected): a duplicate under fresh keys gives such a set fresh values too.
-- `vocabularies`: a low-cardinality text column (at most VOCABULARY_MAX values, at least
-  VOCABULARY_ROWS_PER_VALUE rows per value: a code, a category, a status) keeps its set of values and
-  their letter case: a small database never holds a value the real one lacks ('Cl' in a column of
-  'cl'). A column with a row per value (a lookup table's names) stays open: new values may come.
-- `path_copies`: two parents of one row agree on a column (an atom's molecule is the molecule of the
-  bond that joins it: connected -> atom and connected -> bond), like a copy along one reference.
-- `prefixes`: a text column always starts with another of its row (an atom id 'TR009_12' with its
-  molecule id 'TR009'): a duplicate under fresh keys takes a real id under its own row's prefix.
-
-They are mined with the rest (t2sql.equivalence.realism_mining, run by t2sql.equivalence.mining): a statement
-that fails makes the database unsupported, never a rule silently dropped.
-"""
+"""Realism rules a table's data keeps beyond its columns and references, mined with the invariants and kept by every
+small database: `symmetries` (a relation stored both ways), `unique_sets`, `vocabularies`, `path_copies` and
+`prefixes`. Each rule and why: docs/recipe_extras.md, "Equivalence check"; mined by
+t2sql.equivalence.realism_mining (a statement that fails makes the database unsupported)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""What one small database says about a pair: the queries run there (the gold's digest prepared once per
-gold), and whether the result refutes the match: they differ there and on its mirror (rows reversed,
-unordered scans reversed), the gold's result does not depend on the order rows come in, no ORDER BY ...
-LIMIT keeps one of tied rows (there only rows against none refute), and both queries give the same result
-when run again there (a query of random() or the clock is never refuted for its changing). A refuting
-database is shrunk to as few rows as still refute.
-
-Every query here runs in the core on the small database, under its timeout cut at the check's
-deadline and under its Cancel (t2sql.equivalence.checkbounds)."""
+"""What one small database says about a pair: both queries run there (the gold's digest prepared once per gold), and
+whether the result refutes the match (the rule: docs/recipe_extras.md, "Equivalence check", What a small database
+says); a refuting database is shrunk to as few rows as still refute. Every query runs in the core under the
+check's bounds (t2sql.equivalence.checkbounds)."""
 
 from __future__ import annotations
 

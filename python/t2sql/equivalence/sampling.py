@@ -1,19 +1,6 @@
-"""Drawing small databases from a real one: real rows, closed under the database's references, and
-variants of them that stay within what the database's invariants allow.
-
-- The real rows come from t2sql.equivalence.real_rows (`RealRows`: through the core's guard, bounded reads).
-- `close` makes a set of rows a database of this kind: every reference names a row that is there
-  (a parent is fetched; a row whose parent the real file lacks is dropped), and every parent of a
-  reference with total participation keeps a child (one of its real children is fetched).
-- The variants change rows the way another real database of this kind could differ: a row
-  duplicated under fresh keys (values borrowed from other real rows), a value set beside a query's
-  literal (the literal itself, one above and below, the same text in another case, as part of a
-  longer text, a later time on the same day), NULL where the column holds NULLs, integer keys
-  renumbered with every reference to them.
-
-Nothing here decides that a database is realistic: `SmallDb.problems()` does, and the check throws away
-every database with a problem.
-"""
+"""Drawing small databases from a real one: real rows (t2sql.equivalence.real_rows), closed under the database's
+references (`close`), and variants of them another real database of this kind could hold. Nothing here decides
+that a database is realistic: `SmallDb.problems()` does."""
 
 from __future__ import annotations
 

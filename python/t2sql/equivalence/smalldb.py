@@ -1,12 +1,6 @@
-"""A small database of a real one's kind: a few dozen rows under the real schema, checked against every
-invariant the real database keeps (t2sql.equivalence.invariants) before any query sees it.
-
-`SmallDb.problems()` is the equivalence check's safety net: whatever made the rows (a closed sample of
-real rows, a duplicated row, a value beside a query's literal), a database with a problem is thrown
-away, so no witness ever rests on data no real database of this kind could hold. `to_sql()` is the
-witness a refutation shows (INSERT statements); `database()` builds it in the core, hardened like any
-other database (the model's SQL meets the same policy there).
-"""
+"""A small database of a real one's kind: a few dozen rows under the real schema. `SmallDb.problems()` is the check's
+safety net (a database that breaks any invariant is thrown away before a query sees it), `to_sql()` the witness a
+refutation shows, `database()` builds it in the core, hardened like any other database."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""A database's suite: small databases drawn from random real rows and their realistic variants,
-distilled greedily against neighbour queries derived from the schema (pairs that differ only on
-databases with duplicates, NULLs, childless parents, text in another case, a value at a boundary, a
-lookup table's keys renumbered): a test-suite approach. Each is judged, and kept, as every check holds
-it: with what every question presupposes (t2sql.equivalence.presupposed). Built once per database content
-and kept on disk (t2sql.equivalence.diskcache), within the deadline of the check that builds it
-(t2sql.equivalence.checkbounds: a build the deadline stops is not kept)."""
+"""A database's suite: small databases of random real rows and their variants, distilled greedily against neighbour
+queries derived from the schema, each judged as every check holds it; built once per database content within a
+check's deadline and kept on disk. docs/recipe_extras.md, "Equivalence check"."""
 
 from __future__ import annotations
 

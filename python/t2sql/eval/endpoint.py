@@ -1,19 +1,7 @@
-"""HTTP clients for the model endpoints `t2sql eval` talks to.
-
-Two wire formats, both plain JSON over HTTP:
-
-- `OpenAIChatClient`: an OpenAI-compatible `/v1/chat/completions` server (sglang, vLLM,
-  llama.cpp, ...). One call = one assistant turn; the server applies the chat template.
-- `SglangGenerateClient`: sglang's token-level `/generate`, the call miles makes in training:
-  `input_ids` in, `text`, `meta_info.finish_reason.type` and `meta_info.output_token_logprobs`
-  out. The caller owns the token ids (see `t2sql.eval.policies.SglangPolicy`).
-
-Both retry what may heal (connection errors, timeouts, HTTP 408/429/5xx, a garbled body) with
-exponential backoff and raise `EndpointError` once the retries are spent, or at once for what will
-not heal (another 4xx, a reply that is JSON but not the shape the format promises: each reply is
-checked field by field in one place per API, `parse_chat_completion` and `parse_generate` in
-`t2sql.eval.replies`, and the error names the field). Nothing here knows about episodes, SQL or rewards.
-"""
+"""HTTP clients for the model endpoints `t2sql eval` talks to: `OpenAIChatClient` (`/v1/chat/completions`, one call
+one assistant turn) and `SglangGenerateClient` (sglang's token-level `/generate`, the call miles makes). Both retry
+what may heal and raise `EndpointError` once the retries are spent or at once for what will not; each reply is
+checked field by field in t2sql.eval.replies. Nothing here knows about episodes, SQL or rewards."""
 
 from __future__ import annotations
 

@@ -1,36 +1,6 @@
-"""`t2sql eval`: run the training episode against any model endpoint, or the oracle policy.
-
-    t2sql eval --endpoint URL --model NAME [--api openai|sglang] --data FILE --db-root DIR \\
-               --out results.jsonl [--concurrency N] [--preset NAME] [--limit N]
-    t2sql eval --policy oracle --out oracle.jsonl          # no model: checks data + pipeline
-
-Every episode is the same `t2sql.Episode` that training runs: this module only moves
-turns between it and a model (a *policy*):
-
-    episode = Episode(task, preset, grader)
-    loop: turn = await session.next_turn()            # model writes one assistant turn
-          outcome = await episode.on_turn(turn.text, cut=turn.cut, tool_calls=turn.tool_calls)
-          done? -> episode.result ; else session.observe(outcome.tool_messages)
-
-Policies:
-- `openai`: `/v1/chat/completions` with the tool spec; tool calls come back structured
-  (`tool_calls`) or written in the text, the episode takes either. finish_reason "length" is a
-  per-turn cut (a context cut when the context budget, not the turn limit, capped max_tokens). The
-  context is counted from the server's `usage`; before the first reply it is estimated at
-  4 characters per token.
-- `sglang`: token-level `/generate` as in training: the prompt is the tokenizer's chat template
-  (with the tool spec), the model's own output ids are appended, tool results are appended as the
-  template's suffix for them, `max_new_tokens` = min(per-turn limit, context budget left).
-- `oracle`: no model. Turn 1 restates the evidence and runs the gold query once as a real tool
-  call; turn 2 quotes the evidence and answers with the gold query. Its accuracy is the share of
-  gold queries that run and match themselves (1.0 on clean data).
-
-Output: one JSON line per episode, appended (and flushed) as each finishes. Rerunning with the
-same --out skips the (question id, sample) pairs already finished; a truncated last line (a crash
-mid-write) is reported and dropped; an episode whose endpoint kept failing is written with outcome
-"endpoint_error" (one that failed inside t2sql: "eval_error"), which does not count as finished,
-so the next run retries it.
-"""
+"""`t2sql eval`: run the training episode against any model endpoint, or the oracle policy. Every episode is the
+same `t2sql.Episode` that training runs; this module only moves turns between it and a model (a policy), and
+writes one JSON line per episode, resumable. docs/eval.md has the options, the policies and the output."""
 
 from __future__ import annotations
 

@@ -1,27 +1,8 @@
-"""t2sql's episode inside other RL frameworks: one thin module per framework, each an optional extra.
-
-    t2sql.integrations.trl     TRL's GRPOTrainer (environment_factory, reward_funcs)   pip install ".[trl]"
-    t2sql.integrations.verl    verl's agent loop, registered as "t2sql"                 pip install ".[verl]"
-    t2sql.integrations.skyrl   SkyRL's text environment, registered as "t2sql"          pip install ".[skyrl]"
-
-(t2sql is installed from its checkout: each command runs in the checkout's root.)
-
-Each stands on the episode seam (t2sql.episode.rollout, the per-call episode API, the token trajectory)
-and holds only the framework's side: none has a token loop, prompt, reward or grading rule of its own.
-`import t2sql` imports none of them; t2sql.integrations.rows (the dataset rows `t2sql convert --format`
-writes) imports no framework.
-
-What they share is here:
-- `require`: a framework's module, or one line naming the extra to install (FrameworkMissing).
-- `module_help`: what `python -m` of an integration prints for `--help` when the integration is a
-  library a training script imports (TRL, verl), not a command.
-- `on_episode_loop`: the bridge for frameworks that call the environment synchronously (TRL, SkyRL): one
-  event loop per process, on a daemon thread, runs every episode coroutine.
-- `episode_record`: the episode record a framework keeps beside its sample.
-- `settings_from_env`: the rollout settings (t2sql.episode.rollout.RolloutSettings) from T2SQL_*
-  environment variables, for frameworks that build our class with no arguments or in a worker process;
-  a bad value is a SettingsError (t2sql.errors) naming it.
-"""
+"""t2sql's episode inside other RL frameworks: one thin module per framework, each an optional extra (trl, verl,
+skyrl; docs/trl.md, docs/verl.md, docs/skyrl.md), standing on the episode seam (t2sql.episode.rollout) and holding
+only the framework's side. Here is what they share: `require`, `module_help`, `on_episode_loop` (one event loop per
+process for frameworks that call synchronously), `episode_record` and `settings_from_env` (the T2SQL_* variables).
+`import t2sql` imports none of them; t2sql.integrations.rows imports no framework."""
 
 from __future__ import annotations
 

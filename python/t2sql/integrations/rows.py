@@ -1,22 +1,6 @@
-"""Dataset rows for other frameworks: what `t2sql convert --format verl|skyrl` writes and the
-integrations read back. Imports no framework.
-
-A t2sql row (the converted split's format, t2sql.data.convert: prompt, label, metadata, tools) goes into
-each framework's row whole, as ONE JSON string under the key "t2sql": its nested fields (a label with or
-without a grading method, metadata that varies by split) never fight a parquet schema, and the episode
-reads exactly what `t2sql eval` and the miles adapter read. Around it, each framework's own fields:
-
-    verl   {"data_source", "agent_name": "t2sql", "prompt": messages, "ability",
-            "reward_model": {"style": "rule", "ground_truth": gold SQL},
-            "extra_info": {"split", "index", "question_id", "t2sql": JSON}}
-    SkyRL  {"data_source", "prompt": messages, "env_class": "t2sql",
-            "reward_spec": {"method": "rule", "ground_truth": gold SQL},
-            "split", "index", "question_id", "t2sql": JSON}
-
-verl hands an agent loop every field of its row (extra_info among them); SkyRL hands its environment
-every field but the prompt and env_class as `extras`. `t2sql_row` takes any of these and returns the
-t2sql row.
-"""
+"""Dataset rows for other frameworks: what `t2sql convert --format verl|skyrl` writes (the whole t2sql row as one JSON
+string under "t2sql", the framework's own fields around it) and `t2sql_row`, which reads the t2sql row back from
+any of them. Imports no framework. The rows: docs/cli.md, "`t2sql convert`"."""
 
 from __future__ import annotations
 

@@ -1,39 +1,7 @@
-"""SkyRL: t2sql's episode as a SkyRL-Gym text environment, registered as "t2sql" (docs/skyrl.md).
-
-    python -m t2sql.integrations.skyrl data.train_data="['train.skyrl.parquet']" ... environment.env_class=t2sql
-
-`SQLEnv(env_config, extras)` is a `skyrl_gym.envs.base_text_env.BaseTextEnv`, built the way SkyRL's
-generator builds every environment (`skyrl_gym.make("t2sql", env_config=..., extras=row_extras)`):
-
-- the task is the row's: `extras["t2sql"]`, the t2sql row `t2sql convert --format skyrl` writes
-  (t2sql.integrations.rows); the settings (preset, databases, gold cache, ...) are the T2SQL_* variables
-  (t2sql.integrations.settings_from_env), with `env_config`'s keys winning; the episode comes from
-  `t2sql.episode.rollout.context(settings).episode_async`, one Grader per process;
-- `init(prompt)` starts the episode on the row's prompt and returns its messages;
-- `step(action)` is one assistant turn: `episode.on_turn(action)`. Observations are the tool messages
-  (role "tool", which the chat template renders as the model's tool responses); done when the episode
-  ends; the reward is the recipe's reward at the end and 0 before; the last step's metadata and
-  `get_metrics()` are the episode record (`EpisodeResult.to_dict()` and the preset's name), and
-  `aggregate_metrics` turns a batch of records into rates SkyRL logs under `environment/`.
-
-SkyRL calls `step` synchronously (on its event loop's thread, or on one of `max_env_workers` threads)
-and hands it only the text. The episode is async: every SQLEnv of a process runs its episode on the
-process's one episode loop (t2sql.integrations.on_episode_loop).
-
-What SkyRL tells the environment, and what it cannot (docs/skyrl.md has the consequences):
-
-- max turns: SkyRL's generator passes `generator.max_turns` as `extras["max_turns"]` and leaves ending
-  the episode to the environment. At or above the preset's `max_turns` the preset's rule ends it (as in
-  `t2sql eval`); below it, SkyRL's last turn is taken as the answer turn (`episode.finish`: graded if it
-  holds a <solution>, no_solution otherwise, its tool calls not run).
-- context: when the conversation outgrows `generator.max_input_length`, SkyRL's generator stops
-  without another step and then asks for the metrics. An episode still open at `get_metrics()` is
-  ended there as `context_cut` (`on_turn("", cut="context")`, as t2sql eval does when the context is
-  full), so the record says so; but SkyRL has already summed the step rewards (0), and never asks for
-  another: `reward_given` in the metrics says what SkyRL trained on.
-- a turn cut by `max_generate_length`: not told (SkyRL's engines decode with skip_special_tokens, so
-  the text looks the same either way). The env takes the text as a whole turn (cut=None).
-"""
+"""SkyRL: t2sql's episode as a SkyRL-Gym text environment, `SQLEnv`, registered as "t2sql": one assistant turn per
+`step`, on the process's one episode loop, with the T2SQL_* settings (`env_config`'s keys winning). `python -m
+t2sql.integrations.skyrl KEY=VALUE ...` is SkyRL's main_base with it registered. What SkyRL tells the environment
+and what it cannot: docs/skyrl.md."""
 
 from __future__ import annotations
 

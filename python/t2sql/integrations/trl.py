@@ -10,39 +10,7 @@
                           environment_factory=environment, train_dataset=train_dataset("out/data/train.jsonl"),
                           args=args)
 
-How the pieces meet TRL (read from TRL 1.16's GRPOTrainer; docs/trl.md has the run):
-
-- TRL builds one `SQLEnvironment` per rollout with `environment_factory()` (no arguments; instances are
-  pooled and reused) and calls `reset(**row)` with the dataset row before each rollout: it starts the
-  task's episode (t2sql.episode.rollout: the process's preset and Grader) and returns None, since the
-  row's prompt is already the episode's.
-- Every public method but `reset` is a tool: `execute_sql_query` is the only one. Its JSON schema (built
-  by transformers from the docstring and signature) is t2sql's own tool spec (prompt.TOOL_SPEC). TRL
-  parses the model's tool calls, calls the method and appends what it returns; the call runs through
-  `Episode.call_tool` (budget, invalid calls, the unsafe rule). The method takes any arguments the model
-  sent, so a malformed call reaches the episode and counts as an invalid call, as in `t2sql eval`.
-- TRL never hands an environment the model's text: a turn's text reaches t2sql only at reward time, in
-  the completion's token ids. `sql_reward` decodes each turn the model sampled from them (TRL's ids are
-  each sampled turn, then the chat template's rendering of the tool results TRL appended, then the next
-  turn; the tool rounds are located with the chat template and checked id for id), never TRL's parsed
-  messages (its parser keeps one content span a turn and drops the text before a tool call). The turns
-  are recorded in order (`Episode.record_turn`) and the last one ends the episode (`Episode.finish`).
-  Where the calls TRL made are not the ones the episode's rules give those turns (a solution in a turn
-  that also called the tool, an unsafe query, a call to another tool name, a call TRL's parser read
-  differently, more than the preset's max_turns turns), the record is rebuilt by replaying the turns
-  through a fresh episode (`Episode.on_turn`), so the record is the one `t2sql eval` gives the same turns.
-- The last turn is cut ("turn_cut", never graded) when TRL stopped the completion at
-  max_completion_length (the completion then does not end in an end-of-turn token) or stopped calling
-  tools (its max_tool_calling_iterations, or a tool result that would not fit): the model was not done.
-- Metrics go through TRL's `log_metric` (averaged over every episode of a logging step, across
-  processes) under the names the miles rollout log uses (`t2sql/accuracy`, `t2sql/tool_calls_mean`, ...),
-  plus `t2sql/outcome/<outcome>` rates; each completion's outcome goes to TRL's completions table
-  (`log_extra`).
-
-TRL calls environments and reward functions synchronously on its training thread; t2sql's episode is
-async. All of it runs on the process's one episode loop (t2sql.integrations.on_episode_loop), where a
-batch's episodes are finished concurrently.
-"""
+How an episode meets TRL (the tool, the turns read from the token ids, cut rollouts, metrics): docs/trl.md."""
 
 from __future__ import annotations
 

@@ -1,43 +1,7 @@
-"""t2sql's episode as a verl agent loop: `SQLAgentLoop`, registered under the agent name "t2sql".
-
-verl (0.9.1) runs one agent loop per dataset row whose `agent_name` names it (`t2sql convert --format verl`
-writes such rows); its AgentLoopWorker builds the loop with hydra and awaits `run(sampling_params, **row)`.
-This module is verl's side only; the episode, the prompt, the tool, the grading and the reward are t2sql's
-(t2sql.episode.rollout), and the token loop is t2sql's token trajectory (t2sql.episode.tokens), exactly as
-the miles adapter (t2sql.miles.adapter) uses them:
-
-- The task: the t2sql row the verl row carries as JSON in `extra_info["t2sql"]`
-  (t2sql.integrations.rows.t2sql_row); the prompt: the row's messages as verl's dataset hands them over
-  (`raw_prompt`), rendered with the model's chat template, the episode's tool and verl's
-  `data.apply_chat_template_kwargs` (e.g. enable_thinking), through the tokenizer verl loaded.
-- Generation: `await server_manager.generate(request_id, prompt_ids=..., sampling_params=...)`, one call per
-  assistant turn with the whole sequence so far, one request id (sticky session) per episode. verl's
-  TokenOutput gives `token_ids`, `log_probs` (when rollout.calculate_log_probs) and `stop_reason`; the
-  servers name it differently (SGLang: "stop" / "length" / "abort"; vLLM: "completed" for both a stop and
-  a length cut, "aborted"), so a turn counts as cut when the stop reason says "length" or when it used
-  every token it was allowed without ending on the end-of-turn token.
-- Budgets (t2sql.episode.budget.Budget.of): each turn gets min(the preset's per-turn limit, a
-  `max_tokens` / `max_new_tokens` in sampling_params) tokens, and the whole response never holds more than
-  `actor_rollout_ref.rollout.response_length` tokens (verl pads each response to that length and cuts
-  anything past it): the context budget is min(the preset's, prompt + response_length). A turn that hits
-  that budget ends the episode as context_cut, the preset's per-turn limit as turn_cut. A prompt longer
-  than `rollout.prompt_length` (`data.max_prompt_length`) cannot be padded by verl: AdapterError, naming
-  the setting to raise.
-- The output (verl's AgentLoopOutput): prompt_ids, response_ids, response_mask (1 for the model's tokens,
-  0 for the tool segments), response_logprobs (0.0 on tool tokens; None when the server returned none),
-  routed_experts (the last turn's, which cover the whole sequence), num_turns (the prompt, each assistant
-  turn and each round of tool messages, as verl's ToolAgentLoop counts), reward_score (the recipe's reward:
-  verl puts it on the last response token and skips its own reward loop), and extra_fields:
-  `reward_extra_info` (acc = correct as 1.0/0.0, outcome, turns, tool_calls, invalid_tool_calls: verl
-  logs them and its validation reports `val-core/<data_source>/acc/...`) and `t2sql` (the whole episode
-  record, as `t2sql eval` writes it, and the preset's name).
-- A request the server aborted is not graded: its response mask is all 0 (the policy is never trained on
-  it) and its reward 0.0, with outcome "aborted".
-
-Settings: the T2SQL_* environment variables (t2sql.integrations.settings_from_env), then a `t2sql:` block in
-verl's config (`+t2sql.db_root=... +t2sql.recipe=...` on the command line), then keys of this loop's
-entry in an `agent_loop_config_path` YAML; later ones win. docs/verl.md has the command of a real run.
-"""
+"""t2sql's episode as a verl agent loop: `SQLAgentLoop`, registered under the agent name "t2sql" (verl 0.9.1), on
+t2sql's token trajectory as the miles adapter uses it. Settings: the T2SQL_* variables, then verl's `+t2sql.*`
+block, then the loop's `agent_loop_config_path` entry. docs/verl.md has a real run's command, the budgets and
+what the loop returns to verl."""
 
 from __future__ import annotations
 

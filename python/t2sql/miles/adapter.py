@@ -1,46 +1,8 @@
-"""The miles adapter: `generate` and `reward_func` for multi-turn text-to-SQL.
-
-    --custom-generate-function-path t2sql.sql_episode.generate
-    --custom-rm-path t2sql.sql_episode.reward_func --reward-key reward
-    --eval-reward-key correct --log-reward-category category
-    --custom-rollout-log-function-path t2sql.sql_episode.log_rollout
-
-`generate(input)` (miles' new-form custom generate: the parameter must be named `input`) runs one
-`t2sql.Episode` over sglang's `/generate`, token by token:
-
-- Rendering: the messages (the data row's prompt, then the episode's assistant and tool messages)
-  go through `tokenizer.apply_chat_template(messages, tools=episode.tools, tokenize=False,
-  **args.apply_chat_template_kwargs)` on EVERY render, so kwargs such as `enable_thinking` hold for
-  every turn. Run miles WITHOUT `--apply-chat-template`: the adapter needs the messages.
-- Model tokens: the ids and log-probs sglang returns; loss_mask 1.
-- Tool tokens: the template's suffix, i.e. render(messages + tool messages, add_generation_prompt)
-  minus render(messages); loss_mask 0, log-prob 0.0. The tokens are appended, never re-tokenized.
-- The newline after `<|im_end|>`: the model stops at `<|im_end|>` (the stop token, kept in the ids)
-  and never generates the "\\n" the template writes after it. The adapter puts exactly the text the
-  template writes after the end-of-turn token (Qwen: "\\n") at the START of the next tool segment,
-  with loss_mask 0: the model is never trained on a token it did not sample, and the token sequence
-  reads exactly like the template's rendering of the whole conversation. If a turn stopped without
-  the end-of-turn token (a stop string), the whole closing ("<|im_end|>\\n") goes there instead.
-- Limits: each turn gets min(sampling_params.max_new_tokens, the preset's per-turn limit) tokens,
-  never past the context budget (min of --rollout-max-context-len and the preset's). A turn cut by
-  the per-turn limit ends the episode as turn_cut; one cut by (or with no room left in) the context
-  budget as context_cut. If the context runs out right after a tool segment, that segment is trimmed:
-  a sample never ends on tool tokens.
-- Routed experts (--use-rollout-routing-replay): sglang returns the experts of the whole sequence,
-  shape (len(tokens) - 1, layers, topk); they are ASSIGNED from the last response, never appended.
-- Status: COMPLETED for every episode that ran to an outcome (SQL errors, timeouts, unsafe queries,
-  a missing database: all are outcomes with a reward); TRUNCATED for turn_cut and context_cut;
-  ABORTED only when sglang aborted the request (miles then retries the sample, no reward).
-
-The episode's result goes to `sample.metadata["t2sql"]` (plain JSON: it survives Sample.to_dict and
-offline replay). `reward_func(args, sample)` returns it as a dict: `{reward_key: reward, "category":
-outcome, "correct": 1.0|0.0, ...}`. It works with `args=None` (miles' replay_reward_fn): with no
-recorded episode it grades the last `<solution>` of `sample.response` against the label and scores
-the outcome table only.
-
-miles is imported lazily: `import t2sql.miles.adapter` works without it (HTTP then goes through httpx,
-and the output is a stand-in with the same `samples` field).
-"""
+"""The miles adapter: `generate` (one `t2sql.Episode` over sglang's `/generate`, on the token trajectory) and
+`reward_func` (the episode's record, or with none the last `<solution>` under the outcome table), handed to miles
+as t2sql.sql_episode's. What it does per sample and its flags:
+docs/training.md, "What the adapter does per sample". miles is imported lazily: without it HTTP goes through
+httpx and the output is a stand-in."""
 
 from __future__ import annotations
 

@@ -1,26 +1,7 @@
-"""CISPO: the clipped-IS-weight policy loss, as a miles custom loss.
-
-    loss = -( sg(clip(ratio, 1 - eps_low, 1 + eps_high)) * A * log pi_theta )
-
-with ratio = pi_theta / pi_old per token and `sg` a stop-gradient. Unlike PPO's clipped surrogate,
-no token's gradient is ever dropped: the importance weight is truncated instead, so tokens far off
-policy (common once rollouts run asynchronously) still teach, with a bounded weight.
-Gradient per token: d loss / d log_prob_t = -w_t * A_t * mask_t / denominator(sample of t).
-
-Three layers, each usable alone:
-- `cispo_reference`: plain Python (no torch), value AND gradient, the executable spec that the
-  tests check against hand-computed numbers (so CI always runs a math test, torch or not).
-- `cispo_token_loss` / `cispo_objective`: the torch math over flat tensors; torch is imported
-  inside them only (`import t2sql.miles.cispo` never loads torch).
-- `cispo_loss(args, batch, logits, sum_of_sample_mean)`: the miles entry point for
-  `--loss-type custom_loss --custom-loss-function-path t2sql.cispo.cispo_loss`. It computes
-  log-probs with miles' own helpers, masks and reduces exactly like miles' `policy_loss_function`
-  (per-sample mean over loss-masked tokens, summed; miles rescales by the batch size outside),
-  and keeps miles' optional extras: entropy bonus, KL loss to the reference, TIS correction.
-
-Clip bounds: `args.cispo_eps_low` / `args.cispo_eps_high` when set (e.g. by
-`--custom-config-path`), else miles' `--eps-clip` / `--eps-clip-high`.
-"""
+"""CISPO, the clipped-IS-weight policy loss, as a miles custom loss, in three layers each usable alone: the plain
+Python spec the tests check (`cispo_reference`), the torch math (`cispo_token_loss`, `cispo_objective`; torch is
+imported inside them only) and the miles entry point (`cispo_loss`). The loss, its reduction and clip bounds:
+docs/recipe_extras.md, "CISPO loss"."""
 
 from __future__ import annotations
 

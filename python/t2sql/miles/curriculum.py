@@ -1,44 +1,7 @@
-"""Curriculum: hints for tasks a whole group missed, and learnability-weighted draws from epoch 2.
-
-The policy (which task, which hint, which weight) is plain Python in `Curriculum`, tested without
-miles. The miles glue is two entry points:
-
-    --data-source-path t2sql.curriculum.CurriculumDataSource
-    --rollout-all-samples-process-path t2sql.curriculum.record_rollout
-
-To look at a saved state (hint levels, weights, the hint each hinted task now gets):
-
-    t2sql curriculum <save>/rollout/t2sql_curriculum_<id>.json [--data train.jsonl] [--json]
-
-`CurriculumDataSource` is a subclass of miles' `RolloutDataSourceWithBuffer`, created on first
-access (miles is imported only then); `record_rollout(args, all_samples, get_samples)` runs after
-every rollout (miles passes the data source's bound `get_samples`, not the source) and feeds each
-group's results to the policy. The policy's state is saved beside miles' own data-source state at
-every checkpoint and restored on resume.
-
-The rules (the numbers are preset fields in t2sql.episode.presets, `curriculum_*`):
-
-- Hints. A task whose group scores 0/N (no sample correct) gets one hint level more the next time
-  it is drawn, up to `curriculum_max_hint_level` (3). A group at a hint level that scores at least
-  `curriculum_release_share` (0.5) correct gives one level back, so hints fade once they are not
-  needed. The hint is appended to the task's user message:
-    level 1: the evidence, restated ("Evidence, restated: ..."); a task with no evidence gets the
-             level-2 part instead, as restating nothing is no hint;
-    level 2: + the gold query's FROM/JOIN skeleton: its tables, aliases and join kinds in order,
-             without ON/USING conditions; a derived table shows as "(subquery)"; a main SELECT
-             without FROM (scalar subqueries only) lists the tables its subqueries read instead;
-    level 3: + the gold query's SELECT list, verbatim (whitespace collapsed).
-- Weights. Epoch 1 visits every task once in a seeded shuffle. From epoch `curriculum_weighted_from_epoch`
-  (2) on, an epoch is as many draws, with replacement, each task drawn with weight
-  max(p(1-p), `curriculum_weight_floor`), p = the share correct of its last group. A task never
-  seen, or whose hint level just changed (its prompt changed, so its old p says nothing), gets
-  0.25, the largest p(1-p), so it is tried soon.
-- Determinism. The plan of epoch e is a function of (seed, e, the weights at the start of e) only.
-- "Correct" for a sample: its reward dict's `correct`, else its `outcome == "correct"`, else the
-  same keys in `metadata["t2sql"]` (the adapter's episode record), then in `metadata`, else a
-  numeric reward >= `CORRECT_REWARD_THRESHOLD`. Aborted samples
-  are left out of the group.
-"""
+"""Curriculum: hints for tasks a whole group missed, and learnability-weighted draws from epoch 2. The policy is
+plain Python (`Curriculum`, tested without miles); the miles glue is `CurriculumDataSource` (a subclass of miles'
+data source, made on first access) and `record_rollout`, which feeds each group's results to the policy. The
+rules, the flags and the saved state: docs/recipe_extras.md, "Curriculum"."""
 
 from __future__ import annotations
 

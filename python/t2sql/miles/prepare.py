@@ -1,13 +1,6 @@
-"""`t2sql-train prepare`: disk check, checkpoints, the data release as miles jsonl, manifests, the gold cache,
-the equivalence check's invariants.
-
-Downloads and the checkpoint conversion are complete or absent: a download counts as done only when
-the completion record (COMPLETE, written last and atomically) is in its directory, after every file
-the Hub lists is there with its size; the torch_dist conversion runs in a temporary directory beside
-its target and is renamed into place once miles' converter has written its own last step (the
-tracker file saying "release"). An interrupted or failed step is resumed (downloads) or redone
-(conversion) by the next `prepare`, and `train` reports it missing until then.
-"""
+"""`t2sql-train prepare`: disk check, BIRD's databases, the data release as miles jsonl, manifests, the gold cache,
+the equivalence check's invariants and the checkpoint, each download and conversion complete or absent (resumed
+or redone by the next run). docs/training.md, "1. `t2sql-train prepare`"."""
 
 from __future__ import annotations
 

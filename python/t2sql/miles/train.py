@@ -1,42 +1,8 @@
-"""`t2sql-train`: prepare and launch the recipe's miles run (Qwen3.6-35B-A3B, one 8xH200 node).
-
-    t2sql-train prepare --output-dir /data/t2sql [--bird-url BASE | --data-release PATH | --data-repo REPO]
-    t2sql-train train   --output-dir /data/t2sql [--num-nodes N] [--loss grpo|cispo] [--dry-run]
-
-The preset (--preset) chooses the loss (--loss overrides it) and, when its `curriculum` switch is on,
-adds the curriculum's data source and after-rollout hook (t2sql.miles.curriculum).
-
-`prepare` checks free disk first; by default it downloads BIRD's databases the chosen splits run on
-(train.zip for train and validation, dev.zip for arcwise; resumable, CRC- and quick_check-verified,
-laid out all or nothing: t2sql.download), converts the task files t2sql ships (or --data-release)
-into miles jsonl (t2sql.data.convert), records the database manifest, runs every gold query once
-(validates the data and fills the gold cache), then downloads the checkpoint (huggingface_hub) and
-converts it to Megatron's torch_dist format with miles' own `convert_checkpoint` (torchrun on the GPUs).
-A download or conversion counts only once complete: a rerun resumes or redoes what did not finish.
-
-`train` builds the full miles command line in named blocks (checkpoint, data, rollout, text-to-sql,
-eval, loss, optimizer, routing replay, parallelism, sglang, logging, misc) — every setting visible
-here, each overridable with --extra-args (later flags win in miles' argparse) — and hands it to
-miles' `execute_train`, which starts Ray and submits miles' train.py. `--dry-run` prints the exact
-command and environment and exits 0 on any machine. Without GPUs or a miles checkout, `train` stops
-before starting anything and names what is missing.
-
-Layout under --output-dir (one place, so prepare and train agree):
-    models/Qwen3.6-35B-A3B             the HF checkpoint (--hf-checkpoint)
-    models/Qwen3.6-35B-A3B_torch_dist  its torch_dist conversion (--ref-load)
-    data/bird/{train,dev}_databases/   BIRD's databases, <db_id>/<db_id>.sqlite (the default data source)
-    data/release/                      a data release downloaded with --data-repo
-    data/{train,validation,arcwise}.jsonl, data/<split>.manifest.json (the database manifests)
-    gold_cache/                        gold digests (--text-to-sql-cache-dir)
-    checkpoints/<run-id>/              the run's own checkpoints (--save/--load); run id default
-                                       <recipe>-<loss>, so the same command resumes; a new one starts afresh
-
-Exit status: 0 done; 1 something outside the command failed or is missing (network, disk, GPUs, miles,
-a download or conversion not complete, bad data): the message says what to do; 2 the command line
-is wrong (a flag's value, a quote left open), or prepare would write over a file that is not its own
-output (t2sql.atomic's rule: pass --force, or choose another --output-dir): fix the command; 130 / 143
-interrupted (SIGINT / SIGTERM), temporary files removed: rerun to continue.
-"""
+"""`t2sql-train`: prepare and launch the recipe's miles run (Qwen3.6-35B-A3B, one 8xH200 node); docs/training.md.
+Exit status: 0 done; 1 something outside the command failed or is missing (network, disk, GPUs, miles, a download
+or conversion not complete, bad data): the message says what to do; 2 the command line is wrong, or prepare would
+write over a file that is not its own output (pass --force, or choose another --output-dir); 130 / 143
+interrupted (SIGINT / SIGTERM), temporary files removed: rerun to continue."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What a Grader (and `t2sql grade --pairs`) keeps in memory per gold: the most recently used
-entries, up to a count and a number of bytes, so that a run over millions of distinct golds holds
-as much as one over a few thousand.
-
-An entry that falls out is not lost work for long: a gold digest is read again from the Grader's
-`cache_dir` when it has one, else the gold runs again the next time it is asked for."""
+"""What a Grader (and `t2sql grade --pairs`) keeps in memory per gold: the most recently used entries, up to a count
+and a number of bytes; an entry that falls out is read again from the Grader's `cache_dir`, else run again."""
 
 from __future__ import annotations
 

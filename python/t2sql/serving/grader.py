@@ -1,23 +1,7 @@
-"""The Grader: tool calls and grades at training scale, over the Rust core.
-
-During RL hundreds of trajectories share one asyncio loop; each makes up to five tool calls
-and one grade, and every task's gold result is needed again and again. One Grader owns:
-
-- the SQL workers (threads by default; worker processes or Ray actors, see t2sql.serving.thread_backend), whose
-  size is the one concurrency limit shared by tool calls, golds and predictions;
-- connections cached per worker thread per database file;
-- calls it runs as jobs without knowing their insides (the equivalence check), on the same workers;
-- the gold digest cache: the most recent in memory (serving.gold_memory), all on disk under
-  `cache_dir` if given; key: database identity, gold SQL, spec (method, digits, column order), SQLite;
-- timeouts and the single retry of a grade whose prediction or gold timed out;
-- the cap on each query's temporary disk, and the bound it puts on all of them (t2sql.serving.temp_disk);
-- the database manifest check (a file that changed since prepare is refused).
-
-`await grader.run_tool(...)` / `await grader.grade(...)` never block the event loop: SQL runs
-on the workers with the GIL released, and cancelling the awaiting task interrupts SQLite at
-once through the query's Cancel token. `run_tool_sync` / `grade_sync` are the same calls for
-scripts (they run on a private event loop thread owned by the Grader).
-"""
+"""The Grader: tool calls and grades at training scale, over the Rust core. One Grader owns the SQL workers (the one
+concurrency limit), connections per worker per database, the jobs it runs without knowing their insides (the
+equivalence check), the gold cache, timeouts and retry, the temporary-disk bound and the manifest check; its calls
+never block the event loop. docs/grader.md, "What one Grader owns"."""
 
 from __future__ import annotations
 

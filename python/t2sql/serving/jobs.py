@@ -1,13 +1,7 @@
-"""The Grader's jobs and how one runs on a worker, whichever backend holds the worker.
-
-Four jobs (a tool call, a gold digest, a grade, and a call the Grader does not know the insides of,
-such as the equivalence check) as named tuples the Rust pool reads by field name; `run_job` runs one
-on this worker's own cached connection to its database (the process and Ray workers, and the thread
-backend's calls); `run_job_portable` /
-`unpack` carry its value or its error across a process boundary. Values that cross are the ones the
-thread backend returns too: the core's ToolResult (it pickles as itself), (digest bytes, seconds), a
-GradeResult; errors cross as (class name, message) and are re-raised as the same t2sql exception.
-"""
+"""The Grader's jobs (a tool call, a gold digest, a grade, and a call it does not know the insides of) as named
+tuples the Rust pool reads by field name; `run_job` runs one on the worker's cached connection, and
+`run_job_portable` / `unpack` carry its value or its error across a process boundary (errors as (class name,
+message), re-raised as the same t2sql exception)."""
 
 from __future__ import annotations
 

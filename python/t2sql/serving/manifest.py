@@ -1,30 +1,7 @@
-"""Database identity and the database manifest (each file's size, times, inode and sha256).
-
-Connections open databases with `immutable=1` (SQLite takes no locks and trusts that nobody
-writes the file), so a file that changes under a running grader could give wrong results
-silently. What guards against that:
-
-- `file_identity(path)`: size, mtime, ctime, inode and device of the file, plus the size and
-  mtime of a writer's side files (`-wal`, `-journal`) when present. ctime cannot be set back by
-  `touch -d` or any other user call, so an edited file whose mtime was restored still gets a new
-  identity. The Grader compares it at every call; a new identity reopens connections and keys the
-  gold cache anew.
-- The core opens a database that has a non-empty `-wal` or `-journal` with locks instead of
-  immutable: it reads the committed state, or refuses with a DatabaseError naming the file.
-- A Grader given a manifest checks every file at first use and whenever its identity moves: a
-  different size is refused at once; a file whose size, mtime, ctime and inode all match the
-  manifest is trusted; anything else (a copy, a restored mtime, another machine) is re-hashed and
-  accepted only if its sha256 matches. `hash_always=True` hashes at first use whatever the stat
-  says. A writer's non-empty side file is refused: its content is not what was recorded.
-
-Format (JSON, written atomically, under t2sql.atomic's rule: `manifest_output`):
-    {"format": "t2sql-database-manifest", "version": 1, "db_root": "/abs/root",
-     "databases": {"<db_id>": {"path": "<db_id>/<db_id>.sqlite", "size": N, "mtime_ns": N,
-                               "ctime_ns": N, "inode": N, "sha256": "..."}}}
-Paths are relative to db_root; `Manifest.load(path, db_root=...)` re-roots a moved tree.
-ctime_ns and inode are optional (older manifests lack them: their files are hashed at first use), and so
-is "format" (what tells a manifest from someone else's file of that name; older manifests lack it).
-"""
+"""Database identity (`file_identity`: size, times, inode and device, and a writer's side files) and the database
+manifest (each file's size, times, inode and sha256), which guard a Grader whose connections open databases
+`immutable=1` against a file that changes under it. docs/grader.md, "What one Grader owns" (file identity,
+manifest) and its `t2sql gold` section (the manifest's format)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The temporary disk a Grader can fill at worst, and the one-line warning when the disk holds less.
-
-Each query's SQLite temporary files (sorts, DISTINCT, GROUP BY, temporary results) are capped by the
-core at the query's `max_temp_mb` (t2sql.ToolLimits, t2sql.GradeSpec): past it the query fails
-(TempDiskExceeded). A Grader runs at most `concurrency` queries at once, so its queries hold at most
-`concurrency x max_temp_mb` MiB of temporary files at once: the bound it states (Grader.temp_disk_bound_mb,
-in its stats) and checks against the free space of the directory SQLite writes them to when it starts.
-"""
+"""The temporary disk a Grader can fill at worst (`concurrency x max_temp_mb`, each query's SQLite temporary files
+capped by the core), and the one-line warning at start when the disk holds less.
+docs/grader.md, "What one Grader owns"."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""Where the SQL of a `t2sql.Grader` runs: threads (here), worker processes or Ray actors
-(t2sql.serving.process_backends).
-
-Every backend runs the same four jobs (t2sql.serving.jobs) with connections cached per worker per
-database file, and exposes `submit_async(job, loop) -> (asyncio future, an object whose cancel()
-cancels the job)`. At most `size` jobs run at once: the pool itself is the Grader's one concurrency
-limit, shared by tool calls, golds, predictions and calls (the equivalence check).
-
-- thread: `size` SQL threads of the Rust core (`t2sql._grader.SqlPool`) that never take the
-  GIL for a query; their outcomes reach the event loop through one wake socket. Cheapest, one
-  heap for everything. A call (the equivalence check) is Python that drives the core: the worker
-  takes the GIL to run it, and the core releases it around each of its queries.
-- process: one worker process per slot, each with its own SQLite heap (and an optional
-  heap limit), so a memory bomb in one query cannot starve the others; a dead worker is
-  replaced and its job fails with a typed error.
-- ray: one Ray actor per slot, so SQL spreads over the CPU cores of a whole cluster.
-"""
+"""Where the SQL of a `t2sql.Grader` runs: threads (here; `t2sql._grader.SqlPool`, outcomes reaching the event loop
+through one wake socket), worker processes or Ray actors (t2sql.serving.process_backends). Every backend runs the
+same jobs (t2sql.serving.jobs) and is the Grader's one concurrency limit. docs/grader.md, "Backends"."""
 
 from __future__ import annotations
 

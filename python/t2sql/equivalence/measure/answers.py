@@ -1,12 +1,6 @@
-"""Measuring the equivalence check on labelled real answers (`t2sql equivalence --measure --answers FILE`).
-
-Each line of the file is a real answer that matched its gold on the real database, read by a person
-and labelled: `equivalent` and `equivalent_in_practice` are right (the check must never refute them),
-`lucky` is wrong (it should refute it), `ambiguous` and `gold_wrong` count in neither error. Both errors
-are reported per label, per `lucky_kind` and per `reason`, each share distinct (pairs) and weighted by
-`systems` (how many systems gave the answer: what a trained model meets). A line that is not such an
-answer is reported with its number, never a crash.
-"""
+"""Measuring the equivalence check on labelled real answers (`t2sql equivalence --measure --answers FILE`): both
+errors per label, `lucky_kind` and `reason`, distinct and weighted by `systems`.
+docs/benchmarks.md, "The equivalence check on labelled real answers"."""
 
 from __future__ import annotations
 

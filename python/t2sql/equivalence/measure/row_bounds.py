@@ -1,13 +1,7 @@
-"""What one SELECT's rows are bound to on every database of its kind, told from the rows its FROM items can
-be: a row is pinned when the values around it leave one choice (a key it meets by `=`, a named entity held
-once, a keyed symmetry's one pair). From that, t2sql.equivalence.measure.labels tells when DISTINCT changes
-nothing (the selected values pin every row they come from) and when LIMIT n cuts nothing (the query's
-constants pin every row, but for the two directions of a keyed symmetric pair and the literals of an IN
-list).
-
-Keys: declared keys and never-NULL unique columns, the mined unique sets, a keyed symmetry's other columns
-with one side (t2sql.equivalence.realism), an entity the query names that every database holds once
-(t2sql.equivalence.presupposed). Only inner joins of schema tables; anything else is not bounded."""
+"""What one SELECT's rows are bound to on every database of its kind: a row is pinned when the values around it leave
+one choice (a key it meets by `=`, a named entity held once, a keyed symmetry's one pair). The labeller
+(t2sql.equivalence.measure.labels) reads from it when DISTINCT changes nothing and when LIMIT n cuts nothing.
+Only inner joins of schema tables are bounded; anything else is not."""
 
 from __future__ import annotations
 

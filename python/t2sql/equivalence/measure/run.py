@@ -1,17 +1,6 @@
-"""Measuring the equivalence check (`t2sql equivalence --measure`): both of its errors, per kind.
-
-From every gold query two sets of pairs are derived and kept only when they match on the real database
-(the matches a grader calls correct):
-
-- false positives (MUTATIONS): edits that change the query's meaning but, on today's data, often not
-  its result; a check should refute them;
-- equivalent rewrites (REWRITES): edits that keep the meaning on every database of this kind (the
-  declared schema and the invariants mined from the data); a check must never refute them.
-
-A derived false positive that is equivalent under the declared schema and the mined invariants (DISTINCT
-over a key, COUNT(col) of a never-NULL column, `=` vs `LIKE` of a literal without letters, ...) is not
-a false positive: `label` moves it to the equivalent side, so both tables count what they say.
-"""
+"""Measuring the equivalence check (`t2sql equivalence --measure`): false positives (MUTATIONS) and equivalent
+rewrites (REWRITES) derived from every gold, kept when they match on the real database, each refuted or not;
+both errors per kind. docs/recipe_extras.md, "Equivalence check" (Measured)."""
 
 from __future__ import annotations
 
