@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,32 @@ def test_require_returns_the_module_when_the_version_is_in_range():
     with pytest.raises(FrameworkMissing) as raised:
         require("pytest", framework="pytest", extra="test", minimum="999")
     assert isinstance(raised.value, ImportError) and "\n" not in str(raised.value)
+
+
+def _installed(tmp_path: Path, name: str, version: str) -> None:
+    """A distribution `name` of `version` (its dist-info and an empty module), importable from tmp_path."""
+    (tmp_path / f"{name}.py").write_text("")
+    info = tmp_path / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+# Against >= 1.16, < 2 (TRL's range): PEP 440's order. A pre-release or dev build of the minimum comes
+# before it, so it is refused (the release numbers alone, as before `packaging`, would let it pass).
+VERSIONS = [("1.16.0", True), ("1.16.0+cu121", True), ("1.17.0rc1", True), ("1.99.post1", True),
+            ("1.16.0rc1", False), ("1.16.0.dev3", False), ("1.15.9", False), ("2.0.0rc1", False), ("2.0", False)]
+
+
+@pytest.mark.parametrize("version, accepted", VERSIONS)
+def test_a_version_is_checked_as_pep_440_orders_it(tmp_path, monkeypatch, version, accepted):
+    name = f"t2sql_fake_fw_{abs(hash(version))}"
+    _installed(tmp_path, name, version)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if accepted:
+        assert require(name, framework="Fake", extra="fake", minimum="1.16", below="2").__name__ == name
+    else:
+        with pytest.raises(FrameworkMissing, match=rf"needs Fake >= 1.16, < 2 \(found {re.escape(version)}\)"):
+            require(name, framework="Fake", extra="fake", minimum="1.16", below="2")
 
 
 def test_other_errors_keep_their_traceback_after_a_framework_missing_was_raised():

@@ -107,7 +107,7 @@ def require(import_name: str, *, framework: str, extra: str, minimum: str, below
         version = metadata.version(distribution)
     except metadata.PackageNotFoundError:
         _fail(f"{caller} needs {framework} {wanted} (not installed): {install}")
-    if _release(version) < _release(minimum) or (below is not None and _release(version) >= _release(below)):
+    if not _in_range(version, minimum, below):
         _fail(f"{caller} needs {framework} {wanted} (found {version}): {install}")
     try:
         return importlib.import_module(import_name)
@@ -149,24 +149,18 @@ def module_help(argv: Sequence[str], doc: str | None, name: str) -> int:
     return 2
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """The numeric release of a version string ("1.16.0rc1" -> (1, 16, 0)): enough to compare the
-    pins an integration states, without a dependency on `packaging`."""
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if len(digits) < len(piece):
-            break
-    while len(parts) > 1 and parts[-1] == 0:
-        parts.pop()
-    return tuple(parts)
+def _in_range(version: str, minimum: str, below: str | None) -> bool:
+    """Whether `version` is >= minimum and < below, as PEP 440 orders them: a pre-release or dev build of
+    the minimum comes before it (refused); one of a later release counts as that release. A version
+    packaging cannot read is refused."""
+    from packaging.specifiers import SpecifierSet  # lazily: only an integration's import asks
+    from packaging.version import InvalidVersion
+
+    wanted = SpecifierSet(f">={minimum}" + (f",<{below}" if below else ""))
+    try:
+        return wanted.contains(version, prereleases=True)
+    except InvalidVersion:
+        return False
 
 
 def _calling_module() -> str:
