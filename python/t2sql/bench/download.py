@@ -1,6 +1,6 @@
 """`t2sql bench download`: the download rate of t2sql's downloader (t2sql.download.http, as `prepare` runs it:
 sha256 computed while writing, the file renamed into place) against `curl` for the same file, served on
-127.0.0.1 by the same server (t2sql.bench.loopback, in its own process so that it shares no interpreter
+127.0.0.1 by the same server (t2sql.bench.serve, in its own process so that it shares no interpreter
 with the client under test).
 
     t2sql bench download [--size-mb 300] [--repeat 3] [--extract-mb 200] [--work-dir DIR] [--json]
@@ -72,13 +72,13 @@ def _env() -> dict[str, str]:
 
 
 def _serve(directory: Path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-m", "t2sql.bench.loopback", str(directory)],
+    proc = subprocess.Popen([sys.executable, "-m", "t2sql.bench.serve", str(directory)],
                             stdout=subprocess.PIPE, text=True, env=_env())
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.isdigit():
         proc.kill()
-        raise RuntimeError(f"the loopback server did not start (it printed {line!r})")
+        raise RuntimeError(f"the file server did not start (it printed {line!r})")
     return proc, int(line)
 
 
