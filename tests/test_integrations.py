@@ -34,8 +34,16 @@ def test_import_t2sql_imports_no_integration():
 
 
 def test_a_missing_framework_is_one_line_naming_the_extra():
-    done = run_python("from t2sql.integrations import require\n"
-                      "require('t2sql_no_such_framework', framework='NoSuch', extra='nosuch', minimum='1.2')")
+    with pytest.raises(FrameworkMissing) as raised:
+        require("t2sql_no_such_framework", framework="NoSuch", extra="nosuch", minimum="1.2")
+    assert str(raised.value) == (
+        f'{__name__} needs NoSuch >= 1.2 (not installed): in the t2sql checkout, pip install ".[nosuch]"')
+
+
+def test_run_as_the_program_a_missing_framework_prints_only_its_line():
+    done = run_python("from t2sql.integrations import entry_point, require\n"
+                      "with entry_point(__name__):\n"
+                      "    require('t2sql_no_such_framework', framework='NoSuch', extra='nosuch', minimum='1.2')")
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
@@ -47,28 +55,27 @@ INTEGRATIONS = sorted(m.name for m in pkgutil.iter_modules(integrations.__path__
 
 @pytest.mark.parametrize("name", INTEGRATIONS)
 def test_each_integration_without_its_framework_is_one_line_naming_its_extra(name):
-    """Imported, and run as `python -m` (an entrypoint some ship): the same single line, exit 1."""
-    probe = run_python(f"import t2sql.integrations.{name}")
-    if probe.returncode == 0:
+    """Imported: a FrameworkMissing whose message is the line (the importer's traceback ends in it). Run as
+    `python -m` (an entrypoint some ship): that single line, exit 1."""
+    imported = run_python(f"import t2sql.integrations.{name}")
+    if imported.returncode == 0:
         pytest.skip(f"{name}'s framework is installed in this environment")
-    for command in ([sys.executable, "-c", f"import t2sql.integrations.{name}"],
-                    [sys.executable, "-m", f"t2sql.integrations.{name}"]):
-        done = subprocess.run(command, capture_output=True, text=True, env=child_env(), timeout=120)
-        assert done.returncode == 1 and done.stdout == ""
-        [line] = done.stderr.splitlines()
-        assert line.startswith(f"error: t2sql.integrations.{name} needs ")
-        assert line.endswith(f'in the t2sql checkout, pip install ".[{name}]"')  # t2sql is not on PyPI
+    wanted = (f"t2sql.integrations.{name} needs ", f'in the t2sql checkout, pip install ".[{name}]"')  # not on PyPI
+    last = imported.stderr.splitlines()[-1]
+    assert imported.returncode == 1 and last.startswith(f"t2sql.integrations.FrameworkMissing: {wanted[0]}")
+    assert last.endswith(wanted[1])
+    done = subprocess.run([sys.executable, "-m", f"t2sql.integrations.{name}"], capture_output=True, text=True,
+                          env=child_env(), timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"error: {wanted[0]}") and line.endswith(wanted[1])
 
 
 def test_a_framework_of_another_version_is_one_line_with_the_version_found():
-    import pytest as installed
-
-    done = run_python("from t2sql.integrations import require\n"
-                      "require('pytest', framework='pytest', extra='test', minimum='1', below='2')")
-    assert done.returncode == 1
-    assert done.stderr.splitlines() == [
-        f'error: __main__ needs pytest >= 1, < 2 (found {installed.__version__}): in the t2sql checkout, '
-        'pip install ".[test]"']
+    with pytest.raises(FrameworkMissing) as raised:
+        require("pytest", framework="pytest", extra="test", minimum="1", below="2")
+    assert str(raised.value) == (f'{__name__} needs pytest >= 1, < 2 (found {pytest.__version__}): in the t2sql '
+                                 'checkout, pip install ".[test]"')
 
 
 def test_require_returns_the_module_when_the_version_is_in_range():
@@ -105,11 +112,16 @@ def test_a_version_is_checked_as_pep_440_orders_it(tmp_path, monkeypatch, versio
             require(name, framework="Fake", extra="fake", minimum="1.16", below="2")
 
 
-def test_other_errors_keep_their_traceback_after_a_framework_missing_was_raised():
-    done = run_python("from t2sql.integrations import require, FrameworkMissing\n"
+def test_a_framework_missing_changes_nothing_process_wide():
+    """Raised (and caught, as a script that falls back would), it leaves sys.excepthook as it was; other
+    errors keep their traceback."""
+    done = run_python("import sys\nbefore = sys.excepthook\n"
+                      "from t2sql.integrations import require, FrameworkMissing\n"
                       "try:\n    require('t2sql_no_such', framework='X', extra='x', minimum='1')\n"
                       "except FrameworkMissing:\n    pass\n"
+                      "print(sys.excepthook is before)\n"
                       "raise KeyError('other')")
+    assert done.stdout.split() == ["True"]
     assert done.returncode == 1 and "Traceback" in done.stderr and "KeyError: 'other'" in done.stderr
 
 

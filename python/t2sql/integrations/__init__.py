@@ -12,7 +12,8 @@ and holds only the framework's side: none has a token loop, prompt, reward or gr
 writes) imports no framework.
 
 What they share is here:
-- `require`: a framework's module, or one line naming the extra to install (FrameworkMissing).
+- `require`: a framework's module, or one line naming the extra to install (FrameworkMissing);
+  `entry_point`: that line alone, without a traceback, when the integration runs as `python -m`.
 - `module_help`: what `python -m` of an integration prints for `--help` when the integration is a
   library a training script imports (TRL, verl), not a command.
 - `on_episode_loop`: the bridge for frameworks that call the environment synchronously (TRL, SkyRL): one
@@ -31,10 +32,11 @@ import inspect
 import os
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import fields
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Awaitable, Mapping, Sequence, TypeVar
+from typing import Any, Awaitable, Iterator, Mapping, Sequence, TypeVar
 
 from t2sql.episode.machine import EpisodeResult
 from t2sql.episode.rollout import RolloutSettings, check_setting
@@ -46,7 +48,8 @@ T = TypeVar("T")
 
 class FrameworkMissing(T2sqlError, ImportError):
     """A framework an integration needs is not installed, or not a version it was checked against.
-    Its message is one line that names the extra to install; uncaught, it prints only that line."""
+    Its message is one line that names the extra to install; under `python -m` of an integration
+    (`entry_point`), only that line is printed."""
 
 
 # The environment variables settings_from_env reads: variable -> (RolloutSettings field, type).
@@ -106,14 +109,29 @@ def require(import_name: str, *, framework: str, extra: str, minimum: str, below
     try:
         version = metadata.version(distribution)
     except metadata.PackageNotFoundError:
-        _fail(f"{caller} needs {framework} {wanted} (not installed): {install}")
+        raise FrameworkMissing(f"{caller} needs {framework} {wanted} (not installed): {install}")
     if not _in_range(version, minimum, below):
-        _fail(f"{caller} needs {framework} {wanted} (found {version}): {install}")
+        raise FrameworkMissing(f"{caller} needs {framework} {wanted} (found {version}): {install}")
     try:
         return importlib.import_module(import_name)
     except ImportError as e:
-        _fail(f"{caller} needs {framework} {wanted}; {distribution} {version} is installed but "
-              f"{import_name} does not import ({str(e).splitlines()[0] if str(e) else type(e).__name__}): {install}")
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise FrameworkMissing(f"{caller} needs {framework} {wanted}; {distribution} {version} is installed but "
+                               f"{import_name} does not import ({why}): {install}") from e
+
+
+@contextmanager
+def entry_point(module_name: str) -> Iterator[None]:
+    """Around what an integration runs at import and under `python -m`: run as the program (`module_name`
+    is "__main__"), a FrameworkMissing raised inside prints its one line and exits 1, not a traceback;
+    imported, it goes on to the importer. Nothing process-wide is changed."""
+    try:
+        yield
+    except FrameworkMissing as e:
+        if module_name != "__main__":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def install_command(extra: str) -> str:
@@ -168,28 +186,6 @@ def _calling_module() -> str:
     names = sys._getframe(2).f_globals
     spec = names.get("__spec__")
     return spec.name if spec is not None else names.get("__name__", "t2sql.integrations")
-
-
-def _fail(message: str) -> None:
-    _install_one_line_hook()
-    raise FrameworkMissing(message)
-
-
-def _install_one_line_hook() -> None:
-    """An uncaught FrameworkMissing prints its one line, not a traceback (other exceptions go on to the
-    hook that was there). Installed only when one is raised."""
-    previous = sys.excepthook
-    if getattr(previous, "_t2sql_one_line", False):
-        return
-
-    def hook(kind, value, traceback):  # noqa: ANN001 - sys.excepthook's signature
-        if isinstance(value, FrameworkMissing):
-            print(f"error: {value}", file=sys.stderr)
-            return
-        previous(kind, value, traceback)
-
-    hook._t2sql_one_line = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
 
 
 class _EpisodeLoop:

@@ -45,6 +45,7 @@ from typing import Any, Mapping
 
 from t2sql.integrations import (
     SETTINGS_ENV,
+    entry_point,
     episode_record,
     on_episode_loop,
     print_help,
@@ -55,8 +56,9 @@ from t2sql.integrations import (
 
 # The release this was checked against (skyrl-gym and skyrl alike), and the next minor.
 SKYRL_MINIMUM, SKYRL_BELOW = "0.4", "0.5"
-require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum=SKYRL_MINIMUM,
-        below=SKYRL_BELOW, distribution="skyrl-gym")
+with entry_point(__name__):
+    require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum=SKYRL_MINIMUM,
+            below=SKYRL_BELOW, distribution="skyrl-gym")
 
 from skyrl_gym.envs import register  # noqa: E402 - after the version check
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
@@ -266,7 +268,8 @@ def main(argv: list[str] | None = None) -> int | None:
 
 
 if __name__ == "__main__":
-    # Imported under its own name, so that Ray pickles run_experiment by reference (not __main__'s copy).
-    from t2sql.integrations.skyrl import main as _main
+    with entry_point(__name__):  # SkyRL's trainer missing: one line, not a traceback
+        # Imported under its own name, so that Ray pickles run_experiment by reference (not __main__'s copy).
+        from t2sql.integrations.skyrl import main as _main
 
-    sys.exit(_main())
+        sys.exit(_main())

@@ -63,11 +63,12 @@ from t2sql.episode.machine import Episode, EpisodeResult
 from t2sql.episode.presets import OUTCOMES
 from t2sql.episode.rollout import RolloutContext, RolloutSettings
 from t2sql.errors import AdapterError, DataError
-from t2sql.integrations import module_help, on_episode_loop, require, rows, settings_from_env
+from t2sql.integrations import entry_point, module_help, on_episode_loop, require, rows, settings_from_env
 from t2sql.tasks import release_dir
 
-require("trl", framework="TRL", extra="trl", minimum="1.16", below="2")
-datasets = require("datasets", framework="Hugging Face datasets", extra="trl", minimum="4.7")
+with entry_point(__name__):
+    require("trl", framework="TRL", extra="trl", minimum="1.16", below="2")
+    datasets = require("datasets", framework="Hugging Face datasets", extra="trl", minimum="4.7")
 
 TOOL_NAME = prompt.TOOL_NAME
 ROW_COLUMN = rows.ROW_KEY  # the dataset column holding the t2sql row's JSON

@@ -57,6 +57,7 @@ from t2sql.errors import AdapterError
 from t2sql.integrations import (
     SETTING_NAMES,
     SettingsError,
+    entry_point,
     episode_record,
     module_help,
     require,
@@ -65,8 +66,9 @@ from t2sql.integrations import (
 from t2sql.integrations.rows import AGENT_NAME, t2sql_row
 
 VERL_MINIMUM, VERL_BELOW = "0.9.1", "0.10"  # the release this was checked against, and the next minor
-_agent_loop = require("verl.experimental.agent_loop.agent_loop", framework="verl", extra="verl",
-                      minimum=VERL_MINIMUM, below=VERL_BELOW)
+with entry_point(__name__):
+    _agent_loop = require("verl.experimental.agent_loop.agent_loop", framework="verl", extra="verl",
+                          minimum=VERL_MINIMUM, below=VERL_BELOW)
 AgentLoopBase = _agent_loop.AgentLoopBase
 AgentLoopMetrics = _agent_loop.AgentLoopMetrics
 AgentLoopOutput = _agent_loop.AgentLoopOutput
