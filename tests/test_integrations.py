@@ -19,6 +19,9 @@ from conftest import bird_root, child_env
 from eval_replay import comparable, eval_records
 from loopback_model import xml_tool_call
 from t2sql import integrations
+from t2sql.episode.machine import EpisodeResult
+from t2sql.episode.metrics import ROLLOUT_LOG_NAMES, record_metrics
+from t2sql.episode.presets import OUTCOMES
 from t2sql.errors import DataError
 from t2sql.integrations import FrameworkMissing, SettingsError, require, rows, settings_from_env
 
@@ -123,6 +126,27 @@ def test_a_framework_missing_changes_nothing_process_wide():
                       "raise KeyError('other')")
     assert done.stdout.split() == ["True"]
     assert done.returncode == 1 and "Traceback" in done.stderr and "KeyError: 'other'" in done.stderr
+
+
+def test_an_episode_records_numbers_are_one_reading_for_every_adapter():
+    """record_metrics: what TRL, SkyRL, verl and miles log of a record, before their own prefix and names."""
+    result = EpisodeResult(outcome="incorrect", reward=-0.25, correct=False, solution="SELECT 1", turns=3,
+                           tool_calls=2, invalid_tool_calls=1, has_evidence=True, evidence_restated=True,
+                           evidence_checked=False, detail="", reward_terms={"invalid_tool_calls": -0.25}, grade=None,
+                           metrics={})
+    assert record_metrics(result.to_dict()) == {
+        "reward": -0.25, "correct": 0.0, "turns": 3.0, "tool_calls": 2.0, "invalid_tool_calls": 1.0,
+        **{f"outcome/{o}": float(o == "incorrect") for o in OUTCOMES},
+        "reward_terms/invalid_tool_calls": -0.25, "evidence_restated": 1.0, "evidence_checked": 0.0}
+    without = record_metrics({**result.to_dict(), "has_evidence": False, "correct": True})
+    assert without["correct"] == 1.0 and "evidence_restated" not in without and "evidence_checked" not in without
+    assert record_metrics({"outcome": "unsafe", "tool_calls": 4}) == {
+        "tool_calls": 4.0, **{f"outcome/{o}": float(o == "unsafe") for o in OUTCOMES}}
+    # The names TRL's log and the miles rollout log give them (both under "t2sql/"): dashboards read these.
+    assert ROLLOUT_LOG_NAMES == {"correct": "accuracy", "tool_calls": "tool_calls_mean",
+                                 "invalid_tool_calls": "invalid_tool_calls_mean", "turns": "turns_mean",
+                                 "evidence_restated": "evidence_restated_rate",
+                                 "evidence_checked": "evidence_checked_rate"}
 
 
 def test_settings_from_environment_variables_with_overrides_winning():

@@ -18,7 +18,8 @@ What they share is here:
   library a training script imports (TRL, verl), not a command.
 - `on_episode_loop`: the bridge for frameworks that call the environment synchronously (TRL, SkyRL): one
   event loop per process, on a daemon thread, runs every episode coroutine.
-- `episode_record`: the episode record a framework keeps beside its sample.
+- `episode_record`: the episode record a framework keeps beside its sample (its numbers, which each
+  integration logs under its own prefix, are t2sql.episode.metrics.record_metrics).
 - `settings_from_env`: the rollout settings (t2sql.episode.rollout.RolloutSettings) from T2SQL_*
   environment variables, for frameworks that build our class with no arguments or in a worker process;
   a bad value is a SettingsError (t2sql.errors) naming it.

@@ -67,7 +67,7 @@ from skyrl_gym.metrics import default_aggregate_metrics  # noqa: E402
 
 from t2sql.episode import prompt as prompts  # noqa: E402
 from t2sql.episode import rollout  # noqa: E402
-from t2sql.episode.presets import OUTCOMES  # noqa: E402
+from t2sql.episode.metrics import record_metrics  # noqa: E402
 from t2sql.errors import AdapterError  # noqa: E402
 from t2sql.integrations.rows import ENV_CLASS, t2sql_row  # noqa: E402
 
@@ -168,14 +168,9 @@ class SQLEnv(BaseTextEnv):
 
 
 def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
-    out = {name: float(record[name]) for name in ("reward", "reward_given", "correct", "turns", "tool_calls",
-                                                  "invalid_tool_calls") if name in record}
-    out.update({f"outcome/{o}": float(record["outcome"] == o) for o in OUTCOMES})
-    out.update({f"reward_terms/{k}": float(v) for k, v in (record.get("reward_terms") or {}).items()})
-    if record.get("has_evidence"):
-        out["evidence_restated"] = float(bool(record.get("evidence_restated")))
-        out["evidence_checked"] = float(bool(record.get("evidence_checked")))
-    return out
+    """The record's numbers (record_metrics) and the reward SkyRL was handed."""
+    given = {"reward_given": float(record["reward_given"])} if "reward_given" in record else {}
+    return {**record_metrics(record), **given}
 
 
 _warned_turns: set[tuple[int, int]] = set()

@@ -60,7 +60,7 @@ from t2sql.data import convert
 from t2sql.databases import database_path
 from t2sql.episode import parsing, prompt, rollout
 from t2sql.episode.machine import Episode, EpisodeResult
-from t2sql.episode.presets import OUTCOMES
+from t2sql.episode.metrics import ROLLOUT_LOG_NAMES, record_metrics
 from t2sql.episode.rollout import RolloutContext, RolloutSettings
 from t2sql.errors import AdapterError, DataError
 from t2sql.integrations import entry_point, module_help, on_episode_loop, require, rows, settings_from_env
@@ -342,19 +342,11 @@ def sql_reward(completions: Sequence[Any], environments: Sequence[SQLEnvironment
 
 
 def episode_metrics(result: EpisodeResult) -> dict[str, float]:
-    """One episode's numbers for TRL's log_metric (each averaged over a logging step's episodes); the names
-    are the miles rollout log's."""
-    metrics = {
-        "t2sql/accuracy": float(result.correct),
-        "t2sql/tool_calls_mean": float(result.tool_calls),
-        "t2sql/invalid_tool_calls_mean": float(result.invalid_tool_calls),
-        "t2sql/turns_mean": float(result.turns),
-        **{f"t2sql/outcome/{outcome}": float(result.outcome == outcome) for outcome in OUTCOMES},
-    }
-    if result.has_evidence:
-        metrics["t2sql/evidence_restated_rate"] = float(result.evidence_restated)
-        metrics["t2sql/evidence_checked_rate"] = float(result.evidence_checked)
-    return metrics
+    """One episode's numbers for TRL's log_metric (each averaged over a logging step's episodes): the
+    record's (record_metrics) under the miles rollout log's names, and `t2sql/outcome/<outcome>`."""
+    numbers = record_metrics(result.to_dict())
+    return {f"t2sql/{ROLLOUT_LOG_NAMES.get(name, name)}": value for name, value in numbers.items()
+            if name in ROLLOUT_LOG_NAMES or name.startswith("outcome/")}
 
 
 # ---------------------------------------------------------------------------------- the dataset

@@ -52,6 +52,7 @@ from t2sql.chat_template import ChatTemplate, count_tokens
 from t2sql.episode import rollout
 from t2sql.episode.budget import Budget
 from t2sql.episode.machine import EpisodeResult
+from t2sql.episode.metrics import record_metrics
 from t2sql.episode.tokens import ABORTED, SampledTurn, TokenTrajectory, run_token_episode
 from t2sql.errors import AdapterError
 from t2sql.integrations import (
@@ -77,6 +78,7 @@ CONFIG_KEY = "t2sql"  # the block of verl's config that holds t2sql's settings (
 LENGTH_STOPS = frozenset({"length"})  # SGLang's and verl's own name for a turn stopped at its token limit
 ABORT_STOPS = frozenset({"abort", "aborted"})  # SGLang's, vLLM's and TensorRT-LLM's
 ABORTED_OUTCOME = "aborted"
+COUNTS = ("turns", "tool_calls", "invalid_tool_calls")  # the record's counts reward_extra_info carries, as ints
 
 
 def _plain(value: Any) -> Any:
@@ -214,9 +216,9 @@ def reward_extra_info(result: EpisodeResult | None) -> dict[str, Any]:
     Never "reward": verl adds that key itself. The same keys for every episode, aborted ones too (verl
     reads the keys of a batch's first sample)."""
     if result is None:
-        return {"acc": 0.0, "outcome": ABORTED_OUTCOME, "turns": 0, "tool_calls": 0, "invalid_tool_calls": 0}
-    return {"acc": 1.0 if result.correct else 0.0, "outcome": result.outcome, "turns": result.turns,
-            "tool_calls": result.tool_calls, "invalid_tool_calls": result.invalid_tool_calls}
+        return {"acc": 0.0, "outcome": ABORTED_OUTCOME, **dict.fromkeys(COUNTS, 0)}
+    record = result.to_dict()
+    return {"acc": record_metrics(record)["correct"], "outcome": record["outcome"], **{k: record[k] for k in COUNTS}}
 
 
 if __name__ == "__main__":
