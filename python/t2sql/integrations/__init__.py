@@ -1,10 +1,5 @@
-"""t2sql's episode inside other RL frameworks: one thin module per framework, each an optional extra.
-
-    t2sql.integrations.trl     TRL's GRPOTrainer (environment_factory, reward_funcs)   pip install ".[trl]"
-    t2sql.integrations.verl    verl's agent loop, registered as "t2sql"                 pip install ".[verl]"
-    t2sql.integrations.skyrl   SkyRL's text environment, registered as "t2sql"          pip install ".[skyrl]"
-
-(t2sql is installed from its checkout: each command runs in the checkout's root.)
+"""t2sql's episode inside other RL frameworks: one thin module per framework, each an optional extra of
+its name (README's table lists them; docs/development.md, "Adding a framework adapter", how to add one).
 
 Each stands on the episode seam (t2sql.episode.rollout, the per-call episode API, the token trajectory)
 and holds only the framework's side: none has a token loop, prompt, reward or grading rule of its own.
@@ -22,26 +17,32 @@ What they share is here:
   integration logs under its own prefix, are t2sql.episode.metrics.record_metrics).
 - `settings_from_env`: the rollout settings (t2sql.episode.rollout.RolloutSettings) from T2SQL_*
   environment variables, for frameworks that build our class with no arguments or in a worker process;
-  a bad value is a SettingsError (t2sql.errors) naming it.
+  a bad value is a SettingsError (t2sql.errors) naming it. `config_items`: the overrides a framework's
+  own config holds.
+- `open_episode`: the episode of a framework's dataset row, on the process's rollout context.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import os
 import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import asdict, fields, is_dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Awaitable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence, TypeVar
 
-from t2sql.episode.machine import EpisodeResult
+from t2sql.chat_template import count_tokens
+from t2sql.episode import rollout
+from t2sql.episode.machine import Episode, EpisodeResult
 from t2sql.episode.rollout import RolloutSettings, check_setting
 from t2sql.errors import AdapterError, SettingsError, T2sqlError
+from t2sql.integrations.rows import t2sql_row
 from t2sql.progress import closed_stdout_exit
 
 T = TypeVar("T")
@@ -91,6 +92,34 @@ def settings_from_env(environ: Mapping[str, str] | None = None, *, config: str =
                             f"{', '.join(sorted(SETTING_NAMES))}")
     values.update({k: check_setting(k, v, config + k) for k, v in overrides.items() if v is not None})
     return RolloutSettings(**values)
+
+
+def config_items(config: Any) -> dict[str, Any] | None:
+    """The t2sql settings a framework's own config holds, as settings_from_env's keyword overrides: none for
+    None, the keys of a mapping (a dict, an OmegaConf DictConfig) or of a dataclass instance. None when the
+    config is none of these: the adapter says where its framework keeps them."""
+    if config is None:
+        return {}
+    if is_dataclass(config) and not isinstance(config, type):
+        return asdict(config)
+    if hasattr(config, "items"):
+        return {str(k): v for k, v in config.items()}
+    return None
+
+
+def token_counter(tokenizer: Any) -> Callable[[str], int] | None:
+    """How an episode counts a text's tokens with the framework's tokenizer (None: the episode counts words)."""
+    return None if tokenizer is None else functools.partial(count_tokens, tokenizer)
+
+
+async def open_episode(settings: RolloutSettings, row: Mapping[str, Any], *,
+                       prompt: Sequence[Mapping[str, Any]] | None = None, tokenizer: Any = None) -> Episode:
+    """The episode of a framework's dataset row (the t2sql row it carries, integrations.rows.t2sql_row) on
+    this process's rollout context for `settings` (one Grader per process): its prompt `prompt` when the
+    framework hands the row's messages over (else built from the task), its tokens counted with `tokenizer`.
+    A framework that calls synchronously runs it through on_episode_loop."""
+    ctx = rollout.context(settings)
+    return await ctx.episode_async(ctx.task(t2sql_row(row)), prompt=prompt, count_tokens=token_counter(tokenizer))
 
 
 def episode_record(result: EpisodeResult, preset_name: str) -> dict[str, Any]:

@@ -40,11 +40,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import asdict, is_dataclass
 from typing import Any, Mapping
 
 from t2sql.integrations import (
     SETTINGS_ENV,
+    config_items,
     entry_point,
     episode_record,
     on_episode_loop,
@@ -84,13 +84,8 @@ def settings_of(env_config: Any) -> rollout.RolloutSettings:
     """The rollout settings: T2SQL_* variables, `env_config`'s keys winning. SkyRL passes
     `environment.skyrl_gym.<env_class>` when its config has such a field, else an empty dict; the keys
     are settings_from_env's keyword names (a RolloutSettings field each; an unknown one is a SettingsError)."""
-    if env_config is None:
-        overrides: dict[str, Any] = {}
-    elif is_dataclass(env_config) and not isinstance(env_config, type):
-        overrides = asdict(env_config)
-    elif hasattr(env_config, "items"):  # a dict, or an OmegaConf DictConfig
-        overrides = {str(k): v for k, v in env_config.items()}
-    else:
+    overrides = config_items(env_config)
+    if overrides is None:
         raise AdapterError(f"SQLEnv's env_config must be a mapping of t2sql settings, got {type(env_config).__name__}")
     return settings_from_env(config=ENV_CONFIG, **overrides)
 
