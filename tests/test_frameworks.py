@@ -10,6 +10,7 @@ Without the environment it skips, naming the script that builds it.
 from __future__ import annotations
 
 import os
+import pkgutil
 import re
 import shlex
 import subprocess
@@ -19,7 +20,9 @@ import pytest
 
 from conftest import REPO
 
-FRAMEWORKS = ("trl", "verl", "skyrl")
+# The frameworks: one environment script each, tests/envs/NAME.sh (common.sh is their shared part). .ci/run
+# builds the environments from the same scripts.
+FRAMEWORKS = tuple(sorted(p.stem for p in (REPO / "tests" / "envs").glob("*.sh") if p.stem != "common"))
 
 
 def environment(name: str) -> Path:
@@ -78,6 +81,22 @@ def test_each_environment_script_installs_exactly_the_documented_command(name):
     # The missing-framework message gives the same command.
     assert install_command(name).endswith(shlex.join(["pip", "install", f".[{name}]"]).replace("'", '"'))
     assert ["pip", "install", f".[{name}]"] in run
+
+
+def test_each_framework_has_its_module_extra_test_page_and_readme_row():
+    """What docs/development.md's "Adding a framework adapter" lists, present for each framework, and no
+    integration module without its environment."""
+    from t2sql import integrations
+
+    modules = {m.name for m in pkgutil.iter_modules(integrations.__path__)} - {"rows"}
+    assert FRAMEWORKS and set(FRAMEWORKS) == modules
+    pyproject = (REPO / "pyproject.toml").read_text()
+    readme = (REPO / "README.md").read_text()
+    for name in FRAMEWORKS:
+        assert re.search(rf"^{name} = \[", pyproject, re.MULTILINE), f"pyproject.toml has no [{name}] extra"
+        assert (REPO / "tests" / "frameworks" / f"test_{name}.py").is_file()
+        assert (REPO / "docs" / f"{name}.md").is_file()
+        assert re.search(rf"^\|.*\(docs/{name}\.md\) \|$", readme, re.MULTILINE), f"README's table has no {name} row"
 
 
 def test_no_doc_installs_t2sql_from_pypi():

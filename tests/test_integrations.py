@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,9 @@ from conftest import bird_root, child_env
 from eval_replay import comparable, eval_records
 from loopback_model import xml_tool_call
 from t2sql import integrations
+from t2sql.episode.machine import EpisodeResult
+from t2sql.episode.metrics import ROLLOUT_LOG_NAMES, record_metrics
+from t2sql.episode.presets import OUTCOMES
 from t2sql.errors import DataError
 from t2sql.integrations import FrameworkMissing, SettingsError, require, rows, settings_from_env
 
@@ -33,8 +37,16 @@ def test_import_t2sql_imports_no_integration():
 
 
 def test_a_missing_framework_is_one_line_naming_the_extra():
-    done = run_python("from t2sql.integrations import require\n"
-                      "require('t2sql_no_such_framework', framework='NoSuch', extra='nosuch', minimum='1.2')")
+    with pytest.raises(FrameworkMissing) as raised:
+        require("t2sql_no_such_framework", framework="NoSuch", extra="nosuch", minimum="1.2")
+    assert str(raised.value) == (
+        f'{__name__} needs NoSuch >= 1.2 (not installed): in the t2sql checkout, pip install ".[nosuch]"')
+
+
+def test_run_as_the_program_a_missing_framework_prints_only_its_line():
+    done = run_python("from t2sql.integrations import entry_point, require\n"
+                      "with entry_point(__name__):\n"
+                      "    require('t2sql_no_such_framework', framework='NoSuch', extra='nosuch', minimum='1.2')")
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
@@ -46,28 +58,27 @@ INTEGRATIONS = sorted(m.name for m in pkgutil.iter_modules(integrations.__path__
 
 @pytest.mark.parametrize("name", INTEGRATIONS)
 def test_each_integration_without_its_framework_is_one_line_naming_its_extra(name):
-    """Imported, and run as `python -m` (an entrypoint some ship): the same single line, exit 1."""
-    probe = run_python(f"import t2sql.integrations.{name}")
-    if probe.returncode == 0:
+    """Imported: a FrameworkMissing whose message is the line (the importer's traceback ends in it). Run as
+    `python -m` (an entrypoint some ship): that single line, exit 1."""
+    imported = run_python(f"import t2sql.integrations.{name}")
+    if imported.returncode == 0:
         pytest.skip(f"{name}'s framework is installed in this environment")
-    for command in ([sys.executable, "-c", f"import t2sql.integrations.{name}"],
-                    [sys.executable, "-m", f"t2sql.integrations.{name}"]):
-        done = subprocess.run(command, capture_output=True, text=True, env=child_env(), timeout=120)
-        assert done.returncode == 1 and done.stdout == ""
-        [line] = done.stderr.splitlines()
-        assert line.startswith(f"error: t2sql.integrations.{name} needs ")
-        assert line.endswith(f'in the t2sql checkout, pip install ".[{name}]"')  # t2sql is not on PyPI
+    wanted = (f"t2sql.integrations.{name} needs ", f'in the t2sql checkout, pip install ".[{name}]"')  # not on PyPI
+    last = imported.stderr.splitlines()[-1]
+    assert imported.returncode == 1 and last.startswith(f"t2sql.integrations.FrameworkMissing: {wanted[0]}")
+    assert last.endswith(wanted[1])
+    done = subprocess.run([sys.executable, "-m", f"t2sql.integrations.{name}"], capture_output=True, text=True,
+                          env=child_env(), timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"error: {wanted[0]}") and line.endswith(wanted[1])
 
 
 def test_a_framework_of_another_version_is_one_line_with_the_version_found():
-    import pytest as installed
-
-    done = run_python("from t2sql.integrations import require\n"
-                      "require('pytest', framework='pytest', extra='test', minimum='1', below='2')")
-    assert done.returncode == 1
-    assert done.stderr.splitlines() == [
-        f'error: __main__ needs pytest >= 1, < 2 (found {installed.__version__}): in the t2sql checkout, '
-        'pip install ".[test]"']
+    with pytest.raises(FrameworkMissing) as raised:
+        require("pytest", framework="pytest", extra="test", minimum="1", below="2")
+    assert str(raised.value) == (f'{__name__} needs pytest >= 1, < 2 (found {pytest.__version__}): in the t2sql '
+                                 'checkout, pip install ".[test]"')
 
 
 def test_require_returns_the_module_when_the_version_is_in_range():
@@ -78,12 +89,64 @@ def test_require_returns_the_module_when_the_version_is_in_range():
     assert isinstance(raised.value, ImportError) and "\n" not in str(raised.value)
 
 
-def test_other_errors_keep_their_traceback_after_a_framework_missing_was_raised():
-    done = run_python("from t2sql.integrations import require, FrameworkMissing\n"
+def _installed(tmp_path: Path, name: str, version: str) -> None:
+    """A distribution `name` of `version` (its dist-info and an empty module), importable from tmp_path."""
+    (tmp_path / f"{name}.py").write_text("")
+    info = tmp_path / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+# Against >= 1.16, < 2 (TRL's range): PEP 440's order. A pre-release or dev build of the minimum comes
+# before it, so it is refused (the release numbers alone, as before `packaging`, would let it pass).
+VERSIONS = [("1.16.0", True), ("1.16.0+cu121", True), ("1.17.0rc1", True), ("1.99.post1", True),
+            ("1.16.0rc1", False), ("1.16.0.dev3", False), ("1.15.9", False), ("2.0.0rc1", False), ("2.0", False)]
+
+
+@pytest.mark.parametrize("version, accepted", VERSIONS)
+def test_a_version_is_checked_as_pep_440_orders_it(tmp_path, monkeypatch, version, accepted):
+    name = f"t2sql_fake_fw_{abs(hash(version))}"
+    _installed(tmp_path, name, version)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if accepted:
+        assert require(name, framework="Fake", extra="fake", minimum="1.16", below="2").__name__ == name
+    else:
+        with pytest.raises(FrameworkMissing, match=rf"needs Fake >= 1.16, < 2 \(found {re.escape(version)}\)"):
+            require(name, framework="Fake", extra="fake", minimum="1.16", below="2")
+
+
+def test_a_framework_missing_changes_nothing_process_wide():
+    """Raised (and caught, as a script that falls back would), it leaves sys.excepthook as it was; other
+    errors keep their traceback."""
+    done = run_python("import sys\nbefore = sys.excepthook\n"
+                      "from t2sql.integrations import require, FrameworkMissing\n"
                       "try:\n    require('t2sql_no_such', framework='X', extra='x', minimum='1')\n"
                       "except FrameworkMissing:\n    pass\n"
+                      "print(sys.excepthook is before)\n"
                       "raise KeyError('other')")
+    assert done.stdout.split() == ["True"]
     assert done.returncode == 1 and "Traceback" in done.stderr and "KeyError: 'other'" in done.stderr
+
+
+def test_an_episode_records_numbers_are_one_reading_for_every_adapter():
+    """record_metrics: what TRL, SkyRL, verl and miles log of a record, before their own prefix and names."""
+    result = EpisodeResult(outcome="incorrect", reward=-0.25, correct=False, solution="SELECT 1", turns=3,
+                           tool_calls=2, invalid_tool_calls=1, has_evidence=True, evidence_restated=True,
+                           evidence_checked=False, detail="", reward_terms={"invalid_tool_calls": -0.25}, grade=None,
+                           metrics={})
+    assert record_metrics(result.to_dict()) == {
+        "reward": -0.25, "correct": 0.0, "turns": 3.0, "tool_calls": 2.0, "invalid_tool_calls": 1.0,
+        **{f"outcome/{o}": float(o == "incorrect") for o in OUTCOMES},
+        "reward_terms/invalid_tool_calls": -0.25, "evidence_restated": 1.0, "evidence_checked": 0.0}
+    without = record_metrics({**result.to_dict(), "has_evidence": False, "correct": True})
+    assert without["correct"] == 1.0 and "evidence_restated" not in without and "evidence_checked" not in without
+    assert record_metrics({"outcome": "unsafe", "tool_calls": 4}) == {
+        "tool_calls": 4.0, **{f"outcome/{o}": float(o == "unsafe") for o in OUTCOMES}}
+    # The names TRL's log and the miles rollout log give them (both under "t2sql/"): dashboards read these.
+    assert ROLLOUT_LOG_NAMES == {"correct": "accuracy", "tool_calls": "tool_calls_mean",
+                                 "invalid_tool_calls": "invalid_tool_calls_mean", "turns": "turns_mean",
+                                 "evidence_restated": "evidence_restated_rate",
+                                 "evidence_checked": "evidence_checked_rate"}
 
 
 def test_settings_from_environment_variables_with_overrides_winning():

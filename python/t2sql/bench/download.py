@@ -1,5 +1,5 @@
 """`t2sql bench download`: the download rate of t2sql's downloader against `curl` for the same file on 127.0.0.1
-(served by t2sql.bench.loopback in its own process), and the peak RSS of an extraction in a fresh interpreter.
+(served by t2sql.bench.serve in its own process), and the peak RSS of an extraction in a fresh interpreter.
 What it measures and its targets: docs/benchmarks.md, "The downloader: `t2sql bench download`"."""
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ def _env() -> dict[str, str]:
 
 
 def _serve(directory: Path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-m", "t2sql.bench.loopback", str(directory)],
+    proc = subprocess.Popen([sys.executable, "-m", "t2sql.bench.serve", str(directory)],
                             stdout=subprocess.PIPE, text=True, env=_env())
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.isdigit():
         proc.kill()
-        raise RuntimeError(f"the loopback server did not start (it printed {line!r})")
+        raise RuntimeError(f"the file server did not start (it printed {line!r})")
     return proc, int(line)
 
 

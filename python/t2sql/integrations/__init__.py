@@ -1,25 +1,30 @@
-"""t2sql's episode inside other RL frameworks: one thin module per framework, each an optional extra (trl, verl,
-skyrl; docs/trl.md, docs/verl.md, docs/skyrl.md), standing on the episode seam (t2sql.episode.rollout) and holding
-only the framework's side. Here is what they share: `require`, `module_help`, `on_episode_loop` (one event loop per
-process for frameworks that call synchronously), `episode_record` and `settings_from_env` (the T2SQL_* variables).
-`import t2sql` imports none of them; t2sql.integrations.rows imports no framework."""
+"""t2sql's episode inside other RL frameworks: one thin module per framework, each an optional extra of its
+name (docs/development.md, "Adding a framework adapter"), standing on the episode seam (t2sql.episode.rollout).
+Here is what they share: `require`/`entry_point`, `module_help`, `on_episode_loop`, `episode_record`,
+`settings_from_env`/`config_items` and `open_episode`. `import t2sql` imports none of them;
+t2sql.integrations.rows imports no framework."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import os
 import sys
 import threading
-from dataclasses import fields
+from contextlib import contextmanager
+from dataclasses import asdict, fields, is_dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Awaitable, Mapping, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence, TypeVar
 
-from t2sql.episode.machine import EpisodeResult
+from t2sql.chat_template import count_tokens
+from t2sql.episode import rollout
+from t2sql.episode.machine import Episode, EpisodeResult
 from t2sql.episode.rollout import RolloutSettings, check_setting
 from t2sql.errors import AdapterError, SettingsError, T2sqlError
+from t2sql.integrations.rows import t2sql_row
 from t2sql.progress import closed_stdout_exit
 
 T = TypeVar("T")
@@ -27,7 +32,8 @@ T = TypeVar("T")
 
 class FrameworkMissing(T2sqlError, ImportError):
     """A framework an integration needs is not installed, or not a version it was checked against.
-    Its message is one line that names the extra to install; uncaught, it prints only that line."""
+    Its message is one line that names the extra to install; under `python -m` of an integration
+    (`entry_point`), only that line is printed."""
 
 
 # The environment variables settings_from_env reads: variable -> (RolloutSettings field, type).
@@ -70,6 +76,34 @@ def settings_from_env(environ: Mapping[str, str] | None = None, *, config: str =
     return RolloutSettings(**values)
 
 
+def config_items(config: Any) -> dict[str, Any] | None:
+    """The t2sql settings a framework's own config holds, as settings_from_env's keyword overrides: none for
+    None, the keys of a mapping (a dict, an OmegaConf DictConfig) or of a dataclass instance. None when the
+    config is none of these: the adapter says where its framework keeps them."""
+    if config is None:
+        return {}
+    if is_dataclass(config) and not isinstance(config, type):
+        return asdict(config)
+    if hasattr(config, "items"):
+        return {str(k): v for k, v in config.items()}
+    return None
+
+
+def token_counter(tokenizer: Any) -> Callable[[str], int] | None:
+    """How an episode counts a text's tokens with the framework's tokenizer (None: the episode counts words)."""
+    return None if tokenizer is None else functools.partial(count_tokens, tokenizer)
+
+
+async def open_episode(settings: RolloutSettings, row: Mapping[str, Any], *,
+                       prompt: Sequence[Mapping[str, Any]] | None = None, tokenizer: Any = None) -> Episode:
+    """The episode of a framework's dataset row (the t2sql row it carries, integrations.rows.t2sql_row) on
+    this process's rollout context for `settings` (one Grader per process): its prompt `prompt` when the
+    framework hands the row's messages over (else built from the task), its tokens counted with `tokenizer`.
+    A framework that calls synchronously runs it through on_episode_loop."""
+    ctx = rollout.context(settings)
+    return await ctx.episode_async(ctx.task(t2sql_row(row)), prompt=prompt, count_tokens=token_counter(tokenizer))
+
+
 def episode_record(result: EpisodeResult, preset_name: str) -> dict[str, Any]:
     """The episode record a framework keeps beside its sample: `t2sql eval`'s record of the episode
     (EpisodeResult.to_dict(), the grade included) and the preset's name."""
@@ -87,14 +121,29 @@ def require(import_name: str, *, framework: str, extra: str, minimum: str, below
     try:
         version = metadata.version(distribution)
     except metadata.PackageNotFoundError:
-        _fail(f"{caller} needs {framework} {wanted} (not installed): {install}")
-    if _release(version) < _release(minimum) or (below is not None and _release(version) >= _release(below)):
-        _fail(f"{caller} needs {framework} {wanted} (found {version}): {install}")
+        raise FrameworkMissing(f"{caller} needs {framework} {wanted} (not installed): {install}")
+    if not _in_range(version, minimum, below):
+        raise FrameworkMissing(f"{caller} needs {framework} {wanted} (found {version}): {install}")
     try:
         return importlib.import_module(import_name)
     except ImportError as e:
-        _fail(f"{caller} needs {framework} {wanted}; {distribution} {version} is installed but "
-              f"{import_name} does not import ({str(e).splitlines()[0] if str(e) else type(e).__name__}): {install}")
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise FrameworkMissing(f"{caller} needs {framework} {wanted}; {distribution} {version} is installed but "
+                               f"{import_name} does not import ({why}): {install}") from e
+
+
+@contextmanager
+def entry_point(module_name: str) -> Iterator[None]:
+    """Around what an integration runs at import and under `python -m`: run as the program (`module_name`
+    is "__main__"), a FrameworkMissing raised inside prints its one line and exits 1, not a traceback;
+    imported, it goes on to the importer. Nothing process-wide is changed."""
+    try:
+        yield
+    except FrameworkMissing as e:
+        if module_name != "__main__":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def install_command(extra: str) -> str:
@@ -130,24 +179,18 @@ def module_help(argv: Sequence[str], doc: str | None, name: str) -> int:
     return 2
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """The numeric release of a version string ("1.16.0rc1" -> (1, 16, 0)): enough to compare the
-    pins an integration states, without a dependency on `packaging`."""
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if len(digits) < len(piece):
-            break
-    while len(parts) > 1 and parts[-1] == 0:
-        parts.pop()
-    return tuple(parts)
+def _in_range(version: str, minimum: str, below: str | None) -> bool:
+    """Whether `version` is >= minimum and < below, as PEP 440 orders them: a pre-release or dev build of
+    the minimum comes before it (refused); one of a later release counts as that release. A version
+    packaging cannot read is refused."""
+    from packaging.specifiers import SpecifierSet  # lazily: only an integration's import asks
+    from packaging.version import InvalidVersion
+
+    wanted = SpecifierSet(f">={minimum}" + (f",<{below}" if below else ""))
+    try:
+        return wanted.contains(version, prereleases=True)
+    except InvalidVersion:
+        return False
 
 
 def _calling_module() -> str:
@@ -155,28 +198,6 @@ def _calling_module() -> str:
     names = sys._getframe(2).f_globals
     spec = names.get("__spec__")
     return spec.name if spec is not None else names.get("__name__", "t2sql.integrations")
-
-
-def _fail(message: str) -> None:
-    _install_one_line_hook()
-    raise FrameworkMissing(message)
-
-
-def _install_one_line_hook() -> None:
-    """An uncaught FrameworkMissing prints its one line, not a traceback (other exceptions go on to the
-    hook that was there). Installed only when one is raised."""
-    previous = sys.excepthook
-    if getattr(previous, "_t2sql_one_line", False):
-        return
-
-    def hook(kind, value, traceback):  # noqa: ANN001 - sys.excepthook's signature
-        if isinstance(value, FrameworkMissing):
-            print(f"error: {value}", file=sys.stderr)
-            return
-        previous(kind, value, traceback)
-
-    hook._t2sql_one_line = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
 
 
 class _EpisodeLoop:

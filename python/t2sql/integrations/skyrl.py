@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import asdict, is_dataclass
 from typing import Any, Mapping
 
 from t2sql.integrations import (
     SETTINGS_ENV,
+    config_items,
+    entry_point,
     episode_record,
     on_episode_loop,
     print_help,
@@ -23,8 +24,9 @@ from t2sql.integrations import (
 
 # The release this was checked against (skyrl-gym and skyrl alike), and the next minor.
 SKYRL_MINIMUM, SKYRL_BELOW = "0.4", "0.5"
-require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum=SKYRL_MINIMUM,
-        below=SKYRL_BELOW, distribution="skyrl-gym")
+with entry_point(__name__):
+    require("skyrl_gym.envs.base_text_env", framework="skyrl-gym", extra="skyrl", minimum=SKYRL_MINIMUM,
+            below=SKYRL_BELOW, distribution="skyrl-gym")
 
 from skyrl_gym.envs import register  # noqa: E402 - after the version check
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
@@ -33,7 +35,7 @@ from skyrl_gym.metrics import default_aggregate_metrics  # noqa: E402
 
 from t2sql.episode import prompt as prompts  # noqa: E402
 from t2sql.episode import rollout  # noqa: E402
-from t2sql.episode.presets import OUTCOMES  # noqa: E402
+from t2sql.episode.metrics import record_metrics  # noqa: E402
 from t2sql.errors import AdapterError  # noqa: E402
 from t2sql.integrations.rows import ENV_CLASS, t2sql_row  # noqa: E402
 
@@ -50,13 +52,8 @@ def settings_of(env_config: Any) -> rollout.RolloutSettings:
     """The rollout settings: T2SQL_* variables, `env_config`'s keys winning. SkyRL passes
     `environment.skyrl_gym.<env_class>` when its config has such a field, else an empty dict; the keys
     are settings_from_env's keyword names (a RolloutSettings field each; an unknown one is a SettingsError)."""
-    if env_config is None:
-        overrides: dict[str, Any] = {}
-    elif is_dataclass(env_config) and not isinstance(env_config, type):
-        overrides = asdict(env_config)
-    elif hasattr(env_config, "items"):  # a dict, or an OmegaConf DictConfig
-        overrides = {str(k): v for k, v in env_config.items()}
-    else:
+    overrides = config_items(env_config)
+    if overrides is None:
         raise AdapterError(f"SQLEnv's env_config must be a mapping of t2sql settings, got {type(env_config).__name__}")
     return settings_from_env(config=ENV_CONFIG, **overrides)
 
@@ -134,14 +131,9 @@ class SQLEnv(BaseTextEnv):
 
 
 def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
-    out = {name: float(record[name]) for name in ("reward", "reward_given", "correct", "turns", "tool_calls",
-                                                  "invalid_tool_calls") if name in record}
-    out.update({f"outcome/{o}": float(record["outcome"] == o) for o in OUTCOMES})
-    out.update({f"reward_terms/{k}": float(v) for k, v in (record.get("reward_terms") or {}).items()})
-    if record.get("has_evidence"):
-        out["evidence_restated"] = float(bool(record.get("evidence_restated")))
-        out["evidence_checked"] = float(bool(record.get("evidence_checked")))
-    return out
+    """The record's numbers (record_metrics) and the reward SkyRL was handed."""
+    given = {"reward_given": float(record["reward_given"])} if "reward_given" in record else {}
+    return {**record_metrics(record), **given}
 
 
 _warned_turns: set[tuple[int, int]] = set()
@@ -234,7 +226,8 @@ def main(argv: list[str] | None = None) -> int | None:
 
 
 if __name__ == "__main__":
-    # Imported under its own name, so that Ray pickles run_experiment by reference (not __main__'s copy).
-    from t2sql.integrations.skyrl import main as _main
+    with entry_point(__name__):  # SkyRL's trainer missing: one line, not a traceback
+        # Imported under its own name, so that Ray pickles run_experiment by reference (not __main__'s copy).
+        from t2sql.integrations.skyrl import main as _main
 
-    sys.exit(_main())
+        sys.exit(_main())

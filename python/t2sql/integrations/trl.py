@@ -23,19 +23,28 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from t2sql.atomic import first_line, read_head
-from t2sql.chat_template import ChatTemplate, count_tokens
+from t2sql.chat_template import ChatTemplate
 from t2sql.data import convert
 from t2sql.databases import database_path
-from t2sql.episode import parsing, prompt, rollout
+from t2sql.episode import parsing, prompt
 from t2sql.episode.machine import Episode, EpisodeResult
-from t2sql.episode.presets import OUTCOMES
-from t2sql.episode.rollout import RolloutContext, RolloutSettings
+from t2sql.episode.metrics import ROLLOUT_LOG_NAMES, record_metrics
+from t2sql.episode.rollout import RolloutSettings
 from t2sql.errors import AdapterError, DataError
-from t2sql.integrations import module_help, on_episode_loop, require, rows, settings_from_env
+from t2sql.integrations import (
+    entry_point,
+    module_help,
+    on_episode_loop,
+    open_episode,
+    require,
+    rows,
+    settings_from_env,
+)
 from t2sql.tasks import release_dir
 
-require("trl", framework="TRL", extra="trl", minimum="1.16", below="2")
-datasets = require("datasets", framework="Hugging Face datasets", extra="trl", minimum="4.7")
+with entry_point(__name__):
+    require("trl", framework="TRL", extra="trl", minimum="1.16", below="2")
+    datasets = require("datasets", framework="Hugging Face datasets", extra="trl", minimum="4.7")
 
 TOOL_NAME = prompt.TOOL_NAME
 ROW_COLUMN = rows.ROW_KEY  # the dataset column holding the t2sql row's JSON
@@ -93,11 +102,10 @@ class SQLEnvironment:
         """Start the episode of the dataset row's task (TRL passes the whole row; its prompt is the episode's)."""
         self.task_row = rows.t2sql_row(row)
         self.result, self.turns, self.cut, self._live_calls = None, [], None, []
-        ctx = self._context()
         messages = self.task_row.get("prompt")
-        self.episode = on_episode_loop(ctx.episode_async(
-            ctx.task(self.task_row), prompt=messages if isinstance(messages, list) else None,
-            count_tokens=self._count_tokens()))
+        self.episode = on_episode_loop(open_episode(
+            self.settings, self.task_row, prompt=messages if isinstance(messages, list) else None,
+            tokenizer=self.tokenizer))
         self._prompt = [dict(m) for m in self.episode.messages]
         return None
 
@@ -122,15 +130,6 @@ class SQLEnvironment:
          inspect.Parameter("query", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)])
 
     # -- private: what sql_reward calls
-
-    def _context(self) -> RolloutContext:
-        return rollout.context(self.settings)
-
-    def _count_tokens(self) -> Callable[[str], int] | None:
-        tokenizer = self.tokenizer
-        if tokenizer is None:
-            return None
-        return functools.partial(count_tokens, tokenizer)
 
     def _open_episode(self) -> Episode:
         if self.episode is None:
@@ -225,9 +224,7 @@ class SQLEnvironment:
 
     async def _fresh_episode(self) -> Episode:
         assert self.task_row is not None
-        ctx = self._context()
-        self.episode = await ctx.episode_async(ctx.task(self.task_row), prompt=self._prompt,
-                                               count_tokens=self._count_tokens())
+        self.episode = await open_episode(self.settings, self.task_row, prompt=self._prompt, tokenizer=self.tokenizer)
         return self.episode
 
     async def _end(self, episode: Episode, live: bool) -> EpisodeResult:
@@ -309,19 +306,11 @@ def sql_reward(completions: Sequence[Any], environments: Sequence[SQLEnvironment
 
 
 def episode_metrics(result: EpisodeResult) -> dict[str, float]:
-    """One episode's numbers for TRL's log_metric (each averaged over a logging step's episodes); the names
-    are the miles rollout log's."""
-    metrics = {
-        "t2sql/accuracy": float(result.correct),
-        "t2sql/tool_calls_mean": float(result.tool_calls),
-        "t2sql/invalid_tool_calls_mean": float(result.invalid_tool_calls),
-        "t2sql/turns_mean": float(result.turns),
-        **{f"t2sql/outcome/{outcome}": float(result.outcome == outcome) for outcome in OUTCOMES},
-    }
-    if result.has_evidence:
-        metrics["t2sql/evidence_restated_rate"] = float(result.evidence_restated)
-        metrics["t2sql/evidence_checked_rate"] = float(result.evidence_checked)
-    return metrics
+    """One episode's numbers for TRL's log_metric (each averaged over a logging step's episodes): the
+    record's (record_metrics) under the miles rollout log's names, and `t2sql/outcome/<outcome>`."""
+    numbers = record_metrics(result.to_dict())
+    return {f"t2sql/{ROLLOUT_LOG_NAMES.get(name, name)}": value for name, value in numbers.items()
+            if name in ROLLOUT_LOG_NAMES or name.startswith("outcome/")}
 
 
 # ---------------------------------------------------------------------------------- the dataset

@@ -5,32 +5,36 @@ what the loop returns to verl."""
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
-from t2sql.chat_template import ChatTemplate, count_tokens
+from t2sql.chat_template import ChatTemplate
 from t2sql.episode import rollout
 from t2sql.episode.budget import Budget
 from t2sql.episode.machine import EpisodeResult
+from t2sql.episode.metrics import record_metrics
 from t2sql.episode.tokens import ABORTED, SampledTurn, TokenTrajectory, run_token_episode
 from t2sql.errors import AdapterError
 from t2sql.integrations import (
     SETTING_NAMES,
     SettingsError,
+    config_items,
+    entry_point,
     episode_record,
     module_help,
+    open_episode,
     require,
     settings_from_env,
 )
-from t2sql.integrations.rows import AGENT_NAME, t2sql_row
+from t2sql.integrations.rows import AGENT_NAME
 
 VERL_MINIMUM, VERL_BELOW = "0.9.1", "0.10"  # the release this was checked against, and the next minor
-_agent_loop = require("verl.experimental.agent_loop.agent_loop", framework="verl", extra="verl",
-                      minimum=VERL_MINIMUM, below=VERL_BELOW)
+with entry_point(__name__):
+    _agent_loop = require("verl.experimental.agent_loop.agent_loop", framework="verl", extra="verl",
+                          minimum=VERL_MINIMUM, below=VERL_BELOW)
 AgentLoopBase = _agent_loop.AgentLoopBase
 AgentLoopMetrics = _agent_loop.AgentLoopMetrics
 AgentLoopOutput = _agent_loop.AgentLoopOutput
@@ -39,6 +43,7 @@ CONFIG_KEY = "t2sql"  # the block of verl's config that holds t2sql's settings (
 LENGTH_STOPS = frozenset({"length"})  # SGLang's and verl's own name for a turn stopped at its token limit
 ABORT_STOPS = frozenset({"abort", "aborted"})  # SGLang's, vLLM's and TensorRT-LLM's
 ABORTED_OUTCOME = "aborted"
+COUNTS = ("turns", "tool_calls", "invalid_tool_calls")  # the record's counts reward_extra_info carries, as ints
 
 
 def _plain(value: Any) -> Any:
@@ -54,10 +59,11 @@ def loop_settings(trainer_config: Any, loop_kwargs: Mapping[str, Any]) -> rollou
     """The rollout settings: T2SQL_* variables, then verl's config block `t2sql`, then this loop's own
     config entry's keys (an unknown key in either is a SettingsError naming the known ones)."""
     block = _plain(trainer_config.get(CONFIG_KEY) if trainer_config is not None else None) or {}
-    if not isinstance(block, Mapping):
+    overrides = config_items(block)
+    if overrides is None:
         raise SettingsError(f"verl's config key {CONFIG_KEY!r} must hold t2sql's settings "
                             f"(+{CONFIG_KEY}.recipe=... +{CONFIG_KEY}.db_root=...), not {block!r}")
-    return settings_from_env(config=f"{CONFIG_KEY}.", **{str(k): v for k, v in {**block, **loop_kwargs}.items()})
+    return settings_from_env(config=f"{CONFIG_KEY}.", **{**overrides, **{str(k): v for k, v in loop_kwargs.items()}})
 
 
 @_agent_loop.register(AGENT_NAME)
@@ -74,21 +80,19 @@ class SQLAgentLoop(AgentLoopBase):
         self.response_length = int(self.rollout_config.response_length)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        ctx = rollout.context(self.settings)
-        task = ctx.task(t2sql_row(kwargs))
-        tokenizer = self.tokenizer
-        episode = await ctx.episode_async(task, prompt=_messages(kwargs.get("raw_prompt")),
-                                          count_tokens=functools.partial(count_tokens, tokenizer))
+        episode = await open_episode(self.settings, kwargs, prompt=_messages(kwargs.get("raw_prompt")),
+                                     tokenizer=self.tokenizer)
+        task, preset = episode.task, episode.preset
         prompt_messages = len(episode.messages)
-        render = ChatTemplate(tokenizer, episode.tools, self.template_kwargs)
-        trajectory = TokenTrajectory.start(render, episode.messages, Budget.of(ctx.preset))
+        render = ChatTemplate(self.tokenizer, episode.tools, self.template_kwargs)
+        trajectory = TokenTrajectory.start(render, episode.messages, Budget.of(preset))
         if trajectory.prompt_length > self.prompt_length:
             raise AdapterError(
                 f"task {task.question_id}: its prompt is {trajectory.prompt_length} tokens, over verl's "
                 f"actor_rollout_ref.rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length "
                 f"(verl pads every prompt to it) or leave such tasks out of the data")
         max_new = sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens")
-        trajectory.budget = Budget.of(ctx.preset, max_new_tokens=max_new,
+        trajectory.budget = Budget.of(preset, max_new_tokens=max_new,
                                       max_context_len=trajectory.prompt_length + self.response_length)
         request_id = (f"det-{kwargs.get('priority', 0)}" if self.rollout_config.full_determinism
                       else uuid4().hex)  # one sticky session per episode, as verl's ToolAgentLoop
@@ -113,7 +117,7 @@ class SQLAgentLoop(AgentLoopBase):
             metrics=AgentLoopMetrics(generate_sequences=server.seconds, tool_calls=max(0.0, elapsed - server.seconds),
                                      num_preempted=server.preempted),
             extra_fields={"reward_extra_info": reward_extra_info(result if graded else None),
-                          CONFIG_KEY: episode_record(result, ctx.preset.name) if graded else None},
+                          CONFIG_KEY: episode_record(result, preset.name) if graded else None},
         )
 
 
@@ -176,9 +180,9 @@ def reward_extra_info(result: EpisodeResult | None) -> dict[str, Any]:
     Never "reward": verl adds that key itself. The same keys for every episode, aborted ones too (verl
     reads the keys of a batch's first sample)."""
     if result is None:
-        return {"acc": 0.0, "outcome": ABORTED_OUTCOME, "turns": 0, "tool_calls": 0, "invalid_tool_calls": 0}
-    return {"acc": 1.0 if result.correct else 0.0, "outcome": result.outcome, "turns": result.turns,
-            "tool_calls": result.tool_calls, "invalid_tool_calls": result.invalid_tool_calls}
+        return {"acc": 0.0, "outcome": ABORTED_OUTCOME, **dict.fromkeys(COUNTS, 0)}
+    record = result.to_dict()
+    return {"acc": record_metrics(record)["correct"], "outcome": record["outcome"], **{k: record[k] for k in COUNTS}}
 
 
 if __name__ == "__main__":

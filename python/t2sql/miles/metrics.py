@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from t2sql.episode.metrics import ROLLOUT_LOG_NAMES, record_metrics
 from t2sql.miles.adapter import METADATA_KEY
 
 
@@ -45,16 +46,14 @@ def rollout_metrics(samples: list[Any], group_size: int | None = None) -> dict[s
         "t2sql/accuracy": sum(c for _, c in graded) / len(graded),
         "t2sql/samples": float(len(graded)),
     }
-    records = [r for s, _ in graded if (r := _record_of(s)) is not None]
-    if records:
-        out["t2sql/tool_calls_mean"] = sum(r.get("tool_calls", 0) for r in records) / len(records)
-        out["t2sql/invalid_tool_calls_mean"] = sum(r.get("invalid_tool_calls", 0) for r in records) / len(records)
-        with_evidence = [r for r in records if r.get("has_evidence")]
-        if with_evidence:
-            out["t2sql/evidence_restated_rate"] = (sum(bool(r.get("evidence_restated")) for r in with_evidence)
-                                                   / len(with_evidence))
-            out["t2sql/evidence_checked_rate"] = (sum(bool(r.get("evidence_checked")) for r in with_evidence)
-                                                  / len(with_evidence))
+    numbers = [record_metrics(r) for s, _ in graded if (r := _record_of(s)) is not None]
+    if numbers:
+        for name in ("tool_calls", "invalid_tool_calls"):  # a record without the count counts 0
+            out[f"t2sql/{ROLLOUT_LOG_NAMES[name]}"] = sum(n.get(name, 0.0) for n in numbers) / len(numbers)
+        for name in ("evidence_restated", "evidence_checked"):  # over the episodes whose task has evidence
+            rates = [n[name] for n in numbers if name in n]
+            if rates:
+                out[f"t2sql/{ROLLOUT_LOG_NAMES[name]}"] = sum(rates) / len(rates)
     if group_size and group_size > 1:
         groups: dict[Any, list[bool]] = {}
         for s, c in graded:
