@@ -41,7 +41,7 @@ def canon(v, digits: int | None):
     return ("dec", rounded.normalize())
 
 
-def reference(pred_rows, gold_rows, semantics: str, digits: int | None, column_order: str = "strict") -> bool:
+def reference(pred_rows, gold_rows, method: str, digits: int | None, column_order: str = "strict") -> bool:
     def row(r):
         cells = tuple(canon(v, digits) for v in r)
         if column_order == "ignore":  # the row as the multiset of its cells
@@ -52,12 +52,12 @@ def reference(pred_rows, gold_rows, semantics: str, digits: int | None, column_o
     g = [row(r) for r in gold_rows]
     if p and g and len(pred_rows[0]) != len(gold_rows[0]):
         return False
-    if semantics in ("ordered", "list"):
+    if method in ("ordered", "list"):
         return p == g
-    if semantics == "multiset":
+    if method == "multiset":
         return Counter(p) == Counter(g)
-    if semantics.startswith("subset"):
-        _, op, n = semantics.split(",")
+    if method.startswith("subset"):
+        _, op, n = method.split(",")
         need = min(int(n), len(set(g)))  # a gold with fewer distinct rows than N: all of them
         distinct = set(p)
         if not distinct <= set(g):
@@ -142,14 +142,14 @@ def _stored(tmp_path_factory, case):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=pair(), semantics=st.sampled_from(["multiset", "ordered", "set"]),
+@given(case=pair(), method=st.sampled_from(["multiset", "ordered", "set"]),
        digits=st.sampled_from([None, 12, 6, 15]))
-def test_core_agrees_with_python_reference(tmp_path_factory, case, semantics, digits):
+def test_core_agrees_with_python_reference(tmp_path_factory, case, method, digits):
     ncols, pred_ncols, _, _ = case
     path, gold_sql, pred_sql, gold_rows, pred_rows = _stored(tmp_path_factory, case)
-    expected = reference(pred_rows, gold_rows, semantics, digits) and pred_ncols == ncols
+    expected = reference(pred_rows, gold_rows, method, digits) and pred_ncols == ncols
     verdict = Database(str(path)).grade(pred_sql, gold_sql,
-                                        GradeSpec(semantics, gold_sql=gold_sql, float_digits=digits))
+                                        GradeSpec(method, gold_sql=gold_sql, float_digits=digits))
     assert verdict.outcome in ("match", "mismatch"), verdict
     assert verdict.matched == expected, (verdict, pred_rows, gold_rows)
 

@@ -133,7 +133,7 @@ def test_grade_spec_defaults_are_the_cores():
 ])
 def test_grade_spec_reads_a_method_once_into_its_canonical_name(given, canonical):
     spec = GradeSpec(given)
-    assert spec.method == canonical == t2sql.resolve_semantics("SELECT 1", given)
+    assert spec.method == canonical == t2sql.resolve_method("SELECT 1", given)
     assert GradeSpec(canonical) == spec
 
 
@@ -150,9 +150,9 @@ def test_auto_is_resolved_against_the_gold_at_construction():
 
 
 @pytest.mark.parametrize("name", ["bag", "subset,", "subset,<,3", "subset,=,0", ""])
-def test_an_unreadable_method_says_what_resolve_semantics_says(name):
+def test_an_unreadable_method_says_what_resolve_method_says(name):
     with pytest.raises(InvalidArgument) as today:
-        t2sql.resolve_semantics("SELECT 1", name)
+        t2sql.resolve_method("SELECT 1", name)
     assert refused(lambda: GradeSpec(name)) == str(today.value)
     assert refused(lambda: GradeSpec(name, gold_sql="SELECT 1")) == str(today.value)
 
@@ -233,21 +233,20 @@ def test_a_methods_name_is_read_by_the_core_before_any_gold():
                  "SELECT height_cm FROM superhero WHERE height_cm IS NOT NULL",
                  "SELECT MIN(height_cm), 1 FROM superhero"):
         bare, as_set = (db.grade(pred, gold, GradeSpec(m, gold_sql=gold)) for m in ("subset", "set"))
-        assert (bare.outcome, bare.semantics) == (as_set.outcome, "subset,>=,1"), pred
+        assert (bare.outcome, bare.method) == (as_set.outcome, "subset,>=,1"), pred
     for bad in ("subset,<,3", "bag"):
         assert refused(lambda: method_name(bad)) == refused(lambda: GradeSpec(bad))
 
 
-def test_grade_names_its_method_method_and_keeps_semantics_as_an_alias():
+def test_grade_takes_the_method_as_method_only():
     db = Database(SUPERHERO)
     gold, pred = "SELECT id FROM superhero ORDER BY id LIMIT 3", "SELECT id FROM superhero ORDER BY id DESC LIMIT 3"
     assert t2sql.grade(db, pred, pred, "list").outcome == "match"
-    for call in (lambda: t2sql.grade(db, pred, gold, "list"), lambda: t2sql.grade(db, pred, gold, method="list"),
-                 lambda: t2sql.grade(db, pred, gold, semantics="list")):
+    for call in (lambda: t2sql.grade(db, pred, gold, "list"), lambda: t2sql.grade(db, pred, gold, method="list")):
         verdict = call()
-        assert (verdict.outcome, verdict.semantics) == ("mismatch", "ordered")
-    with pytest.raises(TypeError, match="older name"):
-        t2sql.grade(db, pred, gold, method="set", semantics="list")
+        assert (verdict.outcome, verdict.method) == ("mismatch", "ordered")
+    with pytest.raises(TypeError, match="semantics"):  # the pre-release name is gone, not an alias
+        t2sql.grade(db, pred, gold, semantics="list")
 
 
 @pytest.mark.parametrize(("given", "kind", "operator", "count"), [

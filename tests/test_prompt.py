@@ -55,7 +55,7 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
     assert "at most 3 times" in P.system_prompt(RECIPE.replace(max_tool_calls=3))
     assert "the first 50 rows" in text
     assert "row order does not matter" in text and "the number and order of columns matter" in text
-    assert "row order matters" in P.system_prompt(RECIPE.replace(semantics="ordered"))
+    assert "row order matters" in P.system_prompt(RECIPE.replace(method="ordered"))
     assert "columns matters, their order and names do not" in P.system_prompt(RECIPE.replace(column_order="ignore"))
     # A task's own method states its comparison.
     assert "return exactly 5 distinct rows, each a row of the correct result" in P.system_prompt(RECIPE, "subset,=,5")

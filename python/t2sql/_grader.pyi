@@ -13,7 +13,6 @@ from typing import Callable, Literal, Protocol, Sequence
 # least N). Names are read leniently (case, spaces). The canonical name of a resolved method is one
 # of "multiset", "ordered", "set" or "subset,=,N" / "subset,>=,N" (a str). `Method` is a name parsed.
 MethodName = str
-Semantics = MethodName  # the older name
 Resolved = str
 Outcome = Literal[
     "match", "mismatch", "pred_error", "pred_timeout", "unsafe", "gold_error", "gold_timeout"
@@ -195,7 +194,7 @@ class ToolResult:
 
 class Digest:
     """A result's streaming digest: counts plus a 128-bit keyed hash (never rows)."""
-    semantics: Resolved
+    method: Resolved
     float_digits: int | None
     rows: int  # rows for multiset/ordered; distinct rows for set and subset
     columns: int
@@ -210,7 +209,7 @@ class Digest:
 class Verdict:
     outcome: Outcome
     detail: str
-    semantics: Resolved
+    method: Resolved
     pred_rows: int | None
     gold_rows: int | None
     elapsed_s: float
@@ -249,7 +248,7 @@ class Database:
         cancel: Cancel | None = None,
         max_temp_mb: int = ...,
     ) -> Verdict:
-        """Grade against a gold digest (its semantics and float_digits apply). HashSecretMismatch
+        """Grade against a gold digest (its method and float_digits apply). HashSecretMismatch
         when the digest was made under another hash secret: recompute it."""
     def grade(
         self, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None, *, cancel: Cancel | None = None
@@ -358,8 +357,8 @@ class SqlPool:
 def method_name(name: MethodName) -> str:
     """The canonical name of a method as a task or a flag writes it ("list" -> "ordered", a bare
     "subset" -> "subset,>=,1", "auto" stays "auto"); InvalidArgument saying what is wrong."""
-def resolve_semantics(gold_sql: str, semantics: MethodName) -> Resolved:
-    """The canonical method `semantics` names for this gold ("auto" resolved against its SQL);
+def resolve_method(gold_sql: str, method: MethodName) -> Resolved:
+    """The canonical name of the method `method` names for this gold ("auto" resolved against its SQL);
     ValueError for a name that cannot be read."""
 def sqlite_version() -> str: ...
 def set_hash_secret(secret: bytes) -> None: ...

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::keyset::SortedKeys;
-use super::{ColumnOrder, Digest, GoldKeys, Semantics, Stop, SubsetOp};
+use super::{ColumnOrder, Digest, GoldKeys, ResolvedMethod, Stop, SubsetOp};
 use crate::canon;
 
 const WIRE_MAGIC: &[u8; 4] = b"T2D2";
@@ -33,15 +33,15 @@ impl Digest {
         };
         let mut b = Vec::with_capacity(WIRE_HEAD_LEN + 16 * keys.len());
         b.extend_from_slice(WIRE_MAGIC);
-        let (tag, n) = match self.semantics {
-            Semantics::Multiset => (0u8, 0u64),
-            Semantics::Ordered => (1, 0),
-            Semantics::Set => (2, 0),
-            Semantics::Subset {
+        let (tag, n) = match self.method {
+            ResolvedMethod::Multiset => (0u8, 0u64),
+            ResolvedMethod::Ordered => (1, 0),
+            ResolvedMethod::Set => (2, 0),
+            ResolvedMethod::Subset {
                 op: SubsetOp::Exactly,
                 n,
             } => (3, n),
-            Semantics::Subset {
+            ResolvedMethod::Subset {
                 op: SubsetOp::AtLeast,
                 n,
             } => (4, n),
@@ -81,14 +81,14 @@ impl Digest {
             _ => Err("bad float_digits".to_string()),
         };
         if data.len() == WIRE_V1_LEN && &data[..4] == WIRE_MAGIC_V1 {
-            let semantics = match data[4] {
-                0 => Semantics::Multiset,
-                1 => Semantics::Ordered,
-                2 => Semantics::Set,
-                _ => return Err("unknown semantics".into()),
+            let method = match data[4] {
+                0 => ResolvedMethod::Multiset,
+                1 => ResolvedMethod::Ordered,
+                2 => ResolvedMethod::Set,
+                _ => return Err("unknown grading method".into()),
             };
             return Ok(Digest {
-                semantics,
+                method,
                 float_digits: digits(data[5])?,
                 column_order: ColumnOrder::Strict,
                 rows: u64_at(6),
@@ -104,15 +104,15 @@ impl Digest {
             return Err("wrong length or header".into());
         }
         let n = u64_at(5);
-        let semantics = match data[4] {
-            0 => Semantics::Multiset,
-            1 => Semantics::Ordered,
-            2 => Semantics::Set,
-            3 if n >= 1 => Semantics::Subset {
+        let method = match data[4] {
+            0 => ResolvedMethod::Multiset,
+            1 => ResolvedMethod::Ordered,
+            2 => ResolvedMethod::Set,
+            3 if n >= 1 => ResolvedMethod::Subset {
                 op: SubsetOp::Exactly,
                 n,
             },
-            4 if n >= 1 => Semantics::Subset {
+            4 if n >= 1 => ResolvedMethod::Subset {
                 op: SubsetOp::AtLeast,
                 n,
             },
@@ -123,7 +123,7 @@ impl Digest {
             1 => ColumnOrder::Ignore,
             _ => return Err("bad column order".into()),
         };
-        let is_subset = matches!(semantics, Semantics::Subset { .. });
+        let is_subset = matches!(method, ResolvedMethod::Subset { .. });
         let mut gold_sql = None;
         let mut nkeys = u64_at(WIRE_HEAD_LEN - 8);
         if nkeys == KEYS_BY_SQL {
@@ -160,7 +160,7 @@ impl Digest {
             }
         };
         Ok(Digest {
-            semantics,
+            method,
             float_digits: digits(data[13])?,
             column_order,
             rows: u64_at(15),
@@ -183,7 +183,10 @@ mod test {
 
     #[test]
     fn wire_format_round_trips_and_refuses_damage() {
-        let set = digest_of(&[vec![I(1), T(b"x")], vec![I(2), T(b"y")]], Semantics::Set);
+        let set = digest_of(
+            &[vec![I(1), T(b"x")], vec![I(2), T(b"y")]],
+            ResolvedMethod::Set,
+        );
         for d in [set, subset_gold(&[4, 5, 6], 2), subset_gold(&[], 1)] {
             let bytes = d.to_bytes().unwrap();
             assert_eq!(Digest::from_bytes(&bytes).unwrap(), d);
@@ -206,7 +209,7 @@ mod test {
         bytes[last].copy_from_slice(&a);
         assert!(Digest::from_bytes(&bytes).is_err());
         // The first format still reads: a multiset digest, columns in order.
-        let m = digest_of(&[vec![I(1), T(b"x")]], Semantics::Multiset);
+        let m = digest_of(&[vec![I(1), T(b"x")]], ResolvedMethod::Multiset);
         let mut v1 = b"T2D1".to_vec();
         v1.push(0);
         v1.push(12);

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
 use super::errors::to_py;
-use crate::digest::{self, Semantics};
+use crate::digest::{self, ResolvedMethod};
 
 /// A grading method, parsed: its canonical name, its kind, and a subset's operator and count.
 #[pyclass(frozen, eq, hash, module = "t2sql._grader", name = "Method")]
@@ -39,7 +39,7 @@ impl PyMethod {
     #[getter]
     fn operator(&self) -> Option<&'static str> {
         match self.inner {
-            digest::Method::Named(Semantics::Subset { op, .. }) => Some(op.symbol()),
+            digest::Method::Named(ResolvedMethod::Subset { op, .. }) => Some(op.symbol()),
             _ => None,
         }
     }
@@ -47,7 +47,7 @@ impl PyMethod {
     #[getter]
     fn count(&self) -> Option<u64> {
         match self.inner {
-            digest::Method::Named(Semantics::Subset { n, .. }) => Some(n),
+            digest::Method::Named(ResolvedMethod::Subset { n, .. }) => Some(n),
             _ => None,
         }
     }
@@ -74,10 +74,10 @@ pub(crate) fn method_name(name: &str) -> PyResult<String> {
     digest::method_name(name).map_err(to_py)
 }
 
-/// The canonical method `semantics` names for this gold ("auto" resolved against its SQL).
+/// The canonical name of the method `method` names for this gold ("auto" resolved against its SQL).
 #[pyfunction]
-pub(crate) fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<String> {
-    digest::resolve_semantics(gold_sql, semantics)
+pub(crate) fn resolve_method(gold_sql: &str, method: &str) -> PyResult<String> {
+    digest::resolve_method(Some(gold_sql), method)
         .map(|s| s.name())
         .map_err(to_py)
 }

@@ -115,7 +115,7 @@ class Trial:
         pred = None
         if v.outcome == "mismatch":  # its digest tells a refutation's row counts apart (a match needs none)
             try:
-                pred = digest(core, self.pred, with_method(self.spec, gold.semantics))
+                pred = digest(core, self.pred, with_method(self.spec, gold.method))
             except t2sql.QueryCancelled:
                 raise
             except t2sql.T2sqlError:
@@ -130,7 +130,7 @@ class Trial:
         if gold is None:
             return None
         again = self._result(core, self.gold, self.spec)
-        spec = with_method(self.spec, gold.semantics)
+        spec = with_method(self.spec, gold.method)
         first, second = self._result(core, self.pred, spec), self._result(core, self.pred, spec)
         if TIMED_OUT in (again, first, second):
             return None
