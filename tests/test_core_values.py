@@ -198,7 +198,10 @@ def test_grade_specs_are_frozen_values():
 
 
 def test_methods_and_column_orders_are_what_the_parsers_read():
-    assert METHODS == ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", "auto")
+    # The forms as they have always been listed; a subset comparison the core gains comes after them.
+    assert METHODS[:5] == ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N") and METHODS[-1] == "auto"
+    assert all(form.startswith("subset,") and form.endswith(",N") for form in METHODS[3:-1])
+    assert len(set(METHODS)) == len(METHODS)
     assert COLUMN_ORDERS == ("strict", "ignore")
     for form in METHODS:
         named = form.replace("N", "4")
@@ -274,6 +277,18 @@ def test_an_unreadable_method_is_refused_as_a_grade_refuses_it(name):
     from t2sql._grader import Method
 
     assert refused(lambda: Method(name)) == refused(lambda: GradeSpec(name))
+
+
+def test_a_refusal_lists_what_the_core_reads():
+    """The messages are written from the core's table: every subset comparison, every form."""
+    from t2sql._grader import Method
+
+    subsets = [form for form in METHODS if form.startswith("subset,")]
+    unknown = refused(lambda: Method("bag"))
+    assert unknown.endswith("use multiset, set, ordered (list), " + ", ".join(subsets[:-1]) + f" or {subsets[-1]}")
+    symbols = [form.split(",")[1] for form in subsets]
+    assert refused(lambda: Method("subset,<,3")).endswith(
+        "the comparison must be " + ", ".join(symbols[:-1]) + f" or {symbols[-1]}")
 
 
 # ---------------------------------------------------------------------------------------------- ToolResult

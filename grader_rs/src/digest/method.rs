@@ -7,33 +7,68 @@
 use crate::error::{GradeError, Result};
 use crate::sqltext;
 
-/// How a subset prediction's distinct gold rows are counted against the method's count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SubsetOp {
+/// Defines `SubsetOp` from one table, a row per operator: its variant, the symbol a canonical
+/// method name writes, the other spellings the parser reads, the prompt's words for its count
+/// ("return exactly 5 distinct rows"), and its tag in the digest's wire format. `ALL`, `symbol`,
+/// `parse`, `words` and the wire tag all read this table; what a row means for a grade is the
+/// exhaustive matches on the variant (`holds`, and the verdict's early stop and words in compare.rs),
+/// which the compiler asks for when a row is added. A wire tag is on disk in gold caches: never
+/// change or reuse one (0-2 are the other methods', wire.rs).
+macro_rules! subset_ops {
+    ($($(#[$doc:meta])* $variant:ident: $symbol:literal, also [$($also:literal),*], words $words:literal,
+       tag $tag:literal;)+) => {
+        /// How a subset prediction's distinct gold rows are counted against the method's count.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum SubsetOp {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl SubsetOp {
+            /// Every operator, in the order the method forms list them.
+            pub const ALL: &'static [SubsetOp] = &[$(SubsetOp::$variant),+];
+
+            /// The operator as a canonical method name writes it.
+            pub fn symbol(self) -> &'static str {
+                match self {
+                    $(SubsetOp::$variant => $symbol,)+
+                }
+            }
+
+            /// The prompt's words for the count ("exactly", "at least").
+            pub fn words(self) -> &'static str {
+                match self {
+                    $(SubsetOp::$variant => $words,)+
+                }
+            }
+
+            /// The method's tag in the digest's wire format.
+            pub(super) fn tag(self) -> u8 {
+                match self {
+                    $(SubsetOp::$variant => $tag,)+
+                }
+            }
+
+            fn parse(op: &str) -> Option<Self> {
+                match op {
+                    $($symbol $(| $also)* => Some(SubsetOp::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+subset_ops! {
     /// `subset,=,N` (also written `==`): exactly N.
-    Exactly,
+    Exactly: "=", also ["=="], words "exactly", tag 3;
     /// `subset,>=,N`: at least N.
-    AtLeast,
+    AtLeast: ">=", also [], words "at least", tag 4;
 }
 
 impl SubsetOp {
-    /// Every operator, in the order the method forms list them.
-    pub const ALL: [SubsetOp; 2] = [SubsetOp::Exactly, SubsetOp::AtLeast];
-
-    /// The operator as a canonical method name writes it.
-    pub fn symbol(self) -> &'static str {
-        match self {
-            SubsetOp::Exactly => "=",
-            SubsetOp::AtLeast => ">=",
-        }
-    }
-
-    fn parse(op: &str) -> Option<Self> {
-        match op {
-            "=" | "==" => Some(SubsetOp::Exactly),
-            ">=" => Some(SubsetOp::AtLeast),
-            _ => None,
-        }
+    /// The operator whose wire tag is `tag`, if any.
+    pub(super) fn from_tag(tag: u8) -> Option<Self> {
+        Self::ALL.iter().copied().find(|op| op.tag() == tag)
     }
 
     /// Whether a prediction with `rows` distinct gold rows meets a need of `need` rows.
@@ -42,6 +77,15 @@ impl SubsetOp {
             SubsetOp::Exactly => rows == need,
             SubsetOp::AtLeast => rows >= need,
         }
+    }
+}
+
+/// `items` as a message lists them: "a", "a or b", "a, b or c".
+fn one_of(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [only] => only.clone(),
+        [head @ .., last] => format!("{} or {last}", head.join(", ")),
     }
 }
 
@@ -59,8 +103,8 @@ pub enum ResolvedMethod {
     Ordered,
     /// Distinct rows, in any order (BIRD's metric).
     Set,
-    /// The prediction's distinct rows are each a gold row, and there are exactly `n` of them or at
-    /// least `n` (`op`); `n` is capped at the gold's distinct row count.
+    /// The prediction's distinct rows are each a gold row, and their count compares with `n` as `op`
+    /// says (exactly, at least, ...); `n` is capped at the gold's distinct row count.
     Subset { op: SubsetOp, n: u64 },
 }
 
@@ -83,7 +127,7 @@ impl ResolvedMethod {
     }
 
     /// Read a method leniently: case and spaces do not matter; `list` is `ordered`;
-    /// `subset,=,N` / `subset,>=,N` (also `==`); a bare `subset` (no count) is `subset,>=,1`,
+    /// `subset,OP,N` with OP a `SubsetOp` symbol (or another spelling of it, `==`); a bare `subset` (no count) is `subset,>=,1`,
     /// the least a subset asks (BIRD-Verified's two bare ones are one-row golds: docs/episode.md).
     pub fn parse(s: &str) -> std::result::Result<Self, String> {
         let compact: String = s
@@ -106,7 +150,12 @@ impl ResolvedMethod {
         let parts: Vec<&str> = compact.split(',').collect();
         if let ["subset", op, n] = parts.as_slice() {
             let Some(op) = SubsetOp::parse(op) else {
-                return Err(format!("{s:?}: the comparison must be = or >="));
+                let symbols: Vec<String> =
+                    SubsetOp::ALL.iter().map(|op| op.symbol().into()).collect();
+                return Err(format!(
+                    "{s:?}: the comparison must be {}",
+                    one_of(&symbols)
+                ));
             };
             return match n.parse::<u64>() {
                 Ok(n) if n >= 1 => Ok(ResolvedMethod::Subset { op, n }),
@@ -115,8 +164,13 @@ impl ResolvedMethod {
                 )),
             };
         }
+        let mut forms: Vec<String> = ["multiset", "set", "ordered (list)"]
+            .map(String::from)
+            .into();
+        forms.extend(SubsetOp::ALL.iter().map(|op| subset_name(*op, "N")));
         Err(format!(
-            "unknown grading method {s:?}: use multiset, set, ordered (list), subset,=,N or subset,>=,N"
+            "unknown grading method {s:?}: use {}",
+            one_of(&forms)
         ))
     }
 
@@ -325,6 +379,35 @@ mod test {
         assert!(!SubsetOp::Exactly.holds(4, 3));
         assert!(SubsetOp::AtLeast.holds(4, 3));
         assert!(!SubsetOp::AtLeast.holds(2, 3));
+    }
+
+    #[test]
+    fn the_subset_table_reads_back_every_row() {
+        let (mut words, mut tags) = (
+            std::collections::HashSet::new(),
+            std::collections::HashSet::new(),
+        );
+        let comparison = ResolvedMethod::parse("subset,<,3").unwrap_err();
+        let unknown = ResolvedMethod::parse("bag").unwrap_err();
+        for &op in SubsetOp::ALL {
+            assert_eq!(SubsetOp::parse(op.symbol()), Some(op));
+            assert_eq!(SubsetOp::from_tag(op.tag()), Some(op));
+            // 0-2 are multiset, ordered and set on the wire; no two rows share words or a tag.
+            assert!(op.tag() > 2, "{op:?}");
+            assert!(words.insert(op.words()) && tags.insert(op.tag()), "{op:?}");
+            assert_eq!(
+                ResolvedMethod::parse(&subset_name(op, 4)),
+                Ok(subset(op, 4))
+            );
+            // The messages list the table.
+            assert!(
+                comparison.contains(&format!(" {}", op.symbol())),
+                "{comparison}"
+            );
+            assert!(unknown.contains(&subset_name(op, "N")), "{unknown}");
+        }
+        assert_eq!(SubsetOp::parse("=="), Some(SubsetOp::Exactly));
+        assert_eq!(SubsetOp::from_tag(2), None);
     }
 
     #[test]

@@ -258,7 +258,7 @@ impl GradeSpec {
         })
     }
 
-    /// The resolved method's canonical name: multiset, ordered, set, subset,=,N or subset,>=,N.
+    /// The resolved method's canonical name: one of METHODS but auto, a subset's N its count.
     #[getter]
     fn method(&self) -> String {
         self.method.name()
