@@ -263,6 +263,7 @@ def test_a_method_is_parsed_once_into_its_parts(given, kind, operator, count):
 
     method = Method(given)
     assert (method.kind, method.operator, method.count) == (kind, operator, count)
+    assert method.operator_words == {None: None, "=": "exactly", ">=": "at least"}[operator]
     assert method.name == str(method) == method_name(given)
     if kind != "auto":
         assert GradeSpec(given).method == method.name  # graded as the parts say

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Callable, Literal, Protocol, Sequence
 
 # A grading method: multiset, set, ordered (or list), auto (ordered when the gold has ORDER BY, else
-# multiset), or subset with a count: "subset,=,N" (exactly N distinct gold rows) / "subset,>=,N" (at
-# least N). Names are read leniently (case, spaces). The canonical name of a resolved method is one
-# of "multiset", "ordered", "set" or "subset,=,N" / "subset,>=,N" (a str). `Method` is a name parsed.
+# multiset), or subset with a comparison and a count ("subset,=,N": exactly N distinct gold rows; every
+# comparison is in METHODS). Names are read leniently (case, spaces). The canonical name of a resolved
+# method is one of METHODS but "auto", N its count (a str). `Method` is a name parsed.
 MethodName = str
 Resolved = str
 Outcome = Literal[
@@ -82,8 +82,8 @@ CATALOG_PRAGMAS: tuple[str, ...]
 # below are these values.
 TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap, max_temp_mb
 GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits, memory_mb, max_temp_mb
-# Every form of a grading method as messages show them (a subset's count written N):
-# ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", "auto"); the one list of them.
+# Every form of a grading method as messages show them (a subset's count written N), a subset once per
+# comparison: ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", ..., "auto"); the one list.
 METHODS: tuple[str, ...]
 # Every column order: ("strict", "ignore").
 COLUMN_ORDERS: tuple[Literal["strict", "ignore"], ...]
@@ -131,11 +131,13 @@ class Method:
 
     def __init__(self, name: MethodName) -> None: ...
     @property
-    def name(self) -> str: ...  # canonical: auto | multiset | ordered | set | subset,=,N | subset,>=,N
+    def name(self) -> str: ...  # canonical: one of METHODS, a subset's N its count
     @property
     def kind(self) -> Literal["auto", "multiset", "ordered", "set", "subset"]: ...
     @property
-    def operator(self) -> Literal["=", ">="] | None: ...  # a subset's: exactly ("=") or at least (">=") N
+    def operator(self) -> str | None: ...  # a subset's comparison as its name writes it: "=", ">=", ...
+    @property
+    def operator_words(self) -> str | None: ...  # the same in the prompt's words: "exactly", "at least", ...
     @property
     def count(self) -> int | None: ...  # a subset's N: distinct gold rows
     def __eq__(self, other: object) -> bool: ...
@@ -162,7 +164,7 @@ class GradeSpec:
         max_temp_mb: int = ...,
     ) -> None: ...
     @property
-    def method(self) -> Resolved: ...  # canonical: multiset | ordered | set | subset,=,N | subset,>=,N
+    def method(self) -> Resolved: ...  # canonical: one of METHODS but auto, a subset's N its count
     @property
     def float_digits(self) -> int | None: ...
     @property

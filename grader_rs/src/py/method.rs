@@ -6,13 +6,22 @@ use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
 use super::errors::to_py;
-use crate::digest::{self, ResolvedMethod};
+use crate::digest::{self, ResolvedMethod, SubsetOp};
 
 /// A grading method, parsed: its canonical name, its kind, and a subset's operator and count.
 #[pyclass(frozen, eq, hash, module = "t2sql._grader", name = "Method")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PyMethod {
     inner: digest::Method,
+}
+
+impl PyMethod {
+    fn subset_op(&self) -> Option<SubsetOp> {
+        match self.inner {
+            digest::Method::Named(ResolvedMethod::Subset { op, .. }) => Some(op),
+            _ => None,
+        }
+    }
 }
 
 #[pymethods]
@@ -25,7 +34,7 @@ impl PyMethod {
         Ok(PyMethod { inner })
     }
 
-    /// The canonical name: auto, multiset, ordered, set, subset,=,N or subset,>=,N.
+    /// The canonical name: one of METHODS, a subset's N its count.
     #[getter]
     fn name(&self) -> String {
         self.inner.name()
@@ -35,13 +44,16 @@ impl PyMethod {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
-    /// A subset's comparison, "=" (exactly) or ">=" (at least); None for every other kind.
+    /// A subset's comparison as its name writes it ("=", ">=", ...); None for every other kind.
     #[getter]
     fn operator(&self) -> Option<&'static str> {
-        match self.inner {
-            digest::Method::Named(ResolvedMethod::Subset { op, .. }) => Some(op.symbol()),
-            _ => None,
-        }
+        self.subset_op().map(SubsetOp::symbol)
+    }
+    /// A subset's comparison in the prompt's words ("exactly", "at least", ...); None for every
+    /// other kind.
+    #[getter]
+    fn operator_words(&self) -> Option<&'static str> {
+        self.subset_op().map(SubsetOp::words)
     }
     /// A subset's count of distinct gold rows; None for every other kind.
     #[getter]
