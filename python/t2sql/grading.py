@@ -33,8 +33,9 @@ def grade(
     """Grade `pred_sql` against `gold_sql` on `db` (a path or an open Database).
 
     method, the grading method: "multiset" (default), "set" (BIRD's
-    metric), "ordered" (or "list"), "subset,=,N" / "subset,>=,N" (the prediction's distinct rows are
-    exactly / at least N, each a gold row; N capped at the gold's distinct rows), or "auto" (ordered
+    metric), "ordered" (or "list"), "subset,=,N" and the other subset forms of t2sql.METHODS (the
+    prediction's distinct rows are each a gold row, and exactly N of them, or as the comparison says;
+    N capped at the gold's distinct rows), or "auto" (ordered
     when the gold's outermost query has ORDER BY). column_order: "strict", or "ignore" (each row compared as the
     multiset of its cells). float_digits: significant digits non-integral REALs are rounded to
     before comparison, or None for exact. Each query gets `timeout_s`, and may hold `max_temp_mb` MiB of
