@@ -492,17 +492,13 @@ mod test {
     #[test]
     fn the_method_forms_are_what_the_parser_reads_and_names() {
         let forms = Method::forms();
+        // The forms as they have always been listed, a subset once per row of the table, auto last.
         assert_eq!(
-            forms,
-            [
-                "multiset",
-                "ordered",
-                "set",
-                "subset,=,N",
-                "subset,>=,N",
-                "auto"
-            ]
+            forms[..5],
+            ["multiset", "ordered", "set", "subset,=,N", "subset,>=,N"]
         );
+        assert_eq!(forms.len(), 4 + SubsetOp::ALL.len());
+        assert_eq!(forms.last().map(String::as_str), Some("auto"));
         for form in &forms {
             // Every form parses (N as a count), and a parsed method's name is its form again.
             let named = form.replace('N', "3");
