@@ -33,7 +33,7 @@ def grade(
     """Grade `pred_sql` against `gold_sql` on `db` (a path or an open Database).
 
     method, the grading method: "multiset" (default), "set" (BIRD's
-    metric), "ordered" (or "list"), "subset,=,N" and the other subset forms of t2sql.METHODS (the
+    metric), "ordered" (or "list"), "subset,=,N" and the other subset forms of t2sql._grader.METHODS (the
     prediction's distinct rows are each a gold row, and exactly N of them, or as the comparison says;
     N capped at the gold's distinct rows), or "auto" (ordered
     when the gold's outermost query has ORDER BY). column_order: "strict", or "ignore" (each row compared as the
