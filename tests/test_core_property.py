@@ -25,7 +25,6 @@ I64 = 2**63
 SUBSET_COMPARISONS = {
     "=": ("exactly", operator.eq),
     ">=": ("at least", operator.ge),
-    "<=": ("at most", lambda rows, need: 0 < rows <= need or rows == need == 0),
 }
 # The core's subset forms ("subset,=,N", ...), each once per comparison it reads.
 SUBSET_FORMS = tuple(form for form in METHODS if Method(form.replace("N", "1")).kind == "subset")

@@ -214,8 +214,7 @@ pub fn grade_against(
     }
     let method = method_note(gold);
     // A subset prediction needs min(N, the gold's distinct rows) distinct rows: every gold row
-    // when the gold has fewer than N (for at most N the cap changes nothing: no prediction has
-    // more distinct gold rows than the gold).
+    // when the gold has fewer than N.
     let subset = match gold.method {
         ResolvedMethod::Subset { op, n } => match subset_keys(gc, gold, budget)? {
             Ok(keys) => Some((op, n.min(gold.rows), keys)),
@@ -238,8 +237,7 @@ pub fn grade_against(
         float_digits: gold.float_digits,
         column_order: gold.column_order,
         row_limit: match &subset {
-            // Past `need` distinct rows exactly and at most are lost: stop there.
-            Some((SubsetOp::Exactly | SubsetOp::AtMost, need, _)) => Some(*need),
+            Some((SubsetOp::Exactly, need, _)) => Some(*need),
             Some((SubsetOp::AtLeast, _, _)) => None,
             None => Some(gold.rows),
         },
@@ -311,8 +309,6 @@ pub fn grade_against(
             let need_text = match op {
                 SubsetOp::Exactly => format!("{need}"),
                 SubsetOp::AtLeast => format!("at least {need}"),
-                // Only an empty prediction gets here (more rows stopped early): "need 1 to 3".
-                SubsetOp::AtMost => format!("1 to {need}"),
             };
             if op.holds(pred.rows, *need) {
                 verdict(

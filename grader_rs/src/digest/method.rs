@@ -63,8 +63,6 @@ subset_ops! {
     Exactly: "=", also ["=="], words "exactly", tag 3;
     /// `subset,>=,N`: at least N.
     AtLeast: ">=", also [], words "at least", tag 4;
-    /// `subset,<=,N`: at most N, and one at least where the gold has a row.
-    AtMost: "<=", also [], words "at most", tag 5;
 }
 
 impl SubsetOp {
@@ -78,8 +76,6 @@ impl SubsetOp {
         match self {
             SubsetOp::Exactly => rows == need,
             SubsetOp::AtLeast => rows >= need,
-            // None is no answer: as every subset, one row at least where the gold has one.
-            SubsetOp::AtMost => rows <= need && (rows >= 1 || need == 0),
         }
     }
 }
@@ -383,9 +379,6 @@ mod test {
         assert!(!SubsetOp::Exactly.holds(4, 3));
         assert!(SubsetOp::AtLeast.holds(4, 3));
         assert!(!SubsetOp::AtLeast.holds(2, 3));
-        assert!(SubsetOp::AtMost.holds(1, 3) && SubsetOp::AtMost.holds(3, 3));
-        assert!(!SubsetOp::AtMost.holds(4, 3) && !SubsetOp::AtMost.holds(0, 3));
-        assert!(SubsetOp::AtMost.holds(0, 0)); // a gold of no rows: none is right
     }
 
     #[test]
