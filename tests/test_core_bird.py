@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from conftest import bird_root
-from t2sql import Database, GradeSpec, ToolLimits, resolve_semantics
+from t2sql import Database, GradeSpec, ToolLimits, resolve_method
 
 BIRD = bird_root()
 
@@ -29,10 +29,10 @@ def test_all_432_golds_run_hardened_and_match_themselves(questions, databases):
     failures = []
     for q in questions:
         db = databases[q["db_id"]]
-        for semantics in ("multiset", "set", "ordered"):
-            v = db.grade(q["SQL"], q["SQL"], GradeSpec(semantics, gold_sql=q["SQL"], timeout_s=30))
+        for method in ("multiset", "set", "ordered"):
+            v = db.grade(q["SQL"], q["SQL"], GradeSpec(method, gold_sql=q["SQL"], timeout_s=30))
             if v.outcome != "match":
-                failures.append((q["question_id"], semantics, v.outcome, v.detail))
+                failures.append((q["question_id"], method, v.outcome, v.detail))
         # The tool path runs every gold too, and counts its rows the same way.
         assert db.run_tool(q["SQL"], ToolLimits(timeout_s=30, count_cap=10**9)).row_count == db.count_rows(q["SQL"])
     assert failures == []
@@ -47,7 +47,7 @@ def _columns(con: sqlite3.Connection, sql: str) -> int:
 
 
 def derived_pairs(gold: str, ncols: int) -> dict[str, str]:
-    """Predictions derived from a gold query: some equal under set semantics, some not."""
+    """Predictions derived from a gold query: some equal under the set method, some not."""
     g = _plain(gold)
     names = [f"c{i}" for i in range(ncols)]
     cte = f"WITH g({', '.join(names)}) AS ({g})"
@@ -66,7 +66,7 @@ def derived_pairs(gold: str, ncols: int) -> dict[str, str]:
     return pairs
 
 
-def test_set_semantics_with_exact_floats_agrees_with_birds_rule(questions, databases):
+def test_set_method_with_exact_floats_agrees_with_birds_rule(questions, databases):
     """BIRD's own metric is set(pred) == set(gold) over fetchall; ours must agree on every pair."""
     agreements = defaultdict(int)
     disagreements = []
@@ -107,13 +107,13 @@ def test_multiset_counts_what_set_ignores(questions, databases):
     assert seen_dup_mismatch == 150
 
 
-def test_auto_semantics_follows_the_golds_outer_order_by(questions, databases):
+def test_auto_method_follows_the_golds_outer_order_by(questions, databases):
     ordered = [q for q in questions if "ORDER BY" in q["SQL"].upper() and "LIMIT" not in q["SQL"].upper()]
     checked = 0
     for q in ordered:
         db = databases[q["db_id"]]
         g = _plain(q["SQL"])
-        if resolve_semantics(g, "auto") != "ordered" or db.count_rows(g) < 2:
+        if resolve_method(g, "auto") != "ordered" or db.count_rows(g) < 2:
             continue
         # The gold's own rows as literals in reverse: same multiset, other order.
         rows = db.run_tool(g, ToolLimits(timeout_s=30, max_rows=10**6, count_cap=10**9)).rows

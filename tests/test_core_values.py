@@ -133,7 +133,7 @@ def test_grade_spec_defaults_are_the_cores():
 ])
 def test_grade_spec_reads_a_method_once_into_its_canonical_name(given, canonical):
     spec = GradeSpec(given)
-    assert spec.method == canonical == t2sql.resolve_semantics("SELECT 1", given)
+    assert spec.method == canonical == t2sql.resolve_method("SELECT 1", given)
     assert GradeSpec(canonical) == spec
 
 
@@ -150,9 +150,9 @@ def test_auto_is_resolved_against_the_gold_at_construction():
 
 
 @pytest.mark.parametrize("name", ["bag", "subset,", "subset,<,3", "subset,=,0", ""])
-def test_an_unreadable_method_says_what_resolve_semantics_says(name):
+def test_an_unreadable_method_says_what_resolve_method_says(name):
     with pytest.raises(InvalidArgument) as today:
-        t2sql.resolve_semantics("SELECT 1", name)
+        t2sql.resolve_method("SELECT 1", name)
     assert refused(lambda: GradeSpec(name)) == str(today.value)
     assert refused(lambda: GradeSpec(name, gold_sql="SELECT 1")) == str(today.value)
 
@@ -198,7 +198,10 @@ def test_grade_specs_are_frozen_values():
 
 
 def test_methods_and_column_orders_are_what_the_parsers_read():
-    assert METHODS == ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", "auto")
+    # The forms as they have always been listed; a subset comparison the core gains comes after them.
+    assert METHODS[:5] == ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N") and METHODS[-1] == "auto"
+    assert all(form.startswith("subset,") and form.endswith(",N") for form in METHODS[3:-1])
+    assert len(set(METHODS)) == len(METHODS)
     assert COLUMN_ORDERS == ("strict", "ignore")
     for form in METHODS:
         named = form.replace("N", "4")
@@ -233,21 +236,20 @@ def test_a_methods_name_is_read_by_the_core_before_any_gold():
                  "SELECT height_cm FROM superhero WHERE height_cm IS NOT NULL",
                  "SELECT MIN(height_cm), 1 FROM superhero"):
         bare, as_set = (db.grade(pred, gold, GradeSpec(m, gold_sql=gold)) for m in ("subset", "set"))
-        assert (bare.outcome, bare.semantics) == (as_set.outcome, "subset,>=,1"), pred
+        assert (bare.outcome, bare.method) == (as_set.outcome, "subset,>=,1"), pred
     for bad in ("subset,<,3", "bag"):
         assert refused(lambda: method_name(bad)) == refused(lambda: GradeSpec(bad))
 
 
-def test_grade_names_its_method_method_and_keeps_semantics_as_an_alias():
+def test_grade_takes_the_method_as_method_only():
     db = Database(SUPERHERO)
     gold, pred = "SELECT id FROM superhero ORDER BY id LIMIT 3", "SELECT id FROM superhero ORDER BY id DESC LIMIT 3"
     assert t2sql.grade(db, pred, pred, "list").outcome == "match"
-    for call in (lambda: t2sql.grade(db, pred, gold, "list"), lambda: t2sql.grade(db, pred, gold, method="list"),
-                 lambda: t2sql.grade(db, pred, gold, semantics="list")):
+    for call in (lambda: t2sql.grade(db, pred, gold, "list"), lambda: t2sql.grade(db, pred, gold, method="list")):
         verdict = call()
-        assert (verdict.outcome, verdict.semantics) == ("mismatch", "ordered")
-    with pytest.raises(TypeError, match="older name"):
-        t2sql.grade(db, pred, gold, method="set", semantics="list")
+        assert (verdict.outcome, verdict.method) == ("mismatch", "ordered")
+    with pytest.raises(TypeError, match="semantics"):  # the pre-release name is gone, not an alias
+        t2sql.grade(db, pred, gold, semantics="list")
 
 
 @pytest.mark.parametrize(("given", "kind", "operator", "count"), [
@@ -261,6 +263,7 @@ def test_a_method_is_parsed_once_into_its_parts(given, kind, operator, count):
 
     method = Method(given)
     assert (method.kind, method.operator, method.count) == (kind, operator, count)
+    assert method.operator_words == {None: None, "=": "exactly", ">=": "at least"}[operator]
     assert method.name == str(method) == method_name(given)
     if kind != "auto":
         assert GradeSpec(given).method == method.name  # graded as the parts say
@@ -275,6 +278,18 @@ def test_an_unreadable_method_is_refused_as_a_grade_refuses_it(name):
     from t2sql._grader import Method
 
     assert refused(lambda: Method(name)) == refused(lambda: GradeSpec(name))
+
+
+def test_a_refusal_lists_what_the_core_reads():
+    """The messages are written from the core's table: every subset comparison, every form."""
+    from t2sql._grader import Method
+
+    subsets = [form for form in METHODS if form.startswith("subset,")]
+    unknown = refused(lambda: Method("bag"))
+    assert unknown.endswith("use multiset, set, ordered (list), " + ", ".join(subsets[:-1]) + f" or {subsets[-1]}")
+    symbols = [form.split(",")[1] for form in subsets]
+    assert refused(lambda: Method("subset,<,3")).endswith(
+        "the comparison must be " + ", ".join(symbols[:-1]) + f" or {symbols[-1]}")
 
 
 # ---------------------------------------------------------------------------------------------- ToolResult

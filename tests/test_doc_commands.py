@@ -327,6 +327,17 @@ def test_no_old_flag_spelling_is_documented():
     assert not found, "old spellings (0.1.0 was never released: one name per idea):\n" + "\n".join(found)
 
 
+def test_the_method_table_lists_every_method_the_core_reads():
+    """docs/episode.md's table of grading methods is the one place the docs define them: a row for each
+    form of the core's METHODS but "auto" (ordered or multiset by the gold: docs/cli.md), and no other."""
+    from t2sql._grader import METHODS
+
+    text = (REPO / "docs" / "episode.md").read_text()
+    table = text[text.index("| method | the prediction matches when |"):]
+    table = table[:table.index("\n\n")]
+    rows = re.findall(r"^\| `([^`]+)`", table, re.M)
+    assert sorted(rows) == sorted(form for form in METHODS if form != "auto"), rows
+
 # ---------------------------------------------------------------------------------------------- running them
 
 

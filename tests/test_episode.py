@@ -279,7 +279,7 @@ def test_a_tool_call_hands_the_grader_the_presets_limits_whole(rows, db_root, gr
 def test_an_answer_is_graded_under_the_tasks_spec_built_once_and_handed_whole(rows, db_root, grader):
     """The preset builds a task's GradeSpec once (the core resolves its method then); the episode hands
     that very value to the Grader, and the equivalence check grades the copies as the episode did."""
-    row = next(r for r in rows if t2sql.resolve_semantics(r["SQL"], "auto") == "ordered")
+    row = next(r for r in rows if t2sql.resolve_method(r["SQL"], "auto") == "ordered")
     t = dataclasses.replace(Task.from_row(row, db_root), grading_method="auto")
     preset = RECIPE.replace(float_digits=6, column_order="ignore", grade_timeout_s=7.0)
     seen: list = []

@@ -564,3 +564,25 @@ def test_measure_command_prints_a_table_and_json(tmp_path):
     assert "a training step's 1024 checks" in table.stdout
     bad = subprocess.run([*cmd[:-2], "--db-root", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no database for superhero" in bad.stderr
+
+
+def test_the_witness_rule_holds_for_every_subset_comparison_of_the_core(tmp_path):
+    """witness_spec compares every subset method as "subset,>=,1" on a small database. That never refutes
+    a right answer only if each comparison asks no less: each predicted row a gold row, and one at least
+    where the gold has one. A comparison the core gains is listed in WITNESS_OPERATORS once checked."""
+    from t2sql._grader import METHODS, Method
+    from t2sql.serving import refutation
+
+    forms = [form.replace("N", "3") for form in METHODS if form.startswith("subset,")]
+    assert {Method(form).operator for form in forms} == refutation.WITNESS_OPERATORS
+    path = tmp_path / "two.sqlite"
+    with sqlite3.connect(path) as con:
+        con.executescript("CREATE TABLE t(x INTEGER); INSERT INTO t VALUES (1), (2);")
+    con.close()
+    db = t2sql.Database(str(path))
+    gold = "SELECT x FROM t"
+    for form in forms:
+        assert refutation.witness_spec(GradeSpec(form)).method == "subset,>=,1", form
+        # What "subset,>=,1" refutes, the task's own method refutes too.
+        for pred in ("SELECT x FROM t WHERE x > 9", "SELECT x + 5 FROM t"):
+            assert db.grade(pred, gold, GradeSpec(form)).outcome == "mismatch", (form, pred)

@@ -56,7 +56,7 @@ def write(tmp_path, lines: list[dict | str], name: str = "pairs.jsonl"):
     return path
 
 
-def sequential_records(lines: list[dict | str], semantics: str = "multiset") -> bytes:
+def sequential_records(lines: list[dict | str], method_flag: str = "multiset") -> bytes:
     """What `t2sql grade --pairs` wrote before it graded on workers: t2sql.grade, line by line."""
     out = []
     for lineno, x in enumerate(lines, 1):
@@ -69,9 +69,9 @@ def sequential_records(lines: list[dict | str], semantics: str = "multiset") -> 
             if not path.exists():
                 record = None  # the detail is the core's; checked apart
             else:
-                method = x.get("grading_method") or "multiset" if semantics == "task" else semantics
+                method = x.get("grading_method") or "multiset" if method_flag == "task" else method_flag
                 v = grade(str(path), x["pred"], x["gold"], method, 12, 30.0, "strict")
-                record = {"id": x["id"], "outcome": v.outcome, "detail": v.detail, "semantics": v.semantics,
+                record = {"id": x["id"], "outcome": v.outcome, "detail": v.detail, "method": v.method,
                           "line": lineno}
         out.append(record)
     return out
@@ -173,7 +173,7 @@ def test_timeouts_read_as_the_sequential_grade_says_and_are_not_retried(tmp_path
     db = str(database_path(ROOT, "superhero"))
     for x, r in zip(lines, records):
         v = grade(db, x["pred"], x["gold"], "multiset", 12, 0.3)
-        assert (r["outcome"], r["detail"], r["semantics"]) == (v.outcome, v.detail, v.semantics)
+        assert (r["outcome"], r["detail"], r["method"]) == (v.outcome, v.detail, v.method)
     assert [r["outcome"] for r in records] == ["pred_timeout"] + ["gold_timeout"] * 3
     # The gold that timed out ran once (not once per line, nor twice for a retry); 3 x 0.3 s would be more.
     assert json.loads(proc.stdout)["golds"]["failed"] == 1
@@ -328,7 +328,7 @@ def test_db_ids_outside_the_root_are_never_opened(tmp_path):
     records = strict_records(out.read_text())
     assert records[0]["outcome"] == "match"
     for db_id, record in zip(outside, records[1:]):
-        assert record["outcome"] == "gold_error" and "semantics" not in record, record
+        assert record["outcome"] == "gold_error" and "method" not in record, record
         assert record["detail"].startswith("database: ") and repr(db_id) in record["detail"], record
     assert json.loads(proc.stdout)["ungraded"] == len(outside)
 

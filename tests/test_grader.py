@@ -110,7 +110,7 @@ def test_gold_runs_once_for_many_concurrent_grades(grader):
     assert grader.grade_sync(SUPERHERO, gold, gold).gold_cached
 
 
-def test_cache_key_includes_semantics_and_float_digits(grader):
+def test_cache_key_includes_method_and_float_digits(grader):
     gold = "SELECT gender_id FROM superhero"  # duplicates: multiset and set differ
     multiset = grader.gold_sync(SUPERHERO, gold, GradeSpec("multiset", gold_sql=gold))
     as_set = grader.gold_sync(SUPERHERO, gold, GradeSpec("set", gold_sql=gold))
@@ -119,7 +119,7 @@ def test_cache_key_includes_semantics_and_float_digits(grader):
     assert as_set.rows == len(set(rows))
     grader.gold_sync(SUPERHERO, gold, GradeSpec("multiset", gold_sql=gold, float_digits=None))
     assert grader.stats()["gold_computed"] == 3
-    # A prediction with the same distinct rows matches only under set semantics.
+    # A prediction with the same distinct rows matches only under the set method.
     pred = "SELECT DISTINCT gender_id FROM superhero"
     assert grader.grade_sync(SUPERHERO, pred, gold, GradeSpec("set", gold_sql=gold)).outcome == "match"
     assert grader.grade_sync(SUPERHERO, pred, gold, GradeSpec("multiset", gold_sql=gold)).outcome == "mismatch"
@@ -164,7 +164,7 @@ def test_a_failed_gold_reads_as_t2sql_grade_says_it(grader, gold):
     spec = GradeSpec("multiset", gold_sql=gold, timeout_s=0.3)
     core = t2sql.Database(SUPERHERO).grade(COUNT_HEROES, gold, spec)
     r = asyncio.run(grader.grade(SUPERHERO, COUNT_HEROES, gold, spec, retry=False))
-    assert (r.outcome, r.detail, r.semantics) == (core.outcome, core.detail, core.semantics)
+    assert (r.outcome, r.detail, r.method) == (core.outcome, core.detail, core.method)
     assert r.outcome in ("gold_error", "gold_timeout")
 
 

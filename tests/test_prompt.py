@@ -13,6 +13,7 @@ import pytest
 import t2sql
 from conftest import bird_root
 from t2sql import errors
+from t2sql._grader import METHODS, Method
 from t2sql.episode import parsing
 from t2sql.episode import prompt as P
 from t2sql.episode import schema as schema_module
@@ -55,7 +56,7 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
     assert "at most 3 times" in P.system_prompt(RECIPE.replace(max_tool_calls=3))
     assert "the first 50 rows" in text
     assert "row order does not matter" in text and "the number and order of columns matter" in text
-    assert "row order matters" in P.system_prompt(RECIPE.replace(semantics="ordered"))
+    assert "row order matters" in P.system_prompt(RECIPE.replace(method="ordered"))
     assert "columns matters, their order and names do not" in P.system_prompt(RECIPE.replace(column_order="ignore"))
     # A task's own method states its comparison.
     assert "return exactly 5 distinct rows, each a row of the correct result" in P.system_prompt(RECIPE, "subset,=,5")
@@ -63,10 +64,13 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
 
 
 # Every way the core's parser (grader_rs/src/digest/method.rs) reads a method: any case, any spaces,
-# `list` for ordered, `==` for a subset's `=`, any count.
+# `list` for ordered, `==` for a subset's `=`, any count; each form of the core's METHODS.
 METHOD_SPELLINGS = (
     "multiset", " MultiSet ", "set", "SET", "ordered", " Ordered", "list", "LIST ",
-    "subset,=,3", "subset,==,3", " Subset , = , 3", "SUBSET,==,1", "subset,>=,3", "subset, >= ,1", "Subset,>=,2",
+    "subset,==,3", "SUBSET,==,1",
+    *(spelling for form in METHODS if form.startswith("subset,")
+      for spelling in (form.replace("N", "3"), " " + form.replace(",", " , ").replace("N", "1").title(),
+                       form.upper().replace("N", "2"))),
     "auto", " AUTO ",
 )
 COLOURS = "SELECT id, colour FROM colour WHERE id <= 4"  # four distinct rows
@@ -91,10 +95,11 @@ def test_the_prompt_states_the_rule_the_answer_is_graded_by(method):
     parsed = method.replace(" ", "").lower()
     if parsed.startswith("subset"):
         n = int(parsed.rsplit(",", 1)[1])
-        # n distinct gold rows always do; one more does only when the count is "at least".
+        # n distinct gold rows always do; the rule says the count in the core's words for the comparison
+        # (what those words mean is checked against a reference in test_core_property.py).
         assert outcome(f"{COLOURS} LIMIT {n}", gold) == "match"
-        more_allowed = outcome(f"{COLOURS} LIMIT {n + 1}", gold) == "match"
-        assert f"return {'at least' if more_allowed else 'exactly'} {n} distinct rows" in rule, (method, rule)
+        words = Method(method).operator_words
+        assert f"return {words} {n} distinct rows" in rule, (method, rule)
         assert "row order does not matter" in rule
         return
     reversed_rows = outcome(f"{COLOURS} ORDER BY id DESC", gold)

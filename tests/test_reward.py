@@ -303,13 +303,13 @@ def test_presets_are_complete_frozen_data():
     assert RECIPE.equivalence_penalty == 0.2
 
 
-def test_a_presets_method_is_also_read_and_replaced_by_its_older_name():
-    ordered = RECIPE.replace(semantics="ordered")
-    assert ordered == RECIPE.replace(method="ordered") and ordered.method == ordered.semantics == "ordered"
+def test_a_presets_method_has_one_name():
+    assert RECIPE.replace(method="ordered").method == "ordered"
     with pytest.raises(PresetError, match="method must be one of multiset, ordered, set, auto"):
         RECIPE.replace(method="subset,=,3")  # a preset-wide method has no count
-    with pytest.raises(PresetError, match="older name"):
-        RECIPE.replace(method="set", semantics="ordered")
+    with pytest.raises(PresetError, match="unknown preset field.*semantics"):  # the pre-release name is gone
+        RECIPE.replace(semantics="ordered")
+    assert not hasattr(RECIPE, "semantics")
 
 
 def test_preset_errors_say_what_to_do():

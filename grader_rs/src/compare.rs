@@ -4,7 +4,9 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use crate::digest::{secret_id, ColumnOrder, Digest, DigestSpec, GoldKeys, Semantics, SubsetOp};
+use crate::digest::{
+    secret_id, ColumnOrder, Digest, DigestSpec, GoldKeys, ResolvedMethod, SubsetOp,
+};
 use crate::error::{GradeError, Result};
 use crate::exec::{digest, Run};
 use crate::guard::{Budget, GuardedConnection};
@@ -52,7 +54,7 @@ impl Outcome {
 pub struct Verdict {
     pub outcome: Outcome,
     pub detail: String,
-    pub semantics: Semantics,
+    pub method: ResolvedMethod,
     pub pred_rows: Option<u64>,
     pub gold_rows: Option<u64>,
     pub elapsed_s: f64,
@@ -94,8 +96,8 @@ pub fn gold_digest(
 /// The method as a verdict's detail names it: `(set)`, `(subset,=,5; columns in any order)`.
 fn method_note(gold: &Digest) -> String {
     match gold.column_order {
-        ColumnOrder::Strict => format!("({})", gold.semantics.name()),
-        ColumnOrder::Ignore => format!("({}; columns in any order)", gold.semantics.name()),
+        ColumnOrder::Strict => format!("({})", gold.method.name()),
+        ColumnOrder::Ignore => format!("({}; columns in any order)", gold.method.name()),
     }
 }
 
@@ -104,7 +106,7 @@ fn method_note(gold: &Digest) -> String {
 struct Recollected {
     path: String,
     sql: Arc<str>,
-    semantics: Semantics,
+    method: ResolvedMethod,
     float_digits: Option<u32>,
     column_order: ColumnOrder,
     rows: u64,
@@ -153,7 +155,7 @@ fn subset_keys(
     let recollected = Recollected {
         path: gc.path.clone(),
         sql: Arc::clone(sql),
-        semantics: gold.semantics,
+        method: gold.method,
         float_digits: gold.float_digits,
         column_order: gold.column_order,
         rows: gold.rows,
@@ -163,7 +165,7 @@ fn subset_keys(
         return Ok(Ok(keys));
     }
     let spec = DigestSpec {
-        semantics: gold.semantics,
+        method: gold.method,
         float_digits: gold.float_digits,
         column_order: gold.column_order,
         row_limit: None,
@@ -213,14 +215,14 @@ pub fn grade_against(
     let method = method_note(gold);
     // A subset prediction needs min(N, the gold's distinct rows) distinct rows: every gold row
     // when the gold has fewer than N.
-    let subset = match gold.semantics {
-        Semantics::Subset { op, n } => match subset_keys(gc, gold, budget)? {
+    let subset = match gold.method {
+        ResolvedMethod::Subset { op, n } => match subset_keys(gc, gold, budget)? {
             Ok(keys) => Some((op, n.min(gold.rows), keys)),
             Err((outcome, detail)) => {
                 return Ok(Verdict {
                     outcome,
                     detail,
-                    semantics: gold.semantics,
+                    method: gold.method,
                     pred_rows: None,
                     gold_rows: Some(gold.rows),
                     elapsed_s: start.elapsed().as_secs_f64(),
@@ -231,7 +233,7 @@ pub fn grade_against(
         _ => None,
     };
     let spec = DigestSpec {
-        semantics: gold.semantics,
+        method: gold.method,
         float_digits: gold.float_digits,
         column_order: gold.column_order,
         row_limit: match &subset {
@@ -243,13 +245,13 @@ pub fn grade_against(
     let verdict = |outcome, detail: String, pred_rows| Verdict {
         outcome,
         detail,
-        semantics: gold.semantics,
+        method: gold.method,
         pred_rows,
         gold_rows: Some(gold.rows),
         elapsed_s: start.elapsed().as_secs_f64(),
         pred_digest: None,
     };
-    let rows_word = if gold.semantics == Semantics::Set {
+    let rows_word = if gold.method == ResolvedMethod::Set {
         "distinct row count"
     } else {
         "row count"
@@ -344,7 +346,7 @@ pub fn grade_against(
                     format!("{} row{} match {method}", pred.rows, plural(pred.rows)),
                     rows,
                 )
-            } else if gold.semantics == Semantics::Ordered
+            } else if gold.method == ResolvedMethod::Ordered
                 && pred.unordered_key == gold.unordered_key
             {
                 verdict(
@@ -377,7 +379,7 @@ pub fn grade(
     let gold_failed = |outcome, detail: String| Verdict {
         outcome,
         detail,
-        semantics: spec.semantics,
+        method: spec.method,
         pred_rows: None,
         gold_rows: None,
         elapsed_s: start.elapsed().as_secs_f64(),

@@ -6,7 +6,7 @@ use rusqlite::types::ValueRef;
 
 use std::sync::Arc;
 
-use crate::digest::{Accumulator, Digest, DigestSpec, GoldKeys, Semantics, Stop};
+use crate::digest::{Accumulator, Digest, DigestSpec, GoldKeys, ResolvedMethod, Stop};
 use crate::error::{GradeError, Result};
 use crate::guard::{Budget, GuardedConnection};
 
@@ -255,7 +255,7 @@ pub fn digest(
             return Ok(Run::OtherColumns { columns });
         }
     }
-    if spec.semantics == Semantics::Ordered || n > MAX_AGGREGATE_COLUMNS {
+    if spec.method == ResolvedMethod::Ordered || n > MAX_AGGREGATE_COLUMNS {
         host_loop(gc, stmt, spec, columns, gold_keys, budget)
     } else {
         drop(stmt);
@@ -426,10 +426,10 @@ mod test {
         drop(c);
         let gc = GuardedConnection::open(path.to_str().unwrap(), true).unwrap();
         let budget = Budget::new(10.0);
-        for semantics in [
-            Semantics::Multiset,
-            Semantics::Set,
-            Semantics::Subset {
+        for method in [
+            ResolvedMethod::Multiset,
+            ResolvedMethod::Set,
+            ResolvedMethod::Subset {
                 op: crate::digest::SubsetOp::Exactly,
                 n: 3,
             },
@@ -437,7 +437,7 @@ mod test {
             for digits in [None, Some(12), Some(3)] {
                 for column_order in [ColumnOrder::Strict, ColumnOrder::Ignore] {
                     let spec = DigestSpec {
-                        semantics,
+                        method,
                         float_digits: digits,
                         column_order,
                         row_limit: None,
@@ -445,7 +445,7 @@ mod test {
                     let (stmt, text) = gc.prepare_checked("SELECT a, b, c FROM t").unwrap();
                     let host = host_loop(&gc, stmt, spec, 3, None, &budget).unwrap();
                     let vm = in_vm(&gc, text, spec, 3, None, &budget).unwrap();
-                    assert_eq!(host, vm, "{semantics:?} {digits:?} {column_order:?}");
+                    assert_eq!(host, vm, "{method:?} {digits:?} {column_order:?}");
                     let via_digest =
                         digest(&gc, "SELECT a, b, c FROM t", spec, None, None, &budget).unwrap();
                     assert_eq!(via_digest, vm);
@@ -454,7 +454,7 @@ mod test {
         }
         // Early exit in the VM path too.
         let spec = DigestSpec {
-            semantics: Semantics::Multiset,
+            method: ResolvedMethod::Multiset,
             float_digits: Some(12),
             column_order: ColumnOrder::Strict,
             row_limit: Some(10),

@@ -47,7 +47,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
         QueryCancelled, QueryTimeout, SpillError, SqlError, T2sqlError, TempDiskExceeded,
         UnsafeQuery,
     };
-    use py::method::{method_name, resolve_semantics, PyMethod};
+    use py::method::{method_name, resolve_method, PyMethod};
     use py::pool::{lower_thread_priority, SqlPool};
     use py::process::{
         grade_memory, hash_secret_id, set_grade_memory, set_hash_secret, set_heap_limit,
@@ -79,7 +79,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<ToolLimits>()?;
     m.add_class::<GradeSpec>()?;
     m.add_class::<PyMethod>()?;
-    m.add_function(wrap_pyfunction!(resolve_semantics, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_method, m)?)?;
     m.add_function(wrap_pyfunction!(method_name, m)?)?;
     m.add_function(wrap_pyfunction!(sqlite_version, m)?)?;
     m.add_function(wrap_pyfunction!(set_hash_secret, m)?)?;

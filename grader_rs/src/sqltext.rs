@@ -231,7 +231,7 @@ pub fn verb(stmt: &str) -> String {
 
 /// Whether the statement's outermost query ends in ORDER BY (a top-level ORDER BY, outside
 /// every parenthesis: CTE bodies, subqueries, window definitions and aggregate arguments are
-/// nested). This is what makes `auto` semantics choose ordered comparison.
+/// nested). This is what makes the `auto` method choose ordered comparison.
 pub fn has_outer_order_by(stmt: &str) -> bool {
     let mut depth = 0i32;
     let mut prev_order = false;

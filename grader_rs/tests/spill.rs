@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use _grader::compare::{gold_digest, grade, grade_against, Outcome};
-use _grader::digest::{Digest, DigestSpec, GoldKeys, Semantics, SubsetOp};
+use _grader::digest::{Digest, DigestSpec, GoldKeys, ResolvedMethod, SubsetOp};
 use _grader::error::GradeError;
 use _grader::guard::{Budget, GuardedConnection};
 use _grader::spill::{set_grade_memory, spill_usage, GradeMemory, MIN_MEMORY_BYTES};
@@ -28,9 +28,9 @@ fn database(dir: &std::path::Path) -> GuardedConnection {
     GuardedConnection::open(path.to_str().unwrap(), true).unwrap()
 }
 
-fn spec(semantics: Semantics) -> DigestSpec {
+fn spec(method: ResolvedMethod) -> DigestSpec {
     DigestSpec {
-        semantics,
+        method,
         float_digits: Some(12),
         column_order: Default::default(),
         row_limit: None,
@@ -48,34 +48,34 @@ fn set_and_subset_past_the_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let gc = database(db_dir.path());
     let budget = Budget::new(60.0);
-    let subset = |op, n| Semantics::Subset { op, n };
-    let cases: Vec<(&str, &str, Semantics, Outcome)> = vec![
+    let subset = |op, n| ResolvedMethod::Subset { op, n };
+    let cases: Vec<(&str, &str, ResolvedMethod, Outcome)> = vec![
         // 120,000 distinct rows, twice over in another order: equal as sets.
         (
             "SELECT a, b FROM t UNION ALL SELECT a, b FROM t ORDER BY b, a DESC",
             "SELECT a, b FROM t",
-            Semantics::Set,
+            ResolvedMethod::Set,
             Outcome::Match,
         ),
         // One row changed among 120,000.
         (
             "SELECT CASE a WHEN 77777 THEN -1 ELSE a END, b FROM t",
             "SELECT a, b FROM t",
-            Semantics::Set,
+            ResolvedMethod::Set,
             Outcome::Mismatch,
         ),
         // One row missing.
         (
             "SELECT a, b FROM t WHERE a <> 5",
             "SELECT a, b FROM t",
-            Semantics::Set,
+            ResolvedMethod::Set,
             Outcome::Mismatch,
         ),
         // Few distinct rows out of many.
         (
             "SELECT b FROM t",
             "SELECT DISTINCT b FROM t",
-            Semantics::Set,
+            ResolvedMethod::Set,
             Outcome::Match,
         ),
         // Subset against a gold of 120,000 distinct rows (past the budget: kept on disk).
@@ -105,9 +105,9 @@ fn set_and_subset_past_the_budget() {
         ),
     ];
     let mut in_memory = Vec::new();
-    for (pred, gold, semantics, _) in &cases {
+    for (pred, gold, method, _) in &cases {
         in_memory.push(
-            grade(&gc, pred, gold, spec(*semantics), &budget)
+            grade(&gc, pred, gold, spec(*method), &budget)
                 .unwrap()
                 .outcome,
         );
@@ -124,11 +124,11 @@ fn set_and_subset_past_the_budget() {
     })
     .unwrap();
     let (_, peak_before) = spill_usage();
-    for (pred, gold, semantics, expect) in &cases {
-        let v = grade(&gc, pred, gold, spec(*semantics), &budget).unwrap();
+    for (pred, gold, method, expect) in &cases {
+        let v = grade(&gc, pred, gold, spec(*method), &budget).unwrap();
         assert_eq!(
             v.outcome, *expect,
-            "{pred} vs {gold} under {semantics:?}: {v:?}"
+            "{pred} vs {gold} under {method:?}: {v:?}"
         );
         assert_eq!(files_in(tmp.path()), 0);
     }
@@ -188,11 +188,11 @@ fn set_and_subset_past_the_budget() {
         })
     };
     let big = "SELECT x.a, y.a FROM t x, (SELECT a FROM t LIMIT 100) y";
-    let r = grade(&gc, big, big, spec(Semantics::Set), &cancel);
+    let r = grade(&gc, big, big, spec(ResolvedMethod::Set), &cancel);
     flipper.join().unwrap();
     assert!(matches!(r, Err(GradeError::Cancelled)), "{r:?}");
     // A deadline the same way: a timeout, as an outcome of the gold.
-    let v = grade(&gc, big, big, spec(Semantics::Set), &Budget::new(0.2)).unwrap();
+    let v = grade(&gc, big, big, spec(ResolvedMethod::Set), &Budget::new(0.2)).unwrap();
     assert_eq!(v.outcome, Outcome::GoldTimeout, "{v:?}");
     assert_eq!(files_in(tmp.path()), 0);
     // The spilled subset gold still holds its keys, anonymously; dropped, they are gone, and

@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Callable, Literal, Protocol, Sequence
 
 # A grading method: multiset, set, ordered (or list), auto (ordered when the gold has ORDER BY, else
-# multiset), or subset with a count: "subset,=,N" (exactly N distinct gold rows) / "subset,>=,N" (at
-# least N). Names are read leniently (case, spaces). The canonical name of a resolved method is one
-# of "multiset", "ordered", "set" or "subset,=,N" / "subset,>=,N" (a str). `Method` is a name parsed.
+# multiset), or subset with a comparison and a count ("subset,=,N": exactly N distinct gold rows; every
+# comparison is in METHODS). Names are read leniently (case, spaces). The canonical name of a resolved
+# method is one of METHODS but "auto", N its count (a str). `Method` is a name parsed.
 MethodName = str
-Semantics = MethodName  # the older name
 Resolved = str
 Outcome = Literal[
     "match", "mismatch", "pred_error", "pred_timeout", "unsafe", "gold_error", "gold_timeout"
@@ -83,8 +82,8 @@ CATALOG_PRAGMAS: tuple[str, ...]
 # below are these values.
 TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap, max_temp_mb
 GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits, memory_mb, max_temp_mb
-# Every form of a grading method as messages show them (a subset's count written N):
-# ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", "auto"); the one list of them.
+# Every form of a grading method as messages show them (a subset's count written N), a subset once per
+# comparison: ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", ..., "auto"); the one list.
 METHODS: tuple[str, ...]
 # Every column order: ("strict", "ignore").
 COLUMN_ORDERS: tuple[Literal["strict", "ignore"], ...]
@@ -132,11 +131,13 @@ class Method:
 
     def __init__(self, name: MethodName) -> None: ...
     @property
-    def name(self) -> str: ...  # canonical: auto | multiset | ordered | set | subset,=,N | subset,>=,N
+    def name(self) -> str: ...  # canonical: one of METHODS, a subset's N its count
     @property
     def kind(self) -> Literal["auto", "multiset", "ordered", "set", "subset"]: ...
     @property
-    def operator(self) -> Literal["=", ">="] | None: ...  # a subset's: exactly ("=") or at least (">=") N
+    def operator(self) -> str | None: ...  # a subset's comparison as its name writes it: "=", ">=", ...
+    @property
+    def operator_words(self) -> str | None: ...  # the same in the prompt's words: "exactly", "at least", ...
     @property
     def count(self) -> int | None: ...  # a subset's N: distinct gold rows
     def __eq__(self, other: object) -> bool: ...
@@ -163,7 +164,7 @@ class GradeSpec:
         max_temp_mb: int = ...,
     ) -> None: ...
     @property
-    def method(self) -> Resolved: ...  # canonical: multiset | ordered | set | subset,=,N | subset,>=,N
+    def method(self) -> Resolved: ...  # canonical: one of METHODS but auto, a subset's N its count
     @property
     def float_digits(self) -> int | None: ...
     @property
@@ -195,7 +196,7 @@ class ToolResult:
 
 class Digest:
     """A result's streaming digest: counts plus a 128-bit keyed hash (never rows)."""
-    semantics: Resolved
+    method: Resolved
     float_digits: int | None
     rows: int  # rows for multiset/ordered; distinct rows for set and subset
     columns: int
@@ -210,7 +211,7 @@ class Digest:
 class Verdict:
     outcome: Outcome
     detail: str
-    semantics: Resolved
+    method: Resolved
     pred_rows: int | None
     gold_rows: int | None
     elapsed_s: float
@@ -249,7 +250,7 @@ class Database:
         cancel: Cancel | None = None,
         max_temp_mb: int = ...,
     ) -> Verdict:
-        """Grade against a gold digest (its semantics and float_digits apply). HashSecretMismatch
+        """Grade against a gold digest (its method and float_digits apply). HashSecretMismatch
         when the digest was made under another hash secret: recompute it."""
     def grade(
         self, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None, *, cancel: Cancel | None = None
@@ -358,8 +359,8 @@ class SqlPool:
 def method_name(name: MethodName) -> str:
     """The canonical name of a method as a task or a flag writes it ("list" -> "ordered", a bare
     "subset" -> "subset,>=,1", "auto" stays "auto"); InvalidArgument saying what is wrong."""
-def resolve_semantics(gold_sql: str, semantics: MethodName) -> Resolved:
-    """The canonical method `semantics` names for this gold ("auto" resolved against its SQL);
+def resolve_method(gold_sql: str, method: MethodName) -> Resolved:
+    """The canonical name of the method `method` names for this gold ("auto" resolved against its SQL);
     ValueError for a name that cannot be read."""
 def sqlite_version() -> str: ...
 def set_hash_secret(secret: bytes) -> None: ...

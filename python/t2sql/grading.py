@@ -24,23 +24,18 @@ def grade(
     timeout_s: float = _grader.GRADE_DEFAULTS["timeout_s"],
     column_order: str = "strict",
     max_temp_mb: int = _grader.GRADE_DEFAULTS["max_temp_mb"],
-    *,
-    semantics: str | None = None,
 ) -> Verdict:
     """Grade `pred_sql` against `gold_sql` on `db` (a path or an open Database).
 
-    method, the grading method (`semantics=` is its older name): "multiset" (default), "set" (BIRD's
-    metric), "ordered" (or "list"), "subset,=,N" / "subset,>=,N" (the prediction's distinct rows are
-    exactly / at least N, each a gold row; N capped at the gold's distinct rows), or "auto" (ordered
+    method, the grading method: "multiset" (default), "set" (BIRD's
+    metric), "ordered" (or "list"), "subset,=,N" and the other subset forms of t2sql._grader.METHODS (the
+    prediction's distinct rows are each a gold row, and exactly N of them, or as the comparison says;
+    N capped at the gold's distinct rows), or "auto" (ordered
     when the gold's outermost query has ORDER BY). column_order: "strict", or "ignore" (each row compared as the
     multiset of its cells). float_digits: significant digits non-integral REALs are rounded to
     before comparison, or None for exact. Each query gets `timeout_s`, and may hold `max_temp_mb` MiB of
     temporary files (sorts, DISTINCT, GROUP BY): past it, it stops (a prediction: pred_error; a gold: gold_error).
     """
-    if semantics is not None:
-        if method != "multiset" and method != semantics:
-            raise TypeError("grade() got the method twice: `semantics` is the older name of `method`")
-        method = semantics
     if not isinstance(db, Database):
         db = Database(os.fspath(db))
     spec = GradeSpec(method, gold_sql=gold_sql, float_digits=float_digits, column_order=column_order,

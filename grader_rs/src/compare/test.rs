@@ -2,7 +2,7 @@
 //! query.
 
 use super::*;
-use crate::digest::resolve_semantics;
+use crate::digest::resolve_method;
 
 /// Six rows, five distinct: (1, a) … (5, e), and (5, e) once more.
 fn fixture() -> (tempfile::TempDir, GuardedConnection) {
@@ -26,7 +26,7 @@ fn verdict(
     method: &str,
     order: ColumnOrder,
 ) -> Verdict {
-    let spec = spec(resolve_semantics(gold, method).unwrap(), Some(12), order);
+    let spec = spec(resolve_method(Some(gold), method).unwrap(), Some(12), order);
     grade(gc, pred, gold, spec, &Budget::new(10.0)).unwrap()
 }
 
@@ -115,21 +115,21 @@ fn list_is_ordered_and_column_order_can_be_ignored() {
     );
     // A bare subset is the least a subset asks: at least one distinct gold row.
     assert_eq!(
-        resolve_semantics(gold, "subset").unwrap(),
-        Semantics::Subset {
+        resolve_method(Some(gold), "subset").unwrap(),
+        ResolvedMethod::Subset {
             op: SubsetOp::AtLeast,
             n: 1
         }
     );
     assert!(matches!(
-        resolve_semantics(gold, "subset,<,3"),
+        resolve_method(Some(gold), "subset,<,3"),
         Err(GradeError::Invalid(_))
     ));
 }
 
-fn spec(semantics: Semantics, float_digits: Option<u32>, order: ColumnOrder) -> DigestSpec {
+fn spec(method: ResolvedMethod, float_digits: Option<u32>, order: ColumnOrder) -> DigestSpec {
     DigestSpec {
-        semantics,
+        method,
         float_digits,
         column_order: order,
         row_limit: None,
@@ -414,7 +414,7 @@ fn ignoring_column_order_keeps_each_row_whole() {
 fn reals_are_rounded_to_float_digits_and_integral_reals_are_integers() {
     let (_d, gc) = fixture();
     let run = |pred: &str, gold: &str, digits| {
-        let s = spec(Semantics::Multiset, digits, ColumnOrder::Strict);
+        let s = spec(ResolvedMethod::Multiset, digits, ColumnOrder::Strict);
         grade(&gc, pred, gold, s, &Budget::new(10.0))
             .unwrap()
             .outcome
@@ -435,7 +435,7 @@ fn reals_are_rounded_to_float_digits_and_integral_reals_are_integers() {
 fn one_gold_digest_grades_many_predictions() {
     let (_d, gc) = fixture();
     let budget = Budget::new(10.0);
-    let s = spec(Semantics::Set, Some(12), ColumnOrder::Strict);
+    let s = spec(ResolvedMethod::Set, Some(12), ColumnOrder::Strict);
     let gold = gold_digest(&gc, GOLD, s, &budget).unwrap();
     assert_eq!((gold.rows, gold.columns), (5, 2));
     let outcome = |pred: &str| grade_against(&gc, pred, &gold, &budget).unwrap().outcome;
@@ -449,7 +449,7 @@ fn one_gold_digest_grades_many_predictions() {
         Err(GradeError::SecretMismatch(_))
     ));
     let subset = spec(
-        Semantics::Subset {
+        ResolvedMethod::Subset {
             op: SubsetOp::Exactly,
             n: 2,
         },
@@ -471,7 +471,7 @@ fn failures_of_either_query_are_outcomes() {
     // Counting an endless CTE returns no row before the deadline: no early exit to take.
     let endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) \
                    SELECT count(*), max(x) FROM c";
-    let s = spec(Semantics::Multiset, Some(12), ColumnOrder::Strict);
+    let s = spec(ResolvedMethod::Multiset, Some(12), ColumnOrder::Strict);
     let quick = |pred: &str, gold: &str| {
         let v = grade(&gc, pred, gold, s, &Budget::new(0.2)).unwrap();
         (v.outcome, v.detail)
@@ -505,7 +505,7 @@ fn a_gold_whose_result_changed_since_its_digest_says_so_in_one_sentence() {
     let (dir, gc) = fixture();
     let budget = Budget::new(10.0);
     let subset = spec(
-        Semantics::Subset {
+        ResolvedMethod::Subset {
             op: SubsetOp::AtLeast,
             n: 2,
         },

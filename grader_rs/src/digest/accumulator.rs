@@ -7,14 +7,14 @@ use xxhash_rust::xxh3::{xxh3_128_with_seed, Xxh3};
 
 use super::distinct::{partition_of, DistinctKeys, KeyTable, PARTITIONS};
 use super::keyset::{Coverage, GoldKeys, SortedKeys};
-use super::{secret, secret_id, ColumnOrder, Digest, Semantics};
+use super::{secret, secret_id, ColumnOrder, Digest, ResolvedMethod};
 use crate::canon;
 use crate::spill::{grade_memory, SpillFile};
 
 /// Options of one digest computation.
 #[derive(Debug, Clone, Copy)]
 pub struct DigestSpec {
-    pub semantics: Semantics,
+    pub method: ResolvedMethod,
     pub float_digits: Option<u32>,
     pub column_order: ColumnOrder,
     /// Stop once the result has more rows than this (the gold's count): early exit.
@@ -64,7 +64,7 @@ impl Accumulator {
     /// any other method.
     pub fn new(spec: DigestSpec, columns: u32, gold_keys: Option<Arc<GoldKeys>>) -> Self {
         let seed = secret();
-        let distinct = if !spec.semantics.keeps_distinct() {
+        let distinct = if !spec.method.keeps_distinct() {
             Rows::All
         } else {
             match gold_keys {
@@ -90,7 +90,8 @@ impl Accumulator {
             columns,
             rows: 0,
             sum: 0,
-            chain: (spec.semantics == Semantics::Ordered).then(|| Box::new(Xxh3::with_seed(seed))),
+            chain: (spec.method == ResolvedMethod::Ordered)
+                .then(|| Box::new(Xxh3::with_seed(seed))),
             distinct,
             buf: Vec::with_capacity(256),
             cell_ends: Vec::new(),
@@ -170,7 +171,7 @@ impl Accumulator {
     /// subset prediction against a gold on disk is checked here: `should_stop` (the deadline,
     /// the cancel token) is asked between partitions.
     pub fn finish(self, should_stop: &dyn Fn() -> bool) -> Result<Digest, Stop> {
-        let subset = matches!(self.spec.semantics, Semantics::Subset { .. });
+        let subset = matches!(self.spec.method, ResolvedMethod::Subset { .. });
         let (rows, sum, gold_keys) = match self.distinct {
             Rows::All | Rows::Cover(..) => (self.rows, self.sum, None),
             Rows::Collect(keys, None) if subset => {
@@ -199,7 +200,7 @@ impl Accumulator {
             None => sum,
         };
         Ok(Digest {
-            semantics: self.spec.semantics,
+            method: self.spec.method,
             float_digits: self.spec.float_digits,
             column_order: self.spec.column_order,
             rows,
@@ -275,9 +276,12 @@ fn keep_gold_keys(
 pub(super) mod test {
     use super::*;
 
-    pub(in crate::digest) fn digest_of(rows: &[Vec<ValueRef<'_>>], semantics: Semantics) -> Digest {
+    pub(in crate::digest) fn digest_of(
+        rows: &[Vec<ValueRef<'_>>],
+        method: ResolvedMethod,
+    ) -> Digest {
         let spec = DigestSpec {
-            semantics,
+            method,
             float_digits: Some(12),
             column_order: ColumnOrder::Strict,
             row_limit: None,
@@ -295,11 +299,11 @@ pub(super) mod test {
     fn multiset_ignores_order_counts_duplicates() {
         let a = digest_of(
             &[vec![I(1), T(b"x")], vec![I(2), T(b"y")]],
-            Semantics::Multiset,
+            ResolvedMethod::Multiset,
         );
         let b = digest_of(
             &[vec![I(2), T(b"y")], vec![I(1), T(b"x")]],
-            Semantics::Multiset,
+            ResolvedMethod::Multiset,
         );
         assert_eq!(a, b);
         let c = digest_of(
@@ -308,7 +312,7 @@ pub(super) mod test {
                 vec![I(1), T(b"x")],
                 vec![I(2), T(b"y")],
             ],
-            Semantics::Multiset,
+            ResolvedMethod::Multiset,
         );
         assert_ne!(a.key, c.key);
         // XOR would cancel a pair of duplicates; the sum does not.
@@ -319,11 +323,11 @@ pub(super) mod test {
                 vec![I(1), T(b"x")],
                 vec![I(1), T(b"x")],
             ],
-            Semantics::Multiset,
+            ResolvedMethod::Multiset,
         );
         let e = digest_of(
             &[vec![I(2), T(b"y")], vec![I(1), T(b"x")]],
-            Semantics::Multiset,
+            ResolvedMethod::Multiset,
         );
         assert_ne!(d.key, e.key);
     }
@@ -333,11 +337,11 @@ pub(super) mod test {
         // {(1,"x"),(2,"y")} must differ from {(1,"y"),(2,"x")}.
         let a = digest_of(
             &[vec![I(1), T(b"x")], vec![I(2), T(b"y")]],
-            Semantics::Multiset,
+            ResolvedMethod::Multiset,
         );
         let b = digest_of(
             &[vec![I(1), T(b"y")], vec![I(2), T(b"x")]],
-            Semantics::Multiset,
+            ResolvedMethod::Multiset,
         );
         assert_eq!(a.rows, b.rows);
         assert_ne!(a.key, b.key);
@@ -347,8 +351,8 @@ pub(super) mod test {
     fn ordered_sees_order_set_ignores_duplicates() {
         let rows = [vec![I(1), T(b"x")], vec![I(2), T(b"y")]];
         let rev = [vec![I(2), T(b"y")], vec![I(1), T(b"x")]];
-        let a = digest_of(&rows, Semantics::Ordered);
-        let b = digest_of(&rev, Semantics::Ordered);
+        let a = digest_of(&rows, ResolvedMethod::Ordered);
+        let b = digest_of(&rev, ResolvedMethod::Ordered);
         assert_ne!(a.key, b.key);
         assert_eq!(a.unordered_key, b.unordered_key);
         let dup = [
@@ -357,19 +361,19 @@ pub(super) mod test {
             vec![I(2), T(b"y")],
         ];
         assert_eq!(
-            digest_of(&rows, Semantics::Set),
-            digest_of(&dup, Semantics::Set)
+            digest_of(&rows, ResolvedMethod::Set),
+            digest_of(&dup, ResolvedMethod::Set)
         );
         assert_ne!(
-            digest_of(&rows, Semantics::Multiset).key,
-            digest_of(&dup, Semantics::Multiset).key
+            digest_of(&rows, ResolvedMethod::Multiset).key,
+            digest_of(&dup, ResolvedMethod::Multiset).key
         );
     }
 
     #[test]
     fn row_limit_stops_early() {
         let spec = DigestSpec {
-            semantics: Semantics::Multiset,
+            method: ResolvedMethod::Multiset,
             float_digits: None,
             column_order: ColumnOrder::Strict,
             row_limit: Some(2),
@@ -383,7 +387,7 @@ pub(super) mod test {
     #[test]
     fn ignoring_column_order_compares_rows_as_multisets_of_cells() {
         let spec = |column_order| DigestSpec {
-            semantics: Semantics::Multiset,
+            method: ResolvedMethod::Multiset,
             float_digits: Some(12),
             column_order,
             row_limit: None,
@@ -421,7 +425,7 @@ pub(super) mod test {
 
     pub(in crate::digest) fn subset_gold(rows: &[i64], n: u64) -> Digest {
         let spec = DigestSpec {
-            semantics: Semantics::Subset {
+            method: ResolvedMethod::Subset {
                 op: crate::digest::SubsetOp::Exactly,
                 n,
             },
@@ -447,7 +451,7 @@ pub(super) mod test {
         };
         assert!(sorted.keys().windows(2).all(|w| w[0] < w[1]));
         let spec = DigestSpec {
-            semantics: gold.semantics,
+            method: gold.method,
             float_digits: None,
             column_order: ColumnOrder::Strict,
             row_limit: Some(2),

@@ -170,11 +170,11 @@ pub fn register(conn: &Connection) -> rusqlite::Result<(String, Arc<AggregateSha
 #[cfg(test)]
 mod test {
     use super::*;
-    use crate::digest::{ColumnOrder, Semantics};
+    use crate::digest::{ColumnOrder, ResolvedMethod};
 
-    fn spec(semantics: Semantics) -> DigestSpec {
+    fn spec(method: ResolvedMethod) -> DigestSpec {
         DigestSpec {
-            semantics,
+            method,
             float_digits: Some(12),
             column_order: ColumnOrder::Strict,
             row_limit: None,
@@ -194,11 +194,11 @@ mod test {
         let err = conn.query_row(&sql, [], |_| Ok(())).unwrap_err();
         assert!(err.to_string().contains("outside grading"), "{err}");
 
-        *shared.spec.lock().unwrap() = Some((spec(Semantics::Multiset), 2));
+        *shared.spec.lock().unwrap() = Some((spec(ResolvedMethod::Multiset), 2));
         conn.query_row(&sql, [], |_| Ok(())).unwrap();
         let in_vm = shared.result.lock().unwrap().take().unwrap();
         let in_vm = in_vm.finish(&|| false).unwrap();
-        let mut host = Accumulator::new(spec(Semantics::Multiset), 2, None);
+        let mut host = Accumulator::new(spec(ResolvedMethod::Multiset), 2, None);
         let mut stmt = conn.prepare(ROWS).unwrap();
         let mut rows = stmt.raw_query();
         while let Some(r) = rows.next().unwrap() {
@@ -213,7 +213,7 @@ mod test {
         let none = shared.result.lock().unwrap().take().unwrap();
         assert_eq!(
             none.finish(&|| false).unwrap(),
-            Accumulator::new(spec(Semantics::Multiset), 2, None)
+            Accumulator::new(spec(ResolvedMethod::Multiset), 2, None)
                 .finish(&|| false)
                 .unwrap()
         );
@@ -225,7 +225,7 @@ mod test {
         let (name, shared) = register(&conn).unwrap();
         let limited = DigestSpec {
             row_limit: Some(1),
-            ..spec(Semantics::Multiset)
+            ..spec(ResolvedMethod::Multiset)
         };
         *shared.spec.lock().unwrap() = Some((limited, 2));
         let sql = format!("WITH q(a, b) AS ({ROWS}) SELECT {name}(a, b) FROM q");

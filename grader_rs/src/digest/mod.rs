@@ -28,18 +28,17 @@ pub use accumulator::{Accumulator, DigestSpec, Stop};
 pub use aggregate::{function_name, register, AggregateShared};
 pub use keyset::GoldKeys;
 pub use method::{
-    method_name, resolve_method, resolve_semantics, ColumnOrder, Method, Semantics, SubsetOp,
-    COLUMN_ORDERS,
+    method_name, resolve_method, ColumnOrder, Method, ResolvedMethod, SubsetOp, COLUMN_ORDERS,
 };
 pub use secret::{secret, secret_id, set_secret};
 
 /// A result's digest: what grading compares, what the gold cache stores (`wire`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Digest {
-    pub semantics: Semantics,
+    pub method: ResolvedMethod,
     pub float_digits: Option<u32>,
     pub column_order: ColumnOrder,
-    /// Rows (distinct rows for set and subset semantics).
+    /// Rows (distinct rows for the set and subset methods).
     pub rows: u64,
     pub columns: u32,
     /// The comparison key: Σ row keys (multiset, set, subset) or the chained hash (ordered).

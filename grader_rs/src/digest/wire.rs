@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::keyset::SortedKeys;
-use super::{ColumnOrder, Digest, GoldKeys, Semantics, Stop, SubsetOp};
+use super::{ColumnOrder, Digest, GoldKeys, ResolvedMethod, Stop, SubsetOp};
 use crate::canon;
 
 const WIRE_MAGIC: &[u8; 4] = b"T2D2";
@@ -16,7 +16,8 @@ const WIRE_HEAD_LEN: usize = 4 + 1 + 8 + 1 + 1 + 8 + 4 + 16 + 16 + 8 + 8;
 const KEYS_BY_SQL: u64 = u64::MAX;
 
 impl Digest {
-    /// A fixed little-endian layout: magic, method (tag and subset count), float digits,
+    /// A fixed little-endian layout: magic, method (tag: 0 multiset, 1 ordered, 2 set, a subset its
+    /// operator's, `SubsetOp::tag`; and the subset count), float digits,
     /// column order, counts, keys, secret id, then a subset gold's distinct keys, sorted (read
     /// back from disk for a gold that spilled; the error is that read's).
     pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
@@ -33,18 +34,11 @@ impl Digest {
         };
         let mut b = Vec::with_capacity(WIRE_HEAD_LEN + 16 * keys.len());
         b.extend_from_slice(WIRE_MAGIC);
-        let (tag, n) = match self.semantics {
-            Semantics::Multiset => (0u8, 0u64),
-            Semantics::Ordered => (1, 0),
-            Semantics::Set => (2, 0),
-            Semantics::Subset {
-                op: SubsetOp::Exactly,
-                n,
-            } => (3, n),
-            Semantics::Subset {
-                op: SubsetOp::AtLeast,
-                n,
-            } => (4, n),
+        let (tag, n) = match self.method {
+            ResolvedMethod::Multiset => (0u8, 0u64),
+            ResolvedMethod::Ordered => (1, 0),
+            ResolvedMethod::Set => (2, 0),
+            ResolvedMethod::Subset { op, n } => (op.tag(), n),
         };
         b.push(tag);
         b.extend_from_slice(&n.to_le_bytes());
@@ -81,14 +75,14 @@ impl Digest {
             _ => Err("bad float_digits".to_string()),
         };
         if data.len() == WIRE_V1_LEN && &data[..4] == WIRE_MAGIC_V1 {
-            let semantics = match data[4] {
-                0 => Semantics::Multiset,
-                1 => Semantics::Ordered,
-                2 => Semantics::Set,
-                _ => return Err("unknown semantics".into()),
+            let method = match data[4] {
+                0 => ResolvedMethod::Multiset,
+                1 => ResolvedMethod::Ordered,
+                2 => ResolvedMethod::Set,
+                _ => return Err("unknown grading method".into()),
             };
             return Ok(Digest {
-                semantics,
+                method,
                 float_digits: digits(data[5])?,
                 column_order: ColumnOrder::Strict,
                 rows: u64_at(6),
@@ -104,26 +98,21 @@ impl Digest {
             return Err("wrong length or header".into());
         }
         let n = u64_at(5);
-        let semantics = match data[4] {
-            0 => Semantics::Multiset,
-            1 => Semantics::Ordered,
-            2 => Semantics::Set,
-            3 if n >= 1 => Semantics::Subset {
-                op: SubsetOp::Exactly,
-                n,
+        let method = match data[4] {
+            0 => ResolvedMethod::Multiset,
+            1 => ResolvedMethod::Ordered,
+            2 => ResolvedMethod::Set,
+            tag => match SubsetOp::from_tag(tag) {
+                Some(op) if n >= 1 => ResolvedMethod::Subset { op, n },
+                _ => return Err("unknown grading method".into()),
             },
-            4 if n >= 1 => Semantics::Subset {
-                op: SubsetOp::AtLeast,
-                n,
-            },
-            _ => return Err("unknown grading method".into()),
         };
         let column_order = match data[14] {
             0 => ColumnOrder::Strict,
             1 => ColumnOrder::Ignore,
             _ => return Err("bad column order".into()),
         };
-        let is_subset = matches!(semantics, Semantics::Subset { .. });
+        let is_subset = matches!(method, ResolvedMethod::Subset { .. });
         let mut gold_sql = None;
         let mut nkeys = u64_at(WIRE_HEAD_LEN - 8);
         if nkeys == KEYS_BY_SQL {
@@ -160,7 +149,7 @@ impl Digest {
             }
         };
         Ok(Digest {
-            semantics,
+            method,
             float_digits: digits(data[13])?,
             column_order,
             rows: u64_at(15),
@@ -180,10 +169,14 @@ mod test {
 
     use super::*;
     use crate::digest::accumulator::test::{digest_of, subset_gold};
+    use crate::digest::secret_id;
 
     #[test]
     fn wire_format_round_trips_and_refuses_damage() {
-        let set = digest_of(&[vec![I(1), T(b"x")], vec![I(2), T(b"y")]], Semantics::Set);
+        let set = digest_of(
+            &[vec![I(1), T(b"x")], vec![I(2), T(b"y")]],
+            ResolvedMethod::Set,
+        );
         for d in [set, subset_gold(&[4, 5, 6], 2), subset_gold(&[], 1)] {
             let bytes = d.to_bytes().unwrap();
             assert_eq!(Digest::from_bytes(&bytes).unwrap(), d);
@@ -206,7 +199,7 @@ mod test {
         bytes[last].copy_from_slice(&a);
         assert!(Digest::from_bytes(&bytes).is_err());
         // The first format still reads: a multiset digest, columns in order.
-        let m = digest_of(&[vec![I(1), T(b"x")]], Semantics::Multiset);
+        let m = digest_of(&[vec![I(1), T(b"x")]], ResolvedMethod::Multiset);
         let mut v1 = b"T2D1".to_vec();
         v1.push(0);
         v1.push(12);
@@ -219,5 +212,61 @@ mod test {
         // ... and knows no subset: it has no place for the count.
         v1[4] = 3;
         assert!(Digest::from_bytes(&v1).is_err());
+    }
+
+    /// Gold caches on disk hold these bytes: each method's tag and count read back as they always
+    /// have, whatever is added to the subset operators' table.
+    #[test]
+    fn the_method_tags_on_disk_do_not_change() {
+        let pinned = [
+            (0u8, 0u64, ResolvedMethod::Multiset),
+            (1, 0, ResolvedMethod::Ordered),
+            (2, 0, ResolvedMethod::Set),
+            (
+                3,
+                7,
+                ResolvedMethod::Subset {
+                    op: SubsetOp::Exactly,
+                    n: 7,
+                },
+            ),
+            (
+                4,
+                2,
+                ResolvedMethod::Subset {
+                    op: SubsetOp::AtLeast,
+                    n: 2,
+                },
+            ),
+        ];
+        for (tag, n, method) in pinned {
+            // A digest of no rows (no keys follow), written out by hand.
+            let mut b = WIRE_MAGIC.to_vec();
+            b.push(tag);
+            b.extend_from_slice(&n.to_le_bytes());
+            b.push(12); // float digits
+            b.push(0); // columns in order
+            b.extend_from_slice(&0u64.to_le_bytes()); // rows
+            b.extend_from_slice(&1u32.to_le_bytes()); // columns
+            b.extend_from_slice(&[0; 32]); // key, unordered key
+            b.extend_from_slice(&secret_id().to_le_bytes());
+            b.extend_from_slice(&0u64.to_le_bytes()); // no keys
+            let d = Digest::from_bytes(&b).unwrap();
+            assert_eq!(d.method, method, "tag {tag}");
+            assert_eq!(d.to_bytes().unwrap(), b, "tag {tag}");
+        }
+    }
+
+    #[test]
+    fn every_subset_operator_round_trips() {
+        for op in SubsetOp::ALL {
+            let method = ResolvedMethod::Subset { op: *op, n: 2 };
+            let d = Digest {
+                method,
+                ..subset_gold(&[4, 5, 6], 2)
+            };
+            let bytes = d.to_bytes().unwrap();
+            assert_eq!(Digest::from_bytes(&bytes).unwrap(), d, "{op:?}");
+        }
     }
 }

@@ -283,7 +283,7 @@ impl Database {
             Ok(s) => s,
             Err(detail) => {
                 let g = &gold.get().inner;
-                return Ok(Verdict::pred_error(detail, g.semantics, Some(g.rows)));
+                return Ok(Verdict::pred_error(detail, g.method, Some(g.rows)));
             }
         };
         let budget = budget(&timeout_s, &max_temp_mb, cancel)?;
@@ -309,7 +309,7 @@ impl Database {
         let budget = budget_of(spec.timeout_s, spec.max_temp_bytes, cancel);
         let pred = match pred_text(py, pred_sql)? {
             Ok(s) => s,
-            Err(detail) => return Ok(Verdict::pred_error(detail, spec.semantics, None)),
+            Err(detail) => return Ok(Verdict::pred_error(detail, spec.method, None)),
         };
         Ok(self
             .with(py, |gc| {

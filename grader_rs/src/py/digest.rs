@@ -6,7 +6,7 @@ use pyo3::types::PyBytes;
 
 use super::errors::{invalid, to_py};
 use crate::compare::{self, Outcome};
-use crate::digest::{self, Semantics};
+use crate::digest::{self, ResolvedMethod};
 
 /// A result's streaming digest: counts plus a 128-bit keyed hash (never rows).
 #[pyclass(frozen, module = "t2sql._grader", eq)]
@@ -19,8 +19,8 @@ pub struct Digest {
 #[pymethods]
 impl Digest {
     #[getter]
-    fn semantics(&self) -> String {
-        self.inner.semantics.name()
+    fn method(&self) -> String {
+        self.inner.method.name()
     }
     #[getter]
     fn column_order(&self) -> &'static str {
@@ -51,7 +51,7 @@ impl Digest {
     fn same_result(&self, other: &Digest) -> bool {
         let (a, b) = (&self.inner, &other.inner);
         a.secret_id == b.secret_id
-            && a.semantics == b.semantics
+            && a.method == b.method
             && a.float_digits == b.float_digits
             && a.column_order == b.column_order
             && a.rows == b.rows
@@ -76,8 +76,8 @@ impl Digest {
     }
     fn __repr__(&self) -> String {
         format!(
-            "Digest(semantics={:?}, rows={}, columns={}, float_digits={:?})",
-            self.inner.semantics.name(),
+            "Digest(method={:?}, rows={}, columns={}, float_digits={:?})",
+            self.inner.method.name(),
             self.inner.rows,
             self.inner.columns,
             self.inner.float_digits
@@ -92,7 +92,7 @@ pub struct Verdict {
     #[pyo3(get)]
     detail: String,
     #[pyo3(get)]
-    semantics: String,
+    method: String,
     #[pyo3(get)]
     pred_rows: Option<u64>,
     #[pyo3(get)]
@@ -107,7 +107,7 @@ impl From<compare::Verdict> for Verdict {
         Verdict {
             outcome: v.outcome.name(),
             detail: v.detail,
-            semantics: v.semantics.name(),
+            method: v.method.name(),
             pred_rows: v.pred_rows,
             gold_rows: v.gold_rows,
             elapsed_s: v.elapsed_s,
@@ -118,11 +118,15 @@ impl From<compare::Verdict> for Verdict {
 
 impl Verdict {
     /// A prediction that never reached SQLite (not valid UTF-8).
-    pub(crate) fn pred_error(detail: String, semantics: Semantics, gold_rows: Option<u64>) -> Self {
+    pub(crate) fn pred_error(
+        detail: String,
+        method: ResolvedMethod,
+        gold_rows: Option<u64>,
+    ) -> Self {
         Verdict {
             outcome: Outcome::PredError.name(),
             detail,
-            semantics: semantics.name(),
+            method: method.name(),
             pred_rows: None,
             gold_rows,
             elapsed_s: 0.0,

@@ -6,13 +6,22 @@ use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
 use super::errors::to_py;
-use crate::digest::{self, Semantics};
+use crate::digest::{self, ResolvedMethod, SubsetOp};
 
 /// A grading method, parsed: its canonical name, its kind, and a subset's operator and count.
 #[pyclass(frozen, eq, hash, module = "t2sql._grader", name = "Method")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PyMethod {
     inner: digest::Method,
+}
+
+impl PyMethod {
+    fn subset_op(&self) -> Option<SubsetOp> {
+        match self.inner {
+            digest::Method::Named(ResolvedMethod::Subset { op, .. }) => Some(op),
+            _ => None,
+        }
+    }
 }
 
 #[pymethods]
@@ -25,7 +34,7 @@ impl PyMethod {
         Ok(PyMethod { inner })
     }
 
-    /// The canonical name: auto, multiset, ordered, set, subset,=,N or subset,>=,N.
+    /// The canonical name: one of METHODS, a subset's N its count.
     #[getter]
     fn name(&self) -> String {
         self.inner.name()
@@ -35,19 +44,22 @@ impl PyMethod {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
-    /// A subset's comparison, "=" (exactly) or ">=" (at least); None for every other kind.
+    /// A subset's comparison as its name writes it ("=", ">=", ...); None for every other kind.
     #[getter]
     fn operator(&self) -> Option<&'static str> {
-        match self.inner {
-            digest::Method::Named(Semantics::Subset { op, .. }) => Some(op.symbol()),
-            _ => None,
-        }
+        self.subset_op().map(SubsetOp::symbol)
+    }
+    /// A subset's comparison in the prompt's words ("exactly", "at least", ...); None for every
+    /// other kind.
+    #[getter]
+    fn operator_words(&self) -> Option<&'static str> {
+        self.subset_op().map(SubsetOp::words)
     }
     /// A subset's count of distinct gold rows; None for every other kind.
     #[getter]
     fn count(&self) -> Option<u64> {
         match self.inner {
-            digest::Method::Named(Semantics::Subset { n, .. }) => Some(n),
+            digest::Method::Named(ResolvedMethod::Subset { n, .. }) => Some(n),
             _ => None,
         }
     }
@@ -74,10 +86,10 @@ pub(crate) fn method_name(name: &str) -> PyResult<String> {
     digest::method_name(name).map_err(to_py)
 }
 
-/// The canonical method `semantics` names for this gold ("auto" resolved against its SQL).
+/// The canonical name of the method `method` names for this gold ("auto" resolved against its SQL).
 #[pyfunction]
-pub(crate) fn resolve_semantics(gold_sql: &str, semantics: &str) -> PyResult<String> {
-    digest::resolve_semantics(gold_sql, semantics)
+pub(crate) fn resolve_method(gold_sql: &str, method: &str) -> PyResult<String> {
+    digest::resolve_method(Some(gold_sql), method)
         .map(|s| s.name())
         .map_err(to_py)
 }

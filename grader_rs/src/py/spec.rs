@@ -17,7 +17,7 @@ use super::args::{
 use super::errors::to_py;
 use crate::checked::{Int, Seconds};
 use crate::compare;
-use crate::digest::{self, ColumnOrder, DigestSpec, Semantics};
+use crate::digest::{self, ColumnOrder, DigestSpec, ResolvedMethod};
 use crate::exec::{ToolOptions, DEFAULT_TOOL_TIMEOUT_S};
 use crate::tempfiles::{DEFAULT_MAX_TEMP_BYTES, MIB};
 
@@ -200,7 +200,7 @@ impl ToolLimits {
 #[pyclass(frozen, module = "t2sql._grader")]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GradeSpec {
-    pub(crate) semantics: Semantics,
+    pub(crate) method: ResolvedMethod,
     pub(crate) float_digits: Option<u32>,
     pub(crate) column_order: ColumnOrder,
     pub(crate) timeout_s: f64,
@@ -212,7 +212,7 @@ impl Default for GradeSpec {
     /// column order, the default grade timeout (GRADE_DEFAULTS).
     fn default() -> Self {
         GradeSpec {
-            semantics: Semantics::Multiset,
+            method: ResolvedMethod::Multiset,
             float_digits: Some(crate::canon::DEFAULT_FLOAT_DIGITS),
             column_order: ColumnOrder::Strict,
             timeout_s: compare::DEFAULT_GRADE_TIMEOUT_S,
@@ -225,7 +225,7 @@ impl GradeSpec {
     /// The digest a gold (or a prediction, for a vote) gets under this spec.
     pub(crate) fn digest_spec(&self) -> DigestSpec {
         DigestSpec {
-            semantics: self.semantics,
+            method: self.method,
             float_digits: self.float_digits,
             column_order: self.column_order,
             row_limit: None,
@@ -250,7 +250,7 @@ impl GradeSpec {
     ) -> PyResult<Self> {
         let gold = gold_sql.map(sql_text).transpose()?;
         Ok(GradeSpec {
-            semantics: digest::resolve_method(gold.as_deref(), method).map_err(to_py)?,
+            method: digest::resolve_method(gold.as_deref(), method).map_err(to_py)?,
             float_digits: check_digits(float_digits.as_ref())?,
             column_order: parse_column_order(column_order)?,
             timeout_s: check_timeout(&timeout_s)?,
@@ -258,10 +258,10 @@ impl GradeSpec {
         })
     }
 
-    /// The resolved method's canonical name: multiset, ordered, set, subset,=,N or subset,>=,N.
+    /// The resolved method's canonical name: one of METHODS but auto, a subset's N its count.
     #[getter]
     fn method(&self) -> String {
-        self.semantics.name()
+        self.method.name()
     }
     #[getter]
     fn float_digits(&self) -> Option<u32> {
@@ -286,7 +286,7 @@ impl GradeSpec {
 
     fn __hash__(&self) -> isize {
         py_hash((
-            self.semantics,
+            self.method,
             self.float_digits,
             self.column_order,
             self.timeout_s.to_bits(),
@@ -301,7 +301,7 @@ impl GradeSpec {
         };
         format!(
             "GradeSpec({:?}, float_digits={digits}, column_order={:?}, timeout_s={}, max_temp_mb={})",
-            self.semantics.name(),
+            self.method.name(),
             self.column_order.name(),
             float_text(py, self.timeout_s),
             self.max_temp_bytes / MIB
@@ -317,7 +317,7 @@ impl GradeSpec {
         kwargs.set_item("timeout_s", me.timeout_s)?;
         kwargs.set_item("max_temp_mb", me.max_temp_bytes / MIB)?;
         // The canonical name reads back as the same method (no gold needed: never "auto").
-        let args = PyTuple::new(py, [me.semantics.name()])?;
+        let args = PyTuple::new(py, [me.method.name()])?;
         reduce_to_new(slf.as_any(), args, kwargs)
     }
 }

@@ -36,7 +36,7 @@ PATHS: dict[str, tuple[str, str]] = {
         "assert v.outcome == 'match', v",
     ),
     "t2sql_set": (
-        "t2sql grade, set semantics, exact floats (BIRD's rule)",
+        "t2sql grade, the set method, exact floats (BIRD's rule)",
         "v = t2sql.Database(db).grade(PRED, GOLD, t2sql.GradeSpec('set', float_digits=None, timeout_s=1e9))\n"
         "assert v.outcome == 'match', v",
     ),
@@ -64,7 +64,7 @@ PATHS: dict[str, tuple[str, str]] = {
         "assert c.execute(q.format(GOLD)).fetchone() == c.execute(q.format(PRED)).fetchone()",
     ),
     "sqlite_except": (
-        "SQLite's EXCEPT (temporary index), set semantics, one direction",
+        "SQLite's EXCEPT (temporary index), the set method, one direction",
         "c = sqlite3.connect(f'file:{db}?mode=ro&immutable=1', uri=True)\n"
         "assert c.execute(f'SELECT count(*) FROM ({GOLD} EXCEPT {PRED})').fetchone()[0] == 0",
     ),

@@ -311,7 +311,7 @@ def format_pairs(r: dict[str, Any]) -> str:
               "t2sql_n1": "t2sql grade --pairs --concurrency 1",
               "t2sql_nN": f"t2sql grade --pairs --concurrency {n}"}
     lines = [f"t2sql bench pairs: {r['pairs']} pairs ({r['questions']} questions on {r['databases']} database(s), "
-             f"{r['distinct_golds']} distinct golds), set semantics, exact floats; {r['cores']} cores; "
+             f"{r['distinct_golds']} distinct golds), the set method, exact floats; {r['cores']} cores; "
              f"each run in a fresh process, best of {r['repeat']}",
              f"machine: effective cores {r['effective_cores'][0]} before, {r['effective_cores'][1]} after "
              f"({n} pure-CPU processes at once vs one alone; this caps the 1-to-{n} ratio)",

@@ -248,7 +248,7 @@ def _record_manifest(paths_by_id: dict[str, str], output: OutputFile | None,
     return manifest
 
 
-def _summary(records: list[GoldRecord], wall: float, stats: dict, semantics: str,
+def _summary(records: list[GoldRecord], wall: float, stats: dict, method: str,
              float_digits: int | None) -> dict[str, Any]:
     ran = [r for r in records if r.seconds is not None and not r.failed]
     slowest = sorted(ran, key=lambda r: r.seconds, reverse=True)[:10]
@@ -261,7 +261,7 @@ def _summary(records: list[GoldRecord], wall: float, stats: dict, semantics: str
         "from_cache": sum(r.source in ("disk", "memory") for r in records),
         "sqlite_seconds": round(sum(r.seconds for r in ran if r.source == "computed"), 4),
         "wall_seconds": round(wall, 4),
-        "semantics": semantics,
+        "method": method,
         "float_digits": float_digits,
         "cache_corrupt": stats.get("cache_corrupt", 0),
         "cache_write_errors": stats.get("cache_write_errors", 0),

@@ -189,7 +189,7 @@ def _verdict_dict(v: Verdict) -> dict:
     return {
         "outcome": v.outcome,
         "detail": v.detail,
-        "semantics": v.semantics,
+        "method": v.method,
         "pred_rows": v.pred_rows,
         "gold_rows": v.gold_rows,
         "elapsed_s": round(v.elapsed_s, 6),
@@ -462,8 +462,8 @@ class _PairsBatch:
                 verdict = (gold.outcome, gold.detail, spec.method)
             else:
                 r = await self.grader.grade(db, row["pred"], row["gold"], spec, retry=False)
-                verdict = (r.outcome, r.detail, r.semantics)
+                verdict = (r.outcome, r.detail, r.method)
         except T2sqlError as e:  # a broken or changed database file mid-run: report, go on
             return {"id": row["id"], "outcome": "gold_error", "detail": str(e)}, False
-        outcome, detail, semantics = verdict
-        return {"id": row["id"], "outcome": outcome, "detail": detail, "semantics": semantics}, True
+        outcome, detail, resolved = verdict
+        return {"id": row["id"], "outcome": outcome, "detail": detail, "method": resolved}, True

@@ -27,7 +27,6 @@ OUTCOMES: tuple[str, ...] = (
 
 # A preset-wide method: one the core names (METHODS) that needs no count, as a subset's does.
 PRESET_METHODS = tuple(m for m in METHODS if Method(m.replace("N", "1")).count is None)
-SEMANTICS = PRESET_METHODS  # the older name
 
 
 EVIDENCE_RULES = ("enumerated", "coverage")
@@ -79,7 +78,7 @@ class Preset:
     tool_timeout_s: float
     # -- grading
     grade_timeout_s: float
-    method: str  # multiset | ordered | set | auto: tasks without their own method (`semantics` in replace())
+    method: str  # multiset | ordered | set | auto: tasks without their own method
     honor_task_methods: bool  # a task's own grading_method (BIRD-Verified's) replaces `method`
     column_order: str  # strict | ignore (each row compared as the multiset of its cells)
     float_digits: int | None
@@ -218,11 +217,6 @@ class Preset:
         return self.method
 
     @property
-    def semantics(self) -> str:
-        """The older name of `method`."""
-        return self.method
-
-    @property
     def reward_floor(self) -> float:
         """The lowest outcome reward; shaping terms never go below it unless penalties_below_floor."""
         return min(self.outcome_reward(o) for o in OUTCOMES)
@@ -231,12 +225,7 @@ class Preset:
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> "Preset":
-        """A copy with some fields changed (validated); unknown field names are an error. `semantics`
-        is the older name of `method`."""
-        if "semantics" in changes:
-            if "method" in changes:
-                raise PresetError("give the method once: `semantics` is the older name of `method`")
-            changes["method"] = changes.pop("semantics")
+        """A copy with some fields changed (validated); unknown field names are an error."""
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:

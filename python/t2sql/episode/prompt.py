@@ -59,17 +59,13 @@ _ORDER_RULE = {
 }
 
 
-# A subset method's count, in words, by its operator as the core names it.
-_SUBSET_COUNT = {"=": "exactly", ">=": "at least"}
-
-
 def order_rule(method: str | Method) -> str:
     """How results are compared, in words, for the grading method of the task at hand: the method as
     the core parses it for grading (any spelling it reads: "list", " Subset, ==, 3"), never a second
     reading of its name. An unreadable name is InvalidArgument saying what is wrong."""
     parsed = method if isinstance(method, Method) else Method(method)
     if parsed.kind == "subset":
-        count = f"{_SUBSET_COUNT[parsed.operator]} {parsed.count}"
+        count = f"{parsed.operator_words} {parsed.count}"  # the core's words for its comparison
         return (f"return {count} distinct rows, each a row of the correct result (any of them will do; "
                 "row order does not matter)")
     return _ORDER_RULE[parsed.kind]

@@ -102,7 +102,7 @@ class EquivalenceConfig:
     def to_dict(self) -> dict[str, Any]:
         spec = self.spec
         return {"suite_size": self.suite_size, "seed": self.seed, "budget_s": self.budget_s,
-                "timeout_s": spec.timeout_s, "semantics": spec.method, "float_digits": spec.float_digits,
+                "timeout_s": spec.timeout_s, "method": spec.method, "float_digits": spec.float_digits,
                 "column_order": spec.column_order}
 
 @dataclass(frozen=True)

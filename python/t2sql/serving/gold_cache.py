@@ -150,9 +150,9 @@ class DiskGoldCache:
             digest = Digest.from_bytes(data)
             if digest.secret_id != hash_secret_id():
                 raise ValueError("made with another hash secret")
-            if (digest.semantics, digest.float_digits, digest.column_order) != (spec.method, spec.float_digits,
+            if (digest.method, digest.float_digits, digest.column_order) != (spec.method, spec.float_digits,
                                                                                 spec.column_order):
-                raise ValueError("semantics, float_digits or column order differ from the key")
+                raise ValueError("method, float_digits or column order differ from the key")
             elapsed_s = float(header.get("elapsed_s", 0.0))
         except Exception as e:  # any fault in a cache file means: drop it and run the gold
             return self._reject(path, f"{type(e).__name__}: {e}")

@@ -217,7 +217,7 @@ class Grader:
                 continue
             return dataclasses.replace(
                 verdict, retried=retried, gold_rows=verdict.gold_rows if verdict.gold_rows is not None else gold.rows,
-                elapsed_s=time.perf_counter() - started, semantics=verdict.semantics or spec.method,
+                elapsed_s=time.perf_counter() - started, method=verdict.method or spec.method,
                 gold_cached=gold.source != "computed",
             )
         raise AssertionError("unreachable: the second attempt always returns")
@@ -473,7 +473,7 @@ class Grader:
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
 
 
-def _gold_failed(gold: GoldResult, retried: bool, started: float, semantics: str) -> GradeResult:
+def _gold_failed(gold: GoldResult, retried: bool, started: float, method: str) -> GradeResult:
     """grade()'s result when the gold query itself failed or timed out."""
     return GradeResult(gold.outcome, gold.detail, retried, None, None, time.perf_counter() - started,
-                       semantics, False)
+                       method, False)

@@ -24,7 +24,7 @@ class GradeResult:
     pred_rows: int | None
     gold_rows: int | None
     elapsed_s: float
-    semantics: str
+    method: str
     gold_cached: bool = False
     pred_digest: bytes | None = None  # the prediction's digest (t2sql.Digest.from_bytes) when it ran to its end
 
@@ -32,7 +32,7 @@ class GradeResult:
     def from_verdict(cls, v: Any) -> GradeResult:
         """The core's verdict (a t2sql.Verdict, or this type back from a worker process) as a
         GradeResult; `grade` then fills in the call's own fields (retried, elapsed_s, gold_cached)."""
-        return cls(v.outcome, v.detail, False, v.pred_rows, v.gold_rows, v.elapsed_s, v.semantics,
+        return cls(v.outcome, v.detail, False, v.pred_rows, v.gold_rows, v.elapsed_s, v.method,
                    pred_digest=v.pred_digest)
 
     @property
