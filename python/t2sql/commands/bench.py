@@ -30,7 +30,6 @@ from t2sql.bench.serving import (
 from t2sql.commands.grade import is_verdicts
 from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.errors import T2sqlError
-from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import grade_memory_setting
 from t2sql.home import describe_default_dir, made_default_dir
 from t2sql.tasks import database_path, sample_questions
@@ -216,9 +215,8 @@ def add_pairs_arguments(suites) -> None:
     p.add_argument("--per-question", type=int, default=30, help="predictions per question (default 30)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N questions (smoke runs)")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn predictions (default 0)")
-    workers = p.add_argument("--concurrency", dest="workers", type=int, default=2, metavar="N",
-                             help="workers of the parallel t2sql run (default 2)")
-    accept_old_spelling(p, workers, "--workers")
+    p.add_argument("--concurrency", dest="workers", type=int, default=2, metavar="N",
+                   help="workers of the parallel t2sql run (default 2)")
     p.add_argument("--repeat", type=int, default=1, help="rounds, round-robin (the best of each run is kept)")
     p.add_argument("--work-dir", default=None,
                    help="where the pairs file and the verdicts are written (made if missing, when its parent "
@@ -275,9 +273,8 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
                         "else the bundled superhero sample)")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: beside --data)")
     parser.add_argument("--tool-calls", type=int, default=2000, help="small queries timed per path")
-    workers = parser.add_argument("--concurrency", dest="workers", type=int, default=os.cpu_count() or 1,
-                                  metavar="N", help="workers for 'all cores'")
-    accept_old_spelling(parser, workers, "--workers")
+    parser.add_argument("--concurrency", dest="workers", type=int, default=os.cpu_count() or 1,
+                        metavar="N", help="workers for 'all cores'")
     parser.add_argument("--tasks", type=int, default=256, help="concurrent asyncio tasks")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
     parser.add_argument("--pairs", type=int, default=None, help="use only the first N pairs (smoke runs)")

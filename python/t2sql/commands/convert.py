@@ -20,7 +20,6 @@ from t2sql.data.convert import (
 )
 from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.errors import DataError
-from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import describe_methods, method_counts
 from t2sql.integrations import rows as framework_rows
 from t2sql.tasks import BIRD_FIELDS, open_input, parse_field_map
@@ -54,13 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--field-map", nargs="*", default=[], metavar="FIELD=KEY",
         help=f"source keys for the canonical fields {', '.join(BIRD_FIELDS)} (default BIRD's: gold_sql=SQL)",
     )
-    preset = parser.add_argument("--preset", dest="recipe", default=DEFAULT_PRESET,
-                                 help="preset the prompt is built for")
-    accept_old_spelling(parser, preset, "--recipe")
+    parser.add_argument("--preset", dest="recipe", default=DEFAULT_PRESET,
+                        help="preset the prompt is built for")
     parser.add_argument("--no-check-gold", action="store_true", help="skip executing every gold query")
-    timeout = parser.add_argument("--timeout-s", dest="gold_timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
-                                  metavar="S", help="seconds per gold query")
-    accept_old_spelling(parser, timeout, "--gold-timeout")
+    parser.add_argument("--timeout-s", dest="gold_timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
+                        metavar="S", help="seconds per gold query")
     parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
     parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,

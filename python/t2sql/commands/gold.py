@@ -45,7 +45,6 @@ from t2sql.atomic import OutputFile, output_folder
 from t2sql.databases import find_database, recorded_database_path
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
-from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import fallback_note, method_counts
 from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
@@ -107,9 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="split: BIRD question json/jsonl or converted miles jsonl")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: BIRD rows "
                         "beside --data, converted rows their metadata.db_path)")
-    workers = parser.add_argument("--concurrency", dest="workers", type=int, default=None, metavar="N",
-                                  help="SQL workers (default: all cores)")
-    accept_old_spelling(parser, workers, "--workers")
+    parser.add_argument("--concurrency", dest="workers", type=int, default=None, metavar="N",
+                        help="SQL workers (default: all cores)")
     parser.add_argument("--cache-dir", help="gold cache directory to fill (and the manifest's home)")
     parser.add_argument("--manifest", help="database manifest to write (default: CACHE_DIR/manifest.json)")
     parser.add_argument("--report", help="write the per-query report (JSON) here")
@@ -117,22 +115,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace an existing --report or --manifest file even when it is not t2sql's own")
     parser.add_argument("--allow-failures", action="store_true", help="exit 0 even if some golds fail")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    preset = parser.add_argument("--preset", dest="recipe", default=None,
-                                 help="preset whose method/float_digits/grade timeout to use (default: the "
-                                      "recipe's default preset)")
-    accept_old_spelling(parser, preset, "--recipe")
-    method = parser.add_argument("--method", type=method_arg, default=None,
-                                 metavar="|".join(METHODS),
-                                 help="one method for every task (default: each task's grading_method when "
-                                      "the preset honors task methods, else the preset's)")
-    accept_old_spelling(parser, method, "--semantics")
+    parser.add_argument("--preset", dest="recipe", default=None,
+                        help="preset whose method/float_digits/grade timeout to use (default: the "
+                             "recipe's default preset)")
+    parser.add_argument("--method", type=method_arg, default=None,
+                        metavar="|".join(METHODS),
+                        help="one method for every task (default: each task's grading_method when "
+                             "the preset honors task methods, else the preset's)")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                         help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3'); "
                              "without it such a task is reported as a failure")
     parser.add_argument("--float-digits", type=int, default=None)
-    timeout = parser.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=None, metavar="S",
-                                  help="seconds per gold query (default: the preset's grade timeout)")
-    accept_old_spelling(parser, timeout, "--timeout")
+    parser.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=None, metavar="S",
+                        help="seconds per gold query (default: the preset's grade timeout)")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
     add_grade_memory_arguments(parser)
     add_temp_disk_argument(parser, from_preset=True)
