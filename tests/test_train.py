@@ -127,20 +127,20 @@ def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
     assert _value(recipe, "--custom-loss-function-path") == train_flags.CISPO_LOSS_PATH
     assert _value(recipe, "--data-source-path") == "t2sql.curriculum.CurriculumDataSource"
     assert _value(recipe, "--rollout-all-samples-process-path") == "t2sql.curriculum.record_rollout"
-    bare = flags(recipe="bare")
+    bare = flags(preset="bare")
     assert "--loss-type" not in bare and "--custom-loss-function-path" not in bare
     assert "--data-source-path" not in bare and "--rollout-all-samples-process-path" not in bare
     assert _value(bare, "--advantage-estimator") == "grpo"
     overridden = flags(loss="grpo")  # --loss wins over the preset; the curriculum stays
     assert "--custom-loss-function-path" not in overridden and "--data-source-path" in overridden
-    assert "--custom-loss-function-path" in flags(recipe="bare", loss="cispo")
+    assert "--custom-loss-function-path" in flags(preset="bare", loss="cispo")
     proc = _run([*TRAIN, "train", "--dry-run", "--preset", "bare", *FIXED])
     assert proc.returncode == 0 and "loss grpo" in proc.stdout.splitlines()[0]
     # miles cannot run the curriculum's after-rollout hook under --fully-async: refused up front.
     with pytest.raises(LaunchError, match="--fully-async"):
         train_flags.train_argv(train_flags.TrainConfig(run_id="r", extra_args="--fully-async"))
     assert "--fully-async" in train_flags.train_argv(
-        train_flags.TrainConfig(run_id="r", recipe="bare", extra_args="--fully-async"))
+        train_flags.TrainConfig(run_id="r", preset="bare", extra_args="--fully-async"))
 
 
 def test_bad_options_are_refused_clearly():

@@ -8,7 +8,7 @@ one of:
 - a BIRD question: question_id, db_id, question, evidence, SQL, difficulty, optionally
   grading_method (BIRD-Verified's own comparison) and original_* fields;
 - a converted miles row (t2sql.data.convert): {"label": {gold_sql, grading_method}, "metadata":
-  {question_id, db_id, db_path, question, evidence, difficulty, split, recipe, ...}}. Rows written
+  {question_id, db_id, db_path, question, evidence, difficulty, split, preset, ...}}. Rows written
   by older versions also repeat question_id and db_id (and grading_method) in the label: they
   read the same.
 

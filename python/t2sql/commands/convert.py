@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--field-map", nargs="*", default=[], metavar="FIELD=KEY",
         help=f"source keys for the canonical fields {', '.join(BIRD_FIELDS)} (default BIRD's: gold_sql=SQL)",
     )
-    parser.add_argument("--preset", dest="recipe", default=DEFAULT_PRESET,
+    parser.add_argument("--preset", default=DEFAULT_PRESET,
                         help="preset the prompt is built for")
     parser.add_argument("--no-check-gold", action="store_true", help="skip executing every gold query")
     parser.add_argument("--timeout-s", dest="gold_timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             fields = parse_field_map(args.field_map)
             report, built = convert_split(
                 args.questions, args.db_root, None,
-                split=split, fields=fields, recipe=args.recipe, check_gold_sql=not args.no_check_gold,
+                split=split, fields=fields, preset=args.preset, check_gold_sql=not args.no_check_gold,
                 gold_timeout_s=args.gold_timeout, concurrency=args.concurrency, drop_invalid=args.drop_invalid,
                 method_fallback=args.grading_method_fallback,
             )

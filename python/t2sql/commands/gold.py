@@ -115,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace an existing --report or --manifest file even when it is not t2sql's own")
     parser.add_argument("--allow-failures", action="store_true", help="exit 0 even if some golds fail")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    parser.add_argument("--preset", dest="recipe", default=None,
+    parser.add_argument("--preset", default=None,
                         help="preset whose method/float_digits/grade timeout to use (default: the "
                              "recipe's default preset)")
     parser.add_argument("--method", type=method_arg, default=None,
@@ -145,7 +145,7 @@ class _Grading:
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> _Grading:
-        preset = get_preset(args.recipe or DEFAULT_PRESET)
+        preset = get_preset(args.preset or DEFAULT_PRESET)
         return cls(preset, args.method, args.float_digits if args.float_digits is not None else preset.float_digits,
                    args.timeout if args.timeout is not None else preset.grade_timeout_s,
                    args.max_temp_mb if args.max_temp_mb is not None else preset.max_temp_mb)

@@ -35,7 +35,7 @@ the miles adapter (t2sql.miles.adapter) uses them:
   it) and its reward 0.0, with outcome "aborted".
 
 Settings: the T2SQL_* environment variables (t2sql.integrations.settings_from_env), then a `t2sql:` block in
-verl's config (`+t2sql.db_root=... +t2sql.recipe=...` on the command line), then keys of this loop's
+verl's config (`+t2sql.db_root=... +t2sql.preset=...` on the command line), then keys of this loop's
 entry in an `agent_loop_config_path` YAML; later ones win. docs/verl.md has the command of a real run.
 """
 
@@ -92,7 +92,7 @@ def loop_settings(trainer_config: Any, loop_kwargs: Mapping[str, Any]) -> rollou
     block = _plain(trainer_config.get(CONFIG_KEY) if trainer_config is not None else None) or {}
     if not isinstance(block, Mapping):
         raise SettingsError(f"verl's config key {CONFIG_KEY!r} must hold t2sql's settings "
-                            f"(+{CONFIG_KEY}.recipe=... +{CONFIG_KEY}.db_root=...), not {block!r}")
+                            f"(+{CONFIG_KEY}.preset=... +{CONFIG_KEY}.db_root=...), not {block!r}")
     return settings_from_env(config=f"{CONFIG_KEY}.", **{str(k): v for k, v in {**block, **loop_kwargs}.items()})
 
 

@@ -29,7 +29,7 @@ Layout under --output-dir (one place, so prepare and train agree):
     data/{train,validation,arcwise}.jsonl, data/<split>.manifest.json (the database manifests)
     gold_cache/                        gold digests (--text-to-sql-cache-dir)
     checkpoints/<run-id>/              the run's own checkpoints (--save/--load); run id default
-                                       <recipe>-<loss>, so the same command resumes; a new one starts afresh
+                                       <preset>-<loss>, so the same command resumes; a new one starts afresh
 
 Exit status: 0 done; 1 something outside the command failed or is missing (network, disk, GPUs, miles,
 a download or conversion not complete, bad data): the message says what to do; 2 the command line
@@ -83,7 +83,7 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
                           + "\n(`t2sql-train train --dry-run` prints the command without starting anything)")
     command_utils = import_miles_command_utils(c)
 
-    print(json.dumps({"preset": get_preset(c.recipe).to_dict()}, indent=1))
+    print(json.dumps({"preset": get_preset(c.preset).to_dict()}, indent=1))
     command_utils.execute_train(
         train_args=shlex.join(train_argv(c)),
         num_gpus_per_node=c.num_gpus_per_node,
@@ -125,7 +125,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", default=None,
                    help="models, data, gold cache and checkpoints live here (default: "
                         f"{describe_default_dir('train')})")
-    p.add_argument("--preset", dest="recipe", default=d.recipe, help="t2sql preset (budgets and reward)")
+    p.add_argument("--preset", default=d.preset, help="t2sql preset (budgets and reward)")
     p.add_argument("--num-gpus-per-node", type=_number("num_gpus_per_node"), default=d.num_gpus_per_node)
     p.add_argument("--miles-path", default=d.miles_path, help="miles source checkout (as in miles' image)")
     p.add_argument("--megatron-path", default=d.megatron_path)
@@ -184,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(t)
     t.add_argument("--run-id", default="",
                    help="names the checkpoint directory <output-dir>/checkpoints/<run-id> and the wandb group: a "
-                        "plain name (letters, digits, '.', '_', '-'). Default: <recipe>-<loss> (e.g. "
-                        f"{default_run_id(d.recipe, d.loss)}), so rerunning the same command resumes from its "
+                        "plain name (letters, digits, '.', '_', '-'). Default: <preset>-<loss> (e.g. "
+                        f"{default_run_id(d.preset, d.loss)}), so rerunning the same command resumes from its "
                         "last checkpoint; a new --run-id starts a fresh run")
     t.add_argument("--loss", choices=sorted(LOSS_BLOCKS), default="",
                    help="default: the preset's loss (cispo in qwen3.6-35b-a3b, grpo in bare)")
