@@ -1,15 +1,17 @@
 """One flag name per idea across every command (issue 27, issue 38): `--preset`, `--concurrency`, `--timeout-s`,
 `--method`. The pre-release spellings (`--recipe`, `--workers`, `--timeout`, `--gold-timeout`, `--semantics`) are
 gone: 0.1.0 was never released, so they are refused as any unknown flag is (exit 2, naming the flag), and no
-prefix of a flag is taken for it (`--timeout` is not `--timeout-s`)."""
+prefix of a flag is taken for it (`--timeout` is not `--timeout-s`). The code reads each flag by its own name
+too: a flag's attribute is the flag (`--concurrency` -> args.concurrency)."""
 
+import argparse
 import subprocess
 import sys
 
 import pytest
 
 from conftest import child_env
-from t2sql.cli import build_parser
+from t2sql.cli import COMMANDS, build_parser
 from t2sql.miles import train
 
 # (command line before the flag, the one spelling, the old spelling, a value)
@@ -63,3 +65,25 @@ def test_an_old_spelling_is_a_usage_error_from_the_command_line():
     proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "gold", "--data", "x.jsonl", "--timeout", "4"],
                           capture_output=True, text=True, timeout=120, env=child_env())
     assert proc.returncode == 2 and "unrecognized arguments: --timeout 4" in proc.stderr, proc.stderr
+
+
+def _renamed_dests(parser: argparse.ArgumentParser, path: list[str]):
+    """(command path, option strings, dest) of every flag whose dest is not its long name, subcommands included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _renamed_dests(sub, [*path, name])
+        elif action.option_strings and action.dest != argparse.SUPPRESS:
+            long = next((o for o in action.option_strings if o.startswith("--")), None)
+            if long is not None and action.dest != long[2:].replace("-", "_"):
+                yield path, action.option_strings, action.dest
+
+
+def test_every_flag_is_read_by_its_own_name():
+    renamed = [found for name in COMMANDS for found in _renamed_dests(build_parser([name]), ["t2sql"])]
+    renamed += list(_renamed_dests(train.build_parser(), ["t2sql-train"]))
+    assert not renamed, renamed
+    # The check sees every subcommand's flags (they are added only when that subcommand is asked for).
+    assert {"--concurrency", "--timeout-s", "--preset", "--format"} <= {
+        o for name in COMMANDS for sub in [build_parser([name])._subparsers._group_actions[0].choices[name]]
+        for a in sub._actions for o in a.option_strings}

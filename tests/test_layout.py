@@ -247,9 +247,9 @@ def test_each_default_is_written_once():
     assert pairs.TIMEOUT_S is core["timeout_s"]
 
     gold_check = data_convert.DEFAULT_GOLD_TIMEOUT_S
-    assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").gold_timeout \
+    assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").timeout_s \
         is gold_check
-    assert prepare.gold_timeout is gold_check
+    assert prepare.timeout_s is gold_check
     assert inspect.signature(data_convert.convert_split).parameters["gold_timeout_s"].default is gold_check
 
 

@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
     model.add_argument("--api-key-env", default="OPENAI_API_KEY",
                        help="environment variable holding a bearer token for --api openai, if set")
-    model.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=600.0, metavar="S",
+    model.add_argument("--timeout-s", type=seconds_arg, default=600.0, metavar="S",
                        help="seconds one whole request may take, the reply's last byte included")
     model.add_argument("--max-response-mb", type=positive_arg, default=16.0,
                        help="a reply larger than this is refused unread (an endpoint_error), never held whole")

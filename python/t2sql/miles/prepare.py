@@ -356,7 +356,7 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
         for split, questions, db_root in splits:
             report, rows = data.convert_split(
                 questions, db_root, None, split=split, fields=fields, preset=c.preset,
-                gold_timeout_s=args.gold_timeout, drop_invalid=args.drop_invalid,
+                gold_timeout_s=args.timeout_s, drop_invalid=args.drop_invalid,
                 method_fallback=args.grading_method_fallback,
             )
             if not rows:  # every task dropped: a split miles cannot train or evaluate on

@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep BIRD's downloaded zips (<output-dir>/data/bird/.downloads) after laying them out")
     p.add_argument("--field-map", nargs="*", default=[], metavar="FIELD=KEY", help="see `t2sql convert --help`")
     p.add_argument("--splits", nargs="+", default=list(SPLITS), help="splits of the release to convert")
-    p.add_argument("--timeout-s", dest="gold_timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
+    p.add_argument("--timeout-s", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
                    metavar="S", help="seconds per gold query while validating")
     p.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     p.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
