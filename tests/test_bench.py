@@ -95,7 +95,7 @@ def test_bench_pairs_agreement_counts_both_ways():
 def test_bench_pairs_bad_flags_are_usage_errors(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "t2sql.cli", "bench", "pairs", *a],  # noqa: E731
                                     capture_output=True, text=True, timeout=60)
-    for flags, said in ((["--workers", "0"], "at least 1"), (["--questions", str(tmp_path / "nope.json")],
+    for flags, said in ((["--concurrency", "0"], "at least 1"), (["--questions", str(tmp_path / "nope.json")],
                                                               "no such question file")):
         proc = run(*flags)
         assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr

@@ -379,7 +379,7 @@ def miles_standin(tmp_path, monkeypatch):
     cur.__dict__.pop("CurriculumDataSource", None)
 
 
-def _args(tmp_path, recipe="qwen3.6-35b-a3b", **over):
+def _args(tmp_path, preset="qwen3.6-35b-a3b", **over):
     data = tmp_path / "train.jsonl"
     with data.open("w") as f:
         for t in TASKS:
@@ -392,7 +392,7 @@ def _args(tmp_path, recipe="qwen3.6-35b-a3b", **over):
             f.write(json.dumps(row) + "\n")
     args = SimpleNamespace(
         prompt_data=str(data), input_key="prompt", label_key="label", metadata_key="metadata",
-        rollout_global_dataset=True, n_samples_per_prompt=4, rollout_seed=11, text_to_sql_recipe=recipe,
+        rollout_global_dataset=True, n_samples_per_prompt=4, rollout_seed=11, text_to_sql_preset=preset,
         save=str(tmp_path / "ckpt"), load=None, buffer_filter_path=None, rollout_shuffle=True,
     )
     for k, v in over.items():
@@ -509,7 +509,7 @@ def test_record_rollout_without_the_curriculum_source_says_which_flag(miles_stan
 
 
 def test_bare_preset_leaves_miles_drawing(miles_standin, tmp_path):
-    args = _args(tmp_path, recipe="bare", rollout_shuffle=False)
+    args = _args(tmp_path, preset="bare", rollout_shuffle=False)
     ds = cur.CurriculumDataSource(args)
     assert ds.curriculum is None
     groups = ds.get_samples(4)

@@ -14,7 +14,6 @@ or be listed in PIP_NOT_RUN with its reason; the extras any of them names must e
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -30,6 +29,7 @@ import pytest
 
 from conftest import REPO, bird_root
 from loopback_model import Conversation, LoopbackModel, Reply, TaskScript, xml_tool_call
+from test_flag_names import OLD_SPELLINGS
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL = {"bash", "sh", "shell", "console", "indented"}  # an indented code block is read as shell
@@ -308,18 +308,8 @@ def test_every_extra_named_exists():
     assert named and {x for names in named for x in names.split(",")} <= extras
 
 
-def _old_spellings() -> set[str]:
-    """The old flag spellings the commands still read (t2sql.flagnames.accept_old_spelling's last arguments)."""
-    found = set()
-    for path in (REPO / "python" / "t2sql").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "accept_old_spelling":
-                found |= {a.value for a in node.args[2:] if isinstance(a, ast.Constant)}
-    return found
-
-
 def test_no_old_flag_spelling_is_documented():
-    old = _old_spellings()
+    old = OLD_SPELLINGS  # the pre-release spellings the commands refuse
     assert "--semantics" in old and "--recipe" in old
     pattern = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, sorted(old))) + r")(?![\w-])")
     found = [f"{p.relative_to(REPO)}:{t.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"

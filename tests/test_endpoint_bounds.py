@@ -116,7 +116,7 @@ def run_eval(url: str, tmp_path, *extra: str, timeout: float = 120) -> tuple[sub
 
 def test_a_dripping_body_cannot_outlast_the_timeout(tmp_path):
     with Misbehaving("drip") as server:
-        proc, elapsed, _ = run_eval(server.url, tmp_path, "--timeout", "5")
+        proc, elapsed, _ = run_eval(server.url, tmp_path, "--timeout-s", "5")
     assert elapsed < 5 + 10, proc.stderr  # the request's 5 s plus the process's start and imports
     lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()[1:]]  # [0]: the header
     assert lines[0]["outcome"] == "endpoint_error"
@@ -127,7 +127,7 @@ def test_a_dripping_body_cannot_outlast_the_timeout(tmp_path):
 @pytest.mark.parametrize("mode", ["huge_declared", "huge_undeclared"])
 def test_a_huge_reply_is_refused_without_holding_it(tmp_path, mode):
     with Misbehaving(mode) as server:
-        proc, _, peak = run_eval(server.url, tmp_path, "--timeout", "60")
+        proc, _, peak = run_eval(server.url, tmp_path, "--timeout-s", "60")
     lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()[1:]]  # [0]: the header
     assert lines[0]["outcome"] == "endpoint_error" and not lines[0]["retryable"]
     assert f"more than {DEFAULT_MAX_BODY_BYTES} bytes" in lines[0]["error"]

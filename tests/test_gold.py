@@ -35,7 +35,7 @@ def test_gold_runs_the_split_fills_the_cache_and_reports(tmp_path):
     questions = json.loads(DEV.read_text())
     cache, report = tmp_path / "cache", tmp_path / "report.json"
     cold = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--cache-dir", str(cache),
-                      "--report", str(report), "--json", "--workers", "2")
+                      "--report", str(report), "--json", "--concurrency", "2")
     assert cold.returncode == 0, cold.stderr
     summary = json.loads(cold.stdout)
     assert summary["queries"] == len(questions) and summary["failed"] == 0
@@ -122,7 +122,7 @@ def test_gold_refuses_bad_arguments(tmp_path):
 def test_gold_takes_a_grading_memory_and_spills_under_its_tmp_dir(tmp_path):
     tmp = tmp_path / "spill"
     tmp.mkdir()
-    run = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--semantics", "set", "--json",
+    run = t2sql_gold("--data", str(DEV), "--db-root", str(DATA_ROOT), "--method", "set", "--json",
                      "--grade-memory-mb", "1", "--tmp-dir", str(tmp))
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["failed"] == 0
@@ -132,7 +132,7 @@ def test_gold_takes_a_grading_memory_and_spills_under_its_tmp_dir(tmp_path):
 def test_processes_fill_one_cache_at_once(tmp_path):
     cache = tmp_path / "cache"
     args = [sys.executable, "-m", "t2sql.cli", "gold", "--data", str(DEV), "--db-root", str(DATA_ROOT),
-            "--cache-dir", str(cache), "--json", "--workers", "1"]
+            "--cache-dir", str(cache), "--json", "--concurrency", "1"]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outputs]
@@ -184,12 +184,12 @@ def test_a_cache_secret_of_the_wrong_size_is_one_clear_line(tmp_path):
 
 def test_bird_questions_find_their_databases_beside_the_file_and_any_method_is_taken(tmp_path):
     """As `t2sql eval` does: without --db-root a BIRD question file's databases are beside it; and
-    --semantics takes every grading method `t2sql grade` takes."""
+    --method takes every grading method `t2sql grade` takes."""
     from t2sql.tasks import sample_questions
 
     for method in ("auto", "list", "subset,>=,1"):
         proc = subprocess.run([sys.executable, "-m", "t2sql.cli", "gold", "--data", str(sample_questions()),
-                               "--semantics", method, "--json"], capture_output=True, text=True, timeout=300)
+                               "--method", method, "--json"], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-500:]
         summary = json.loads(proc.stdout)
         assert summary["ok"] == 129 and summary["failures"] == [], method

@@ -82,9 +82,9 @@ def test_every_time_limit_flag_refuses_nan_and_inf():
     """A limit of nan or inf is no limit: every command refuses it as a usage error (exit 2)."""
     commands = [
         ("grade", "--db-id", "superhero", "--pred", "SELECT 1", "--gold", "SELECT 1", "--timeout-s"),
-        ("gold", "--timeout"),
-        ("convert", "--out", "/nonexistent/never-written.jsonl", "--gold-timeout"),
-        ("eval", "--policy", "model", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--timeout"),
+        ("gold", "--timeout-s"),
+        ("convert", "--out", "/nonexistent/never-written.jsonl", "--timeout-s"),
+        ("eval", "--policy", "model", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--timeout-s"),
         ("eval", "--policy", "model", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--max-response-mb"),
     ]
     for command in commands:
@@ -122,27 +122,16 @@ def test_float_digits_flag(db_root):
     assert bad.returncode == 2 and "exact" in bad.stderr
 
 
-def test_semantics_flag(db_root):
+def test_method_flag(db_root):
     db = str(db_root / "alpha" / "alpha.sqlite")
     args = ["grade", "--db", db, "--pred", "SELECT id FROM t ORDER BY id DESC",
             "--gold", "SELECT id FROM t ORDER BY id", "--json"]
     assert json.loads(t2sql(*args).stdout)["outcome"] == "match"
-    assert json.loads(t2sql(*args, "--semantics", "ordered", check=False).stdout)["outcome"] == "mismatch"
-    assert json.loads(t2sql(*args, "--semantics", "auto", check=False).stdout)["method"] == "ordered"
-
-
-def test_method_flag_with_semantics_its_hidden_older_name(db_root):
-    db = str(db_root / "alpha" / "alpha.sqlite")
-    args = ["grade", "--db", db, "--pred", "SELECT id FROM t ORDER BY id DESC",
-            "--gold", "SELECT id FROM t ORDER BY id", "--json"]
-    for flag in ("--method", "--semantics"):
-        for method, outcome in (("list", "mismatch"), ("Multiset", "match")):
-            record = json.loads(t2sql(*args, flag, method, check=False).stdout)
-            assert record["outcome"] == outcome, (flag, method, record)
-    # The output field is named as the flag is; the help names the flag once.
+    for method, outcome in (("ordered", "mismatch"), ("list", "mismatch"), ("Multiset", "match")):
+        record = json.loads(t2sql(*args, "--method", method, check=False).stdout)
+        assert record["outcome"] == outcome, (method, record)
+    # The output field is named as the flag is.
     assert json.loads(t2sql(*args, "--method", "auto", check=False).stdout)["method"] == "ordered"
-    usage = t2sql("grade", "--help").stdout
-    assert "--method" in usage and "--semantics" not in usage
 
 
 def test_missing_database_and_missing_flags_are_clear(db_root):

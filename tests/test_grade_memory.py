@@ -146,7 +146,7 @@ def test_t2sql_grade_takes_the_budget_for_one_pair_and_for_pairs(db, tmp_path):
     grade = lambda *a: subprocess.run([sys.executable, "-m", "t2sql.cli", "grade", *a],  # noqa: E731
                                       capture_output=True, text=True, timeout=300)
     memory = ("--grade-memory-mb", "1", "--tmp-dir", str(tmp))
-    one = grade("--db", str(db), "--pred", CASES[0][0], "--gold", CASES[0][1], "--semantics", "set", *memory)
+    one = grade("--db", str(db), "--pred", CASES[0][0], "--gold", CASES[0][1], "--method", "set", *memory)
     assert one.returncode == 0 and one.stdout.startswith("match"), one.stdout + one.stderr
     root = tmp_path / "dbs"
     (root / "big").mkdir(parents=True)
@@ -154,7 +154,7 @@ def test_t2sql_grade_takes_the_budget_for_one_pair_and_for_pairs(db, tmp_path):
     pairs, out = tmp_path / "pairs.jsonl", tmp_path / "out.jsonl"
     pairs.write_text("".join(json.dumps({"id": i, "db_id": "big", "pred": p, "gold": g, "grading_method": m}) + "\n"
                              for i, (p, g, m) in enumerate(CASES)))
-    many = grade("--pairs", str(pairs), "--db-root", str(root), "--out", str(out), "--semantics", "task",
+    many = grade("--pairs", str(pairs), "--db-root", str(root), "--out", str(out), "--method", "task",
                  "--concurrency", "2", *memory)
     assert many.returncode == 0, many.stderr
     outcomes = [json.loads(line)["outcome"] for line in out.read_text().splitlines()]

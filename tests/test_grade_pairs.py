@@ -84,7 +84,7 @@ def test_records_are_the_sequential_ones_in_order_at_1_and_2_workers(tmp_path):
     outputs = {}
     for n in (1, 2):
         out = tmp_path / f"v{n}.jsonl"
-        proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(out), "--semantics", "task",
+        proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(out), "--method", "task",
                      "--concurrency", str(n), "--json")
         assert proc.returncode == 1, proc.stderr  # the missing database's lines are not graded
         outputs[n] = out.read_bytes()
@@ -115,7 +115,7 @@ def test_each_gold_runs_once_and_a_failed_gold_once_per_run(tmp_path):
     assert len(rows) > 3 * len(golds)  # many lines share each gold: reuse is what is measured
     for n in (1, 2):
         proc = t2sql("grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(tmp_path / "v.jsonl"),
-                     "--semantics", "task", "--concurrency", str(n), "--json")
+                     "--method", "task", "--concurrency", str(n), "--json")
         golds_run = json.loads(proc.stdout)["golds"]
         assert golds_run["computed"] == len(golds) - len(failing), (n, golds_run)
         assert golds_run["failed"] == len(failing) == 1, (n, golds_run)
@@ -192,7 +192,7 @@ def test_small_windows_keep_the_order(tmp_path, monkeypatch, capsys, in_flight, 
 
     monkeypatch.setattr(grade_command._PairsBatch, "__init__", small)
     out = tmp_path / "v.jsonl"
-    rc = main(["grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(out), "--semantics", "task",
+    rc = main(["grade", "--pairs", str(pairs), "--db-root", str(ROOT), "--out", str(out), "--method", "task",
                "--concurrency", "2", "--json"])
     assert rc == 1
     expected = sequential_records(lines, "task")

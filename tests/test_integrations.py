@@ -153,7 +153,7 @@ def test_settings_from_environment_variables_with_overrides_winning():
     env = {"T2SQL_PRESET": "bare", "T2SQL_DB_ROOT": "/data/bird", "T2SQL_GRADER_CONCURRENCY": "8",
            "T2SQL_TOOL_TIMEOUT_S": "2.5", "T2SQL_CACHE_DIR": ""}
     settings = settings_from_env(env, db_root="/elsewhere", cache_dir=None)
-    assert (settings.recipe, settings.db_root, settings.concurrency, settings.tool_timeout_s, settings.cache_dir) == (
+    assert (settings.preset, settings.db_root, settings.concurrency, settings.tool_timeout_s, settings.cache_dir) == (
         "bare", "/elsewhere", 8, 2.5, None)
     assert settings_from_env({}) == type(settings)()
     with pytest.raises(SettingsError, match="T2SQL_GRADER_CONCURRENCY='many'"):
@@ -219,7 +219,7 @@ BAD_CONFIG = [
     ({"tool_timeout_s": "10"}, "t2sql.tool_timeout_s='10' must be a number of seconds, not a str"),
     ({"hash_databases": "yes"}, "t2sql.hash_databases='yes' must be true or false"),
     ({"db_root": 3}, "t2sql.db_root=3 must be a path"),
-    ({"recipe": ""}, "t2sql.recipe='' must be a preset's name"),
+    ({"preset": ""}, "t2sql.preset='' must be a preset's name"),
 ]
 
 
@@ -244,7 +244,7 @@ def test_every_reader_of_the_settings_checks_them_the_same_way():
         RolloutSettings(tool_timeout_s=1e308)
     settings = RolloutSettings(db_root=Path("databases"), tool_timeout_s=2)
     assert (settings.db_root, settings.tool_timeout_s) == ("databases", 2.0)
-    assert settings.preset().tool_timeout_s == 2.0
+    assert settings.resolved_preset().tool_timeout_s == 2.0
 
 
 @pytest.mark.parametrize("value", ["99999999999", "5000"])

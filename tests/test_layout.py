@@ -296,13 +296,13 @@ def test_each_default_is_written_once():
         add_arguments(parser)
         return parser.parse_args(list(argv))
 
-    recipe = presets.DEFAULT_PRESET
-    assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").recipe is recipe
-    assert defaults(adapter.add_arguments).text_to_sql_recipe is recipe
-    assert TrainConfig(run_id="x").recipe is recipe and RolloutSettings().recipe is recipe
-    assert inspect.signature(data_convert.convert_split).parameters["recipe"].default is recipe
+    preset = presets.DEFAULT_PRESET
+    assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").preset is preset
+    assert defaults(adapter.add_arguments).text_to_sql_preset is preset
+    assert TrainConfig(run_id="x").preset is preset and RolloutSettings().preset is preset
+    assert inspect.signature(data_convert.convert_split).parameters["preset"].default is preset
     prepare = train.build_parser().parse_args(["prepare"])
-    assert prepare.recipe is recipe
+    assert prepare.preset is preset
 
     core = _grader.GRADE_DEFAULTS
     graded = defaults(grade.add_arguments)
@@ -310,9 +310,9 @@ def test_each_default_is_written_once():
     assert pairs.TIMEOUT_S is core["timeout_s"]
 
     gold_check = data_convert.DEFAULT_GOLD_TIMEOUT_S
-    assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").gold_timeout \
+    assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").timeout_s \
         is gold_check
-    assert prepare.gold_timeout is gold_check
+    assert prepare.timeout_s is gold_check
     assert inspect.signature(data_convert.convert_split).parameters["gold_timeout_s"].default is gold_check
 
 

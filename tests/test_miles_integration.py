@@ -114,7 +114,7 @@ def test_launcher_command_parses_under_miles_and_megatron(checkpoint, tmp_path):
     assert args.data_source_path == train_flags.CURRICULUM_DATA_SOURCE_PATH
     assert args.custom_rollout_log_function_path == train_flags.ROLLOUT_LOG_PATH
     assert args.loss_type == "custom_loss" and args.custom_loss_function_path == train_flags.CISPO_LOSS_PATH
-    assert args.text_to_sql_recipe == config.recipe  # generate.add_arguments was registered by miles
+    assert args.text_to_sql_preset == config.preset  # generate.add_arguments was registered by miles
     assert args.hidden_size == 2048 and args.num_layers == 40
 
 
@@ -167,7 +167,7 @@ def _miles_args(checkpoint: Path, splits_dir: Path, port: int, tmp_path: Path, s
         "--rollout-all-samples-process-path", "t2sql.curriculum.record_rollout",
         "--custom-rollout-log-function-path", "t2sql.sql_episode.log_rollout",
         "--use-rollout-routing-replay", "--log-passrate",
-        "--text-to-sql-recipe", "qwen3.6-35b-a3b", "--text-to-sql-grader-concurrency", "2",
+        "--text-to-sql-preset", "qwen3.6-35b-a3b", "--text-to-sql-grader-concurrency", "2",
         "--save", str(tmp_path / "save"),
     ]
     with patch("sys.argv", argv):

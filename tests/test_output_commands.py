@@ -125,7 +125,7 @@ def test_gold_report_and_manifest_replace_their_own_files_only(tmp_path):
     report, cache = tmp_path / "report.json", tmp_path / "cache"
 
     def gold(*more: str) -> subprocess.CompletedProcess:
-        return t2sql("gold", "--data", str(data), "--db-root", str(SAMPLE), "--workers", "1", *more)
+        return t2sql("gold", "--data", str(data), "--db-root", str(SAMPLE), "--concurrency", "1", *more)
 
     notes = tmp_path / "notes.json"
     before = foreign(notes)
@@ -233,7 +233,7 @@ def test_bench_work_files_are_its_own_or_refused(tmp_path):
     work = tmp_path / "work"
 
     def bench_pairs(*more: str) -> subprocess.CompletedProcess:
-        return t2sql("bench", "pairs", "--limit", "1", "--per-question", "3", "--workers", "2", "--work-dir",
+        return t2sql("bench", "pairs", "--limit", "1", "--per-question", "3", "--concurrency", "2", "--work-dir",
                      str(work), "--json", *more)
 
     first = bench_pairs()  # --work-dir is made (its parent exists)
@@ -307,7 +307,7 @@ def test_sigterm_mid_gold_exits_143_and_writes_no_report(tmp_path):
     data.write_text(json.dumps(rows + [{**rows[0], "question_id": 900 + i, "SQL": ENDLESS} for i in range(2)]))
     report = tmp_path / "report.json"
     proc = subprocess.Popen([sys.executable, "-m", "t2sql.cli", "gold", "--data", str(data), "--db-root", str(SAMPLE),
-                             "--report", str(report), "--workers", "2", "--timeout", "120"],
+                             "--report", str(report), "--concurrency", "2", "--timeout-s", "120"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=child_env(T2SQL_PROGRESS_INTERVAL="0"))
     stderr_until(proc, "gold: 1/3")  # the first gold is done, the endless ones run
@@ -327,7 +327,7 @@ def test_sigterm_mid_prepare_ends_it_as_ctrl_c_does(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, *TRAIN, "prepare", "--output-dir", str(out), "--data-release",
                              str(release), "--skip-model", "--skip-disk-check", "--splits", "validation",
-                             "--gold-timeout", "120"],
+                             "--timeout-s", "120"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=child_env(T2SQL_PROGRESS_INTERVAL="0"))
     stderr_until(proc, "gold: 1/")  # the first gold is done, the endless ones run

@@ -147,7 +147,7 @@ def run_generate(tok, row: dict, turns: list, *, max_new_tokens: int = 3072,
         args = SimpleNamespace(
             sglang_router_ip="127.0.0.1", sglang_router_port=port, rollout_max_context_len=None,
             use_rollout_routing_replay=True, num_layers=LAYERS, moe_router_topk=TOPK, reward_key="reward",
-            apply_chat_template_kwargs={}, text_to_sql_recipe="qwen3.6-35b-a3b", text_to_sql_db_root=None,
+            apply_chat_template_kwargs={}, text_to_sql_preset="qwen3.6-35b-a3b", text_to_sql_db_root=None,
             text_to_sql_cache_dir=None, text_to_sql_manifest=None, text_to_sql_grader_concurrency=2,
             text_to_sql_tool_timeout=None, text_to_sql_grade_timeout=None)
         for name, value in arg_over.items():

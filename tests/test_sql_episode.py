@@ -191,7 +191,7 @@ def make_args(port: int, **over) -> argparse_ns:
     values = dict(
         sglang_router_ip="127.0.0.1", sglang_router_port=port, rollout_max_context_len=None,
         use_rollout_routing_replay=True, num_layers=LAYERS, moe_router_topk=TOPK, reward_key="reward",
-        apply_chat_template_kwargs={"enable_thinking": False}, text_to_sql_recipe="qwen3.6-35b-a3b",
+        apply_chat_template_kwargs={"enable_thinking": False}, text_to_sql_preset="qwen3.6-35b-a3b",
         text_to_sql_db_root=None, text_to_sql_cache_dir=None, text_to_sql_manifest=None,
         text_to_sql_grader_concurrency=2, text_to_sql_tool_timeout=None, text_to_sql_grade_timeout=None,
     )
@@ -455,7 +455,7 @@ def test_import_without_miles_and_flags():
     parser = argparse.ArgumentParser()
     sql_episode.generate.add_arguments(parser)
     args = parser.parse_args(["--text-to-sql-db-root", "/dbs", "--text-to-sql-grader-concurrency", "4"])
-    assert args.text_to_sql_recipe == "qwen3.6-35b-a3b" and args.text_to_sql_db_root == "/dbs"
+    assert args.text_to_sql_preset == "qwen3.6-35b-a3b" and args.text_to_sql_db_root == "/dbs"
     assert args.text_to_sql_grader_concurrency == 4 and args.text_to_sql_cache_dir is None
     import inspect
 
@@ -596,5 +596,5 @@ def test_a_tasks_grading_method_travels_into_the_episode_and_the_regrade(rows):
     del s.metadata["t2sql"]
     assert reward_of(s)["category"] == "correct"
     # The bare preset honors task methods as well.
-    s3, _, _ = run_episode(subset_row, [f"<solution>{answer}</solution>"], text_to_sql_recipe="bare")
+    s3, _, _ = run_episode(subset_row, [f"<solution>{answer}</solution>"], text_to_sql_preset="bare")
     assert s3.metadata["t2sql"]["outcome"] == "correct"

@@ -127,26 +127,26 @@ def test_the_preset_chooses_the_loss_and_the_curriculum_hooks():
     assert _value(recipe, "--custom-loss-function-path") == train_flags.CISPO_LOSS_PATH
     assert _value(recipe, "--data-source-path") == "t2sql.curriculum.CurriculumDataSource"
     assert _value(recipe, "--rollout-all-samples-process-path") == "t2sql.curriculum.record_rollout"
-    bare = flags(recipe="bare")
+    bare = flags(preset="bare")
     assert "--loss-type" not in bare and "--custom-loss-function-path" not in bare
     assert "--data-source-path" not in bare and "--rollout-all-samples-process-path" not in bare
     assert _value(bare, "--advantage-estimator") == "grpo"
     overridden = flags(loss="grpo")  # --loss wins over the preset; the curriculum stays
     assert "--custom-loss-function-path" not in overridden and "--data-source-path" in overridden
-    assert "--custom-loss-function-path" in flags(recipe="bare", loss="cispo")
-    proc = _run([*TRAIN, "train", "--dry-run", "--recipe", "bare", *FIXED])
+    assert "--custom-loss-function-path" in flags(preset="bare", loss="cispo")
+    proc = _run([*TRAIN, "train", "--dry-run", "--preset", "bare", *FIXED])
     assert proc.returncode == 0 and "loss grpo" in proc.stdout.splitlines()[0]
     # miles cannot run the curriculum's after-rollout hook under --fully-async: refused up front.
     with pytest.raises(LaunchError, match="--fully-async"):
         train_flags.train_argv(train_flags.TrainConfig(run_id="r", extra_args="--fully-async"))
     assert "--fully-async" in train_flags.train_argv(
-        train_flags.TrainConfig(run_id="r", recipe="bare", extra_args="--fully-async"))
+        train_flags.TrainConfig(run_id="r", preset="bare", extra_args="--fully-async"))
 
 
 def test_bad_options_are_refused_clearly():
     with pytest.raises(LaunchError, match="--loss"):
         train_flags.TrainConfig(loss="ppo2")
-    proc = _run([*TRAIN, "train", "--dry-run", "--recipe", "nope", *FIXED])
+    proc = _run([*TRAIN, "train", "--dry-run", "--preset", "nope", *FIXED])
     assert proc.returncode == 2 and "nope" in proc.stderr and "qwen3.6-35b-a3b" in proc.stderr  # usage
     with pytest.raises(LaunchError, match="KEY=VALUE"):
         train_flags.runtime_env(train_flags.TrainConfig(extra_env=["novalue"]), {})
@@ -248,7 +248,7 @@ def _error_line(proc: subprocess.CompletedProcess, code: int) -> str:
     (["train", "--dry-run", "--run-id=-x"], "--run-id"),
     (["train", "--dry-run", "--env", "novalue"], "--env"),
     (["prepare", "--num-gpus-per-node", "0", "--skip-model", "--data-release", "."], "--num-gpus-per-node"),
-    (["prepare", "--gold-timeout", "0", "--skip-model", "--data-release", "."], "--gold-timeout"),
+    (["prepare", "--timeout-s", "0", "--skip-model", "--data-release", "."], "--timeout-s"),
     (["prepare", "--data-repo", "o/d", "--data-release", "."], "--data-release"),
     (["prepare", "--skip-model", "--bird-url", "ftp://mirror/bird"], "--bird-url"),
     (["prepare", "--skip-model", "--data-release", "no/such/release"], "--data-release"),

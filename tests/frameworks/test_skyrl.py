@@ -380,7 +380,7 @@ def test_env_config_overrides_the_t2sql_variables_and_bad_keys_are_named(monkeyp
     monkeypatch.setenv("T2SQL_GRADER_CONCURRENCY", "5")
     monkeypatch.setenv("T2SQL_PRESET", "bare")
     settings = skyrl_env.settings_of({"db_root": "/elsewhere", "concurrency": 3})
-    assert (settings.db_root, settings.concurrency, settings.recipe) == ("/elsewhere", 3, "bare")
+    assert (settings.db_root, settings.concurrency, settings.preset) == ("/elsewhere", 3, "bare")
     with pytest.raises(SettingsError, match="unknown t2sql setting"):
         skyrl_env.settings_of({"dbroot": "/x"})
     # Each value is checked by type and range, named where SkyRL's config keeps it.

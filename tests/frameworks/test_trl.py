@@ -74,7 +74,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def settings():
-    settings = settings_from_env({}, recipe=PRESET, db_root=str(BIRD_ROOT), concurrency=2)
+    settings = settings_from_env({}, preset=PRESET, db_root=str(BIRD_ROOT), concurrency=2)
     yield settings
     rollout.close_contexts()
 
@@ -89,7 +89,7 @@ def test_train_dataset_reads_bird_questions_and_converted_rows(dataset, task_fil
     assert sorted(dataset["question_id"]) == sorted(TASK_IDS)
     assert [m["role"] for m in dataset[0]["prompt"]] == ["system", "user"]
     row = json.loads(dataset[0]["t2sql"])
-    assert row["prompt"] == dataset[0]["prompt"] and row["metadata"]["recipe"] == PRESET
+    assert row["prompt"] == dataset[0]["prompt"] and row["metadata"]["preset"] == PRESET
 
     converted = tmp_path / "dev.jsonl"  # what `t2sql convert` writes: read back as it is
     converted.write_text("".join(r + "\n" for r in dataset["t2sql"]))
@@ -128,7 +128,7 @@ def test_the_documented_run_is_trl_1_16s(tmp_path):
     config = {k.arg: ast.literal_eval(k.value) for k in calls["GRPOConfig"].keywords}
     assert set(config) <= {f.name for f in dataclasses.fields(GRPOConfig)}
     args = GRPOConfig(**{**config, "output_dir": str(tmp_path), "bf16": False, "use_cpu": True, "report_to": "none"})
-    preset = rollout.RolloutSettings(recipe=PRESET).preset()
+    preset = rollout.RolloutSettings(preset=PRESET).resolved_preset()
     assert (args.loss_type, args.num_generations, args.beta) == ("cispo", 16, 0.0)
     assert args.epsilon_high == 1.28  # CISPO's bound in TRL is absolute: the recipe's 1 + 0.28
     assert 8 * args.per_device_train_batch_size * args.gradient_accumulation_steps == 64 * 16
@@ -144,7 +144,7 @@ def test_the_documented_run_is_trl_1_16s(tmp_path):
     assert settings <= {f.name for f in dataclasses.fields(rollout.RolloutSettings)} | {"preset"}
     literal = {k.arg: ast.literal_eval(k.value) for k in calls["configured"].keywords
                if k.arg in ("preset", "concurrency")}
-    assert t2sql_trl.SQLEnvironment.configured(**literal)().settings.recipe == PRESET
+    assert t2sql_trl.SQLEnvironment.configured(**literal)().settings.preset == PRESET
 
 
 # ------------------------------------------------------------------------ the supervised warm-up
@@ -256,7 +256,7 @@ def test_grpo_trainer_runs_t2sql_episodes_and_steps(tokenizer, dataset, settings
         per_device_train_batch_size=4, num_generations=4, max_steps=1, logging_steps=1,
         loss_type="cispo", epsilon_high=1.28, beta=0.0, learning_rate=1e-4, temperature=1.0, top_k=10,
         max_completion_length=160,
-        max_tool_calling_iterations=rollout.RolloutSettings(recipe=PRESET).preset().max_turns - 1,
+        max_tool_calling_iterations=rollout.RolloutSettings(preset=PRESET).resolved_preset().max_turns - 1,
         chat_template_kwargs=TEMPLATE_KWARGS, dataloader_num_workers=0,
     )
     before = {name: p.detach().clone() for name, p in model.named_parameters()}

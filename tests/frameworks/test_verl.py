@@ -433,7 +433,7 @@ def test_the_documented_command_composes_in_verls_config():
     assert dict(config.data.apply_chat_template_kwargs) == {"enable_thinking": True}
     assert config.data.train_files.endswith("train.verl.parquet")  # what `t2sql convert --format verl` names it
     settings = loop.loop_settings(config, {})
-    assert (settings.recipe, settings.cache_dir, settings.concurrency) == (PRESET, "/data/t2sql/gold_cache", 2)
+    assert (settings.preset, settings.cache_dir, settings.concurrency) == (PRESET, "/data/t2sql/gold_cache", 2)
 
 
 def cut_plans(row: dict) -> dict[int, list]:
@@ -459,7 +459,7 @@ def test_response_budget_aborts_and_a_loop_config_entry(qwen36_tokenizer, model_
 
     tok = qwen36_tokenizer
     entry = tmp_path / "agent_loop.yaml"
-    entry.write_text(f"- name: t2sql\n  _target_: {LOOP_MODULE}.SQLAgentLoop\n  recipe: bare\n")
+    entry.write_text(f"- name: t2sql\n  _target_: {LOOP_MODULE}.SQLAgentLoop\n  preset: bare\n")
     monkeypatch.setitem(agent_loop._agent_loop_registry, "t2sql", {"_target_": f"{LOOP_MODULE}.SQLAgentLoop"})
     config = verl_config(model_dir, tmp_path, **{
         "actor_rollout_ref.rollout.n": "1", "data.max_response_length": str(RESPONSE_BUDGET),
@@ -519,13 +519,13 @@ def test_settings_come_from_the_environment_then_verls_config_then_the_loop_entr
     monkeypatch.setenv("T2SQL_PRESET", "bare")
     monkeypatch.setenv("T2SQL_GRADER_CONCURRENCY", "3")
     monkeypatch.setenv("T2SQL_DB_ROOT", "/from/env")
-    config = OmegaConf.create({"t2sql": {"recipe": PRESET, "concurrency": 5}})
+    config = OmegaConf.create({"t2sql": {"preset": PRESET, "concurrency": 5}})
     settings = loop_settings(config, {"concurrency": 7})
-    assert (settings.recipe, settings.concurrency, settings.db_root) == (PRESET, 7, "/from/env")
-    assert loop_settings(OmegaConf.create({}), {}).recipe == "bare"
+    assert (settings.preset, settings.concurrency, settings.db_root) == (PRESET, 7, "/from/env")
+    assert loop_settings(OmegaConf.create({}), {}).preset == "bare"
     with pytest.raises(SettingsError, match="unknown t2sql setting"):
         loop_settings(OmegaConf.create({"t2sql": {"preset": "bare"}}), {})
-    with pytest.raises(SettingsError, match=r"\+t2sql\.recipe="):
+    with pytest.raises(SettingsError, match=r"\+t2sql\.preset="):
         loop_settings(OmegaConf.create({"t2sql": "bare"}), {})
     # Each value is checked by type and range, as verl's config hands it over (concurrency="8" was a
     # TypeError, tool_timeout_s=0 was silently ignored).

@@ -30,7 +30,6 @@ from t2sql.bench.serving import (
 from t2sql.commands.grade import is_verdicts
 from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.errors import T2sqlError
-from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import grade_memory_setting
 from t2sql.home import describe_default_dir, made_default_dir
 from t2sql.tasks import database_path, sample_questions
@@ -216,9 +215,8 @@ def add_pairs_arguments(suites) -> None:
     p.add_argument("--per-question", type=int, default=30, help="predictions per question (default 30)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N questions (smoke runs)")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn predictions (default 0)")
-    workers = p.add_argument("--concurrency", dest="workers", type=int, default=2, metavar="N",
-                             help="workers of the parallel t2sql run (default 2)")
-    accept_old_spelling(p, workers, "--workers")
+    p.add_argument("--concurrency", type=int, default=2, metavar="N",
+                   help="workers of the parallel t2sql run (default 2)")
     p.add_argument("--repeat", type=int, default=1, help="rounds, round-robin (the best of each run is kept)")
     p.add_argument("--work-dir", default=None,
                    help="where the pairs file and the verdicts are written (made if missing, when its parent "
@@ -234,7 +232,7 @@ def run_pairs(args: argparse.Namespace) -> int:
 
     questions = Path(args.questions) if args.questions else sample_questions()
     root = Path(args.db_root) if args.db_root else questions.parent
-    if min(args.per_question, args.workers, args.repeat, args.limit or 1) < 1:
+    if min(args.per_question, args.concurrency, args.repeat, args.limit or 1) < 1:
         print("t2sql bench pairs: --per-question, --concurrency, --repeat and --limit must be at least 1",
               file=sys.stderr)
         return 2
@@ -247,7 +245,7 @@ def run_pairs(args: argparse.Namespace) -> int:
     work = _pairs_work_dir(args)
     try:
         report = bench_pairs(questions, root, work, per_question=args.per_question, seed=args.seed,
-                             workers=args.workers, repeat=args.repeat, limit=args.limit, force=args.force)
+                             workers=args.concurrency, repeat=args.repeat, limit=args.limit, force=args.force)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
         print(f"t2sql bench pairs: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
@@ -264,7 +262,7 @@ def _pairs_work_dir(args: argparse.Namespace) -> Path:
     if work.is_dir():  # else it is made, empty, below
         for output in own_outputs(work, args.force).values():
             output.check()
-        for n in sorted({1, args.workers}):
+        for n in sorted({1, args.concurrency}):
             OutputFile(work / verdicts_file(n), flag="--work-dir's", kind="a t2sql grade verdicts file",
                        own=is_verdicts, force=args.force, instead="choose another --work-dir").check()
     return output_folder(work, flag="--work-dir")
@@ -275,9 +273,8 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
                         "else the bundled superhero sample)")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: beside --data)")
     parser.add_argument("--tool-calls", type=int, default=2000, help="small queries timed per path")
-    workers = parser.add_argument("--concurrency", dest="workers", type=int, default=os.cpu_count() or 1,
-                                  metavar="N", help="workers for 'all cores'")
-    accept_old_spelling(parser, workers, "--workers")
+    parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1,
+                        metavar="N", help="workers for 'all cores'")
     parser.add_argument("--tasks", type=int, default=256, help="concurrent asyncio tasks")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
     parser.add_argument("--pairs", type=int, default=None, help="use only the first N pairs (smoke runs)")
@@ -301,7 +298,7 @@ def run_serving(args) -> int:
     except (OSError, ValueError, KeyError) as e:
         print(f"error: cannot read the question file: {e}", file=sys.stderr)
         return 2
-    if min(args.workers, args.tasks, args.tool_calls, args.repeat) < 1:
+    if min(args.concurrency, args.tasks, args.tool_calls, args.repeat) < 1:
         print("error: --concurrency, --tasks, --tool-calls and --repeat must be at least 1", file=sys.stderr)
         return 2
     say("tool-call latency")
@@ -311,14 +308,14 @@ def run_serving(args) -> int:
         "pairs": len(pairs),
         "backend": args.backend,
         "load_average": round(os.getloadavg()[0], 2),  # other work on the machine skews everything
-        "effective_cores": effective_cores(args.workers),
+        "effective_cores": effective_cores(args.concurrency),
         "tool_latency": bench_tool_latency(pairs[0][0], args.tool_calls),
-        "grades": bench_grades(pairs, args.workers, args.tasks, args.backend, args.repeat),
-        "rollout": bench_rollout(pairs, args.workers, args.tasks, args.backend),
-        "stall_floor": bench_stall_floor(pairs, args.workers, args.tasks),
-        "gold_precompute": bench_gold_precompute(pairs, args.workers, args.backend),
+        "grades": bench_grades(pairs, args.concurrency, args.tasks, args.backend, args.repeat),
+        "rollout": bench_rollout(pairs, args.concurrency, args.tasks, args.backend),
+        "stall_floor": bench_stall_floor(pairs, args.concurrency, args.tasks),
+        "gold_precompute": bench_gold_precompute(pairs, args.concurrency, args.backend),
     }
-    result["effective_cores_after"] = effective_cores(args.workers)
+    result["effective_cores_after"] = effective_cores(args.concurrency)
     say("")
     if args.json:
         print(json.dumps(result, indent=1))

@@ -20,7 +20,6 @@ from t2sql.data.convert import (
 )
 from t2sql.episode.presets import DEFAULT_PRESET
 from t2sql.errors import DataError
-from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import describe_methods, method_counts
 from t2sql.integrations import rows as framework_rows
 from t2sql.tasks import BIRD_FIELDS, open_input, parse_field_map
@@ -35,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a split t2sql already converted (`t2sql-train prepare` writes data/<split>.jsonl): "
                              "reshaped for --format as it is, with no second validation")
     parser.add_argument("--db-root", help="directory holding <db_id>/<db_id>.sqlite (needed with --questions)")
-    parser.add_argument("--format", dest="framework", choices=framework_rows.FORMATS, default="miles",
+    parser.add_argument("--format", choices=framework_rows.FORMATS, default="miles",
                         help="whose dataset rows to write: miles (t2sql's own rows, <split-name>.jsonl), verl "
                              "(<split-name>.verl.parquet: agent_name t2sql) or skyrl (<split-name>.skyrl.parquet: "
                              "env_class t2sql)")
@@ -54,13 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--field-map", nargs="*", default=[], metavar="FIELD=KEY",
         help=f"source keys for the canonical fields {', '.join(BIRD_FIELDS)} (default BIRD's: gold_sql=SQL)",
     )
-    preset = parser.add_argument("--preset", dest="recipe", default=DEFAULT_PRESET,
-                                 help="preset the prompt is built for")
-    accept_old_spelling(parser, preset, "--recipe")
+    parser.add_argument("--preset", default=DEFAULT_PRESET,
+                        help="preset the prompt is built for")
     parser.add_argument("--no-check-gold", action="store_true", help="skip executing every gold query")
-    timeout = parser.add_argument("--timeout-s", dest="gold_timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
-                                  metavar="S", help="seconds per gold query")
-    accept_old_spelling(parser, timeout, "--gold-timeout")
+    parser.add_argument("--timeout-s", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
+                        metavar="S", help="seconds per gold query")
     parser.add_argument("--concurrency", type=int, default=None, help="threads running gold queries")
     parser.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
@@ -103,7 +100,7 @@ def split_output(path: Path, framework: str, file_type: str, *, force: bool, inp
 
 
 def run(args: argparse.Namespace) -> int:
-    framework = args.framework
+    framework = args.format
     file_type = args.file_type or ("jsonl" if framework == "miles" else "parquet")
     if framework == "miles" and file_type != "jsonl":
         print("t2sql convert: miles reads t2sql's rows as jsonl; --file-type parquet is for --format verl or skyrl",
@@ -136,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
             fields = parse_field_map(args.field_map)
             report, built = convert_split(
                 args.questions, args.db_root, None,
-                split=split, fields=fields, recipe=args.recipe, check_gold_sql=not args.no_check_gold,
-                gold_timeout_s=args.gold_timeout, concurrency=args.concurrency, drop_invalid=args.drop_invalid,
+                split=split, fields=fields, preset=args.preset, check_gold_sql=not args.no_check_gold,
+                gold_timeout_s=args.timeout_s, concurrency=args.concurrency, drop_invalid=args.drop_invalid,
                 method_fallback=args.grading_method_fallback,
             )
         shaped = list(framework_rows.framework_rows(built, framework, split=split))

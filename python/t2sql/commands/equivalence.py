@@ -27,7 +27,6 @@ from t2sql.equivalence.presupposed import describe as describe_lookups
 from t2sql.equivalence.presupposed import lookups
 from t2sql.equivalence.refutation import with_method
 from t2sql.errors import EquivalenceError, OutputPathError, PresetError, T2sqlError, UnknownDatabase
-from t2sql.flagnames import accept_old_spelling
 from t2sql.interrupts import interrupt_word
 from t2sql.jsonl import JsonProblem, dumps, load_file, loads_or_none
 from t2sql.progress import Progress
@@ -56,10 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, help="t2sql preset: suite size, seed, timeouts, method")
     parser.add_argument("--suite-size", type=int, default=None, help="override the preset's equivalence_suite_size")
     parser.add_argument("--seed", type=int, default=None, help="override the preset's equivalence_seed")
-    method = parser.add_argument("--method", default=None,
-                                 help="how results are compared (default: the preset's; each --pairs line's "
-                                      "grading_method wins)")
-    accept_old_spelling(parser, method, "--semantics")
+    parser.add_argument("--method", default=None,
+                        help="how results are compared (default: the preset's; each --pairs line's "
+                             "grading_method wins)")
     parser.add_argument("--db-id", action="append", default=[], metavar="DB_ID",
                         help="--measure: only these databases")
     parser.add_argument("--limit", type=int, default=None, help="--measure: only the first N questions")

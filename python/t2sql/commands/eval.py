@@ -16,7 +16,6 @@ from t2sql.errors import EvalError, cap_lines
 from t2sql.eval.policies import build_policy
 from t2sql.eval.results import data_sha256, format_summary
 from t2sql.eval.runner import EvalRun, evaluate, load_tasks
-from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import describe_methods, method_counts
 from t2sql.home import default_dir, describe_default_dir, made_default_dir
 from t2sql.tasks import sample_dir, sample_questions
@@ -60,9 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
     model.add_argument("--api-key-env", default="OPENAI_API_KEY",
                        help="environment variable holding a bearer token for --api openai, if set")
-    timeout = model.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=600.0, metavar="S",
-                                 help="seconds one whole request may take, the reply's last byte included")
-    accept_old_spelling(model, timeout, "--timeout")
+    model.add_argument("--timeout-s", type=seconds_arg, default=600.0, metavar="S",
+                       help="seconds one whole request may take, the reply's last byte included")
     model.add_argument("--max-response-mb", type=positive_arg, default=16.0,
                        help="a reply larger than this is refused unread (an endpoint_error), never held whole")
     model.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff")

@@ -29,7 +29,6 @@ from t2sql.databases import find_database, recorded_database_path
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
 from t2sql.equivalence.mine_ahead import mine_ahead
 from t2sql.errors import MAX_LISTED, DataError, TaskError, UnknownDatabase, cap_lines
-from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import fallback_note, method_counts
 from t2sql.progress import Progress
 from t2sql.serving.golds import GoldRecord, GoldTask, run_golds
@@ -90,9 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="split: BIRD question json/jsonl or converted miles jsonl")
     parser.add_argument("--db-root", help="databases as <root>/<db_id>/<db_id>.sqlite (default: BIRD rows "
                         "beside --data, converted rows their metadata.db_path)")
-    workers = parser.add_argument("--concurrency", dest="workers", type=int, default=None, metavar="N",
-                                  help="SQL workers (default: all cores)")
-    accept_old_spelling(parser, workers, "--workers")
+    parser.add_argument("--concurrency", type=int, default=None, metavar="N",
+                        help="SQL workers (default: all cores)")
     parser.add_argument("--cache-dir", help="gold cache directory to fill (and the manifest's home)")
     parser.add_argument("--manifest", help="database manifest to write (default: CACHE_DIR/manifest.json)")
     parser.add_argument("--report", help="write the per-query report (JSON) here")
@@ -100,22 +98,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace an existing --report or --manifest file even when it is not t2sql's own")
     parser.add_argument("--allow-failures", action="store_true", help="exit 0 even if some golds fail")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    preset = parser.add_argument("--preset", dest="recipe", default=None,
-                                 help="preset whose method/float_digits/grade timeout to use (default: the "
-                                      "recipe's default preset)")
-    accept_old_spelling(parser, preset, "--recipe")
-    method = parser.add_argument("--method", type=method_arg, default=None,
-                                 metavar="|".join(METHODS),
-                                 help="one method for every task (default: each task's grading_method when "
-                                      "the preset honors task methods, else the preset's)")
-    accept_old_spelling(parser, method, "--semantics")
+    parser.add_argument("--preset", default=None,
+                        help="preset whose method/float_digits/grade timeout to use (default: the "
+                             "recipe's default preset)")
+    parser.add_argument("--method", type=method_arg, default=None,
+                        metavar="|".join(METHODS),
+                        help="one method for every task (default: each task's grading_method when "
+                             "the preset honors task methods, else the preset's)")
     parser.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                         help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3'); "
                              "without it such a task is reported as a failure")
     parser.add_argument("--float-digits", type=int, default=None)
-    timeout = parser.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=None, metavar="S",
-                                  help="seconds per gold query (default: the preset's grade timeout)")
-    accept_old_spelling(parser, timeout, "--timeout")
+    parser.add_argument("--timeout-s", type=seconds_arg, default=None, metavar="S",
+                        help="seconds per gold query (default: the preset's grade timeout)")
     parser.add_argument("--backend", choices=["thread", "process"], default="thread")
     add_grade_memory_arguments(parser)
     add_temp_disk_argument(parser, from_preset=True)
@@ -133,9 +128,9 @@ class _Grading:
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> _Grading:
-        preset = get_preset(args.recipe or DEFAULT_PRESET)
+        preset = get_preset(args.preset or DEFAULT_PRESET)
         return cls(preset, args.method, args.float_digits if args.float_digits is not None else preset.float_digits,
-                   args.timeout if args.timeout is not None else preset.grade_timeout_s,
+                   args.timeout_s if args.timeout_s is not None else preset.grade_timeout_s,
                    args.max_temp_mb if args.max_temp_mb is not None else preset.max_temp_mb)
 
     def method(self, task_method: str | None) -> str:
@@ -148,7 +143,7 @@ class _Grading:
 
 
 def run(args) -> int:
-    if args.workers is not None and args.workers < 1:
+    if args.concurrency is not None and args.concurrency < 1:
         print("error: --concurrency must be at least 1", file=sys.stderr)
         return 2
     if args.db_root is not None and not os.path.isdir(args.db_root):
@@ -171,13 +166,13 @@ def run(args) -> int:
 
     started = time.perf_counter()
     with Progress(len(tasks), "gold") as bar:
-        with Grader(concurrency=args.workers, cache_dir=args.cache_dir, grade_timeout_s=grading.timeout_s,
+        with Grader(concurrency=args.concurrency, cache_dir=args.cache_dir, grade_timeout_s=grading.timeout_s,
                     backend=args.backend, manifest=manifest, grade_memory_mb=memory_mb, tmp_dir=tmp_dir,
                     max_temp_mb=grading.max_temp_mb) as grader:
             records = asyncio.run(run_golds(tasks, grader, grading.spec, on_done=bar.advance))
             stats = grader.stats()
     # The equivalence check's invariants of every database, so that no check of training's waits for them.
-    mined = mine_ahead(paths_by_id.values(), concurrency=args.workers or os.cpu_count() or 1)
+    mined = mine_ahead(paths_by_id.values(), concurrency=args.concurrency or os.cpu_count() or 1)
     wall = time.perf_counter() - started
     records = bad_lines + records
 

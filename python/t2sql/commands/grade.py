@@ -35,7 +35,6 @@ from t2sql.arguments import (
 from t2sql.atomic import OutputFile, first_line
 from t2sql.commands.pairsfile import count_pairs, read_pairs
 from t2sql.errors import GoldCacheError, OutputPathError
-from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import OUTCOMES, grade, grade_memory_setting
 from t2sql.interrupts import interrupt_word, quiet_teardown
 from t2sql.jsonl import dumps, loads_or_none
@@ -75,11 +74,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                  "existing file is replaced only when it is grade's own output, or with --force")
     p.add_argument("--force", action="store_true",
                    help="with --pairs: replace an existing --out file even when it is not t2sql grade's output")
-    method = p.add_argument("--method", default="multiset", type=_method_arg,
-                            metavar="|".join((*METHODS, "task")),
-                            help="how results are compared (default multiset; list = ordered); task: each --pairs "
-                                 'line\'s own "grading_method" (a line without one: multiset)')
-    accept_old_spelling(p, method, "--semantics")
+    p.add_argument("--method", default="multiset", type=_method_arg,
+                   metavar="|".join((*METHODS, "task")),
+                   help="how results are compared (default multiset; list = ordered); task: each --pairs "
+                        'line\'s own "grading_method" (a line without one: multiset)')
     p.add_argument("--column-order", default="strict", choices=COLUMN_ORDERS,
                    help="ignore: compare each row as the multiset of its cells (default strict)")
     p.add_argument("--float-digits", type=_float_digits, default=GRADE_DEFAULTS["float_digits"], metavar="N|exact",

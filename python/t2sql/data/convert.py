@@ -102,11 +102,11 @@ def check_gold(
     return problems, [r.seconds or 0.0 for r in records]
 
 
-def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> list[dict[str, Any]]:
+def build_rows(tasks: list[tuple[int, Task]], *, split: str, preset: str) -> list[dict[str, Any]]:
     """Tasks -> miles rows, with the prompt the episode itself would build. Each fact is stored once:
     the label holds what grading reads, the metadata the rest."""
 
-    preset = get_preset(recipe)
+    chosen = get_preset(preset)
     tools = tool_specs()
     dbs: dict[str, Any] = {}
     out = []
@@ -118,7 +118,7 @@ def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> lis
             db = dbs[task.db_id] = Database(task.db_path)
         out.append(
             {
-                "prompt": build_prompt(task, preset, db),
+                "prompt": build_prompt(task, chosen, db),
                 "label": {"gold_sql": task.gold_sql,
                           **({"grading_method": task.grading_method} if task.grading_method else {})},
                 "metadata": {
@@ -130,7 +130,7 @@ def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> lis
                     "difficulty": task.difficulty,
                     **({"grading_method_given": task.grading_method_given} if task.grading_method_given else {}),
                     "split": split,
-                    "recipe": recipe,
+                    "preset": preset,
                     **task.originals,
                 },
                 "tools": tools,
@@ -141,12 +141,12 @@ def build_rows(tasks: list[tuple[int, Task]], *, split: str, recipe: str) -> lis
 
 def is_converted(head: bytes) -> bool:
     """Whether a file that begins with `head` is a split t2sql converted: its first line a row of the
-    format above (prompt, label, tools, and metadata naming the task, its split and its recipe)."""
+    format above (prompt, label, tools, and metadata naming the task, its split and its preset)."""
     row = loads_or_none(first_line(head))
     if not (isinstance(row, dict) and isinstance(row.get("prompt"), list) and isinstance(row.get("tools"), list)
             and isinstance(row.get("label"), dict) and isinstance(row.get("metadata"), dict)):
         return False
-    return {"question_id", "db_id", "split", "recipe"} <= row["metadata"].keys() and "gold_sql" in row["label"]
+    return {"question_id", "db_id", "split", "preset"} <= row["metadata"].keys() and "gold_sql" in row["label"]
 
 
 def converted_output(path: str | os.PathLike, *, flag: str = "output", force: bool = False,
@@ -171,18 +171,18 @@ def write_jsonl_atomic(path: str | os.PathLike | OutputFile, rows: Iterable[dict
 
 
 def _read_tasks(questions: str | os.PathLike, db_root: Path, split: str, fields: dict[str, str] | None,
-                recipe: str, method_fallback: str | None, *, databases: bool
+                preset: str, method_fallback: str | None, *, databases: bool
                 ) -> tuple[int, list[tuple[int, Task]], list[Problem]]:
     """A question file's tasks on `db_root` that pass every check but their gold's (the databases' too unless
     `databases` is off): (rows in the file, tasks, problems)."""
-    preset = get_preset(recipe)  # an unknown recipe stops here, before any gold runs
+    chosen = get_preset(preset)  # an unknown preset stops here, before any gold runs
     raw, problems = load_questions(questions)
     if not raw:
         raise DataError(f"{questions}: no questions found", problems)
     rows_in = len(raw) + len(problems)
     rows, structural = normalize_rows(raw, fields or BIRD_FIELDS, split, db_root, method_fallback)
     problems += structural
-    too_long = {row: task_text_problem(task, preset) for row, task in rows}
+    too_long = {row: task_text_problem(task, chosen) for row, task in rows}
     problems += [Problem("too_long", row, task.question_id, too_long[row]) for row, task in rows if too_long[row]]
     rows = [(row, task) for row, task in rows if not too_long[row]]
     rows, invalid = validate_rows(rows, databases=databases)
@@ -190,10 +190,10 @@ def _read_tasks(questions: str | os.PathLike, db_root: Path, split: str, fields:
 
 
 def check_questions(questions: str | os.PathLike, *, split: str, fields: dict[str, str] | None = None,
-                    recipe: str = DEFAULT_PRESET, method_fallback: str | None = None) -> list[Problem]:
+                    preset: str = DEFAULT_PRESET, method_fallback: str | None = None) -> list[Problem]:
     """Every check of `convert_split` that needs no database (the file's lines, fields, ids, grading
     methods, lengths): what `t2sql-train prepare` runs before it downloads the databases."""
-    _, _, problems = _read_tasks(questions, Path("databases"), split, fields, recipe, method_fallback,
+    _, _, problems = _read_tasks(questions, Path("databases"), split, fields, preset, method_fallback,
                                  databases=False)
     return sorted(problems, key=lambda p: p.row)
 
@@ -205,7 +205,7 @@ def convert_split(
     *,
     split: str,
     fields: dict[str, str] | None = None,
-    recipe: str = DEFAULT_PRESET,
+    preset: str = DEFAULT_PRESET,
     check_gold_sql: bool = True,
     gold_timeout_s: float = DEFAULT_GOLD_TIMEOUT_S,
     concurrency: int | None = None,
@@ -221,7 +221,7 @@ def convert_split(
     if not db_root.is_dir():
         raise DataError(f"database root not found: {db_root} (expected <db-root>/<db_id>/<db_id>.sqlite)")
     report = SplitReport(split=split, questions=Path(questions), out_path=Path(out_path) if out_path else None)
-    report.rows_in, rows, problems = _read_tasks(questions, db_root, split, fields, recipe, method_fallback,
+    report.rows_in, rows, problems = _read_tasks(questions, db_root, split, fields, preset, method_fallback,
                                                  databases=True)
     report.databases = len({t.db_id for _, t in rows})
     if check_gold_sql and rows:
@@ -250,7 +250,7 @@ def convert_split(
     report.methods = method_counts(t.grading_method or "(preset's)" for _, t in rows)
     report.fallbacks = [fallback_note(t.grading_method_given, t.question_id, t.grading_method)
                         for _, t in rows if t.grading_method_given]
-    built = build_rows(rows, split=split, recipe=recipe)
+    built = build_rows(rows, split=split, preset=preset)
     if out_path is not None:
         report.rows_written = write_jsonl_atomic(out_path, built)
     else:

@@ -43,7 +43,7 @@ def check_setting(name: str, value: Any, label: str | None = None, text: str | N
     def refuse(must: str) -> SettingsError:
         return SettingsError(f"{label}={shown} {must}")
 
-    if name == "recipe":
+    if name == "preset":
         if not isinstance(value, str) or not value.strip():
             raise refuse("must be a preset's name")
         try:
@@ -97,7 +97,7 @@ def _shown(value: Any) -> str:
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    recipe: str = DEFAULT_PRESET  # the preset's name
+    preset: str = DEFAULT_PRESET  # the preset's name
     db_root: str | None = None  # databases as <root>/<db_id>/<db_id>.sqlite (None: each row's db_path)
     cache_dir: str | None = None  # the on-disk gold cache
     manifest: str | None = None  # refuse databases that differ from this manifest
@@ -110,8 +110,9 @@ class RolloutSettings:
         for field in fields(self):
             object.__setattr__(self, field.name, check_setting(field.name, getattr(self, field.name)))
 
-    def preset(self) -> Preset:
-        preset = get_preset(self.recipe)
+    def resolved_preset(self) -> Preset:
+        """The preset named, with the timeouts given here in place of its own."""
+        preset = get_preset(self.preset)
         if self.tool_timeout_s is not None or self.grade_timeout_s is not None:
             preset = preset.replace(
                 tool_timeout_s=preset.tool_timeout_s if self.tool_timeout_s is None else self.tool_timeout_s,
@@ -135,7 +136,7 @@ class RolloutContext:
 
     @classmethod
     def open(cls, settings: RolloutSettings) -> RolloutContext:
-        preset = settings.preset()
+        preset = settings.resolved_preset()
         grader = open_grader(preset, concurrency=settings.concurrency, cache_dir=settings.cache_dir,
                              manifest=settings.manifest, hash_databases=settings.hash_databases)
         log.info("t2sql preset %s: %s", preset.name, preset.to_dict())

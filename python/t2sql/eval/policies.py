@@ -252,7 +252,7 @@ def build_policy(args: argparse.Namespace, preset: Preset, *, tokenizer: Any = N
     if not args.endpoint:
         raise EvalError("--endpoint URL is required with --policy model (or use --policy oracle)")
     try:
-        retry = RetryPolicy(timeout_s=args.timeout, retries=args.retries, backoff_s=args.retry_backoff,
+        retry = RetryPolicy(timeout_s=args.timeout_s, retries=args.retries, backoff_s=args.retry_backoff,
                             max_body_bytes=int(args.max_response_mb * 1024 * 1024))
     except ValueError as e:
         raise EvalError(str(e)) from None

@@ -38,7 +38,7 @@ class FrameworkMissing(T2sqlError, ImportError):
 
 # The environment variables settings_from_env reads: variable -> (RolloutSettings field, type).
 SETTINGS_ENV: dict[str, tuple[str, type]] = {
-    "T2SQL_PRESET": ("recipe", str),
+    "T2SQL_PRESET": ("preset", str),
     "T2SQL_DB_ROOT": ("db_root", str),
     "T2SQL_CACHE_DIR": ("cache_dir", str),
     "T2SQL_MANIFEST": ("manifest", str),

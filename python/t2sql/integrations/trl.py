@@ -90,8 +90,6 @@ class SQLEnvironment:
         T2SQL_* variables filling the rest). `tokenizer` (the trainer's processing class) and
         `chat_template_kwargs` (GRPOConfig's) are how the reward reads the model's own tokens: each turn
         decoded from the completion's ids, the tool results between them rendered as TRL renders them."""
-        if "preset" in settings:
-            settings["recipe"] = settings.pop("preset")
         resolved = settings_from_env(**settings)
         return functools.partial(cls, settings=resolved, tokenizer=tokenizer,
                                  chat_template_kwargs=dict(chat_template_kwargs or {}))
@@ -325,11 +323,11 @@ def train_dataset(source: str | os.PathLike, *, db_root: str | os.PathLike | Non
     verl/SkyRL file `t2sql convert --format` wrote (.jsonl or .parquet), a BIRD-layout question file (.json,
     or .jsonl of questions: converted here, as `t2sql convert` does, databases under `db_root`, default its
     folder), a data release directory (`split` picks the split), or the name of a task file t2sql ships
-    (train, validation, arcwise: `db_root` is the BIRD database folder it runs on). `preset`: the recipe the
+    (train, validation, arcwise: `db_root` is the BIRD database folder it runs on). `preset`: the preset the
     prompts are built for (default: T2SQL_PRESET, else the recipe's); converted rows built for another
     preset are refused. `split` keeps only that split's rows of a converted file."""
-    recipe = settings_from_env(recipe=preset).recipe
-    task_rows = _task_rows(Path(source), db_root, recipe, split, given_preset=preset is not None)
+    name = settings_from_env(preset=preset).preset
+    task_rows = _task_rows(Path(source), db_root, name, split, given_preset=preset is not None)
     return datasets.Dataset.from_list([
         {"prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
          ROW_COLUMN: rows.row_json(row),
@@ -337,11 +335,11 @@ def train_dataset(source: str | os.PathLike, *, db_root: str | os.PathLike | Non
         for row in task_rows])
 
 
-def _task_rows(source: Path, db_root: str | os.PathLike | None, recipe: str, split: str | None,
+def _task_rows(source: Path, db_root: str | os.PathLike | None, preset: str, split: str | None,
                given_preset: bool) -> list[dict[str, Any]]:
     if source.is_dir():
         (name, questions, found_root), = convert.release_splits(source, [split or "train"])
-        return _converted(questions, db_root or found_root, recipe, name)
+        return _converted(questions, db_root or found_root, preset, name)
     if not source.exists():
         if str(source) in convert.RELEASE_SPLITS:
             (name, questions, _), = convert.release_splits(release_dir(), [str(source)])
@@ -349,12 +347,12 @@ def _task_rows(source: Path, db_root: str | os.PathLike | None, recipe: str, spl
                 raise DataError(f"the shipped {name} tasks need their databases: pass db_root=<BIRD's "
                                 f"{convert.RELEASE_DB_DIRS[name]} folder> (`t2sql-train prepare --skip-model` "
                                 "lays them out and writes the converted split)")
-            return _converted(questions, db_root, recipe, name)
+            return _converted(questions, db_root, preset, name)
         raise DataError(f"{source}: no such file or directory (give a converted split, a BIRD question file, a "
                         f"data release directory or one of {', '.join(convert.RELEASE_SPLITS)})")
     if source.suffix == ".parquet" or (source.suffix == ".jsonl" and _holds_task_rows(source)):
-        return _read_converted(source, db_root, recipe if given_preset else None, split)
-    return _converted(source, db_root or source.parent, recipe, split or source.stem)
+        return _read_converted(source, db_root, preset if given_preset else None, split)
+    return _converted(source, db_root or source.parent, preset, split or source.stem)
 
 
 def _holds_task_rows(path: Path) -> bool:
@@ -362,23 +360,23 @@ def _holds_task_rows(path: Path) -> bool:
     return convert.is_converted(head) or rows.is_framework_jsonl(first_line(head))
 
 
-def _converted(questions: Path, db_root: str | os.PathLike, recipe: str, split: str) -> list[dict[str, Any]]:
-    _, built = convert.convert_split(questions, db_root, None, split=split, recipe=recipe)
+def _converted(questions: Path, db_root: str | os.PathLike, preset: str, split: str) -> list[dict[str, Any]]:
+    _, built = convert.convert_split(questions, db_root, None, split=split, preset=preset)
     return built
 
 
-def _read_converted(path: Path, db_root: str | os.PathLike | None, recipe: str | None,
+def _read_converted(path: Path, db_root: str | os.PathLike | None, preset: str | None,
                     split: str | None) -> list[dict[str, Any]]:
     found = rows.read_rows(path)
     if split is not None:
         found = [r for r in found if r["metadata"].get("split") == split]
         if not found:
             raise DataError(f"{path}: no rows of split {split!r}")
-    if recipe is not None:
-        other = sorted({str(r["metadata"].get("recipe")) for r in found} - {recipe})
+    if preset is not None:
+        other = sorted({str(r["metadata"].get("preset")) for r in found} - {preset})
         if other:
-            raise DataError(f"{path}: its prompts were built for preset {', '.join(other)}, not {recipe}; convert "
-                            f"it again with --preset {recipe} (or leave preset out)")
+            raise DataError(f"{path}: its prompts were built for preset {', '.join(other)}, not {preset}; convert "
+                            f"it again with --preset {preset} (or leave preset out)")
     if db_root is not None:
         for row in found:
             row["metadata"] = {**row["metadata"], "db_path": str(database_path(db_root, str(row["metadata"]["db_id"])))}

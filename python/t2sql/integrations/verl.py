@@ -62,7 +62,7 @@ def loop_settings(trainer_config: Any, loop_kwargs: Mapping[str, Any]) -> rollou
     overrides = config_items(block)
     if overrides is None:
         raise SettingsError(f"verl's config key {CONFIG_KEY!r} must hold t2sql's settings "
-                            f"(+{CONFIG_KEY}.recipe=... +{CONFIG_KEY}.db_root=...), not {block!r}")
+                            f"(+{CONFIG_KEY}.preset=... +{CONFIG_KEY}.db_root=...), not {block!r}")
     return settings_from_env(config=f"{CONFIG_KEY}.", **{**overrides, **{str(k): v for k, v in loop_kwargs.items()}})
 
 

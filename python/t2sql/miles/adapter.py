@@ -36,7 +36,7 @@ METADATA_KEY = "t2sql"  # sample.metadata[METADATA_KEY] holds the episode result
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("t2sql text-to-SQL")
-    g.add_argument("--text-to-sql-recipe", default=DEFAULT_PRESET,
+    g.add_argument("--text-to-sql-preset", default=DEFAULT_PRESET,
                    help="t2sql preset: budgets, tool caps, timeouts, reward table")
     g.add_argument("--text-to-sql-db-root", default=None,
                    help="databases as <root>/<db_id>/<db_id>.sqlite (default: each row's metadata.db_path)")
@@ -58,7 +58,7 @@ def settings(args: Any) -> RolloutSettings:
     """The rollout settings miles' flags name (args may be None: offline replay, the defaults)."""
     get = lambda name, default=None: getattr(args, name, default) if args is not None else default  # noqa: E731
     return RolloutSettings(
-        recipe=get("text_to_sql_recipe") or DEFAULT_PRESET,
+        preset=get("text_to_sql_preset") or DEFAULT_PRESET,
         db_root=get("text_to_sql_db_root"),
         cache_dir=get("text_to_sql_cache_dir"),
         manifest=get("text_to_sql_manifest"),

@@ -265,7 +265,7 @@ def task_key(sample: Any, fallback: str) -> str:
 
 
 def _preset_for(args: Any) -> Any:
-    return get_preset(getattr(args, "text_to_sql_recipe", None))
+    return get_preset(getattr(args, "text_to_sql_preset", None))
 
 
 def curriculum_state_path(directory: str | os.PathLike, rollout_id: Any) -> Path:

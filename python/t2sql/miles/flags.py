@@ -62,7 +62,7 @@ class TrainConfig:
 
     output_dir: str = field(default_factory=lambda: str(default_dir("train")))  # t2sql.home's rule
     run_id: str = ""  # default: default_run_id(), stable, so rerunning the same command resumes
-    recipe: str = DEFAULT_PRESET  # t2sql preset: budgets, reward table
+    preset: str = DEFAULT_PRESET  # t2sql preset: budgets, reward table
     loss: str = ""  # grpo | cispo; empty: the preset's `loss` (cispo in the recipe, grpo in bare)
     num_nodes: int = 1
     num_gpus_per_node: int = 8
@@ -104,19 +104,19 @@ class TrainConfig:
         for name in NUMBERS:
             check_number(name, getattr(self, name))
         if not self.loss:
-            self.loss = self.preset().loss
+            self.loss = self.resolved_preset().loss
         if self.loss not in LOSS_BLOCKS:
             raise LaunchError(f"--loss {self.loss!r}: choose one of {', '.join(LOSS_BLOCKS)}")
         if not self.run_id:
-            self.run_id = default_run_id(self.recipe, self.loss)
+            self.run_id = default_run_id(self.preset, self.loss)
         check_run_id(self.run_id)
         try:
             extra = shlex.split(self.extra_args)
         except ValueError as e:  # an unclosed quote
             raise LaunchError(f"--extra-args {self.extra_args!r}: {e}; quote it as a shell would") from None
-        if self.preset().curriculum and "--fully-async" in extra:
+        if self.resolved_preset().curriculum and "--fully-async" in extra:
             raise LaunchError(
-                f"preset {self.recipe} turns the curriculum on, and its after-rollout hook cannot run with "
+                f"preset {self.preset} turns the curriculum on, and its after-rollout hook cannot run with "
                 "--fully-async; drop --fully-async or choose a preset with curriculum off (e.g. --preset bare)"
             )
         for item in self.extra_env:
@@ -124,9 +124,9 @@ class TrainConfig:
             if not sep or not key:
                 raise LaunchError(f"--env {item!r}: expected KEY=VALUE")
 
-    def preset(self) -> Preset:
+    def resolved_preset(self) -> Preset:
         """The t2sql preset the run trains with (--preset)."""
-        return get_preset(self.recipe)
+        return get_preset(self.preset)
 
     # One place for the layout under output_dir.
     @property
@@ -239,10 +239,10 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def default_run_id(recipe: str, loss: str) -> str:
+def default_run_id(preset: str, loss: str) -> str:
     """The run id when none is given: the same for the same preset and loss, so rerunning a command
     resumes its checkpoints (a new --run-id starts afresh)."""
-    name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{recipe}-{loss}").lstrip("-.")
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{preset}-{loss}").lstrip("-.")
     return name or "default"
 
 
@@ -271,9 +271,9 @@ def data_block(c: TrainConfig) -> list[str]:
 
 def curriculum_block(c: TrainConfig) -> list[str]:
     """The curriculum's two miles hooks when the preset switches it on (t2sql.miles.curriculum reads the
-    preset through --text-to-sql-recipe). miles refuses the after-rollout hook under --fully-async
+    preset through --text-to-sql-preset). miles refuses the after-rollout hook under --fully-async
     (TrainConfig refuses that pair up front)."""
-    if not c.preset().curriculum:
+    if not c.resolved_preset().curriculum:
         return []
     return [
         "--data-source-path", CURRICULUM_DATA_SOURCE_PATH,
@@ -282,7 +282,7 @@ def curriculum_block(c: TrainConfig) -> list[str]:
 
 
 def rollout_block(c: TrainConfig) -> list[str]:
-    preset = c.preset()
+    preset = c.resolved_preset()
     return [
         "--num-rollout", str(c.num_rollout),
         "--rollout-batch-size", str(c.rollout_batch_size),
@@ -302,14 +302,14 @@ def text_to_sql_block(c: TrainConfig) -> list[str]:
         "--reward-key", REWARD_KEY,
         "--eval-reward-key", EVAL_REWARD_KEY,
         "--log-reward-category", CATEGORY_KEY,
-        "--text-to-sql-recipe", c.recipe,
+        "--text-to-sql-preset", c.preset,
         "--text-to-sql-cache-dir", str(c.cache_dir),
         "--text-to-sql-grader-concurrency", str(c.grader_concurrency),
     ]
 
 
 def eval_block(c: TrainConfig) -> list[str]:
-    preset = c.preset()
+    preset = c.resolved_preset()
     pairs: list[str] = []
     for split in EVAL_SPLITS:
         pairs += [split, str(c.split_path(split))]
@@ -468,7 +468,7 @@ def _masked(env: dict[str, str]) -> dict[str, str]:
 
 def render_dry_run(c: TrainConfig, environ: dict[str, str] | None = None) -> str:
     """The exact command and environment as a bash script: one flag per line, grouped by block."""
-    lines = [f"# t2sql-train: {MODEL_NAME}, recipe {c.recipe}, loss {c.loss}, run {c.run_id}"]
+    lines = [f"# t2sql-train: {MODEL_NAME}, preset {c.preset}, loss {c.loss}, run {c.run_id}"]
     lines.append(f"# {c.num_nodes} node(s) x {c.num_gpus_per_node} GPUs; miles at {c.miles_path}")
     lines.append("# environment (Ray runtime env, added to miles' own; secrets masked):")
     for k, v in _masked(runtime_env(c, environ)).items():

@@ -200,7 +200,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
     here is a timeout to look at."""
     import asyncio
 
-    preset = c.preset()
+    preset = c.resolved_preset()
     tasks = []
     for split in SPLITS:
         path = c.split_path(split)
@@ -248,7 +248,7 @@ def check_task_files(c: TrainConfig, args: argparse.Namespace, fields: dict[str,
     if args.drop_invalid:
         return
     for split, questions, _ in data.release_splits(release_dir(), args.splits):
-        problems = data.check_questions(questions, split=split, fields=fields, recipe=c.recipe,
+        problems = data.check_questions(questions, split=split, fields=fields, preset=c.preset,
                                         method_fallback=args.grading_method_fallback)
         if problems:
             raise DataError(f"{questions}: {len(problems)} problem(s), found before downloading BIRD's databases; "
@@ -348,8 +348,8 @@ def prepare(c: TrainConfig, args: argparse.Namespace, fields: dict[str, str]) ->
         # Validate every split before writing any, so a bad split leaves nothing half-done.
         for split, questions, db_root in splits:
             report, rows = data.convert_split(
-                questions, db_root, None, split=split, fields=fields, recipe=c.recipe,
-                gold_timeout_s=args.gold_timeout, drop_invalid=args.drop_invalid,
+                questions, db_root, None, split=split, fields=fields, preset=c.preset,
+                gold_timeout_s=args.timeout_s, drop_invalid=args.drop_invalid,
                 method_fallback=args.grading_method_fallback,
             )
             if not rows:  # every task dropped: a split miles cannot train or evaluate on

@@ -18,7 +18,6 @@ from t2sql.data.convert import DEFAULT_GOLD_TIMEOUT_S
 from t2sql.download.bird import BIRD_URL
 from t2sql.episode.presets import get_preset
 from t2sql.errors import DataError, LaunchError, OutputPathError, PresetError, T2sqlError
-from t2sql.flagnames import accept_old_spelling
 from t2sql.home import describe_default_dir
 from t2sql.interrupts import interrupt_exit, interrupt_word, sigterm_unwinds
 from t2sql.miles.flags import (
@@ -50,7 +49,7 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
                           + "\n(`t2sql-train train --dry-run` prints the command without starting anything)")
     command_utils = import_miles_command_utils(c)
 
-    print(json.dumps({"preset": get_preset(c.recipe).to_dict()}, indent=1))
+    print(json.dumps({"preset": get_preset(c.preset).to_dict()}, indent=1))
     command_utils.execute_train(
         train_args=shlex.join(train_argv(c)),
         num_gpus_per_node=c.num_gpus_per_node,
@@ -65,7 +64,11 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """A usage error is one line (what is wrong, where the help is) and exit 2, not argparse's usage block."""
+    """A usage error is one line (what is wrong, where the help is) and exit 2, not argparse's usage block.
+    Flags are taken by their whole name only (no prefix matching), as `t2sql`'s are."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs, allow_abbrev=False)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
@@ -88,8 +91,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", default=None,
                    help="models, data, gold cache and checkpoints live here (default: "
                         f"{describe_default_dir('train')})")
-    preset = p.add_argument("--preset", dest="recipe", default=d.recipe, help="t2sql preset (budgets and reward)")
-    accept_old_spelling(p, preset, "--recipe")
+    p.add_argument("--preset", default=d.preset, help="t2sql preset (budgets and reward)")
     p.add_argument("--num-gpus-per-node", type=_number("num_gpus_per_node"), default=d.num_gpus_per_node)
     p.add_argument("--miles-path", default=d.miles_path, help="miles source checkout (as in miles' image)")
     p.add_argument("--megatron-path", default=d.megatron_path)
@@ -131,9 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep BIRD's downloaded zips (<output-dir>/data/bird/.downloads) after laying them out")
     p.add_argument("--field-map", nargs="*", default=[], metavar="FIELD=KEY", help="see `t2sql convert --help`")
     p.add_argument("--splits", nargs="+", default=list(SPLITS), help="splits of the release to convert")
-    timeout = p.add_argument("--timeout-s", dest="gold_timeout", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
-                             metavar="S", help="seconds per gold query while validating")
-    accept_old_spelling(p, timeout, "--gold-timeout")
+    p.add_argument("--timeout-s", type=seconds_arg, default=DEFAULT_GOLD_TIMEOUT_S,
+                   metavar="S", help="seconds per gold query while validating")
     p.add_argument("--drop-invalid", action="store_true", help="write the valid rows, report the dropped ones")
     p.add_argument("--grading-method-fallback", default=None, metavar="METHOD", type=method_arg,
                    help="the method for tasks whose grading_method cannot be read (e.g. 'subset,<,3', in data "
@@ -149,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(t)
     t.add_argument("--run-id", default="",
                    help="names the checkpoint directory <output-dir>/checkpoints/<run-id> and the wandb group: a "
-                        "plain name (letters, digits, '.', '_', '-'). Default: <recipe>-<loss> (e.g. "
-                        f"{default_run_id(d.recipe, d.loss)}), so rerunning the same command resumes from its "
+                        "plain name (letters, digits, '.', '_', '-'). Default: <preset>-<loss> (e.g. "
+                        f"{default_run_id(d.preset, d.loss)}), so rerunning the same command resumes from its "
                         "last checkpoint; a new --run-id starts a fresh run")
     t.add_argument("--loss", choices=sorted(LOSS_BLOCKS), default="",
                    help="default: the preset's loss (cispo in qwen3.6-35b-a3b, grpo in bare)")
