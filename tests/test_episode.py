@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from conftest import bird_root
+from conftest import bird_root, tool_limits
 from t2sql import GradeSpec, ToolLimits
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
@@ -246,12 +246,16 @@ def test_a_presets_tool_limits_are_built_once_from_its_fields():
     assert changed.to_dict() == {**preset.to_dict(), "tool_max_rows": 4}  # the value is not a field
 
 
-def test_the_recipes_tool_preview_is_the_cores_default():
-    # One place for those numbers: the core's defaults, which the presets take (and print) as their own.
+def test_a_presets_tool_fields_are_the_preview_the_core_runs():
+    # One place for those numbers: the preset's fields, which reach the core whole (the core has no default).
+    wide = "SELECT id, superhero_name FROM superhero ORDER BY id"
+    db = t2sql.Database(t2sql.tasks.sample_dir() / "superhero" / "superhero.sqlite")
     for preset in (RECIPE, BARE):
-        assert preset.tool_limits == ToolLimits()
-    assert (RECIPE.tool_max_rows, RECIPE.tool_max_cell_chars, RECIPE.tool_max_chars, RECIPE.tool_count_cap,
-            RECIPE.tool_timeout_s) == (50, 120, 4000, 10000, 10.0)
+        limits = preset.tool_limits
+        assert (limits.max_rows, limits.max_cell_chars, limits.max_chars, limits.count_cap, limits.timeout_s) == (
+            preset.tool_max_rows, preset.tool_max_cell_chars, preset.tool_max_chars, preset.tool_count_cap,
+            preset.tool_timeout_s)
+        assert len(db.run_tool(wide, limits).rows) == preset.tool_max_rows
 
 
 def test_a_tool_call_hands_the_grader_the_presets_limits_whole(rows, db_root, grader):
@@ -273,7 +277,7 @@ def test_a_tool_call_hands_the_grader_the_presets_limits_whole(rows, db_root, gr
     play(e, xml("SELECT 1"))
     assert len(seen) == 2 and all(limits is preset.tool_limits for limits in seen)
     assert out.tool_messages[0]["content"].startswith(grader.run_tool_sync(
-        e.task.db_path, "SELECT id FROM superhero ORDER BY id", ToolLimits(max_rows=2)).text)
+        e.task.db_path, "SELECT id FROM superhero ORDER BY id", tool_limits(max_rows=2)).text)
 
 
 def test_an_answer_is_graded_under_the_tasks_spec_built_once_and_handed_whole(rows, db_root, grader):

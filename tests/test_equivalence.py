@@ -17,7 +17,7 @@ import time
 import pytest
 
 import t2sql
-from conftest import bird_root
+from conftest import bird_root, tool_limits
 from t2sql import GradeSpec
 from t2sql.bench import equivalence as measuring
 from t2sql.episode import equivalence as eq
@@ -205,7 +205,7 @@ def _realism_by_sql(path: str, prepared: machinery.Prepared, inv) -> list[str]:
     bad = []
 
     def count(sql: str) -> int:
-        return int(core.run_tool(sql).rows[0][0])
+        return int(core.run_tool(sql, tool_limits()).rows[0][0])
 
     # A fixed lookup table is whole whether or not each row is in use (t2sql.serving.presupposed).
     fixed = prepared.db.presupposition.fixed_tables if prepared.db.presupposition is not None else frozenset()
@@ -431,7 +431,7 @@ def test_the_check_counts_against_the_graders_one_concurrency_limit():
             threads_before = {t.name for t in threading.enumerate()}
             check = asyncio.ensure_future(grader.equivalence(SUPERHERO, SLOW, "SELECT 1", slow))
             await asyncio.sleep(0.5)
-            tool = asyncio.ensure_future(grader.run_tool(SUPERHERO, "SELECT COUNT(*) FROM superhero"))
+            tool = asyncio.ensure_future(grader.run_tool(SUPERHERO, "SELECT COUNT(*) FROM superhero", tool_limits()))
             await asyncio.sleep(0.5)
             tool_waited = not tool.done()
             threads_during = {t.name for t in threading.enumerate()}

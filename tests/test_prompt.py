@@ -53,7 +53,8 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
     coverage = P.system_prompt(RECIPE.replace(evidence_rule="coverage"))
     assert "restate the evidence" in coverage and "check your query against every part of the evidence" in coverage
     assert "at most 3 times" in P.system_prompt(RECIPE.replace(max_tool_calls=3))
-    assert "the first 50 rows" in text
+    assert f"the first {RECIPE.tool_max_rows} rows" in text
+    assert "the first 7 rows" in P.system_prompt(RECIPE.replace(tool_max_rows=7))  # the preset's, read
     assert "row order does not matter" in text and "the number and order of columns matter" in text
     assert "row order matters" in P.system_prompt(RECIPE.replace(semantics="ordered"))
     assert "columns matters, their order and names do not" in P.system_prompt(RECIPE.replace(column_order="ignore"))

@@ -77,23 +77,24 @@ def bench_tool_latency(db_path: str, n: int) -> dict[str, Any]:
     con.close()
     out["python_sqlite3"] = times
 
+    limits = t2sql.get_preset().tool_limits  # the recipe's tool call
     db = t2sql.Database(db_path)
     for q in queries[:100]:
-        db.run_tool(q)
+        db.run_tool(q, limits)
     times = []
     for q in queries:
         t = time.perf_counter()
-        db.run_tool(q)
+        db.run_tool(q, limits)
         times.append(time.perf_counter() - t)
     out["core_run_tool"] = times
 
     async def through_grader(g: Grader) -> list[float]:
         for q in queries[:100]:
-            await g.run_tool(db_path, q)
+            await g.run_tool(db_path, q, limits)
         times = []
         for q in queries:
             t = time.perf_counter()
-            await g.run_tool(db_path, q)
+            await g.run_tool(db_path, q, limits)
             times.append(time.perf_counter() - t)
         return times
 
@@ -407,6 +408,7 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
 
     from t2sql.serving.grader import Grader  # lazily: see the module's note on peak memory
 
+    limits = t2sql.get_preset().tool_limits  # the recipe's tool call
     rng = random.Random(seed)
     plan = [(pairs[i % len(pairs)], [rng.uniform(0.005, 0.05) for _ in range(6)]) for i in range(trajectories)]
 
@@ -415,7 +417,7 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
         for pause in pauses[:5]:
             await asyncio.sleep(pause)
             try:
-                await g.run_tool(db_path, sql)
+                await g.run_tool(db_path, sql, limits)
             except t2sql.T2sqlError:
                 pass
         await asyncio.sleep(pauses[5])

@@ -13,9 +13,10 @@ from t2sql import jsonl
 from t2sql.arguments import add_temp_disk_argument, method_arg, positive_arg, seconds_arg, wait_arg
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EvalError, cap_lines
+from t2sql.eval.endpoint import RetryPolicy
 from t2sql.eval.policies import build_policy
 from t2sql.eval.results import data_sha256, format_summary
-from t2sql.eval.runner import EvalRun, evaluate, load_tasks
+from t2sql.eval.runner import DEFAULT_CONCURRENCY, EvalRun, evaluate, load_tasks
 from t2sql.flagnames import accept_old_spelling
 from t2sql.grading import describe_methods, method_counts
 from t2sql.home import default_dir, describe_default_dir, made_default_dir
@@ -60,13 +61,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
     model.add_argument("--api-key-env", default="OPENAI_API_KEY",
                        help="environment variable holding a bearer token for --api openai, if set")
-    timeout = model.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=600.0, metavar="S",
+    http = RetryPolicy()  # the endpoint's own defaults: the flags show them, they do not restate them
+    timeout = model.add_argument("--timeout-s", dest="timeout", type=seconds_arg, default=http.timeout_s, metavar="S",
                                  help="seconds one whole request may take, the reply's last byte included")
     accept_old_spelling(model, timeout, "--timeout")
-    model.add_argument("--max-response-mb", type=positive_arg, default=16.0,
+    model.add_argument("--max-response-mb", type=positive_arg, default=http.max_body_bytes / (1024 * 1024),
                        help="a reply larger than this is refused unread (an endpoint_error), never held whole")
-    model.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff")
-    model.add_argument("--retry-backoff", type=wait_arg, default=1.0, help="first backoff in seconds (doubles)")
+    model.add_argument("--retries", type=int, default=http.retries, help="retries of a failed request, with backoff")
+    model.add_argument("--retry-backoff", type=wait_arg, default=http.backoff_s,
+                       help="first backoff in seconds (doubles)")
 
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", default=None,
@@ -78,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group.add_argument("--fresh", action="store_true",
                            help="start the results file over instead of resuming it (a file that is not a t2sql "
                                 "results file is refused all the same)")
-    run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
+    run_group.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="episodes in flight")
     run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     run_group.add_argument("--verbose", action="store_true", help="print the preset in full (every field) at the start")
 

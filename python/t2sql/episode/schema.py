@@ -183,7 +183,8 @@ def read_descriptions(db_dir: str | os.PathLike) -> dict[str, dict[str, tuple[st
     return out
 
 
-_COLUMNS_QUERY_LIMITS = ToolLimits(timeout_s=5.0)
+# The schema's own queries: only their rows and columns are read, never the preview text.
+_COLUMNS_QUERY_LIMITS = ToolLimits(timeout_s=5.0, max_rows=0, max_cell_chars=1, max_chars=1, count_cap=1)
 
 
 def _table_columns(db: Database, table: str) -> list[str]:
@@ -199,7 +200,8 @@ def _examples(db: Database, table: str, column: str, n: int, max_chars: int) -> 
         f"WHERE {_quote_ident(column)} IS NOT NULL LIMIT {n}"
     )
     try:
-        rows = db.run_tool(sql, ToolLimits(timeout_s=2.0, max_rows=n, max_cell_chars=max_chars + 1)).rows
+        rows = db.run_tool(sql, ToolLimits(timeout_s=2.0, max_rows=n, max_cell_chars=max_chars + 1, max_chars=1,
+                                          count_cap=n)).rows
     except t2sql.T2sqlError:  # examples are a courtesy: a slow or odd column just shows none
         return ()
     return tuple(v for v in (_literal(r[0], max_chars) for r in rows) if v is not None)

@@ -82,10 +82,12 @@ class TaskState:
 
 @dataclass(frozen=True)
 class CurriculumConfig:
-    max_hint_level: int = 3
-    release_share: float | None = 0.5  # None: hints never fade
-    weight_floor: float = 0.01
-    weighted_from_epoch: int = 2  # 1-based
+    """The preset's curriculum numbers (no defaults here: the preset owns them; from_preset)."""
+
+    max_hint_level: int
+    release_share: float | None  # None: hints never fade
+    weight_floor: float
+    weighted_from_epoch: int  # 1-based
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_hint_level <= 3:
@@ -119,7 +121,7 @@ class Curriculum:
             raise CurriculumError(f"task ids must be unique; repeated: {', '.join(dupes[:5])}")
         self.task_ids: list[str] = ids
         self.seed = int(seed)
-        self.config = config or CurriculumConfig()
+        self.config = config or CurriculumConfig.from_preset(get_preset())
         self.tasks: dict[str, TaskState] = {t: TaskState() for t in ids}
         self.epoch = 0  # 0-based, like miles' epoch_id; epoch k is "epoch k+1" in the docs
         self.plan: list[str] = []

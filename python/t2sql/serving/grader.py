@@ -46,7 +46,7 @@ from t2sql import (
     set_grade_memory,
     sqlite_version,
 )
-from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
+from t2sql._grader import GRADE_DEFAULTS
 from t2sql.grading import grade_memory_setting
 from t2sql.serving.admission import CALLS_PER_ITERATION, Admission
 from t2sql.serving.equivalence import EquivalenceConfig, EquivalenceReport
@@ -80,7 +80,6 @@ class Grader:
         *,
         concurrency: int | None = None,
         cache_dir: str | os.PathLike | None = None,
-        tool_timeout_s: float = TOOL_DEFAULTS["timeout_s"],
         grade_timeout_s: float = GRADE_DEFAULTS["timeout_s"],
         backend: str = "thread",
         manifest: Manifest | str | os.PathLike | None = None,
@@ -95,8 +94,6 @@ class Grader:
     ):
         """
         concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
-        tool_timeout_s: the timeout of a run_tool call given no limits (its limits are then
-            ToolLimits(timeout_s=tool_timeout_s), the core's other defaults).
         cache_dir: keep gold digests on disk here too (shared safely by several processes).
         backend: "thread" | "process" | "ray" (Ray must already be initialised).
         manifest: a Manifest or the path of one; databases not matching it are refused.
@@ -111,7 +108,7 @@ class Grader:
             is); default: the process's setting (the system's temporary directory), not cache_dir,
             which a thread backend's process-wide setting would outlive.
         gold_memory_entries, gold_memory_bytes: bounds of the gold digests kept in memory (serving.gold_memory).
-        max_temp_mb: MiB of temporary files a query without its own limits or spec may hold; N workers
+        max_temp_mb: MiB of temporary files a grade without its own spec may hold; N workers
             hold N times it at most (temp_disk_bound_mb, in stats(): t2sql.serving.temp_disk).
         worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
             leave them alone), so that the thread running the event loop wins a core the moment
@@ -122,9 +119,8 @@ class Grader:
             raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        if tool_timeout_s <= 0 or grade_timeout_s <= 0:
-            raise ValueError("tool_timeout_s and grade_timeout_s must be positive")
-        self.tool_timeout_s = float(tool_timeout_s)
+        if grade_timeout_s <= 0:
+            raise ValueError("grade_timeout_s must be positive")
         self.grade_timeout_s = float(grade_timeout_s)
         self.max_temp_mb = max_temp_mb
         self.backend_name = backend
@@ -188,14 +184,13 @@ class Grader:
 
     # ------------------------------------------------------------------ public asyncio API
 
-    async def run_tool(self, db_path: str, sql: str, limits: ToolLimits | None = None) -> ToolResult:
-        """One `execute_sql_query` call under `limits` (a preset's: Preset.tool_limits; None: the
-        core's defaults with this Grader's tool_timeout_s). Raises UnsafeQuery / SqlError /
-        QueryTimeout / DatabaseError exactly like Database.run_tool."""
+    async def run_tool(self, db_path: str, sql: str, limits: ToolLimits) -> ToolResult:
+        """One `execute_sql_query` call under `limits` (a preset's: Preset.tool_limits; the preview is
+        the preset's alone, so there is no default). Raises UnsafeQuery / SqlError / QueryTimeout /
+        DatabaseError exactly like Database.run_tool."""
         identity = await self._enter(db_path)
         self._count("tool_calls")
-        return await self._submit(ToolJob(db_path, identity.stat, sql, self._tool_limits if limits is None else limits,
-                                          job_id=next_job_id()))
+        return await self._submit(ToolJob(db_path, identity.stat, sql, limits, job_id=next_job_id()))
 
     async def grade(self, db_path: str, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None, *,
                     retry: bool = True) -> GradeResult:
@@ -263,7 +258,7 @@ class Grader:
 
     # ------------------------------------------------------------------ blocking API
 
-    def run_tool_sync(self, db_path: str, sql: str, limits: ToolLimits | None = None) -> ToolResult:
+    def run_tool_sync(self, db_path: str, sql: str, limits: ToolLimits) -> ToolResult:
         self._check_open()
         return self._run_sync(self.run_tool(db_path, sql, limits))
 
@@ -324,15 +319,10 @@ class Grader:
             self._counters[name] += n
 
     @functools.cached_property
-    def _tool_limits(self) -> ToolLimits:
-        """What run_tool gets without limits: built at the first such call, which is where an
-        unusable tool_timeout_s (inf, nan) is refused, as it always was."""
-        return ToolLimits(timeout_s=self.tool_timeout_s, max_temp_mb=self.max_temp_mb)
-
-    @functools.cached_property
     def _grade_spec(self) -> GradeSpec:
         """What grade and gold get without a spec: GradeSpec() with this Grader's grade_timeout_s
-        and max_temp_mb, built at the first such call (as _tool_limits)."""
+        and max_temp_mb, built at the first such call, which is where an unusable grade_timeout_s
+        (inf, nan) is refused."""
         return GradeSpec(timeout_s=self.grade_timeout_s, max_temp_mb=self.max_temp_mb)
 
     def _secret_id(self) -> str:
