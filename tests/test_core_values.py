@@ -103,7 +103,7 @@ def test_a_tool_call_runs_under_one_limits_value():
     db = Database(SUPERHERO)
     wide = "SELECT id, superhero_name FROM superhero ORDER BY id"
     recipe = db.run_tool(wide, t2sql.get_preset().tool_limits)
-    assert len(recipe.rows) == t2sql.get_preset().tool_max_rows  # the preset's preview, whole
+    assert len(recipe.rows) == t2sql.get_preset().tool.max_rows  # the preset's preview, whole
     for no_limits in ((), (None,)):
         with pytest.raises(TypeError):
             db.run_tool(wide, *no_limits)  # the core has no preview of its own

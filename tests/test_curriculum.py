@@ -221,9 +221,9 @@ def test_bad_states_and_configs_are_rejected(tmp_path):
 
 def test_config_from_presets():
     recipe = get_preset("qwen3.6-35b-a3b")
-    assert recipe.curriculum is True
-    assert CurriculumConfig.from_preset(recipe).max_hint_level == recipe.curriculum_max_hint_level
-    assert get_preset("bare").curriculum is False
+    assert recipe.curriculum.enabled is True
+    assert CurriculumConfig.from_preset(recipe).max_hint_level == recipe.curriculum.max_hint_level
+    assert get_preset("bare").curriculum.enabled is False
     # One owner of the numbers, the preset: the config has no defaults of its own, and a policy given none
     # takes the recipe preset's.
     assert [f.name for f in fields(CurriculumConfig) if f.default is not MISSING] == []

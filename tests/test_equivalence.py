@@ -365,8 +365,8 @@ def test_bad_configuration_is_refused_clearly():
         machinery.EquivalenceConfig(-1, 1, 1.0)
     with pytest.raises(EquivalenceError, match="budget"):
         machinery.EquivalenceConfig(1, 1, 0.0)
-    with pytest.raises(PresetError, match="equivalence_timeout_s"):
-        RECIPE.replace(equivalence_timeout_s=0)
+    with pytest.raises(PresetError, match="equivalence.timeout_s"):
+        RECIPE.replace(equivalence={"timeout_s": 0})
 
 
 def test_a_missing_database_is_skipped_as_a_database_error(tmp_path):
@@ -484,7 +484,7 @@ def test_episode_takes_the_penalty_and_reports_the_witness():
     assert any(t.name == "equivalence" and t.switch == "equivalence_penalty" for t in registered_terms())
     lucky = _play(RECIPE, PRED_IN)
     assert lucky.outcome == "correct" and lucky.correct  # evaluation still scores it correct
-    assert lucky.reward_terms["equivalence"] == pytest.approx(-RECIPE.equivalence_penalty)
+    assert lucky.reward_terms["equivalence"] == pytest.approx(-RECIPE.reward.equivalence_penalty)
     assert lucky.metrics["equivalence_refuted"] == 1.0 and lucky.metrics["equivalence_checked"] == 1.0
     assert lucky.metrics["equivalence_witness"].startswith("-- witness")
     assert lucky.metrics["equivalence_skipped_reason"] == ""

@@ -108,7 +108,8 @@ def test_the_cores_names_and_defaults_are_the_ones_python_uses():
     init = inspect.signature(Grader).parameters
     assert init["grade_timeout_s"].default == _grader.GRADE_DEFAULTS["timeout_s"]
     assert inspect.signature(grading.grade).parameters["float_digits"].default == _grader.GRADE_DEFAULTS["float_digits"]
-    assert t2sql.get_preset("bare").replace(float_digits=_grader.MAX_FLOAT_DIGITS).float_digits == 17
+    widest = t2sql.get_preset("bare").replace(grading={"float_digits": _grader.MAX_FLOAT_DIGITS})
+    assert widest.grading.float_digits == 17
 
 
 def test_a_gold_digest_from_another_secret_is_its_own_error():
@@ -183,26 +184,28 @@ def test_import_t2sql_stays_light():
 
 
 def test_the_recipe_preset_hands_the_core_its_own_tool_numbers():
-    """The preset owns its preview: its tool_* fields are written in presets.py and reach the core whole on
+    """The preset owns its preview: its tool part is written in presets.py and reach the core whole on
     each call, and the core has no preview of its own to fall back on (ToolLimits and run_tool take one from
     the caller), so another preview is a change in presets.py alone."""
     from t2sql import Database, _grader
     from t2sql.episode import presets
     from t2sql.tasks import sample_dir
 
-    fields = {"timeout_s": "tool_timeout_s", "max_rows": "tool_max_rows", "max_cell_chars": "tool_max_cell_chars",
-              "max_chars": "tool_max_chars", "count_cap": "tool_count_cap", "max_temp_mb": "max_temp_mb"}
+    preview = ["timeout_s", "max_rows", "max_cell_chars", "max_chars", "count_cap"]
     for preset in presets.PRESETS.values():
-        assert {k: getattr(preset.tool_limits, k) for k in fields} == {k: getattr(preset, f) for k, f in fields.items()}
+        assert {k: getattr(preset.tool_limits, k) for k in preview} == {k: getattr(preset.tool, k) for k in preview}
+        assert preset.tool_limits.max_temp_mb == preset.grading.max_temp_mb
     db = Database(sample_dir() / "superhero" / "superhero.sqlite")
-    seven = t2sql.get_preset().replace(tool_max_rows=7).tool_limits
+    seven = t2sql.get_preset().replace(tool={"max_rows": 7}).tool_limits
     assert len(db.run_tool("SELECT id FROM superhero", seven).rows) == 7
-    preview = [k for k in fields if k != "max_temp_mb"]  # the temporary-disk cap is the core's (GRADE_DEFAULTS)
+    # The temporary-disk cap is the core's (GRADE_DEFAULTS); the preview has no default there.
     required = inspect.Parameter.empty
     assert [k for k in preview if inspect.signature(_grader.ToolLimits).parameters[k].default is not required] == []
     assert not hasattr(_grader, "TOOL_DEFAULTS")
     with pytest.raises(TypeError):
         db.run_tool("SELECT 1")  # no limits: no preview the core would choose
+
+
 def _constants(value) -> list[str]:
     """Where `value` is written as a literal in t2sql's Python (module:line)."""
     found = []
@@ -253,8 +256,8 @@ def test_each_default_is_written_once():
     assert graded.timeout_s is core["timeout_s"] and graded.float_digits is core["float_digits"]
     assert pairs.TIMEOUT_S is core["timeout_s"]
     for preset in presets.PRESETS.values():  # the presets grade as the core does unless one says otherwise
-        assert preset.grade_timeout_s is core["timeout_s"] and preset.float_digits is core["float_digits"]
-        assert preset.max_temp_mb is core["max_temp_mb"]
+        assert preset.grading.timeout_s is core["timeout_s"] and preset.grading.float_digits is core["float_digits"]
+        assert preset.grading.max_temp_mb is core["max_temp_mb"]
 
     # The curriculum's numbers: the preset's alone (CurriculumConfig has no defaults of its own).
     assert [f.name for f in dataclasses.fields(CurriculumConfig) if f.default is not dataclasses.MISSING] == []

@@ -106,7 +106,7 @@ def test_a_gold_past_its_cap_is_a_gold_error_in_the_same_words_through_the_grade
 def test_a_tool_call_past_its_cap_tells_the_model_to_write_a_cheaper_query():
     row = next(r for r in json.loads((sample_dir() / "dev.json").read_text()) if r["db_id"] == "superhero")
     task = Task.from_row(row, sample_dir())
-    preset = get_preset("bare").replace(max_temp_mb=CAP_MB, tool_timeout_s=DEADLINE_S)
+    preset = get_preset("bare").replace(grading={"max_temp_mb": CAP_MB}, tool={"timeout_s": DEADLINE_S})
     call = ("<tool_call>\n" + json.dumps({"name": "execute_sql_query", "arguments": {"query": RED_TEAM_SORTED}})
             + "\n</tool_call>")
     with Grader(concurrency=1) as grader:

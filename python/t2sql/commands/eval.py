@@ -101,12 +101,16 @@ def describe_preset(preset: Preset, *, verbose: bool = False, width: int = 100) 
     import textwrap
 
     if not verbose:
-        methods = (f"the task's method, else {preset.method}" if preset.honor_task_methods else preset.method)
-        return (f"preset {preset.name}: {preset.max_tool_calls} tool calls, {preset.max_turns} turns, graded by "
+        grading, budgets = preset.grading, preset.budgets
+        methods = (f"the task's method, else {grading.method}" if grading.honor_task_methods else grading.method)
+        return (f"preset {preset.name}: {budgets.max_tool_calls} tool calls, {budgets.max_turns} turns, graded by "
                 f"{methods} (every field: --verbose)")
     fields = preset.to_dict()
     name = fields.pop("name")
-    body = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
+    flat = {}  # each part's fields as part.field
+    for part, values in fields.items():
+        flat.update({f"{part}.{k}": v for k, v in values.items()} if isinstance(values, dict) else {part: values})
+    body = " ".join(f"{k}={v}" for k, v in sorted(flat.items()))
     return f"preset {name}:\n" + textwrap.fill(body, width, initial_indent="  ", subsequent_indent="  ")
 
 
@@ -126,7 +130,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         try:
             preset = get_preset(args.preset)  # None: the recipe's default
             if args.max_temp_mb is not None:
-                preset = preset.replace(max_temp_mb=args.max_temp_mb)
+                preset = preset.replace(grading={"max_temp_mb": args.max_temp_mb})
         except ValueError as e:
             raise EvalError(str(e)) from None
         loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback,
@@ -169,7 +173,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     log(f"results: {args.out}" + (" (starting over: --fresh)" if args.fresh and Path(args.out).exists() else
                                   " (resuming: it exists)" if Path(args.out).exists() else ""))
 
-    if preset.equivalence_penalty:  # its checks find every database mined (a check never mines: not_ready)
+    if preset.reward.equivalence_penalty:  # its checks find every database mined (a check never mines: not_ready)
         from t2sql.serving.mine_ahead import mine_ahead
 
         mined = mine_ahead([t.db_path for t in loaded.tasks if t.db_path], label="invariants")

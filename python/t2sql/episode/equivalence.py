@@ -18,11 +18,11 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
 
 - Only an episode whose outcome is `correct` is checked, graded on each small database as the
   episode graded it (the task's grading spec: method, float_digits, column order; a subset method
-  asks only that each predicted row be a gold row there), each query under `equivalence_timeout_s`.
+  asks only that each predicted row be a gold row there), each query under `equivalence.timeout_s`.
 - The small databases: those built for the pair (the real rows each query joins and keeps, and those
   meeting all but one of its conditions, closed under the references; values at and beside each
   literal; duplicates under fresh keys; NULLs; integer keys renumbered) and the database's suite
-  (`equivalence_suite_size` small databases distilled against neighbour queries, built once per
+  (`equivalence.suite_size` small databases distilled against neighbour queries, built once per
   database file and kept on disk). The gold's are prepared once and shared by every prediction of
   its task.
 - Per small database:
@@ -34,7 +34,7 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
     anything else              not informative (a timeout, a gold that fails there, ...)
   The first database that refutes is the witness: shrunk to as few rows as still refute, shown as
   INSERT statements with both queries' results there.
-- A refuted match loses `equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the outcome
+- A refuted match loses `reward.equivalence_penalty` (0.2 in the recipe preset, 0 = off in `bare`); the outcome
   stays `correct` (evaluation still scores it correct; only the training reward changes).
 - Never raised: the check ends refuted with a witness, checked, or skipped for one of
   t2sql.serving.equivalence.SKIP_REASONS (a query the guard does not run, a part of the schema left
@@ -51,8 +51,8 @@ The rules (preset fields in t2sql.episode.presets, `equivalence_*`):
   and witness.
 - Bounded: every query the check runs (on the small databases, on the real file) goes
   through the core's guard, under its timeout cut at one deadline for the whole check
-  (`equivalence_budget_s`), the episode's Cancel and the temporary-disk cap; each query on a small
-  database runs under `equivalence_timeout_s`; the check is one job on one of the episode's
+  (`equivalence.budget_s`), the episode's Cancel and the temporary-disk cap; each query on a small
+  database runs under `equivalence.timeout_s`; the check is one job on one of the episode's
   Grader's SQL workers (`Grader.equivalence`), so it counts against the Grader's one concurrency
   limit, runs with the GIL released, never on the event loop, and a cancelled episode frees it.
 
@@ -120,7 +120,7 @@ async def _check_trajectory(trajectory: Trajectory, preset: Preset) -> Equivalen
 
 async def equivalence_term(trajectory: Trajectory, preset: Preset) -> Any:
     report = await check_trajectory(trajectory, preset)
-    amount = -preset.equivalence_penalty if report.refuted else 0.0
+    amount = -preset.reward.equivalence_penalty if report.refuted else 0.0
     return TermResult(amount, report.to_metrics())
 
 

@@ -1,4 +1,4 @@
-"""The evidence rules. `preset.evidence_rule` chooses one of two.
+"""The evidence rules. `preset.reward.evidence_rule` chooses one of two.
 
 "enumerated" (the recipe's; `evidence_pieces`, `evidence_labels`):
 - the evidence splits on ';' into n pieces (blank pieces dropped); no piece: no evidence rules;
@@ -17,13 +17,13 @@
   as `bond_type` stays one token; `T1.name` is `t1` and `name`), a decimal number such as `2.5` is one
   token; punctuation is dropped and so are the stop words in `STOP_WORDS` (English function words and
   BIRD's "refers to" boilerplate). Tokens are compared as a set.
-- "restated": the prose of assistant turns 1-2 covers at least `evidence_share` of the evidence's
+- "restated": the prose of assistant turns 1-2 covers at least `reward.evidence_share` of the evidence's
   content tokens.
 - "checked": the prose of the answer turn (the turn holding `<solution>`) covers the same share.
   Quoting the evidence verbatim always meets it (a quote covers every token), so episode.md's "or
   quotes the evidence" needs no rule of its own. No answer turn: not checked.
 - prose is the visible text (outside `<think>`) without the `<tool_call>` and `<solution>` blocks,
-  unless `evidence_counts_sql`: then the SQL inside them counts too. Why the default: a query that
+  unless `reward.evidence_counts_sql`: then the SQL inside them counts too. Why the default: a query that
   merely uses `gender = 'Female'` is not a restatement, and counting it would make the rule free.
 - a task whose evidence has no content tokens (empty, or stop words only) has no evidence rules.
 """

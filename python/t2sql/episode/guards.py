@@ -26,9 +26,9 @@ into a reward term by `reward_terms()`:
   compared token for token; an empty remainder never matches. Count = turns similar to some
   earlier turn.
 
-The thresholds and penalties are preset fields (t2sql.episode.presets): `repetition_ngram_n`,
-`repetition_ngram_share`, `repetition_min_ngrams`, `repeated_turn_similarity`, and the penalties
-`repeated_tool_query_penalty`, `redraft_penalty`, `ngram_repetition_penalty`, `repeated_turn_penalty`
+The thresholds and penalties are fields of the preset's reward part (t2sql.episode.presets):
+`repetition_ngram_n`, `repetition_ngram_share`, `repetition_min_ngrams`, `repeated_turn_similarity`, and the
+penalties `repeated_tool_query_penalty`, `redraft_penalty`, `ngram_repetition_penalty`, `repeated_turn_penalty`
 (each taken off once per counted event). Nothing here imports torch, miles or the grader.
 """
 
@@ -211,10 +211,10 @@ def guard_report(trajectory: Trajectory, preset: Preset) -> GuardReport:
         tuple(texts),
         tuple(trajectory.visible),
         tuple(trajectory.tool_queries),
-        preset.repetition_ngram_n,
-        preset.repetition_ngram_share,
-        preset.repetition_min_ngrams,
-        preset.repeated_turn_similarity,
+        preset.reward.repetition_ngram_n,
+        preset.reward.repetition_ngram_share,
+        preset.reward.repetition_min_ngrams,
+        preset.reward.repeated_turn_similarity,
     )
 
 
@@ -250,7 +250,7 @@ def reward_terms() -> list[RewardTerm]:
     def make(switch: str, field: str):
         def term(trajectory: Trajectory, preset: Preset) -> TermResult:
             report = guard_report(trajectory, preset)
-            return TermResult(-getattr(preset, switch) * getattr(report, field), report.to_metrics())
+            return TermResult(-getattr(preset.reward, switch) * getattr(report, field), report.to_metrics())
 
         return term
 

@@ -18,7 +18,7 @@ outcome, the reward and the metrics. The rules, in the order they are applied to
    what was wrong and shows the expected form); a call past the budget is not run, is an invalid
    call, and its tool message says the budget is spent and an answer is due. An unsafe query ends
    the episode at once (`unsafe`); SQL errors and timeouts are shown to the model as `Error: ...`.
-4. Neither: the episode ends as `no_solution`. So does a turn that reaches `preset.max_turns`
+4. Neither: the episode ends as `no_solution`. So does a turn that reaches `preset.budgets.max_turns`
    without a solution (a safety stop for a model that keeps calling past the budget).
 
 When `done` is True no tool message is returned or appended: a trajectory never ends on tool text.
@@ -154,7 +154,7 @@ class Episode:
 
     @property
     def tool_calls_left(self) -> int:
-        return max(0, self.preset.max_tool_calls - self._tool_calls)
+        return max(0, self.preset.budgets.max_tool_calls - self._tool_calls)
 
     def turn_token_budget(self, context_tokens_used: int = 0) -> int:
         """Tokens the next turn may generate: the per-turn limit, never past the context budget.
@@ -191,8 +191,8 @@ class Episode:
                 tool_message["tool_call_id"] = call.id
             tool_messages.append(tool_message)
 
-        if len(self._turns) >= self.preset.max_turns:
-            await self._finish("no_solution", f"no <solution> within max_turns={self.preset.max_turns} turns")
+        if len(self._turns) >= self.preset.budgets.max_turns:
+            await self._finish("no_solution", f"no <solution> within max_turns={self.preset.budgets.max_turns} turns")
             return TurnOutcome(True, [])
         self.messages.extend(tool_messages)
         return TurnOutcome(False, tool_messages)
@@ -254,7 +254,7 @@ class Episode:
             await self._finish("context_cut", "the context budget cut the turn (never graded)")
             return
         if cut == "turn":
-            await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.max_turn_tokens}")
+            await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.budgets.max_turn_tokens}")
             return
         solution = parsing.parse_solution(turn.visible)
         if solution is None:
@@ -267,7 +267,7 @@ class Episode:
 
     async def _run_call(self, call: parsing.ToolCall) -> str:
         self._tool_calls += 1
-        number, budget = self._tool_calls, self.preset.max_tool_calls
+        number, budget = self._tool_calls, self.preset.budgets.max_tool_calls
         if call.query is not None:
             self._tool_queries.append(call.query)
         if number > budget:

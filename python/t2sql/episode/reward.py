@@ -5,12 +5,12 @@ t2sql.episode.terms. The reward of an episode is computed in three steps (docs/e
 
 1. The outcome table: one outcome category per episode, one reward per category
    (correct 1, incorrect 0, no solution -1, unsafe -1; pred_error and pred_timeout are rewarded as
-   incorrect, turn_cut and context_cut as no solution; gold_error gets `reward_gold_error`, never the
+   incorrect, turn_cut and context_cut as no solution; gold_error gets `reward.gold_error`, never the
    reward of a correct answer, and no other term: a broken gold is the data's fault).
 2. The terms: each registered `RewardTerm` whose switch is on in the preset adds a signed amount
    (penalties are negative). Built in: the evidence rules and the invalid-tool-call penalty.
    Other modules add the recipe extras with `register_term` without touching this file.
-3. The floor: unless `penalties_below_floor`, the total never goes below the lowest outcome reward
+3. The floor: unless `reward.penalties_below_floor`, the total never goes below the lowest outcome reward
    (-1): an unsafe or unanswered episode scores exactly -1, and no shaping term can push a
    wrong-but-answered episode below it. Why: -1 must stay "the worst thing you can do", so the
    policy never trades an answer for tidier formatting.
@@ -52,21 +52,21 @@ class Trajectory:
     grade_spec: GradeSpec | None = dataclasses.field(default=None, compare=False)  # how the answer was graded
 
     def check_evidence(self, preset: Preset) -> EvidenceCheck:
-        if preset.evidence_rule == "enumerated":
+        if preset.reward.evidence_rule == "enumerated":
             return self._check_enumerated()
         has = bool(content_tokens(self.evidence))
-        turns = self.visible if preset.evidence_counts_sql else self.prose
+        turns = self.visible if preset.reward.evidence_counts_sql else self.prose
         first_two = "\n".join(turns[:2])
         restated_cov = coverage(self.evidence, first_two) if has else 0.0
         if self.answer_turn is not None and has:
             answer = turns[self.answer_turn]
             checked_cov = coverage(self.evidence, answer)
-            checked = checked_cov >= preset.evidence_share
+            checked = checked_cov >= preset.reward.evidence_share
         else:
             checked_cov, checked = 0.0, False
         return EvidenceCheck(
             has_evidence=has,
-            restated=has and restated_cov >= preset.evidence_share,
+            restated=has and restated_cov >= preset.reward.evidence_share,
             checked=checked,
             restated_coverage=restated_cov,
             checked_coverage=checked_cov,
@@ -122,15 +122,15 @@ class RewardTerm:
     switch: str | None = None
 
     def enabled(self, preset: Preset) -> bool:
-        return self.switch is None or bool(getattr(preset, self.switch))
+        return self.switch is None or bool(getattr(preset.reward, self.switch))
 
 
 def _evidence_term(traj: Trajectory, preset: Preset) -> float:
-    return -preset.evidence_penalty * traj.check_evidence(preset).skipped
+    return -preset.reward.evidence_penalty * traj.check_evidence(preset).skipped
 
 
 def _invalid_tool_term(traj: Trajectory, preset: Preset) -> float:
-    return -min(preset.invalid_tool_penalty * traj.invalid_tool_calls, preset.invalid_tool_penalty_cap)
+    return -min(preset.reward.invalid_tool_penalty * traj.invalid_tool_calls, preset.reward.invalid_tool_penalty_cap)
 
 
 # The built-in terms; t2sql.episode.terms registers them with the recipe extras.

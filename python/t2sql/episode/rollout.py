@@ -133,15 +133,15 @@ class RolloutSettings:
     def preset(self) -> Preset:
         preset = get_preset(self.recipe)
         if self.tool_timeout_s is not None or self.grade_timeout_s is not None:
-            preset = preset.replace(
-                tool_timeout_s=preset.tool_timeout_s if self.tool_timeout_s is None else self.tool_timeout_s,
-                grade_timeout_s=preset.grade_timeout_s if self.grade_timeout_s is None else self.grade_timeout_s)
+            tool, grade = self.tool_timeout_s, self.grade_timeout_s
+            preset = preset.replace(tool={"timeout_s": preset.tool.timeout_s if tool is None else tool},
+                                    grading={"timeout_s": preset.grading.timeout_s if grade is None else grade})
         return preset
 
 
 def open_grader(preset: Preset, **options: Any) -> Grader:
     """The Grader a preset's episodes run on (`options`: Grader's own, e.g. concurrency, cache_dir)."""
-    return Grader(grade_timeout_s=preset.grade_timeout_s, max_temp_mb=preset.max_temp_mb, **options)
+    return Grader(grade_timeout_s=preset.grading.timeout_s, max_temp_mb=preset.grading.max_temp_mb, **options)
 
 
 class RolloutContext:

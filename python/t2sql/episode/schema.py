@@ -300,13 +300,13 @@ def _render_table(t: TableInfo, *, examples: bool, values: bool, descriptions: b
 
 
 def render_schema(schema: SchemaInfo, preset: Preset, *, question: str = "", evidence: str = "") -> RenderedSchema:
-    """The schema block under `preset.schema_max_chars`, shortened in the documented order.
+    """The schema block under `preset.prompt.schema_max_chars`, shortened in the documented order.
 
     Levels 0-4 do not depend on the task, so their result is cached per schema and settings;
     only step 5 (dropping tables by relevance) is rendered per task.
     """
-    key = (id(schema), preset.schema_max_chars, preset.example_values, preset.column_descriptions,
-           preset.description_max_chars)
+    key = (id(schema), preset.prompt.schema_max_chars, preset.prompt.example_values, preset.prompt.column_descriptions,
+           preset.prompt.description_max_chars)
     with _schema_lock:
         hit = _render_cache.get(key)
     if hit is not None and hit[0] is schema and hit[1] is not None:
@@ -324,9 +324,9 @@ _render_cache: dict[tuple, tuple[SchemaInfo, RenderedSchema | None]] = {}
 
 
 def _render(schema: SchemaInfo, preset: Preset, question: str, evidence: str) -> RenderedSchema:
-    budget = preset.schema_max_chars
-    has_examples = preset.example_values > 0
-    has_desc = preset.column_descriptions
+    budget = preset.prompt.schema_max_chars
+    has_examples = preset.prompt.example_values > 0
+    has_desc = preset.prompt.column_descriptions
     steps = [  # (level, examples, value descriptions, descriptions, compact)
         (0, has_examples, has_desc, has_desc, False),
         (1, False, has_desc, has_desc, False),
@@ -339,7 +339,7 @@ def _render(schema: SchemaInfo, preset: Preset, question: str, evidence: str) ->
     for level, ex, vals, desc, compact in steps:
         blocks = [
             _render_table(t, examples=ex, values=vals, descriptions=desc, compact=compact,
-                          description_max_chars=preset.description_max_chars)
+                          description_max_chars=preset.prompt.description_max_chars)
             for t in schema.tables
         ]
         text = "\n\n".join(blocks)

@@ -19,8 +19,8 @@ every checkpoint and restored on resume.
 The rules (the numbers are preset fields in t2sql.episode.presets, `curriculum_*`):
 
 - Hints. A task whose group scores 0/N (no sample correct) gets one hint level more the next time
-  it is drawn, up to `curriculum_max_hint_level` (3). A group at a hint level that scores at least
-  `curriculum_release_share` (0.5) correct gives one level back, so hints fade once they are not
+  it is drawn, up to `curriculum.max_hint_level` (3). A group at a hint level that scores at least
+  `curriculum.release_share` (0.5) correct gives one level back, so hints fade once they are not
   needed. The hint is appended to the task's user message:
     level 1: the evidence, restated ("Evidence, restated: ..."); a task with no evidence gets the
              level-2 part instead, as restating nothing is no hint;
@@ -28,9 +28,9 @@ The rules (the numbers are preset fields in t2sql.episode.presets, `curriculum_*
              without ON/USING conditions; a derived table shows as "(subquery)"; a main SELECT
              without FROM (scalar subqueries only) lists the tables its subqueries read instead;
     level 3: + the gold query's SELECT list, verbatim (whitespace collapsed).
-- Weights. Epoch 1 visits every task once in a seeded shuffle. From epoch `curriculum_weighted_from_epoch`
+- Weights. Epoch 1 visits every task once in a seeded shuffle. From epoch `curriculum.weighted_from_epoch`
   (2) on, an epoch is as many draws, with replacement, each task drawn with weight
-  max(p(1-p), `curriculum_weight_floor`), p = the share correct of its last group. A task never
+  max(p(1-p), `curriculum.weight_floor`), p = the share correct of its last group. A task never
   seen, or whose hint level just changed (its prompt changed, so its old p says nothing), gets
   0.25, the largest p(1-p), so it is tried soon.
 - Determinism. The plan of epoch e is a function of (seed, e, the weights at the start of e) only.
@@ -102,10 +102,10 @@ class CurriculumConfig:
     @classmethod
     def from_preset(cls, preset: Any) -> CurriculumConfig:
         return cls(
-            max_hint_level=preset.curriculum_max_hint_level,
-            release_share=preset.curriculum_release_share or None,
-            weight_floor=preset.curriculum_weight_floor,
-            weighted_from_epoch=preset.curriculum_weighted_from_epoch,
+            max_hint_level=preset.curriculum.max_hint_level,
+            release_share=preset.curriculum.release_share or None,
+            weight_floor=preset.curriculum.weight_floor,
+            weighted_from_epoch=preset.curriculum.weighted_from_epoch,
         )
 
 
@@ -322,7 +322,7 @@ def make_data_source_class(base: type) -> type:
             super().__init__(args)
             self.curriculum: Curriculum | None = None
             preset = _preset_for(args)
-            if not getattr(preset, "curriculum", False):
+            if not preset.curriculum.enabled:
                 log.info("curriculum: off in preset %s; drawing tasks as miles does", preset.name)
                 return
             if getattr(self, "dataset", None) is None:

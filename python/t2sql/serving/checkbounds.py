@@ -1,6 +1,6 @@
 """The equivalence check's bounds: its one deadline and Cancel, and what its caches may hold.
 
-`CheckBudget` is one check's deadline (`equivalence_budget_s` from its start), its Cancel and its cap
+`CheckBudget` is one check's deadline (`equivalence.budget_s` from its start), its Cancel and its cap
 on temporary disk. While a check runs it is the thread's current budget (`active`), so every query the
 check runs on a real file or a small database (t2sql.serving.sampling, mining, refutation) takes its
 timeout from it (`timeout`: the query's own, cut at the deadline) and every loop of the check's own
