@@ -4,8 +4,8 @@ the manifest, and bad input — on real BIRD databases, checked against Python's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
-import inspect
 import json
 import os
 import shutil
@@ -19,9 +19,11 @@ import t2sql
 import t2sql.serving.gold_cache as gold_cache_module
 from conftest import bird_root, tool_limits
 from t2sql import GradeSpec, ToolLimits
+from t2sql.episode.rollout import open_grader
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import DatabaseChanged, Manifest
 from t2sql.serving.results import GradeResult
+from t2sql.serving.settings import GraderSettings
 
 DATA_ROOT = bird_root()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")
@@ -69,7 +71,7 @@ def test_tool_errors_are_typed(grader):
 
 def test_a_tool_call_runs_under_the_limits_it_is_given():
     # The Grader has no tool timeout or preview of its own: each call names its limits (an episode, its preset's).
-    assert "tool_timeout_s" not in inspect.signature(Grader).parameters
+    assert "tool_timeout_s" not in {f.name for f in dataclasses.fields(GraderSettings)}
     with Grader(concurrency=1) as g:
         with pytest.raises(TypeError):
             g.run_tool_sync(SUPERHERO, COUNT_HEROES)  # type: ignore[call-arg]
@@ -77,6 +79,26 @@ def test_a_tool_call_runs_under_the_limits_it_is_given():
             g.run_tool_sync(SUPERHERO, ENDLESS, tool_limits(timeout_s=0.3))
         wide = "SELECT id FROM superhero ORDER BY id"
         assert len(g.run_tool_sync(SUPERHERO, wide, tool_limits(max_rows=7)).rows) == 7
+
+
+def test_a_grader_runs_under_one_settings_value(tmp_path):
+    # Everything a Grader is opened with is one frozen value; keywords are its fields, changed from the defaults
+    # or from a given value. An episode's Grader takes its preset's grading timeout and temporary-disk cap.
+    base = GraderSettings(concurrency=2, grade_timeout_s=7.0)
+    with Grader(base) as a, Grader(concurrency=2, grade_timeout_s=7.0) as b, Grader(base, concurrency=1) as c:
+        assert a.settings == b.settings == base and a.concurrency == 2
+        assert c.settings == dataclasses.replace(base, concurrency=1) and c.concurrency == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        base.concurrency = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Grader(tool_timeout_s=1.0)  # not a setting: a tool call's limits are its own
+    for bad in ({"backend": "nope"}, {"concurrency": 0}, {"grade_timeout_s": 0}):
+        with pytest.raises(ValueError):
+            GraderSettings(**bad)
+    preset = t2sql.get_preset().replace(grading={"timeout_s": 12.0, "max_temp_mb": 64})
+    with open_grader(preset, concurrency=1, cache_dir=tmp_path) as g:
+        assert g.settings == GraderSettings(concurrency=1, cache_dir=tmp_path, grade_timeout_s=12.0, max_temp_mb=64)
+        assert g.temp_disk_bound_mb == 64
 
 
 def test_grade_outcomes(grader):

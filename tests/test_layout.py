@@ -101,12 +101,14 @@ def test_the_cores_names_and_defaults_are_the_ones_python_uses():
     from t2sql import _grader, grading
     from t2sql.episode.machine import VERDICT_OUTCOMES
     from t2sql.serving.grader import Grader
+    from t2sql.serving.settings import GraderSettings
 
     assert grading.OUTCOMES == _grader.OUTCOMES and set(VERDICT_OUTCOMES) == set(_grader.OUTCOMES)
     # A tool call's preview is the preset's alone (test_the_recipe_preset_hands_the_core_its_own_tool_numbers).
     assert inspect.signature(Grader.run_tool).parameters["limits"].default is inspect.Parameter.empty
-    init = inspect.signature(Grader).parameters
-    assert init["grade_timeout_s"].default == _grader.GRADE_DEFAULTS["timeout_s"]
+    settings = GraderSettings()
+    assert settings.grade_timeout_s is _grader.GRADE_DEFAULTS["timeout_s"]
+    assert settings.max_temp_mb is _grader.GRADE_DEFAULTS["max_temp_mb"]
     assert inspect.signature(grading.grade).parameters["float_digits"].default == _grader.GRADE_DEFAULTS["float_digits"]
     widest = t2sql.get_preset("bare").replace(grading={"float_digits": _grader.MAX_FLOAT_DIGITS})
     assert widest.grading.float_digits == 17

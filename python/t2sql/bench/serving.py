@@ -311,8 +311,8 @@ def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> 
     once, five times (what asyncio itself costs for the benchmark's burst of tasks)."""
     import threading
 
-    from t2sql.serving.grader import DEFAULT_WORKER_NICE  # lazily, as above
     from t2sql.serving.jobs import lower_priority
+    from t2sql.serving.settings import DEFAULT_WORKER_NICE  # lazily, as above
 
     async def meter_for(duration: float) -> tuple[float, float]:
         meter = _StallMeter()

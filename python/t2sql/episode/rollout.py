@@ -39,6 +39,7 @@ from t2sql.episode.prompt import build_prompt_async
 from t2sql.errors import PresetError, SettingsError
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import manifest_file_problem
+from t2sql.serving.settings import GraderSettings
 from t2sql.tasks import Task
 
 log = logging.getLogger("t2sql.rollout")
@@ -140,8 +141,10 @@ class RolloutSettings:
 
 
 def open_grader(preset: Preset, **options: Any) -> Grader:
-    """The Grader a preset's episodes run on (`options`: Grader's own, e.g. concurrency, cache_dir)."""
-    return Grader(grade_timeout_s=preset.grading.timeout_s, max_temp_mb=preset.grading.max_temp_mb, **options)
+    """The Grader a preset's episodes run on: its grading part's timeout and temporary-disk cap, and `options`
+    (other GraderSettings fields, e.g. concurrency, cache_dir)."""
+    return Grader(GraderSettings(grade_timeout_s=preset.grading.timeout_s, max_temp_mb=preset.grading.max_temp_mb,
+                                 **options))
 
 
 class RolloutContext:
