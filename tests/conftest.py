@@ -86,3 +86,14 @@ def bird_rollout():
     context = rollout.context(rollout.RolloutSettings(db_root=str(bird_root()), concurrency=2))
     yield context
     rollout.close_contexts()
+
+
+def tool_limits(**changes):
+    """The recipe preset's tool limits, some of them changed: the core has no default preview (the
+    preset owns its numbers), so a test's tool call names the recipe's."""
+    import t2sql
+
+    limits = t2sql.get_preset().tool_limits
+    given = {k: getattr(limits, k) for k in ("timeout_s", "max_rows", "max_cell_chars", "max_chars", "count_cap",
+                                              "max_temp_mb")}
+    return t2sql.ToolLimits(**{**given, **changes})

@@ -225,7 +225,7 @@ def test_an_oversized_evidence_is_refused_by_eval_in_bounded_memory(oversized_ev
                            str(out)], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "T2SQL_HOME": str(tmp_path / "home")})
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.count("above the preset's evidence_max_chars (16,000)") == 3
+    assert proc.stderr.count("above the preset's prompt.evidence_max_chars (16,000)") == 3
     assert [r["question_id"] for r in strict_lines(out)[1:]] == [str(ROWS[3]["question_id"])]
     peak_kib = int(proc.stderr.strip().splitlines()[-1])
     assert peak_kib < 512 * 1024, f"peak RSS {peak_kib // 1024} MiB for a 30 MB data file"

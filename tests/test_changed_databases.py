@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from conftest import SAMPLE_ROOT
+from conftest import SAMPLE_ROOT, tool_limits
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import DatabaseChanged, Manifest, file_identity
 
@@ -64,7 +64,7 @@ def test_committed_rows_still_in_the_wal_are_read(tmp_path):
         assert os.path.getsize(path + "-wal") > 0
         db = t2sql.Database(path)
         assert not db.immutable  # read with locks, not immutable
-        assert db.run_tool(COUNT).rows == [(2500,)]
+        assert db.run_tool(COUNT, tool_limits()).rows == [(2500,)]
         assert db.grade("SELECT 2500", COUNT).outcome == "match"
     finally:
         writer.close()
@@ -73,7 +73,7 @@ def test_committed_rows_still_in_the_wal_are_read(tmp_path):
 def test_the_grader_sees_rows_committed_after_it_cached_the_database(tmp_path):
     path = make_db(tmp_path / "w.sqlite", "WAL")
     with Grader(concurrency=1) as g:
-        assert g.run_tool_sync(path, COUNT).rows == [(2000,)]
+        assert g.run_tool_sync(path, COUNT, tool_limits()).rows == [(2000,)]
         assert g.grade_sync(path, "SELECT 2000", COUNT).outcome == "match"  # gold cached: 2000
         writer = sqlite3.connect(path)
         writer.execute("PRAGMA wal_autocheckpoint=0")
@@ -81,7 +81,7 @@ def test_the_grader_sees_rows_committed_after_it_cached_the_database(tmp_path):
         writer.commit()
         try:
             # The -wal beside it is a new identity: connections reopen, the gold runs again.
-            assert g.run_tool_sync(path, COUNT).rows == [(2500,)]
+            assert g.run_tool_sync(path, COUNT, tool_limits()).rows == [(2500,)]
             r = g.grade_sync(path, "SELECT 2500", COUNT)
             assert r.outcome == "match" and not r.gold_cached
         finally:
@@ -98,13 +98,13 @@ def test_a_writer_killed_mid_transaction_is_refused_by_name(tmp_path):
     assert f"{path}-journal" in str(info.value)
     with Grader(concurrency=1) as g:
         with pytest.raises(t2sql.DatabaseError, match="hot journal"):
-            g.run_tool_sync(path, COUNT)
+            g.run_tool_sync(path, COUNT, tool_limits())
     # Once rolled back by a read-write open, the committed state grades as before.
     con = sqlite3.connect(path)  # what the error message tells the user to do
     con.execute("SELECT count(*) FROM sqlite_master").fetchone()
     con.close()
     assert not os.path.exists(path + "-journal")
-    assert t2sql.Database(path).run_tool(COUNT).rows == [(2000,)]
+    assert t2sql.Database(path).run_tool(COUNT, tool_limits()).rows == [(2000,)]
 
 
 def test_a_writer_holding_its_lock_is_refused_within_a_second(tmp_path):
@@ -115,14 +115,14 @@ def test_a_writer_holding_its_lock_is_refused_within_a_second(tmp_path):
         assert proc.stdout.readline().strip() == "holding"
         started = time.monotonic()
         with pytest.raises(t2sql.DatabaseError, match="locked by a writer"):
-            t2sql.Database(path).run_tool(COUNT)
+            t2sql.Database(path).run_tool(COUNT, tool_limits())
         assert time.monotonic() - started < 3
     finally:
         proc.stdin.write("\n")
         proc.stdin.flush()
         proc.wait(timeout=30)
     # The writer ended without committing: its transaction rolled back.
-    assert t2sql.Database(path).run_tool(COUNT).rows == [(2000,)]
+    assert t2sql.Database(path).run_tool(COUNT, tool_limits()).rows == [(2000,)]
 
 
 def test_the_schema_is_read_through_the_guarded_path_like_any_statement(tmp_path):
@@ -136,7 +136,7 @@ def test_the_schema_is_read_through_the_guarded_path_like_any_statement(tmp_path
     try:
         assert proc.stdout.readline().strip() == "holding"
         errors = []
-        for call in (lambda: db.run_tool(COUNT), db.schema):
+        for call in (lambda: db.run_tool(COUNT, tool_limits()), db.schema):
             with pytest.raises(t2sql.DatabaseError, match="locked by a writer") as info:
                 call()
             errors.append(str(info.value))
@@ -173,7 +173,7 @@ def test_restored_mtime_does_not_fake_the_manifest(tmp_path):
         assert g.grade_sync(str(db), NAME_OF_1, NAME_OF_1).outcome == "match"
         _edit_keeping_size_and_mtime(db)
         with pytest.raises(DatabaseChanged, match="different sha256"):
-            g.run_tool_sync(str(db), NAME_OF_1)
+            g.run_tool_sync(str(db), NAME_OF_1, tool_limits())
 
 
 def test_restored_mtime_does_not_fake_the_gold_cache(tmp_path):
@@ -198,10 +198,10 @@ def test_hash_databases_checks_content_even_when_the_stat_matches(tmp_path):
     data["databases"]["superhero"]["sha256"] = "0" * 64
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     with Grader(concurrency=1, manifest=tmp_path / "manifest.json") as trusting:
-        assert trusting.run_tool_sync(str(db), NAME_OF_1).row_count == 1
+        assert trusting.run_tool_sync(str(db), NAME_OF_1, tool_limits()).row_count == 1
     with Grader(concurrency=1, manifest=tmp_path / "manifest.json", hash_databases=True) as hashing:
         with pytest.raises(DatabaseChanged, match="different sha256"):
-            hashing.run_tool_sync(str(db), NAME_OF_1)
+            hashing.run_tool_sync(str(db), NAME_OF_1, tool_limits())
 
 
 def test_a_writer_side_file_is_refused_under_a_manifest(tmp_path):
@@ -218,6 +218,6 @@ def test_a_writer_side_file_is_refused_under_a_manifest(tmp_path):
         assert file_identity(db).writer_file(db) == f"{db}-wal"
         with Grader(concurrency=1, manifest=tmp_path / "manifest.json") as g:
             with pytest.raises(DatabaseChanged, match="-wal is not empty"):
-                g.run_tool_sync(str(db), COUNT)
+                g.run_tool_sync(str(db), COUNT, tool_limits())
     finally:
         writer.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import t2sql
+from conftest import tool_limits
 from t2sql import (
     Database,
     DatabaseClosed,
@@ -20,7 +21,6 @@ from t2sql import (
     GradeSpec,
     InvalidArgument,
     T2sqlError,
-    ToolLimits,
     UnsafeQuery,
 )
 from t2sql._grader import SqlPool
@@ -59,10 +59,10 @@ def test_invalid_argument_is_one_of_the_core_errors_and_a_value_error():
 @pytest.mark.parametrize("value", [-1, 2**64, 10**5000], ids=["-1", "2**64", "10**5000"])
 def test_tool_limits_out_of_range(db_file, name, value):
     db = Database(db_file)
-    message = refused(lambda: ToolLimits(**{name: value}), name, U64)  # a tool call's limits, one value
+    message = refused(lambda: tool_limits(**{name: value}), name, U64)  # a tool call's limits, one value
     shown = {-1: "got -1", 2**64: f"got {2**64}"}.get(value, "got an integer of 16610 bits")  # not 5000 digits
     assert message.endswith(shown), message
-    assert db.run_tool("SELECT id FROM people", ToolLimits(**{name: 2})).columns == ["id"]  # in range: taken
+    assert db.run_tool("SELECT id FROM people", tool_limits(**{name: 2})).columns == ["id"]  # in range: taken
 
 
 @pytest.mark.parametrize("value", [-1, 0, 18, 2**70])
@@ -82,7 +82,7 @@ def test_float_digits_out_of_range(db_file, method, value):
 def test_timeouts_are_positive_seconds(db_file, value):
     db = Database(db_file)
     gold = db.digest("SELECT id FROM people")
-    calls = [lambda: ToolLimits(timeout_s=value), lambda: GradeSpec(timeout_s=value),
+    calls = [lambda: tool_limits(timeout_s=value), lambda: GradeSpec(timeout_s=value),
              lambda: db.grade_against("SELECT 1", gold, value), lambda: db.count_rows("SELECT 1", value)]
     for call in calls:
         refused(call, "timeout_s", "positive")
@@ -120,7 +120,7 @@ def test_from_rows_takes_schema_statements_and_plain_cells_only():
     with pytest.raises(DatabaseError, match="UNIQUE"):
         Database.from_rows("w", schema, [("t", ["id"], [(1,), (1,)])])
     with pytest.raises(UnsafeQuery):
-        db.run_tool("DELETE FROM t")
+        db.run_tool("DELETE FROM t", tool_limits())
 
 
 def test_pool_and_process_settings(db_file):
@@ -136,7 +136,7 @@ def test_pool_and_process_settings(db_file):
         refused(lambda: pool.submit_call(-1, lambda cancel: None), "job_id", U64)
         st = os.stat(db_file)
         # A ToolJob's limits were checked when its ToolLimits was built (test_tool_limits_out_of_range).
-        tool = ToolJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", ToolLimits(count_cap=100), job_id=1)
+        tool = ToolJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", tool_limits(count_cap=100), job_id=1)
         refused(lambda: pool.submit_tool(tool._replace(job_id=-1)), "job_id", U64)
         # A DigestJob's spec is one GradeSpec, read whole (its digits were checked when it was built).
         digest = DigestJob(str(db_file), (st.st_size, st.st_mtime_ns), "SELECT 1", GradeSpec(), job_id=2)
@@ -158,7 +158,7 @@ class _BytesPath:
 def test_paths_may_be_str_bytes_or_path_like(db_file):
     for given in (str(db_file), os.fsencode(db_file), db_file, _BytesPath(os.fsencode(db_file))):
         db = Database(given)
-        assert db.path == str(db_file) and db.run_tool("SELECT count(*) FROM people").rows == [(5,)]
+        assert db.path == str(db_file) and db.run_tool("SELECT count(*) FROM people", tool_limits()).rows == [(5,)]
     with pytest.raises(DatabaseError, match="not found"):
         Database(os.fsencode(db_file) + b".missing")
     with pytest.raises(InvalidArgument, match="not valid UTF-8"):
@@ -174,7 +174,8 @@ def test_close_is_idempotent_and_every_later_call_says_the_database_is_closed(db
     db.close()
     db.close()
     assert db.closed and "closed" in repr(db)
-    calls = [lambda: db.run_tool("SELECT 1"), lambda: db.digest("SELECT 1"), lambda: db.grade("SELECT 1", "SELECT 1"),
+    calls = [lambda: db.run_tool("SELECT 1", tool_limits()), lambda: db.digest("SELECT 1"),
+             lambda: db.grade("SELECT 1", "SELECT 1"),
              lambda: db.grade_against("SELECT id FROM people", gold), lambda: db.count_rows("SELECT 1"),
              lambda: db.schema()]
     for call in calls:
@@ -201,7 +202,7 @@ def test_close_from_another_thread_waits_for_the_running_query(db_file):
     slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) SELECT count(*) FROM c"
     def query() -> None:
         try:
-            results.append(db.run_tool(slow, ToolLimits(timeout_s=60)).rows)
+            results.append(db.run_tool(slow, tool_limits(timeout_s=60)).rows)
         except DatabaseClosed as e:
             results.append(e)
 
@@ -213,4 +214,4 @@ def test_close_from_another_thread_waits_for_the_running_query(db_file):
     assert db.closed and len(results) == 1
     assert results[0] == [(3000000,)] or isinstance(results[0], DatabaseClosed), results
     with pytest.raises(DatabaseClosed):
-        db.run_tool("SELECT 1")
+        db.run_tool("SELECT 1", tool_limits())

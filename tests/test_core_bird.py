@@ -8,8 +8,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import bird_root
-from t2sql import Database, GradeSpec, ToolLimits, resolve_method
+from conftest import bird_root, tool_limits
+from t2sql import Database, GradeSpec, resolve_method
 
 BIRD = bird_root()
 
@@ -34,7 +34,7 @@ def test_all_432_golds_run_hardened_and_match_themselves(questions, databases):
             if v.outcome != "match":
                 failures.append((q["question_id"], method, v.outcome, v.detail))
         # The tool path runs every gold too, and counts its rows the same way.
-        assert db.run_tool(q["SQL"], ToolLimits(timeout_s=30, count_cap=10**9)).row_count == db.count_rows(q["SQL"])
+        assert db.run_tool(q["SQL"], tool_limits(timeout_s=30, count_cap=10**9)).row_count == db.count_rows(q["SQL"])
     assert failures == []
 
 
@@ -116,7 +116,7 @@ def test_auto_method_follows_the_golds_outer_order_by(questions, databases):
         if resolve_method(g, "auto") != "ordered" or db.count_rows(g) < 2:
             continue
         # The gold's own rows as literals in reverse: same multiset, other order.
-        rows = db.run_tool(g, ToolLimits(timeout_s=30, max_rows=10**6, count_cap=10**9)).rows
+        rows = db.run_tool(g, tool_limits(timeout_s=30, max_rows=10**6, count_cap=10**9)).rows
         if len(set(rows)) < 2:
             continue
         values = " UNION ALL ".join(

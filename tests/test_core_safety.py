@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from t2sql import Cancel, Database, GradeSpec, QueryCancelled, QueryTimeout, SqlError, ToolLimits, UnsafeQuery
+from conftest import tool_limits
+from t2sql import Cancel, Database, GradeSpec, QueryCancelled, QueryTimeout, SqlError, UnsafeQuery
 
 TIMEOUT_S = 1.0
 MARGIN_S = 1.0
@@ -132,11 +133,11 @@ def test_attack_is_contained(sandbox, name, sql, expected):
 
     start = time.monotonic()
     if expected is None:
-        result = db.run_tool(sql, ToolLimits(timeout_s=TIMEOUT_S))
+        result = db.run_tool(sql, tool_limits(timeout_s=TIMEOUT_S))
         assert result.row_count >= 1
     else:
         with pytest.raises(expected) as err:
-            db.run_tool(sql, ToolLimits(timeout_s=TIMEOUT_S))
+            db.run_tool(sql, tool_limits(timeout_s=TIMEOUT_S))
         assert str(err.value), "every error carries a message"
     assert time.monotonic() - start < TIMEOUT_S + MARGIN_S
 
@@ -153,23 +154,23 @@ def test_attack_is_contained(sandbox, name, sql, expected):
     assert _digest(db_path) == before_bytes, "the database file changed"
     assert _snapshot(tmp) == before_files, "a file was created"
     # The connection keeps serving after the attack.
-    assert db.run_tool("SELECT count(*) FROM people").rows == [(200,)]
+    assert db.run_tool("SELECT count(*) FROM people", tool_limits()).rows == [(200,)]
 
 
 def test_unsafe_message_names_what_was_refused(sandbox):
     _, db_path = sandbox
     db = Database(str(db_path))
     with pytest.raises(UnsafeQuery, match="PRAGMA|pragma_table_info"):
-        db.run_tool("SELECT * FROM pragma_table_info('people')")
+        db.run_tool("SELECT * FROM pragma_table_info('people')", tool_limits())
     with pytest.raises(UnsafeQuery, match="DROP"):
-        db.run_tool("DROP TABLE people")
+        db.run_tool("DROP TABLE people", tool_limits())
     with pytest.raises(UnsafeQuery, match="DROP"):
-        db.run_tool("SELECT 1; DROP TABLE people")
+        db.run_tool("SELECT 1; DROP TABLE people", tool_limits())
     # Not one query, but nothing that writes: SQLite's message, or the policy's, as an SQL error.
     with pytest.raises(SqlError, match="more than one statement"):
-        db.run_tool("SELECT 1; SELECT 2")
+        db.run_tool("SELECT 1; SELECT 2", tool_limits())
     with pytest.raises(SqlError, match='near "SELEC": syntax error'):
-        db.run_tool("SELEC count(*) FROM people")
+        db.run_tool("SELEC count(*) FROM people", tool_limits())
     assert db.grade("SELEC count(*) FROM people", "SELECT count(*) FROM people").outcome == "pred_error"
     assert db.grade("DROP TABLE no_such_table", "SELECT count(*) FROM people").outcome == "unsafe"
 
@@ -178,9 +179,9 @@ def test_invalid_utf8_is_a_typed_error(sandbox):
     _, db_path = sandbox
     db = Database(str(db_path))
     with pytest.raises(SqlError, match="UTF-8"):
-        db.run_tool("SELECT '\udcff'")
+        db.run_tool("SELECT '\udcff'", tool_limits())
     with pytest.raises(SqlError, match="UTF-8"):
-        db.run_tool(b"SELECT '\xff'")
+        db.run_tool(b"SELECT '\xff'", tool_limits())
     assert db.grade("SELECT '\udcff'", "SELECT 1").outcome == "pred_error"
 
 
@@ -203,7 +204,7 @@ def test_cancel_interrupts_a_running_query_from_another_thread(sandbox):
     def run():
         try:
             db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
-                        ToolLimits(timeout_s=60), cancel=token)
+                        tool_limits(timeout_s=60), cancel=token)
         except BaseException as e:  # noqa: BLE001 - the test inspects it
             errors.append(e)
 
@@ -219,7 +220,7 @@ def test_cancel_interrupts_a_running_query_from_another_thread(sandbox):
     assert token.cancelled
     # A token that already fired stops the next query before it starts.
     with pytest.raises(QueryCancelled):
-        db.run_tool("SELECT 1", cancel=token)
+        db.run_tool("SELECT 1", tool_limits(), cancel=token)
 
 
 def test_the_gil_is_released_while_sqlite_works(sandbox):
@@ -231,7 +232,7 @@ def test_the_gil_is_released_while_sqlite_works(sandbox):
     def slow():
         with pytest.raises(QueryTimeout):
             db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
-                        ToolLimits(timeout_s=1.0))
+                        tool_limits(timeout_s=1.0))
         done.set()
 
     t = threading.Thread(target=slow)
@@ -271,7 +272,7 @@ def test_one_database_shared_by_threads_serializes_safely(sandbox):
 
     def work():
         for _ in range(50):
-            out.append(db.run_tool("SELECT count(*) FROM people").rows[0][0])
+            out.append(db.run_tool("SELECT count(*) FROM people", tool_limits()).rows[0][0])
 
     threads = [threading.Thread(target=work) for _ in range(4)]
     for t in threads:
@@ -336,7 +337,7 @@ def test_paths_with_uri_characters_open(tmp_path, sandbox):
     _, db_path = sandbox
     odd = tmp_path / "we?ird#name%20.sqlite"
     shutil.copy(db_path, odd)
-    assert Database(str(odd)).run_tool("SELECT count(*) FROM people").rows == [(200,)]
+    assert Database(str(odd)).run_tool("SELECT count(*) FROM people", tool_limits()).rows == [(200,)]
     assert Database(odd).path == str(odd)
 
 
@@ -344,7 +345,7 @@ def test_bad_arguments_are_value_errors(sandbox):
     _, db_path = sandbox
     db = Database(str(db_path))
     with pytest.raises(ValueError, match="timeout_s"):
-        db.run_tool("SELECT 1", ToolLimits(timeout_s=0))
+        db.run_tool("SELECT 1", tool_limits(timeout_s=0))
     with pytest.raises(ValueError, match="float_digits"):
         db.grade("SELECT 1", "SELECT 1", GradeSpec(float_digits=0))
     with pytest.raises(ValueError, match="grading method"):
@@ -362,10 +363,10 @@ def test_heap_limit_turns_a_memory_bomb_into_an_error(sandbox):
     try:
         # Each value is under the LENGTH limit; ten of them in one row are not under the heap limit.
         with pytest.raises(SqlError, match="memory"):
-            db.run_tool("SELECT " + ", ".join(["randomblob(10000000)"] * 10), ToolLimits(timeout_s=60))
+            db.run_tool("SELECT " + ", ".join(["randomblob(10000000)"] * 10), tool_limits(timeout_s=60))
     finally:
         t2sql.set_heap_limit(previous)
-    assert db.run_tool("SELECT count(*) FROM people").rows == [(200,)]
+    assert db.run_tool("SELECT count(*) FROM people", tool_limits()).rows == [(200,)]
 
 
 def test_a_sort_that_spills_leaves_no_file(sandbox, tmp_path):
@@ -374,7 +375,7 @@ def test_a_sort_that_spills_leaves_no_file(sandbox, tmp_path):
     _, db_path = sandbox
     db = Database(str(db_path))
     before = set(os.listdir(tmp_path))
-    db.run_tool("SELECT a.name, b.name FROM people a, people b, people c ORDER BY random()", ToolLimits(timeout_s=30))
+    db.run_tool("SELECT a.name, b.name FROM people a, people b, people c ORDER BY random()", tool_limits(timeout_s=30))
     assert set(os.listdir(tmp_path)) == before
 
 
@@ -402,7 +403,10 @@ db = t2sql.Database(sys.argv[1])
 start = time.monotonic()
 try:
     if sys.argv[2] == "tool":
-        db.run_tool(sys.argv[3], t2sql.ToolLimits(timeout_s=float(sys.argv[4]), max_rows=20))
+        p = t2sql.get_preset().tool_limits
+        db.run_tool(sys.argv[3], t2sql.ToolLimits(timeout_s=float(sys.argv[4]), max_rows=20,
+                                                  max_cell_chars=p.max_cell_chars, max_chars=p.max_chars,
+                                                  count_cap=p.count_cap))
         outcome = "ran"
     else:
         outcome = db.grade(sys.argv[3], sys.argv[3], t2sql.GradeSpec(timeout_s=float(sys.argv[4]))).outcome
@@ -448,7 +452,7 @@ def test_cancel_reaches_a_grader_task_inside_a_sort():
     async def scenario() -> tuple[float, float]:
         grader = Grader(concurrency=1)
         try:
-            sort = asyncio.ensure_future(grader.run_tool(str(SAMPLE_DB), LONG_SORT, ToolLimits(timeout_s=60)))
+            sort = asyncio.ensure_future(grader.run_tool(str(SAMPLE_DB), LONG_SORT, tool_limits(timeout_s=60)))
             await asyncio.sleep(1.3)  # SQLite is filling (and flushing) its sorter
             assert not sort.done(), "the sort finished before the cancel: make LONG_SORT bigger"
             cancelled = time.monotonic()
@@ -456,7 +460,7 @@ def test_cancel_reaches_a_grader_task_inside_a_sort():
             with pytest.raises(asyncio.CancelledError):
                 await sort
             # The one worker is free again: a small query runs at once.
-            await grader.run_tool(str(SAMPLE_DB), "SELECT count(*) FROM superhero", ToolLimits(timeout_s=10))
+            await grader.run_tool(str(SAMPLE_DB), "SELECT count(*) FROM superhero", tool_limits(timeout_s=10))
             return cancelled, time.monotonic()
         finally:
             grader.close()
@@ -546,13 +550,13 @@ def test_a_long_built_in_call_ends_within_its_deadline_on_the_tool_path(sandbox,
     sql, answer = LONG_CALLS[name]
     db = Database(str(db_path))
     (how, got), elapsed = _within(FUNCTION_DEADLINE_S + 0.5, lambda: db.run_tool(
-        sql, ToolLimits(timeout_s=FUNCTION_DEADLINE_S)))
+        sql, tool_limits(timeout_s=FUNCTION_DEADLINE_S)))
     if answer is None:
         assert how == "error" and isinstance(got, QueryTimeout), got
     else:
         assert how == "ok" and got.rows == [(answer,)], got
     assert elapsed < FUNCTION_DEADLINE_S + 0.5
-    assert db.run_tool("SELECT count(*) FROM people").rows == [(200,)]
+    assert db.run_tool("SELECT count(*) FROM people", tool_limits()).rows == [(200,)]
 
 
 @pytest.mark.parametrize("name", list(LONG_CALLS))
@@ -575,7 +579,7 @@ def test_a_cancel_stops_a_long_built_in_call(sandbox):
     sql, _ = LONG_CALLS["like"]
     timer = threading.Timer(0.5, token.cancel)
     timer.start()
-    (how, got), elapsed = _within(1.5, lambda: db.run_tool(sql, ToolLimits(timeout_s=60), cancel=token))
+    (how, got), elapsed = _within(1.5, lambda: db.run_tool(sql, tool_limits(timeout_s=60), cancel=token))
     timer.join()
     assert how == "error" and isinstance(got, QueryCancelled), got
     assert elapsed < 1.0
@@ -640,14 +644,14 @@ def test_a_long_json_call_ends_within_its_deadline_on_the_tool_path(sandbox, nam
     sql, ending = JSON_CALLS[name]
     db = Database(str(db_path))
     (how, got), elapsed = _within(FUNCTION_DEADLINE_S + 0.5, lambda: db.run_tool(
-        sql, ToolLimits(timeout_s=FUNCTION_DEADLINE_S)))
+        sql, tool_limits(timeout_s=FUNCTION_DEADLINE_S)))
     assert how == "error", got
     if isinstance(ending, str):
         assert type(got) is SqlError and ending in str(got), got
     else:
         assert isinstance(got, ending), got
     assert elapsed < FUNCTION_DEADLINE_S + 0.5
-    assert db.run_tool("SELECT json_extract('[1,[2]]', '$[1][0]', '$[0]')").rows == [("[2,1]",)]
+    assert db.run_tool("SELECT json_extract('[1,[2]]', '$[1][0]', '$[0]')", tool_limits()).rows == [("[2,1]",)]
 
 
 @pytest.mark.parametrize("name", list(JSON_CALLS))

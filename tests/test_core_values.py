@@ -13,8 +13,9 @@ import pickle
 import pytest
 
 import t2sql
+from conftest import tool_limits
 from t2sql import Database, GradeSpec, InvalidArgument, ToolLimits, ToolResult
-from t2sql._grader import COLUMN_ORDERS, GRADE_DEFAULTS, MAX_FLOAT_DIGITS, METHODS, TOOL_DEFAULTS
+from t2sql._grader import COLUMN_ORDERS, GRADE_DEFAULTS, MAX_FLOAT_DIGITS, METHODS
 from t2sql.tasks import sample_dir
 
 SUPERHERO = str(sample_dir() / "superhero" / "superhero.sqlite")
@@ -39,12 +40,18 @@ def round_trips(value) -> None:
 # ---------------------------------------------------------------------------------------------- ToolLimits
 
 
-def test_tool_limits_default_to_the_cores_numbers():
-    limits = ToolLimits()
-    assert {k: getattr(limits, k) for k in TOOL_DEFAULTS} == TOOL_DEFAULTS
-    assert isinstance(limits.timeout_s, float) and all(isinstance(getattr(limits, k), int) for k in LIMIT_NAMES)
+def test_tool_limits_take_the_whole_preview_from_the_caller():
+    # The core owns no preview (the preset does, issue 38): each of its numbers is the caller's, and only the
+    # temporary-disk cap defaults, to the core's own.
     given = ToolLimits(timeout_s=2, max_rows=3, max_cell_chars=4, max_chars=5, count_cap=6, max_temp_mb=7)
-    assert [getattr(given, k) for k in TOOL_DEFAULTS] == [2.0, 3, 4, 5, 6, 7]
+    assert [getattr(given, k) for k in ("timeout_s", *LIMIT_NAMES, "max_temp_mb")] == [2.0, 3, 4, 5, 6, 7]
+    assert isinstance(given.timeout_s, float) and all(isinstance(getattr(given, k), int) for k in LIMIT_NAMES)
+    preview = {"timeout_s": 2.0, "max_rows": 3, "max_cell_chars": 4, "max_chars": 5, "count_cap": 6}
+    assert ToolLimits(**preview).max_temp_mb == GRADE_DEFAULTS["max_temp_mb"]
+    for name in preview:
+        with pytest.raises(TypeError, match=name):
+            ToolLimits(**{k: v for k, v in preview.items() if k != name})
+    assert not hasattr(t2sql._grader, "TOOL_DEFAULTS")
     with pytest.raises(TypeError):
         ToolLimits(10.0)  # keyword-only: a positional number says nothing about which limit it is
     with pytest.raises(TypeError):
@@ -53,13 +60,13 @@ def test_tool_limits_default_to_the_cores_numbers():
 
 @pytest.mark.parametrize("name", LIMIT_NAMES)
 def test_tool_limits_refuse_what_a_tool_call_refuses(name):
-    assert refused(lambda: ToolLimits(**{name: -1})) == f"{name} must be an integer {U64}, got -1"
-    assert refused(lambda: ToolLimits(**{name: 2**64})) == f"{name} must be an integer {U64}, got {2**64}"
-    assert refused(lambda: ToolLimits(**{name: 10**5000})).endswith("got an integer of 16610 bits")
-    assert getattr(ToolLimits(**{name: 0}), name) == 0  # in range: taken as given (floors apply when it runs)
+    assert refused(lambda: tool_limits(**{name: -1})) == f"{name} must be an integer {U64}, got -1"
+    assert refused(lambda: tool_limits(**{name: 2**64})) == f"{name} must be an integer {U64}, got {2**64}"
+    assert refused(lambda: tool_limits(**{name: 10**5000})).endswith("got an integer of 16610 bits")
+    assert getattr(tool_limits(**{name: 0}), name) == 0  # in range: taken as given (floors apply when it runs)
 
 
-@pytest.mark.parametrize("make", [lambda mb: ToolLimits(max_temp_mb=mb), lambda mb: GradeSpec(max_temp_mb=mb)],
+@pytest.mark.parametrize("make", [lambda mb: tool_limits(max_temp_mb=mb), lambda mb: GradeSpec(max_temp_mb=mb)],
                          ids=["ToolLimits", "GradeSpec"])
 def test_the_temporary_disk_cap_is_a_whole_number_of_mib_from_1(make):
     top = 2**64 // 2**20 - 1  # the largest cap whose bytes fit in 64 bits
@@ -73,43 +80,43 @@ def test_the_temporary_disk_cap_is_a_whole_number_of_mib_from_1(make):
 @pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), 10**400],
                          ids=["0", "-1", "nan", "inf", "10**400"])
 def test_tool_limits_timeouts_are_positive_seconds(value):
-    message = refused(lambda: ToolLimits(timeout_s=value))
+    message = refused(lambda: tool_limits(timeout_s=value))
     assert message.startswith("timeout_s must be a positive"), message
-    assert refused(lambda: ToolLimits(timeout_s=0)) == "timeout_s must be a positive number of seconds, got 0"
+    assert refused(lambda: tool_limits(timeout_s=0)) == "timeout_s must be a positive number of seconds, got 0"
 
 
 def test_tool_limits_are_frozen_values():
-    a, b = ToolLimits(max_rows=7), ToolLimits(max_rows=7)
-    assert a == b and hash(a) == hash(b) and len({a, b, ToolLimits()}) == 2
-    assert a != ToolLimits(max_rows=8) and a != ToolLimits(max_rows=7, timeout_s=9.5)
+    a, b = tool_limits(max_rows=7), tool_limits(max_rows=7)
+    assert a == b and hash(a) == hash(b) and len({a, b, tool_limits()}) == 2
+    assert a != tool_limits(max_rows=8) and a != tool_limits(max_rows=7, timeout_s=9.5)
     assert a != (7,) and (a == "ToolLimits") is False
     with pytest.raises(AttributeError):
         a.max_rows = 9
-    d = TOOL_DEFAULTS
-    assert repr(ToolLimits(timeout_s=0.25)) == (
-        f"ToolLimits(timeout_s=0.25, max_rows={d['max_rows']}, max_cell_chars={d['max_cell_chars']}, "
-        f"max_chars={d['max_chars']}, count_cap={d['count_cap']}, max_temp_mb={d['max_temp_mb']})")
+    assert repr(ToolLimits(timeout_s=0.25, max_rows=1, max_cell_chars=2, max_chars=3, count_cap=4, max_temp_mb=5)) == (
+        "ToolLimits(timeout_s=0.25, max_rows=1, max_cell_chars=2, max_chars=3, count_cap=4, max_temp_mb=5)")
     assert eval(repr(a), {"ToolLimits": ToolLimits}) == a
     round_trips(a)
-    round_trips(ToolLimits(timeout_s=1e-7, count_cap=2**64 - 1))
+    round_trips(tool_limits(timeout_s=1e-7, count_cap=2**64 - 1))
 
 
 def test_a_tool_call_runs_under_one_limits_value():
     db = Database(SUPERHERO)
     wide = "SELECT id, superhero_name FROM superhero ORDER BY id"
-    default = db.run_tool(wide)
-    assert len(default.rows) == TOOL_DEFAULTS["max_rows"] == 50  # the recipe's preview, the core's default
-    assert db.run_tool(wide, None).text == default.text == db.run_tool(wide, ToolLimits()).text
-    few = db.run_tool(wide, ToolLimits(max_rows=3, count_cap=10))
+    recipe = db.run_tool(wide, t2sql.get_preset().tool_limits)
+    assert len(recipe.rows) == t2sql.get_preset().tool.max_rows  # the preset's preview, whole
+    for no_limits in ((), (None,)):
+        with pytest.raises(TypeError):
+            db.run_tool(wide, *no_limits)  # the core has no preview of its own
+    few = db.run_tool(wide, tool_limits(max_rows=3, count_cap=10))
     assert len(few.rows) == 3 and few.row_count == 10 and few.row_count_capped
     with pytest.raises(t2sql.QueryTimeout, match="after 0.2s"):
         db.run_tool("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
-                    ToolLimits(timeout_s=0.2))
+                    tool_limits(timeout_s=0.2))
     with pytest.raises(TypeError):
         db.run_tool(wide, 10)  # a bare number is not limits
     # The floors apply when a call runs, as they always did: a preview of at least 16 characters, a count of 1.
-    assert db.run_tool(wide, ToolLimits(max_chars=0)).text == db.run_tool(wide, ToolLimits(max_chars=16)).text
-    assert db.run_tool(wide, ToolLimits(count_cap=0)).text == db.run_tool(wide, ToolLimits(count_cap=1)).text
+    assert db.run_tool(wide, tool_limits(max_chars=0)).text == db.run_tool(wide, tool_limits(max_chars=16)).text
+    assert db.run_tool(wide, tool_limits(count_cap=0)).text == db.run_tool(wide, tool_limits(count_cap=1)).text
 
 
 # ---------------------------------------------------------------------------------------------- GradeSpec
@@ -120,7 +127,7 @@ def test_grade_spec_defaults_are_the_cores():
     d = GRADE_DEFAULTS
     assert (spec.method, spec.float_digits, spec.column_order, spec.timeout_s, spec.max_temp_mb) == (
         "multiset", d["float_digits"], "strict", d["timeout_s"], d["max_temp_mb"])
-    assert GRADE_DEFAULTS["max_temp_mb"] == TOOL_DEFAULTS["max_temp_mb"] == 1024
+    assert GRADE_DEFAULTS["max_temp_mb"] == 1024
     exact = GradeSpec("set", float_digits=None, column_order="ignore", timeout_s=2)
     assert (exact.method, exact.float_digits, exact.column_order, exact.timeout_s) == ("set", None, "ignore", 2.0)
     with pytest.raises(TypeError):
@@ -297,28 +304,29 @@ def test_a_refusal_lists_what_the_core_reads():
 
 def test_a_tool_result_pickles_as_itself():
     db = Database(SUPERHERO)
-    result = db.run_tool("SELECT id, superhero_name, NULL, x'00ff', 1.5 FROM superhero ORDER BY id LIMIT 3")
+    result = db.run_tool("SELECT id, superhero_name, NULL, x'00ff', 1.5 FROM superhero ORDER BY id LIMIT 3",
+                         tool_limits())
     round_trips(result)
     back = pickle.loads(pickle.dumps(result))
     assert isinstance(back, ToolResult) and back.rows == result.rows and back.text == result.text
     assert back.rows[0][3] == b"\x00\xff" and back.columns == result.columns
-    other = db.run_tool("SELECT 1")
+    other = db.run_tool("SELECT 1", tool_limits())
     assert result != other and (result == "text") is False
 
 
 def _in_a_child(values, db_path: str, sql: str):
     """Runs in a spawned interpreter: the values arrived by pickle; they go back with a fresh tool result."""
-    return values, [repr(v) for v in values], Database(db_path).run_tool(sql)
+    return values, [repr(v) for v in values], Database(db_path).run_tool(sql, tool_limits())
 
 
 def test_the_values_cross_a_real_process_boundary():
-    values = [ToolLimits(timeout_s=3.5, max_rows=2), GradeSpec("auto", gold_sql="SELECT 1 ORDER BY 1"),
+    values = [tool_limits(timeout_s=3.5, max_rows=2), GradeSpec("auto", gold_sql="SELECT 1 ORDER BY 1"),
               GradeSpec("subset,=,2", float_digits=None, column_order="ignore")]
     sql = "SELECT superhero_name FROM superhero ORDER BY id LIMIT 4"
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         back, reprs, result = pool.apply(_in_a_child, (values, SUPERHERO, sql))
     assert back == values and reprs == [repr(v) for v in values]
-    here = Database(SUPERHERO).run_tool(sql)
+    here = Database(SUPERHERO).run_tool(sql, tool_limits())
     assert isinstance(result, ToolResult)
     assert (result.columns, result.rows, result.row_count, result.text) == (here.columns, here.rows, here.row_count,
                                                                             here.text)

@@ -7,16 +7,20 @@ import json
 import sys
 import textwrap
 from collections import Counter
+from dataclasses import MISSING, fields, replace
 from types import SimpleNamespace
 
 import pytest
 
 from t2sql.commands import curriculum as curriculum_command
+from t2sql.episode.presets import get_preset
 from t2sql.errors import CurriculumError
 from t2sql.miles import curriculum as cur
 from t2sql.miles import hints
 from t2sql.miles.curriculum import Curriculum, CurriculumConfig, record_rollout, sample_correct
 from t2sql.miles.hints import apply_hint, build_hint, gold_parts
+
+RECIPE_CONFIG = CurriculumConfig.from_preset(get_preset())
 
 JOIN_SQL = (
     "SELECT COUNT(T1.id) FROM superhero AS T1 INNER JOIN colour AS T2 "
@@ -113,7 +117,7 @@ def test_a_successful_hinted_group_gives_a_level_back_and_a_middling_one_keeps_i
     assert c.hint_level("q0") == 2 and c.tasks["q0"].last_p == 0.25
     c.observe("q0", [True] * 8 + [False] * 8)  # 0.5: one level back, learnability unknown again
     assert c.hint_level("q0") == 1 and c.tasks["q0"].last_p is None
-    never = Curriculum(_ids(1), config=CurriculumConfig(release_share=None))
+    never = Curriculum(_ids(1), config=replace(RECIPE_CONFIG, release_share=None))
     never.observe("q0", [False] * 4)
     never.observe("q0", [True] * 4)
     assert never.hint_level("q0") == 1
@@ -127,7 +131,7 @@ def test_groups_drawn_at_an_old_level_are_ignored():
 
 
 def test_weights_are_learnability_with_a_floor():
-    c = Curriculum(_ids(4), config=CurriculumConfig(weight_floor=0.02))
+    c = Curriculum(_ids(4), config=replace(RECIPE_CONFIG, weight_floor=0.02))
     assert c.weight("q0") == cur.UNSEEN_WEIGHT
     c.observe("q1", [True] * 8 + [False] * 8)
     c.observe("q2", [True] * 16)
@@ -149,7 +153,7 @@ def test_epoch_one_is_a_seeded_permutation_and_deterministic():
 
 def test_from_epoch_two_draws_follow_learnability():
     ids = _ids(100)
-    c = Curriculum(ids, seed=5, config=CurriculumConfig(weight_floor=0.01))
+    c = Curriculum(ids, seed=5, config=replace(RECIPE_CONFIG, weight_floor=0.01))
     c.next_tasks(100)  # epoch 1
     for i, t in enumerate(ids):  # even tasks: p = 0.5 (weight 0.25); odd: solved (floor 0.01)
         c.observe(t, [True, False] if i % 2 == 0 else [True, True])
@@ -210,18 +214,20 @@ def test_bad_states_and_configs_are_rejected(tmp_path):
     with pytest.raises(CurriculumError, match="at least one"):
         Curriculum([])
     with pytest.raises(CurriculumError, match="weight_floor"):
-        CurriculumConfig(weight_floor=0.0)
+        replace(RECIPE_CONFIG, weight_floor=0.0)
     with pytest.raises(CurriculumError, match="max_hint_level"):
-        CurriculumConfig(max_hint_level=4)
+        replace(RECIPE_CONFIG, max_hint_level=4)
 
 
 def test_config_from_presets():
-    from t2sql.episode.presets import get_preset
-
     recipe = get_preset("qwen3.6-35b-a3b")
-    assert recipe.curriculum is True
-    assert CurriculumConfig.from_preset(recipe).max_hint_level == recipe.curriculum_max_hint_level
-    assert get_preset("bare").curriculum is False
+    assert recipe.curriculum.enabled is True
+    assert CurriculumConfig.from_preset(recipe).max_hint_level == recipe.curriculum.max_hint_level
+    assert get_preset("bare").curriculum.enabled is False
+    # One owner of the numbers, the preset: the config has no defaults of its own, and a policy given none
+    # takes the recipe preset's.
+    assert [f.name for f in fields(CurriculumConfig) if f.default is not MISSING] == []
+    assert Curriculum(["a"]).config == RECIPE_CONFIG
 
 
 def test_sample_correct_reads_the_adapter_reward_then_metadata_then_numbers():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import t2sql
-from conftest import bird_root
+from conftest import bird_root, tool_limits
 from t2sql import GradeSpec, ToolLimits
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
@@ -126,7 +126,7 @@ def test_a_solution_sqlite_cannot_parse_is_a_pred_error_not_unsafe(rows, db_root
 
 
 def test_pred_timeout_is_rewarded_as_incorrect_after_one_retry(rows, db_root, grader):
-    e = Episode(task(rows, db_root), BARE.replace(grade_timeout_s=0.3), grader)
+    e = Episode(task(rows, db_root), BARE.replace(grading={"timeout_s": 0.3}), grader)
     # three columns like the gold's, so no early mismatch: it must run into the deadline
     play(e, f"<solution>{SLOW_SQL.replace('max(x)', 'max(x), 1, 1')}</solution>")
     assert e.result.outcome == "pred_timeout" and e.result.reward == 0.0
@@ -170,7 +170,7 @@ def test_unsafe_solution(rows, db_root, grader):
     assert r.outcome == "unsafe" and r.invalid_tool_calls == 2
     assert r.reward == -1.0  # penalties never go below the floor in the recipe
     assert sha(t.db_path) == before
-    e = Episode(t, RECIPE.replace(penalties_below_floor=True), grader)
+    e = Episode(t, RECIPE.replace(reward={"penalties_below_floor": True}), grader)
     play(e, "<tool_call>{bad json</tool_call>", "<tool_call>[]</tool_call>",
          "<solution>DELETE FROM superhero</solution>")
     assert e.result.reward < -1.0
@@ -230,32 +230,36 @@ def test_a_tool_call_sqlite_cannot_parse_shows_its_error_and_the_episode_goes_on
 
 
 def test_tool_timeout_is_an_error_message(rows, db_root, grader):
-    e = Episode(task(rows, db_root), BARE.replace(tool_timeout_s=0.3), grader)
+    e = Episode(task(rows, db_root), BARE.replace(tool={"timeout_s": 0.3}), grader)
     out = play(e, xml(SLOW_SQL))
     assert not out.done
     assert out.tool_messages[0]["content"] == "Error: query timed out after 0.3s\n\n(4 tool calls left.)"
 
 
 def test_a_presets_tool_limits_are_built_once_from_its_fields():
-    preset = BARE.replace(tool_max_rows=3, tool_max_cell_chars=30, tool_max_chars=500, tool_count_cap=40,
-                          tool_timeout_s=2.5)
+    preset = BARE.replace(tool={"max_rows": 3, "max_cell_chars": 30, "max_chars": 500, "count_cap": 40,
+                                "timeout_s": 2.5})
     assert preset.tool_limits is preset.tool_limits  # one value per preset, not one per call
     assert preset.tool_limits == ToolLimits(timeout_s=2.5, max_rows=3, max_cell_chars=30, max_chars=500, count_cap=40)
-    changed = preset.replace(tool_max_rows=4)
+    changed = preset.replace(tool={"max_rows": 4})
     assert changed.tool_limits.max_rows == 4 and preset.tool_limits.max_rows == 3  # replace() builds its own
-    assert changed.to_dict() == {**preset.to_dict(), "tool_max_rows": 4}  # the value is not a field
+    assert changed.to_dict() == {**preset.to_dict(), "tool": {**preset.to_dict()["tool"], "max_rows": 4}}  # not a field
 
 
-def test_the_recipes_tool_preview_is_the_cores_default():
-    # One place for those numbers: the core's defaults, which the presets take (and print) as their own.
+def test_a_presets_tool_fields_are_the_preview_the_core_runs():
+    # One place for those numbers: the preset's fields, which reach the core whole (the core has no default).
+    wide = "SELECT id, superhero_name FROM superhero ORDER BY id"
+    db = t2sql.Database(t2sql.tasks.sample_dir() / "superhero" / "superhero.sqlite")
     for preset in (RECIPE, BARE):
-        assert preset.tool_limits == ToolLimits()
-    assert (RECIPE.tool_max_rows, RECIPE.tool_max_cell_chars, RECIPE.tool_max_chars, RECIPE.tool_count_cap,
-            RECIPE.tool_timeout_s) == (50, 120, 4000, 10000, 10.0)
+        limits = preset.tool_limits
+        assert (limits.max_rows, limits.max_cell_chars, limits.max_chars, limits.count_cap, limits.timeout_s) == (
+            preset.tool.max_rows, preset.tool.max_cell_chars, preset.tool.max_chars, preset.tool.count_cap,
+            preset.tool.timeout_s)
+        assert len(db.run_tool(wide, limits).rows) == preset.tool.max_rows
 
 
 def test_a_tool_call_hands_the_grader_the_presets_limits_whole(rows, db_root, grader):
-    preset = BARE.replace(tool_max_rows=2)
+    preset = BARE.replace(tool={"max_rows": 2})
     seen: list = []
 
     class Recording:
@@ -273,7 +277,7 @@ def test_a_tool_call_hands_the_grader_the_presets_limits_whole(rows, db_root, gr
     play(e, xml("SELECT 1"))
     assert len(seen) == 2 and all(limits is preset.tool_limits for limits in seen)
     assert out.tool_messages[0]["content"].startswith(grader.run_tool_sync(
-        e.task.db_path, "SELECT id FROM superhero ORDER BY id", ToolLimits(max_rows=2)).text)
+        e.task.db_path, "SELECT id FROM superhero ORDER BY id", tool_limits(max_rows=2)).text)
 
 
 def test_an_answer_is_graded_under_the_tasks_spec_built_once_and_handed_whole(rows, db_root, grader):
@@ -281,7 +285,7 @@ def test_an_answer_is_graded_under_the_tasks_spec_built_once_and_handed_whole(ro
     that very value to the Grader, and the equivalence check grades the copies as the episode did."""
     row = next(r for r in rows if t2sql.resolve_method(r["SQL"], "auto") == "ordered")
     t = dataclasses.replace(Task.from_row(row, db_root), grading_method="auto")
-    preset = RECIPE.replace(float_digits=6, column_order="ignore", grade_timeout_s=7.0)
+    preset = RECIPE.replace(grading={"float_digits": 6, "column_order": "ignore", "timeout_s": 7.0})
     seen: list = []
 
     class Recording:
@@ -299,13 +303,13 @@ def test_an_answer_is_graded_under_the_tasks_spec_built_once_and_handed_whole(ro
     assert len(seen) == 1 and seen[0] is e.grade_spec and e.result.outcome == "correct"
     config = EquivalenceConfig.from_preset(preset, e.grade_spec)
     assert (config.spec.method, config.spec.float_digits, config.spec.column_order, config.spec.timeout_s) == (
-        "ordered", 6, "ignore", preset.equivalence_timeout_s)
+        "ordered", 6, "ignore", preset.equivalence.timeout_s)
 
 
 def test_every_tool_result_says_how_many_calls_are_left(rows, db_root, grader):
     e = Episode(no_evidence_task(rows, db_root), RECIPE, grader)
     notes = []
-    for i in range(RECIPE.max_tool_calls):
+    for i in range(RECIPE.budgets.max_tool_calls):
         out = play(e, xml(f"SELECT {i}"))
         notes.append(out.tool_messages[0]["content"].rsplit("\n\n", 1)[1])
     assert notes == ["(4 tool calls left.)", "(3 tool calls left.)", "(2 tool calls left.)", "(1 tool call left.)",
@@ -349,7 +353,7 @@ def test_max_turns_stops_a_model_that_never_answers(rows, db_root, grader):
     e = Episode(task(rows, db_root), BARE, grader)
     turns = [xml(f"SELECT {i}") for i in range(20)]
     out = play(e, *turns)
-    assert out.done and e.result.outcome == "no_solution" and e.result.turns == BARE.max_turns
+    assert out.done and e.result.outcome == "no_solution" and e.result.turns == BARE.budgets.max_turns
     assert "max_turns" in e.result.detail
 
 
@@ -419,7 +423,7 @@ def test_evidence_rules_met(rows, db_root, grader):
 
 def test_evidence_rules_met_under_the_coverage_rule(rows, db_root, grader):
     t = task(rows, db_root)
-    e = Episode(t, RECIPE.replace(evidence_rule="coverage"), grader)
+    e = Episode(t, RECIPE.replace(reward={"evidence_rule": "coverage"}), grader)
     play(e,
          f"<think>plan</think>Evidence, restated: {t.evidence}\n" + xml("SELECT id, gender FROM gender"),
          "Checking against the evidence: gender = 'Female', publisher_name = 'Dark Horse Comics', "
@@ -460,8 +464,8 @@ def test_on_turn_after_the_end_is_an_error(rows, db_root, grader):
 def test_turn_token_budget(rows, db_root, grader):
     e = Episode(task(rows, db_root), RECIPE, grader)
     assert e.turn_token_budget(0) == 3072
-    assert e.turn_token_budget(RECIPE.max_context_tokens - 100) == 100
-    assert e.turn_token_budget(RECIPE.max_context_tokens + 5) <= 0
+    assert e.turn_token_budget(RECIPE.budgets.max_context_tokens - 100) == 100
+    assert e.turn_token_budget(RECIPE.budgets.max_context_tokens + 5) <= 0
 
 
 def test_result_is_plain_json(rows, db_root, grader):

@@ -130,7 +130,7 @@ def test_call_tool_runs_one_call_under_the_budget_and_the_unsafe_rule(ctx, tasks
 
     async def run():
         episode = await ctx.episode_async(task)
-        texts = [await episode.call_tool({"query": "SELECT 1"}) for _ in range(episode.preset.max_tool_calls)]
+        texts = [await episode.call_tool({"query": "SELECT 1"}) for _ in range(episode.preset.budgets.max_tool_calls)]
         over = await episode.call_tool('{"query": "SELECT 2"}')
         bad = await episode.call_tool({"sql": "SELECT 3"})
         not_run = await episode.call_tool({"query": "DROP TABLE x"})  # past the budget: never run
@@ -145,7 +145,7 @@ def test_call_tool_runs_one_call_under_the_budget_and_the_unsafe_rule(ctx, tasks
     assert bad.startswith("Error: the tool budget is spent")  # past the budget, malformed or not
     assert not_run.startswith("Error: the tool budget is spent") and not episode.done
     result = asyncio.run(episode.finish("<solution>SELECT 1</solution>"))
-    assert result.invalid_tool_calls == 3 and result.tool_calls == episode.preset.max_tool_calls + 3
+    assert result.invalid_tool_calls == 3 and result.tool_calls == episode.preset.budgets.max_tool_calls + 3
     assert other.done and other.result.outcome == "unsafe" and unsafe.startswith("Error: unsafe query")
     with pytest.raises(EpisodeFinished):
         asyncio.run(other.call_tool({"query": "SELECT 1"}))

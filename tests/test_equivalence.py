@@ -17,7 +17,7 @@ import time
 import pytest
 
 import t2sql
-from conftest import bird_root
+from conftest import bird_root, tool_limits
 from t2sql import GradeSpec
 from t2sql.episode import equivalence_term as eq
 from t2sql.episode.machine import Episode
@@ -206,7 +206,7 @@ def _realism_by_sql(path: str, prepared: machinery.Prepared, inv) -> list[str]:
     bad = []
 
     def count(sql: str) -> int:
-        return int(core.run_tool(sql).rows[0][0])
+        return int(core.run_tool(sql, tool_limits()).rows[0][0])
 
     # A fixed lookup table is whole whether or not each row is in use (t2sql.equivalence.presupposed).
     fixed = prepared.db.presupposition.fixed_tables if prepared.db.presupposition is not None else frozenset()
@@ -366,8 +366,8 @@ def test_bad_configuration_is_refused_clearly():
         machinery.EquivalenceConfig(-1, 1, 1.0)
     with pytest.raises(EquivalenceError, match="budget"):
         machinery.EquivalenceConfig(1, 1, 0.0)
-    with pytest.raises(PresetError, match="equivalence_timeout_s"):
-        RECIPE.replace(equivalence_timeout_s=0)
+    with pytest.raises(PresetError, match="equivalence.timeout_s"):
+        RECIPE.replace(equivalence={"timeout_s": 0})
 
 
 def test_a_missing_database_is_skipped_as_a_database_error(tmp_path):
@@ -432,7 +432,7 @@ def test_the_check_counts_against_the_graders_one_concurrency_limit():
             threads_before = {t.name for t in threading.enumerate()}
             check = asyncio.ensure_future(check_on(grader, SUPERHERO, SLOW, "SELECT 1", slow))
             await asyncio.sleep(0.5)
-            tool = asyncio.ensure_future(grader.run_tool(SUPERHERO, "SELECT COUNT(*) FROM superhero"))
+            tool = asyncio.ensure_future(grader.run_tool(SUPERHERO, "SELECT COUNT(*) FROM superhero", tool_limits()))
             await asyncio.sleep(0.5)
             tool_waited = not tool.done()
             threads_during = {t.name for t in threading.enumerate()}
@@ -485,7 +485,7 @@ def test_episode_takes_the_penalty_and_reports_the_witness():
     assert any(t.name == "equivalence" and t.switch == "equivalence_penalty" for t in registered_terms())
     lucky = _play(RECIPE, PRED_IN)
     assert lucky.outcome == "correct" and lucky.correct  # evaluation still scores it correct
-    assert lucky.reward_terms["equivalence"] == pytest.approx(-RECIPE.equivalence_penalty)
+    assert lucky.reward_terms["equivalence"] == pytest.approx(-RECIPE.reward.equivalence_penalty)
     assert lucky.metrics["equivalence_refuted"] == 1.0 and lucky.metrics["equivalence_checked"] == 1.0
     assert lucky.metrics["equivalence_witness"].startswith("-- witness")
     assert lucky.metrics["equivalence_skipped_reason"] == ""

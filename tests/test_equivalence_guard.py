@@ -18,7 +18,7 @@ import tracemalloc
 import pytest
 
 import t2sql
-from conftest import bird_root
+from conftest import bird_root, tool_limits
 from t2sql import GradeSpec
 from t2sql.episode.presets import get_preset
 from t2sql.equivalence import check as machinery
@@ -443,7 +443,7 @@ def test_cancel_frees_the_graders_worker_at_once(tmp_path):
             running = not check.done()
             check.cancel()
             cancelled = time.monotonic()
-            tool = await grader.run_tool(path, "SELECT count(*) FROM t")
+            tool = await grader.run_tool(path, "SELECT count(*) FROM t", tool_limits())
             return running, time.monotonic() - cancelled, tool
 
     running, freed_after, tool = asyncio.run(main())

@@ -139,14 +139,14 @@ def test_openai_tool_call_written_in_text_runs_and_answer_is_graded(tmp_path, pr
         r = records[task.question_id]
         assert (r["outcome"], r["correct"], r["turns"], r["tool_calls"], r["invalid_tool_calls"]) == (
             "correct", True, 2, 1, 0)
-        assert r["reward"] == pytest.approx(preset.reward_correct)
+        assert r["reward"] == pytest.approx(preset.reward.correct)
         assert r["db_id"] == task.db_id and r["difficulty"] == task.difficulty
         tool_messages = [m for m in r["messages"] if m["role"] == "tool"]
         assert len(tool_messages) == 1 and first_cell(task) in tool_messages[0]["content"]
     # Every request carried the tool spec and the preset's per-turn limit.
     assert len(requests) == 2 * len(tasks)
     assert all(q.body["tools"][0]["function"]["name"] == "execute_sql_query" for q in requests)
-    assert all(q.body["max_tokens"] <= preset.max_turn_tokens for q in requests)
+    assert all(q.body["max_tokens"] <= preset.budgets.max_turn_tokens for q in requests)
     assert result.summary["accuracy"] == 1.0 and result.summary["episodes"] == 4
 
 
@@ -185,7 +185,7 @@ def test_openai_wrong_answer_is_incorrect_and_rewarded_by_preset(tmp_path, prese
         result = run([task], openai_policy(model, preset), preset, out)
     [r] = read_lines(out)
     assert (r["outcome"], r["correct"], r["turns"], r["tool_calls"]) == ("incorrect", False, 1, 0)
-    assert r["reward"] == pytest.approx(preset.reward_incorrect)
+    assert r["reward"] == pytest.approx(preset.reward.incorrect)
     assert result.summary["accuracy"] == 0.0 and result.summary["outcomes"]["incorrect"] == 1
 
 
@@ -193,16 +193,16 @@ def test_openai_finish_length_is_a_turn_cut(tmp_path, preset, sample_tasks):
     task = sample_tasks[1]
 
     def plan(task, conv):  # thinks past the per-turn limit; the server cuts at max_tokens
-        return Reply(text="<think>" + "hmm " * preset.max_turn_tokens)
+        return Reply(text="<think>" + "hmm " * preset.budgets.max_turn_tokens)
 
     out = tmp_path / "r.jsonl"
     with LoopbackModel(TaskScript([task], plan)) as model:
         run([task], openai_policy(model, preset), preset, out)
         [request] = model.chat_requests()
     [r] = read_lines(out)
-    assert request.body["max_tokens"] == preset.max_turn_tokens
+    assert request.body["max_tokens"] == preset.budgets.max_turn_tokens
     assert (r["outcome"], r["correct"], r["turns"]) == ("turn_cut", False, 1)
-    assert r["reward"] == pytest.approx(preset.reward_no_solution)
+    assert r["reward"] == pytest.approx(preset.reward.no_solution)
 
 
 def test_openai_turn_past_context_budget_is_a_context_cut_never_graded(tmp_path, preset, sample_tasks):
@@ -219,12 +219,12 @@ def test_openai_turn_past_context_budget_is_a_context_cut_never_graded(tmp_path,
         [probe_record] = read_lines(probe)
         assert probe_record["outcome"] == "correct"
         prompt_tokens = probe_record["endpoint"]["prompt_tokens"]
-        tight = preset.replace(max_context_tokens=prompt_tokens + 5)
+        tight = preset.replace(budgets={"max_context_tokens": prompt_tokens + 5})
         out = tmp_path / "r.jsonl"
         run([task], openai_policy(model, tight), tight, out)
     [r] = read_lines(out)
     assert r["outcome"] == "context_cut" and r["correct"] is False
-    assert r["reward"] == pytest.approx(tight.reward_no_solution)
+    assert r["reward"] == pytest.approx(tight.reward.no_solution)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def test_sglang_generate_appends_model_ids_and_tool_suffix(tmp_path, preset, sam
         first, second = by_question[task.question_id]
         assert first["return_logprob"] is True
         # The text params miles sends in training: the episode reads the same text in eval.
-        assert first["sampling_params"] == {"temperature": 0.0, "max_new_tokens": preset.max_turn_tokens,
+        assert first["sampling_params"] == {"temperature": 0.0, "max_new_tokens": preset.budgets.max_turn_tokens,
                                             "skip_special_tokens": False, "no_stop_trim": True}
         first_text = tokenizer.decode(first["input_ids"])
         assert first_text.endswith("<|im_start|>assistant\n") and "# Tools" in first_text
@@ -372,7 +372,7 @@ def test_sglang_generate_appends_model_ids_and_tool_suffix(tmp_path, preset, sam
         assert added.startswith("<think>look first</think>")
         assert "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n" in added
         assert first_cell(task) in added and added.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
-        assert second["sampling_params"]["max_new_tokens"] == preset.max_turn_tokens
+        assert second["sampling_params"]["max_new_tokens"] == preset.budgets.max_turn_tokens
 
 
 def test_sglang_caps_max_new_tokens_by_context_budget(tmp_path, preset, sample_tasks):
@@ -386,7 +386,7 @@ def test_sglang_caps_max_new_tokens_by_context_budget(tmp_path, preset, sample_t
         policy = SglangPolicy(SglangGenerateClient(model.url, retry=retry()), tokenizer, preset)
         run([task], policy, preset, tmp_path / "turn.jsonl")
         prompt_len = len(model.requests[0].body["input_ids"])
-        tight = preset.replace(max_context_tokens=prompt_len + 100)
+        tight = preset.replace(budgets={"max_context_tokens": prompt_len + 100})
         policy = SglangPolicy(SglangGenerateClient(model.url, retry=retry()), tokenizer, tight)
         run([task], policy, tight, tmp_path / "ctx.jsonl")
         capped = model.requests[1].body["sampling_params"]["max_new_tokens"]
@@ -394,7 +394,7 @@ def test_sglang_caps_max_new_tokens_by_context_budget(tmp_path, preset, sample_t
     [context_cut] = read_lines(tmp_path / "ctx.jsonl")
     assert turn_cut["outcome"] == "turn_cut"
     assert capped == 100  # len(input_ids) + max_new_tokens == the context budget
-    assert context_cut["outcome"] == "context_cut" and context_cut["reward"] == pytest.approx(tight.reward_no_solution)
+    assert context_cut["outcome"] == "context_cut" and context_cut["reward"] == pytest.approx(tight.reward.no_solution)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,7 +471,7 @@ def test_oracle_over_all_bird_dev_questions(tmp_path, preset):
     assert len(records) == 432
     assert result.summary["accuracy"] == 1.0, [r for r in records if not r["correct"]][:3]
     assert all(r["tool_calls"] == 1 and r["turns"] == 2 for r in records)
-    assert all(r["reward"] == pytest.approx(preset.reward_correct) for r in records)
+    assert all(r["reward"] == pytest.approx(preset.reward.correct) for r in records)
     assert set(result.summary["by_difficulty"]) == {"simple", "moderate", "challenging"}
 
 
@@ -662,18 +662,18 @@ def _turns_for(case: str, task) -> list[str]:
 
 REWARD_CASES = {
     # case: (outcome, tool_calls, invalid_tool_calls, reward as a function of the preset)
-    "correct": ("correct", 0, 0, lambda p: p.reward_correct),
+    "correct": ("correct", 0, 0, lambda p: p.reward.correct),
     # A solution in the very first reply needs only one of the two evidence blocks: both missing
     # cost one penalty (the enumerated rule).
-    "evidence_missed": ("correct", 0, 0, lambda p: p.reward_correct - p.evidence_penalty),
-    "incorrect": ("incorrect", 0, 0, lambda p: p.reward_incorrect),
-    "pred_error": ("pred_error", 0, 0, lambda p: p.reward_incorrect),
-    "no_solution": ("no_solution", 0, 0, lambda p: p.reward_no_solution),
-    "unsafe_tool": ("unsafe", 1, 0, lambda p: p.reward_unsafe),
-    "unsafe_solution": ("unsafe", 0, 0, lambda p: p.reward_unsafe),
-    "malformed_call": ("correct", 1, 1, lambda p: p.reward_correct - p.invalid_tool_penalty),
-    "sixth_call": ("correct", 6, 1, lambda p: p.reward_correct - p.invalid_tool_penalty),
-    "several_solutions": ("correct", 0, 0, lambda p: p.reward_correct - p.redraft_penalty),
+    "evidence_missed": ("correct", 0, 0, lambda p: p.reward.correct - p.reward.evidence_penalty),
+    "incorrect": ("incorrect", 0, 0, lambda p: p.reward.incorrect),
+    "pred_error": ("pred_error", 0, 0, lambda p: p.reward.incorrect),
+    "no_solution": ("no_solution", 0, 0, lambda p: p.reward.no_solution),
+    "unsafe_tool": ("unsafe", 1, 0, lambda p: p.reward.unsafe),
+    "unsafe_solution": ("unsafe", 0, 0, lambda p: p.reward.unsafe),
+    "malformed_call": ("correct", 1, 1, lambda p: p.reward.correct - p.reward.invalid_tool_penalty),
+    "sixth_call": ("correct", 6, 1, lambda p: p.reward.correct - p.reward.invalid_tool_penalty),
+    "several_solutions": ("correct", 0, 0, lambda p: p.reward.correct - p.reward.redraft_penalty),
 }
 
 

@@ -4,6 +4,7 @@ the manifest, and bad input — on real BIRD databases, checked against Python's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
@@ -16,11 +17,13 @@ import pytest
 
 import t2sql
 import t2sql.serving.gold_cache as gold_cache_module
-from conftest import bird_root
+from conftest import bird_root, tool_limits
 from t2sql import GradeSpec, ToolLimits
+from t2sql.episode.rollout import open_grader
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import DatabaseChanged, Manifest
 from t2sql.serving.results import GradeResult
+from t2sql.serving.settings import GraderSettings
 
 DATA_ROOT = bird_root()
 SUPERHERO = str(DATA_ROOT / "superhero" / "superhero.sqlite")
@@ -47,7 +50,7 @@ def grader():
 
 def test_tool_call_shows_what_sqlite_returns(grader):
     sql = "SELECT superhero_name, height_cm FROM superhero ORDER BY id LIMIT 7"
-    result = grader.run_tool_sync(SUPERHERO, sql, ToolLimits(max_rows=5))
+    result = grader.run_tool_sync(SUPERHERO, sql, tool_limits(max_rows=5))
     expected = sqlite_rows(SUPERHERO, sql)
     assert result.columns == ["superhero_name", "height_cm"]
     assert [tuple(r) for r in result.rows] == expected[:5]
@@ -57,24 +60,45 @@ def test_tool_call_shows_what_sqlite_returns(grader):
 
 def test_tool_errors_are_typed(grader):
     with pytest.raises(t2sql.SqlError, match="no such table"):
-        grader.run_tool_sync(SUPERHERO, "SELECT * FROM no_such_table")
+        grader.run_tool_sync(SUPERHERO, "SELECT * FROM no_such_table", tool_limits())
     with pytest.raises(t2sql.UnsafeQuery):
-        grader.run_tool_sync(SUPERHERO, "DELETE FROM superhero")
+        grader.run_tool_sync(SUPERHERO, "DELETE FROM superhero", tool_limits())
     with pytest.raises(t2sql.QueryTimeout):
-        grader.run_tool_sync(SUPERHERO, ENDLESS, ToolLimits(timeout_s=0.2))
+        grader.run_tool_sync(SUPERHERO, ENDLESS, tool_limits(timeout_s=0.2))
     # ...and the grader keeps serving.
-    assert grader.run_tool_sync(SUPERHERO, COUNT_HEROES).rows == sqlite_rows(SUPERHERO, COUNT_HEROES)
+    assert grader.run_tool_sync(SUPERHERO, COUNT_HEROES, tool_limits()).rows == sqlite_rows(SUPERHERO, COUNT_HEROES)
 
 
-def test_a_graders_tool_timeout_is_the_default_of_a_call_without_limits():
-    with Grader(concurrency=1, tool_timeout_s=0.2) as g:
-        with pytest.raises(t2sql.QueryTimeout, match="after 0.2s"):
-            g.run_tool_sync(SUPERHERO, ENDLESS)
-        # Given limits, the call runs under them (their timeout included), the core's defaults otherwise.
+def test_a_tool_call_runs_under_the_limits_it_is_given():
+    # The Grader has no tool timeout or preview of its own: each call names its limits (an episode, its preset's).
+    assert "tool_timeout_s" not in {f.name for f in dataclasses.fields(GraderSettings)}
+    with Grader(concurrency=1) as g:
+        with pytest.raises(TypeError):
+            g.run_tool_sync(SUPERHERO, COUNT_HEROES)  # type: ignore[call-arg]
         with pytest.raises(t2sql.QueryTimeout, match="after 0.3s"):
-            g.run_tool_sync(SUPERHERO, ENDLESS, ToolLimits(timeout_s=0.3))
+            g.run_tool_sync(SUPERHERO, ENDLESS, tool_limits(timeout_s=0.3))
         wide = "SELECT id FROM superhero ORDER BY id"
-        assert len(g.run_tool_sync(SUPERHERO, wide).rows) == ToolLimits().max_rows
+        assert len(g.run_tool_sync(SUPERHERO, wide, tool_limits(max_rows=7)).rows) == 7
+
+
+def test_a_grader_runs_under_one_settings_value(tmp_path):
+    # Everything a Grader is opened with is one frozen value; keywords are its fields, changed from the defaults
+    # or from a given value. An episode's Grader takes its preset's grading timeout and temporary-disk cap.
+    base = GraderSettings(concurrency=2, grade_timeout_s=7.0)
+    with Grader(base) as a, Grader(concurrency=2, grade_timeout_s=7.0) as b, Grader(base, concurrency=1) as c:
+        assert a.settings == b.settings == base and a.concurrency == 2
+        assert c.settings == dataclasses.replace(base, concurrency=1) and c.concurrency == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        base.concurrency = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Grader(tool_timeout_s=1.0)  # not a setting: a tool call's limits are its own
+    for bad in ({"backend": "nope"}, {"concurrency": 0}, {"grade_timeout_s": 0}):
+        with pytest.raises(ValueError):
+            GraderSettings(**bad)
+    preset = t2sql.get_preset().replace(grading={"timeout_s": 12.0, "max_temp_mb": 64})
+    with open_grader(preset, concurrency=1, cache_dir=tmp_path) as g:
+        assert g.settings == GraderSettings(concurrency=1, cache_dir=tmp_path, grade_timeout_s=12.0, max_temp_mb=64)
+        assert g.temp_disk_bound_mb == 64
 
 
 def test_grade_outcomes(grader):
@@ -170,14 +194,14 @@ def test_a_failed_gold_reads_as_t2sql_grade_says_it(grader, gold):
 
 def test_cancelling_the_task_stops_sqlite_at_once():
     async def main(g):
-        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))
+        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, tool_limits(timeout_s=60)))
         await asyncio.sleep(0.3)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         # One worker only: this query runs only once the endless one has really stopped.
         started = time.perf_counter()
-        result = await g.run_tool(SUPERHERO, COUNT_HEROES)
+        result = await g.run_tool(SUPERHERO, COUNT_HEROES, tool_limits())
         return result, time.perf_counter() - started
 
     with Grader(concurrency=1) as g:
@@ -199,7 +223,7 @@ def test_event_loop_keeps_ticking_while_sql_runs(grader):
 
         tick = asyncio.create_task(ticker())
         with pytest.raises(t2sql.QueryTimeout):
-            await grader.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=1.0))
+            await grader.run_tool(SUPERHERO, ENDLESS, tool_limits(timeout_s=1.0))
         stop.set()
         await tick
         return lateness
@@ -214,13 +238,13 @@ def test_event_loop_keeps_ticking_while_sql_runs(grader):
 def test_missing_database_is_a_typed_error(grader, tmp_path):
     missing = str(tmp_path / "nope" / "nope.sqlite")
     with pytest.raises(t2sql.DatabaseError, match="not found"):
-        grader.run_tool_sync(missing, "SELECT 1")
+        grader.run_tool_sync(missing, "SELECT 1", tool_limits())
     with pytest.raises(t2sql.DatabaseError, match="not found"):
         grader.grade_sync(missing, "SELECT 1", "SELECT 1")
     not_sqlite = tmp_path / "junk.sqlite"
     not_sqlite.write_bytes(b"this is not a database" * 100)
     with pytest.raises(t2sql.DatabaseError):
-        grader.run_tool_sync(str(not_sqlite), "SELECT * FROM sqlite_master")
+        grader.run_tool_sync(str(not_sqlite), "SELECT * FROM sqlite_master", tool_limits())
     assert grader.grade_sync(SUPERHERO, COUNT_HEROES, COUNT_HEROES).outcome == "match"
 
 
@@ -235,17 +259,17 @@ def test_manifest_refuses_a_changed_database(tmp_path):
         assert g.grade_sync(str(db), COUNT_HEROES, COUNT_HEROES).outcome == "match"
         # Same bytes, new mtime (a copy): re-hashed and accepted.
         os.utime(db, ns=(time.time_ns(), time.time_ns() + 10**9))
-        assert g.run_tool_sync(str(db), COUNT_HEROES).row_count == 1
+        assert g.run_tool_sync(str(db), COUNT_HEROES, tool_limits()).row_count == 1
         # Different bytes: refused with a typed error, for tools and grades alike.
         with open(db, "ab") as f:
             f.write(b"\0" * 4096)
         with pytest.raises(DatabaseChanged, match="changed since the manifest"):
-            g.run_tool_sync(str(db), COUNT_HEROES)
+            g.run_tool_sync(str(db), COUNT_HEROES, tool_limits())
         with pytest.raises(t2sql.DatabaseError):
             g.grade_sync(str(db), COUNT_HEROES, COUNT_HEROES)
         # A database the manifest never recorded is refused too.
         with pytest.raises(t2sql.DatabaseError, match="not in the database manifest"):
-            g.run_tool_sync(SUPERHERO, COUNT_HEROES)
+            g.run_tool_sync(SUPERHERO, COUNT_HEROES, tool_limits())
 
 
 def test_disk_cache_is_shared_by_graders(tmp_path):
@@ -334,7 +358,7 @@ def test_thousands_of_concurrent_requests(grader):
         for k in range(2000):
             gold = golds[k % len(golds)]
             if k % 4 == 0:
-                jobs.append(grader.run_tool(SUPERHERO, gold))
+                jobs.append(grader.run_tool(SUPERHERO, gold, tool_limits()))
             elif k % 4 == 1:
                 jobs.append(grader.grade(SUPERHERO, gold, gold))
             elif k % 4 == 2:
@@ -378,7 +402,7 @@ def test_bad_arguments_say_what_to_do(tmp_path):
     g = Grader(concurrency=1)
     g.close()
     with pytest.raises(RuntimeError, match="closed"):
-        g.run_tool_sync(SUPERHERO, COUNT_HEROES)
+        g.run_tool_sync(SUPERHERO, COUNT_HEROES, tool_limits())
     (tmp_path / "secret").write_bytes(b"short")
     with pytest.raises(gold_cache_module.GoldCacheError, match="32-byte"):
         Grader(cache_dir=tmp_path)
@@ -388,7 +412,7 @@ def test_close_interrupts_running_queries():
     g = Grader(concurrency=1)
 
     async def main():
-        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))
+        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, tool_limits(timeout_s=60)))
         await asyncio.sleep(0.3)
         started = time.perf_counter()
         await g.aclose()
@@ -448,7 +472,8 @@ def test_a_burst_of_calls_is_spread_over_loop_iterations(grader):
     golds = [f"SELECT superhero_name FROM superhero WHERE id = {i}" for i in range(1, 101)]
 
     def calls(g):
-        return [g.grade(SUPERHERO, sql, sql) for sql in golds] + [g.run_tool(SUPERHERO, sql) for sql in golds]
+        limits = tool_limits()
+        return [g.grade(SUPERHERO, sql, sql) for sql in golds] + [g.run_tool(SUPERHERO, sql, limits) for sql in golds]
 
     results, started = _calls_per_iteration(grader, calls)
     assert sum(started.values()) == 200
@@ -465,7 +490,7 @@ def test_calls_in_a_burst_start_in_arrival_order():
 
     async def main(g):
         async def one(k):
-            await g.run_tool(SUPERHERO, f"SELECT {k}")
+            await g.run_tool(SUPERHERO, f"SELECT {k}", tool_limits())
             order.append(k)
 
         await asyncio.gather(*(one(k) for k in range(64)))
@@ -478,7 +503,7 @@ def test_calls_in_a_burst_start_in_arrival_order():
 
 def test_a_cancelled_waiting_call_gives_its_turn_to_the_next(grader):
     async def main():
-        tasks = [asyncio.ensure_future(grader.run_tool(SUPERHERO, f"SELECT {k}")) for k in range(100)]
+        tasks = [asyncio.ensure_future(grader.run_tool(SUPERHERO, f"SELECT {k}", tool_limits())) for k in range(100)]
         await asyncio.sleep(0)  # all 100 have asked; most wait for their turn
         for k in range(20, 60):
             tasks[k].cancel()
@@ -492,7 +517,7 @@ def test_a_cancelled_waiting_call_gives_its_turn_to_the_next(grader):
         else:
             assert [tuple(x) for x in r.rows] == [(k,)], (k, r)
     # The Grader keeps serving after the cancellations.
-    assert grader.run_tool_sync(SUPERHERO, "SELECT 7").rows == [(7,)]
+    assert grader.run_tool_sync(SUPERHERO, "SELECT 7", tool_limits()).rows == [(7,)]
 
 
 def _sql_worker_thread_ids() -> list[int]:
@@ -514,7 +539,7 @@ def test_worker_threads_run_nicer_than_the_event_loop():
     base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     before = set(_sql_worker_thread_ids())
     with Grader(concurrency=2, worker_nice=5) as g:
-        g.run_tool_sync(SUPERHERO, "SELECT 1")
+        g.run_tool_sync(SUPERHERO, "SELECT 1", tool_limits())
         # A worker names itself once it runs: on a busy machine the second may not have yet.
         deadline = time.monotonic() + 10
         while len(workers := [tid for tid in _sql_worker_thread_ids() if tid not in before]) < 2:

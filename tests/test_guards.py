@@ -228,12 +228,12 @@ def test_guard_terms_are_registered_and_scored_from_the_recipe_preset():
         ["SELECT 1", "select 1"],
     )
     breakdown = asyncio.run(score(traj, preset))
-    assert breakdown.terms["repeated_tool_queries"] == pytest.approx(-preset.repeated_tool_query_penalty * 1)
-    assert breakdown.terms["solution_redrafts"] == pytest.approx(-preset.redraft_penalty * 1)
-    assert breakdown.terms["ngram_repetition"] == pytest.approx(-preset.ngram_repetition_penalty * 2)
-    assert breakdown.terms["repeated_turns"] == pytest.approx(-preset.repeated_turn_penalty * 1)
-    assert all(getattr(preset, switch) > 0 for switch, _ in GUARD_TERMS.values())  # on in the recipe
-    expected = preset.reward_correct + sum(breakdown.terms.values())
+    assert breakdown.terms["repeated_tool_queries"] == pytest.approx(-preset.reward.repeated_tool_query_penalty * 1)
+    assert breakdown.terms["solution_redrafts"] == pytest.approx(-preset.reward.redraft_penalty * 1)
+    assert breakdown.terms["ngram_repetition"] == pytest.approx(-preset.reward.ngram_repetition_penalty * 2)
+    assert breakdown.terms["repeated_turns"] == pytest.approx(-preset.reward.repeated_turn_penalty * 1)
+    assert all(getattr(preset.reward, switch) > 0 for switch, _ in GUARD_TERMS.values())  # on in the recipe
+    expected = preset.reward.correct + sum(breakdown.terms.values())
     assert breakdown.total == pytest.approx(expected)
     assert not set(breakdown.unapplied) & {s for s, _ in GUARD_TERMS.values()}
 
@@ -295,7 +295,7 @@ def test_guards_in_a_real_episode_are_named_in_metrics_and_reward():
     assert result.metrics["guard_repeated_tool_queries"] == 1.0
     assert result.metrics["guard_solution_redrafts"] == 1.0
     assert result.metrics["guard_repeated_turns"] == 0.0
-    assert result.reward_terms["repeated_tool_queries"] == pytest.approx(-preset.repeated_tool_query_penalty)
-    assert result.reward_terms["solution_redrafts"] == pytest.approx(-preset.redraft_penalty)
-    assert result.reward == pytest.approx(preset.reward_correct + sum(result.reward_terms.values()))
-    assert result.reward < preset.reward_correct
+    assert result.reward_terms["repeated_tool_queries"] == pytest.approx(-preset.reward.repeated_tool_query_penalty)
+    assert result.reward_terms["solution_redrafts"] == pytest.approx(-preset.reward.redraft_penalty)
+    assert result.reward == pytest.approx(preset.reward.correct + sum(result.reward_terms.values()))
+    assert result.reward < preset.reward.correct

@@ -244,7 +244,7 @@ def test_every_reader_of_the_settings_checks_them_the_same_way():
         RolloutSettings(tool_timeout_s=1e308)
     settings = RolloutSettings(db_root=Path("databases"), tool_timeout_s=2)
     assert (settings.db_root, settings.tool_timeout_s) == ("databases", 2.0)
-    assert settings.resolved_preset().tool_timeout_s == 2.0
+    assert settings.resolved_preset().tool.timeout_s == 2.0
 
 
 @pytest.mark.parametrize("value", ["99999999999", "5000"])

@@ -8,6 +8,8 @@ import pkgutil
 import re
 from pathlib import Path
 
+import pytest
+
 import t2sql
 from t2sql.integrations import FrameworkMissing
 
@@ -162,16 +164,17 @@ def test_the_cores_names_and_defaults_are_the_ones_python_uses():
     from t2sql import _grader, grading
     from t2sql.episode.machine import VERDICT_OUTCOMES
     from t2sql.serving.grader import Grader
+    from t2sql.serving.settings import GraderSettings
 
     assert grading.OUTCOMES == _grader.OUTCOMES and set(VERDICT_OUTCOMES) == set(_grader.OUTCOMES)
-    limits = _grader.ToolLimits()
-    assert {k: getattr(limits, k) for k in _grader.TOOL_DEFAULTS} == _grader.TOOL_DEFAULTS
-    assert inspect.signature(Grader.run_tool).parameters["limits"].default is None  # None: ToolLimits()
-    init = inspect.signature(Grader).parameters
-    assert init["tool_timeout_s"].default == _grader.TOOL_DEFAULTS["timeout_s"]
-    assert init["grade_timeout_s"].default == _grader.GRADE_DEFAULTS["timeout_s"]
+    # A tool call's preview is the preset's alone (test_the_recipe_preset_hands_the_core_its_own_tool_numbers).
+    assert inspect.signature(Grader.run_tool).parameters["limits"].default is inspect.Parameter.empty
+    settings = GraderSettings()
+    assert settings.grade_timeout_s is _grader.GRADE_DEFAULTS["timeout_s"]
+    assert settings.max_temp_mb is _grader.GRADE_DEFAULTS["max_temp_mb"]
     assert inspect.signature(grading.grade).parameters["float_digits"].default == _grader.GRADE_DEFAULTS["float_digits"]
-    assert t2sql.get_preset("bare").replace(float_digits=_grader.MAX_FLOAT_DIGITS).float_digits == 17
+    widest = t2sql.get_preset("bare").replace(grading={"float_digits": _grader.MAX_FLOAT_DIGITS})
+    assert widest.grading.float_digits == 17
 
 
 def test_a_gold_digest_from_another_secret_is_its_own_error():
@@ -246,23 +249,26 @@ def test_import_t2sql_stays_light():
 
 
 def test_the_recipe_preset_hands_the_core_its_own_tool_numbers():
-    """The preset owns its preview: its tool_* fields are written in presets.py (not read from the core's
-    ToolLimits() defaults) and reach the core whole on each call, so another preview is a change there alone."""
-    from t2sql import Database
+    """The preset owns its preview: its tool part is written in presets.py and reach the core whole on
+    each call, and the core has no preview of its own to fall back on (ToolLimits and run_tool take one from
+    the caller), so another preview is a change in presets.py alone."""
+    from t2sql import Database, _grader
     from t2sql.episode import presets
     from t2sql.tasks import sample_dir
 
-    fields = {"timeout_s": "tool_timeout_s", "max_rows": "tool_max_rows", "max_cell_chars": "tool_max_cell_chars",
-              "max_chars": "tool_max_chars", "count_cap": "tool_count_cap", "max_temp_mb": "max_temp_mb"}
+    preview = ["timeout_s", "max_rows", "max_cell_chars", "max_chars", "count_cap"]
     for preset in presets.PRESETS.values():
-        assert {k: getattr(preset.tool_limits, k) for k in fields} == {k: getattr(preset, f) for k, f in fields.items()}
+        assert {k: getattr(preset.tool_limits, k) for k in preview} == {k: getattr(preset.tool, k) for k in preview}
+        assert preset.tool_limits.max_temp_mb == preset.grading.max_temp_mb
     db = Database(sample_dir() / "superhero" / "superhero.sqlite")
-    seven = t2sql.get_preset().replace(tool_max_rows=7).tool_limits
+    seven = t2sql.get_preset().replace(tool={"max_rows": 7}).tool_limits
     assert len(db.run_tool("SELECT id FROM superhero", seven).rows) == 7
-    source = ast.parse((PACKAGE / "episode" / "presets.py").read_text())
-    core_defaults = [node.lineno for node in ast.walk(source) if isinstance(node, ast.Call)
-                     and getattr(node.func, "id", None) == "ToolLimits" and not node.args and not node.keywords]
-    assert not core_defaults, f"presets.py reads the core's default preview at line(s) {core_defaults}"
+    # The temporary-disk cap is the core's (GRADE_DEFAULTS); the preview has no default there.
+    required = inspect.Parameter.empty
+    assert [k for k in preview if inspect.signature(_grader.ToolLimits).parameters[k].default is not required] == []
+    assert not hasattr(_grader, "TOOL_DEFAULTS")
+    with pytest.raises(TypeError):
+        db.run_tool("SELECT 1")  # no limits: no preview the core would choose
 
 
 def _constants(value) -> list[str]:
@@ -276,17 +282,23 @@ def _constants(value) -> list[str]:
 
 
 def test_each_default_is_written_once():
-    """The recipe's name, the grade timeout, float digits, the gold-check timeout: one owner each, and every
-    other default is that owner's value (issue 27), so changing one is a one-line change."""
+    """The recipe's name, the grade timeout, float digits, the gold-check timeout, the curriculum's numbers, the
+    worker ceiling, eval's concurrency and HTTP numbers: one owner each, and every other default is that owner's
+    value (issues 27, 38), so changing one is a one-line change."""
     import argparse
+    import dataclasses
 
-    from t2sql import _grader
+    from t2sql import _grader, arguments
     from t2sql.bench import pairs
     from t2sql.commands import convert, grade
+    from t2sql.commands import eval as eval_command
     from t2sql.data import convert as data_convert
-    from t2sql.episode import presets
+    from t2sql.episode import presets, rollout
     from t2sql.episode.rollout import RolloutSettings
+    from t2sql.eval import runner
+    from t2sql.eval.endpoint import RetryPolicy
     from t2sql.miles import adapter, train
+    from t2sql.miles.curriculum import CurriculumConfig
     from t2sql.miles.flags import TrainConfig
 
     assert [where.split(":")[0] for where in _constants(presets.DEFAULT_PRESET)] == ["episode/presets.py"]
@@ -308,6 +320,23 @@ def test_each_default_is_written_once():
     graded = defaults(grade.add_arguments)
     assert graded.timeout_s is core["timeout_s"] and graded.float_digits is core["float_digits"]
     assert pairs.TIMEOUT_S is core["timeout_s"]
+    for preset in presets.PRESETS.values():  # the presets grade as the core does unless one says otherwise
+        assert preset.grading.timeout_s is core["timeout_s"] and preset.grading.float_digits is core["float_digits"]
+        assert preset.grading.max_temp_mb is core["max_temp_mb"]
+
+    # The curriculum's numbers: the preset's alone (CurriculumConfig has no defaults of its own).
+    assert [f.name for f in dataclasses.fields(CurriculumConfig) if f.default is not dataclasses.MISSING] == []
+    # SQL worker threads: one ceiling, t2sql.arguments'.
+    ceiling = arguments.MAX_CONCURRENCY
+    assert grade.MAX_CONCURRENCY is ceiling and rollout.CONCURRENCY_RANGE[1] is ceiling
+    # `t2sql eval`: episodes in flight are the runner's, the HTTP numbers the endpoint's RetryPolicy's.
+    evaluated = defaults(eval_command.add_arguments)
+    http = RetryPolicy()
+    assert evaluated.concurrency is runner.DEFAULT_CONCURRENCY
+    assert inspect.signature(runner.evaluate).parameters["concurrency"].default is runner.DEFAULT_CONCURRENCY
+    assert (evaluated.timeout_s, evaluated.retries, evaluated.retry_backoff) == (http.timeout_s, http.retries,
+                                                                            http.backoff_s)
+    assert evaluated.max_response_mb * 1024 * 1024 == http.max_body_bytes
 
     gold_check = data_convert.DEFAULT_GOLD_TIMEOUT_S
     assert defaults(convert.add_arguments, "--questions", "q", "--db-root", "d", "--out-dir", "o").timeout_s \

@@ -168,7 +168,7 @@ def test_every_docs_file_named_exists():
 
 def test_the_checks_can_fail(tmp_path):
     assert resolves("t2sql.sql_episode.generate") and resolves("t2sql.episode.prompt.build_prompt_async")
-    assert resolves("t2sql.Preset.tool_max_rows") and resolves("t2sql._grader.GRADE_DEFAULTS")
+    assert resolves("t2sql.Preset.tool") and resolves("t2sql._grader.GRADE_DEFAULTS")
     assert not resolves("t2sql.manifest") and not resolves("t2sql.serving.backends")
     assert not resolves("t2sql.sql_episode.no_such_thing")
     assert resolves("t2sql.schema") and "t2sql.schema" in loggers()  # a logger's name, not a module

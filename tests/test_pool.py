@@ -12,8 +12,8 @@ import time
 import pytest
 
 import t2sql
-from conftest import bird_root
-from t2sql import GradeSpec, ToolLimits, ToolResult
+from conftest import bird_root, tool_limits
+from t2sql import GradeSpec, ToolResult
 from t2sql.serving.grader import Grader
 from t2sql.serving.jobs import WorkerLost
 
@@ -38,15 +38,15 @@ def sqlite_rows(sql: str) -> list[tuple]:
 def exercise(g: Grader) -> None:
     """The same checks for every backend: tools, typed errors, grades, shared golds."""
     sql = "SELECT superhero_name FROM superhero ORDER BY id LIMIT 3"
-    tool = g.run_tool_sync(SUPERHERO, sql)
+    tool = g.run_tool_sync(SUPERHERO, sql, tool_limits())
     assert [tuple(r) for r in tool.rows] == sqlite_rows(sql)
     assert tool.row_count == 3 and "superhero_name" in tool.columns
     with pytest.raises(t2sql.SqlError, match="no such table"):
-        g.run_tool_sync(SUPERHERO, "SELECT * FROM nowhere")
+        g.run_tool_sync(SUPERHERO, "SELECT * FROM nowhere", tool_limits())
     with pytest.raises(t2sql.UnsafeQuery):
-        g.run_tool_sync(SUPERHERO, "DELETE FROM superhero")
+        g.run_tool_sync(SUPERHERO, "DELETE FROM superhero", tool_limits())
     with pytest.raises(t2sql.QueryTimeout):
-        g.run_tool_sync(SUPERHERO, ENDLESS, ToolLimits(timeout_s=0.2))
+        g.run_tool_sync(SUPERHERO, ENDLESS, tool_limits(timeout_s=0.2))
 
     golds = [f"SELECT superhero_name FROM superhero WHERE publisher_id = {p}" for p in range(1, 9)]
 
@@ -65,13 +65,13 @@ def exercise(g: Grader) -> None:
 
 def cancel_frees_the_worker(g: Grader) -> float:
     async def main():
-        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))
+        task = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, tool_limits(timeout_s=60)))
         await asyncio.sleep(0.5)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         started = time.perf_counter()
-        result = await g.run_tool(SUPERHERO, COUNT_HEROES)
+        result = await g.run_tool(SUPERHERO, COUNT_HEROES, tool_limits())
         assert result.rows[0][0] == sqlite_rows(COUNT_HEROES)[0][0]
         return time.perf_counter() - started
 
@@ -80,7 +80,7 @@ def cancel_frees_the_worker(g: Grader) -> float:
 
 def test_process_backend_serves_the_same_api():
     with Grader(backend="process", concurrency=2) as g:
-        assert isinstance(g.run_tool_sync(SUPERHERO, COUNT_HEROES), ToolResult)
+        assert isinstance(g.run_tool_sync(SUPERHERO, COUNT_HEROES, tool_limits()), ToolResult)
         exercise(g)
 
 
@@ -128,7 +128,7 @@ def test_a_dead_worker_is_replaced_and_its_query_fails_typed():
         assert new_pid != pid
 
         async def tool():
-            t = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, ToolLimits(timeout_s=60)))
+            t = asyncio.create_task(g.run_tool(SUPERHERO, ENDLESS, tool_limits(timeout_s=60)))
             await asyncio.sleep(0.5)
             os.kill(new_pid, signal.SIGKILL)
             return await t

@@ -51,13 +51,15 @@ def test_system_prompt_states_budget_format_and_evidence_rules():
     # The recipe's enumerated evidence protocol, with both line formats.
     assert "Requirement of external knowledge <number> (<the piece>):" in text
     assert "Verification of external knowledge <number> (<the piece>):" in text
-    coverage = P.system_prompt(RECIPE.replace(evidence_rule="coverage"))
+    coverage = P.system_prompt(RECIPE.replace(reward={"evidence_rule": "coverage"}))
     assert "restate the evidence" in coverage and "check your query against every part of the evidence" in coverage
-    assert "at most 3 times" in P.system_prompt(RECIPE.replace(max_tool_calls=3))
-    assert "the first 50 rows" in text
+    assert "at most 3 times" in P.system_prompt(RECIPE.replace(budgets={"max_tool_calls": 3}))
+    assert f"the first {RECIPE.tool.max_rows} rows" in text
+    assert "the first 7 rows" in P.system_prompt(RECIPE.replace(tool={"max_rows": 7}))  # the preset's, read
     assert "row order does not matter" in text and "the number and order of columns matter" in text
-    assert "row order matters" in P.system_prompt(RECIPE.replace(method="ordered"))
-    assert "columns matters, their order and names do not" in P.system_prompt(RECIPE.replace(column_order="ignore"))
+    assert "row order matters" in P.system_prompt(RECIPE.replace(grading={"method": "ordered"}))
+    ignore = RECIPE.replace(grading={"column_order": "ignore"})
+    assert "columns matters, their order and names do not" in P.system_prompt(ignore)
     # A task's own method states its comparison.
     assert "return exactly 5 distinct rows, each a row of the correct result" in P.system_prompt(RECIPE, "subset,=,5")
     assert "at least 2 distinct rows" in P.system_prompt(RECIPE, "subset,>=,2")
@@ -215,7 +217,7 @@ def test_schema_shortening_order():
     # find each level's length by shrinking the budget just below the previous level
     previous = full
     for expected_level in (1, 2, 3, 4):
-        r = P.render_schema(schema, RECIPE.replace(schema_max_chars=len(previous.text) - 1))
+        r = P.render_schema(schema, RECIPE.replace(prompt={"schema_max_chars": len(previous.text) - 1}))
         assert r.level == expected_level, (expected_level, r.level)
         assert len(r.text) < len(previous.text)
         lengths[expected_level] = r
@@ -228,10 +230,10 @@ def test_schema_shortening_order():
 
 def test_schema_drops_least_relevant_tables_whole_and_names_them():
     schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
-    compact = P.render_schema(schema, RECIPE.replace(schema_max_chars=len(P.render_schema(
-        schema, RECIPE.replace(schema_max_chars=10**6)).text)))  # sanity: fits at level 0
+    compact = P.render_schema(schema, RECIPE.replace(prompt={"schema_max_chars": len(P.render_schema(
+        schema, RECIPE.replace(prompt={"schema_max_chars": 10**6})).text)}))  # sanity: fits at level 0
     assert compact.level == 0
-    r = P.render_schema(schema, RECIPE.replace(schema_max_chars=900),
+    r = P.render_schema(schema, RECIPE.replace(prompt={"schema_max_chars": 900}),
                         question="What is the total cost of expenses?", evidence="cost refers to expense.cost")
     assert r.level == 5 and r.dropped_tables
     assert 'CREATE TABLE "expense"' in r.text  # the most relevant table is kept
@@ -247,7 +249,7 @@ def test_schema_drops_least_relevant_tables_whole_and_names_them():
 
 def test_one_table_over_budget_is_kept_whole_and_reported():
     schema = P.load_schema(str(BIRD / "superhero" / "superhero.sqlite"))
-    r = P.render_schema(schema, RECIPE.replace(schema_max_chars=50), question="superhero names")
+    r = P.render_schema(schema, RECIPE.replace(prompt={"schema_max_chars": 50}), question="superhero names")
     assert r.level == 5 and not r.fits
     assert len([t for t in schema.tables if t.name not in r.dropped_tables]) == 1
 
@@ -390,7 +392,7 @@ def test_render_is_cached_per_schema_unless_tables_are_dropped():
     schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
     a = P.render_schema(schema, RECIPE, question="q1")
     assert P.render_schema(schema, RECIPE, question="another question") is a
-    tight = RECIPE.replace(schema_max_chars=900)
+    tight = RECIPE.replace(prompt={"schema_max_chars": 900})
     expense = P.render_schema(schema, tight, question="total cost of expenses")
     member = P.render_schema(schema, tight, question="member first_name last_name email")
     assert 'CREATE TABLE "expense"' in expense.text and 'CREATE TABLE "member"' in member.text

@@ -391,9 +391,9 @@ def test_prompt_tokens_leave_the_episode_its_budget_on_the_three_databases(qwen3
             tool_tokens = max(tool_tokens, len(tok.encode(message, add_special_tokens=False)))
     # Every tool call in a turn of its own at the per-turn limit, each showing the widest table's
     # rows: what is left for the answer turn (the adapter gives it min(per-turn limit, what is left)).
-    explored = preset.max_tool_calls * (preset.max_turn_tokens + tool_tokens)
+    explored = preset.budgets.max_tool_calls * (preset.budgets.max_turn_tokens + tool_tokens)
     assert set(prompt_tokens) >= {"superhero"}
-    answer_room = {db: preset.max_context_tokens - (n + explored) for db, n in prompt_tokens.items()}
+    answer_room = {db: preset.budgets.max_context_tokens - (n + explored) for db, n in prompt_tokens.items()}
     for db_id, room in answer_room.items():
         assert room >= ANSWER_ROOM, (db_id, prompt_tokens[db_id], tool_tokens, explored, room)
     print(f"prompt tokens {prompt_tokens}, widest tool message {tool_tokens}, answer room {answer_room}")

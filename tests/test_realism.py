@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import t2sql
-from conftest import bird_db, bird_root
+from conftest import bird_db, bird_root, tool_limits
 from t2sql.episode.presets import get_preset
 from t2sql.equivalence import check as machinery
 from t2sql.equivalence.invariants import quote
@@ -109,7 +109,7 @@ def _kept_by_sql(prepared: machinery.Prepared, inv) -> list[str]:
     bad = []
 
     def count(sql: str) -> int:
-        return int(core.run_tool(sql).rows[0][0])
+        return int(core.run_tool(sql, tool_limits()).rows[0][0])
 
     for s in inv.symmetries:
         t = inv.table(s.table)
@@ -131,7 +131,8 @@ def _kept_by_sql(prepared: machinery.Prepared, inv) -> list[str]:
         marks = ", ".join("?" * len(v.values))
         q = quote(v.column)
         found = core.run_tool(f"SELECT count(*) FROM {quote(v.table)} WHERE typeof({q}) = 'text' "
-                              f"AND {q} COLLATE BINARY NOT IN ({', '.join(_lit(x) for x in v.values)})").rows
+                              f"AND {q} COLLATE BINARY NOT IN ({', '.join(_lit(x) for x in v.values)})",
+                              tool_limits()).rows
         if marks and int(found[0][0]):
             bad.append(f"a new value in {v.table}.{v.column}")
     for p in inv.path_copies:

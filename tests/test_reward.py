@@ -16,7 +16,7 @@ from t2sql.errors import PresetError
 
 RECIPE = get_preset("qwen3.6-35b-a3b")
 BARE = get_preset("bare")
-COVERAGE = RECIPE.replace(evidence_rule="coverage")
+COVERAGE = RECIPE.replace(reward={"evidence_rule": "coverage"})
 EVIDENCE = ("female superheroes refers to gender = 'Female'; "
             "published by Dark Horse Comics refers to publisher_name = 'Dark Horse Comics'")
 RESTATING = "The evidence says female means gender = 'Female' and the publisher_name is 'Dark Horse Comics'."
@@ -67,10 +67,10 @@ def test_every_outcome_has_a_row_and_unknown_outcomes_are_errors():
 
 def test_gold_error_is_never_rewarded_as_correct_and_gets_no_terms():
     b = asyncio.run(score(traj("gold_error", invalid=4, evidence=EVIDENCE), RECIPE))
-    assert b.total == 0.0 and b.total < RECIPE.reward_correct
+    assert b.total == 0.0 and b.total < RECIPE.reward.correct
     assert b.terms == {}
-    with pytest.raises(PresetError, match="reward_gold_error"):
-        RECIPE.replace(reward_gold_error=1.0)
+    with pytest.raises(PresetError, match="reward.gold_error"):
+        RECIPE.replace(reward={"gold_error": 1.0})
 
 
 # -- invalid tool calls: 0.05 each, capped at 0.2
@@ -134,7 +134,7 @@ def test_checked_needs_an_answer_turn():
 
 def test_verbatim_quote_always_counts_as_checked():
     ev = "cost > 50 and cost < 100 where type is 'Pizza'"
-    strict = COVERAGE.replace(evidence_share=1.0)
+    strict = COVERAGE.replace(reward={"evidence_share": 1.0})
     t = traj("correct", prose=("", "as required: " + ev.upper()), evidence=ev, answer_turn=1)
     assert asyncio.run(score(t, strict)).evidence.checked
     t = traj("correct", prose=("", "as required: cost > 50 and type is 'Pizza'"), evidence=ev, answer_turn=1)
@@ -177,7 +177,7 @@ def test_sql_in_tool_calls_counts_only_when_the_preset_says_so():
         invalid_tool_calls=0,
     )
     assert not t.check_evidence(COVERAGE).restated
-    assert t.check_evidence(COVERAGE.replace(evidence_counts_sql=True)).restated
+    assert t.check_evidence(COVERAGE.replace(reward={"evidence_counts_sql": True})).restated
 
 
 # -- evidence rules: the recipe's enumerated protocol, row by row
@@ -256,8 +256,9 @@ def test_enumerated_labels_inside_think_do_not_count():
 def test_penalties_never_push_below_minus_one_unless_the_preset_says_so():
     t = traj("unsafe", prose=("",), invalid=4, evidence=EVIDENCE)
     assert total(t, RECIPE) == -1.0
-    assert total(t, RECIPE.replace(penalties_below_floor=True)) == pytest.approx(-1.0 - 0.2 - 0.2)
-    assert total(traj("turn_cut", invalid=2), RECIPE.replace(penalties_below_floor=True)) == pytest.approx(-1.1)
+    assert total(t, RECIPE.replace(reward={"penalties_below_floor": True})) == pytest.approx(-1.0 - 0.2 - 0.2)
+    below = RECIPE.replace(reward={"penalties_below_floor": True})
+    assert total(traj("turn_cut", invalid=2), below) == pytest.approx(-1.1)
 
 
 # -- terms hook for the recipe extras
@@ -265,7 +266,7 @@ def test_penalties_never_push_below_minus_one_unless_the_preset_says_so():
 def test_registered_term_is_applied_only_when_its_switch_is_on():
     async def equivalence(t, preset):
         await asyncio.sleep(0)  # terms may be async (they may run SQL)
-        return -preset.equivalence_penalty if t.outcome == "correct" else 0.0
+        return -preset.reward.equivalence_penalty if t.outcome == "correct" else 0.0
 
     # t2sql.episode.equivalence_term registers the real term under this name: set it aside, restore it after.
     saved = registered_terms()
@@ -284,7 +285,7 @@ def test_registered_term_is_applied_only_when_its_switch_is_on():
 
 
 def test_register_term_rejects_unknown_switch():
-    with pytest.raises(PresetError, match="not a preset field"):
+    with pytest.raises(PresetError, match="not a field of a preset's reward part"):
         register_term(RewardTerm("x", lambda t, p: 0.0, switch="no_such_field"))
 
 
@@ -294,19 +295,23 @@ def test_presets_are_complete_frozen_data():
     assert set(PRESETS) == {"qwen3.6-35b-a3b", "bare"}
     assert get_preset() is RECIPE
     d = RECIPE.to_dict()
-    assert d["max_tool_calls"] == 5 and d["max_turn_tokens"] == 3072
-    assert Preset(**d) == RECIPE  # to_dict holds every field
+    assert d["budgets"]["max_tool_calls"] == 5 and d["budgets"]["max_turn_tokens"] == 3072
+    parts = {f.name: type(getattr(RECIPE, f.name)) for f in dataclasses.fields(Preset)}
+    rebuilt = {k: parts[k](**v) if isinstance(v, dict) else v for k, v in d.items()}
+    assert Preset(**rebuilt) == RECIPE  # to_dict holds every field, part by part
     with pytest.raises(dataclasses.FrozenInstanceError):
-        RECIPE.max_tool_calls = 6  # type: ignore[misc]
+        RECIPE.budgets.max_tool_calls = 6  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RECIPE.budgets = RECIPE.budgets  # type: ignore[misc]
     for s in RESERVED_SWITCHES:
-        assert getattr(BARE, s) == 0
-    assert RECIPE.equivalence_penalty == 0.2
+        assert getattr(BARE.reward, s) == 0
+    assert RECIPE.reward.equivalence_penalty == 0.2
 
 
 def test_a_presets_method_has_one_name():
-    assert RECIPE.replace(method="ordered").method == "ordered"
+    assert RECIPE.replace(grading={"method": "ordered"}).grading.method == "ordered"
     with pytest.raises(PresetError, match="method must be one of multiset, ordered, set, auto"):
-        RECIPE.replace(method="subset,=,3")  # a preset-wide method has no count
+        RECIPE.replace(grading={"method": "subset,=,3"})  # a preset-wide method has no count
     with pytest.raises(PresetError, match="unknown preset field.*semantics"):  # the pre-release name is gone
         RECIPE.replace(semantics="ordered")
     assert not hasattr(RECIPE, "semantics")
@@ -318,6 +323,6 @@ def test_preset_errors_say_what_to_do():
     with pytest.raises(PresetError, match="unknown preset field.*max_tool_call\\b"):
         RECIPE.replace(max_tool_call=3)
     with pytest.raises(PresetError, match="evidence_share"):
-        RECIPE.replace(evidence_share=1.5)
+        RECIPE.replace(reward={"evidence_share": 1.5})
     with pytest.raises(PresetError, match="invalid_tool_penalty is an amount taken off"):
-        RECIPE.replace(invalid_tool_penalty=-0.05)
+        RECIPE.replace(reward={"invalid_tool_penalty": -0.05})

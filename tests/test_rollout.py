@@ -64,17 +64,17 @@ def test_the_documented_adapter_runs_an_episode_to_its_record(example, row):
     # The tool message came back between the turns; the budget is the preset's per-turn limit.
     preset = context(SETTINGS).preset
     assert [s[0] for s in seen] == [2, 4] and seen[0][1] == ["execute_sql_query"]
-    assert seen[0][2] == preset.max_turn_tokens
+    assert seen[0][2] == preset.budgets.max_turn_tokens
 
 
 def test_the_documented_regrade_scores_the_outcome_table(example, row):
     preset = context(SETTINGS).preset
     replay = example["reward_of_replayed"]
     answered = f"<think>a <solution>SELECT 1</solution> draft</think>\n<solution>{row['SQL']}</solution>"
-    assert asyncio.run(replay(row, answered, SETTINGS)) == preset.reward_correct
+    assert asyncio.run(replay(row, answered, SETTINGS)) == preset.reward.correct
     wrong = "<solution>SELECT 1</solution>"
-    assert asyncio.run(replay(row, wrong, SETTINGS)) == preset.reward_incorrect
-    assert asyncio.run(replay(row, "no answer here", SETTINGS)) == preset.reward_no_solution
+    assert asyncio.run(replay(row, wrong, SETTINGS)) == preset.reward.incorrect
+    assert asyncio.run(replay(row, "no answer here", SETTINGS)) == preset.reward.no_solution
 
 
 def test_a_missing_database_is_the_datas_fault_in_a_regrade(row, tmp_path):
@@ -86,7 +86,7 @@ def test_one_context_per_process_and_settings():
     a = context(SETTINGS)
     assert context(RolloutSettings(db_root=str(BIRD), concurrency=2)) is a
     assert context(dataclasses.replace(SETTINGS, grade_timeout_s=5.0)) is not a
-    assert context(dataclasses.replace(SETTINGS, grade_timeout_s=5.0)).preset.grade_timeout_s == 5.0
+    assert context(dataclasses.replace(SETTINGS, grade_timeout_s=5.0)).preset.grading.timeout_s == 5.0
     rollout.close_contexts()
     assert context(SETTINGS) is not a
 

@@ -431,7 +431,7 @@ def test_reward_func_on_replayed_samples(rows):
     # A sample without the adapter's record is regraded from its response (outcome table only).
     bare = Sample(**dict(as_json, metadata={k: v for k, v in as_json["metadata"].items() if k != "t2sql"}))
     regraded = reward_of(bare)
-    assert regraded["category"] == "correct" and regraded["reward"] == get_preset().reward_correct
+    assert regraded["category"] == "correct" and regraded["reward"] == get_preset().reward.correct
     wrong = Sample(**dict(dataclasses.asdict(bare), response="<think>x</think><solution>SELECT 1</solution>"))
     assert reward_of(wrong)["category"] == "incorrect"
     none = Sample(**dict(dataclasses.asdict(bare), response="no answer"))

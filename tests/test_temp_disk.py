@@ -16,8 +16,8 @@ import time
 import pytest
 
 import t2sql
-from conftest import bird_root
-from t2sql import Database, GradeSpec, TempDiskExceeded, ToolLimits
+from conftest import bird_root, tool_limits
+from t2sql import Database, GradeSpec, TempDiskExceeded
 from t2sql.episode.machine import Episode
 from t2sql.episode.presets import get_preset
 from t2sql.serving.grader import Grader
@@ -98,7 +98,7 @@ def test_a_gold_past_its_cap_is_a_gold_error_in_the_same_words_through_the_grade
     with Grader(concurrency=2) as grader:
         served = grader.grade_sync(SUPERHERO, "SELECT 1", RED_TEAM, spec)
         with pytest.raises(TempDiskExceeded, match=NEEDED):
-            grader.run_tool_sync(SUPERHERO, RED_TEAM_SORTED, ToolLimits(timeout_s=DEADLINE_S, max_temp_mb=CAP_MB))
+            grader.run_tool_sync(SUPERHERO, RED_TEAM_SORTED, tool_limits(timeout_s=DEADLINE_S, max_temp_mb=CAP_MB))
     assert core.outcome == served.outcome == "gold_error" and not served.retried
     assert core.detail == served.detail and served.detail.startswith(f"gold query failed: {NEEDED}"), served
 
@@ -106,7 +106,7 @@ def test_a_gold_past_its_cap_is_a_gold_error_in_the_same_words_through_the_grade
 def test_a_tool_call_past_its_cap_tells_the_model_to_write_a_cheaper_query():
     row = next(r for r in json.loads((sample_dir() / "dev.json").read_text()) if r["db_id"] == "superhero")
     task = Task.from_row(row, sample_dir())
-    preset = get_preset("bare").replace(max_temp_mb=CAP_MB, tool_timeout_s=DEADLINE_S)
+    preset = get_preset("bare").replace(grading={"max_temp_mb": CAP_MB}, tool={"timeout_s": DEADLINE_S})
     call = ("<tool_call>\n" + json.dumps({"name": "execute_sql_query", "arguments": {"query": RED_TEAM_SORTED}})
             + "\n</tool_call>")
     with Grader(concurrency=1) as grader:
@@ -124,8 +124,8 @@ def test_a_tool_call_past_its_cap_tells_the_model_to_write_a_cheaper_query():
 def test_queries_on_many_workers_are_each_held_to_their_own_cap():
     """Four at once on four workers: the three under the small cap stop, the one under the default cap runs to its
     preview; nothing is held once they are done."""
-    small = ToolLimits(timeout_s=DEADLINE_S, max_temp_mb=CAP_MB)
-    large = ToolLimits(timeout_s=DEADLINE_S)
+    small = tool_limits(timeout_s=DEADLINE_S, max_temp_mb=CAP_MB)
+    large = tool_limits(timeout_s=DEADLINE_S)
 
     async def run() -> list:
         with Grader(concurrency=4) as grader:
@@ -169,6 +169,6 @@ def test_every_bird_gold_runs_under_the_default_cap():
         db = databases[q["db_id"]]
         t2sql.temp_usage(reset=True)
         db.digest(q["SQL"], GradeSpec("set", timeout_s=30))
-        db.run_tool(q["SQL"], ToolLimits(timeout_s=30))
+        db.run_tool(q["SQL"], tool_limits(timeout_s=30))
         most = max(most, t2sql.temp_usage()[1])
     assert most < cap // 64, most  # today none of them writes a temporary file at all

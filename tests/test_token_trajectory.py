@@ -98,7 +98,7 @@ def test_budgets_cut_and_the_tail_is_never_tool_tokens(bird_rollout, tasks):
     # The framework's own limits tighten the preset's, never loosen them.
     assert Budget.of(ctx.preset, max_new_tokens=100, max_context_len=2000) == Budget(100, 2000)
     assert Budget.of(ctx.preset, max_new_tokens=10**9, max_context_len=0) == Budget(
-        ctx.preset.max_turn_tokens, ctx.preset.max_context_tokens)
+        ctx.preset.budgets.max_turn_tokens, ctx.preset.budgets.max_context_tokens)
 
 
 def test_an_aborted_request_stops_the_episode_ungraded(bird_rollout, tasks):

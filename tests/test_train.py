@@ -91,8 +91,8 @@ def test_recipe_settings_are_in_the_command():
     assert float(_value(flags, "--lr")) == 1e-6 and _value(flags, "--lr-decay-style") == "constant"
     assert {"--optimizer-cpu-offload", "--use-rollout-routing-replay", "--colocate"} <= set(flags)
     assert _value(flags, "--sglang-ep-size") == "8" and _value(flags, "--expert-model-parallel-size") == "8"
-    assert _value(flags, "--rollout-max-response-len") == str(preset.max_turn_tokens) == "3072"
-    assert _value(flags, "--rollout-max-context-len") == str(preset.max_context_tokens)
+    assert _value(flags, "--rollout-max-response-len") == str(preset.budgets.max_turn_tokens) == "3072"
+    assert _value(flags, "--rollout-max-context-len") == str(preset.budgets.max_context_tokens)
     assert _value(flags, "--custom-generate-function-path") == "t2sql.sql_episode.generate"
     assert _value(flags, "--custom-rm-path") == "t2sql.sql_episode.reward_func"
     assert _value(flags, "--log-reward-category") == "category"

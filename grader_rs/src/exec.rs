@@ -16,6 +16,8 @@ const MAX_AGGREGATE_COLUMNS: usize = 100;
 
 // ---- the tool path ---------------------------------------------------------------------
 
+/// What a tool call's preview may show. The core has no default preview: every caller names one
+/// (the episode's are its preset's, t2sql.episode.presets), so its numbers live in one place.
 #[derive(Debug, Clone, Copy)]
 pub struct ToolOptions {
     pub max_rows: usize,
@@ -24,19 +26,16 @@ pub struct ToolOptions {
     pub count_cap: u64,
 }
 
+#[cfg(test)]
 impl ToolOptions {
-    /// The preview a tool call gets when the caller names no limits: the recipe's, which its
-    /// presets take from here (t2sql.ToolLimits(), TOOL_DEFAULTS).
-    pub const DEFAULT: ToolOptions = ToolOptions {
+    /// A preview for the core's own tests; Python never sees it.
+    pub const FOR_TESTS: ToolOptions = ToolOptions {
         max_rows: 50,
         max_cell_chars: 120,
         max_chars: 4000,
         count_cap: 10000,
     };
 }
-
-/// A tool call's deadline when the caller names none.
-pub const DEFAULT_TOOL_TIMEOUT_S: f64 = 10.0;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {

@@ -108,18 +108,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add("METHODS", pyo3::types::PyTuple::new(py, methods)?)?;
     let orders: Vec<&str> = digest::COLUMN_ORDERS.iter().map(|o| o.name()).collect();
     m.add("COLUMN_ORDERS", pyo3::types::PyTuple::new(py, orders)?)?;
-    // ToolLimits() as a dict: the numbers themselves live in exec.rs.
-    let limits = ToolLimits::default();
-    let tool = pyo3::types::PyDict::new(py);
-    tool.set_item("timeout_s", limits.timeout_s)?;
-    tool.set_item("max_rows", limits.max_rows)?;
-    tool.set_item("max_cell_chars", limits.max_cell_chars)?;
-    tool.set_item("max_chars", limits.max_chars)?;
-    tool.set_item("count_cap", limits.count_cap)?;
-    let max_temp_mb = tempfiles::DEFAULT_MAX_TEMP_BYTES / tempfiles::MIB;
-    tool.set_item("max_temp_mb", max_temp_mb)?;
-    m.add("TOOL_DEFAULTS", tool)?;
-    // GradeSpec() as a dict, the same way.
+    // GradeSpec() as a dict: the numbers themselves live where the core uses them.
     let spec = GradeSpec::default();
     let grade = pyo3::types::PyDict::new(py);
     grade.set_item("timeout_s", spec.timeout_s)?;
@@ -128,7 +117,7 @@ fn _grader(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
         "memory_mb",
         crate::spill::DEFAULT_MEMORY_BYTES / (1024 * 1024),
     )?;
-    grade.set_item("max_temp_mb", max_temp_mb)?;
+    grade.set_item("max_temp_mb", spec.max_temp_bytes / tempfiles::MIB)?;
     m.add("GRADE_DEFAULTS", grade)?;
     Ok(())
 }

@@ -481,7 +481,7 @@ mod test {
                 sql: sorted.into(),
                 timeout_s: 60.0,
                 max_temp_bytes,
-                work: Work::Tool(ToolOptions::DEFAULT),
+                work: Work::Tool(ToolOptions::FOR_TESTS),
             }),
         };
         let small = 1 << 20;

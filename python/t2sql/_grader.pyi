@@ -78,9 +78,8 @@ MAX_SQL_BYTES: int
 # The pragmas Database.catalog reads: ("table_list", "table_info", "index_list", "index_info",
 # "foreign_key_list").
 CATALOG_PRAGMAS: tuple[str, ...]
-# What a tool call and a grade get when the caller names nothing; the defaults written `...`
-# below are these values.
-TOOL_DEFAULTS: dict[str, float | int]  # timeout_s, max_rows, max_cell_chars, max_chars, count_cap, max_temp_mb
+# What a grade gets when the caller names nothing; the defaults written `...` below are these values
+# (a tool call has no default preview: the caller's preset owns it).
 GRADE_DEFAULTS: dict[str, float | int]  # timeout_s, float_digits, memory_mb, max_temp_mb
 # Every form of a grading method as messages show them (a subset's count written N), a subset once per
 # comparison: ("multiset", "ordered", "set", "subset,=,N", "subset,>=,N", ..., "auto"); the one list.
@@ -90,21 +89,21 @@ COLUMN_ORDERS: tuple[Literal["strict", "ignore"], ...]
 
 class ToolLimits:
     """What one `execute_sql_query` call may show, how long it may run and how much temporary disk
-    it may use, built once (a preset
-    builds one: Preset.tool_limits) and handed to the core whole: Database.run_tool, Grader.run_tool
-    and the pool's ToolJob take it. Defaults are the core's (TOOL_DEFAULTS: a 50-row preview, the
-    recipe's). Checked at construction: an integer out of range or a timeout that is not a positive
-    number of seconds is InvalidArgument naming it. A preview shows at least 16 characters and counts
-    at least 1 row whatever max_chars and count_cap say. Frozen, comparable, hashable, picklable."""
+    it may use, built once (a preset builds one: Preset.tool_limits) and handed to the core whole:
+    Database.run_tool, Grader.run_tool and the pool's ToolJob take it. The preview and its timeout
+    have no default (the preset owns them); max_temp_mb defaults to the core's cap (GRADE_DEFAULTS).
+    Checked at construction: an integer out of range or a timeout that is not a positive number of
+    seconds is InvalidArgument naming it. A preview shows at least 16 characters and counts at least
+    1 row whatever max_chars and count_cap say. Frozen, comparable, hashable, picklable."""
 
     def __init__(
         self,
         *,
-        timeout_s: float = ...,
-        max_rows: int = ...,
-        max_cell_chars: int = ...,
-        max_chars: int = ...,
-        count_cap: int = ...,
+        timeout_s: float,
+        max_rows: int,
+        max_cell_chars: int,
+        max_chars: int,
+        count_cap: int,
         max_temp_mb: int = ...,
     ) -> None: ...
     @property
@@ -237,8 +236,8 @@ class Database:
         """Close the file (a call running on another thread finishes first); closing twice is fine."""
     def __enter__(self) -> Database: ...
     def __exit__(self, exc_type: object, exc_value: object, traceback: object) -> bool: ...
-    def run_tool(self, sql: str, limits: ToolLimits | None = None, *, cancel: Cancel | None = None) -> ToolResult:
-        """One tool call under `limits` (None: ToolLimits(), the core's defaults)."""
+    def run_tool(self, sql: str, limits: ToolLimits, *, cancel: Cancel | None = None) -> ToolResult:
+        """One tool call under `limits` (the caller's: the core has no default preview)."""
     def digest(self, sql: str, spec: GradeSpec | None = None, *, cancel: Cancel | None = None) -> Digest:
         """The result's digest under `spec` (None: GradeSpec(), multiset), each query under its timeout."""
     def grade_against(

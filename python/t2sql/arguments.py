@@ -82,6 +82,11 @@ def grade_memory_from_args(args: argparse.Namespace) -> tuple[int | None, str | 
     return getattr(args, "grade_memory_mb", None), tmp_dir
 
 
+# SQL worker threads one process runs: each runs one query at a time, so past a few times the machine's cores
+# more of them only queue, and past this many a process spends its memory on thread stacks, not queries.
+MAX_CONCURRENCY = 1024
+
+
 def workers_arg(text: str) -> int:
     """argparse type of a number of workers: a whole number, 1 or more, or a usage error."""
     return _at_least_one(text, "workers", "the worker count")

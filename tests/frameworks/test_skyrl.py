@@ -189,8 +189,8 @@ class Run:
 
 
 def run_generator(dataset, t2sql_rows, tokenizer, plans_by_repetition: list[dict[str, str]], *,
-                  max_turns: int = PRESET.max_turns, max_input_length: int = PRESET.max_context_tokens,
-                  max_generate_length: int = PRESET.max_turn_tokens, env_workers: int = 2) -> Run:
+                  max_turns: int = PRESET.budgets.max_turns, max_input_length: int = PRESET.budgets.max_context_tokens,
+                  max_generate_length: int = PRESET.budgets.max_turn_tokens, env_workers: int = 2) -> Run:
     """SkyRL's generation phase over the dataset's prompts that have a plan: repetition r of question q
     follows plans_by_repetition[r][q]."""
     prompts = [p for p in dataset if json.loads(p["env_extras"]["t2sql"])["metadata"]["question_id"]
@@ -246,7 +246,7 @@ MAIN_PLANS = ("correct", "incorrect"), ("errors_then_correct", "no_solution"), (
 EXPECTED = {  # name -> (outcome, reward, turns, tool_calls, invalid_tool_calls)
     "correct": ("correct", 1.0, 2, 1, 0),
     "incorrect": ("incorrect", 0.0, 2, 1, 0),
-    "errors_then_correct": ("correct", 1.0 - PRESET.invalid_tool_penalty, 2, 2, 1),
+    "errors_then_correct": ("correct", 1.0 - PRESET.reward.invalid_tool_penalty, 2, 2, 1),
     "no_solution": ("no_solution", -1.0, 2, 1, 0),
     "unsafe": ("unsafe", -1.0, 1, 1, 0),
     "first_reply": ("correct", 1.0, 1, 0, 0),
@@ -328,7 +328,8 @@ def test_the_env_metrics_skyrl_logs(main_run):
     assert metrics["environment/reward"] == pytest.approx(sum(r["reward"] for r in records) / 6)
     assert metrics["environment/correct"] == pytest.approx(0.5)
     assert metrics["environment/tool_calls"] == pytest.approx(sum(r["tool_calls"] for r in records) / 6)
-    assert metrics["environment/reward_terms/invalid_tool_calls"] == pytest.approx(-PRESET.invalid_tool_penalty / 6)
+    penalty = PRESET.reward.invalid_tool_penalty
+    assert metrics["environment/reward_terms/invalid_tool_calls"] == pytest.approx(-penalty / 6)
     assert metrics["environment/evidence_checked"] == pytest.approx(
         sum(r["evidence_checked"] for r in records) / 6)  # every picked task has evidence
     assert "environment/outcome" not in metrics  # strings are not averaged
@@ -405,9 +406,9 @@ def test_the_docs_command_parses_under_skyrls_own_config_and_checks(monkeypatch)
     cfg = skyrl_env.training_config(argv)
     assert cfg.trainer.algorithm.policy_loss_type == "cispo"
     assert cfg.generator.n_samples_per_prompt == 16
-    assert cfg.generator.max_turns == PRESET.max_turns
-    assert cfg.generator.sampling_params.max_generate_length == PRESET.max_turn_tokens
-    assert cfg.generator.max_input_length + PRESET.max_turn_tokens == PRESET.max_context_tokens
+    assert cfg.generator.max_turns == PRESET.budgets.max_turns
+    assert cfg.generator.sampling_params.max_generate_length == PRESET.budgets.max_turn_tokens
+    assert cfg.generator.max_input_length + PRESET.budgets.max_turn_tokens == PRESET.budgets.max_context_tokens
     assert cfg.generator.chat_template_kwargs["tools"] == skyrl_env.tool_chat_template_kwargs()["tools"]
     assert cfg.environment.env_class == rows.ENV_CLASS
 

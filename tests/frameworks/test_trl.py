@@ -133,8 +133,8 @@ def test_the_documented_run_is_trl_1_16s(tmp_path):
     assert args.epsilon_high == 1.28  # CISPO's bound in TRL is absolute: the recipe's 1 + 0.28
     assert 8 * args.per_device_train_batch_size * args.gradient_accumulation_steps == 64 * 16
     assert args.steps_per_generation == args.gradient_accumulation_steps  # one optimizer step per batch
-    assert args.max_tool_calling_iterations == preset.max_turns - 1
-    assert args.vllm_max_model_length == preset.max_context_tokens
+    assert args.max_tool_calling_iterations == preset.budgets.max_turns - 1
+    assert args.vllm_max_model_length == preset.budgets.max_context_tokens
     assert {k.arg for k in calls["GRPOTrainer"].keywords} <= set(inspect.signature(GRPOTrainer).parameters)
     configured = {k.arg: k.value for k in calls["configured"].keywords}
     # The environment reads the model's tokens with the trainer's tokenizer and GRPOConfig's template kwargs.
@@ -256,7 +256,7 @@ def test_grpo_trainer_runs_t2sql_episodes_and_steps(tokenizer, dataset, settings
         per_device_train_batch_size=4, num_generations=4, max_steps=1, logging_steps=1,
         loss_type="cispo", epsilon_high=1.28, beta=0.0, learning_rate=1e-4, temperature=1.0, top_k=10,
         max_completion_length=160,
-        max_tool_calling_iterations=rollout.RolloutSettings(preset=PRESET).resolved_preset().max_turns - 1,
+        max_tool_calling_iterations=rollout.RolloutSettings(preset=PRESET).resolved_preset().budgets.max_turns - 1,
         chat_template_kwargs=TEMPLATE_KWARGS, dataloader_num_workers=0,
     )
     before = {name: p.detach().clone() for name, p in model.named_parameters()}

@@ -424,7 +424,8 @@ def test_the_documented_command_composes_in_verls_config():
     config = compose(documented_overrides())
     rollout_config = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     assert rollout_config.n == 16 and rollout_config.multi_turn.enable and rollout_config.calculate_log_probs
-    assert rollout_config.prompt_length + rollout_config.response_length == get_preset(PRESET).max_context_tokens
+    context = get_preset(PRESET).budgets.max_context_tokens
+    assert rollout_config.prompt_length + rollout_config.response_length == context
     assert config.actor_rollout_ref.model.external_lib == loop.__name__
     assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "cispo"
     assert get_policy_loss_fn("cispo") is not None

@@ -307,7 +307,7 @@ fn a_query_past_its_temp_cap_stops_with_a_temp_disk_error() {
     );
     assert_eq!(gc.temp_bytes(), 0, "the failed statement's files are gone");
     // The same on the tool path, and under the default cap the query runs.
-    let opts = crate::exec::ToolOptions::DEFAULT;
+    let opts = crate::exec::ToolOptions::FOR_TESTS;
     let tool = crate::exec::run_tool(
         &gc,
         "SELECT a.x FROM n a, n b ORDER BY random()",

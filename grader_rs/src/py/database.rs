@@ -228,17 +228,17 @@ impl Database {
         false
     }
 
-    /// One tool call under `limits` (None: ToolLimits(), the core's defaults).
-    #[pyo3(signature = (sql, limits = None, *, cancel = None))]
+    /// One tool call under `limits` (the caller's: the core has no default preview).
+    #[pyo3(signature = (sql, limits, *, cancel = None))]
     fn run_tool(
         &self,
         py: Python<'_>,
         sql: &Bound<'_, PyAny>,
-        limits: Option<&Bound<'_, ToolLimits>>,
+        limits: &Bound<'_, ToolLimits>,
         cancel: Option<&Bound<'_, Cancel>>,
     ) -> PyResult<ToolResult> {
         let sql = sql_text(sql)?;
-        let limits = limits.map(|l| *l.get()).unwrap_or_default();
+        let limits = *limits.get();
         let budget = budget_of(limits.timeout_s, limits.max_temp_bytes, cancel);
         let opts = limits.options();
         let out = self.with(py, |gc| exec::run_tool(gc, &sql, opts, &budget))?;

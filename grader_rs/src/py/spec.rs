@@ -18,7 +18,7 @@ use super::errors::to_py;
 use crate::checked::{Int, Seconds};
 use crate::compare;
 use crate::digest::{self, ColumnOrder, DigestSpec, ResolvedMethod};
-use crate::exec::{ToolOptions, DEFAULT_TOOL_TIMEOUT_S};
+use crate::exec::ToolOptions;
 use crate::tempfiles::{DEFAULT_MAX_TEMP_BYTES, MIB};
 
 /// The default cap on a query's temporary disk, in the MiB the Python values take it in.
@@ -75,21 +75,6 @@ pub struct ToolLimits {
     pub(crate) max_temp_bytes: u64,
 }
 
-impl Default for ToolLimits {
-    /// The core's defaults (exec.rs), which TOOL_DEFAULTS shows.
-    fn default() -> Self {
-        let d = ToolOptions::DEFAULT;
-        ToolLimits {
-            timeout_s: DEFAULT_TOOL_TIMEOUT_S,
-            max_rows: d.max_rows,
-            max_cell_chars: d.max_cell_chars,
-            max_chars: d.max_chars,
-            count_cap: d.count_cap,
-            max_temp_bytes: DEFAULT_MAX_TEMP_BYTES,
-        }
-    }
-}
-
 impl ToolLimits {
     /// The preview options: the limits as given, with the floors that keep a preview readable
     /// (at least 16 characters) and a count meaningful (at least 1 row).
@@ -106,9 +91,11 @@ impl ToolLimits {
 #[pymethods]
 impl ToolLimits {
     /// Checked as the tool call checks them: the timeout first, then each limit by name.
-    /// `max_temp_mb`: MiB of temporary files (sorts, DISTINCT, GROUP BY) the query may hold.
+    /// The preview and its timeout have no default here: the caller's preset owns them. Only
+    /// `max_temp_mb` does (the core's cap): MiB of temporary files (sorts, DISTINCT, GROUP BY)
+    /// the query may hold.
     #[new]
-    #[pyo3(signature = (*, timeout_s = Seconds::from(DEFAULT_TOOL_TIMEOUT_S), max_rows = Int::from(ToolOptions::DEFAULT.max_rows), max_cell_chars = Int::from(ToolOptions::DEFAULT.max_cell_chars), max_chars = Int::from(ToolOptions::DEFAULT.max_chars), count_cap = Int::from(ToolOptions::DEFAULT.count_cap), max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB)))]
+    #[pyo3(signature = (*, timeout_s, max_rows, max_cell_chars, max_chars, count_cap, max_temp_mb = Int::from(DEFAULT_MAX_TEMP_MB)))]
     fn new(
         timeout_s: Seconds,
         max_rows: Int,

@@ -88,7 +88,7 @@ if case == "cancel":
             running = not check.done()
             check.cancel()
             cancelled = time.monotonic()
-            tool = await grader.run_tool(db, "SELECT count(*) FROM t")
+            tool = await grader.run_tool(db, "SELECT count(*) FROM t", t2sql.get_preset().tool_limits)
             return running, time.monotonic() - cancelled, tool.row_count
     running, freed, rows = asyncio.run(main())
     out.update(running_at_cancel=running, freed_after_s=round(freed, 3), tool_rows=rows)

@@ -63,23 +63,24 @@ def bench_tool_latency(db_path: str, n: int) -> dict[str, Any]:
     con.close()
     out["python_sqlite3"] = times
 
+    limits = t2sql.get_preset().tool_limits  # the recipe's tool call
     db = t2sql.Database(db_path)
     for q in queries[:100]:
-        db.run_tool(q)
+        db.run_tool(q, limits)
     times = []
     for q in queries:
         t = time.perf_counter()
-        db.run_tool(q)
+        db.run_tool(q, limits)
         times.append(time.perf_counter() - t)
     out["core_run_tool"] = times
 
     async def through_grader(g: Grader) -> list[float]:
         for q in queries[:100]:
-            await g.run_tool(db_path, q)
+            await g.run_tool(db_path, q, limits)
         times = []
         for q in queries:
             t = time.perf_counter()
-            await g.run_tool(db_path, q)
+            await g.run_tool(db_path, q, limits)
             times.append(time.perf_counter() - t)
         return times
 
@@ -296,8 +297,8 @@ def bench_stall_floor(pairs, workers: int, tasks: int, seconds: float = 2.0) -> 
     once, five times (what asyncio itself costs for the benchmark's burst of tasks)."""
     import threading
 
-    from t2sql.serving.grader import DEFAULT_WORKER_NICE  # lazily, as above
     from t2sql.serving.jobs import lower_priority
+    from t2sql.serving.settings import DEFAULT_WORKER_NICE  # lazily, as above
 
     async def meter_for(duration: float) -> tuple[float, float]:
         meter = _StallMeter()
@@ -393,6 +394,7 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
 
     from t2sql.serving.grader import Grader  # lazily: see the module's note on peak memory
 
+    limits = t2sql.get_preset().tool_limits  # the recipe's tool call
     rng = random.Random(seed)
     plan = [(pairs[i % len(pairs)], [rng.uniform(0.005, 0.05) for _ in range(6)]) for i in range(trajectories)]
 
@@ -401,7 +403,7 @@ def bench_rollout(pairs, workers: int, trajectories: int, backend: str, seed: in
         for pause in pauses[:5]:
             await asyncio.sleep(pause)
             try:
-                await g.run_tool(db_path, sql)
+                await g.run_tool(db_path, sql, limits)
             except t2sql.T2sqlError:
                 pass
         await asyncio.sleep(pauses[5])

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from t2sql import jsonl
+from t2sql.episode.presets import get_preset
 from t2sql.errors import CurriculumError, DataError
 from t2sql.miles.curriculum import STATE_FORMAT, Curriculum, CurriculumConfig
 from t2sql.miles.hints import build_hint
@@ -68,7 +69,9 @@ def run(args: Any) -> int:
         state = read_state(args.state)
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise CurriculumError(f"{args.state}: not a curriculum state (expected format {STATE_FORMAT!r})")
-        policy = Curriculum(list(state.get("tasks") or {}), config=CurriculumConfig(**state.get("config", {})))
+        saved = state.get("config")
+        config = CurriculumConfig(**saved) if saved is not None else CurriculumConfig.from_preset(get_preset())
+        policy = Curriculum(list(state.get("tasks") or {}), config=config)
         policy.load_state_dict(state)
         rows = read_task_rows(args.data) if args.data else {}
     except (OSError, CurriculumError, TypeError) as e:

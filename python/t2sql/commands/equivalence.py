@@ -53,8 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="labelled real answers (JSONL: id, db_id, gold, pred, label[, evidence, systems, "
                              "reason, lucky_kind]), with --measure")
     parser.add_argument("--preset", default=None, help="t2sql preset: suite size, seed, timeouts, method")
-    parser.add_argument("--suite-size", type=int, default=None, help="override the preset's equivalence_suite_size")
-    parser.add_argument("--seed", type=int, default=None, help="override the preset's equivalence_seed")
+    parser.add_argument("--suite-size", type=int, default=None, help="override the preset's equivalence.suite_size")
+    parser.add_argument("--seed", type=int, default=None, help="override the preset's equivalence.seed")
     parser.add_argument("--method", default=None,
                         help="how results are compared (default: the preset's; each --pairs line's "
                              "grading_method wins)")
@@ -77,10 +77,10 @@ def _config(args: argparse.Namespace, method: str | None = None) -> EquivalenceC
     preset = get_preset(args.preset)
     changes = {}
     if args.suite_size is not None:
-        changes["equivalence_suite_size"] = args.suite_size
+        changes["suite_size"] = args.suite_size
     if args.seed is not None:
-        changes["equivalence_seed"] = args.seed
-    preset = preset.replace(**changes) if changes else preset
+        changes["seed"] = args.seed
+    preset = preset.replace(equivalence=changes) if changes else preset
     config = EquivalenceConfig.from_preset(preset)
     method = method or args.method
     if method:

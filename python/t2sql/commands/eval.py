@@ -13,9 +13,10 @@ from t2sql import jsonl
 from t2sql.arguments import add_temp_disk_argument, method_arg, positive_arg, seconds_arg, wait_arg
 from t2sql.episode.presets import get_preset
 from t2sql.errors import EvalError, cap_lines
+from t2sql.eval.endpoint import RetryPolicy
 from t2sql.eval.policies import build_policy
 from t2sql.eval.results import data_sha256, format_summary
-from t2sql.eval.runner import EvalRun, evaluate, load_tasks
+from t2sql.eval.runner import DEFAULT_CONCURRENCY, EvalRun, evaluate, load_tasks
 from t2sql.grading import describe_methods, method_counts
 from t2sql.home import default_dir, describe_default_dir, made_default_dir
 from t2sql.tasks import sample_dir, sample_questions
@@ -59,12 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
     model.add_argument("--api-key-env", default="OPENAI_API_KEY",
                        help="environment variable holding a bearer token for --api openai, if set")
-    model.add_argument("--timeout-s", type=seconds_arg, default=600.0, metavar="S",
+    http = RetryPolicy()  # the endpoint's own defaults: the flags show them, they do not restate them
+    model.add_argument("--timeout-s", type=seconds_arg, default=http.timeout_s, metavar="S",
                        help="seconds one whole request may take, the reply's last byte included")
-    model.add_argument("--max-response-mb", type=positive_arg, default=16.0,
+    model.add_argument("--max-response-mb", type=positive_arg, default=http.max_body_bytes / (1024 * 1024),
                        help="a reply larger than this is refused unread (an endpoint_error), never held whole")
-    model.add_argument("--retries", type=int, default=3, help="retries of a failed request, with backoff")
-    model.add_argument("--retry-backoff", type=wait_arg, default=1.0, help="first backoff in seconds (doubles)")
+    model.add_argument("--retries", type=int, default=http.retries, help="retries of a failed request, with backoff")
+    model.add_argument("--retry-backoff", type=wait_arg, default=http.backoff_s,
+                       help="first backoff in seconds (doubles)")
 
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", default=None,
@@ -76,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group.add_argument("--fresh", action="store_true",
                            help="start the results file over instead of resuming it (a file that is not a t2sql "
                                 "results file is refused all the same)")
-    run_group.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
+    run_group.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="episodes in flight")
     run_group.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     run_group.add_argument("--verbose", action="store_true", help="print the preset in full (every field) at the start")
 
@@ -96,12 +99,16 @@ def describe_preset(preset: Preset, *, verbose: bool = False, width: int = 100) 
     import textwrap
 
     if not verbose:
-        methods = (f"the task's method, else {preset.method}" if preset.honor_task_methods else preset.method)
-        return (f"preset {preset.name}: {preset.max_tool_calls} tool calls, {preset.max_turns} turns, graded by "
+        grading, budgets = preset.grading, preset.budgets
+        methods = (f"the task's method, else {grading.method}" if grading.honor_task_methods else grading.method)
+        return (f"preset {preset.name}: {budgets.max_tool_calls} tool calls, {budgets.max_turns} turns, graded by "
                 f"{methods} (every field: --verbose)")
     fields = preset.to_dict()
     name = fields.pop("name")
-    body = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
+    flat = {}  # each part's fields as part.field
+    for part, values in fields.items():
+        flat.update({f"{part}.{k}": v for k, v in values.items()} if isinstance(values, dict) else {part: values})
+    body = " ".join(f"{k}={v}" for k, v in sorted(flat.items()))
     return f"preset {name}:\n" + textwrap.fill(body, width, initial_indent="  ", subsequent_indent="  ")
 
 
@@ -121,7 +128,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
         try:
             preset = get_preset(args.preset)  # None: the recipe's default
             if args.max_temp_mb is not None:
-                preset = preset.replace(max_temp_mb=args.max_temp_mb)
+                preset = preset.replace(grading={"max_temp_mb": args.max_temp_mb})
         except ValueError as e:
             raise EvalError(str(e)) from None
         loaded = load_tasks(data, db_root, limit=args.limit, method_fallback=args.grading_method_fallback,
@@ -164,7 +171,7 @@ def run(args: argparse.Namespace, *, tokenizer: Any = None) -> int:
     log(f"results: {args.out}" + (" (starting over: --fresh)" if args.fresh and Path(args.out).exists() else
                                   " (resuming: it exists)" if Path(args.out).exists() else ""))
 
-    if preset.equivalence_penalty:  # its checks find every database mined (a check never mines: not_ready)
+    if preset.reward.equivalence_penalty:  # its checks find every database mined (a check never mines: not_ready)
         from t2sql.equivalence.mine_ahead import mine_ahead
 
         mined = mine_ahead([t.db_path for t in loaded.tasks if t.db_path], label="invariants")

@@ -129,16 +129,17 @@ class _Grading:
     @classmethod
     def of(cls, args: argparse.Namespace) -> _Grading:
         preset = get_preset(args.preset or DEFAULT_PRESET)
-        return cls(preset, args.method, args.float_digits if args.float_digits is not None else preset.float_digits,
-                   args.timeout_s if args.timeout_s is not None else preset.grade_timeout_s,
-                   args.max_temp_mb if args.max_temp_mb is not None else preset.max_temp_mb)
+        grading = preset.grading
+        return cls(preset, args.method, args.float_digits if args.float_digits is not None else grading.float_digits,
+                   args.timeout_s if args.timeout_s is not None else grading.timeout_s,
+                   args.max_temp_mb if args.max_temp_mb is not None else grading.max_temp_mb)
 
     def method(self, task_method: str | None) -> str:
         return self.every_task_method or self.preset.method_for(task_method)
 
     def spec(self, task: Task) -> GradeSpec:
         return GradeSpec(self.method(task.grading_method), gold_sql=task.gold_sql, float_digits=self.float_digits,
-                         column_order=self.preset.column_order, timeout_s=self.timeout_s,
+                         column_order=self.preset.grading.column_order, timeout_s=self.timeout_s,
                          max_temp_mb=self.max_temp_mb)
 
 

@@ -25,6 +25,7 @@ from t2sql._grader import (
     set_grade_memory,
 )
 from t2sql.arguments import (
+    MAX_CONCURRENCY,
     add_grade_memory_arguments,
     add_temp_disk_argument,
     grade_memory_from_args,
@@ -93,11 +94,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_grade_memory_arguments(p)
     add_temp_disk_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
-# Each worker is a thread running one query at a time: past a few times the machine's cores more of
-# them only queue, and tens of thousands exhaust the system's threads before the first line is read.
-MAX_CONCURRENCY = 1024
 
 
 def _concurrency_arg(text: str) -> int:

@@ -34,10 +34,10 @@ class Budget:
     def of(cls, preset: Preset, *, max_new_tokens: int | None = None, max_context_len: int | None = None) -> Budget:
         """The preset's budgets, tightened by the framework's own limits where it sets them (a sampling
         max_new_tokens, a rollout's maximum context length); a limit of 0 or None is no limit."""
-        turn_limit = int(preset.max_turn_tokens)
+        turn_limit = int(preset.budgets.max_turn_tokens)
         if max_new_tokens:
             turn_limit = min(turn_limit, int(max_new_tokens))
-        context_limit = int(preset.max_context_tokens)
+        context_limit = int(preset.budgets.max_context_tokens)
         if max_context_len:
             context_limit = min(context_limit, int(max_context_len))
         return cls(turn_limit, context_limit)

@@ -1,5 +1,5 @@
 """The equivalence check as a reward term: a `correct` match that a small database of the task's database's kind
-refutes loses `equivalence_penalty`, and the episode's metrics carry the verdict (`equivalence_*`). The check is
+refutes loses `reward.equivalence_penalty`, and the episode's metrics carry the verdict (`equivalence_*`). The check is
 t2sql.equivalence.check's; its guard, budget and verdicts: docs/episode.md, "The equivalence check"; how the small
 databases are made: docs/recipe_extras.md, "Equivalence check"."""
 
@@ -58,7 +58,7 @@ async def _check_trajectory(trajectory: Trajectory, preset: Preset) -> Equivalen
 
 async def equivalence_term(trajectory: Trajectory, preset: Preset) -> Any:
     report = await check_trajectory(trajectory, preset)
-    amount = -preset.equivalence_penalty if report.refuted else 0.0
+    amount = -preset.reward.equivalence_penalty if report.refuted else 0.0
     return TermResult(amount, report.to_metrics())
 
 

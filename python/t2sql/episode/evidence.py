@@ -1,4 +1,4 @@
-"""The evidence rules, "enumerated" (the recipe's) and "coverage", as `preset.evidence_rule` chooses: whether an
+"""The evidence rules, "enumerated" (the recipe's) and "coverage", as `preset.reward.evidence_rule` chooses: whether an
 episode restated and checked the task's evidence. The rules exactly: docs/episode.md, "The evidence rules, exactly"."""
 
 from __future__ import annotations

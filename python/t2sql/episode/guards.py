@@ -181,10 +181,10 @@ def guard_report(trajectory: Trajectory, preset: Preset) -> GuardReport:
         tuple(texts),
         tuple(trajectory.visible),
         tuple(trajectory.tool_queries),
-        preset.repetition_ngram_n,
-        preset.repetition_ngram_share,
-        preset.repetition_min_ngrams,
-        preset.repeated_turn_similarity,
+        preset.reward.repetition_ngram_n,
+        preset.reward.repetition_ngram_share,
+        preset.reward.repetition_min_ngrams,
+        preset.reward.repeated_turn_similarity,
     )
 
 
@@ -220,7 +220,7 @@ def reward_terms() -> list[RewardTerm]:
     def make(switch: str, field: str):
         def term(trajectory: Trajectory, preset: Preset) -> TermResult:
             report = guard_report(trajectory, preset)
-            return TermResult(-getattr(preset, switch) * getattr(report, field), report.to_metrics())
+            return TermResult(-getattr(preset.reward, switch) * getattr(report, field), report.to_metrics())
 
         return term
 

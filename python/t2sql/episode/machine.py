@@ -125,7 +125,7 @@ class Episode:
 
     @property
     def tool_calls_left(self) -> int:
-        return max(0, self.preset.max_tool_calls - self._tool_calls)
+        return max(0, self.preset.budgets.max_tool_calls - self._tool_calls)
 
     def turn_token_budget(self, context_tokens_used: int = 0) -> int:
         """Tokens the next turn may generate: the per-turn limit, never past the context budget.
@@ -162,8 +162,8 @@ class Episode:
                 tool_message["tool_call_id"] = call.id
             tool_messages.append(tool_message)
 
-        if len(self._turns) >= self.preset.max_turns:
-            await self._finish("no_solution", f"no <solution> within max_turns={self.preset.max_turns} turns")
+        if len(self._turns) >= self.preset.budgets.max_turns:
+            await self._finish("no_solution", f"no <solution> within max_turns={self.preset.budgets.max_turns} turns")
             return TurnOutcome(True, [])
         self.messages.extend(tool_messages)
         return TurnOutcome(False, tool_messages)
@@ -225,7 +225,7 @@ class Episode:
             await self._finish("context_cut", "the context budget cut the turn (never graded)")
             return
         if cut == "turn":
-            await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.max_turn_tokens}")
+            await self._finish("turn_cut", f"the turn reached max_turn_tokens={self.preset.budgets.max_turn_tokens}")
             return
         solution = parsing.parse_solution(turn.visible)
         if solution is None:
@@ -238,7 +238,7 @@ class Episode:
 
     async def _run_call(self, call: parsing.ToolCall) -> str:
         self._tool_calls += 1
-        number, budget = self._tool_calls, self.preset.max_tool_calls
+        number, budget = self._tool_calls, self.preset.budgets.max_tool_calls
         if call.query is not None:
             self._tool_queries.append(call.query)
         if number > budget:

@@ -112,12 +112,13 @@ a <solution> ends the task without an answer."""
 def system_prompt(preset: Preset, method: str | None = None) -> str:
     """The system message. `method`: the task's grading method (default: the preset's)."""
     return SYSTEM_TEMPLATE.format(
-        max_rows=preset.tool_max_rows,
-        max_tool_calls=preset.max_tool_calls,
-        order_rule=order_rule(method or preset.method),
-        column_rule=("the number and order of columns matter, their names do not" if preset.column_order == "strict"
+        max_rows=preset.tool.max_rows,
+        max_tool_calls=preset.budgets.max_tool_calls,
+        order_rule=order_rule(method or preset.grading.method),
+        column_rule=("the number and order of columns matter, their names do not"
+                     if preset.grading.column_order == "strict"
                      else "the number of columns matters, their order and names do not"),
-        evidence_rules=_EVIDENCE_RULES[preset.evidence_rule],
+        evidence_rules=_EVIDENCE_RULES[preset.reward.evidence_rule],
     )
 
 
@@ -128,11 +129,11 @@ def system_prompt(preset: Preset, method: str | None = None) -> str:
 def task_text_problem(task: Task, preset: Preset) -> str | None:
     """Why the task's question or evidence is too long for the preset's prompt, or None. A prompt never
     cuts them (a cut question is another question), so such a task is bad input."""
-    for name, text, limit in (("question", task.question, preset.question_max_chars),
-                              ("evidence", task.evidence, preset.evidence_max_chars)):
+    for name, text, limit in (("question", task.question, preset.prompt.question_max_chars),
+                              ("evidence", task.evidence, preset.prompt.evidence_max_chars)):
         if len(text) > limit:
-            return (f"its {name} is {len(text):,} characters, above the preset's {name}_max_chars "
-                    f"({limit:,}); shorten it, or use a preset with a larger {name}_max_chars")
+            return (f"its {name} is {len(text):,} characters, above the preset's prompt.{name}_max_chars "
+                    f"({limit:,}); shorten it, or use a preset with a larger prompt.{name}_max_chars")
     return None
 
 
@@ -157,8 +158,8 @@ def user_prompt(task: Task, schema_text: str, evidence_rule: str = "coverage") -
 
 
 def render_task_schema(task: Task, preset: Preset, db: Database | None = None) -> RenderedSchema:
-    schema = load_schema(task.db_path, example_values=preset.example_values,
-                         example_value_chars=preset.example_value_chars, db=db)
+    schema = load_schema(task.db_path, example_values=preset.prompt.example_values,
+                         example_value_chars=preset.prompt.example_value_chars, db=db)
     return render_schema(schema, preset, question=task.question, evidence=task.evidence)
 
 
@@ -170,7 +171,7 @@ def build_prompt(task: Task, preset: Preset, db: Database | None = None) -> list
     rendered = render_task_schema(task, preset, db)
     return [
         {"role": "system", "content": system_prompt(preset, preset.method_for(task.grading_method))},
-        {"role": "user", "content": user_prompt(task, rendered.text, preset.evidence_rule)},
+        {"role": "user", "content": user_prompt(task, rendered.text, preset.reward.evidence_rule)},
     ]
 
 

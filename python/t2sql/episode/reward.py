@@ -38,21 +38,21 @@ class Trajectory:
     grade_spec: GradeSpec | None = dataclasses.field(default=None, compare=False)  # how the answer was graded
 
     def check_evidence(self, preset: Preset) -> EvidenceCheck:
-        if preset.evidence_rule == "enumerated":
+        if preset.reward.evidence_rule == "enumerated":
             return self._check_enumerated()
         has = bool(content_tokens(self.evidence))
-        turns = self.visible if preset.evidence_counts_sql else self.prose
+        turns = self.visible if preset.reward.evidence_counts_sql else self.prose
         first_two = "\n".join(turns[:2])
         restated_cov = coverage(self.evidence, first_two) if has else 0.0
         if self.answer_turn is not None and has:
             answer = turns[self.answer_turn]
             checked_cov = coverage(self.evidence, answer)
-            checked = checked_cov >= preset.evidence_share
+            checked = checked_cov >= preset.reward.evidence_share
         else:
             checked_cov, checked = 0.0, False
         return EvidenceCheck(
             has_evidence=has,
-            restated=has and restated_cov >= preset.evidence_share,
+            restated=has and restated_cov >= preset.reward.evidence_share,
             checked=checked,
             restated_coverage=restated_cov,
             checked_coverage=checked_cov,
@@ -108,15 +108,15 @@ class RewardTerm:
     switch: str | None = None
 
     def enabled(self, preset: Preset) -> bool:
-        return self.switch is None or bool(getattr(preset, self.switch))
+        return self.switch is None or bool(getattr(preset.reward, self.switch))
 
 
 def _evidence_term(traj: Trajectory, preset: Preset) -> float:
-    return -preset.evidence_penalty * traj.check_evidence(preset).skipped
+    return -preset.reward.evidence_penalty * traj.check_evidence(preset).skipped
 
 
 def _invalid_tool_term(traj: Trajectory, preset: Preset) -> float:
-    return -min(preset.invalid_tool_penalty * traj.invalid_tool_calls, preset.invalid_tool_penalty_cap)
+    return -min(preset.reward.invalid_tool_penalty * traj.invalid_tool_calls, preset.reward.invalid_tool_penalty_cap)
 
 
 # The built-in terms; t2sql.episode.terms registers them with the recipe extras.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from t2sql._grader import DatabaseError
+from t2sql.arguments import MAX_CONCURRENCY
 from t2sql.episode.machine import VERDICT_OUTCOMES, Episode
 from t2sql.episode.parsing import parse_solution, strip_think
 from t2sql.episode.presets import DEFAULT_PRESET, Preset, get_preset
@@ -19,14 +20,15 @@ from t2sql.episode.prompt import build_prompt_async
 from t2sql.errors import PresetError, SettingsError
 from t2sql.serving.grader import Grader
 from t2sql.serving.manifest import manifest_file_problem
+from t2sql.serving.settings import GraderSettings
 from t2sql.tasks import Task
 
 log = logging.getLogger("t2sql.rollout")
 
-# The ranges of the numbers a rollout process is configured with. Concurrency is SQL worker threads: past
-# 1024 a process spends its memory on thread stacks, not queries. A timeout is a limit: finite, positive,
-# and at most an hour (the core treats anything near 1e9 s as no limit at all).
-CONCURRENCY_RANGE = (1, 1024)
+# The ranges of the numbers a rollout process is configured with. Concurrency is SQL worker threads
+# (t2sql.arguments.MAX_CONCURRENCY). A timeout is a limit: finite, positive, and at most an hour (the core
+# treats anything near 1e9 s as no limit at all).
+CONCURRENCY_RANGE = (1, MAX_CONCURRENCY)
 MAX_TIMEOUT_S = 3600.0
 _PATHS = ("db_root", "cache_dir", "manifest")
 _TIMEOUTS = ("tool_timeout_s", "grade_timeout_s")
@@ -114,16 +116,17 @@ class RolloutSettings:
         """The preset named, with the timeouts given here in place of its own."""
         preset = get_preset(self.preset)
         if self.tool_timeout_s is not None or self.grade_timeout_s is not None:
-            preset = preset.replace(
-                tool_timeout_s=preset.tool_timeout_s if self.tool_timeout_s is None else self.tool_timeout_s,
-                grade_timeout_s=preset.grade_timeout_s if self.grade_timeout_s is None else self.grade_timeout_s)
+            tool, grade = self.tool_timeout_s, self.grade_timeout_s
+            preset = preset.replace(tool={"timeout_s": preset.tool.timeout_s if tool is None else tool},
+                                    grading={"timeout_s": preset.grading.timeout_s if grade is None else grade})
         return preset
 
 
 def open_grader(preset: Preset, **options: Any) -> Grader:
-    """The Grader a preset's episodes run on (`options`: Grader's own, e.g. concurrency, cache_dir)."""
-    return Grader(tool_timeout_s=preset.tool_timeout_s, grade_timeout_s=preset.grade_timeout_s,
-                  max_temp_mb=preset.max_temp_mb, **options)
+    """The Grader a preset's episodes run on: its grading part's timeout and temporary-disk cap, and `options`
+    (other GraderSettings fields, e.g. concurrency, cache_dir)."""
+    return Grader(GraderSettings(grade_timeout_s=preset.grading.timeout_s, max_temp_mb=preset.grading.max_temp_mb,
+                                 **options))
 
 
 class RolloutContext:

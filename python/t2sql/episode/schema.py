@@ -183,7 +183,8 @@ def read_descriptions(db_dir: str | os.PathLike) -> dict[str, dict[str, tuple[st
     return out
 
 
-_COLUMNS_QUERY_LIMITS = ToolLimits(timeout_s=5.0)
+# The schema's own queries: only their rows and columns are read, never the preview text.
+_COLUMNS_QUERY_LIMITS = ToolLimits(timeout_s=5.0, max_rows=0, max_cell_chars=1, max_chars=1, count_cap=1)
 
 
 def _table_columns(db: Database, table: str) -> list[str]:
@@ -199,7 +200,8 @@ def _examples(db: Database, table: str, column: str, n: int, max_chars: int) -> 
         f"WHERE {_quote_ident(column)} IS NOT NULL LIMIT {n}"
     )
     try:
-        rows = db.run_tool(sql, ToolLimits(timeout_s=2.0, max_rows=n, max_cell_chars=max_chars + 1)).rows
+        rows = db.run_tool(sql, ToolLimits(timeout_s=2.0, max_rows=n, max_cell_chars=max_chars + 1, max_chars=1,
+                                          count_cap=n)).rows
     except t2sql.T2sqlError:  # examples are a courtesy: a slow or odd column just shows none
         return ()
     return tuple(v for v in (_literal(r[0], max_chars) for r in rows) if v is not None)
@@ -298,13 +300,13 @@ def _render_table(t: TableInfo, *, examples: bool, values: bool, descriptions: b
 
 
 def render_schema(schema: SchemaInfo, preset: Preset, *, question: str = "", evidence: str = "") -> RenderedSchema:
-    """The schema block under `preset.schema_max_chars`, shortened in the documented order.
+    """The schema block under `preset.prompt.schema_max_chars`, shortened in the documented order.
 
     Levels 0-4 do not depend on the task, so their result is cached per schema and settings;
     only step 5 (dropping tables by relevance) is rendered per task.
     """
-    key = (id(schema), preset.schema_max_chars, preset.example_values, preset.column_descriptions,
-           preset.description_max_chars)
+    key = (id(schema), preset.prompt.schema_max_chars, preset.prompt.example_values, preset.prompt.column_descriptions,
+           preset.prompt.description_max_chars)
     with _schema_lock:
         hit = _render_cache.get(key)
     if hit is not None and hit[0] is schema and hit[1] is not None:
@@ -322,9 +324,9 @@ _render_cache: dict[tuple, tuple[SchemaInfo, RenderedSchema | None]] = {}
 
 
 def _render(schema: SchemaInfo, preset: Preset, question: str, evidence: str) -> RenderedSchema:
-    budget = preset.schema_max_chars
-    has_examples = preset.example_values > 0
-    has_desc = preset.column_descriptions
+    budget = preset.prompt.schema_max_chars
+    has_examples = preset.prompt.example_values > 0
+    has_desc = preset.prompt.column_descriptions
     steps = [  # (level, examples, value descriptions, descriptions, compact)
         (0, has_examples, has_desc, has_desc, False),
         (1, False, has_desc, has_desc, False),
@@ -337,7 +339,7 @@ def _render(schema: SchemaInfo, preset: Preset, question: str, evidence: str) ->
     for level, ex, vals, desc, compact in steps:
         blocks = [
             _render_table(t, examples=ex, values=vals, descriptions=desc, compact=compact,
-                          description_max_chars=preset.description_max_chars)
+                          description_max_chars=preset.prompt.description_max_chars)
             for t in schema.tables
         ]
         text = "\n\n".join(blocks)

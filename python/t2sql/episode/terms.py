@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 
 from t2sql.episode import equivalence_term, guards
 from t2sql.episode.evidence import EvidenceCheck
-from t2sql.episode.presets import RESERVED_SWITCHES, Preset
+from t2sql.episode.presets import RESERVED_SWITCHES, Preset, Rewards
 from t2sql.episode.reward import BASE_TERMS, RewardTerm, TermResult, Trajectory
 from t2sql.errors import PresetError
 
@@ -28,8 +28,8 @@ _warned_unimplemented: set[str] = set()
 
 def register_term(term: RewardTerm) -> None:
     """Add a term (or replace the one of the same name). Recipe extras use their reserved switch."""
-    if term.switch is not None and term.switch not in {f.name for f in dataclasses.fields(Preset)}:
-        raise PresetError(f"term {term.name!r}: switch {term.switch!r} is not a preset field")
+    if term.switch is not None and term.switch not in {f.name for f in dataclasses.fields(Rewards)}:
+        raise PresetError(f"term {term.name!r}: switch {term.switch!r} is not a field of a preset's reward part")
     _TERMS[:] = [t for t in _TERMS if t.name != term.name] + [term]
 
 
@@ -69,7 +69,7 @@ async def score(traj: Trajectory, preset: Preset, terms: Iterable[RewardTerm] | 
     evidence = traj.check_evidence(preset)
     terms = list(_TERMS if terms is None else terms)
     covered = {t.switch for t in terms if t.switch}
-    unapplied = tuple(s for s in RESERVED_SWITCHES if getattr(preset, s) and s not in covered)
+    unapplied = tuple(s for s in RESERVED_SWITCHES if getattr(preset.reward, s) and s not in covered)
     for s in unapplied:
         if s not in _warned_unimplemented:
             _warned_unimplemented.add(s)
@@ -89,6 +89,6 @@ async def score(traj: Trajectory, preset: Preset, terms: Iterable[RewardTerm] | 
             value = value.amount
         amounts[term.name] = round(float(value), 10)
     total = base + sum(amounts.values())
-    if not preset.penalties_below_floor:
+    if not preset.reward.penalties_below_floor:
         total = max(total, preset.reward_floor)
     return RewardBreakdown(traj.outcome, base, amounts, round(total, 10), evidence, unapplied, metrics)

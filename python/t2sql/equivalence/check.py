@@ -88,15 +88,15 @@ class EquivalenceConfig:
     def from_preset(cls, preset: Any, spec: GradeSpec | None = None) -> EquivalenceConfig:
         """The check for a task under `preset`, graded as the task's own grade was (`spec`: its
         grading spec's method, float digits and column order; None: the preset's own), each query on a
-        small database under equivalence_timeout_s."""
+        small database under equivalence.timeout_s."""
         return cls(
-            suite_size=preset.equivalence_suite_size,
-            seed=preset.equivalence_seed,
-            budget_s=preset.equivalence_budget_s,
+            suite_size=preset.equivalence.suite_size,
+            seed=preset.equivalence.seed,
+            budget_s=preset.equivalence.budget_s,
             spec=GradeSpec(spec.method if spec else preset.method_for(None),
-                           float_digits=spec.float_digits if spec else preset.float_digits,
-                           column_order=spec.column_order if spec else preset.column_order,
-                           timeout_s=preset.equivalence_timeout_s, max_temp_mb=preset.max_temp_mb),
+                           float_digits=spec.float_digits if spec else preset.grading.float_digits,
+                           column_order=spec.column_order if spec else preset.grading.column_order,
+                           timeout_s=preset.equivalence.timeout_s, max_temp_mb=preset.grading.max_temp_mb),
         )
 
     def to_dict(self) -> dict[str, Any]:

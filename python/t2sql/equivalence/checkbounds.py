@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 import t2sql
-from t2sql._grader import TOOL_DEFAULTS
+from t2sql._grader import GRADE_DEFAULTS
 
 T = TypeVar("T")
 
-DEFAULT_MAX_TEMP_MB = int(TOOL_DEFAULTS["max_temp_mb"])
+DEFAULT_MAX_TEMP_MB = int(GRADE_DEFAULTS["max_temp_mb"])
 
 
 class BudgetSpent(t2sql.QueryCancelled):

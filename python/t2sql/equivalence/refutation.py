@@ -18,6 +18,8 @@ REFUTING = frozenset({"mismatch", "pred_error"})
 AGREEING = frozenset({"match"})
 
 WITNESS_RESULT_ROWS = 8  # rows of each query's result shown with a witness
+# A witness's preview: the check's own numbers (a witness is read by people, not by the model).
+_WITNESS_PREVIEW = {"max_rows": WITNESS_RESULT_ROWS, "max_cell_chars": 120, "max_chars": 1500, "count_cap": 10000}
 
 SHRINK_TRIES = 40  # attempts to drop rows from a witness
 
@@ -205,7 +207,7 @@ class Trial:
         for sql in (self.gold, self.pred):
             try:
                 out.append(budget.run(self.spec.timeout_s, lambda t, sql=sql: self.prepared.core.run_tool(
-                    sql, ToolLimits(timeout_s=t, max_rows=WITNESS_RESULT_ROWS, max_chars=1500,
+                    sql, ToolLimits(timeout_s=t, **_WITNESS_PREVIEW,
                                     max_temp_mb=self.spec.max_temp_mb), cancel=budget.cancel).text))
             except checkbounds.BudgetSpent:
                 out.append("(not run: the check's budget ran out)")

@@ -229,13 +229,16 @@ class EvalRun:
     summary: dict[str, Any]
 
 
+DEFAULT_CONCURRENCY = 8  # episodes in flight (`t2sql eval --concurrency`)
+
+
 async def evaluate(
     tasks: list[Task],
     policy: Policy,
     preset: Preset,
     out: str | os.PathLike,
     *,
-    concurrency: int = 8,
+    concurrency: int = DEFAULT_CONCURRENCY,
     grader: Any = None,
     run_info: dict[str, Any] | None = None,
     progress: bool | None = None,

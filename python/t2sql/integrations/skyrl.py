@@ -76,7 +76,7 @@ class SQLEnv(BaseTextEnv):
         extras = dict(extras or {})
         self.context = rollout.context(settings_of(env_config))
         self.task = self.context.task(t2sql_row(extras))
-        preset_turns = self.context.preset.max_turns
+        preset_turns = self.context.preset.budgets.max_turns
         # SkyRL's convention: the generator puts generator.max_turns in the extras, the env ends the episode.
         self.max_turns = int(extras.get("max_turns") or preset_turns)
         if self.max_turns < preset_turns:
@@ -96,7 +96,7 @@ class SQLEnv(BaseTextEnv):
         if self.episode is None:
             raise AdapterError("SQLEnv.step before init: SkyRL's generator calls init(prompt) first")
         self.turns += 1
-        if self.turns >= self.max_turns and self.max_turns < self.context.preset.max_turns:
+        if self.turns >= self.max_turns and self.max_turns < self.context.preset.budgets.max_turns:
             on_episode_loop(self.episode.finish(action))  # SkyRL's last turn comes before the preset's: the answer turn
             observations: list[dict[str, Any]] = []
         else:

@@ -212,7 +212,7 @@ class SQLEnvironment:
         called the tool, more turns than the preset's max_turns), or the calls TRL made differ from the
         calls the episode reads in the turns' text (another tool's name, which TRL answers itself; a call
         TRL's parser saw differently or not at all)."""
-        if episode.done or len(turns) > episode.preset.max_turns:
+        if episode.done or len(turns) > episode.preset.budgets.max_turns:
             return True
         visible = [parsing.split_think(text)[1] for text in turns[:-1]]
         if any(parsing.parse_solution(text) is not None for text in visible):

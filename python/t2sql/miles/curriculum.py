@@ -45,10 +45,12 @@ class TaskState:
 
 @dataclass(frozen=True)
 class CurriculumConfig:
-    max_hint_level: int = 3
-    release_share: float | None = 0.5  # None: hints never fade
-    weight_floor: float = 0.01
-    weighted_from_epoch: int = 2  # 1-based
+    """The preset's curriculum numbers (no defaults here: the preset owns them; from_preset)."""
+
+    max_hint_level: int
+    release_share: float | None  # None: hints never fade
+    weight_floor: float
+    weighted_from_epoch: int  # 1-based
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_hint_level <= 3:
@@ -63,10 +65,10 @@ class CurriculumConfig:
     @classmethod
     def from_preset(cls, preset: Any) -> CurriculumConfig:
         return cls(
-            max_hint_level=preset.curriculum_max_hint_level,
-            release_share=preset.curriculum_release_share or None,
-            weight_floor=preset.curriculum_weight_floor,
-            weighted_from_epoch=preset.curriculum_weighted_from_epoch,
+            max_hint_level=preset.curriculum.max_hint_level,
+            release_share=preset.curriculum.release_share or None,
+            weight_floor=preset.curriculum.weight_floor,
+            weighted_from_epoch=preset.curriculum.weighted_from_epoch,
         )
 
 
@@ -82,7 +84,7 @@ class Curriculum:
             raise CurriculumError(f"task ids must be unique; repeated: {', '.join(dupes[:5])}")
         self.task_ids: list[str] = ids
         self.seed = int(seed)
-        self.config = config or CurriculumConfig()
+        self.config = config or CurriculumConfig.from_preset(get_preset())
         self.tasks: dict[str, TaskState] = {t: TaskState() for t in ids}
         self.epoch = 0  # 0-based, like miles' epoch_id; epoch k is "epoch k+1" in the docs
         self.plan: list[str] = []
@@ -283,7 +285,7 @@ def make_data_source_class(base: type) -> type:
             super().__init__(args)
             self.curriculum: Curriculum | None = None
             preset = _preset_for(args)
-            if not getattr(preset, "curriculum", False):
+            if not preset.curriculum.enabled:
                 log.info("curriculum: off in preset %s; drawing tasks as miles does", preset.name)
                 return
             if getattr(self, "dataset", None) is None:

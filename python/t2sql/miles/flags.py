@@ -114,7 +114,7 @@ class TrainConfig:
             extra = shlex.split(self.extra_args)
         except ValueError as e:  # an unclosed quote
             raise LaunchError(f"--extra-args {self.extra_args!r}: {e}; quote it as a shell would") from None
-        if self.resolved_preset().curriculum and "--fully-async" in extra:
+        if self.resolved_preset().curriculum.enabled and "--fully-async" in extra:
             raise LaunchError(
                 f"preset {self.preset} turns the curriculum on, and its after-rollout hook cannot run with "
                 "--fully-async; drop --fully-async or choose a preset with curriculum off (e.g. --preset bare)"
@@ -273,7 +273,7 @@ def curriculum_block(c: TrainConfig) -> list[str]:
     """The curriculum's two miles hooks when the preset switches it on (t2sql.miles.curriculum reads the
     preset through --text-to-sql-preset). miles refuses the after-rollout hook under --fully-async
     (TrainConfig refuses that pair up front)."""
-    if not c.resolved_preset().curriculum:
+    if not c.resolved_preset().curriculum.enabled:
         return []
     return [
         "--data-source-path", CURRICULUM_DATA_SOURCE_PATH,
@@ -288,8 +288,8 @@ def rollout_block(c: TrainConfig) -> list[str]:
         "--rollout-batch-size", str(c.rollout_batch_size),
         "--n-samples-per-prompt", str(c.n_samples_per_prompt),
         "--global-batch-size", str(c.global_batch_size),
-        "--rollout-max-response-len", str(preset.max_turn_tokens),  # per turn
-        "--rollout-max-context-len", str(preset.max_context_tokens),  # whole trajectory
+        "--rollout-max-response-len", str(preset.budgets.max_turn_tokens),  # per turn
+        "--rollout-max-context-len", str(preset.budgets.max_context_tokens),  # whole trajectory
         "--rollout-temperature", str(c.rollout_temperature),
         "--balance-data",
     ]
@@ -317,7 +317,7 @@ def eval_block(c: TrainConfig) -> list[str]:
         "--eval-interval", str(c.eval_interval),
         "--eval-prompt-data", *pairs,
         "--n-samples-per-eval-prompt", str(c.n_samples_per_eval_prompt),
-        "--eval-max-response-len", str(preset.max_turn_tokens),
+        "--eval-max-response-len", str(preset.budgets.max_turn_tokens),
         "--eval-temperature", str(c.eval_temperature),
         "--eval-top-p", str(c.eval_top_p),
     ]

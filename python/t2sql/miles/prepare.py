@@ -210,7 +210,7 @@ def precompute_gold(c: TrainConfig, concurrency: int | None = None) -> str:
 
     async def run_all() -> list:
         async with Grader(concurrency=concurrency, cache_dir=c.cache_dir,
-                          grade_timeout_s=preset.grade_timeout_s) as grader:
+                          grade_timeout_s=preset.grading.timeout_s) as grader:
             with Progress(len(tasks), "gold cache") as bar:
                 return await run_golds(tasks, grader, preset.grade_spec, on_done=bar.advance)
 

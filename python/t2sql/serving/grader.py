@@ -32,7 +32,6 @@ from t2sql import (
     set_grade_memory,
     sqlite_version,
 )
-from t2sql._grader import GRADE_DEFAULTS, TOOL_DEFAULTS
 from t2sql.grading import grade_memory_setting
 from t2sql.serving.admission import CALLS_PER_ITERATION, Admission
 from t2sql.serving.gold_cache import DiskGoldCache, gold_key, install_process_secret, installed_secret
@@ -49,110 +48,59 @@ from t2sql.serving.jobs import (
 from t2sql.serving.manifest import FileIdentity, GraderIdentity, Manifest, file_identity
 from t2sql.serving.process_backends import ProcessBackend, RayBackend
 from t2sql.serving.results import GoldResult, GradeResult, gold_failure_detail
+from t2sql.serving.settings import GraderSettings
 from t2sql.serving.temp_disk import temp_disk_bound
 from t2sql.serving.thread_backend import ThreadBackend
 
-BACKENDS = ("thread", "process", "ray")
-
-
-# How much nicer than the event loop's thread the SQL workers run (see Grader's worker_nice).
-DEFAULT_WORKER_NICE = 10
-
 
 class Grader:
-    def __init__(
-        self,
-        *,
-        concurrency: int | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        tool_timeout_s: float = TOOL_DEFAULTS["timeout_s"],
-        grade_timeout_s: float = GRADE_DEFAULTS["timeout_s"],
-        backend: str = "thread",
-        manifest: Manifest | str | os.PathLike | None = None,
-        worker_heap_limit: int | None = None,
-        worker_nice: int = DEFAULT_WORKER_NICE,
-        hash_databases: bool = False,
-        grade_memory_mb: int | None = None,
-        tmp_dir: str | os.PathLike | None = None,
-        gold_memory_entries: int | None = None,
-        gold_memory_bytes: int | None = None,
-        max_temp_mb: int = GRADE_DEFAULTS["max_temp_mb"],
-    ):
-        """
-        concurrency: SQL jobs at once (default: os.cpu_count(); for Ray: the cluster's CPUs).
-        tool_timeout_s: the timeout of a run_tool call given no limits (its limits are then
-            ToolLimits(timeout_s=tool_timeout_s), the core's other defaults).
-        cache_dir: keep gold digests on disk here too (shared safely by several processes).
-        backend: "thread" | "process" | "ray" (Ray must already be initialised).
-        manifest: a Manifest or the path of one; databases not matching it are refused.
-        hash_databases: with a manifest, check each database's sha256 at its first use in this
-            Grader even when its size, times and inode match the manifest (t2sql.serving.manifest).
-        worker_heap_limit: bytes of SQLite heap per worker process/actor (process and ray only).
-        grade_memory_mb: MiB of row keys one set or subset digest holds before it spills to disk
-            (t2sql.set_grade_memory; default GRADE_DEFAULTS["memory_mb"]). Per running digest:
-            with N workers, up to N times this. With the thread backend it is the whole process's
-            setting while this Grader is open (close() puts the previous one back).
-        tmp_dir: where digests past their memory spill (anonymous files, gone when the digest
-            is); default: the process's setting (the system's temporary directory), not cache_dir,
-            which a thread backend's process-wide setting would outlive.
-        gold_memory_entries, gold_memory_bytes: bounds of the gold digests kept in memory (serving.gold_memory).
-        max_temp_mb: MiB of temporary files a query without its own limits or spec may hold; N workers
-            hold N times it at most (temp_disk_bound_mb, in stats(): t2sql.serving.temp_disk).
-        worker_nice: OS niceness added to the SQL worker threads and processes (Linux; 0 to
-            leave them alone), so that the thread running the event loop wins a core the moment
-            it wakes: on a machine with no idle core this cuts the loop's 99th-percentile stall
-            from about 4 ms (one scheduler slice) to 1-3 ms on the 2-core test VM.
-        """
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-        if concurrency is not None and concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        if tool_timeout_s <= 0 or grade_timeout_s <= 0:
-            raise ValueError("tool_timeout_s and grade_timeout_s must be positive")
-        self.tool_timeout_s = float(tool_timeout_s)
-        self.grade_timeout_s = float(grade_timeout_s)
-        self.max_temp_mb = max_temp_mb
-        self.backend_name = backend
+    def __init__(self, settings: GraderSettings | None = None, /, **changes: Any):
+        """`settings`: how it runs (GraderSettings, every field described there); keyword arguments are
+        GraderSettings fields, changed from `settings` or from the defaults: `Grader(concurrency=2)`."""
+        s = settings or GraderSettings()
+        if changes:
+            s = dataclasses.replace(s, **changes)
+        self.settings = s
+        manifest = s.manifest
         if manifest is not None and not isinstance(manifest, Manifest):
             manifest = Manifest.load(manifest)
-        self.manifest: Manifest | None = manifest
-        self.hash_databases = bool(hash_databases)
+        self.manifest: Manifest | None = manifest  # loaded
         self._sqlite_version = sqlite_version()
 
         self._disk: DiskGoldCache | None = None
         secret: bytes | None = None
-        if cache_dir is not None:
+        if s.cache_dir is not None:
             # A new cache adopts the secret this process already grades with, so one process
             # can use several cache directories; an existing cache keeps its own secret.
-            self._disk = DiskGoldCache(Path(cache_dir), installed_secret())
+            self._disk = DiskGoldCache(Path(s.cache_dir), installed_secret())
             secret = self._disk.secret
             install_process_secret(secret, str(self._disk.root))
 
-        memory = grade_memory_setting(grade_memory_mb, tmp_dir)
+        memory = grade_memory_setting(s.grade_memory_mb, s.tmp_dir)
         self._restore_memory: tuple | None = None  # the process's setting, put back by close()
-        if backend == "thread":
+        if s.backend == "thread":
             if memory is not None:
                 self._restore_memory = set_grade_memory(*memory)
-            self._backend = ThreadBackend(concurrency or os.cpu_count() or 1, nice=worker_nice)
+            self._backend = ThreadBackend(s.concurrency or os.cpu_count() or 1, nice=s.worker_nice)
             self._secret_tag = None  # the process secret, read per call (hash_secret_id)
         else:
             if secret is None:
                 secret = os.urandom(32)  # workers share it, so a digest made by one grades on any
             self._secret_tag = hashlib.sha256(secret).hexdigest()[:16]
-            if backend == "process":
+            if s.backend == "process":
                 self._backend = ProcessBackend(
-                    concurrency or os.cpu_count() or 1, secret=secret, heap_limit=worker_heap_limit,
-                    nice=worker_nice, grade_memory=memory,
+                    s.concurrency or os.cpu_count() or 1, secret=secret, heap_limit=s.worker_heap_limit,
+                    nice=s.worker_nice, grade_memory=memory,
                 )
             else:
-                self._backend = RayBackend(concurrency, secret=secret, heap_limit=worker_heap_limit,
+                self._backend = RayBackend(s.concurrency, secret=secret, heap_limit=s.worker_heap_limit,
                                            grade_memory=memory)
         self.concurrency = self._backend.size
-        self.temp_disk_bound_mb = temp_disk_bound(max_temp_mb, self.concurrency, local=backend != "ray")
+        self.temp_disk_bound_mb = temp_disk_bound(s.max_temp_mb, self.concurrency, local=s.backend != "ray")
 
         self._lock = threading.Lock()
         self._identities: dict[str, GraderIdentity] = {}
-        self._memory = gold_memory(gold_memory_entries, gold_memory_bytes)
+        self._memory = gold_memory(s.gold_memory_entries, s.gold_memory_bytes)
         self._inflight: dict[tuple, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._admissions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> Admission
         self._last_admission: tuple[weakref.ref, Admission] | None = None  # the common case: one loop
@@ -172,14 +120,13 @@ class Grader:
 
     # ------------------------------------------------------------------ public asyncio API
 
-    async def run_tool(self, db_path: str, sql: str, limits: ToolLimits | None = None) -> ToolResult:
-        """One `execute_sql_query` call under `limits` (a preset's: Preset.tool_limits; None: the
-        core's defaults with this Grader's tool_timeout_s). Raises UnsafeQuery / SqlError /
-        QueryTimeout / DatabaseError exactly like Database.run_tool."""
+    async def run_tool(self, db_path: str, sql: str, limits: ToolLimits) -> ToolResult:
+        """One `execute_sql_query` call under `limits` (a preset's: Preset.tool_limits; the preview is
+        the preset's alone, so there is no default). Raises UnsafeQuery / SqlError / QueryTimeout /
+        DatabaseError exactly like Database.run_tool."""
         identity = await self._enter(db_path)
         self._count("tool_calls")
-        return await self._submit(ToolJob(db_path, identity.stat, sql, self._tool_limits if limits is None else limits,
-                                          job_id=next_job_id()))
+        return await self._submit(ToolJob(db_path, identity.stat, sql, limits, job_id=next_job_id()))
 
     async def grade(self, db_path: str, pred_sql: str, gold_sql: str, spec: GradeSpec | None = None, *,
                     retry: bool = True) -> GradeResult:
@@ -246,7 +193,7 @@ class Grader:
 
     # ------------------------------------------------------------------ blocking API
 
-    def run_tool_sync(self, db_path: str, sql: str, limits: ToolLimits | None = None) -> ToolResult:
+    def run_tool_sync(self, db_path: str, sql: str, limits: ToolLimits) -> ToolResult:
         self._check_open()
         return self._run_sync(self.run_tool(db_path, sql, limits))
 
@@ -307,16 +254,11 @@ class Grader:
             self._counters[name] = self._counters.get(name, 0) + n
 
     @functools.cached_property
-    def _tool_limits(self) -> ToolLimits:
-        """What run_tool gets without limits: built at the first such call, which is where an
-        unusable tool_timeout_s (inf, nan) is refused, as it always was."""
-        return ToolLimits(timeout_s=self.tool_timeout_s, max_temp_mb=self.max_temp_mb)
-
-    @functools.cached_property
     def _grade_spec(self) -> GradeSpec:
         """What grade and gold get without a spec: GradeSpec() with this Grader's grade_timeout_s
-        and max_temp_mb, built at the first such call (as _tool_limits)."""
-        return GradeSpec(timeout_s=self.grade_timeout_s, max_temp_mb=self.max_temp_mb)
+        and max_temp_mb, built at the first such call, which is where an unusable grade_timeout_s
+        (inf, nan) is refused."""
+        return GradeSpec(timeout_s=float(self.settings.grade_timeout_s), max_temp_mb=self.settings.max_temp_mb)
 
     def _secret_id(self) -> str:
         return self._secret_tag or hash_secret_id()
@@ -378,7 +320,8 @@ class Grader:
         now = self._identity_now(db_path)
         if self.manifest is not None:
             entry = await asyncio.get_running_loop().run_in_executor(
-                self._io, functools.partial(self.manifest.verify, db_path, now, hash_always=self.hash_databases)
+                self._io, functools.partial(self.manifest.verify, db_path, now,
+                                            hash_always=bool(self.settings.hash_databases))
             )
             cache_id = "sha256:" + entry.sha256
         else:
