@@ -180,7 +180,7 @@ class Rewards:
 
 @dataclass(frozen=True)
 class EquivalenceSettings:
-    """The equivalence check (t2sql.episode.equivalence reads them; on when reward.equivalence_penalty > 0)."""
+    """The equivalence check (t2sql.episode.equivalence_term reads them; on when reward.equivalence_penalty > 0)."""
 
     PART: ClassVar[str] = "equivalence"
     suite_size: int  # small databases in a database's suite (besides those built for each pair)
