@@ -571,7 +571,7 @@ def test_the_witness_rule_holds_for_every_subset_comparison_of_the_core(tmp_path
     a right answer only if each comparison asks no less: each predicted row a gold row, and one at least
     where the gold has one. A comparison the core gains is listed in WITNESS_OPERATORS once checked."""
     from t2sql._grader import METHODS, Method
-    from t2sql.serving import refutation
+    from t2sql.equivalence import refutation
 
     forms = [form.replace("N", "3") for form in METHODS if form.startswith("subset,")]
     assert {Method(form).operator for form in forms} == refutation.WITNESS_OPERATORS

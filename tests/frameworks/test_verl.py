@@ -524,8 +524,8 @@ def test_settings_come_from_the_environment_then_verls_config_then_the_loop_entr
     settings = loop_settings(config, {"concurrency": 7})
     assert (settings.preset, settings.concurrency, settings.db_root) == (PRESET, 7, "/from/env")
     assert loop_settings(OmegaConf.create({}), {}).preset == "bare"
-    with pytest.raises(SettingsError, match="unknown t2sql setting"):
-        loop_settings(OmegaConf.create({"t2sql": {"preset": "bare"}}), {})
+    with pytest.raises(SettingsError, match="unknown t2sql setting"):  # the pre-release spelling is gone
+        loop_settings(OmegaConf.create({"t2sql": {"recipe": "bare"}}), {})
     with pytest.raises(SettingsError, match=r"\+t2sql\.preset="):
         loop_settings(OmegaConf.create({"t2sql": "bare"}), {})
     # Each value is checked by type and range, as verl's config hands it over (concurrency="8" was a
