@@ -324,6 +324,10 @@ def test_each_default_is_written_once():
         assert preset.grading.timeout_s is core["timeout_s"] and preset.grading.float_digits is core["float_digits"]
         assert preset.grading.max_temp_mb is core["max_temp_mb"]
 
+    # The schema's example values: the preset's prompt part alone (load_schema takes them from its caller).
+    from t2sql.episode.schema import load_schema
+    given = inspect.signature(load_schema).parameters
+    assert all(given[n].default is inspect.Parameter.empty for n in ("example_values", "example_value_chars"))
     # The curriculum's numbers: the preset's alone (CurriculumConfig has no defaults of its own).
     assert [f.name for f in dataclasses.fields(CurriculumConfig) if f.default is not dataclasses.MISSING] == []
     # SQL worker threads: one ceiling, t2sql.arguments'.

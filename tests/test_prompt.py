@@ -22,6 +22,8 @@ from t2sql.tasks import Task
 
 BIRD = bird_root()
 RECIPE = get_preset()
+# The schema's example values as the recipe's prompt asks for them (the preset owns the numbers).
+EXAMPLES = {"example_values": RECIPE.prompt.example_values, "example_value_chars": RECIPE.prompt.example_value_chars}
 
 
 
@@ -210,7 +212,7 @@ def test_bird_replacement_characters_become_dashes():
 # -- shortening, in the stated order
 
 def test_schema_shortening_order():
-    schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
+    schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"), **EXAMPLES)
     full = P.render_schema(schema, RECIPE)
     assert full.level == 0 and "examples: " in full.text and "values: " in full.text
     lengths = {}
@@ -229,7 +231,7 @@ def test_schema_shortening_order():
 
 
 def test_schema_drops_least_relevant_tables_whole_and_names_them():
-    schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
+    schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"), **EXAMPLES)
     compact = P.render_schema(schema, RECIPE.replace(prompt={"schema_max_chars": len(P.render_schema(
         schema, RECIPE.replace(prompt={"schema_max_chars": 10**6})).text)}))  # sanity: fits at level 0
     assert compact.level == 0
@@ -248,7 +250,7 @@ def test_schema_drops_least_relevant_tables_whole_and_names_them():
 
 
 def test_one_table_over_budget_is_kept_whole_and_reported():
-    schema = P.load_schema(str(BIRD / "superhero" / "superhero.sqlite"))
+    schema = P.load_schema(str(BIRD / "superhero" / "superhero.sqlite"), **EXAMPLES)
     r = P.render_schema(schema, RECIPE.replace(prompt={"schema_max_chars": 50}), question="superhero names")
     assert r.level == 5 and not r.fits
     assert len([t for t in schema.tables if t.name not in r.dropped_tables]) == 1
@@ -259,12 +261,12 @@ def test_schema_cache_per_file(tmp_path):
     dst = tmp_path / "superhero"
     shutil.copytree(src, dst)
     path = str(dst / "superhero.sqlite")
-    a = P.load_schema(path)
-    assert P.load_schema(path) is a
+    a = P.load_schema(path, **EXAMPLES)
+    assert P.load_schema(path, **EXAMPLES) is a
     os.utime(path, ns=(1, 1))  # a changed file is loaded again
-    assert P.load_schema(path) is not a
+    assert P.load_schema(path, **EXAMPLES) is not a
     with pytest.raises(errors.SchemaError, match="check --db-root"):
-        P.load_schema(str(tmp_path / "missing.sqlite"))
+        P.load_schema(str(tmp_path / "missing.sqlite"), **EXAMPLES)
 
 
 # -- think
@@ -389,7 +391,7 @@ def test_prose_drops_tool_calls_and_solutions():
 
 
 def test_render_is_cached_per_schema_unless_tables_are_dropped():
-    schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"))
+    schema = P.load_schema(str(BIRD / "student_club" / "student_club.sqlite"), **EXAMPLES)
     a = P.render_schema(schema, RECIPE, question="q1")
     assert P.render_schema(schema, RECIPE, question="another question") is a
     tight = RECIPE.replace(prompt={"schema_max_chars": 900})

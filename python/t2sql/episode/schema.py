@@ -207,9 +207,10 @@ def _examples(db: Database, table: str, column: str, n: int, max_chars: int) -> 
     return tuple(v for v in (_literal(r[0], max_chars) for r in rows) if v is not None)
 
 
-def load_schema(db_path: str, *, example_values: int = 3, example_value_chars: int = 40,
+def load_schema(db_path: str, *, example_values: int, example_value_chars: int,
                 db: Database | None = None) -> SchemaInfo:
-    """The schema of one database, with example values and BIRD descriptions.
+    """The schema of one database, with `example_values` example values a column (each cut at
+    `example_value_chars`: the preset's prompt part gives both) and BIRD descriptions.
 
     Cached per file (path, size, mtime) and options: every episode of a database reuses it. `db`,
     when given, is the open core Database to read through (else one is opened).
