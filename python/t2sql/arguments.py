@@ -14,6 +14,15 @@ from t2sql import _grader
 from t2sql.grading import check_method, check_spill_directory
 
 
+class WholeNamesParser(argparse.ArgumentParser):
+    """A parser that takes each flag by its whole name only: argparse's prefix matching would keep a
+    removed spelling working as a hidden alias (`--timeout` for `--timeout-s`). `t2sql`'s and
+    `t2sql-train`'s parsers, and so their subcommands' (argparse makes those of the parent's class)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs, allow_abbrev=False)
+
+
 def method_arg(text: str) -> str:
     """argparse type of a flag naming a grading method (--grading-method-fallback): the canonical
     name, or a usage error saying what is wrong, before any data is read."""

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from t2sql.arguments import WholeNamesParser
+
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "grade": ("t2sql.commands.grade", "compare predicted SQL with gold SQL on a database"),
@@ -24,16 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _WholeNames(argparse.ArgumentParser):
-    """Takes each flag by its whole name only: argparse's prefix matching would keep a removed spelling
-    working as a hidden alias (`--timeout` for `--timeout-s`). Subcommand parsers are of this class too."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs, allow_abbrev=False)
-
-
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = _WholeNames(prog="t2sql", description=__doc__.splitlines()[0])
+    parser = WholeNamesParser(prog="t2sql", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = _wanted_command(argv)

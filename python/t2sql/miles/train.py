@@ -13,7 +13,7 @@ import sys
 from dataclasses import fields
 from typing import Callable, NoReturn
 
-from t2sql.arguments import method_arg, seconds_arg
+from t2sql.arguments import WholeNamesParser, method_arg, seconds_arg
 from t2sql.data.convert import DEFAULT_GOLD_TIMEOUT_S
 from t2sql.download.bird import BIRD_URL
 from t2sql.episode.presets import get_preset
@@ -63,12 +63,9 @@ def train(c: TrainConfig, args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(WholeNamesParser):
     """A usage error is one line (what is wrong, where the help is) and exit 2, not argparse's usage block.
-    Flags are taken by their whole name only (no prefix matching), as `t2sql`'s are."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs, allow_abbrev=False)
+    Flags are taken by their whole name only, as `t2sql`'s are."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
