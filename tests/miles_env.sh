@@ -22,7 +22,7 @@ PY="${PYTHON:-python3}"
   blobfile "ray[default]" "sglang-router>=0.2.3" aiohttp openai==2.6.1 pillow psutil IPython fastapi \
   uvicorn orjson msgspec partial_json_parser pyzmq setproctitle einops requests interegular \
   prometheus-client python-multipart scipy distro datasets uvloop polars==1.42.1 pylatexenc \
-  apache-tvm-ffi==0.1.11 ninja sentencepiece accelerate
+  apache-tvm-ffi==0.1.11 ninja sentencepiece accelerate miles-tito-tokenizers==0.1.1
 # Imported by miles but never run here: without their own dependencies.
 "$VENV/bin/pip" install --no-deps sglang==0.5.16 torchvision==0.26.0 xgrammar==0.2.1 compressed-tensors loguru gguf
 # t2sql itself with its test extras (builds the Rust core: a minute or two, silently).
